@@ -1,0 +1,5 @@
+import sys
+
+from geosim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,203 @@
+"""Plain data: the hardware, the model, the workload and the tunable parameters.
+
+Nothing here computes time. The techniques read these specs and emit schedules;
+the engine runs schedules. Keeping the three apart (as Calculon does) is what lets
+calibration change a parameter without touching a technique.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    memory_gib: float
+    memory_bandwidth_gbs: float
+    fp32_tflops: float
+    fp16_tensor_tflops: float
+    pcie_gen: int
+    bf16_tensor_tflops: float | None = None  # None: no bf16 (Turing)
+
+    def peak_tflops(self, precision: str) -> float:
+        if precision == "fp32":
+            return self.fp32_tflops
+        if precision == "bf16":
+            return self.bf16_tensor_tflops or self.fp32_tflops
+        return self.fp16_tensor_tflops
+
+
+@dataclass(frozen=True)
+class Host:
+    """A VM: its GPUs talk over PCIe inside it (no NVLink on FABRIC VMs)."""
+
+    name: str
+    site: str
+    gpus: tuple[GPU, ...]
+    intra_host: str = "pcie"  # "pcie" or "nvlink"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A network link between two hosts or two sites, both directions alike.
+
+    window_bytes/streams/loss override the transport defaults of Params where a
+    slice's hosts are tuned differently (or where calibration fitted them).
+    """
+
+    a: str
+    b: str
+    rtt_s: float
+    bandwidth_bps: float  # bits per second
+    window_bytes: float | None = None
+    streams: int | None = None
+
+    @property
+    def one_way_s(self) -> float:
+        return self.rtt_s / 2
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    hosts: tuple[Host, ...]
+    links: tuple[Link, ...]
+    source: str = "<built-in>"
+    reference_slice: str | None = None  # name of the study's slice, for measured figures
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def subset(self, host_names: tuple[str, ...]) -> "Cluster":
+        keep = tuple(h for h in self.hosts if h.name in host_names)
+        return replace(self, hosts=keep)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(len(h.gpus) for h in self.hosts)
+
+
+@dataclass(frozen=True)
+class Model:
+    """A GPT-2 shaped decoder. Counts follow Alpa's compute_gpt_tflops."""
+
+    name: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    vocab: int = 50257
+    n_ctx: int = 1024
+
+    @property
+    def params_per_layer(self) -> int:
+        h = self.n_embd
+        return 12 * h * h + 13 * h  # qkv, proj, two MLP matrices, biases and 2 layer norms
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.n_embd + self.n_ctx * self.n_embd + 2 * self.n_embd
+
+    @property
+    def num_params(self) -> int:
+        return self.n_layer * self.params_per_layer + self.embedding_params
+
+    def layer_forward_flops(self, tokens: int, seq_len: int) -> float:
+        """One transformer block, forward: a third of Alpa's F=72 term."""
+        h = self.n_embd
+        return 24.0 * tokens * h * h * (1.0 + seq_len / (6.0 * h))
+
+    def head_forward_flops(self, tokens: int) -> float:
+        """The tied LM head, forward: a third of Alpa's 6*B*S*H*V term."""
+        return 2.0 * tokens * self.n_embd * self.vocab
+
+    def alpa_flops_per_iteration(self, batch: int, seq_len: int, checkpointing: bool = False) -> float:
+        f = 96 if checkpointing else 72
+        h, s = self.n_embd, seq_len
+        return f * batch * s * h * h * self.n_layer * (1 + s / (6 * h)) + 6 * batch * s * h * self.vocab
+
+    def activation_bytes_per_layer(self, sequences: float, seq_len: int, tensor_parallel: int = 1) -> float:
+        """Korthikanti et al. (2022), 16-bit activations, no recomputation."""
+        s, h, a, t = seq_len, self.n_embd, self.n_head, tensor_parallel
+        return s * sequences * h * (10 + 24 / t + 5 * a * s / (h * t))
+
+    def head_activation_bytes(self, sequences: float, seq_len: int, tensor_parallel: int = 1) -> float:
+        """Logits in fp32 plus their gradient: large for GPT-2's 50k vocabulary."""
+        return 8.0 * sequences * seq_len * self.vocab / tensor_parallel
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained. The study reported neither batch nor microbatches; see README."""
+
+    tokens_per_epoch: int = 650_000
+    seq_len: int = 1024
+    global_batch: int = 8  # sequences per iteration
+    microbatches: int = 4  # pipeline microbatches (Pipeshard); others take the whole batch
+    precision: str = "fp16"  # fp16 | bf16 | fp32 (mixed precision keeps fp32 master weights)
+    epochs: int = 20
+    checkpointing: bool = False
+
+    @property
+    def tokens_per_iteration(self) -> int:
+        return self.global_batch * self.seq_len
+
+    @property
+    def iterations_per_epoch(self) -> int:
+        # drop_last, like the Flax/Alpa GPT-2 data loaders the study ran
+        return max(1, self.tokens_per_epoch // self.tokens_per_iteration)
+
+    @property
+    def bytes_per_value(self) -> int:
+        return 4 if self.precision == "fp32" else 2
+
+
+TECHNIQUE_NAMES = ("data", "zero2", "shard", "pipeshard")
+
+
+@dataclass(frozen=True)
+class Params:
+    """Every tunable constant of the simulator, in SI units.
+
+    The shipped values live in one file, geosim/data/params-default.toml (read by
+    geosim.params.load_params); a user's --params file overrides any subset.
+    """
+
+    efficiency: dict[str, float]  # achieved fraction of peak, per GPU type
+    default_efficiency: float
+    window_bytes: float  # TCP in-flight window per stream
+    streams: int  # sockets NCCL opens per connection
+    per_message_overhead_s: float
+    p2p_handshake_rtts: float  # extra round trips per point-to-point send (rendezvous)
+    slow_start_after_idle: bool
+    initial_window_bytes: float
+    idle_restart_s: float  # idle time after which TCP restarts from the initial window
+    pcie_gbps: dict[int, float]
+    nvlink_gbps: float
+    intra_host_latency_s: float
+    lan_rtt_s: float
+    lan_bandwidth_gbps: float
+    collectives: dict[str, str]  # technique -> ring | tree | hierarchical
+    zero2_bucket_bytes: float
+    shard_collectives_per_layer: int
+    pipeshard_intra_stage: str  # data | shard
+    pipeline_schedule: str  # 1f1b | gpipe
+    stage_split: str  # uniform | balanced
+    iteration_overhead_s: dict[str, float]
+    startup_s: dict[str, float]
+    workspace_gib: float
+    optimizer_bytes_per_param: float
+    source: str = "<built-in>"
+    fitted_on: tuple[str, ...] = ()
+
+    def gpu_efficiency(self, gpu_name: str) -> float:
+        return self.efficiency.get(gpu_name, self.default_efficiency)
+
+    def with_values(self, **changes) -> "Params":
+        return replace(self, **changes)

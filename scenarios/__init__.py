@@ -1,0 +1,1 @@
+"""Built-in scenario files (installed as geosim.scenarios)."""
