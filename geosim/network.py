@@ -1,0 +1,162 @@
+"""Links, routes over a networkx topology, and the TCP transport's cost.
+
+A message of n bytes costs its one-way latency plus its serialization, and over TCP
+its rate is also capped by the in-flight window: rate = min(bandwidth,
+streams x window / RTT). That cap is why NCCL over TCP collapses at 50-100 ms.
+An idle connection restarts from the initial window (Linux tcp_slow_start_after_idle),
+and a point-to-point send pays a rendezvous handshake of a few round trips.
+
+Each link direction (and each GPU's PCIe port) is a first-come-first-served server
+of capacity one: a transfer holds every hop of its route for its serialization
+time, starting when all of them are free, so concurrent transfers share a link by
+queueing. The server keeps the time it next falls free instead of a SimPy Resource
+with request/release events: the same FIFO discipline, at a tenth of the events,
+which is what lets a 1,024-GPU iteration or a calibration fit run in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+from geosim.schedule import Device
+from geosim.specs import Cluster, Params
+
+
+@dataclass
+class Route:
+    hops: tuple[int, ...]  # indices of the link directions held while the bytes serialize
+    name: str
+    one_way_s: float
+    rtt_s: float
+    line_rate: float  # bytes/s: the slowest hop's bandwidth
+    window_bytes: float  # 0 for paths without TCP (inside a host)
+    tcp: bool
+
+
+@dataclass
+class Connection:
+    """TCP state of one sender->receiver connection: survives across iterations."""
+
+    cwnd: float
+    last_active: float = float("-inf")
+
+
+def build_topology(cluster: Cluster, params: Params) -> nx.Graph:
+    """Hosts and sites as nodes; scenario links plus a LAN edge from every host to its site."""
+    graph = nx.Graph()
+    for host in cluster.hosts:
+        # a host reaches its site's switch in a quarter of the LAN RTT each way
+        graph.add_edge(host.name, f"site:{host.site}", one_way_s=params.lan_rtt_s / 4,
+                       bandwidth_bps=params.lan_bandwidth_gbps * 1e9, link=None)
+    host_names = {h.name for h in cluster.hosts}
+    for link in cluster.links:
+        a = link.a if link.a in host_names else f"site:{link.a}"
+        b = link.b if link.b in host_names else f"site:{link.b}"
+        graph.add_edge(a, b, one_way_s=link.one_way_s, bandwidth_bps=link.bandwidth_bps, link=link)
+    return graph
+
+
+class Network:
+    def __init__(self, env, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
+        self.env = env
+        self.params = params
+        self.devices = devices
+        self.trace = trace
+        self.graph = build_topology(cluster, params)
+        self._intra_kind = {h.name: h.intra_host for h in cluster.hosts}
+        self._hop_index: dict[str, int] = {}
+        self.free_at: list[float] = []  # per hop: when its current reservation ends
+        self._routes: dict[tuple[int, int], Route] = {}
+        self.connections: dict[tuple[int, int], Connection] = {}
+        self.bytes_sent = 0.0
+        self.transfers = 0
+
+    def _hop(self, name: str) -> int:
+        if name not in self._hop_index:
+            self._hop_index[name] = len(self.free_at)
+            self.free_at.append(0.0)
+        return self._hop_index[name]
+
+    def _gpu_rate(self, device: Device, nvlink: bool) -> float:
+        gbps = self.params.nvlink_gbps if nvlink else self.params.pcie_gbps.get(device.gpu.pcie_gen, 80.0)
+        return gbps * 1e9 / 8
+
+    def route(self, src: int, dst: int) -> Route:
+        key = (src, dst)
+        if key in self._routes:
+            return self._routes[key]
+        a, b = self.devices[src], self.devices[dst]
+        p = self.params
+        names = [f"gpu{src}:out", f"gpu{dst}:in"]
+        same_host = a.host == b.host
+        nvlink = same_host and self._intra_kind.get(a.host) == "nvlink"
+        rates = [self._gpu_rate(a, nvlink), self._gpu_rate(b, nvlink)]
+        one_way = p.intra_host_latency_s
+        window, tcp = 0.0, False
+        if not same_host:
+            path = nx.shortest_path(self.graph, a.host, b.host, weight="one_way_s")
+            for u, v in zip(path, path[1:]):
+                edge = self.graph.edges[u, v]
+                names.append(f"{u}->{v}")
+                rates.append(edge["bandwidth_bps"] / 8)
+                one_way += edge["one_way_s"]
+                link = edge["link"]
+                hop_window = (link.window_bytes if link and link.window_bytes else p.window_bytes) * (
+                    link.streams if link and link.streams else p.streams)
+                window = hop_window if not tcp else min(window, hop_window)
+                tcp = True
+        route = Route(
+            hops=tuple(self._hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
+            one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
+        )
+        self._routes[key] = route
+        return route
+
+    def flow_time(self, route: Route, conn: Connection, nbytes: float, start: float) -> float:
+        """Seconds the TCP flow needs for nbytes, window- and slow-start-limited (no queueing)."""
+        if not route.tcp or route.rtt_s <= 0:
+            return 0.0
+        p = self.params
+        # a window beyond the path's bandwidth-delay product buys nothing
+        w_max = min(route.window_bytes, route.line_rate * route.rtt_s)
+        cwnd = conn.cwnd
+        idle = start - conn.last_active
+        rto = route.rtt_s + p.idle_restart_s  # Linux: RTO >= RTT + 200 ms
+        if p.slow_start_after_idle and idle > rto:
+            # Linux (tcp_cwnd_restart) halves the window for each RTO of idleness after the
+            # first, down to the initial window; halving continuously keeps the model monotonic
+            initial = min(w_max, p.initial_window_bytes)
+            cwnd = max(initial, cwnd * 2.0 ** (1.0 - idle / rto)) if idle != float("inf") else initial
+        elapsed, sent = 0.0, 0.0
+        while cwnd < w_max and sent + cwnd < nbytes:  # slow start: one window per round trip, doubling
+            sent += cwnd
+            cwnd = min(2 * cwnd, w_max)
+            elapsed += route.rtt_s
+        elapsed += (nbytes - sent) * route.rtt_s / cwnd
+        conn.cwnd = cwnd
+        return elapsed
+
+    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
+        """Reserve the route for a transfer starting now; return the seconds until it has arrived."""
+        self.transfers += 1
+        self.bytes_sent += nbytes
+        p, now = self.params, self.env.now
+        route = self.route(src, dst)
+        conn = self.connections.get((src, dst))
+        if conn is None:
+            conn = self.connections[(src, dst)] = Connection(cwnd=p.initial_window_bytes)
+        ready = now + (p.p2p_handshake_rtts * route.rtt_s if p2p else 0.0)  # rendezvous before the data
+        free_at = self.free_at
+        # one TCP connection is one byte stream: a send waits for the previous one on it
+        start = max([ready, conn.last_active] + [free_at[h] for h in route.hops])
+        serialize = nbytes / route.line_rate
+        for h in route.hops:
+            free_at[h] = start + serialize
+        # a window-limited flow trickles on after its line time without holding the line
+        done = start + max(serialize, self.flow_time(route, conn, nbytes, start))
+        conn.last_active = done
+        arrival = done + route.one_way_s + p.per_message_overhead_s
+        if self.trace is not None:
+            self.trace.append(("link", route.name, label, start, arrival, nbytes))
+        return arrival - now

@@ -1,0 +1,169 @@
+"""One prediction: spec -> technique schedule -> engine -> time, throughput, memory and why.
+
+A run's iterations are alike once TCP connections have warmed, so the engine
+simulates a few and the rest are extrapolated from the steady state
+(bench/bench_predict.py checks this against simulating every iteration).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from geosim.engine import run_schedule
+from geosim.errors import GeosimError
+from geosim.specs import GIB, Cluster, Model, Params, Workload
+from geosim.techniques import build_schedule
+
+SIMULATED_ITERATIONS = 2
+
+
+@dataclass
+class Breakdown:
+    """Seconds of the critical path spent on each; they add up to the time they break down."""
+
+    compute_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    overhead_s: float
+
+    def scaled(self, factor: float) -> "Breakdown":
+        return Breakdown(*(v * factor for v in asdict(self).values()))
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.exposed_comm_s + self.bubble_s + self.overhead_s
+
+
+@dataclass
+class GpuMemory:
+    rank: int
+    host: str
+    gpu: str
+    need_gib: float
+    has_gib: float
+    parts_gib: dict[str, float]
+
+
+@dataclass
+class Prediction:
+    scenario: str
+    technique: str
+    model: str
+    hosts: list[str]
+    gpus: list[str]
+    status: str  # ok | out-of-memory | infeasible
+    reason: str | None = None
+    description: str = ""
+    epochs: int = 0
+    iterations: int = 0
+    total_time_s: float | None = None
+    time_per_epoch_s: float | None = None
+    iteration_time_s: float | None = None
+    first_iteration_s: float | None = None
+    startup_s: float | None = None
+    tflops_per_gpu: float | None = None
+    tokens_per_s: float | None = None
+    peak_memory_gib: float | None = None
+    memory: list[GpuMemory] = field(default_factory=list)
+    iteration_breakdown: Breakdown | None = None
+    run_breakdown: Breakdown | None = None
+    bytes_per_iteration: float | None = None
+    measured: dict | None = None
+    simulated_events: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _memory_report(schedule) -> list[GpuMemory]:
+    report = []
+    for d in schedule.devices:
+        parts = schedule.memory_parts.get(d.rank, {})
+        report.append(GpuMemory(d.rank, d.host, d.gpu.name, schedule.memory_bytes[d.rank] / GIB, d.gpu.memory_gib,
+                                {k: v / GIB for k, v in parts.items()}))
+    return report
+
+
+def predict(cluster: Cluster, model: Model, workload: Workload, technique: str, params: Params,
+            hosts: tuple[str, ...] | None = None, options: dict | None = None,
+            simulated_iterations: int = SIMULATED_ITERATIONS) -> Prediction:
+    started = time.perf_counter()
+    used = cluster.subset(hosts) if hosts else cluster
+    result = Prediction(
+        scenario=cluster.name, technique=technique, model=model.name, hosts=[h.name for h in used.hosts],
+        gpus=[g.name for h in used.hosts for g in h.gpus], status="ok", epochs=workload.epochs,
+        iterations=workload.iterations_per_epoch * workload.epochs,
+    )
+    try:
+        schedule = build_schedule(technique, used, model, workload, params, options)
+    except GeosimError as exc:
+        if exc.key == "technique":
+            raise
+        result.status, result.reason = "infeasible", exc.problem
+        return result
+    result.description = schedule.description
+    result.memory = _memory_report(schedule)
+    worst = max(result.memory, key=lambda m: m.need_gib - m.has_gib)
+    result.peak_memory_gib = max(m.need_gib for m in result.memory)
+    if worst.need_gib > worst.has_gib:
+        result.status = "out-of-memory"
+        result.reason = (f"out of memory on {worst.gpu} ({worst.host} GPU {worst.rank}): "
+                         f"needs {worst.need_gib:.1f} GiB, has {worst.has_gib:.0f} GiB")
+        result.wall_s = time.perf_counter() - started
+        return result
+
+    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations)
+    ideal = run_schedule(schedule, used, params, workload, iterations=1, ideal_network=True)
+    last = simulated_iterations - 1
+    steady = (real.iteration_end[last] - real.iteration_end[0]) / last if last else real.iteration_end[0]
+    first = real.iteration_end[0]
+    ideal_steady = ideal.iteration_time(0)  # with an ideal network there is nothing to warm up
+    compute = max(ideal.compute_s[0].values())
+    overhead = max(ideal.overhead_s[0].values())
+    breakdown = Breakdown(compute_s=compute, exposed_comm_s=max(0.0, steady - ideal_steady),
+                          bubble_s=max(0.0, ideal_steady - compute - overhead), overhead_s=overhead)
+    # rounding in the simulated clock must not leave the parts disagreeing with the whole
+    breakdown.exposed_comm_s += steady - breakdown.total_s
+
+    n = result.iterations
+    startup = params.startup_s.get(technique, 0.0)
+    run_time = first + (n - 1) * steady
+    run_breakdown = breakdown.scaled(n)
+    run_breakdown.exposed_comm_s += first - steady  # the cold first iteration: connections still warming
+    run_breakdown.overhead_s += startup
+
+    result.iteration_time_s = steady
+    result.first_iteration_s = first
+    result.startup_s = startup
+    result.total_time_s = startup + run_time
+    result.time_per_epoch_s = run_time / workload.epochs
+    result.tflops_per_gpu = (model.alpa_flops_per_iteration(workload.global_batch, workload.seq_len, workload.checkpointing)
+                             / steady / schedule.num_gpus / 1e12)
+    result.tokens_per_s = workload.tokens_per_iteration / steady
+    result.iteration_breakdown = breakdown
+    result.run_breakdown = run_breakdown
+    result.bytes_per_iteration = real.bytes_sent / simulated_iterations
+    result.simulated_events = real.events + ideal.events
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+def attach_measurement(result: Prediction, cluster: Cluster) -> Prediction:
+    """Put the study's figure for the same case beside the prediction, scaled to its epochs."""
+    from geosim.reference import STUDY_EPOCHS, measured_for
+
+    m = measured_for(cluster.reference_slice, result.technique, result.model, len(result.gpus))
+    if m is not None:
+        result.measured = {
+            "source": "arXiv:2602.02632 Table II",
+            "total_time_s_20_epochs": m.total_time_s,
+            "time_per_epoch_s": m.total_time_s / STUDY_EPOCHS,
+            "tflops_per_gpu": m.tflops_per_gpu,
+        }
+    return result

@@ -1,0 +1,60 @@
+"""The study's measurements (arXiv:2602.02632), shipped as geosim/data/fabric-slm-2026.toml."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+REFERENCE_FILE = "fabric-slm-2026.toml"
+STUDY_TECHNIQUES = {"Data": "data", "ZeRO2": "zero2", "Shard": "shard", "Pipeshard": "pipeshard"}
+STUDY_EPOCHS = 20
+STUDY_MODEL = "gpt2m"  # Table II and the quoted TFLOP/s are gpt2m on all 4 GPUs of a slice
+
+
+@dataclass(frozen=True)
+class Measurement:
+    slice: str  # the study's slice name, e.g. "UTAH-GPN"
+    technique: str  # geosim's technique name
+    model: str
+    total_time_s: float | None  # 20 epochs, wall clock
+    tflops_per_gpu: float | None
+
+    @property
+    def scenario(self) -> str:
+        """The built-in scenario file holding this slice."""
+        return self.slice.lower()
+
+
+@cache
+def reference_doc() -> dict:
+    return tomllib.loads(resources.files("geosim.data").joinpath(REFERENCE_FILE).read_text())
+
+
+@cache
+def study_measurements() -> tuple[Measurement, ...]:
+    doc = reference_doc()
+    table = doc["table2_gpt2m_4gpu_minutes"]
+    tflops = {(row["slice"], STUDY_TECHNIQUES[k]): v for row in doc["tflops_gpt2m_4gpu"]
+              for k, v in row.items() if k in STUDY_TECHNIQUES}
+    out = []
+    for column, slice_name in enumerate(table["columns"]):
+        for study_name, technique in STUDY_TECHNIQUES.items():
+            out.append(Measurement(slice_name, technique, STUDY_MODEL, table[study_name][column] * 60.0,
+                                   tflops.get((slice_name, technique))))
+    return tuple(out)
+
+
+def measured_for(slice_name: str | None, technique: str, model: str, num_gpus: int) -> Measurement | None:
+    """The study's figure for the same case (same slice, technique and model, all 4 GPUs), if any."""
+    if slice_name is None or num_gpus != 4:
+        return None
+    for m in study_measurements():
+        if m.slice == slice_name and m.technique == technique and m.model == model:
+            return m
+    return None
+
+
+def slice_rtt_ms() -> dict[str, float]:
+    return {s["name"]: s["rtt_ms"] for s in reference_doc()["slices"]}

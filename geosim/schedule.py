@@ -1,0 +1,74 @@
+"""What a technique hands the engine: per-GPU programs of compute, send, receive and collective ops.
+
+One iteration's program per rank; the engine repeats it for as many iterations as it
+simulates. Ops are plain data: a technique never sees SimPy, the engine never sees a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from geosim.specs import GPU
+
+
+@dataclass(frozen=True)
+class Device:
+    rank: int
+    host: str
+    local_index: int
+    gpu: GPU
+
+
+@dataclass(frozen=True)
+class Compute:
+    flops: float
+    label: str
+    kind: str = "compute"  # compute | overhead (fixed seconds in `seconds`)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Send:
+    """Non-blocking: the sender goes on while the bytes travel."""
+
+    dst: int
+    nbytes: float
+    tag: tuple
+    p2p: bool = True  # a point-to-point send pays the rendezvous handshake; collective steps do not
+
+
+@dataclass(frozen=True)
+class Recv:
+    """Blocking: waits until the matching Send's bytes have arrived."""
+
+    src: int
+    tag: tuple
+
+
+@dataclass(frozen=True)
+class Collective:
+    op: str  # allreduce | reduce_scatter | all_gather
+    group: tuple[int, ...]  # ranks, in ring order
+    nbytes: float  # the full buffer each rank contributes (allreduce) or ends with (all_gather)
+    algorithm: str  # ring | tree | hierarchical
+    tag: tuple
+    label: str = ""
+
+
+Op = Compute | Send | Recv | Collective
+
+
+@dataclass
+class Schedule:
+    """A technique's plan for one iteration, plus what the predictor needs around it."""
+
+    technique: str
+    devices: list[Device]
+    programs: dict[int, list[Op]]
+    memory_bytes: dict[int, float]  # peak per rank
+    memory_parts: dict[int, dict[str, float]] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.devices)

@@ -1,0 +1,42 @@
+"""Building blocks the technique modules share: devices, per-sequence FLOPs, checks."""
+
+from __future__ import annotations
+
+from geosim.errors import GeosimError
+from geosim.schedule import Compute, Device
+from geosim.specs import Cluster, Model, Params, Workload
+
+
+def devices_of(cluster: Cluster) -> list[Device]:
+    devices = []
+    for host in cluster.hosts:
+        for i, gpu in enumerate(host.gpus):
+            devices.append(Device(rank=len(devices), host=host.name, local_index=i, gpu=gpu))
+    return devices
+
+
+def forward_flops(model: Model, workload: Workload, sequences: float, layers: int, with_head: bool) -> float:
+    tokens = sequences * workload.seq_len
+    flops = layers * model.layer_forward_flops(tokens, workload.seq_len)
+    if with_head:
+        flops += model.head_forward_flops(tokens)
+    return flops
+
+
+def backward_multiplier(workload: Workload) -> float:
+    """Backward costs twice the forward; recomputation under checkpointing adds one more forward."""
+    return 3.0 if workload.checkpointing else 2.0
+
+
+def overhead_op(technique: str, params: Params) -> Compute:
+    return Compute(0.0, "iteration overhead", kind="overhead", seconds=params.iteration_overhead_s.get(technique, 0.0))
+
+
+def require_divisible(what: str, value: int, by: int, by_what: str) -> None:
+    if by <= 0 or value % by:
+        raise GeosimError(f"{what} ({value}) is not divisible by {by_what} ({by})", key="workload")
+
+
+def check_dims(model: Model, workload: Workload) -> None:
+    if workload.seq_len > model.n_ctx:
+        raise GeosimError(f"seq_len {workload.seq_len} exceeds {model.name}'s context of {model.n_ctx}", key="workload.seq_len")

@@ -1,0 +1,139 @@
+"""Pipeline parallelism with intra-op parallelism inside each stage (alpa.PipeshardParallel).
+
+Stages sit on meshes (by default one mesh per host, as in the study), layers are
+split across stages (uniform like Alpa's default, balanced by GPU speed, or given
+explicitly), microbatches flow under 1F1B or GPipe, and activations and their
+gradients cross between stages point-to-point, one rendezvous per microbatch.
+"""
+
+from __future__ import annotations
+
+from geosim.errors import GeosimError
+from geosim.memory import activation_bytes, gpu_memory
+from geosim.schedule import Collective, Compute, Device, Recv, Schedule, Send
+from geosim.specs import Cluster, Model, Params, Workload
+from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops, overhead_op,
+                                     require_divisible)
+from geosim.techniques.shard import layer_ops
+
+NAME = "pipeshard"
+DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
+
+
+def split_layers(n_layer: int, weights: list[float], how: str, explicit: list[int] | None = None) -> list[int]:
+    """Layers per stage: explicit, uniform (earlier stages take the remainder), or proportional to weights."""
+    stages = len(weights)
+    if explicit is not None:
+        if len(explicit) != stages or sum(explicit) != n_layer or min(explicit) < 1:
+            raise GeosimError(f"layer split {explicit} must give each of {stages} stages >= 1 layer, "
+                              f"{n_layer} in all", key="layer_split")
+        return list(explicit)
+    if n_layer < stages:
+        raise GeosimError(f"{n_layer} layers cannot fill {stages} pipeline stages", key="stages")
+    if how == "uniform":
+        base, extra = divmod(n_layer, stages)
+        return [base + (1 if i < extra else 0) for i in range(stages)]
+    total = sum(weights)
+    split = [max(1, round(n_layer * w / total)) for w in weights]
+    while sum(split) > n_layer:  # fix rounding on the stage with the most layers per unit of speed
+        i = max(range(stages), key=lambda k: (split[k] / weights[k]) if split[k] > 1 else -1)
+        split[i] -= 1
+    while sum(split) < n_layer:
+        i = min(range(stages), key=lambda k: split[k] / weights[k])
+        split[i] += 1
+    return split
+
+
+def _overlaps(n_from: int, n_to: int):
+    """(sender j, receiver k, fraction of the microbatch) for slices that overlap."""
+    for j in range(n_from):
+        for k in range(n_to):
+            lo, hi = max(j / n_from, k / n_to), min((j + 1) / n_from, (k + 1) / n_to)
+            if hi > lo + 1e-12:
+                yield j, k, hi - lo
+
+
+def build(cluster: Cluster, model: Model, workload: Workload, params: Params, options: dict | None = None) -> Schedule:
+    check_dims(model, workload)
+    options = options or {}
+    devices = devices_of(cluster)
+    mesh_hosts = options.get("meshes") or [[h.name] for h in cluster.hosts]
+    meshes: list[list[Device]] = [[d for d in devices if d.host in hosts] for hosts in mesh_hosts]
+    if any(not m for m in meshes):
+        raise GeosimError("a pipeline mesh has no GPUs", key="meshes")
+    S, M = len(meshes), workload.microbatches
+    b = workload.global_batch / M
+    intra = options.get("intra_stage", params.pipeshard_intra_stage)
+    for mesh in meshes:
+        if intra == "data":
+            require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh), "the GPUs of a mesh")
+    speed = [sum(d.gpu.peak_tflops(workload.precision) * params.gpu_efficiency(d.gpu.name) for d in m) for m in meshes]
+    layers = split_layers(model.n_layer, speed, options.get("stage_split", params.stage_split), options.get("layer_split"))
+    schedule_kind = options.get("schedule", params.pipeline_schedule)
+    bwd_mult = backward_multiplier(workload)
+    act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value
+    programs, memory = {}, {}
+    first_layer = 0
+    for s, mesh in enumerate(meshes):
+        g = len(mesh)
+        group = tuple(d.rank for d in mesh)
+        last = s == S - 1
+        prev_mesh, next_mesh = (meshes[s - 1] if s else None), (meshes[s + 1] if not last else None)
+        for j, dev in enumerate(mesh):
+            def forward(m, j=j):
+                ops = []
+                if prev_mesh:
+                    ops += [Recv(prev_mesh[i].rank, ("act", s, m)) for i, k, _ in _overlaps(len(prev_mesh), g) if k == j]
+                if intra == "data":
+                    ops.append(Compute(forward_flops(model, workload, b / g, layers[s], last), f"F{m}"))
+                else:
+                    for layer in range(first_layer, first_layer + layers[s]):
+                        ops += layer_ops(model, workload, params, group, b, layer, ("pf", m))[0]
+                    if last:
+                        ops.append(Compute(forward_flops(model, workload, b, 0, True) / g, f"F{m} head"))
+                if next_mesh:
+                    ops += [Send(next_mesh[k].rank, act_bytes * frac, ("act", s + 1, m))
+                            for i, k, frac in _overlaps(g, len(next_mesh)) if i == j]
+                return ops
+
+            def backward(m, j=j):
+                ops = []
+                if next_mesh:
+                    ops += [Recv(next_mesh[k].rank, ("grad", s, m)) for i, k, _ in _overlaps(g, len(next_mesh)) if i == j]
+                if intra == "data":
+                    ops.append(Compute(bwd_mult * forward_flops(model, workload, b / g, layers[s], last), f"B{m}"))
+                else:
+                    if last:
+                        ops.append(Compute(bwd_mult * forward_flops(model, workload, b, 0, True) / g, f"B{m} head"))
+                    for layer in reversed(range(first_layer, first_layer + layers[s])):
+                        ops += layer_ops(model, workload, params, group, b, layer, ("pb", m))[1]
+                if prev_mesh:
+                    ops += [Send(prev_mesh[i].rank, act_bytes * frac, ("grad", s - 1, m))
+                            for i, k, frac in _overlaps(len(prev_mesh), g) if k == j]
+                return ops
+
+            warmup = M if schedule_kind == "gpipe" else min(S - s - 1, M)
+            program = []
+            for m in range(warmup):
+                program += forward(m)
+            for m in range(M - warmup):
+                program += forward(warmup + m) + backward(m)
+            for m in range(M - warmup, M):
+                program += backward(m)
+            stage_params = layers[s] * model.params_per_layer + (model.embedding_params if s == 0 else 0) + (
+                model.vocab * model.n_embd if last and S > 1 else 0)
+            if intra == "data" and g > 1:
+                program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
+                                          params.collectives.get(NAME, "ring"), ("stage-grads", s), "stage gradient all-reduce"))
+            program.append(overhead_op(NAME, params))
+            programs[dev.rank] = program
+            in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
+            held = stage_params if intra == "data" else stage_params / g
+            acts = activation_bytes(model, workload, b / g if intra == "data" else b, layers[s], last,
+                                    tensor_parallel=1 if intra == "data" else g)
+            memory[dev.rank] = gpu_memory(params_held=held, grads_held=held, optimizer_held=held,
+                                          activations=in_flight * acts, workload=workload, params=params)
+        first_layer += layers[s]
+    return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
+                    f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
+                    f"intra-stage {intra}")

@@ -1,0 +1,60 @@
+"""Intra-operator sharding (alpa.ShardParallel): every weight split over all GPUs of
+the mesh (Megatron-style tensor parallelism), so every layer all-reduces its
+activations in forward and backward: the cost grows with layers x RTT."""
+
+from __future__ import annotations
+
+from geosim.memory import activation_bytes, gpu_memory
+from geosim.schedule import Collective, Compute, Schedule
+from geosim.specs import Cluster, Model, Params, Workload
+from geosim.techniques._base import backward_multiplier, check_dims, devices_of, overhead_op
+
+NAME = "shard"
+DESCRIPTION = "tensor parallelism over all GPUs: activation all-reduces inside every layer"
+
+
+def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,
+              layer: int, tag: tuple = ()) -> tuple[list, list]:
+    """Forward and backward ops of one block sharded over `group` (also used by Pipeshard stages)."""
+    p = len(group)
+    h, s = model.n_embd, workload.seq_len
+    tokens = sequences * s
+    total = model.layer_forward_flops(tokens, s)
+    attention_share = (8 * h * h + 4 * s * h) / (24 * h * h + 4 * s * h)
+    act_bytes = tokens * h * workload.bytes_per_value
+    algorithm = params.collectives.get(NAME, "ring")
+    per_half = max(1, params.shard_collectives_per_layer // 2)
+    forward, backward = [], []
+    for direction, ops, mult in (("fwd", forward, 1.0), ("bwd", backward, backward_multiplier(workload))):
+        for part, share in (("attn", attention_share), ("mlp", 1 - attention_share)):
+            ops.append(Compute(total * share * mult / p, f"L{layer} {part} {direction}"))
+            for c in range(per_half // 2 if part == "attn" else per_half - per_half // 2):
+                ops.append(Collective("allreduce", group, act_bytes, algorithm, tag + (layer, direction, part, c),
+                                      f"L{layer} {direction} all-reduce"))
+    return forward, backward
+
+
+def build(cluster: Cluster, model: Model, workload: Workload, params: Params) -> Schedule:
+    check_dims(model, workload)
+    devices = devices_of(cluster)
+    p = len(devices)
+    group = tuple(d.rank for d in devices)
+    batch = workload.global_batch
+    head = 2.0 * batch * workload.seq_len * model.n_embd * model.vocab  # forward of the LM head
+    forward, backward = [], []
+    for layer in range(model.n_layer):
+        f, b = layer_ops(model, workload, params, group, batch, layer)
+        forward += f
+        backward = b + backward
+    program = (forward + [Compute(head / p, "head fwd"), Compute(head * backward_multiplier(workload) / p, "head bwd")]
+               + backward + [overhead_op(NAME, params)])
+    memory = {}
+    for d in devices:
+        memory[d.rank] = gpu_memory(
+            params_held=model.num_params / p, grads_held=model.num_params / p, optimizer_held=model.num_params / p,
+            activations=activation_bytes(model, workload, batch, model.n_layer, with_head=True, tensor_parallel=p),
+            workload=workload, params=params,
+        )
+    return Schedule(NAME, devices, {d.rank: program for d in devices},
+                    {r: sum(m.values()) for r, m in memory.items()}, memory,
+                    f"tensor parallel over {p} GPUs, {params.shard_collectives_per_layer} all-reduces per layer")

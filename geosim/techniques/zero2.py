@@ -1,0 +1,48 @@
+"""ZeRO stage 2 (alpa.Zero2Parallel): data parallel, but gradients are reduce-scattered
+and the optimizer state is sharded; updated parameters are all-gathered. Collectives
+go bucket by bucket, so each bucket pays the link's latency."""
+
+from __future__ import annotations
+
+import math
+
+from geosim.memory import activation_bytes, gpu_memory
+from geosim.schedule import Collective, Compute, Schedule
+from geosim.specs import Cluster, Model, Params, Workload
+from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops, overhead_op,
+                                     require_divisible)
+
+NAME = "zero2"
+DESCRIPTION = "data parallel with bucketed reduce-scatter of gradients, sharded optimizer, all-gather of parameters"
+
+
+def build(cluster: Cluster, model: Model, workload: Workload, params: Params) -> Schedule:
+    check_dims(model, workload)
+    devices = devices_of(cluster)
+    p = len(devices)
+    require_divisible("global_batch", workload.global_batch, p, "the number of GPUs")
+    per_gpu = workload.global_batch / p
+    fwd = forward_flops(model, workload, per_gpu, model.n_layer, with_head=True)
+    grad_bytes = model.num_params * workload.bytes_per_value
+    buckets = max(1, math.ceil(grad_bytes / params.zero2_bucket_bytes))
+    bucket = grad_bytes / buckets
+    group = tuple(d.rank for d in devices)
+    algorithm = params.collectives.get(NAME, "ring")
+    program = [Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward")]
+    program += [Collective("reduce_scatter", group, bucket, algorithm, ("rs", b), "gradient reduce-scatter")
+                for b in range(buckets)]
+    # the optimizer updates only this GPU's shard: 1/p of Adam's ~10 FLOPs per parameter
+    program.append(Compute(10.0 * model.num_params / p, "optimizer"))
+    program += [Collective("all_gather", group, bucket, algorithm, ("ag", b), "parameter all-gather")
+                for b in range(buckets)]
+    program.append(overhead_op(NAME, params))
+    memory = {}
+    for d in devices:
+        memory[d.rank] = gpu_memory(
+            params_held=model.num_params, grads_held=model.num_params / p, optimizer_held=model.num_params / p,
+            activations=activation_bytes(model, workload, per_gpu, model.n_layer, with_head=True),
+            workload=workload, params=params,
+        )
+    return Schedule(NAME, devices, {d.rank: program for d in devices},
+                    {r: sum(m.values()) for r, m in memory.items()}, memory,
+                    f"ZeRO-2 over {p} GPUs, {buckets} buckets of {bucket / 2**20:.1f} MiB")

@@ -1,0 +1,130 @@
+"""The four parallel training techniques (Alpa's four methods), on the JAX backend.
+
+Each module defines a Technique subclass. A technique places the parameters, the
+optimizer state and each batch on the devices, and jits one training step
+(params, opt_state, batch) -> (params, opt_state, loss). All four compute the same
+mathematical step (mean loss over the global batch, AdamW), so from the same seed
+they produce the same losses up to float rounding: that is the test that the
+parallelization is real and not a different model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from geosim.errors import GeosimError
+from live.model import GPTConfig, loss_fn
+
+TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
+
+
+@dataclass
+class Setup:
+    cfg: GPTConfig
+    tx: optax.GradientTransformation
+    global_batch: int
+    microbatches: int = 1
+    stages: int | None = None  # pipeshard only; None = one stage per host (two on a single host)
+    devices: list | None = None  # None = all devices of all processes
+
+
+def ordered_devices(devices=None) -> list:
+    """Devices grouped by process (host): a mesh row is then one host."""
+    return sorted(devices or jax.devices(), key=lambda d: (d.process_index, d.id))
+
+
+def make_mesh(shape, names, devices) -> Mesh:
+    # Auto axes: jax 0.10's make_mesh default (Explicit) rejects the classic in_shardings style.
+    return Mesh(np.asarray(devices).reshape(shape), names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def value_and_grad_microbatched(cfg, params, batch, microbatches: int, local_axis: str | None = None):
+    """Mean loss and gradient over `batch`, accumulated over equal microbatches (gradient
+    accumulation): equal to the whole-batch mean, with 1/microbatches of the activations.
+
+    local_axis: inside shard_map, return this device's own gradient. Without it, JAX
+    differentiates replicated parameters by summing over devices itself, one all-reduce
+    per tensor; the techniques prefer to reduce one flat buffer themselves."""
+    if local_axis is not None:
+        params = jax.lax.pcast(params, local_axis, to="varying")
+    if microbatches == 1:
+        return jax.value_and_grad(lambda p: loss_fn(cfg, p, batch))(params)
+    micro = batch.reshape(microbatches, batch.shape[0] // microbatches, batch.shape[1])
+
+    def one(mb):
+        return jax.value_and_grad(lambda p: loss_fn(cfg, p, mb))(params)
+
+    # start from the first microbatch's result (not zeros) so the carry has the same
+    # varying-over-devices type inside shard_map
+    first = one(micro[0])
+    (loss, grads), _ = jax.lax.scan(lambda carry, mb: (jax.tree.map(jnp.add, carry, one(mb)), None), first, micro[1:])
+    return jax.tree.map(lambda a: a / microbatches, (loss, grads))
+
+
+class Technique:
+    name = "?"
+
+    def __init__(self, setup: Setup):
+        self.setup = setup
+        self.cfg = setup.cfg
+        self.tx = setup.tx
+        self.devices = ordered_devices(setup.devices)
+        self.n = len(self.devices)
+        self.check()
+        self.mesh = self.build_mesh()
+        self._jitted = None
+        self._compiled = None
+
+    # -- to define in each technique
+    def check(self):
+        self.divides(self.setup.global_batch, self.n * self.setup.microbatches,
+                     "global batch", "devices x microbatches", "--batch")
+
+    def build_mesh(self) -> Mesh: ...
+    def init(self, params): ...  # -> (params, opt_state) placed on the devices
+    def batch_sharding(self) -> NamedSharding: ...
+    def step_fn(self): ...  # -> a jitted (params, opt_state, batch) -> (params, opt_state, loss)
+    def full_params(self, state): ...  # -> the parameter tree (for checks across techniques)
+
+    # -- shared
+    @staticmethod
+    def divides(value, by, what, by_what, option):
+        if by <= 0 or value % by:
+            raise GeosimError(f"{what} ({value}) must be divisible by {by_what} ({by})", key=option)
+
+    def place_batch(self, batch: np.ndarray) -> jax.Array:
+        """Every process holds the same global batch; each keeps the rows its devices own."""
+        sharding = self.batch_sharding()
+        return jax.make_array_from_callback(batch.shape, sharding, lambda index: batch[index])
+
+    def compile(self, state, batch):
+        """Lower and compile once; the compiled step is what runs (compile time measured apart)."""
+        if self._jitted is None:
+            self._jitted = self.step_fn()
+        self._compiled = self._jitted.lower(*state, batch).compile()
+        return self._compiled
+
+    def step(self, state, batch):
+        if self._compiled is None:
+            self.compile(state, batch)
+        params, opt_state, loss = self._compiled(*state, batch)
+        return (params, opt_state), loss
+
+
+def get(name: str, setup: Setup) -> Technique:
+    if name not in TECHNIQUES:
+        raise GeosimError(f"unknown technique {name!r} (known: {', '.join(TECHNIQUES)})", key="--technique")
+    module = importlib.import_module(f"live.techniques.{name}")
+    return module.TECHNIQUE(setup)
+
+
+def replicated(mesh):
+    return NamedSharding(mesh, P())

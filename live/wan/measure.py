@@ -1,0 +1,119 @@
+"""Measure a slice from the inside: RTT (UDP echo) and TCP throughput between two hosts.
+
+Both run the probes of live.wan.probe in the hosts' namespaces, as separate processes,
+the way training processes will run there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import statistics
+import subprocess
+import sys
+import time
+
+from geosim.errors import GeosimError
+from live.wan.emulator import WanSlice, current
+
+SOURCE = "geosim live wan measure"
+
+
+def _slice(wan: WanSlice | None) -> WanSlice:
+    wan = wan or current()
+    if wan is None:
+        raise GeosimError("no WAN slice is up; start one with `geosim live wan up`", source=SOURCE)
+    return wan
+
+
+def _probe(wan: WanSlice, i: int, *args: str) -> subprocess.Popen:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    return subprocess.Popen(wan.exec_argv(i, [sys.executable, "-m", "live.wan.probe", *args]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
+    if not select.select([proc.stdout], [], [], timeout_s)[0]:
+        raise GeosimError(f"probe {proc.args[-1]!r} gave no answer within {timeout_s:g} s", source=SOURCE)
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(5)
+        raise GeosimError(f"probe failed: {proc.stderr.read().strip()[-300:]}", source=SOURCE)
+    return line.strip()
+
+
+def _server(wan: WanSlice, i: int, role: str) -> tuple[subprocess.Popen, int]:
+    proc = _probe(wan, i, role)
+    try:
+        line = _readline(proc, 15)
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, int(line.split()[1])
+
+
+def _stop(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(5)
+        for f in (p.stdout, p.stderr):
+            f.close()
+
+
+def measure_rtt(wan: WanSlice | None = None, *, src: int = 0, dst: int = 1, count: int = 20,
+                interval_s: float = 0.02) -> dict:
+    """Round trips of a 56-byte UDP datagram from host src to host dst, in milliseconds."""
+    wan = _slice(wan)
+    server, port = _server(wan, dst, "echo")
+    try:
+        client = _probe(wan, src, "ping", wan.hosts[dst].address, str(port), str(count), str(interval_s))
+        try:
+            budget = 20 + count * (interval_s + 2 * max(wan.rtt_ms[src][dst] / 1000, 0.01))
+            result = json.loads(_readline(client, budget))
+        finally:
+            _stop(client)
+    finally:
+        _stop(server)
+    rtts = result["rtt_ms"]
+    if not rtts:
+        raise GeosimError(f"no echo came back from {wan.hosts[dst].address} ({count} sent)", source=SOURCE)
+    return {"src": src, "dst": dst, "requested_ms": wan.rtt_ms[src][dst], "count": count, "lost": result["lost"],
+            "median_ms": statistics.median(rtts), "mean_ms": statistics.fmean(rtts), "min_ms": min(rtts),
+            "max_ms": max(rtts), "samples_ms": rtts}
+
+
+def measure_throughput(wan: WanSlice | None = None, *, src: int = 0, dst: int = 1, seconds: float = 3.0,
+                       warmup_s: float | None = None) -> dict:
+    """One TCP stream from src to dst for `seconds`; the rate after `warmup_s` is the
+    steady-state figure (default: skip max(0.5 s, 15 RTTs) of slow start)."""
+    wan = _slice(wan)
+    rtt_s = wan.rtt_ms[src][dst] / 1000
+    if warmup_s is None:
+        warmup_s = min(max(0.5, 15 * rtt_s), seconds / 2)
+    server, port = _server(wan, dst, "sink")
+    try:
+        client = _probe(wan, src, "source", wan.hosts[dst].address, str(port), str(seconds))
+        try:
+            sent = json.loads(_readline(client, seconds + 30))
+            got = json.loads(_readline(server, 10))
+        finally:
+            _stop(client)
+    finally:
+        _stop(server)
+    samples = got["samples"]
+    t_end, b_end = samples[-1]
+    steady = [(t, b) for t, b in samples if t >= warmup_s]
+    t0, b0 = steady[0] if steady and t_end - steady[0][0] > 0.2 else (0.0, 0)
+    mbit = lambda b, t: b * 8 / t / 1e6 if t > 0 else 0.0  # noqa: E731
+    return {"src": src, "dst": dst, "requested_mbit": wan.bandwidth_mbit, "seconds": t_end, "bytes": got["bytes"],
+            "bytes_sent": sent["bytes"], "mbit_total": mbit(b_end, t_end), "mbit_steady": mbit(b_end - b0, t_end - t0),
+            "warmup_s": t0}
+
+
+def timed(fn, *args, **kwargs) -> tuple[dict, float]:
+    t = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t

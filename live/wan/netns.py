@@ -1,0 +1,230 @@
+"""Namespaces, TAP devices and their teardown: the kernel side of the WAN emulator.
+
+Everything a slice creates is named from its id, so teardown can find it again from
+the id alone (after a crash, a SIGKILL or with no state file):
+  namespace   geosim-wan-<id>-h<i>       (/run/netns/..., /etc/netns/...)
+  TAP device  gw<id>t<i> in the root namespace until moved, then `wan0` inside
+Addresses are 10.213.0.<i+1>/24 and exist only inside those namespaces: nothing
+here routes to or from the machine's real interfaces.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import time
+
+from geosim.errors import GeosimError
+
+TUN_PATH = "/dev/net/tun"  # module attribute so tests can point it at a missing path
+NETNS_RUN = "/run/netns"
+NETNS_ETC = "/etc/netns"
+PREFIX = "geosim-wan-"
+SUBNET = "10.213.0"  # the project's own test hosts; never an address outside this /24 or loopback
+IFNAME = "wan0"
+MAX_HOSTS = 200
+
+_TUNSETIFF = 0x400454CA
+_IFF_TAP = 0x0002
+_IFF_NO_PI = 0x1000
+
+SOURCE = "geosim live wan"
+
+
+def ns_name(slice_id: str, i: int) -> str:
+    return f"{PREFIX}{slice_id}-h{i}"
+
+
+def tap_name(slice_id: str, i: int) -> str:
+    return f"gw{slice_id}t{i}"  # <= 15 chars (IFNAMSIZ) for a 6-hex id and < 1000 hosts
+
+
+def address(i: int) -> str:
+    return f"{SUBNET}.{i + 1}"
+
+
+def mac(i: int) -> str:
+    # Locally administered, fixed per host index: the forwarder's switch table is known
+    # up front and every namespace gets permanent neighbour entries (no ARP over the WAN).
+    return f"02:67:73:77:{(i + 1) >> 8:02x}:{(i + 1) & 0xFF:02x}"
+
+
+def hostname(i: int) -> str:
+    return f"wan-host{i}"
+
+
+def check_host() -> None:
+    """Raise GeosimError unless this process can build a slice (root, tun, ip)."""
+    if os.geteuid() != 0:
+        raise GeosimError("needs root (network namespaces and TAP devices); run with sudo", source=SOURCE)
+    if not os.path.exists(TUN_PATH):
+        raise GeosimError(f"{TUN_PATH} is missing: the kernel has no TUN/TAP support (modprobe tun)", source=SOURCE)
+    if shutil.which("ip") is None:
+        raise GeosimError("the 'ip' command (iproute2) is not installed", source=SOURCE)
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run(["ip", *args], check=check)
+
+
+def run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise GeosimError(f"`{' '.join(argv)}` failed: {proc.stderr.strip() or proc.returncode}", source=SOURCE)
+    return proc
+
+
+def open_tap(name: str) -> int:
+    """A non-blocking TAP fd; the device lives as long as the fd is open."""
+    fd = os.open(TUN_PATH, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH22x", name.encode(), _IFF_TAP | _IFF_NO_PI))
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def hosts_file(i: int, n: int) -> str:
+    # gloo resolves the machine's hostname to pick its interface; in the real /etc/hosts
+    # that is 127.0.0.1, so each namespace maps it to its own WAN address instead.
+    lines = ["127.0.0.1 localhost", f"{address(i)} {os.uname().nodename} {hostname(i)}"]
+    lines += [f"{address(j)} {hostname(j)}" for j in range(n) if j != i]
+    return "\n".join(lines) + "\n"
+
+
+def sysctls(rmem_max: int) -> list[str]:
+    # IPv6 off so no router solicitations, DAD or MLD frames cross the emulated link;
+    # TCP buffers large enough for a WAN bandwidth-delay product (per-namespace sysctls).
+    return [
+        "net.ipv6.conf.all.disable_ipv6=1",
+        "net.ipv6.conf.default.disable_ipv6=1",
+        f"net.ipv4.tcp_rmem=4096 131072 {rmem_max}",
+        f"net.ipv4.tcp_wmem=4096 65536 {rmem_max}",
+        "net.ipv4.tcp_no_metrics_save=1",
+    ]
+
+
+def tbf_args(bandwidth_mbit: float, mtu: int) -> list[str]:
+    rate_bytes = bandwidth_mbit * 1e6 / 8
+    # Burst: 1 ms worth at the rate, at least a few frames; a queue of ~50 ms before tbf
+    # drops. Local TCP senders see the qdisc backpressure (TCP small queues), so they
+    # rarely fill it; it only bounds what several flows can pile up.
+    burst = int(max(4 * (mtu + 14), rate_bytes * 0.001))
+    return ["rate", f"{int(bandwidth_mbit * 1e6)}bit", "burst", str(burst), "latency", "50ms"]
+
+
+def configure_host(slice_id: str, i: int, n: int, *, mtu: int, bandwidth_mbit: float | None, rmem_max: int) -> None:
+    """Create namespace i, move its TAP in and configure it. The TAP must already be open."""
+    ns, tap = ns_name(slice_id, i), tap_name(slice_id, i)
+    ip("netns", "add", ns)
+    etc = os.path.join(NETNS_ETC, ns)
+    os.makedirs(etc, exist_ok=True)
+    with open(os.path.join(etc, "hosts"), "w") as f:
+        f.write(hosts_file(i, n))
+    run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *sysctls(rmem_max)])
+    ip("link", "set", tap, "netns", ns)
+    ip("-n", ns, "link", "set", tap, "name", IFNAME, "address", mac(i), "mtu", str(mtu))
+    ip("-n", ns, "addr", "add", f"{address(i)}/24", "dev", IFNAME)
+    for j in range(n):
+        if j != i:
+            ip("-n", ns, "neigh", "replace", address(j), "lladdr", mac(j), "dev", IFNAME, "nud", "permanent")
+    if bandwidth_mbit:
+        run(["tc", "-n", ns, "qdisc", "replace", "dev", IFNAME, "root", "tbf", *tbf_args(bandwidth_mbit, mtu)])
+    ip("-n", ns, "link", "set", "lo", "up")
+    ip("-n", ns, "link", "set", IFNAME, "up")
+
+
+def namespaces(slice_id: str | None = None) -> list[str]:
+    """Namespaces of one slice (or of every geosim slice), from /run/netns and /etc/netns."""
+    prefix = f"{PREFIX}{slice_id}-" if slice_id else PREFIX
+    found = set()
+    for base in (NETNS_RUN, NETNS_ETC):
+        try:
+            found.update(x for x in os.listdir(base) if x.startswith(prefix))
+        except FileNotFoundError:
+            pass
+    return sorted(found)
+
+
+def tap_links(slice_id: str | None = None) -> list[str]:
+    """TAP devices of a slice still in the root namespace (a setup that failed mid-way)."""
+    pattern = re.compile(rf"^gw{re.escape(slice_id) if slice_id else '[0-9a-f]{6}'}t\d+$")
+    try:
+        return sorted(x for x in os.listdir("/sys/class/net") if pattern.match(x))
+    except FileNotFoundError:
+        return []
+
+
+def pids_in(ns: str) -> list[int]:
+    """Processes whose network namespace is `ns` (what `ip netns pids` prints)."""
+    try:
+        st = os.stat(os.path.join(NETNS_RUN, ns))
+    except OSError:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                s = os.stat(f"/proc/{entry}/ns/net")
+            except OSError:
+                continue
+            if (s.st_ino, s.st_dev) == (st.st_ino, st.st_dev) and int(entry) != os.getpid():
+                pids.append(int(entry))
+    return pids
+
+
+def kill_pids(pids: list[int], grace_s: float = 3.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 1.0)
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+            alive = [p for p in alive if os.path.exists(f"/proc/{p}") and not _zombie(p)]
+        pids = alive
+        if not pids:
+            return
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def teardown(slice_id: str | None) -> list[str]:
+    """Remove every namespace, /etc/netns entry and TAP of a slice (None: of every slice).
+
+    Processes still running inside the namespaces are stopped first: otherwise they keep
+    the namespace alive after `ip netns del`. Idempotent; returns what it removed.
+    """
+    removed = []
+    nss = namespaces(slice_id)
+    for ns in nss:
+        kill_pids(pids_in(ns))
+    for ns in nss:
+        if os.path.exists(os.path.join(NETNS_RUN, ns)):
+            ip("netns", "del", ns, check=False)
+        shutil.rmtree(os.path.join(NETNS_ETC, ns), ignore_errors=True)
+        removed.append(ns)
+    for link in tap_links(slice_id):
+        ip("link", "del", link, check=False)
+        removed.append(link)
+    try:
+        os.rmdir(NETNS_ETC)  # only if we emptied it; it did not exist on a fresh machine
+    except OSError:
+        pass
+    return removed
