@@ -1,0 +1,80 @@
+"""geosim predict: time, throughput, memory and the why, per technique, for both VMs and each alone."""
+
+from __future__ import annotations
+
+from geosim.commands.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
+                                    scenario_names)
+from geosim.predict import Prediction, attach_measurement, predict
+from geosim.techniques import get_technique, technique_names
+from geosim.whatif import wan_links
+
+HELP = "predict time per epoch, TFLOP/s and memory of each technique on a slice (default: the study's five)"
+
+
+def add_arguments(parser) -> None:
+    add_workload_arguments(parser)
+    parser.add_argument("--technique", action="append", help="technique(s) to predict (default: all)")
+    parser.add_argument("--all-vms-only", action="store_true", help="skip the 'each VM alone' rows")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def host_subsets(cluster, all_only: bool) -> list[tuple[str, ...]]:
+    everything = tuple(h.name for h in cluster.hosts)
+    if all_only or len(everything) == 1:
+        return [everything]
+    return [everything] + [(h,) for h in everything]
+
+
+def run(args) -> int:
+    params = load_params_arg(args)
+    techniques = args.technique or technique_names()
+    for name in techniques:
+        get_technique(name)  # unknown names fail before any work
+    results: list[Prediction] = []
+    headers = []
+    for name in scenario_names(args):
+        scenario, cluster, model, workload = load_case(name, args)
+        headers.append((cluster, model, workload))
+        for hosts in host_subsets(cluster, args.all_vms_only):
+            for technique in techniques:
+                prediction = predict(cluster, model, workload, technique, params, hosts=hosts)
+                if args.rtt_ms is None and args.bandwidth_gbps is None:
+                    attach_measurement(prediction, cluster)
+                results.append(prediction)
+    if args.json:
+        print_json({"params": params.source, "predictions": [r.to_dict() for r in results]})
+        return 0
+    for cluster, model, workload in headers:
+        print_table(cluster, model, workload, [r for r in results if r.scenario == cluster.name], params.source)
+    return 0
+
+
+def describe_cluster(cluster) -> str:
+    hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
+    rtts = sorted({link.rtt_s * 1e3 for link in wan_links(cluster)})
+    return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms"
+
+
+def print_table(cluster, model, workload, rows: list[Prediction], params_source: str) -> None:
+    print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
+    print(f"  {model.name}, {workload.epochs} epochs of {workload.tokens_per_epoch:,} tokens, batch {workload.global_batch} "
+          f"x {workload.seq_len}, {workload.microbatches} microbatches, {workload.precision}; params: {params_source}")
+    head = (f"  {'technique':<10} {'VMs':<8} {'total':>10} {'per epoch':>10} {'TFLOP/s':>8} {'mem/GPU':>9}  "
+            f"{'compute':>7} {'comm':>5} {'bubble':>6} {'ovhd':>5}  measured")
+    print(head)
+    print("  " + "-" * (len(head) - 2))
+    ok = sorted((r for r in rows if r.ok), key=lambda r: (len(r.hosts) != len(cluster.hosts), r.total_time_s))
+    for r in ok + [r for r in rows if not r.ok]:
+        vms = "+".join(r.hosts)
+        if not r.ok:
+            print(f"  {r.technique:<10} {vms:<8} fails: {r.reason}")
+            continue
+        b = r.run_breakdown
+        share = [100 * v / r.total_time_s for v in (b.compute_s, b.exposed_comm_s, b.bubble_s, b.overhead_s)]
+        measured = ""
+        if r.measured:
+            m = r.measured["total_time_s_20_epochs"] * workload.epochs / 20
+            measured = f"{fmt_duration(m)} (predicted x{r.total_time_s / m:.2f})"
+        print(f"  {r.technique:<10} {vms:<8} {fmt_duration(r.total_time_s):>10} {fmt_duration(r.time_per_epoch_s):>10} "
+              f"{r.tflops_per_gpu:>8.2f} {r.peak_memory_gib:>5.1f} GiB  "
+              f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")

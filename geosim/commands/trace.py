@@ -1,0 +1,69 @@
+"""geosim trace: one simulated iteration as Chrome trace-event JSON (open in Perfetto or chrome://tracing)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from geosim.commands.common import add_workload_arguments, fmt_duration, load_case, load_params_arg
+from geosim.engine import run_schedule
+from geosim.errors import GeosimError
+from geosim.techniques import build_schedule
+
+HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
+
+
+def add_arguments(parser) -> None:
+    add_workload_arguments(parser, many_scenarios=False)
+    parser.add_argument("--technique", default="pipeshard", help="technique to trace (default: pipeshard)")
+    parser.add_argument("--hosts", help="comma-separated VMs to use (default: all)")
+    parser.add_argument("--iterations", type=int, default=2, help="iterations to simulate; the first is cold (default 2)")
+    parser.add_argument("--out", default="trace.json", help="output file (default: trace.json)")
+
+
+def trace_events(rows: list, devices) -> list[dict]:
+    """Chrome trace 'complete' events: pid 1 holds a row per GPU, pid 2 a row per link."""
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "GPUs"}},
+              {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "links"}}]
+    for d in devices:
+        events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": d.rank,
+                       "args": {"name": f"GPU {d.rank} {d.gpu.name} ({d.host})"}})
+    link_ids: dict[str, int] = {}
+    for kind, where, label, start, end, amount in rows:
+        if kind == "link":
+            if where not in link_ids:
+                link_ids[where] = len(link_ids)
+                events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": link_ids[where], "args": {"name": where}})
+            pid, tid, args = 2, link_ids[where], {"bytes": amount}
+        else:
+            pid, tid, args = 1, where, ({"flops": amount} if kind == "gpu" else {"bytes": amount})
+        events.append({"ph": "X", "name": label, "cat": kind, "pid": pid, "tid": tid,
+                       "ts": start * 1e6, "dur": max(0.0, end - start) * 1e6, "args": args})
+    return events
+
+
+def run(args) -> int:
+    if args.iterations < 1:
+        raise GeosimError(f"must be >= 1, got {args.iterations}", source="--iterations")
+    params = load_params_arg(args)
+    scenario, cluster, model, workload = load_case(args.scenario, args)
+    if args.hosts:
+        names = tuple(h.strip() for h in args.hosts.split(","))
+        unknown = [n for n in names if n not in {h.name for h in cluster.hosts}]
+        if unknown:
+            raise GeosimError(f"unknown host(s) {', '.join(unknown)}", source="--hosts")
+        cluster = cluster.subset(names)
+    schedule = build_schedule(args.technique, cluster, model, workload, params)
+    result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations, trace=True)
+    doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
+           "otherData": {"scenario": cluster.name, "technique": args.technique, "model": model.name,
+                         "description": schedule.description, "iteration_end_s": result.iteration_end}}
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, out)
+    times = ", ".join(fmt_duration(result.iteration_time(i)) for i in range(args.iterations))
+    print(f"wrote {out}: {args.technique} on {cluster.name}, {args.iterations} iteration(s) ({times}), "
+          f"{len(doc['traceEvents'])} events; open it in https://ui.perfetto.dev")
+    return 0

@@ -1,0 +1,50 @@
+"""What-if edits of a cluster: the same slice at another RTT, bandwidth or GPU type.
+
+Shared by `predict --rtt-ms`, sweeps, crossover search and the planner, so "the
+slice at 80 ms" means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from geosim.errors import GeosimError
+from geosim.scenario import gpu_catalog
+from geosim.specs import Cluster
+
+
+def wan_links(cluster: Cluster) -> list:
+    """The links a what-if changes: those crossing sites, else (one-site slices) every explicit link."""
+    site_of = {h.name: h.site for h in cluster.hosts}
+    crossing = [link for link in cluster.links if site_of.get(link.a, link.a) != site_of.get(link.b, link.b)]
+    return crossing or list(cluster.links)
+
+
+def with_rtt(cluster: Cluster, rtt_s: float) -> Cluster:
+    if rtt_s < 0:
+        raise GeosimError(f"RTT must be >= 0, got {rtt_s * 1e3:g} ms", key="rtt_ms")
+    change = set(map(id, wan_links(cluster)))
+    if not change:
+        raise GeosimError("the scenario has no link between hosts whose RTT could change", source=cluster.source, key="links")
+    links = tuple(replace(link, rtt_s=rtt_s) if id(link) in change else link for link in cluster.links)
+    return replace(cluster, links=links)
+
+
+def with_bandwidth(cluster: Cluster, bandwidth_bps: float) -> Cluster:
+    if bandwidth_bps <= 0:
+        raise GeosimError(f"bandwidth must be > 0, got {bandwidth_bps / 1e9:g} Gbit/s", key="bandwidth_gbps")
+    change = set(map(id, wan_links(cluster)))
+    if not change:
+        raise GeosimError("the scenario has no link between hosts whose bandwidth could change", source=cluster.source, key="links")
+    links = tuple(replace(link, bandwidth_bps=bandwidth_bps) if id(link) in change else link for link in cluster.links)
+    return replace(cluster, links=links)
+
+
+def with_gpu(cluster: Cluster, gpu_name: str) -> Cluster:
+    """Every GPU of the cluster replaced by one type from the catalog."""
+    catalog = gpu_catalog()
+    if gpu_name not in catalog:
+        raise GeosimError(f"unknown GPU {gpu_name!r} (known: {', '.join(catalog)})", key="gpu")
+    gpu = catalog[gpu_name]
+    hosts = tuple(replace(h, gpus=tuple(gpu for _ in h.gpus)) for h in cluster.hosts)
+    return replace(cluster, hosts=hosts)
