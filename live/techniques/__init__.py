@@ -128,3 +128,13 @@ def get(name: str, setup: Setup) -> Technique:
 
 def replicated(mesh):
     return NamedSharding(mesh, P())
+
+
+def init_sharded(tx, params, param_shardings, mesh):
+    """Place params with their shardings, and the optimizer state with the same shardings
+    (the moments mirror the weights; scalars such as the step count are replicated)."""
+    params = jax.device_put(params, param_shardings)
+    shapes = jax.eval_shape(tx.init, params)
+    opt_shardings = optax.tree_map_params(tx, lambda _, sharding: sharding, shapes, param_shardings,
+                                          transform_non_params=lambda _: replicated(mesh))
+    return params, jax.jit(tx.init, out_shardings=opt_shardings)(params), opt_shardings

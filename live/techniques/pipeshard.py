@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from live.model import block_apply, embed_apply, head_loss
-from live.techniques import Technique, make_mesh, replicated
+from live.techniques import Technique, init_sharded, make_mesh, replicated
 from live.techniques.shard import tree_specs
 
 
@@ -67,9 +67,7 @@ class Pipeshard(Technique):
         specs = {k: tree_specs(v, "model") for k, v in params.items() if k != "blocks"}
         specs["blocks"] = tree_specs(params["blocks"], "model", lead=("stage",))
         self._param_shardings = jax.tree.map(lambda s: NamedSharding(self.mesh, s), specs)
-        params = jax.device_put(params, self._param_shardings)
-        opt_state = jax.jit(self.tx.init)(params)
-        self._opt_shardings = jax.tree.map(lambda a: a.sharding, opt_state)
+        params, opt_state, self._opt_shardings = init_sharded(self.tx, params, self._param_shardings, self.mesh)
         return params, opt_state
 
     def pipeline_loss(self, params, batch):
@@ -93,13 +91,15 @@ class Pipeshard(Technique):
                 y = jax.lax.ppermute(y, "stage", [(i, i + 1) for i in range(S - 1)])
             return (y, outputs), None
 
-        zeros = jnp.zeros_like(embedded[0])
-        (_, outputs), _ = jax.lax.scan(tick, (zeros, jnp.zeros_like(embedded)), jnp.arange(M + S - 1))
+        # each stage holds different activations: the carry is varying over `stage`
+        init = jax.lax.pcast((jnp.zeros_like(embedded[0]), jnp.zeros_like(embedded)), "stage", to="varying")
+        (_, outputs), _ = jax.lax.scan(tick, init, jnp.arange(M + S - 1))
 
-        def last_stage_loss(outputs):
-            return jax.vmap(lambda x, y: head_loss(cfg, params, x, y))(outputs, targets).mean()
-
-        loss = jax.lax.cond(stage == S - 1, last_stage_loss, lambda _: jnp.zeros((), jnp.float32), outputs)
+        # Every stage computes the head, only the last stage's loss counts. (A lax.cond on the
+        # stage index would skip the work, but XLA's CPU runtime deadlocks when only some devices
+        # enter a branch holding collectives; the head is ~1/6 of gpt2m's FLOPs.)
+        losses = jax.vmap(lambda x, y: head_loss(cfg, params, x, y))(outputs, targets)
+        loss = jnp.where(stage == S - 1, losses.mean(), 0.0)
         return jax.lax.psum(loss, "stage")
 
     def step_fn(self):

@@ -12,7 +12,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from live.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
+from live.techniques import Technique, init_sharded, make_mesh, replicated, value_and_grad_microbatched
 
 
 def weight_spec(path: tuple[str, ...], ndim: int, axis: str, lead: tuple = ()) -> P:
@@ -54,9 +54,7 @@ class Shard(Technique):
 
     def init(self, params):
         self._param_shardings = jax.tree.map(lambda s: NamedSharding(self.mesh, s), tree_specs(params, self.axis))
-        params = jax.device_put(params, self._param_shardings)
-        opt_state = jax.jit(self.tx.init)(params)  # moments inherit the weights' sharding
-        self._opt_shardings = jax.tree.map(lambda a: a.sharding, opt_state)
+        params, opt_state, self._opt_shardings = init_sharded(self.tx, params, self._param_shardings, self.mesh)
         return params, opt_state
 
     def step_fn(self):

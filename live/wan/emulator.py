@@ -145,12 +145,17 @@ def _rtt_matrix(rtt_ms, hosts: int) -> list[list[float]]:
 
 def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None = None, hosts: int = 2,
        jitter_ms: float = 0.0, loss: float = 0.0, ttl_s: float = 3600.0, mtu: int = 1500,
-       state: str | None = None, seed: int | None = None, timeout_s: float = 60.0) -> WanSlice:
+       state: str | None = None, seed: int | None = None, timeout_s: float = 60.0,
+       calibrate: bool = True, offload: bool | None = None) -> WanSlice:
     """Bring a slice up and return once every host is reachable; usable as a context manager.
 
     rtt_ms: one RTT for every pair, or an N x N matrix (row i, column j = RTT i<->j via i->j
     one-way delay of half of it). Raises GeosimError on bad values, missing privileges or
     tools, or when a slice is already up for this state file; never leaves half a slice.
+    calibrate: measure the path's own RTT overhead (kernel stacks, wake-ups: ~0.2-0.4 ms
+    here) and take it off the emulated delay, so applications see the requested RTT.
+    offload: TCP segmentation offload on the TAPs (see netns.open_tap); default on unless
+    loss > 0, because the forwarder would drop a whole super-frame as one frame.
     """
     if isinstance(hosts, bool) or int(_number(hosts, "--hosts", 2, netns.MAX_HOSTS)) != float(hosts):
         raise GeosimError(f"must be a whole number of hosts, got {hosts!r}", source=SOURCE, key="--hosts")
@@ -165,6 +170,10 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
     loss = _number(loss, "--loss", 0, 1, hi_open=True)
     ttl_s = _number(ttl_s, "--ttl-s", 0, 7 * 86400, lo_open=True)
     mtu = int(_number(mtu, "--mtu", 576, 9000))
+    if offload is None:
+        offload = loss == 0
+    elif offload and loss:
+        raise GeosimError("offload drops whole 64 KB super-frames: use it without --loss", source=SOURCE, key="--loss")
     netns.check_host()
     if bandwidth_mbit is not None and not _which("tc"):
         raise GeosimError("--bandwidth-mbit needs the 'tc' command (iproute2)", source=SOURCE)
@@ -185,22 +194,53 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
         id=sid, hosts=[Host(netns.ns_name(sid, i), netns.address(i), netns.IFNAME, netns.hostname(i)) for i in range(hosts)],
         rtt_ms=matrix, bandwidth_mbit=bandwidth_mbit, jitter_ms=jitter_ms, loss=loss, mtu=mtu, ttl_s=ttl_s,
         started_at=now, expires_at=now + ttl_s, state_path=path, log_path=log_path,
-        extra={"subnet": f"{netns.SUBNET}.0/24", "macs": [netns.mac(i) for i in range(hosts)]})
+        extra={"subnet": f"{netns.SUBNET}.0/24", "macs": [netns.mac(i) for i in range(hosts)], "offload": offload})
     # Socket buffers for a bandwidth-delay product: 4 x BDP of the slowest pair, 6-64 MB.
     bdp = (bandwidth_mbit or 2000) * 1e6 / 8 * max(max(r) for r in matrix) / 1000
     cfg = {"id": sid, "hosts": hosts, "rtt_ms": matrix, "jitter_ms": jitter_ms, "loss": loss,
            "bandwidth_mbit": bandwidth_mbit, "mtu": mtu, "ttl_s": ttl_s, "seed": seed,
-           "rmem_max": int(min(64 << 20, max(6 << 20, 4 * bdp))), "state_path": path, "state": wan.to_dict()}
+           "offload": offload, "rmem_max": int(min(64 << 20, max(6 << 20, 4 * bdp))), "state_path": path, "state": wan.to_dict()}
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     proc = _spawn_forwarder(cfg, log_path)
     _children[sid] = proc
     line = _wait_ready(proc, timeout_s)
     if line != "ok":
+        os.close(proc._ctl_fd)  # type: ignore[attr-defined]
         _down(sid, proc.pid, path, timeout_s=10)
         detail = line or f"the forwarder exited ({proc.poll()}); see {log_path}"
         raise GeosimError(detail.removeprefix("error: "), source=SOURCE)
     wan.forwarder_pid = proc.pid
+    try:
+        if calibrate:
+            wan.extra["calibration"] = _calibrate(wan, proc._ctl_fd)  # type: ignore[attr-defined]
+            _save_state(wan)
+    except BaseException:
+        _down(sid, proc.pid, path, timeout_s=10)
+        raise
+    finally:
+        os.close(proc._ctl_fd)  # type: ignore[attr-defined]
     return wan
+
+
+def _calibrate(wan: WanSlice, ctl_fd: int) -> dict:
+    """Measure host0<->host1 RTT, tell the forwarder to trim the excess (capped) off
+    every one-way delay. The overhead is the machine's, so one pair stands for all."""
+    from live.wan.measure import measure_rtt
+
+    requested = wan.rtt_ms[0][1]
+    if requested <= 0:
+        return {"trim_us": 0.0}
+    before = measure_rtt(wan, count=16, interval_s=0.005)["median_ms"]
+    min_one_way_us = min(r for i, row in enumerate(wan.rtt_ms) for j, r in enumerate(row) if i != j) * 500
+    trim_us = max(0.0, min((before - requested) * 500, 1000.0, 0.25 * min_one_way_us))
+    os.write(ctl_fd, f"trim_us {trim_us:.1f}\n".encode())
+    return {"rtt_before_ms": round(before, 4), "trim_us": round(trim_us, 1)}
+
+
+def _save_state(wan: WanSlice) -> None:
+    from live.wan.forwarder import write_state
+
+    write_state(wan.state_path, wan.to_dict())
 
 
 def _which(cmd: str) -> bool:
@@ -211,15 +251,18 @@ def _which(cmd: str) -> bool:
 
 def _spawn_forwarder(cfg: dict, log_path: str) -> subprocess.Popen:
     r, w = os.pipe()
+    cr, cw = os.pipe()  # control: up() -> forwarder (calibration), closed when up() returns
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     with open(log_path, "wb") as log:
         # Its own session: the slice outlives the `geosim live wan up` that started it,
         # and a Ctrl-C in that terminal does not reach it.
-        proc = subprocess.Popen([sys.executable, "-m", "live.wan.forwarder", json.dumps(cfg), str(w)],
-                                pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, "-m", "live.wan.forwarder", json.dumps(cfg), str(w), str(cr)],
+                                pass_fds=(w, cr), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 cwd="/", env=env, start_new_session=True)
     os.close(w)
+    os.close(cr)
+    proc._ctl_fd = cw  # type: ignore[attr-defined]
     proc._ready_fd = r  # type: ignore[attr-defined]
     return proc
 

@@ -1,6 +1,6 @@
 """The forwarder: the one process that owns a slice, from setup to teardown.
 
-Run as `python -m live.wan.forwarder CONFIG_JSON READY_FD` by `emulator.up()`. It opens
+Run as `python -m live.wan.forwarder CONFIG_JSON READY_FD CTL_FD` by `emulator.up()`. It opens
 one TAP per host, builds the namespaces around them, writes the state file, reports
 "ok" (or the error) on READY_FD, then switches frames between the TAPs: each frame is
 held for the one-way delay of its (source, destination) pair, optionally with jitter
@@ -27,7 +27,10 @@ from collections import deque
 from live.wan import netns
 
 
-SPIN_S = 0.0003
+# Frames due within BATCH_S of now go out together: one wake-up per batch instead of per
+# frame at high packet rates. Timers fire ~0.1-0.2 ms late on a VM anyway; that constant
+# lateness (and the stacks' own latency) is what emulator.up() calibrates away.
+BATCH_S = 0.00005
 
 
 class _Stop(Exception):
@@ -39,9 +42,16 @@ def _stop(signum, frame):
 
 
 def forward(fds: list[int], delay_s: list[list[float]], *, jitter_s: float, loss: float,
-            deadline: float, mtu: int, seed: int | None = None, stats: dict | None = None) -> None:
-    """Switch frames between TAP fds until `deadline` (time.monotonic())."""
+            deadline: float, mtu: int, seed: int | None = None, stats: dict | None = None,
+            ctl_fd: int | None = None, offload: bool = False) -> None:
+    """Switch frames between TAP fds until `deadline` (time.monotonic()).
+
+    ctl_fd: a pipe from `up()` carrying "trim_us X" lines: take X microseconds off every
+    one-way delay (the measured overhead of the path itself, see emulator.calibrate).
+    """
     n = len(fds)
+    base = [row[:] for row in delay_s]
+    watch = fds + ([ctl_fd] if ctl_fd is not None else [])
     rng = random.Random(seed)
     rnd = rng.random
     port_of = {fd: i for i, fd in enumerate(fds)}
@@ -50,7 +60,10 @@ def forward(fds: list[int], delay_s: list[list[float]], *, jitter_s: float, loss
     queues = [[deque() for _ in range(n)] for _ in range(n)]
     last = [[0.0] * n for _ in range(n)]
     out = [(queues[i][j], fds[j]) for i in range(n) for j in range(n) if i != j]
-    readsize = mtu + 64  # Ethernet header (+VLAN); a frame never exceeds it at this MTU
+    # A frame is at most the MTU plus the Ethernet (+VLAN) header, or with offload a
+    # 64 KB super-frame after its virtio-net header (whose length hdr skips to the MACs).
+    hdr = netns.VNET_HDR_LEN if offload else 0
+    readsize = 65536 + 64 + hdr if offload else mtu + 64
     monotonic, sel, read, write = time.monotonic, select.select, os.read, os.write
     forwarded = dropped = 0
     try:
@@ -59,10 +72,11 @@ def forward(fds: list[int], delay_s: list[list[float]], *, jitter_s: float, loss
             if now >= deadline:
                 return
             wake = deadline
+            due = now + BATCH_S
             for q, ofd in out:  # deliver everything due, find the next due time
                 while q:
                     t, fr = q[0]
-                    if t > now:
+                    if t > due:
                         if t < wake:
                             wake = t
                         break
@@ -73,14 +87,16 @@ def forward(fds: list[int], delay_s: list[list[float]], *, jitter_s: float, loss
                     except OSError:  # namespace going away, or its backlog is full: a lost frame
                         dropped += 1
             # select(), not epoll: its timeout has microsecond resolution; epoll rounds up
-            # to whole milliseconds. Timers still fire ~0.1-0.2 ms late on a VM, so sleep
-            # until SPIN_S before the due time and poll from there (a short busy wait).
-            left = wake - monotonic() - SPIN_S
-            ready, _, _ = sel(fds, (), (), left if left > 0.0 else 0.0)
+            # to whole milliseconds, which would add up to 2 ms to every RTT.
+            left = wake - monotonic()
+            ready, _, _ = sel(watch, (), (), left if left > 0.0 else 0.0)
             if not ready:
                 continue
             now = monotonic()
             for fd in ready:
+                if fd == ctl_fd:
+                    _control(ctl_fd, watch, base, delay_s)
+                    continue
                 src = port_of[fd]
                 row, lrow, d = queues[src], last[src], delay_s[src]
                 for _ in range(256):  # bounded batch so one busy host cannot starve delivery
@@ -88,7 +104,7 @@ def forward(fds: list[int], delay_s: list[list[float]], *, jitter_s: float, loss
                         fr = read(fd, readsize)
                     except BlockingIOError:
                         break
-                    dst = mac_port.get(fr[:6])
+                    dst = mac_port.get(fr[hdr:hdr + 6])
                     targets = flood[src] if dst is None else ((dst,) if dst != src else ())
                     for j in targets:
                         if loss and rnd() < loss:
@@ -104,6 +120,22 @@ def forward(fds: list[int], delay_s: list[list[float]], *, jitter_s: float, loss
     finally:
         if stats is not None:
             stats.update(forwarded=forwarded, dropped=dropped)
+
+
+def _control(ctl_fd: int, watch: list[int], base: list[list[float]], delay_s: list[list[float]]) -> None:
+    data = os.read(ctl_fd, 4096)
+    if not data:  # `up()` is done with us
+        watch.remove(ctl_fd)
+        os.close(ctl_fd)
+        return
+    for line in data.decode().splitlines():
+        key, _, value = line.partition(" ")
+        if key == "trim_us":
+            trim = float(value) / 1e6
+            for i, row in enumerate(base):  # in place: the loop holds references to the rows
+                for j, d in enumerate(row):
+                    delay_s[i][j] = max(0.0, d - trim) if i != j else 0.0
+            print(f"one-way delays trimmed by {float(value):.0f} us", flush=True)
 
 
 def _tune_process() -> None:
@@ -138,7 +170,7 @@ def remove_state(path: str, slice_id: str) -> None:
 
 def main(argv: list[str]) -> int:
     cfg = json.loads(argv[1])
-    ready_fd = int(argv[2])
+    ready_fd, ctl_fd = int(argv[2]), int(argv[3])
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _stop)
     sid, n = cfg["id"], cfg["hosts"]
@@ -148,7 +180,7 @@ def main(argv: list[str]) -> int:
     reason = "stopped"
     try:
         for i in range(n):
-            fds.append(netns.open_tap(netns.tap_name(sid, i)))
+            fds.append(netns.open_tap(netns.tap_name(sid, i), offload=cfg["offload"]))
         for i in range(n):
             netns.configure_host(sid, i, n, mtu=cfg["mtu"], bandwidth_mbit=cfg["bandwidth_mbit"],
                                  rmem_max=cfg["rmem_max"])
@@ -161,7 +193,8 @@ def main(argv: list[str]) -> int:
         print(f"slice {sid} up: {n} hosts, expires in {cfg['ttl_s']} s", flush=True)
         delay_s = [[ms / 2000.0 for ms in row] for row in cfg["rtt_ms"]]
         forward(fds, delay_s, jitter_s=cfg["jitter_ms"] / 1000.0, loss=cfg["loss"],
-                deadline=time.monotonic() + cfg["ttl_s"], mtu=cfg["mtu"], seed=cfg.get("seed"), stats=stats)
+                deadline=time.monotonic() + cfg["ttl_s"], mtu=cfg["mtu"], seed=cfg.get("seed"), stats=stats,
+                ctl_fd=ctl_fd, offload=cfg["offload"])
         reason = "ttl expired"
     except _Stop:
         pass

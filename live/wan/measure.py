@@ -12,7 +12,6 @@ import select
 import statistics
 import subprocess
 import sys
-import time
 
 from geosim.errors import GeosimError
 from live.wan.emulator import WanSlice, current
@@ -112,8 +111,3 @@ def measure_throughput(wan: WanSlice | None = None, *, src: int = 0, dst: int = 
             "bytes_sent": sent["bytes"], "mbit_total": mbit(b_end, t_end), "mbit_steady": mbit(b_end - b0, t_end - t0),
             "warmup_s": t0}
 
-
-def timed(fn, *args, **kwargs) -> tuple[dict, float]:
-    t = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t

@@ -32,6 +32,10 @@ MAX_HOSTS = 200
 _TUNSETIFF = 0x400454CA
 _IFF_TAP = 0x0002
 _IFF_NO_PI = 0x1000
+_IFF_VNET_HDR = 0x4000
+_TUNSETOFFLOAD = 0x400454D0
+_TUN_F_CSUM, _TUN_F_TSO4, _TUN_F_TSO6 = 0x01, 0x02, 0x04
+VNET_HDR_LEN = 10  # struct virtio_net_hdr, the kernel's default size for a TAP
 
 SOURCE = "geosim live wan"
 
@@ -79,11 +83,21 @@ def run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def open_tap(name: str) -> int:
-    """A non-blocking TAP fd; the device lives as long as the fd is open."""
+def open_tap(name: str, offload: bool = False) -> int:
+    """A non-blocking TAP fd; the device lives as long as the fd is open.
+
+    offload: the TAP carries a virtio-net header and accepts TCP segmentation and checksum
+    offload, as a VM's NIC does. The stack then hands the forwarder up to 64 KB TCP
+    super-frames (still segmented at the MTU on the emulated wire: gso_size is kept) and
+    the forwarder moves ~40x fewer frames for the same throughput. Frames are passed on
+    with their header untouched; the receiving stack takes them like GRO output.
+    """
     fd = os.open(TUN_PATH, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH22x", name.encode(), _IFF_TAP | _IFF_NO_PI))
+        flags = _IFF_TAP | _IFF_NO_PI | (_IFF_VNET_HDR if offload else 0)
+        fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH22x", name.encode(), flags))
+        if offload:
+            fcntl.ioctl(fd, _TUNSETOFFLOAD, _TUN_F_CSUM | _TUN_F_TSO4 | _TUN_F_TSO6)
     except OSError:
         os.close(fd)
         raise
