@@ -158,5 +158,5 @@ class Network:
         conn.last_active = done
         arrival = done + route.one_way_s + p.per_message_overhead_s
         if self.trace is not None:
-            self.trace.append(("link", route.name, label, start, arrival, nbytes))
+            self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
         return arrival - now

@@ -44,13 +44,17 @@ def split_layers(n_layer: int, weights: list[float], how: str, explicit: list[in
     return split
 
 
-def _overlaps(n_from: int, n_to: int):
-    """(sender j, receiver k, fraction of the microbatch) for slices that overlap."""
+def _overlaps(n_from: int, n_to: int) -> list[tuple[int, int, float]]:
+    """(sender j, receiver k, fraction of the microbatch) for data slices that overlap:
+    GPU j of a mesh of n holds [j/n, (j+1)/n) of each microbatch."""
+    pairs = []
     for j in range(n_from):
-        for k in range(n_to):
+        first, last = (j * n_to) // n_from, -(-((j + 1) * n_to) // n_from) - 1
+        for k in range(first, min(last, n_to - 1) + 1):
             lo, hi = max(j / n_from, k / n_to), min((j + 1) / n_from, (k + 1) / n_to)
             if hi > lo + 1e-12:
-                yield j, k, hi - lo
+                pairs.append((j, k, hi - lo))
+    return pairs
 
 
 def build(cluster: Cluster, model: Model, workload: Workload, params: Params, options: dict | None = None) -> Schedule:
@@ -79,11 +83,13 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
         group = tuple(d.rank for d in mesh)
         last = s == S - 1
         prev_mesh, next_mesh = (meshes[s - 1] if s else None), (meshes[s + 1] if not last else None)
+        from_prev = _overlaps(len(prev_mesh), g) if prev_mesh else []
+        to_next = _overlaps(g, len(next_mesh)) if next_mesh else []
         for j, dev in enumerate(mesh):
             def forward(m, j=j):
                 ops = []
                 if prev_mesh:
-                    ops += [Recv(prev_mesh[i].rank, ("act", s, m)) for i, k, _ in _overlaps(len(prev_mesh), g) if k == j]
+                    ops += [Recv(prev_mesh[i].rank, ("act", s, m)) for i, k, _ in from_prev if k == j]
                 if intra == "data":
                     ops.append(Compute(forward_flops(model, workload, b / g, layers[s], last), f"F{m}"))
                 else:
@@ -93,13 +99,13 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
                         ops.append(Compute(forward_flops(model, workload, b, 0, True) / g, f"F{m} head"))
                 if next_mesh:
                     ops += [Send(next_mesh[k].rank, act_bytes * frac, ("act", s + 1, m))
-                            for i, k, frac in _overlaps(g, len(next_mesh)) if i == j]
+                            for i, k, frac in to_next if i == j]
                 return ops
 
             def backward(m, j=j):
                 ops = []
                 if next_mesh:
-                    ops += [Recv(next_mesh[k].rank, ("grad", s, m)) for i, k, _ in _overlaps(g, len(next_mesh)) if i == j]
+                    ops += [Recv(next_mesh[k].rank, ("grad", s, m)) for i, k, _ in to_next if i == j]
                 if intra == "data":
                     ops.append(Compute(bwd_mult * forward_flops(model, workload, b / g, layers[s], last), f"B{m}"))
                 else:
@@ -109,7 +115,7 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
                         ops += layer_ops(model, workload, params, group, b, layer, ("pb", m))[1]
                 if prev_mesh:
                     ops += [Send(prev_mesh[i].rank, act_bytes * frac, ("grad", s - 1, m))
-                            for i, k, frac in _overlaps(len(prev_mesh), g) if k == j]
+                            for i, k, frac in from_prev if k == j]
                 return ops
 
             warmup = M if schedule_kind == "gpipe" else min(S - s - 1, M)
