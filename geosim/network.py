@@ -137,6 +137,12 @@ class Network:
         conn.cwnd = cwnd
         return elapsed
 
+    def shift_connections(self, src: int, since: float, delta: float) -> None:
+        """Repetitions of a block were skipped: src's connections stayed busy through them."""
+        for (sender, _), conn in self.connections.items():
+            if sender == src and conn.last_active >= since:
+                conn.last_active += delta
+
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
         """Reserve the route for a transfer starting now; return the seconds until it has arrived."""
         self.transfers += 1

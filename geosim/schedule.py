@@ -54,7 +54,21 @@ class Collective(NamedTuple):
     label: str = ""
 
 
-Op = Compute | Send | Recv | Collective
+class Repeat(NamedTuple):
+    """`ops` run `count` times back to back by every rank of `group` (e.g. Shard's identical
+    layers). Unless the engine runs exactly, it simulates a few repetitions and lets the last
+    one stand for the rest: collectives keep the group in lockstep, so this is exact once the
+    repetitions reach a steady state, up to contention with traffic outside the group
+    (bench/bench_predict.py measures the difference). Sends inside must stay inside the group."""
+
+    ops: tuple
+    count: int
+    group: tuple[int, ...]
+    tag: tuple
+    label: str = ""
+
+
+Op = Compute | Send | Recv | Collective | Repeat
 
 
 @dataclass
@@ -67,6 +81,10 @@ class Schedule:
     memory_bytes: dict[int, float]  # peak per rank
     memory_parts: dict[int, dict[str, float]] = field(default_factory=dict)
     description: str = ""
+    # How many training iterations one program covers: 1, except for techniques whose
+    # program is a whole outer round of H inner steps (DiLoCo, SparseLoCo); the
+    # predictor divides by it so per-iteration figures mean one optimizer step.
+    iterations_per_program: int = 1
 
     @property
     def num_gpus(self) -> int:

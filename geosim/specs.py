@@ -138,8 +138,8 @@ class Workload:
 
     tokens_per_epoch: int = 650_000
     seq_len: int = 1024
-    global_batch: int = 8  # sequences per iteration
-    microbatches: int = 4  # pipeline microbatches (Pipeshard); others take the whole batch
+    global_batch: int = 32  # sequences per iteration
+    microbatches: int = 4  # Alpa's num_micro_batches: pipeline microbatches, gradient accumulation for the others
     precision: str = "fp16"  # fp16 | bf16 | fp32 (mixed precision keeps fp32 master weights)
     epochs: int = 20
     checkpointing: bool = False
@@ -195,6 +195,23 @@ class Params:
     optimizer_bytes_per_param: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
+    # Low-communication techniques (docs/lowcomm.md). Defaulted, so code that builds a
+    # Params without them (older parameter files, tests) keeps working.
+    diloco_inner_steps: int = 100  # H: inner steps per outer round
+    diloco_outer_optimizer: str = "nesterov"  # nesterov | sgd
+    diloco_overlap: bool = False  # Streaming DiLoCo: fragments synced in turn, overlapped with compute
+    diloco_fragments: int = 4
+    diloco_overlap_steps: int = 1  # tau: inner steps a fragment's sync may take before it is needed
+    diloco_sync_dtype_bytes: float = 4.0  # bytes per value of the pseudo-gradient sent (0.5 = 4-bit)
+    sparseloco_inner_steps: int = 100
+    sparseloco_topk_fraction: float = 0.01
+    sparseloco_bits: int = 2
+    sparseloco_index_bits: float = 12.0  # chunk-local index of a top-k value (chunks of 4096)
+    sparseloco_error_feedback: bool = True
+    pipeshard_activation_compression: float = 1.0  # bytes between stages x this
+    hybrid_activation_compression: float = 0.1
+    token_efficiency: dict[str, float] = field(default_factory=dict)  # Data's tokens / this technique's
+    compressed_activation_efficiency: float = 0.93  # token efficiency factor of a compressed pipeline
 
     def gpu_efficiency(self, gpu_name: str) -> float:
         return self.efficiency.get(gpu_name, self.default_efficiency)

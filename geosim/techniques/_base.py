@@ -40,3 +40,11 @@ def require_divisible(what: str, value: int, by: int, by_what: str) -> None:
 def check_dims(model: Model, workload: Workload) -> None:
     if workload.seq_len > model.n_ctx:
         raise GeosimError(f"seq_len {workload.seq_len} exceeds {model.name}'s context of {model.n_ctx}", key="workload.seq_len")
+
+
+def microbatch_per_gpu(workload: Workload, data_parallel: int) -> float:
+    """Sequences each GPU takes per microbatch when the batch is split over `data_parallel` GPUs."""
+    require_divisible("global_batch", workload.global_batch, workload.microbatches, "microbatches")
+    per_microbatch = workload.global_batch // workload.microbatches
+    require_divisible("microbatch size (global_batch / microbatches)", per_microbatch, data_parallel, "the number of GPUs")
+    return per_microbatch / data_parallel

@@ -1,13 +1,14 @@
 """Data parallelism (alpa.DataParallel): a full replica per GPU, the batch split,
-and one all-reduce of every gradient per iteration across all GPUs."""
+gradients accumulated over the microbatches (Alpa's num_micro_batches), then one
+all-reduce of every gradient per iteration across all GPUs."""
 
 from __future__ import annotations
 
 from geosim.memory import activation_bytes, gpu_memory
-from geosim.schedule import Collective, Compute, Schedule
+from geosim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops, overhead_op,
-                                     require_divisible)
+from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops,
+                                     microbatch_per_gpu, overhead_op)
 
 NAME = "data"
 DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
@@ -17,18 +18,14 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
     check_dims(model, workload)
     devices = devices_of(cluster)
     p = len(devices)
-    require_divisible("global_batch", workload.global_batch, p, "the number of GPUs")
-    per_gpu = workload.global_batch / p
+    per_gpu = microbatch_per_gpu(workload, p)
     fwd = forward_flops(model, workload, per_gpu, model.n_layer, with_head=True)
     grad_bytes = model.num_params * workload.bytes_per_value
     group = tuple(d.rank for d in devices)
     allreduce = Collective("allreduce", group, grad_bytes, params.collectives.get(NAME, "ring"), ("grads",), "gradient all-reduce")
-    program = [
-        Compute(fwd, "forward"),
-        Compute(fwd * backward_multiplier(workload), "backward"),
-        allreduce,
-        overhead_op(NAME, params),
-    ]
+    program = [Repeat((Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward")),
+                      workload.microbatches, group, ("microbatch",), "microbatches"),
+               allreduce, overhead_op(NAME, params)]
     memory = {}
     for d in devices:
         memory[d.rank] = gpu_memory(
@@ -38,4 +35,4 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
         )
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"data parallel over {p} GPUs, {per_gpu:g} sequences each")
+                    f"data parallel over {p} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences each")

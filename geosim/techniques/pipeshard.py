@@ -14,7 +14,7 @@ from geosim.schedule import Collective, Compute, Device, Recv, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops, overhead_op,
                                      require_divisible)
-from geosim.techniques.shard import layer_ops
+from geosim.techniques.shard import layers_ops
 
 NAME = "pipeshard"
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
@@ -75,7 +75,12 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
     layers = split_layers(model.n_layer, speed, options.get("stage_split", params.stage_split), options.get("layer_split"))
     schedule_kind = options.get("schedule", params.pipeline_schedule)
     bwd_mult = backward_multiplier(workload)
-    act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value
+    # activation_compression < 1: activations and their gradients cross between stages
+    # compressed (e.g. subspace projection, Obeidi et al. 2026); 1 is Alpa's uncompressed send
+    compression = options.get("activation_compression", params.pipeshard_activation_compression)
+    if not 0 < compression <= 1:
+        raise GeosimError(f"activation_compression must be in (0, 1], got {compression!r}", key="activation_compression")
+    act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value * compression
     programs, memory = {}, {}
     first_layer = 0
     for s, mesh in enumerate(meshes):
@@ -93,8 +98,7 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
                 if intra == "data":
                     ops.append(Compute(forward_flops(model, workload, b / g, layers[s], last), f"F{m}"))
                 else:
-                    for layer in range(first_layer, first_layer + layers[s]):
-                        ops += layer_ops(model, workload, params, group, b, layer, ("pf", m))[0]
+                    ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pf", m))[0])
                     if last:
                         ops.append(Compute(forward_flops(model, workload, b, 0, True) / g, f"F{m} head"))
                 if next_mesh:
@@ -111,8 +115,7 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
                 else:
                     if last:
                         ops.append(Compute(bwd_mult * forward_flops(model, workload, b, 0, True) / g, f"B{m} head"))
-                    for layer in reversed(range(first_layer, first_layer + layers[s])):
-                        ops += layer_ops(model, workload, params, group, b, layer, ("pb", m))[1]
+                    ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pb", m))[1])
                 if prev_mesh:
                     ops += [Send(prev_mesh[i].rank, act_bytes * frac, ("grad", s - 1, m))
                             for i, k, frac in from_prev if k == j]
@@ -142,4 +145,4 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
         first_layer += layers[s]
     return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
-                    f"intra-stage {intra}")
+                    f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""))

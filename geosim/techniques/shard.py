@@ -1,20 +1,21 @@
 """Intra-operator sharding (alpa.ShardParallel): every weight split over all GPUs of
 the mesh (Megatron-style tensor parallelism), so every layer all-reduces its
-activations in forward and backward: the cost grows with layers x RTT."""
+activations in forward and backward, for every microbatch: the cost grows with
+layers x microbatches x RTT."""
 
 from __future__ import annotations
 
 from geosim.memory import activation_bytes, gpu_memory
-from geosim.schedule import Collective, Compute, Schedule
+from geosim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques._base import backward_multiplier, check_dims, devices_of, overhead_op
+from geosim.techniques._base import backward_multiplier, check_dims, devices_of, overhead_op, require_divisible
 
 NAME = "shard"
 DESCRIPTION = "tensor parallelism over all GPUs: activation all-reduces inside every layer"
 
 
 def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,
-              layer: int, tag: tuple = ()) -> tuple[list, list]:
+              tag: tuple = ()) -> tuple[list, list]:
     """Forward and backward ops of one block sharded over `group` (also used by Pipeshard stages)."""
     p = len(group)
     h, s = model.n_embd, workload.seq_len
@@ -27,11 +28,19 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
     forward, backward = [], []
     for direction, ops, mult in (("fwd", forward, 1.0), ("bwd", backward, backward_multiplier(workload))):
         for part, share in (("attn", attention_share), ("mlp", 1 - attention_share)):
-            ops.append(Compute(total * share * mult / p, f"L{layer} {part} {direction}"))
+            ops.append(Compute(total * share * mult / p, f"{part} {direction}"))
             for c in range(per_half // 2 if part == "attn" else per_half - per_half // 2):
-                ops.append(Collective("allreduce", group, act_bytes, algorithm, tag + (layer, direction, part, c),
-                                      f"L{layer} {direction} all-reduce"))
+                ops.append(Collective("allreduce", group, act_bytes, algorithm, tag + (direction, part, c),
+                                      f"{direction} all-reduce"))
     return forward, backward
+
+
+def layers_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,
+               layers: int, tag: tuple = ()) -> tuple[Repeat, Repeat]:
+    """`layers` identical sharded blocks, forward and backward, as repeated blocks."""
+    forward, backward = layer_ops(model, workload, params, group, sequences, tag)
+    return (Repeat(tuple(forward), layers, group, tag + ("layers fwd",), "layers fwd"),
+            Repeat(tuple(backward), layers, group, tag + ("layers bwd",), "layers bwd"))
 
 
 def build(cluster: Cluster, model: Model, workload: Workload, params: Params) -> Schedule:
@@ -39,15 +48,15 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
     devices = devices_of(cluster)
     p = len(devices)
     group = tuple(d.rank for d in devices)
-    batch = workload.global_batch
+    require_divisible("global_batch", workload.global_batch, workload.microbatches, "microbatches")
+    batch = workload.global_batch / workload.microbatches  # sequences per microbatch
     head = 2.0 * batch * workload.seq_len * model.n_embd * model.vocab  # forward of the LM head
-    forward, backward = [], []
-    for layer in range(model.n_layer):
-        f, b = layer_ops(model, workload, params, group, batch, layer)
-        forward += f
-        backward = b + backward
-    program = (forward + [Compute(head / p, "head fwd"), Compute(head * backward_multiplier(workload) / p, "head bwd")]
-               + backward + [overhead_op(NAME, params)])
+    forward, backward = layers_ops(model, workload, params, group, batch, model.n_layer)
+    microbatch = (forward, Compute(head / p, "head fwd"), Compute(head * backward_multiplier(workload) / p, "head bwd"),
+                  backward)
+    # gradient accumulation, as Alpa's num_micro_batches
+    program = [Repeat(microbatch, workload.microbatches, group, ("microbatch",), "microbatches"),
+               overhead_op(NAME, params)]
     memory = {}
     for d in devices:
         memory[d.rank] = gpu_memory(
@@ -57,4 +66,5 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
         )
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"tensor parallel over {p} GPUs, {params.shard_collectives_per_layer} all-reduces per layer")
+                    f"tensor parallel over {p} GPUs, {params.shard_collectives_per_layer} all-reduces per layer, "
+                    f"{workload.microbatches} microbatches")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 
 from geosim.memory import activation_bytes, gpu_memory
-from geosim.schedule import Collective, Compute, Schedule
+from geosim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops, overhead_op,
-                                     require_divisible)
+from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops,
+                                     microbatch_per_gpu, overhead_op)
 
 NAME = "zero2"
 DESCRIPTION = "data parallel with bucketed reduce-scatter of gradients, sharded optimizer, all-gather of parameters"
@@ -20,21 +20,22 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
     check_dims(model, workload)
     devices = devices_of(cluster)
     p = len(devices)
-    require_divisible("global_batch", workload.global_batch, p, "the number of GPUs")
-    per_gpu = workload.global_batch / p
+    per_gpu = microbatch_per_gpu(workload, p)
     fwd = forward_flops(model, workload, per_gpu, model.n_layer, with_head=True)
     grad_bytes = model.num_params * workload.bytes_per_value
     buckets = max(1, math.ceil(grad_bytes / params.zero2_bucket_bytes))
     bucket = grad_bytes / buckets
     group = tuple(d.rank for d in devices)
     algorithm = params.collectives.get(NAME, "ring")
-    program = [Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward")]
-    program += [Collective("reduce_scatter", group, bucket, algorithm, ("rs", b), "gradient reduce-scatter")
-                for b in range(buckets)]
+    # gradient accumulation, as Alpa's num_micro_batches
+    program = [Repeat((Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward")),
+                      workload.microbatches, group, ("microbatch",), "microbatches")]
+    program.append(Repeat((Collective("reduce_scatter", group, bucket, algorithm, ("rs",), "gradient reduce-scatter"),),
+                          buckets, group, ("rs buckets",), "reduce-scatter buckets"))
     # the optimizer updates only this GPU's shard: 1/p of Adam's ~10 FLOPs per parameter
     program.append(Compute(10.0 * model.num_params / p, "optimizer"))
-    program += [Collective("all_gather", group, bucket, algorithm, ("ag", b), "parameter all-gather")
-                for b in range(buckets)]
+    program.append(Repeat((Collective("all_gather", group, bucket, algorithm, ("ag",), "parameter all-gather"),),
+                          buckets, group, ("ag buckets",), "all-gather buckets"))
     program.append(overhead_op(NAME, params))
     memory = {}
     for d in devices:

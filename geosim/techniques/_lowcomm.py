@@ -1,0 +1,187 @@
+"""What the low-communication techniques (diloco, sparseloco, hybrid) share.
+
+They all train R replicas independently for H inner steps, then synchronize the
+replicas once (an outer round). A replica is a group of hosts: one host training data
+parallel over its PCIe (the default, one replica per host), or several hosts jointly
+holding one replica as a pipeline (the hybrid). An inner step is not re-modelled here:
+it is the study technique's own one-iteration schedule (data.py or pipeshard.py) built
+on the replica's hosts, its ranks mapped onto the whole cluster's and its tags made
+unique per inner step. So whatever Data or Pipeshard learn (microbatches, overheads)
+the replicas inherit.
+
+The schedule returned covers one outer round: iterations_per_program = H.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from geosim.errors import GeosimError
+from geosim.schedule import Collective, Compute, Device, Recv, Schedule, Send
+from geosim.specs import Cluster, Model, Params, Workload
+from geosim.techniques import data as data_technique
+from geosim.techniques import pipeshard as pipeshard_technique
+from geosim.techniques._base import devices_of, require_divisible
+
+# The outer step is element-wise over the replica's parameters, so memory-bound: about
+# eight fp32 passes (read params, outer copy, momentum or error buffer, pseudo-gradient;
+# write them back), i.e. 32 bytes per parameter at the GPU's memory bandwidth.
+OUTER_STEP_BYTES_PER_PARAM = 32.0
+# fp32 state kept beside the inner optimizer's: the outer (global) parameters, plus
+# Nesterov's momentum (DiLoCo); plain SGD outer steps keep the outer copy only.
+OUTER_STATE_BYTES = {"nesterov": 8.0, "sgd": 4.0}
+OUTER_COPY_BYTES = 4.0
+ERROR_FEEDBACK_BYTES = 4.0  # SparseLoCo's fp32 error-feedback accumulator
+SYNC_BYTES_PER_PARAM = 4.0  # an updated fp32 shard shared inside a replica after the outer step
+
+
+@dataclass
+class Replica:
+    hosts: tuple[str, ...]
+    kind: str  # full | pipeline
+    ranks: tuple[int, ...]  # global ranks, in host order
+    programs: dict[int, list]  # one inner step, global ranks, tags not yet unique per step
+    memory_parts: dict[int, dict[str, float]]
+    held: dict[int, float]  # parameters each GPU holds (the model, or its pipeline stage's)
+    stage_of: dict[int, int]  # rank -> pipeline stage (0 for full replicas)
+    description: str
+
+
+def replica_hosts(cluster: Cluster, options: dict) -> list[tuple[str, ...]]:
+    """options["replicas"]: lists of host names; default one replica per host."""
+    groups = options.get("replicas") or [[h.name] for h in cluster.hosts]
+    known = {h.name for h in cluster.hosts}
+    seen: set[str] = set()
+    for group in groups:
+        for name in group:
+            if name not in known or name in seen:
+                raise GeosimError(f"replica hosts {groups} must name each host of the cluster at most once", key="replicas")
+            seen.add(name)
+    return [tuple(g) for g in groups]
+
+
+def replica_workload(workload: Workload, replicas: int) -> Workload:
+    """Each replica takes an equal share of the global batch: together they train the
+    same tokens per inner step as Data does per iteration."""
+    require_divisible("global_batch", workload.global_batch, replicas, "the number of replicas")
+    return replace(workload, global_batch=workload.global_batch // replicas)
+
+
+def build_replica(cluster: Cluster, hosts: tuple[str, ...], kind: str, model: Model, workload: Workload,
+                  params: Params, technique: str, activation_compression: float = 1.0) -> Replica:
+    """One inner step of one replica, on the cluster's global ranks."""
+    sub = cluster.subset(hosts)
+    if kind == "full":
+        inner = data_technique.build(sub, model, workload, params)
+    else:
+        inner = pipeshard_technique.build(sub, model, workload, params, options={
+            "meshes": [[h] for h in hosts], "activation_compression": activation_compression})
+    global_rank = {(d.host, d.local_index): d.rank for d in devices_of(cluster)}
+    rank_of = {d.rank: global_rank[(d.host, d.local_index)] for d in inner.devices}
+    overhead = Compute(0.0, "iteration overhead", kind="overhead", seconds=params.iteration_overhead_s.get(technique, 0.0))
+    programs = {}
+    for local, ops in inner.programs.items():
+        programs[rank_of[local]] = [overhead if type(op) is Compute and op.kind == "overhead" else _remap(op, rank_of)
+                                    for op in ops]
+    bytes_per_value = workload.bytes_per_value
+    held = {rank_of[r]: parts["weights"] / bytes_per_value for r, parts in inner.memory_parts.items()}
+    stage_of = {rank_of[d.rank]: hosts.index(d.host) if kind == "pipeline" else 0 for d in inner.devices}
+    return Replica(hosts, kind, tuple(sorted(programs)), programs,
+                   {rank_of[r]: dict(p) for r, p in inner.memory_parts.items()}, held, stage_of, inner.description)
+
+
+def _remap(op, rank_of: dict[int, int], prefix: tuple = ()):
+    kind = type(op)
+    if kind is Send:
+        return op._replace(dst=rank_of[op.dst], tag=prefix + op.tag)
+    if kind is Recv:
+        return op._replace(src=rank_of[op.src], tag=prefix + op.tag)
+    if kind is Collective:
+        return op._replace(group=tuple(rank_of[r] for r in op.group), tag=prefix + op.tag)
+    return op
+
+
+def inner_step(replica: Replica, rank: int, step: int) -> list:
+    """The replica's inner-step ops for `rank`, tagged with the step: the engine matches a
+    send to its receive by tag within one program, and a program holds H steps."""
+    identity = {r: r for r in replica.ranks}
+    return [_remap(op, identity, ("inner", step)) for op in replica.programs[rank]]
+
+
+def outer_step_op(device: Device, parameters: float, label: str = "outer step") -> Compute:
+    """The outer optimizer's element-wise update of `parameters`, memory-bound."""
+    seconds = parameters * OUTER_STEP_BYTES_PER_PARAM / (device.gpu.memory_bandwidth_gbs * 1e9)
+    return Compute(0.0, label, kind="overhead", seconds=seconds)
+
+
+def add_outer_state(replicas: list[Replica], state_bytes_per_param: float, part: str) -> None:
+    """Memory: `state_bytes_per_param` fp32 bytes for every parameter a GPU holds."""
+    if state_bytes_per_param <= 0:
+        return
+    for replica in replicas:
+        for rank in replica.ranks:
+            replica.memory_parts[rank][part] = replica.held[rank] * state_bytes_per_param
+
+
+def sparse_gather_ops(replicas: list[Replica], payload_bytes, algorithm: str, devices: list[Device],
+                      tag: tuple = ("outer",)) -> dict[int, list]:
+    """SparseLoCo's synchronization: every replica's compressed pseudo-gradient is
+    all-gathered (sparse payloads cannot be summed on the way like a ring all-reduce),
+    then each replica decompresses, averages and steps locally.
+
+    The parameters are cut into segments: one per pipeline stage if a replica is a
+    pipeline (stage s of every replica syncs with stage s's slice of the others), else
+    the whole model. A segment is sharded over the k GPUs that every replica has holding
+    it: GPU j of each replica gathers shard j, steps it, and then shares it inside its
+    replica (an all-gather over PCIe). payload_bytes(parameters) is the wire size.
+    Every rank runs its collectives in one global order (segment, then phase), so no
+    two ranks can wait on each other.
+    """
+    ops: dict[int, list] = {r: [] for rep in replicas for r in rep.ranks}
+    pipelines = [rep for rep in replicas if rep.kind == "pipeline"]
+    stages = len(pipelines[0].hosts) if pipelines else 1
+    if any(len(p.hosts) != stages for p in pipelines):
+        raise GeosimError("pipelined replicas must have the same number of stages", key="replicas")
+    R = len(replicas)
+    for s in range(stages):
+        owners = []
+        for rep in replicas:
+            holding = [r for r in rep.ranks if rep.kind == "full" or rep.stage_of[r] == s]
+            if rep.kind == "full":  # spread the segments' work over the replica's GPUs
+                shift = s % len(holding)
+                holding = holding[shift:] + holding[:shift]
+            owners.append(holding)
+        reference = pipelines[0] if pipelines else replicas[0]
+        parameters = max(reference.held[r] for r in owners[replicas.index(reference)])
+        k = min(len(o) for o in owners)
+        for j in range(k):
+            group = tuple(o[j] for o in owners)
+            if R > 1:
+                gather = Collective("all_gather", group, R * payload_bytes(parameters) / k, algorithm,
+                                    tag + (s, "gather", j), "sparse pseudo-gradient all-gather")
+                for rank in group:
+                    ops[rank].append(gather)
+            for rank in group:
+                ops[rank].append(outer_step_op(devices[rank], parameters / k))
+        for o in owners:
+            if len(o) > 1:
+                share = Collective("all_gather", tuple(sorted(o)), parameters * SYNC_BYTES_PER_PARAM, "ring",
+                                   tag + (s, "share"), "updated parameters inside the replica")
+                for rank in o:
+                    ops[rank].append(share)
+    return ops
+
+
+def assemble(technique: str, devices: list[Device], replicas: list[Replica], inner_steps: int,
+             sync_ops: dict[int, list], description: str) -> Schedule:
+    """H inner steps of every replica, then each rank's synchronization ops."""
+    programs = {}
+    for rep in replicas:
+        for rank in rep.ranks:
+            program = []
+            for h in range(inner_steps):
+                program += inner_step(rep, rank, h)
+            programs[rank] = program + sync_ops.get(rank, [])
+    memory_parts = {r: parts for rep in replicas for r, parts in rep.memory_parts.items()}
+    return Schedule(technique, devices, programs, {r: sum(p.values()) for r, p in memory_parts.items()}, memory_parts,
+                    description, iterations_per_program=inner_steps)

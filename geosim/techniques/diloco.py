@@ -1,0 +1,115 @@
+"""DiLoCo (Douillard et al. 2023, arXiv:2311.08105): each replica (by default one host,
+data parallel over its PCIe) trains alone for H inner steps; then the replicas
+all-reduce their pseudo-gradients (outer params - inner params) and take an outer
+optimizer step (Nesterov momentum). The wide-area links carry one parameter-sized
+all-reduce per H steps instead of one per step.
+
+With overlap on, Streaming DiLoCo (Douillard et al. 2025, arXiv:2501.18512): the
+parameters are cut into F fragments synced in turn, fragment f launched at inner step
+f*H/F and applied tau steps later, its transfer running while the GPUs train. The
+engine runs one op at a time per GPU, so a background ring all-reduce cannot be
+expressed; instead each GPU sends its shard of the fragment straight to its peer in
+every other replica (non-blocking sends) and receives theirs when the fragment is due.
+For two replicas that is exactly a ring all-reduce's bytes; for R > 2 it sends
+(R-1)/R x more than a ring would (an upper bound).
+
+Options: replicas (lists of host names), inner_steps, outer_optimizer, overlap,
+fragments, overlap_steps, sync_dtype_bytes (each defaults to the params file's [diloco]).
+"""
+
+from __future__ import annotations
+
+from geosim.errors import GeosimError
+from geosim.schedule import Collective, Recv, Schedule, Send
+from geosim.specs import Cluster, Model, Params, Workload
+from geosim.techniques._base import check_dims, devices_of
+from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, add_outer_state, assemble,
+                                        build_replica, inner_step, outer_step_op, replica_hosts, replica_workload)
+
+NAME = "diloco"
+DESCRIPTION = "replica per host, H local steps, then an all-reduce of pseudo-gradients and a Nesterov outer step"
+
+
+def settings(params: Params, options: dict) -> dict:
+    s = {
+        "inner_steps": int(options.get("inner_steps", params.diloco_inner_steps)),
+        "outer_optimizer": options.get("outer_optimizer", params.diloco_outer_optimizer),
+        "overlap": bool(options.get("overlap", params.diloco_overlap)),
+        "fragments": int(options.get("fragments", params.diloco_fragments)),
+        "overlap_steps": int(options.get("overlap_steps", params.diloco_overlap_steps)),
+        "sync_dtype_bytes": float(options.get("sync_dtype_bytes", params.diloco_sync_dtype_bytes)),
+    }
+    if s["inner_steps"] < 1 or s["fragments"] < 1 or s["overlap_steps"] < 0 or s["sync_dtype_bytes"] <= 0:
+        raise GeosimError(f"DiLoCo settings out of range: {s}", key="diloco")
+    if s["outer_optimizer"] not in OUTER_STATE_BYTES:
+        raise GeosimError(f"outer_optimizer must be one of {', '.join(OUTER_STATE_BYTES)}", key="diloco.outer_optimizer")
+    return s
+
+
+def build(cluster: Cluster, model: Model, workload: Workload, params: Params, options: dict | None = None) -> Schedule:
+    check_dims(model, workload)
+    options = options or {}
+    s = settings(params, options)
+    devices = devices_of(cluster)
+    groups = replica_hosts(cluster, options)
+    if any(len(g) != 1 for g in groups):
+        raise GeosimError("DiLoCo replicas are single hosts (use the hybrid technique for pipelined replicas)",
+                          key="replicas")
+    inner_workload = replica_workload(workload, len(groups))
+    replicas = [build_replica(cluster, g, "full", model, inner_workload, params, NAME) for g in groups]
+    add_outer_state(replicas, OUTER_STATE_BYTES[s["outer_optimizer"]], "outer optimizer")
+    H = s["inner_steps"]
+    pseudo_gradient = model.num_params * s["sync_dtype_bytes"]
+    algorithm = params.collectives.get(NAME, "ring")
+    what = (f"{len(replicas)} replicas ({replicas[0].description}), H={H}, {s['outer_optimizer']} outer step, "
+            f"pseudo-gradient {s['sync_dtype_bytes']:g} B/value")
+    if not s["overlap"]:
+        # one all-reduce over every GPU: with H=1 and the training dtype, exactly Data's
+        everyone = tuple(d.rank for d in devices)
+        sync = {}
+        for d in devices:
+            ops = []
+            if len(replicas) > 1:
+                ops.append(Collective("allreduce", everyone, pseudo_gradient, algorithm, ("outer",),
+                                      "pseudo-gradient all-reduce"))
+            sync[d.rank] = ops + [outer_step_op(d, model.num_params)]
+        return assemble(NAME, devices, replicas, H, sync, what)
+    return _streaming(devices, replicas, H, s, model.num_params, what)
+
+
+def _streaming(devices, replicas, H: int, s: dict, num_params: int, what: str) -> Schedule:
+    F = min(s["fragments"], H)  # at most one fragment launched per inner step
+    launch = [f * H // F for f in range(F)]
+    due = [min(start + s["overlap_steps"], H) for start in launch]  # H: applied at the end of the round
+    fragment = num_params / F
+    k = min(len(rep.ranks) for rep in replicas)  # a fragment is sharded over k GPUs of every replica
+    shard_bytes = fragment * s["sync_dtype_bytes"] / k
+    programs = {}
+    for rep in replicas:
+        peers = [other for other in replicas if other is not rep]
+        for j, rank in enumerate(rep.ranks):
+
+            def apply(f, j=j, rank=rank, rep=rep, peers=peers):
+                ops = [Recv(other.ranks[j], ("frag", f)) for other in peers] if j < k else []
+                ops.append(outer_step_op(devices[rank], fragment / len(rep.ranks), f"outer step fragment {f}"))
+                if len(rep.ranks) > 1:
+                    ops.append(Collective("all_gather", rep.ranks, fragment * SYNC_BYTES_PER_PARAM, "ring",
+                                          ("frag-share", f), "updated fragment inside the replica"))
+                return ops
+
+            program = []
+            for h in range(H + 1):
+                # launch before applying: with tau = 0 a fragment is sent, then waited for
+                if j < k:
+                    program += [Send(other.ranks[j], shard_bytes, ("frag", f), p2p=False)
+                                for f in range(F) if launch[f] == h and h < H for other in peers]
+                for f in range(F):
+                    if due[f] == h:
+                        program += apply(f)
+                if h < H:
+                    program += inner_step(rep, rank, h)
+            programs[rank] = program
+    memory_parts = {r: parts for rep in replicas for r, parts in rep.memory_parts.items()}
+    return Schedule(NAME, devices, programs, {r: sum(p.values()) for r, p in memory_parts.items()}, memory_parts,
+                    what + f", streaming {F} fragments overlapped {s['overlap_steps']} steps",
+                    iterations_per_program=H)
