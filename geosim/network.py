@@ -31,6 +31,7 @@ class Route:
     rtt_s: float
     line_rate: float  # bytes/s: the slowest hop's bandwidth
     window_bytes: float  # 0 for paths without TCP (inside a host)
+    stream_rate: float  # bytes/s all of the connection's sockets can move, host-side
     tcp: bool
 
 
@@ -93,7 +94,7 @@ class Network:
         nvlink = same_host and self._intra_kind.get(a.host) == "nvlink"
         rates = [self._gpu_rate(a, nvlink), self._gpu_rate(b, nvlink)]
         one_way = p.intra_host_latency_s
-        window, tcp = 0.0, False
+        window, tcp, streams = 0.0, False, p.streams
         if not same_host:
             path = nx.shortest_path(self.graph, a.host, b.host, weight="one_way_s")
             for u, v in zip(path, path[1:]):
@@ -102,13 +103,15 @@ class Network:
                 rates.append(edge["bandwidth_bps"] / 8)
                 one_way += edge["one_way_s"]
                 link = edge["link"]
-                hop_window = (link.window_bytes if link and link.window_bytes else p.window_bytes) * (
-                    link.streams if link and link.streams else p.streams)
+                hop_streams = link.streams if link and link.streams else p.streams
+                hop_window = (link.window_bytes if link and link.window_bytes else p.window_bytes) * hop_streams
+                streams = hop_streams if not tcp else min(streams, hop_streams)
                 window = hop_window if not tcp else min(window, hop_window)
                 tcp = True
         route = Route(
             hops=tuple(self._hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
+            stream_rate=streams * p.stream_rate_gbps * 1e9 / 8,
         )
         self._routes[key] = route
         return route
@@ -118,8 +121,9 @@ class Network:
         if not route.tcp or route.rtt_s <= 0:
             return 0.0
         p = self.params
-        # a window beyond the path's bandwidth-delay product buys nothing
-        w_max = min(route.window_bytes, route.line_rate * route.rtt_s)
+        # a window beyond the path's bandwidth-delay product buys nothing, and each socket is
+        # also capped by the host's copy rate (NCCL's socket proxy threads)
+        w_max = min(route.window_bytes, route.line_rate * route.rtt_s, route.stream_rate * route.rtt_s)
         cwnd = conn.cwnd
         idle = start - conn.last_active
         rto = route.rtt_s + p.idle_restart_s  # Linux: RTO >= RTT + 200 ms

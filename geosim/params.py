@@ -18,6 +18,7 @@ SCALARS: tuple[tuple[str, str, float], ...] = (
     ("compute.default_efficiency", "default_efficiency", 1.0),
     ("transport.window_mib", "window_bytes", float(MIB)),
     ("transport.streams", "streams", int),
+    ("transport.stream_rate_gbps", "stream_rate_gbps", 1.0),
     ("transport.per_message_overhead_us", "per_message_overhead_s", 1e-6),
     ("transport.p2p_handshake_rtts", "p2p_handshake_rtts", 1.0),
     ("transport.slow_start_after_idle", "slow_start_after_idle", None),
@@ -28,24 +29,53 @@ SCALARS: tuple[tuple[str, str, float], ...] = (
     ("host.lan_rtt_ms", "lan_rtt_s", 1e-3),
     ("host.lan_bandwidth_gbps", "lan_bandwidth_gbps", 1.0),
     ("zero2.bucket_mib", "zero2_bucket_bytes", float(MIB)),
+    ("zero2.gather_bytes_per_param", "zero2_gather_bytes_per_param", 1.0),
     ("shard.collectives_per_layer", "shard_collectives_per_layer", int),
     ("pipeshard.intra_stage", "pipeshard_intra_stage", None),
     ("pipeshard.schedule", "pipeline_schedule", None),
     ("pipeshard.stage_split", "stage_split", None),
     ("memory.workspace_gib", "workspace_gib", 1.0),
     ("memory.optimizer_bytes_per_param", "optimizer_bytes_per_param", 1.0),
+    ("diloco.inner_steps", "diloco_inner_steps", int),
+    ("diloco.outer_optimizer", "diloco_outer_optimizer", None),
+    ("diloco.overlap", "diloco_overlap", None),
+    ("diloco.fragments", "diloco_fragments", int),
+    ("diloco.overlap_steps", "diloco_overlap_steps", int),
+    ("diloco.sync_dtype_bytes", "diloco_sync_dtype_bytes", 1.0),
+    ("sparseloco.inner_steps", "sparseloco_inner_steps", int),
+    ("sparseloco.topk_fraction", "sparseloco_topk_fraction", 1.0),
+    ("sparseloco.bits", "sparseloco_bits", int),
+    ("sparseloco.index_bits", "sparseloco_index_bits", 1.0),
+    ("sparseloco.error_feedback", "sparseloco_error_feedback", None),
+    ("pipeshard.activation_compression", "pipeshard_activation_compression", 1.0),
+    ("hybrid.activation_compression", "hybrid_activation_compression", 1.0),
+    ("convergence.compressed_activation_efficiency", "compressed_activation_efficiency", 1.0),
 )
+# (lowest, highest) for the scalars whose range is narrower than ">= 0"
+BOUNDS = {
+    "diloco.inner_steps": (1, None),
+    "diloco.fragments": (1, None),
+    "diloco.sync_dtype_bytes": (0.125, 8.0),
+    "sparseloco.inner_steps": (1, None),
+    "sparseloco.topk_fraction": (1e-6, 1.0),
+    "sparseloco.bits": (1, 32),
+    "pipeshard.activation_compression": (1e-6, 1.0),
+    "hybrid.activation_compression": (1e-6, 1.0),
+    "convergence.compressed_activation_efficiency": (1e-6, None),
+}
 TABLES = {  # TOML table -> Params field holding a dict
     "compute.efficiency": "efficiency",
     "host.pcie_gbps": "pcie_gbps",
     "collectives": "collectives",
     "overhead.iteration_s": "iteration_overhead_s",
     "overhead.startup_s": "startup_s",
+    "convergence.token_efficiency": "token_efficiency",
 }
 CHOICES = {
     "pipeshard.intra_stage": ("data", "shard"),
     "pipeshard.schedule": ("1f1b", "gpipe"),
     "pipeshard.stage_split": ("uniform", "balanced"),
+    "diloco.outer_optimizer": ("nesterov", "sgd"),
 }
 COLLECTIVE_ALGORITHMS = ("ring", "tree", "hierarchical")
 DEFAULTS_FILE = "params-default.toml"
@@ -91,6 +121,10 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
             values[name] = value
         else:
             _check_number(value, source, key, integer=scale is int)
+            low, high = BOUNDS.get(key, (0.0, None))
+            if value < low or (high is not None and value > high):
+                raise GeosimError(f"must be in [{low:g}, {'inf' if high is None else f'{high:g}'}], got {value!r}",
+                                  source=source, key=key)
             values[name] = int(value) if scale is int else float(value) * scale
     fitted = doc.get("fitted", {})
     if fitted:

@@ -173,6 +173,7 @@ class Params:
     default_efficiency: float
     window_bytes: float  # TCP in-flight window per stream
     streams: int  # sockets NCCL opens per connection
+    stream_rate_gbps: float  # what one socket can move, host-side (copies through host memory)
     per_message_overhead_s: float
     p2p_handshake_rtts: float  # extra round trips per point-to-point send (rendezvous)
     slow_start_after_idle: bool
@@ -185,6 +186,7 @@ class Params:
     lan_bandwidth_gbps: float
     collectives: dict[str, str]  # technique -> ring | tree | hierarchical
     zero2_bucket_bytes: float
+    zero2_gather_bytes_per_param: float  # 2: a 16-bit copy is gathered; 4: fp32 master shards
     shard_collectives_per_layer: int
     pipeshard_intra_stage: str  # data | shard
     pipeline_schedule: str  # 1f1b | gpipe

@@ -1,6 +1,8 @@
 """ZeRO stage 2 (alpa.Zero2Parallel): data parallel, but gradients are reduce-scattered
-and the optimizer state is sharded; updated parameters are all-gathered. Collectives
-go bucket by bucket, so each bucket pays the link's latency."""
+and the optimizer state is sharded; updated parameters are all-gathered (in the
+precision params.zero2_gather_bytes_per_param says: 4 when the fp32 master shards are
+gathered and cast afterwards). Collectives go bucket by bucket, so each bucket pays
+the link's latency."""
 
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
                           buckets, group, ("rs buckets",), "reduce-scatter buckets"))
     # the optimizer updates only this GPU's shard: 1/p of Adam's ~10 FLOPs per parameter
     program.append(Compute(10.0 * model.num_params / p, "optimizer"))
-    program.append(Repeat((Collective("all_gather", group, bucket, algorithm, ("ag",), "parameter all-gather"),),
+    gathered = bucket * params.zero2_gather_bytes_per_param / workload.bytes_per_value
+    program.append(Repeat((Collective("all_gather", group, gathered, algorithm, ("ag",), "parameter all-gather"),),
                           buckets, group, ("ag buckets",), "all-gather buckets"))
     program.append(overhead_op(NAME, params))
     memory = {}
