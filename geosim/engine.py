@@ -60,6 +60,7 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
     mailbox: dict[tuple, simpy.Event] = {}
     barriers: dict[tuple, list] = {}
     repeats: dict[tuple, tuple] = {}
+    sends_by: dict[int, int] = {}
     ends = [[0.0] * len(schedule.devices) for _ in range(iterations)]
     compute = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
     overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
@@ -69,11 +70,11 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
         for op in ops:
             kind = type(op)
             if kind is Send:
+                sends_by[rank] = sends_by.get(rank, 0) + 1
                 key = (rank, op.dst, op.tag, ctx)
                 if ideal_network:
                     delay = 0.0
-                    net.transfers += 1
-                    net.bytes_sent += op.nbytes
+                    net.count(rank, op.nbytes)
                 else:
                     delay = net.send(rank, op.dst, op.nbytes, op.p2p, label=op.tag[0])
                 arrived = env.timeout(delay)
@@ -122,6 +123,7 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
                 for r in range(SIMULATED_REPETITIONS - 1):
                     yield from run_ops(rank, op.ops, ctx + (op.tag, r))
                 last_start, busy, fixed = env.now, compute[it][rank], overhead[it][rank]
+                sent, sends = net.sent_by.get(rank, 0.0), sends_by.get(rank, 0)
                 yield from run_ops(rank, op.ops, ctx + (op.tag, SIMULATED_REPETITIONS - 1))
                 own_end = env.now
                 # Collectives keep the group in lockstep: once warmed up, every member repeats with
@@ -141,6 +143,10 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
                 skipped = remaining * period
                 compute[it][rank] += remaining * (compute[it][rank] - busy)
                 overhead[it][rank] += remaining * (overhead[it][rank] - fixed)
+                # the skipped repetitions send what the last one sent
+                last_sends = sends_by.get(rank, 0) - sends
+                net.count(rank, remaining * (net.sent_by.get(rank, 0.0) - sent), remaining * last_sends)
+                sends_by[rank] = sends_by.get(rank, 0) + remaining * last_sends
                 net.shift_connections(rank, since=start, delta=skipped)
                 if own_end + skipped > env.now:
                     yield env.timeout(own_end + skipped - env.now)

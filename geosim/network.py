@@ -32,6 +32,7 @@ class Route:
     line_rate: float  # bytes/s: the slowest hop's bandwidth
     window_bytes: float  # 0 for paths without TCP (inside a host)
     stream_rate: float  # bytes/s all of the connection's sockets can move, host-side
+    step_rtts: float  # round trips a collective step waits for the receiver's credit (TCP paths)
     tcp: bool
 
 
@@ -72,6 +73,7 @@ class Network:
         self.connections: dict[tuple[int, int], Connection] = {}
         self.bytes_sent = 0.0
         self.transfers = 0
+        self.sent_by: dict[int, float] = {}  # bytes per sending rank
 
     def _hop(self, name: str) -> int:
         if name not in self._hop_index:
@@ -94,7 +96,7 @@ class Network:
         nvlink = same_host and self._intra_kind.get(a.host) == "nvlink"
         rates = [self._gpu_rate(a, nvlink), self._gpu_rate(b, nvlink)]
         one_way = p.intra_host_latency_s
-        window, tcp, streams = 0.0, False, p.streams
+        window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
         if not same_host:
             path = nx.shortest_path(self.graph, a.host, b.host, weight="one_way_s")
             for u, v in zip(path, path[1:]):
@@ -106,12 +108,14 @@ class Network:
                 hop_streams = link.streams if link and link.streams else p.streams
                 hop_window = (link.window_bytes if link and link.window_bytes else p.window_bytes) * hop_streams
                 streams = hop_streams if not tcp else min(streams, hop_streams)
+                step_rtts = max(step_rtts, link.step_rtts if link and link.step_rtts is not None
+                                else p.collective_step_rtts)
                 window = hop_window if not tcp else min(window, hop_window)
                 tcp = True
         route = Route(
             hops=tuple(self._hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
-            stream_rate=streams * p.stream_rate_gbps * 1e9 / 8,
+            stream_rate=streams * p.stream_rate_gbps * 1e9 / 8, step_rtts=step_rtts,
         )
         self._routes[key] = route
         return route
@@ -124,7 +128,7 @@ class Network:
         # a window beyond the path's bandwidth-delay product buys nothing, and each socket is
         # also capped by the host's copy rate (NCCL's socket proxy threads)
         w_max = min(route.window_bytes, route.line_rate * route.rtt_s, route.stream_rate * route.rtt_s)
-        cwnd = conn.cwnd
+        cwnd = min(conn.cwnd, w_max)
         idle = start - conn.last_active
         rto = route.rtt_s + p.idle_restart_s  # Linux: RTO >= RTT + 200 ms
         if p.slow_start_after_idle and idle > rto:
@@ -141,6 +145,11 @@ class Network:
         conn.cwnd = cwnd
         return elapsed
 
+    def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
+        self.transfers += transfers
+        self.bytes_sent += nbytes
+        self.sent_by[src] = self.sent_by.get(src, 0.0) + nbytes
+
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's connections stayed busy through them."""
         for (sender, _), conn in self.connections.items():
@@ -149,22 +158,28 @@ class Network:
 
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
         """Reserve the route for a transfer starting now; return the seconds until it has arrived."""
-        self.transfers += 1
-        self.bytes_sent += nbytes
+        self.count(src, nbytes)
         p, now = self.params, self.env.now
         route = self.route(src, dst)
         conn = self.connections.get((src, dst))
         if conn is None:
             conn = self.connections[(src, dst)] = Connection(cwnd=p.initial_window_bytes)
-        ready = now + (p.p2p_handshake_rtts * route.rtt_s if p2p else 0.0)  # rendezvous before the data
-        free_at = self.free_at
-        # one TCP connection is one byte stream: a send waits for the previous one on it
-        start = max([ready, conn.last_active] + [free_at[h] for h in route.hops])
+        # a p2p send waits for its rendezvous; a collective step over TCP for NCCL's flow
+        # control (the receiver's credit for the step's buffer)
+        sync_rtts = p.p2p_handshake_rtts if p2p else route.step_rtts
+        ready = now + sync_rtts * route.rtt_s
+        start = max(ready, conn.last_active)  # one connection is one byte stream
         serialize = nbytes / route.line_rate
+        # Each hop serves its backlog first come, first served, at line rate. The backlog grows
+        # by line time counted from the request, never from a later start, so a send waiting
+        # for its rendezvous or its connection does not hold the line for anyone else.
+        free_at = self.free_at
+        line_done = start + serialize
         for h in route.hops:
-            free_at[h] = start + serialize
+            free_at[h] = max(free_at[h], now) + serialize
+            line_done = max(line_done, free_at[h])
         # a window-limited flow trickles on after its line time without holding the line
-        done = start + max(serialize, self.flow_time(route, conn, nbytes, start))
+        done = max(line_done, start + self.flow_time(route, conn, nbytes, start))
         conn.last_active = done
         arrival = done + route.one_way_s + p.per_message_overhead_s
         if self.trace is not None:

@@ -21,6 +21,7 @@ SCALARS: tuple[tuple[str, str, float], ...] = (
     ("transport.stream_rate_gbps", "stream_rate_gbps", 1.0),
     ("transport.per_message_overhead_us", "per_message_overhead_s", 1e-6),
     ("transport.p2p_handshake_rtts", "p2p_handshake_rtts", 1.0),
+    ("transport.collective_step_rtts", "collective_step_rtts", 1.0),
     ("transport.slow_start_after_idle", "slow_start_after_idle", None),
     ("transport.initial_window_kib", "initial_window_bytes", 1024.0),
     ("transport.idle_restart_ms", "idle_restart_s", 1e-3),

@@ -15,7 +15,7 @@ from geosim.errors import GeosimError
 from geosim.specs import GIB, Cluster, Model, Params, Workload
 from geosim.techniques import build_schedule
 
-SIMULATED_ITERATIONS = 2
+SIMULATED_ITERATIONS = 3  # the first is cold; steady state = the mean of the others
 
 
 @dataclass
@@ -131,11 +131,16 @@ def predict(cluster: Cluster, model: Model, workload: Workload, technique: str, 
     # rounding in the simulated clock must not leave the parts disagreeing with the whole
     breakdown.exposed_comm_s += steady - breakdown.total_s
 
-    n = result.iterations
+    # a program may cover several iterations (an outer round of H inner steps): the run
+    # has n / k programs, and per-iteration figures are a program's divided by k
+    k = schedule.iterations_per_program
+    programs = max(1.0, result.iterations / k)
     startup = params.startup_s.get(technique, 0.0)
-    run_time = first + (n - 1) * steady
-    run_breakdown = breakdown.scaled(n)
+    run_time = first + (programs - 1) * steady
+    run_breakdown = breakdown.scaled(programs)
     run_breakdown.exposed_comm_s += first - steady  # the cold first iteration: connections still warming
+    if k != 1:
+        steady, first, breakdown = steady / k, first / k, breakdown.scaled(1.0 / k)
     run_breakdown.overhead_s += startup
 
     result.iteration_time_s = steady
@@ -148,7 +153,7 @@ def predict(cluster: Cluster, model: Model, workload: Workload, technique: str, 
     result.tokens_per_s = workload.tokens_per_iteration / steady
     result.iteration_breakdown = breakdown
     result.run_breakdown = run_breakdown
-    result.bytes_per_iteration = real.bytes_sent / simulated_iterations
+    result.bytes_per_iteration = real.bytes_sent / simulated_iterations / k
     result.simulated_events = real.events + ideal.events
     result.wall_s = time.perf_counter() - started
     return result

@@ -174,7 +174,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     links: list[Link] = []
     for i, table in enumerate(doc.get("links", [])):
         prefix = f"links[{i}]."
-        _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "service"},
+        _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service"},
                    {"between", "rtt_ms", "bandwidth_gbps"}, source, prefix)
         ends = table["between"]
         if not isinstance(ends, list) or len(ends) != 2 or ends[0] == ends[1]:
@@ -186,12 +186,15 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         if streams is not None and (isinstance(streams, bool) or not isinstance(streams, int) or streams < 1):
             raise GeosimError(f"must be a whole number >= 1, got {streams!r}", source=source, key=prefix + "streams")
         window = table.get("window_mib")
+        step_rtts = table.get("step_rtts")
+        if step_rtts is not None:
+            _positive(step_rtts, source, prefix + "step_rtts", allow_zero=True)
         links.append(Link(
             a=ends[0], b=ends[1],
             rtt_s=_positive(table["rtt_ms"], source, prefix + "rtt_ms", allow_zero=True) / 1e3,
             bandwidth_bps=_positive(table["bandwidth_gbps"], source, prefix + "bandwidth_gbps") * 1e9,
             window_bytes=None if window is None else _positive(window, source, prefix + "window_mib") * 1024**2,
-            streams=streams,
+            streams=streams, step_rtts=None if step_rtts is None else float(step_rtts),
         ))
     cluster = Cluster(
         name=str(doc.get("name", path.stem)), hosts=tuple(hosts), links=tuple(links), source=source,

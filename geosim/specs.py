@@ -55,6 +55,7 @@ class Link:
     bandwidth_bps: float  # bits per second
     window_bytes: float | None = None
     streams: int | None = None
+    step_rtts: float | None = None  # NCCL flow-control round trips per collective step
 
     @property
     def one_way_s(self) -> float:
@@ -176,6 +177,7 @@ class Params:
     stream_rate_gbps: float  # what one socket can move, host-side (copies through host memory)
     per_message_overhead_s: float
     p2p_handshake_rtts: float  # extra round trips per point-to-point send (rendezvous)
+    collective_step_rtts: float  # round trips each collective step waits for flow control
     slow_start_after_idle: bool
     initial_window_bytes: float
     idle_restart_s: float  # idle time after which TCP restarts from the initial window

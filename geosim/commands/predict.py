@@ -16,6 +16,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--technique", action="append", help="technique(s) to predict (default: all)")
     parser.add_argument("--all-vms-only", action="store_true", help="skip the 'each VM alone' rows")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--target-tokens", metavar="N|chinchilla",
+                        help="also predict the time to train as far as Data gets in N tokens (docs/lowcomm.md)")
+    parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
+                        help="override a technique's token efficiency (Data's tokens / its tokens, same loss)")
+    parser.add_argument("--loss-curves", metavar="FILE",
+                        help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
 
 
 def host_subsets(cluster, all_only: bool) -> list[tuple[str, ...]]:
@@ -41,12 +47,40 @@ def run(args) -> int:
                 if args.rtt_ms is None and args.bandwidth_gbps is None:
                     attach_measurement(prediction, cluster)
                 results.append(prediction)
+    targets = _time_to_target(args, params, results, headers)
     if args.json:
-        print_json({"params": params.source, "predictions": [r.to_dict() for r in results]})
+        print_json({"params": params.source,
+                    "predictions": [r.to_dict() | (targets[i] if targets else {}) for i, r in enumerate(results)]})
         return 0
     for cluster, model, workload in headers:
         print_table(cluster, model, workload, [r for r in results if r.scenario == cluster.name], params.source)
+        if targets:
+            print_targets([(r, t) for r, t in zip(results, targets) if r.scenario == cluster.name])
     return 0
+
+
+def _time_to_target(args, params, results, headers) -> list[dict] | None:
+    """--target-tokens: time-to-target fields per prediction (geosim/convergence.py)."""
+    if not args.target_tokens:
+        return None
+    from geosim import convergence
+
+    models = {cluster.name: model for cluster, model, _ in headers}
+    overrides = convergence.parse_overrides(args.token_efficiency)
+    measured = convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves)) if args.loss_curves else None
+    return convergence.annotate(results, params, lambda p: convergence.target_tokens(args.target_tokens, models[p.scenario]),
+                                overrides, measured)
+
+
+def print_targets(rows) -> None:
+    if not rows:
+        return
+    print(f"  time to target ({rows[0][1]['target_tokens']:.3g} tokens of Data's progress): "
+          f"tokens / token efficiency / tokens per s + start-up")
+    ok = sorted((x for x in rows if x[0].ok), key=lambda x: (len(x[0].hosts), x[1]["time_to_target_s"]))
+    for r, t in ok:
+        print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "
+              f"efficiency {t['token_efficiency']:.3g} ({t['token_efficiency_source']})")
 
 
 def describe_cluster(cluster) -> str:

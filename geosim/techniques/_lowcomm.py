@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from geosim.errors import GeosimError
-from geosim.schedule import Collective, Compute, Device, Recv, Schedule, Send
+from geosim.schedule import Collective, Compute, Device, Recv, Repeat, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques import data as data_technique
 from geosim.techniques import pipeshard as pipeshard_technique
@@ -98,6 +98,9 @@ def _remap(op, rank_of: dict[int, int], prefix: tuple = ()):
         return op._replace(src=rank_of[op.src], tag=prefix + op.tag)
     if kind is Collective:
         return op._replace(group=tuple(rank_of[r] for r in op.group), tag=prefix + op.tag)
+    if kind is Repeat:  # e.g. Data's microbatches: its group and the ops inside move too
+        return op._replace(ops=tuple(_remap(inner, rank_of, prefix) for inner in op.ops),
+                           group=tuple(rank_of[r] for r in op.group), tag=prefix + op.tag)
     return op
 
 

@@ -20,9 +20,13 @@ NAME = "pipeshard"
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
 
 
-def split_layers(n_layer: int, weights: list[float], how: str, explicit: list[int] | None = None) -> list[int]:
-    """Layers per stage: explicit, uniform (earlier stages take the remainder), or proportional to weights."""
-    stages = len(weights)
+def split_layers(n_layer: int, speeds: list[float], how: str, explicit: list[int] | None = None,
+                 extra: list[float] | None = None) -> list[int]:
+    """Layers per stage: explicit, uniform (earlier stages take the remainder), or balanced:
+    the contiguous split that minimizes the slowest stage's time, where stage s holds its
+    layers plus extra[s] layer-equivalents of other work (the LM head on the last stage)
+    and runs at speeds[s]."""
+    stages = len(speeds)
     if explicit is not None:
         if len(explicit) != stages or sum(explicit) != n_layer or min(explicit) < 1:
             raise GeosimError(f"layer split {explicit} must give each of {stages} stages >= 1 layer, "
@@ -31,17 +35,31 @@ def split_layers(n_layer: int, weights: list[float], how: str, explicit: list[in
     if n_layer < stages:
         raise GeosimError(f"{n_layer} layers cannot fill {stages} pipeline stages", key="stages")
     if how == "uniform":
-        base, extra = divmod(n_layer, stages)
-        return [base + (1 if i < extra else 0) for i in range(stages)]
-    total = sum(weights)
-    split = [max(1, round(n_layer * w / total)) for w in weights]
-    while sum(split) > n_layer:  # fix rounding on the stage with the most layers per unit of speed
-        i = max(range(stages), key=lambda k: (split[k] / weights[k]) if split[k] > 1 else -1)
-        split[i] -= 1
-    while sum(split) < n_layer:
-        i = min(range(stages), key=lambda k: split[k] / weights[k])
-        split[i] += 1
-    return split
+        base, rest = divmod(n_layer, stages)
+        return [base + (1 if i < rest else 0) for i in range(stages)]
+    extra = extra or [0.0] * stages
+
+    def greedy(limit: float) -> list[int] | None:
+        split, left = [], n_layer
+        for s in range(stages):
+            most = int(limit * speeds[s] - extra[s] + 1e-9)
+            take = min(most, left - (stages - s - 1))
+            if take < 1:
+                return None
+            split.append(take)
+            left -= take
+        return split if left == 0 else None
+
+    # the best limit is one stage's time for some layer count: search those candidates
+    candidates = sorted({(k + extra[s]) / speeds[s] for s in range(stages) for k in range(1, n_layer + 1)})
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if greedy(candidates[mid]) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return greedy(candidates[lo])
 
 
 def _overlaps(n_from: int, n_to: int) -> list[tuple[int, int, float]]:
@@ -72,7 +90,9 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
         if intra == "data":
             require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh), "the GPUs of a mesh")
     speed = [sum(d.gpu.peak_tflops(workload.precision) * params.gpu_efficiency(d.gpu.name) for d in m) for m in meshes]
-    layers = split_layers(model.n_layer, speed, options.get("stage_split", params.stage_split), options.get("layer_split"))
+    head_in_layers = model.head_forward_flops(1) / model.layer_forward_flops(1, workload.seq_len)
+    layers = split_layers(model.n_layer, speed, options.get("stage_split", params.stage_split), options.get("layer_split"),
+                          extra=[0.0] * (S - 1) + [head_in_layers])
     schedule_kind = options.get("schedule", params.pipeline_schedule)
     bwd_mult = backward_multiplier(workload)
     # activation_compression < 1: activations and their gradients cross between stages

@@ -146,7 +146,7 @@ def _rtt_matrix(rtt_ms, hosts: int) -> list[list[float]]:
 def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None = None, hosts: int = 2,
        jitter_ms: float = 0.0, loss: float = 0.0, ttl_s: float = 3600.0, mtu: int = 1500,
        state: str | None = None, seed: int | None = None, timeout_s: float = 60.0,
-       calibrate: bool = True, offload: bool | None = None) -> WanSlice:
+       calibrate: bool = True, offload: bool | None = None, realtime: bool = True) -> WanSlice:
     """Bring a slice up and return once every host is reachable; usable as a context manager.
 
     rtt_ms: one RTT for every pair, or an N x N matrix (row i, column j = RTT i<->j via i->j
@@ -156,6 +156,7 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
     here) and take it off the emulated delay, so applications see the requested RTT.
     offload: TCP segmentation offload on the TAPs (see netns.open_tap); default on unless
     loss > 0, because the forwarder would drop a whole super-frame as one frame.
+    realtime: run the forwarder SCHED_FIFO so busy training processes do not delay frames.
     """
     if isinstance(hosts, bool) or int(_number(hosts, "--hosts", 2, netns.MAX_HOSTS)) != float(hosts):
         raise GeosimError(f"must be a whole number of hosts, got {hosts!r}", source=SOURCE, key="--hosts")
@@ -199,7 +200,7 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
     bdp = (bandwidth_mbit or 2000) * 1e6 / 8 * max(max(r) for r in matrix) / 1000
     cfg = {"id": sid, "hosts": hosts, "rtt_ms": matrix, "jitter_ms": jitter_ms, "loss": loss,
            "bandwidth_mbit": bandwidth_mbit, "mtu": mtu, "ttl_s": ttl_s, "seed": seed,
-           "offload": offload, "rmem_max": int(min(64 << 20, max(6 << 20, 4 * bdp))), "state_path": path, "state": wan.to_dict()}
+           "offload": offload, "realtime": realtime, "rmem_max": int(min(64 << 20, max(6 << 20, 4 * bdp))), "state_path": path, "state": wan.to_dict()}
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     proc = _spawn_forwarder(cfg, log_path)
     _children[sid] = proc
@@ -230,7 +231,9 @@ def _calibrate(wan: WanSlice, ctl_fd: int) -> dict:
     requested = wan.rtt_ms[0][1]
     if requested <= 0:
         return {"trim_us": 0.0}
-    before = measure_rtt(wan, count=16, interval_s=0.005)["median_ms"]
+    # The minimum, not the median: the path's own overhead is its best case; anything above
+    # it is other processes competing for the CPU, which must not be trimmed off for good.
+    before = measure_rtt(wan, count=16, interval_s=0.005)["min_ms"]
     min_one_way_us = min(r for i, row in enumerate(wan.rtt_ms) for j, r in enumerate(row) if i != j) * 500
     trim_us = max(0.0, min((before - requested) * 500, 1000.0, 0.25 * min_one_way_us))
     os.write(ctl_fd, f"trim_us {trim_us:.1f}\n".encode())

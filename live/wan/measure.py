@@ -63,14 +63,18 @@ def _stop(*procs: subprocess.Popen) -> None:
 
 
 def measure_rtt(wan: WanSlice | None = None, *, src: int = 0, dst: int = 1, count: int = 20,
-                interval_s: float = 0.02) -> dict:
-    """Round trips of a 56-byte UDP datagram from host src to host dst, in milliseconds."""
+                interval_s: float = 0.02, timeout_s: float | None = None) -> dict:
+    """Round trips of a 56-byte UDP datagram from host src to host dst, in milliseconds.
+    A ping without an echo within timeout_s (default max(0.25 s, 4 x RTT + jitter)) is lost."""
     wan = _slice(wan)
+    if timeout_s is None:
+        timeout_s = max(0.25, 4 * wan.rtt_ms[src][dst] / 1000 + 2 * wan.jitter_ms / 1000)
     server, port = _server(wan, dst, "echo")
     try:
-        client = _probe(wan, src, "ping", wan.hosts[dst].address, str(port), str(count), str(interval_s))
+        client = _probe(wan, src, "ping", wan.hosts[dst].address, str(port), str(count), str(interval_s),
+                        str(timeout_s))
         try:
-            budget = 20 + count * (interval_s + 2 * max(wan.rtt_ms[src][dst] / 1000, 0.01))
+            budget = 20 + (count + 1) * (interval_s + timeout_s)
             result = json.loads(_readline(client, budget))
         finally:
             _stop(client)

@@ -1,0 +1,135 @@
+"""Sweep throughput: points per second of the default-shaped sweep, and what Ray and a process pool buy.
+
+    python bench/bench_sweep.py                 # 2,000-point grid (5 slices x 4 techniques x 100 RTTs,
+                                                # 20-epoch predictions) on all cores, then one process
+                                                # vs the local pool vs Ray on a 400-point grid
+    python bench/bench_sweep.py --repeats 5 --skip-ray
+    python bench/bench_sweep.py --scale 1,2,4,8  # predict() wall time on generated N-site x 4-VM x 8-GPU clusters
+
+Every figure is the median of --repeats runs, each into a fresh directory (rows
+are written and fsynced as in a real sweep). Ray's start-up is timed apart from its
+sweep, since a long sweep pays it once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from geosim.scenario import BUILTIN_SCENARIOS  # noqa: E402
+from geosim.sweep import LocalExecutor, RayExecutor, SerialExecutor, make_context, run_sweep  # noqa: E402
+from geosim.sweep_grid import Grid, parse_values  # noqa: E402
+from geosim.techniques import technique_names  # noqa: E402
+
+
+def grid(rtts: int) -> Grid:
+    return Grid({"scenario": list(BUILTIN_SCENARIOS), "technique": technique_names(), "model": ["gpt2m"],
+                 "rtt_ms": parse_values(f"0.1:150:{rtts}log", "float", "rtt")})
+
+
+def _cpu_seconds() -> float:
+    """This process and its reaped children (pool workers are reaped when the pool closes; Ray's are not ours)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed_sweep(g: Grid, ctx, make_executor, repeats: int) -> tuple[float, float, float]:
+    """Medians of sweeping g from scratch: wall seconds (executor start-up excluded), points/s, CPU ms per point."""
+    seconds, cpu = [], []
+    for _ in range(repeats):
+        cpu_before = _cpu_seconds()
+        executor = make_executor()
+        try:
+            with tempfile.TemporaryDirectory() as out:
+                started = time.perf_counter()
+                run = run_sweep(g, ctx, out, executor, progress=False)
+                seconds.append(time.perf_counter() - started)
+                assert run.computed == len(g)
+        finally:
+            executor.close()
+        cpu.append((_cpu_seconds() - cpu_before) / len(g) * 1e3)
+    median = statistics.median(seconds)
+    return median, len(g) / median, statistics.median(cpu)
+
+
+def bench_scale(sites: list[int], vms: int, gpus: int) -> None:
+    from geosim.params import load_params
+    from geosim.predict import predict
+    from geosim.scale import scale_name, scale_scenario
+    from geosim.scenario import get_model
+
+    params = load_params()
+    print(f"\npredict() on generated clusters (N sites x {vms} VMs x {gpus} GPUs, A30, gpt2m, 20 ms):")
+    for n in sites:
+        sc = scale_scenario(scale_name(n, vms, gpus))
+        for tech in technique_names():
+            started = time.perf_counter()
+            pred = predict(sc.cluster, get_model("gpt2m"), sc.workload(), tech, params)
+            wall = time.perf_counter() - started
+            print(f"  {sc.cluster.num_gpus:5d} GPUs  {tech:10s} {pred.status:14s} {wall:8.2f} s  "
+                  f"{pred.simulated_events:>10,} events", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rtts", type=int, default=100, help="RTT values of the big grid (x 20 = points)")
+    parser.add_argument("--small-rtts", type=int, default=20, help="RTT values of the comparison grid")
+    parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--scale", metavar="SITES", help="also time predict() on generated clusters, e.g. 1,2,4,8")
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    big, small = grid(args.rtts), grid(args.small_rtts)
+    ctx = make_context(big)
+    print(f"{cores} cores; medians of {args.repeats} runs; load average {os.getloadavg()[0]:.1f} at start")
+
+    seconds, rate, cpu = timed_sweep(big, ctx, lambda: LocalExecutor(ctx, cores), args.repeats)
+    print(f"\n{len(big)}-point grid (5 slices x 4 techniques x {args.rtts} RTTs, 20 epochs), {cores} local workers: "
+          f"{seconds:.1f} s = {rate:.0f} points/s, {cpu:.1f} CPU ms per point  (target: <= 60 s)")
+
+    print(f"\n{len(small)}-point grid, one process vs parallel:")
+    base_s, base_rate, base_cpu = timed_sweep(small, ctx, lambda: SerialExecutor(ctx), args.repeats)
+    print(f"  one process        {base_s:6.2f} s  {base_rate:6.0f} points/s  1.00x  {base_cpu:5.1f} CPU ms/point")
+    pool_s, pool_rate, pool_cpu = timed_sweep(small, ctx, lambda: LocalExecutor(ctx, cores), args.repeats)
+    print(f"  local pool ({cores})     {pool_s:6.2f} s  {pool_rate:6.0f} points/s  {base_s / pool_s:.2f}x  "
+          f"{pool_cpu:5.1f} CPU ms/point")
+    if not args.skip_ray:
+        started = time.perf_counter()
+        ray_executor = RayExecutor(ctx, "local", num_cpus=cores)
+        startup = time.perf_counter() - started
+        try:  # one Ray instance for every repeat, as one long sweep would have
+            ray_s, ray_rate, _ = timed_sweep(small, ctx, lambda: _Borrowed(ray_executor), args.repeats)
+        finally:
+            ray_executor.close()
+        print(f"  Ray local ({cores} CPUs) {ray_s:6.2f} s  {ray_rate:6.0f} points/s  {base_s / ray_s:.2f}x"
+              f"  (+ {startup:.1f} s to start Ray once; {base_s / (ray_s + startup):.2f}x including it)")
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} (other processes share the cores: compare CPU ms)")
+    if args.scale:
+        bench_scale(parse_values(args.scale, "int", "--scale"), vms=4, gpus=8)
+    return 0
+
+
+class _Borrowed:
+    """An executor used but not closed by timed_sweep (Ray's start-up is measured apart)."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.workers = executor.workers
+
+    def imap(self, fn, items):
+        return self.executor.imap(fn, items)
+
+    def close(self):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Run records -> cases the simulator can predict: cluster, model, workload, technique, target.
+
+A record names its slice (a built-in scenario or a scenario file) or carries the
+scenario inline; scenario files are parsed once per fit (the fit predicts every
+record dozens of times). Errors name the record's file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from geosim.errors import GeosimError
+from geosim.records import RunRecord, validate
+from geosim.scenario import Scenario, get_model, load_scenario
+from geosim.specs import Cluster, Model, Workload
+from geosim.techniques import get_technique
+
+# The measured figure a case is fitted to, in order of preference: a wall-clock
+# total is what the study reports; the others come from Alpa's benchmark and logs.
+METRICS = ("total_time_s", "time_per_iteration_s", "tokens_per_s", "tflops_per_gpu")
+# for these, larger is faster: the residual compares the simulator's figure the same way round
+PREDICTION_FIELD = {"total_time_s": "total_time_s", "time_per_iteration_s": "iteration_time_s",
+                    "tokens_per_s": "tokens_per_s", "tflops_per_gpu": "tflops_per_gpu"}
+
+
+@dataclass
+class Case:
+    where: str  # "runs.jsonl:3": where the record came from, for messages
+    label: str  # "UTAH-GPN/data": short name for tables
+    record: RunRecord
+    slice_key: str  # one key per slice: the scenario's name (fitted per-link values are stored under it)
+    cluster: Cluster
+    model: Model
+    workload: Workload
+    hosts: tuple[str, ...] | None
+    technique: str
+    metric: str | None  # None: nothing to fit to (an out-of-memory or failed record)
+    measured: float | None
+    assumed_workload: tuple[str, ...] = ()  # workload keys the record did not give (defaults used)
+    gpus: frozenset[str] = field(default_factory=frozenset)
+    networked: bool = False  # True when the run spans hosts, so the transport matters
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+
+def read_runs(path: str | Path) -> list[tuple[str, RunRecord]]:
+    """(file:line, record) for every record of a JSON Lines file; empty files are an error."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise GeosimError("no such file", source=str(path)) from None
+    except OSError as exc:
+        raise GeosimError(f"cannot read ({exc.strerror})", source=str(path)) from None
+    runs = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise GeosimError(f"not valid JSON ({exc.msg} at column {exc.colno})", source=where) from None
+        runs.append((where, validate(doc, where)))
+    if not runs:
+        raise GeosimError("no run records in file (empty)", source=str(path))
+    return runs
+
+
+@lru_cache(maxsize=64)
+def _scenario(name_or_path: str) -> Scenario:
+    return load_scenario(name_or_path)
+
+
+def _inline_scenario(doc: dict, where: str) -> Scenario:
+    """A record's inline cluster is scenario-file TOML as JSON: validate it with the same loader."""
+    import tomli_w
+
+    try:
+        text = tomli_w.dumps(doc)
+    except (TypeError, ValueError) as exc:
+        raise GeosimError(f"not a scenario table ({exc})", source=where, key="cluster") from None
+    fd, tmp = tempfile.mkstemp(suffix=".toml", prefix="geosim-inline-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return load_scenario(tmp)
+    except GeosimError as exc:  # name the record, not the temporary file
+        key = f"cluster.{exc.key}" if exc.key else "cluster"
+        raise GeosimError(exc.problem, source=where, key=key) from None
+    finally:
+        os.unlink(tmp)
+
+
+def to_case(where: str, record: RunRecord) -> Case:
+    try:
+        get_technique(record.technique)
+    except GeosimError as exc:
+        raise GeosimError(exc.problem, source=where, key="technique") from None
+    if record.cluster is not None:
+        scenario = _inline_scenario(record.cluster, where)
+        slice_key = str(record.cluster.get("name", f"inline:{where}"))
+    else:
+        try:
+            scenario = _scenario(record.scenario)
+        except GeosimError as exc:
+            raise GeosimError(exc.problem, source=where, key="scenario") from None
+        slice_key = scenario.cluster.name
+    try:
+        if record.model_dims is not None:
+            model = Model(name=record.model, **record.model_dims)
+        else:
+            model = get_model(record.model, scenario.models, source=where)
+    except TypeError as exc:
+        raise GeosimError(f"bad model dimensions ({exc})", source=where, key="model_dims") from None
+    try:
+        workload = scenario.workload(**record.workload)
+    except GeosimError as exc:
+        raise GeosimError(exc.problem, source=where, key=exc.key) from None
+    cluster = scenario.cluster
+    hosts = tuple(record.hosts) if record.hosts else None
+    if hosts:
+        known = {h.name for h in cluster.hosts}
+        for h in hosts:
+            if h not in known:
+                raise GeosimError(f"no host {h!r} in scenario {cluster.name} (hosts: {', '.join(sorted(known))})",
+                                  source=where, key="hosts")
+    used = cluster.subset(hosts) if hosts else cluster
+    metric = next((m for m in METRICS if m in record.measured), None) if record.status == "ok" else None
+    technique_label = record.technique if not hosts or len(hosts) == len(cluster.hosts) else f"{record.technique}@{'+'.join(hosts)}"
+    return Case(
+        where=where, label=f"{slice_key}/{technique_label}", record=record, slice_key=slice_key, cluster=cluster,
+        model=model, workload=workload, hosts=hosts, technique=record.technique, metric=metric,
+        measured=float(record.measured[metric]) if metric else None,
+        assumed_workload=tuple(k for k in ("tokens_per_epoch", "global_batch", "microbatches", "epochs")
+                               if k not in record.workload and k not in scenario.workload_overrides),
+        gpus=frozenset(g.name for h in used.hosts for g in h.gpus), networked=len(used.hosts) > 1,
+    )
+
+
+def load_cases(path: str | Path) -> list[Case]:
+    return [to_case(where, record) for where, record in read_runs(path)]
+
+
+def cases_from_records(records: list[RunRecord], source: str) -> list[Case]:
+    return [to_case(f"{source}#{i + 1}", r) for i, r in enumerate(records)]
+

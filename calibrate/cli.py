@@ -1,0 +1,292 @@
+"""geosim calibrate: import measured runs, fit the simulator to them, cross-validate on the study.
+
+    geosim calibrate import study --out runs.jsonl
+    geosim calibrate import alpa-tsv results.tsv --scenario utah-gpn --global-batch 8 --out runs.jsonl
+    geosim calibrate import alpa-log train.log --scenario utah-gpn --technique pipeshard --model gpt2m --out runs.jsonl
+    geosim calibrate fit runs.jsonl --out fitted.toml [--scenarios-out fitted-scenarios/]
+    geosim calibrate crossval [runs.jsonl] [--json] [--plot crossval.png]
+
+Nothing is written until everything has been read, fitted and checked; files are
+replaced atomically, so a failed command leaves no half-written output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from geosim.errors import GeosimError, require
+
+HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
+IMPORT_KINDS = ("study", "alpa-tsv", "alpa-log", "live")
+
+
+def add_arguments(parser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    p = sub.add_parser("import", help="convert measurements into a run-records file (JSON Lines, geosim.run/1)")
+    p.add_argument("kind", choices=IMPORT_KINDS, help="study: Table II of the study; alpa-tsv: Alpa's benchmark "
+                   "result file; alpa-log: Alpa's GPT-2 training log; live: records written by `geosim live`")
+    p.add_argument("file", nargs="?", help="the file to import (not for 'study')")
+    p.add_argument("--out", required=True, help="run-records file to write (replaced atomically)")
+    p.add_argument("--append", action="store_true", help="keep the records already in --out")
+    p.add_argument("--scenario", help="the slice the Alpa runs ran on (built-in name or scenario file)")
+    p.add_argument("--hosts", help="comma-separated VMs used, if not all of the scenario's")
+    p.add_argument("--technique", help="alpa-log: the technique the run used")
+    p.add_argument("--model", help="alpa-log: the model (catalog name)")
+    p.add_argument("--global-batch", type=int, help="sequences per iteration, if the file does not say")
+    p.add_argument("--microbatches", type=int, help="alpa-log: pipeline microbatches")
+
+    p = sub.add_parser("fit", help="fit parameters to run records; report fit quality and uncertainties")
+    p.add_argument("records", help="run-records file (JSON Lines)")
+    p.add_argument("--out", required=True, help="fitted parameters file to write (what `geosim --params` reads)")
+    p.add_argument("--params", help="starting parameters (default: the shipped defaults)")
+    p.add_argument("--links", choices=("auto", "bandwidth", "window", "none"), default="auto",
+                   help="per-link value fitted for each slice whose link capacity is unknown: auto = what limits "
+                        "the link (line rate on a LAN, TCP window over a WAN); none = global transport only")
+    p.add_argument("--known-links", default="", help="comma-separated slices whose link capacity is known (not fitted)")
+    p.add_argument("--fit-workload", action="store_true",
+                   help="also fit tokens per epoch where the records do not give it (reported as fitted)")
+    p.add_argument("--scenarios-out", metavar="DIR", help="also write each fitted slice's scenario file with its "
+                                                          "fitted link, for `geosim predict --scenario`")
+    p.add_argument("--max-evaluations", type=int, default=25, help="least-squares iterations (default 25)")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
+    p = sub.add_parser("crossval", help="leave-one-technique-out and leave-one-slice-out on the study's Table II")
+    p.add_argument("records", nargs="?", help="run-records file (default: the study's measurements)")
+    p.add_argument("--params", help="starting parameters (default: the shipped defaults)")
+    p.add_argument("--kind", choices=("both", "loto", "loso"), default="both")
+    p.add_argument("--plot", default="crossval.png", help="PNG of predicted vs measured (default crossval.png; "
+                                                          "'' for none)")
+    p.add_argument("--workers", type=int, help="parallel fits (default: one per core)")
+    p.add_argument("--max-evaluations", type=int, default=25, help="least-squares iterations per fit (default 25)")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def run(args) -> int:
+    return {"import": run_import, "fit": run_fit, "crossval": run_crossval}[args.action](args)
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- import
+
+def run_import(args) -> int:
+    from calibrate import importers
+    from calibrate.cases import read_runs, to_case
+    from geosim.records import write_records
+
+    hosts = [h for h in args.hosts.split(",") if h] if args.hosts else None
+    if args.kind != "study" and not args.file:
+        raise GeosimError(f"'import {args.kind}' needs the file to import", source="calibrate import")
+    if args.kind in ("alpa-tsv", "alpa-log") and not args.scenario:
+        raise GeosimError(f"Alpa's files do not say which slice they ran on: give --scenario", source=args.file)
+    if args.kind == "study":
+        records = importers.study_records()
+    elif args.kind == "alpa-tsv":
+        records = importers.alpa_benchmark_records(args.file, args.scenario, global_batch=args.global_batch, hosts=hosts)
+    elif args.kind == "alpa-log":
+        for option in ("technique", "model"):
+            if not getattr(args, option):
+                raise GeosimError(f"Alpa's log does not say the {option}: give --{option}", source=args.file)
+        records = [importers.alpa_log_record(args.file, args.scenario, args.technique, args.model,
+                                             global_batch=args.global_batch, microbatches=args.microbatches,
+                                             hosts=hosts)]
+    else:
+        records = [r for _, r in read_runs(args.file)]
+    # every record must be one the simulator can run: scenario, GPUs, model, technique, workload
+    for i, r in enumerate(records):
+        to_case(f"{args.file or 'study'}#{i + 1}", r)
+    out = Path(args.out)
+    kept = [r for _, r in read_runs(out)] if args.append and out.exists() and out.stat().st_size else []
+    write_records(out, kept + records)
+    print(f"wrote {len(records)} record(s) to {out}" + (f" (after {len(kept)} kept)" if kept else ""))
+    return 0
+
+
+# ----------------------------------------------------------------------------- fit
+
+def run_fit(args) -> int:
+    require("scipy", "calibrate", "geosim calibrate fit")
+    from calibrate.cases import load_cases
+    from calibrate.fit import default_free, fit
+    from geosim.params import load_params
+
+    cases = load_cases(args.records)
+    base = load_params(args.params)
+    known = {s for s in args.known_links.split(",") if s}
+    slices = {c.slice_key for c in cases} - known
+    free = default_free(cases, base, fit_links=set() if args.links == "none" else slices,
+                        link_kind="auto" if args.links == "none" else args.links, fit_workload=args.fit_workload)
+    if not args.json:
+        progress(f"fitting {len(free)} parameters to {sum(c.metric is not None for c in cases)} measured runs "
+                 f"({len(cases)} records) from {args.records}")
+    result = fit(cases, free, base, progress=None if args.json else progress, max_nfev=args.max_evaluations)
+    fitted_table = fitted_summary(result, args.records)
+    scenario_files = fitted_scenarios(result, cases, args.scenarios_out) if args.scenarios_out else {}
+    from geosim.params import write_params
+
+    write_params(result.params, args.out, fitted=fitted_table)
+    for path, text in scenario_files.items():
+        write_atomically(path, text)
+    if args.json:
+        print(json.dumps(fit_to_dict(result, args.out, list(scenario_files)), indent=2, default=str))
+    else:
+        print_fit(result, args.out, list(scenario_files))
+    return 0
+
+
+def fitted_summary(result, records_path: str) -> dict:
+    """The [fitted] table: what the file was fitted on, how well, and each value's uncertainty."""
+    table = {
+        "on": [f"{c.case.record.source}:{c.case.label}" for c in result.cases],
+        "records": str(records_path),
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "method": "scipy.optimize.least_squares (trf) on log(predicted/measured), parameters in log space, "
+                  "1-sigma from the Jacobian",
+        "rms_log_error": round(result.rms_log_error, 5),
+        "median_abs_error": round(result.median_abs_error, 5),
+        "sigma_log": {f.param.name: round(f.sigma_log, 5) if math.isfinite(f.sigma_log) else 1e9
+                      for f in result.fitted},
+        "memory": {"right": result.memory["right"], "total": result.memory["total"]},
+    }
+    if result.links:
+        table["links"] = {s: {k: round(v, 6) for k, v in d.items()} for s, d in result.links.items()}
+    if result.workload:
+        table["workload"] = dict(result.workload)
+    if result.warnings:
+        table["warnings"] = list(result.warnings)
+    return table
+
+
+def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
+    """Each fitted slice's scenario file with the fitted bandwidth/window on its links between sites."""
+    import tomllib
+
+    import tomli_w
+
+    out: dict[Path, str] = {}
+    for slice_key, values in result.links.items():
+        case = next(c for c in cases if c.slice_key == slice_key)
+        if case.record.cluster is not None:
+            doc = dict(case.record.cluster)
+        else:
+            doc = tomllib.loads(Path(case.cluster.source).read_text())
+        sites = {h["name"]: h["site"] for h in doc.get("hosts", [])}
+        for link in doc.get("links", []):
+            a, b = (sites.get(end, end) for end in link["between"])
+            if a != b or len(doc.get("links", [])) == 1:
+                if "bandwidth_gbps" in values:
+                    link["bandwidth_gbps"] = round(values["bandwidth_gbps"], 6)
+                if "window_mib" in values:
+                    link["window_mib"] = round(values["window_mib"], 6)
+        doc["description"] = f"{slice_key} with link values fitted by `geosim calibrate fit` ({values})"
+        out[Path(directory) / f"{slice_key.lower()}.toml"] = tomli_w.dumps(doc)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def fmt_value(v: float) -> str:
+    return f"{v:.4g}" if math.isfinite(v) else "inf"
+
+
+def print_fit(result, out: str, scenario_files: list) -> None:
+    print(f"\nfitted {len(result.fitted)} parameters to {len(result.cases)} measured runs in {result.seconds:.0f} s "
+          f"({result.evaluations} evaluations, {result.predictions} simulations)")
+    print(f"\n  {'parameter':<38} {'value':>10} {'unit':<7} {'1-sigma range':>23}  note")
+    for f in result.fitted:
+        rng = f"{fmt_value(f.low)} .. {fmt_value(f.high)}" if math.isfinite(f.sigma_log) else "unknown"
+        print(f"  {f.param.name:<38} {fmt_value(f.value):>10} {f.param.unit:<7} {rng:>23}  {f.note}")
+    print(f"\n  {'run':<30} {'measured':>12} {'predicted':>12} {'error':>7}")
+    for c in result.cases:
+        unit = "s" if c.case.metric.endswith("_s") else c.case.metric
+        print(f"  {c.case.label:<30} {c.measured:>12.4g} {c.predicted:>12.4g} {c.error:>+7.1%}  {unit}")
+    print(f"\n  fit quality: rms log error {result.rms_log_error:.3f}, median |error| {result.median_abs_error:.1%}, "
+          f"worst {max(abs(c.error) for c in result.cases):.1%}")
+    m = result.memory
+    print(f"  memory outcomes right: {m['right']} of {m['total']} ({m['note']})")
+    for line in result.excluded:
+        print(f"  excluded: {line}")
+    for w in result.warnings:
+        print(f"  warning: {w}")
+    print(f"\nwrote {out}" + "".join(f", {p}" for p in scenario_files))
+
+
+def fit_to_dict(result, out: str, scenario_files: list) -> dict:
+    return {
+        "out": out, "scenario_files": [str(p) for p in scenario_files], "seconds": result.seconds,
+        "parameters": [{"name": f.param.name, "value": f.value, "unit": f.param.unit,
+                        "sigma_log": f.sigma_log if math.isfinite(f.sigma_log) else None,
+                        "low": f.low, "high": f.high if math.isfinite(f.high) else None, "note": f.note}
+                       for f in result.fitted],
+        "runs": [{"record": c.case.where, "label": c.case.label, "metric": c.case.metric, "measured": c.measured,
+                  "predicted": c.predicted, "error": c.error} for c in result.cases],
+        "rms_log_error": result.rms_log_error, "median_abs_error": result.median_abs_error,
+        "memory": result.memory, "excluded": result.excluded, "warnings": result.warnings,
+        "links": result.links, "workload": result.workload,
+    }
+
+
+# ----------------------------------------------------------------------------- crossval
+
+def run_crossval(args) -> int:
+    require("scipy", "calibrate", "geosim calibrate crossval")
+    from calibrate.cases import cases_from_records, load_cases
+    from calibrate.crossval import crossval
+    from calibrate.importers import study_records
+
+    if args.plot:
+        require("matplotlib", "calibrate", "geosim calibrate crossval")
+        if not Path(args.plot).resolve().parent.is_dir():
+            raise GeosimError("no such directory for the plot", source=args.plot)
+    cases = load_cases(args.records) if args.records else cases_from_records(study_records(), "fabric-slm-2026")
+    cases = [c for c in cases if c.metric is not None]
+    if not cases:
+        raise GeosimError("no measured runs to cross-validate on", source=args.records)
+    kinds = ("loto", "loso") if args.kind == "both" else (args.kind,)
+    reports = crossval(cases, params_path=args.params, kinds=kinds, workers=args.workers,
+                       max_nfev=args.max_evaluations, progress=progress)
+    if args.plot:
+        from calibrate.plot import plot_predicted_vs_measured
+
+        plot_predicted_vs_measured({k: [(c.slice, c.technique, c.measured_s, c.predicted_s) for c in r.cells]
+                                    for k, r in reports.items()}, args.plot)
+    if args.json:
+        print(json.dumps({k: r.to_dict() for k, r in reports.items()} | {"plot": args.plot or None}, indent=2))
+        return 0
+    for report in reports.values():
+        print_report(report)
+    if args.plot:
+        print(f"\nwrote {args.plot}")
+    return 0
+
+
+def print_report(report) -> None:
+    title = {"loto": "leave one technique out (fit on the other three, predict the held-out technique)",
+             "loso": "leave one slice out (fit on four slices, predict the fifth from its RTT alone)"}[report.kind]
+    print(f"\n{title}")
+    print(f"  {'slice':<11} {'technique':<10} {'measured':>10} {'predicted':>10} {'error':>8}")
+    for c in sorted(report.cells, key=lambda c: (c.slice, c.measured_s)):
+        print(f"  {c.slice:<11} {c.technique:<10} {c.measured_s / 60:>7.0f} min {c.predicted_s / 60:>6.0f} min "
+              f"{c.error:>+8.1%}")
+    worst = report.worst
+    print(f"  median |error| {report.median_abs_error:.1%}; worst {abs(worst.error):.1%} "
+          f"({worst.slice} {worst.technique})")
+    order = report.order_right()
+    print("  technique order right: " + ", ".join(f"{s} {'yes' if ok else 'NO'}" for s, ok in order.items())
+          + f" ({sum(order.values())} of {len(order)})")

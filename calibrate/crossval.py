@@ -1,0 +1,147 @@
+"""Cross-validation on the study's Table II: does the fitted simulator predict cells it never saw?
+
+(a) leave-one-technique-out (LOTO): fit on three techniques' 15 cells, predict the
+    fourth technique's 5 cells; the held-out technique keeps the default overhead.
+(b) leave-one-slice-out (LOSO): fit on four slices, predict the fifth from its RTT
+    alone: its link keeps the scenario's nominal bandwidth, with the fitted transport.
+
+Folds are independent fits, so they run in a process pool (one per core).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from calibrate.cases import Case
+from calibrate.fit import default_free, fit, predict_with
+from geosim.params import load_params
+from geosim.techniques import STUDY_ORDER
+
+
+@dataclass
+class Cell:
+    slice: str
+    technique: str
+    measured_s: float
+    predicted_s: float
+    fold: str
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1.0
+
+
+@dataclass
+class FoldResult:
+    name: str
+    kind: str  # loto | loso
+    held_out: str
+    cells: list[Cell]
+    train_rms_log_error: float
+    fitted: dict[str, dict]  # parameter -> {value, sigma_log, unit, note}
+    warnings: list[str]
+    seconds: float
+
+
+@dataclass
+class Report:
+    kind: str
+    folds: list[FoldResult] = field(default_factory=list)
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [c for f in self.folds for c in f.cells]
+
+    @property
+    def median_abs_error(self) -> float:
+        return float(np.median([abs(c.error) for c in self.cells]))
+
+    @property
+    def worst(self) -> Cell:
+        return max(self.cells, key=lambda c: abs(c.error))
+
+    def order_right(self) -> dict[str, bool]:
+        """Per slice: do the predictions rank the techniques as the measurements do?"""
+        out = {}
+        for s in dict.fromkeys(c.slice for c in self.cells):
+            cells = [c for c in self.cells if c.slice == s]
+            out[s] = ([c.technique for c in sorted(cells, key=lambda c: c.measured_s)]
+                      == [c.technique for c in sorted(cells, key=lambda c: c.predicted_s)])
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind, "median_abs_error": self.median_abs_error,
+            "worst": {"slice": self.worst.slice, "technique": self.worst.technique, "error": self.worst.error},
+            "order_right": self.order_right(),
+            "cells": [{"slice": c.slice, "technique": c.technique, "measured_s": c.measured_s,
+                       "predicted_s": c.predicted_s, "error": c.error, "fold": c.fold} for c in self.cells],
+            "folds": [{"name": f.name, "held_out": f.held_out, "train_rms_log_error": f.train_rms_log_error,
+                       "fitted": f.fitted, "warnings": f.warnings, "seconds": f.seconds} for f in self.folds],
+        }
+
+
+def folds(cases: list[Case], kinds: tuple[str, ...]) -> list[tuple[str, str, str, list[int], list[int]]]:
+    """(name, kind, held out, train indices, test indices)."""
+    out = []
+    if "loto" in kinds:
+        for t in [t for t in STUDY_ORDER if any(c.technique == t for c in cases)]:
+            test = [i for i, c in enumerate(cases) if c.technique == t]
+            out.append((f"without {t}", "loto", t, [i for i in range(len(cases)) if i not in test], test))
+    if "loso" in kinds:
+        for s in dict.fromkeys(c.slice_key for c in cases):
+            test = [i for i, c in enumerate(cases) if c.slice_key == s]
+            out.append((f"without {s}", "loso", s, [i for i in range(len(cases)) if i not in test], test))
+    return out
+
+
+def run_fold(cases: list[Case], params_path: str | None, name: str, kind: str, held_out: str,
+             train: list[int], test: list[int], max_nfev: int) -> FoldResult:
+    started = time.perf_counter()
+    base = load_params(params_path)
+    train_cases = [cases[i] for i in train]
+    # per-link values only for the slices being fitted: a LOSO slice keeps its scenario's link
+    free = default_free(train_cases, base, fit_links={c.slice_key for c in train_cases})
+    result = fit(train_cases, free, base, max_nfev=max_nfev)
+    predicted = predict_with(result, [cases[i] for i in test])
+    cells = [Cell(r.case.slice_key, r.case.technique, r.measured, r.predicted, name) for r in predicted]
+    fitted = {f.param.name: {"value": f.value, "sigma_log": f.sigma_log, "unit": f.param.unit, "note": f.note}
+              for f in result.fitted}
+    return FoldResult(name, kind, held_out, cells, result.rms_log_error, fitted, result.warnings,
+                      time.perf_counter() - started)
+
+
+def _run_fold_args(args) -> FoldResult:
+    return run_fold(*args)
+
+
+def crossval(cases: list[Case], *, params_path: str | None = None, kinds: tuple[str, ...] = ("loto", "loso"),
+             workers: int | None = None, max_nfev: int = 25, progress=None) -> dict[str, Report]:
+    jobs = [(cases, params_path, name, kind, held, train, test, max_nfev)
+            for name, kind, held, train, test in folds(cases, kinds)]
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    reports = {k: Report(k) for k in kinds}
+    started = time.perf_counter()
+    if progress:
+        progress(f"crossval: {len(jobs)} fits on {workers} worker(s)")
+    if workers == 1:
+        results = map(_run_fold_args, jobs)
+    else:
+        pool = ProcessPoolExecutor(max_workers=workers)
+        results = pool.map(_run_fold_args, jobs)
+    try:
+        for done, r in enumerate(results, start=1):
+            reports[r.kind].folds.append(r)
+            if progress:
+                errors = ", ".join(f"{c.slice}/{c.technique} {c.error:+.0%}" for c in r.cells)
+                progress(f"  [{done}/{len(jobs)}] {r.kind} {r.name}: fit rms log error {r.train_rms_log_error:.3f} "
+                         f"in {r.seconds:.0f} s; held out: {errors}  ({time.perf_counter() - started:.0f} s)")
+    finally:
+        if workers > 1:
+            pool.shutdown(cancel_futures=True)
+    return reports

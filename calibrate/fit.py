@@ -1,0 +1,428 @@
+"""Fit the simulator's parameters to measured runs: scipy least_squares on log-time residuals.
+
+Every free parameter is fitted as x = log(value / initial), so values stay positive,
+the bounds are multiplicative and a finite-difference step of 0.02 is a 2% nudge
+whatever the unit. A residual is log(predicted / measured) of the record's metric
+(a total time for the study, a time per iteration or a throughput for Alpa's files).
+
+One residual evaluation is one predict() per record, so the evaluation caches each
+record's prediction on the values of the parameters that record depends on: a
+finite-difference Jacobian column then re-simulates only the records its parameter
+touches (a link's bandwidth: one slice; a technique's overhead: one technique).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from calibrate.cases import PREDICTION_FIELD, Case
+from geosim.errors import GeosimError
+from geosim.params import SCALARS
+from geosim.predict import Prediction, predict
+from geosim.specs import GIB, Cluster, Params
+from geosim.techniques import build_schedule
+
+SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
+DIFF_STEP = 0.02  # log units: a 2% step; the simulated clock is piecewise (slow-start rounds, buckets)
+POORLY_DETERMINED = math.log(2.0)  # 1-sigma beyond a factor of 2: say the data do not pin it down
+CONDITION_LIMIT = 1e6
+# A per-link value is a slice's deviation from the global transport (window) or from the scenario's
+# nominal capacity (bandwidth). A weak prior, log(value / reference) ~ N(0, LINK_PRIOR_SIGMA), keeps a
+# link the data cannot see (a LAN link's window, a WAN link's idle line rate) at its reference, and
+# makes the global window the typical slice's: what a slice never measured is predicted with.
+LINK_PRIOR_SIGMA = 2.0
+NOT_IDENTIFIABLE = math.log(100.0)  # 1-sigma beyond a factor of 100: the data say nothing about it
+
+
+@dataclass(frozen=True)
+class FreeParam:
+    """One fitted quantity. kind: scalar | efficiency | iteration_overhead | startup | link_bandwidth |
+    link_window | tokens_per_epoch; target: the TOML key, GPU, technique or slice it applies to."""
+
+    kind: str
+    target: str
+    initial: float  # in the unit below
+    lower: float
+    upper: float
+    unit: str
+
+    @property
+    def name(self) -> str:
+        return {
+            "scalar": self.target,
+            "efficiency": f"compute.efficiency.{self.target}",
+            "iteration_overhead": f"overhead.iteration_s.{self.target}",
+            "startup": f"overhead.startup_s.{self.target}",
+            "link_bandwidth": f"link.{self.target}.bandwidth_gbps",
+            "link_window": f"link.{self.target}.window_mib",
+            "tokens_per_epoch": "workload.tokens_per_epoch",
+        }[self.kind]
+
+    def affects(self, case: Case) -> bool:
+        if self.kind == "efficiency":
+            return self.target in case.gpus
+        if self.kind in ("iteration_overhead", "startup"):
+            return self.target == case.technique
+        if self.kind in ("link_bandwidth", "link_window"):
+            return case.networked and self.target == case.slice_key
+        if self.kind == "tokens_per_epoch":
+            return "tokens_per_epoch" in case.assumed_workload
+        if self.target.startswith(("transport.", "host.lan")):
+            return case.networked
+        return True
+
+
+def apply_params(base: Params, free: list[FreeParam], values) -> Params:
+    """The global parameters (not per-link, not workload) set to values."""
+    efficiency, iteration, startup = dict(base.efficiency), dict(base.iteration_overhead_s), dict(base.startup_s)
+    changes: dict = {}
+    for p, v in zip(free, values):
+        if p.kind == "efficiency":
+            efficiency[p.target] = float(v)
+        elif p.kind == "iteration_overhead":
+            iteration[p.target] = float(v)
+        elif p.kind == "startup":
+            startup[p.target] = float(v)
+        elif p.kind == "scalar":
+            name, scale = SCALAR_FIELDS[p.target]
+            changes[name] = max(1, round(v)) if scale is int else float(v) * scale
+    return replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup, **changes)
+
+
+def apply_case(case: Case, cluster: Cluster, free: list[FreeParam], values):
+    """(cluster, workload) of a case with the per-link and workload values that apply to it."""
+    workload = case.workload
+    for p, v in zip(free, values):
+        if not p.affects(case):
+            continue
+        if p.kind in ("link_bandwidth", "link_window"):
+            cluster = with_link(cluster, bandwidth_bps=v * 1e9 if p.kind == "link_bandwidth" else None,
+                                window_bytes=v * 2**20 if p.kind == "link_window" else None)
+        elif p.kind == "tokens_per_epoch":
+            workload = replace(workload, tokens_per_epoch=max(1, round(v)))
+    return cluster, workload
+
+
+def with_link(cluster: Cluster, bandwidth_bps: float | None = None, window_bytes: float | None = None) -> Cluster:
+    """The slice with its links between sites given a fitted bandwidth or window."""
+    from geosim.whatif import wan_links
+
+    change = set(map(id, wan_links(cluster)))
+    links = []
+    for link in cluster.links:
+        if id(link) in change:
+            if bandwidth_bps is not None:
+                link = replace(link, bandwidth_bps=bandwidth_bps)
+            if window_bytes is not None:
+                link = replace(link, window_bytes=window_bytes)
+        links.append(link)
+    return replace(cluster, links=tuple(links))
+
+
+def roomy(cluster: Cluster) -> Cluster:
+    """The same slice with unlimited GPU memory: the time of a run the memory model would refuse.
+    Time does not depend on memory, and a fit needs a time for every measured run."""
+    hosts = tuple(replace(h, gpus=tuple(replace(g, memory_gib=1e9) for g in h.gpus)) for h in cluster.hosts)
+    return replace(cluster, hosts=hosts)
+
+
+class Evaluator:
+    """Predictions of the cases for given free-parameter values, cached per case."""
+
+    def __init__(self, cases: list[Case], free: list[FreeParam], base: Params):
+        self.cases, self.free, self.base = cases, free, base
+        self.clusters = [roomy(c.cluster) for c in cases]
+        self.uses = [tuple(j for j, p in enumerate(free) if p.affects(c)) for c in cases]
+        self.cache: dict[tuple, Prediction] = {}
+        self.predictions = 0
+        # (index of a per-link value, index of the global window it deviates from, or a fixed reference)
+        window = next((j for j, p in enumerate(free) if p.kind == "scalar" and p.target == "transport.window_mib"), None)
+        self.priors = [(j, window if p.kind == "link_window" and window is not None else p.initial)
+                       for j, p in enumerate(free) if p.kind in ("link_bandwidth", "link_window")]
+
+    def predict(self, i: int, values, params: Params | None = None) -> Prediction:
+        key = (i,) + tuple(float(values[j]) for j in self.uses[i])
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        case = self.cases[i]
+        params = params or apply_params(self.base, self.free, values)
+        cluster, workload = apply_case(case, self.clusters[i], self.free, values)
+        result = predict(cluster, case.model, workload, case.technique, params, hosts=case.hosts)
+        if not result.ok:
+            raise GeosimError(f"the simulator cannot run this case: {result.reason}", source=case.where)
+        self.predictions += 1
+        if len(self.cache) > 20000:  # a long fit: forget the oldest half
+            for k in list(self.cache)[:10000]:
+                del self.cache[k]
+        self.cache[key] = result
+        return result
+
+    def values(self, x) -> np.ndarray:
+        return np.array([p.initial for p in self.free]) * np.exp(np.asarray(x, dtype=float))
+
+    def residuals(self, x) -> np.ndarray:
+        values = self.values(x)
+        params = apply_params(self.base, self.free, values)
+        out = np.empty(len(self.cases) + len(self.priors))
+        for i, case in enumerate(self.cases):
+            predicted = getattr(self.predict(i, values, params), PREDICTION_FIELD[case.metric])
+            out[i] = math.log(predicted / case.measured)
+        for k, (j, reference) in enumerate(self.priors):
+            ref = values[reference] if isinstance(reference, int) else reference
+            out[len(self.cases) + k] = math.log(values[j] / ref) / LINK_PRIOR_SIGMA
+        return out
+
+
+@dataclass
+class Fitted:
+    param: FreeParam
+    value: float
+    sigma_log: float  # 1-sigma of log(value): value x/ exp(sigma_log)
+    note: str = ""  # at a bound | poorly determined | not identifiable
+
+    @property
+    def low(self) -> float:
+        return self.value * math.exp(-self.sigma_log) if math.isfinite(self.sigma_log) else 0.0
+
+    @property
+    def high(self) -> float:
+        return self.value * math.exp(self.sigma_log) if math.isfinite(self.sigma_log) else math.inf
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    predicted: float
+    measured: float
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the prediction."""
+        return self.predicted / self.measured - 1.0
+
+
+@dataclass
+class FitResult:
+    params: Params
+    fitted: list[Fitted]
+    cases: list[CaseResult]
+    memory: dict  # right, total, workspace_gib, note
+    warnings: list[str]
+    evaluations: int
+    predictions: int
+    seconds: float
+    excluded: list[str] = field(default_factory=list)
+    links: dict[str, dict[str, float]] = field(default_factory=dict)  # slice -> {bandwidth_gbps|window_mib: v}
+    workload: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rms_log_error(self) -> float:
+        return float(np.sqrt(np.mean([math.log(c.predicted / c.measured) ** 2 for c in self.cases])))
+
+    @property
+    def median_abs_error(self) -> float:
+        return float(np.median([abs(c.error) for c in self.cases]))
+
+    def free_values(self) -> list[float]:
+        return [f.value for f in self.fitted]
+
+
+def fit(cases: list[Case], free: list[FreeParam], base: Params, *, progress=None, max_nfev: int = 25) -> FitResult:
+    """Least squares in log space; uncertainties from the Jacobian at the solution."""
+    from scipy.optimize import least_squares
+
+    started = time.perf_counter()
+    timed = [c for c in cases if c.metric is not None]
+    excluded = [f"{c.where} ({c.label}): {c.status}, nothing to fit to" for c in cases
+                if c.metric is None and c.status != "out-of-memory"]
+    used_free = [p for p in free if any(p.affects(c) for c in timed)]
+    warnings = [f"{p.name}: no record depends on it; left at {p.initial:g} {p.unit}" for p in free if p not in used_free]
+    if not timed:
+        raise GeosimError("no record with a measured time or throughput to fit to")
+    if len(timed) < len(used_free):
+        raise GeosimError(f"{len(timed)} measured records cannot determine {len(used_free)} free parameters "
+                          f"({', '.join(p.name for p in used_free)}): add records or fix parameters")
+    ev = Evaluator(timed, used_free, base)
+    lower = np.log([p.lower / p.initial for p in used_free])
+    upper = np.log([p.upper / p.initial for p in used_free])
+    calls = [0]
+
+    def fun(x):
+        calls[0] += 1
+        r = ev.residuals(x)
+        if progress and calls[0] % 10 == 0:
+            progress(f"  evaluation {calls[0]}: rms log error {np.sqrt(np.mean(r ** 2)):.3f} "
+                     f"({ev.predictions} simulations, {time.perf_counter() - started:.0f} s)")
+        return r
+
+    if used_free:
+        solution = least_squares(fun, np.zeros(len(used_free)), bounds=(lower, upper), method="trf", jac="2-point",
+                                 diff_step=DIFF_STEP, x_scale=1.0, xtol=1e-3, ftol=1e-4, gtol=1e-6, max_nfev=max_nfev)
+        x, jac, active = solution.x, solution.jac, solution.active_mask
+        r = solution.fun
+        if solution.status == 0:
+            warnings.append(f"the fit stopped after {max_nfev} evaluations without converging")
+    else:
+        x, jac, active, r = np.zeros(0), np.zeros((len(timed), 0)), np.zeros(0), fun(np.zeros(0))
+    fitted = uncertainties(used_free, ev.values(x), jac, r, active, warnings)
+    values = ev.values(x)
+    params = apply_params(base, used_free, values)
+    results = [CaseResult(c, getattr(ev.predict(i, values, params), PREDICTION_FIELD[c.metric]), c.measured)
+               for i, c in enumerate(timed)]
+    links: dict[str, dict[str, float]] = {}
+    workload: dict[str, int] = {}
+    for f in fitted:
+        if f.param.kind == "link_bandwidth":
+            links.setdefault(f.param.target, {})["bandwidth_gbps"] = f.value
+        elif f.param.kind == "link_window":
+            links.setdefault(f.param.target, {})["window_mib"] = f.value
+        elif f.param.kind == "tokens_per_epoch":
+            workload["tokens_per_epoch"] = max(1, round(f.value))
+    params, memory = fit_memory(cases, params)
+    assumed = sorted({k for c in timed for k in c.assumed_workload})
+    if assumed:
+        fitted_names = set(workload)
+        told = [k for k in assumed if k not in fitted_names]
+        if told:
+            warnings.append(f"the records do not give {', '.join(told)}: the fit assumed the scenario/default workload "
+                            f"for them, so fitted values are conditional on that assumption")
+    return FitResult(params, fitted, results, memory, warnings, calls[0], ev.predictions,
+                     time.perf_counter() - started, excluded, links, workload)
+
+
+def uncertainties(free: list[FreeParam], values, jac, residuals, active, warnings: list[str]) -> list[Fitted]:
+    """1-sigma of each log-parameter from (J^T J)^-1 scaled by the residual variance; flags what the data
+    cannot determine: parameters at a bound are held there, a near-singular J names its weakest direction."""
+    m, n = jac.shape
+    fitted = [Fitted(p, float(v), math.nan) for p, v in zip(free, values)]
+    inside = [j for j in range(n) if active[j] == 0]
+    for j in range(n):
+        if active[j] != 0:
+            side = "lower" if active[j] < 0 else "upper"
+            fitted[j].note = f"at its {side} bound"
+            warnings.append(f"{free[j].name} = {values[j]:.4g} {free[j].unit} is at its {side} bound "
+                            f"[{free[j].lower:g}, {free[j].upper:g}]: not determined by the data")
+    dof = m - len(inside)
+    if not inside:
+        return fitted
+    J = jac[:, inside]
+    s2 = float(residuals @ residuals) / dof if dof > 0 else math.nan
+    if dof <= 0:
+        warnings.append(f"{m} residuals for {len(inside)} free parameters: no degrees of freedom left, "
+                        f"uncertainties unknown")
+    u, sv, vt = np.linalg.svd(J, full_matrices=False)
+    column_norm = np.linalg.norm(J, axis=0)
+    tiny = sv <= sv[0] / CONDITION_LIMIT if sv[0] > 0 else np.ones_like(sv, dtype=bool)
+    inv_sv2 = np.where(tiny, math.inf, 1.0 / np.where(tiny, 1.0, sv) ** 2)
+    with np.errstate(invalid="ignore"):
+        cov = (vt.T * inv_sv2) @ vt if not tiny.any() else np.linalg.pinv(J.T @ J)
+    for k, j in enumerate(inside):
+        sigma = math.sqrt(max(0.0, s2 * cov[k, k])) if math.isfinite(s2) else math.nan
+        if column_norm[k] < 1e-9:
+            fitted[j].note, sigma = "not identifiable", math.inf
+            warnings.append(f"{free[j].name}: no residual changes with it; not identifiable from these records")
+        elif tiny.any() and abs(vt[np.argmax(tiny)][k]) > 0.3:
+            fitted[j].note, sigma = "not identifiable", math.inf
+            partners = [free[inside[i]].name for i in np.argsort(-abs(vt[np.argmax(tiny)]))[:3] if i != k]
+            warnings.append(f"{free[j].name}: not identifiable from these records (only a combination with "
+                            f"{', '.join(partners)} is)")
+        elif sigma > NOT_IDENTIFIABLE:
+            fitted[j].note = "not identifiable"
+            warnings.append(f"{free[j].name}: not identifiable from these records (1-sigma factor > {math.exp(NOT_IDENTIFIABLE):.0f})")
+        elif sigma > POORLY_DETERMINED:
+            fitted[j].note = "poorly determined"
+            warnings.append(f"{free[j].name}: poorly determined (1-sigma factor {math.exp(min(sigma, 50)):.3g})")
+        fitted[j].sigma_log = sigma
+    return fitted
+
+
+def fit_memory(cases: list[Case], params: Params) -> tuple[Params, dict]:
+    """Count memory outcomes (fits / out of memory) the model gets right; when there are out-of-memory
+    records, choose the per-GPU workspace that gets the most right (the memory model's one free constant)."""
+    judged = [c for c in cases if c.status in ("ok", "out-of-memory")]
+    if not judged:
+        return params, {"right": 0, "total": 0, "workspace_gib": params.workspace_gib, "note": "no records"}
+    margins = []  # GiB left on the tightest GPU with no workspace reserved: the run fits iff workspace <= margin
+    for c in judged:
+        # memory depends on the model, the batch and the technique, not on links or the epoch length
+        used = c.cluster.subset(c.hosts) if c.hosts else c.cluster
+        try:
+            schedule = build_schedule(c.technique, used, c.model, c.workload, params)
+        except GeosimError as exc:
+            if exc.key == "technique":
+                raise
+            margins.append(None)
+            continue
+        gpu = {d.rank: d.gpu for d in schedule.devices}
+        margins.append(min(gpu[r].memory_gib - (need - params.workspace_gib * GIB) / GIB
+                           for r, need in schedule.memory_bytes.items()))
+    fits = [c.status == "ok" for c in judged]
+
+    def right(workspace: float) -> int:
+        return sum(1 for m, ok in zip(margins, fits) if m is not None and (workspace <= m) == ok)
+
+    note = "no out-of-memory records: the workspace is not constrained, left at its value"
+    workspace = params.workspace_gib
+    if not all(fits):
+        grid = np.round(np.arange(0.0, 8.0001, 0.05), 2)
+        best = max(right(w) for w in grid)
+        workspace = float(min((w for w in grid if right(w) == best), key=lambda w: abs(w - params.workspace_gib)))
+        note = f"workspace per GPU chosen from the out-of-memory records: {workspace:g} GiB"
+        params = replace(params, workspace_gib=workspace)
+    return params, {"right": right(workspace), "total": len(judged), "workspace_gib": workspace, "note": note}
+
+
+def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None = None, link_kind: str = "auto",
+                 fit_workload: bool = False, techniques: set[str] | None = None) -> list[FreeParam]:
+    """The modest default set: compute efficiency per GPU type, the transport's window and per-message
+    overhead, a fixed per-iteration overhead per technique, a link value for each slice in fit_links
+    (those whose capacity is unknown) and, if asked, the epoch's length in tokens."""
+    from geosim.whatif import wan_links
+
+    timed = [c for c in cases if c.metric is not None]
+    free: list[FreeParam] = []
+    for gpu in sorted({g for c in timed for g in c.gpus}):
+        free.append(FreeParam("efficiency", gpu, base.gpu_efficiency(gpu), 0.003, 0.9, ""))
+    if any(c.networked for c in timed):
+        free.append(FreeParam("scalar", "transport.window_mib", base.window_bytes / 2**20, 1 / 16, 512.0, "MiB"))
+        free.append(FreeParam("scalar", "transport.per_message_overhead_us", base.per_message_overhead_s * 1e6,
+                              1.0, 1e6, "us"))
+    for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})):
+        free.append(FreeParam("iteration_overhead", technique, max(base.iteration_overhead_s.get(technique, 0.05), 1e-3),
+                              1e-4, 300.0, "s"))
+    seen = set()
+    for c in timed:
+        if not c.networked or c.slice_key in seen or (fit_links is not None and c.slice_key not in fit_links):
+            continue
+        seen.add(c.slice_key)
+        link = wan_links(c.cluster)[0]
+        window = (link.window_bytes or base.window_bytes) * (link.streams or base.streams)
+        # fit what limits the link's rate: the line on a LAN, the TCP window over a WAN (rate = window / RTT)
+        window_bound = link.rtt_s > 0 and window / link.rtt_s < link.bandwidth_bps / 8
+        kind = link_kind if link_kind != "auto" else ("window" if window_bound else "bandwidth")
+        if kind == "bandwidth":
+            free.append(FreeParam("link_bandwidth", c.slice_key, link.bandwidth_bps / 1e9, 0.005, 400.0, "Gbit/s"))
+        else:
+            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / 2**20,
+                                  1 / 64, 512.0, "MiB"))
+    if fit_workload and any("tokens_per_epoch" in c.assumed_workload for c in timed):
+        initial = next(c.workload.tokens_per_epoch for c in timed if "tokens_per_epoch" in c.assumed_workload)
+        free.append(FreeParam("tokens_per_epoch", "workload", float(initial), 1e3, 1e9, "tokens"))
+    return free
+
+
+def predict_with(result: FitResult, cases: list[Case]) -> list[CaseResult]:
+    """Predictions of cases the fit never saw, with the fitted values: a held-out slice without a
+    fitted link keeps its scenario's link (its RTT and the global transport), a held-out technique
+    without a fitted overhead keeps the default one."""
+    free = [f.param for f in result.fitted]
+    timed = [c for c in cases if c.metric is not None]
+    ev = Evaluator(timed, free, result.params)
+    values = result.free_values()
+    return [CaseResult(c, getattr(ev.predict(i, values), PREDICTION_FIELD[c.metric]), c.measured)
+            for i, c in enumerate(timed)]

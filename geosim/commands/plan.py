@@ -1,0 +1,182 @@
+"""geosim plan: every feasible way to train on a slice, ranked, beside Algorithm 1's choice."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from geosim.commands.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
+                                    scenario_names)
+from geosim.commands.predict import describe_cluster
+from geosim.commands.select import print_flips
+from geosim.errors import GeosimError
+from geosim.plan import INTRA_STAGES, Case, Plan, make_plan, measured_plan, parse_duration, twins
+from geosim.records import read_records
+from geosim.select import DEFAULT_DELTA, DEFAULT_SWEEP_MS, parse_rtts, study_records, sweep_rtt
+from geosim.techniques import STUDY_ORDER, get_technique
+from geosim.whatif import with_rtt
+
+HELP = "rank every feasible option (technique x VMs x microbatches x layer split) and compare with Algorithm 1"
+
+
+def add_arguments(parser) -> None:
+    add_workload_arguments(parser)
+    parser.add_argument("--deadline", metavar="TIME",
+                        help="rank the options that finish within TIME (36h, 90min, 5400s) by GPU-hours")
+    parser.add_argument("--max-gpus", type=int, help="only options using at most this many GPUs")
+    parser.add_argument("--technique", action="append",
+                        help="techniques to plan with (repeatable; default: the study's four, data, zero2, shard "
+                             "and pipeshard, so the plan compares with Algorithm 1 like for like)")
+    parser.add_argument("--top", type=int, default=10, help="options to show (default 10)")
+    parser.add_argument("--all", action="store_true", help="simulate every option (no pruning) and list them all")
+    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
+                        help="what a Pipeshard stage does across its GPUs (default: the parameters' choice, data; "
+                             "'both' also tries shard, ~40x slower to plan)")
+    parser.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="Algorithm 1's threshold (default 0.1)")
+    parser.add_argument("--measured", metavar="RUNS.jsonl",
+                        help="rank measured runs instead ('study': the paper's measurements)")
+    parser.add_argument("--sweep-rtt", nargs="?", const=DEFAULT_SWEEP_MS, metavar="MS",
+                        help=f"replan at these RTTs and show where the best plan flips (default {DEFAULT_SWEEP_MS})")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+class Progress:
+    """A line on stderr once planning has taken more than two seconds (and only on a terminal)."""
+
+    def __init__(self, label: str):
+        self.label, self.started, self.shown = label, time.monotonic(), False
+
+    def __call__(self, done: int, total: int) -> None:
+        if sys.stderr.isatty() and time.monotonic() - self.started > 2:
+            print(f"\r  {self.label}: simulated {done} of at most {total} options", end="", file=sys.stderr)
+            self.shown = True
+
+    def close(self):
+        if self.shown:
+            print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
+
+
+def run(args) -> int:
+    if args.max_gpus is not None and args.max_gpus <= 0:
+        raise GeosimError(f"must be > 0, got {args.max_gpus}", source="--max-gpus")
+    if args.top <= 0:
+        raise GeosimError(f"must be > 0, got {args.top}", source="--top")
+    deadline = parse_duration(args.deadline) if args.deadline else None
+    intra = INTRA_STAGES if args.intra_stage == "both" else ((args.intra_stage,) if args.intra_stage else None)
+    techniques = tuple(args.technique) if args.technique else STUDY_ORDER
+    for name in techniques:
+        get_technique(name)  # unknown names fail before any work
+    params = load_params_arg(args)
+    docs = []
+    for name in scenario_names(args):
+        scenario, cluster, model, workload = load_case(name, args)
+        if args.measured:
+            records = study_records() if args.measured == "study" else read_records(args.measured)
+            doc = measured_plan(records, name, cluster, model, workload, args.delta, args.measured)
+            docs.append(doc)
+            if not args.json:
+                print_measured(cluster, model, workload, doc)
+            continue
+        case = Case(cluster, model, workload, params)
+
+        def plan_at(c: Case, label=cluster.name, keep=None if args.all else args.top) -> Plan:
+            progress = Progress(label)
+            try:
+                return make_plan(c, deadline, args.max_gpus, args.delta, keep, intra, techniques, progress)
+            finally:
+                progress.close()
+
+        if args.sweep_rtt:
+            docs.append(sweep(args, case, plan_at))
+            continue
+        plan = plan_at(case)
+        docs.append(plan.to_dict())
+        if not args.json:
+            print_plan(plan, None if args.all else args.top)
+    if args.json:
+        print_json(docs)
+    elif len(docs) > 1 and not args.sweep_rtt and not args.measured:
+        print_summary(docs)
+    return 0
+
+
+def print_plan(plan: Plan, top: int | None) -> None:
+    c = plan.case
+    w = c.workload
+    print(f"\n{c.cluster.name}  ({describe_cluster(c.cluster)})")
+    print(f"  {c.model.name}, {w.epochs} epochs of {w.tokens_per_epoch:,} tokens, batch {w.global_batch} x {w.seq_len}, "
+          f"{w.precision}; params: {c.params.source}")
+    limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
+    limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
+    failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))
+    print(f"  {plan.considered} options: {len(plan.options)} feasible simulated"
+          + (f", {failed}" if failed else "") + (f", {plan.pruned} pruned (cannot make the top {top})" if plan.pruned
+                                                 else "") + (f"; {'; '.join(limits)}" if limits else ""))
+    print(f"  {'#':>3} {'total':>9} {'per epoch':>10} {'GPU-h':>6} {'GPUs':>4} {'TFLOP/s':>7} {'mem/GPU':>8}  option")
+    for i, o in enumerate(plan.options[:top], start=1):
+        p = o.prediction
+        late = "  (misses deadline)" if plan.deadline_s and o.total_time_s > plan.deadline_s else ""
+        print(f"  {i:>3} {fmt_duration(o.total_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
+              f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB  {o.label}{late}")
+    for group in twins(c.cluster):
+        print(f"  {', '.join(group[1:])} {'has' if len(group) == 2 else 'have'} the same GPUs as {group[0]}: "
+              f"options on {group[0]} stand for {'it' if len(group) == 2 else 'them'} too")
+    if plan.deadline_s and not plan.meets_deadline:
+        print(f"  no option finishes within {fmt_duration(plan.deadline_s)}")
+    print(f"  {plan.comparison()}")
+
+
+def print_summary(docs: list[dict]) -> None:
+    print(f"\nSummary ({docs[0]['model']}, predicted): Algorithm 1 against the planner")
+    print(f"  {'slice':<10} {'Algorithm 1':<22} {'time':>8}  {'planner best':<64} {'time':>8} {'ratio':>6}")
+    for d in docs:
+        algo, chosen, best = d["algorithm1"], d["algorithm1_option"], d["best"]
+        a_time = chosen["total_time_s"] if chosen and chosen["status"] == "ok" else None
+        b_time = best["total_time_s"] if best else None
+        ratio = f"{a_time / b_time:.2f}x" if a_time and b_time else "-"
+        print(f"  {d['scenario']:<10} {algo['label'] if algo else '-':<22} {fmt_duration(a_time):>8}  "
+              f"{best['label'] if best else 'none':<64} {fmt_duration(b_time):>8} {ratio:>6}")
+
+
+def print_measured(cluster, model, workload, doc: dict) -> None:
+    print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
+    print(f"  {model.name}, measured runs from {doc['measured']}, scaled to {workload.epochs} epochs")
+    if not doc["options"]:
+        print("  no measured run of this slice and model")
+    for i, row in enumerate(doc["options"], start=1):
+        gpu_h = f"{row['gpu_hours']:.2f}" if row["gpu_hours"] else "-"
+        print(f"  {i:>3} {fmt_duration(row['total_time_s']):>9} {gpu_h:>6} GPU-h  {row['label']}"
+              + ("" if row["status"] == "ok" else f"  ({row['status']})"))
+    if doc["algorithm1"]:
+        print(f"  Algorithm 1 on these measurements picks {doc['algorithm1']['label']}")
+    else:
+        head, _, runs = doc["algorithm1_missing"].partition(": ")
+        print(f"  Algorithm 1 cannot run on these measurements: {head}:")
+        for run_line in runs.split("; "):
+            print(f"    {run_line}")
+
+
+def sweep(args, case: Case, plan_at) -> dict:
+    def choose(rtt_ms):
+        plan = plan_at(Case(with_rtt(case.cluster, rtt_ms / 1e3), case.model, case.workload, case.params),
+                       f"{case.cluster.name} at {rtt_ms:g} ms", keep=1)  # only the best is shown
+        return (plan.best.kind if plan.best else "none"), plan
+
+    rows, flips = sweep_rtt(parse_rtts(args.sweep_rtt), choose)
+    doc = {"scenario": case.cluster.name, "model": case.model.name,
+           "rows": [{"rtt_ms": r, "best": label, "best_option": p.best.label if p.best else None, "total_time_s": p.best.total_time_s if p.best else None,
+                     "algorithm1": p.algorithm.label if p.algorithm else None,
+                     "algorithm1_total_time_s": p.algorithm_option.total_time_s
+                     if p.algorithm_option and p.algorithm_option.ok else None} for r, label, p in rows],
+           "flips": [{"between_ms": [lo, hi], "below": a, "above": b} for lo, hi, a, b in flips]}
+    if not args.json:
+        print(f"\n{case.cluster.name}: the planner's best ({case.model.name}) against RTT, with Algorithm 1's choice")
+        print(f"  {'RTT ms':>8} {'best':>9}  {'plan':<64} {'Alg. 1':>9}  Algorithm 1")
+        for r, _, p in rows:
+            label = p.best.label if p.best else "none"
+            a = p.algorithm_option
+            a_time = a.total_time_s if a is not None and a.ok else None
+            print(f"  {r:>8g} {fmt_duration(p.best.total_time_s if p.best else None):>9}  {label:<64} "
+                  f"{fmt_duration(a_time):>9}  {p.algorithm.label if p.algorithm else '-'}")
+        print_flips(flips)
+    return doc

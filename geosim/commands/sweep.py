@@ -1,0 +1,182 @@
+"""`geosim sweep`: a what-if grid (RTT, bandwidth, model, batch, ...) in parallel, with crossovers."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from geosim.errors import GeosimError
+from geosim.scenario import BUILTIN_SCENARIOS
+from geosim.sweep_grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
+
+HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
+
+DEFAULT_RTT = "native,0.1:150:16log"
+METRICS = ("total_time_s", "time_per_epoch_s")
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("grid (each takes a comma list; numbers also START:STOP:COUNT or START:STOP:COUNTlog)")
+    g.add_argument("--scenario", action="append", metavar="NAME|FILE",
+                   help=f"built-in scenario or scenario file; repeat or comma-separate (default: {', '.join(BUILTIN_SCENARIOS)})")
+    g.add_argument("--sites", metavar="N", help="generate N-site clusters (with --vms-per-site, --gpus-per-vm)")
+    g.add_argument("--vms-per-site", metavar="M", default="1", help="VMs per site of generated clusters (default 1)")
+    g.add_argument("--gpus-per-vm", metavar="G", default="8", help="GPUs per VM of generated clusters (default 8)")
+    g.add_argument("--scale-gpu", metavar="GPU", default="A30", help="GPU type of generated clusters (default A30)")
+    g.add_argument("--rtt-ms", metavar="SPEC", default=None,
+                   help=f"WAN round-trip times in ms; 'native' = the scenario's own (default {DEFAULT_RTT})")
+    g.add_argument("--bandwidth-gbps", metavar="SPEC", default="native", help="WAN bandwidths in Gbit/s (default native)")
+    g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2L (default gpt2m)")
+    g.add_argument("--technique", metavar="SPEC", default=None,
+                   help="techniques, or 'all' (default: the study's data,zero2,shard,pipeshard)")
+    g.add_argument("--gpu", metavar="SPEC", default="native", help="replace every GPU by these types, e.g. A30,H100")
+    g.add_argument("--hosts", metavar="SPEC", default="all", help="VM subsets, e.g. all,vm1,vm2 or vm1+vm2 (default all)")
+    g.add_argument("--batch", metavar="SPEC", help="global batch sizes (sequences per iteration)")
+    g.add_argument("--microbatches", metavar="SPEC", help="pipeline microbatches")
+    g.add_argument("--epochs", metavar="SPEC", help="epochs per prediction (default: the scenario's, 20)")
+    g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
+                   help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
+    r = p.add_argument_group("run")
+    r.add_argument("--out", default="sweep", metavar="DIR", help="results directory; a rerun resumes it (default ./sweep)")
+    r.add_argument("--fresh", action="store_true", help="discard rows already in --out instead of resuming")
+    r.add_argument("--params", metavar="FILE", help="simulator parameters file (default: shipped defaults)")
+    r.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: all cores)")
+    r.add_argument("--ray-address", metavar="ADDR", help="run on a Ray cluster: 'auto', ray://host:10001, or 'local'")
+    r.add_argument("--metric", choices=METRICS, default="total_time_s", help="what crossovers compare (default total_time_s)")
+    r.add_argument("--crossover-axis", choices=("auto", "rtt_ms", "bandwidth_gbps", "none"), default="auto")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def build_grid(args) -> Grid:
+    from geosim.scale import scale_name
+
+    scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
+    if args.sites:
+        scenarios = [] if not args.scenario else scenarios
+        for s in parse_values(args.sites, "int", "--sites"):
+            for v in parse_values(args.vms_per_site, "int", "--vms-per-site"):
+                for g in parse_values(args.gpus_per_vm, "int", "--gpus-per-vm"):
+                    scenarios.append(scale_name(s, v, g, args.scale_gpu))
+    axes = {
+        "scenario": scenarios,
+        "technique": _techniques(args.technique),
+        "model": parse_values(args.model, "str", "--model"),
+        "rtt_ms": parse_values(args.rtt_ms or DEFAULT_RTT, "float", "--rtt-ms", allow_native=True),
+        "bandwidth_gbps": parse_values(args.bandwidth_gbps, "float", "--bandwidth-gbps", allow_native=True),
+        "gpu": parse_values(args.gpu, "str", "--gpu", allow_native=True),
+        "hosts": parse_values(args.hosts, "str", "--hosts"),
+    }
+    for flag, name in (("batch", "global_batch"), ("microbatches", "microbatches"), ("epochs", "epochs")):
+        if getattr(args, flag):
+            axes[name] = parse_values(getattr(args, flag), "int", f"--{flag}")
+    for text in args.set:
+        name, values = parse_assignment(text)
+        axes[name] = values
+    for name in WORKLOAD_KINDS:
+        if WORKLOAD_KINDS[name] == "int" and any(v <= 0 for v in axes.get(name, [])):
+            raise GeosimError("values must be > 0", source=f"--{name}")
+    return Grid(axes)
+
+
+def _techniques(spec: str | None) -> list[str]:
+    from geosim.techniques import STUDY_ORDER, technique_names
+
+    if spec is None:
+        return [t for t in STUDY_ORDER if t in technique_names()]
+    names = parse_values(spec, "str", "--technique")
+    return list(dict.fromkeys(t for n in names for t in (technique_names() if n == "all" else [n])))
+
+
+def run(args) -> int:
+    from geosim.crossover import crossovers, orders_at_ends, pick_axis
+    from geosim.sweep import make_context, make_executor, run_sweep
+    from geosim.sweep_store import write_crossovers
+    from geosim.techniques import technique_names
+
+    grid = build_grid(args)
+    ctx = make_context(grid, args.params, args.metric)
+    axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
+    if axis == "rtt_ms":
+        _warn_same_site(ctx)
+    started = time.perf_counter()
+    executor = make_executor(ctx, args.jobs, args.ray_address)
+    try:
+        result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=not args.quiet and sys.stderr.isatty())
+        found = crossovers(result.rows, ctx, executor, axis, technique_names()) if axis else []
+    except KeyboardInterrupt:
+        from geosim.sweep_store import read_rows
+
+        print(f"geosim sweep: interrupted; {len(read_rows(args.out))} rows are on disk in {args.out}/ "
+              "(rerun the same command to resume)", file=sys.stderr)
+        raise
+    finally:
+        executor.close()
+    write_crossovers(args.out, found)
+    summary = _summary(grid, result, found, axis, executor.name, executor.workers, time.perf_counter() - started, args)
+    summary["orders"] = orders_at_ends(result.rows, axis, args.metric) if axis else []
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def _warn_same_site(ctx) -> None:
+    for name, sc in ctx.scenarios.items():
+        sites = {h.site for h in sc.cluster.hosts}
+        if len(sites) == 1:
+            print(f"geosim sweep: note: {name}: all VMs are at site {sites.pop()}; the simulator routes between them over "
+                  f"the site LAN (lan_rtt_ms = {ctx.params.lan_rtt_s * 1e3:g}) whenever that is faster, so larger RTTs "
+                  "change nothing there", file=sys.stderr)
+
+
+def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dict:
+    statuses: dict[str, int] = {}
+    for row in result.rows:
+        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    return {
+        "out": str(Path(args.out)), "points": result.total, "computed": result.computed, "resumed": result.skipped,
+        "statuses": statuses, "executor": executor, "workers": workers,
+        "sweep_seconds": round(result.seconds, 3), "points_per_s": round(result.points_per_s, 1),
+        "total_seconds": round(seconds, 3), "metric": args.metric, "crossover_axis": axis,
+        "axes": {k: v for k, v in grid.axes.items()},
+        "crossovers": [{k: v for k, v in c.items() if k != "metric"} for c in found],
+    }
+
+
+def format_summary(s: dict) -> str:
+    from geosim.crossover import describe
+
+    unit = {"rtt_ms": "ms", "bandwidth_gbps": "Gbit/s"}.get(s["crossover_axis"], "")
+    statuses = ", ".join(f"{n} {k}" for k, n in sorted(s["statuses"].items()))
+    lines = [f"{s['points']} points in {s['out']}/ ({s['computed']} computed, {s['resumed']} resumed; {statuses})",
+             f"{s['computed']} predictions in {s['sweep_seconds']:.1f} s = {s['points_per_s']:g} points/s "
+             f"on {s['workers']} {s['executor']} worker(s); {s['total_seconds']:.1f} s with crossovers"]
+    flips = [c for c in s["crossovers"] if c["at"] is not None]
+    if s["crossover_axis"]:
+        lines += ["", f"Crossovers on {s['crossover_axis']} ({s['metric']}; bisection on the simulator to 0.1%):"]
+        rows = [(describe(c["point"], s["crossover_axis"]), f"{c['a']} / {c['b']}", f"{c['at']:.4g} {unit}",
+                 c["faster_below"], c["faster_above"]) for c in flips]
+        lines += _table(("where", "pair", "flips at", "faster below", "faster above"), rows) if rows else ["  none in the grid"]
+        if s.get("orders"):
+            lines += ["", "Techniques fastest first, at both ends of the range:"]
+            lines += _table(("where", "low end", "order", "high end", "order"),
+                            [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"]), f"{o['high']['at']:g} {unit}",
+                              _order(o["high"])) for o in s["orders"]])
+    lines += ["", f"plots and report: geosim report {s['out']}"]
+    return "\n".join(lines)
+
+
+def _order(end: dict) -> str:
+    text = " < ".join(end["order"]) or "-"
+    return text + "".join(f"  ({t}: {status})" for t, status in end["not_running"].items())
+
+
+def _table(header, rows) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    out = ["  " + "  ".join(str(h).ljust(w) for h, w in zip(header, widths))]
+    out += ["  " + "  ".join(str(v).ljust(w) for v, w in zip(row, widths)) for row in rows]
+    return out

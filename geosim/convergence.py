@@ -1,0 +1,192 @@
+"""Time to a target: low-communication techniques are faster per token but need more tokens.
+
+    time_to_target_s = target_tokens / token_efficiency / tokens_per_s + startup_s
+
+token_efficiency = tokens Data needs / tokens this technique needs to reach the same
+loss (1.0 for the study's four, which compute the same synchronous update; below 1 for
+DiLoCo, SparseLoCo and the hybrid). Where a value comes from, first match wins:
+  1. the user's override (`--token-efficiency diloco=0.85`),
+  2. measured: loss-vs-tokens curves of live runs (`--loss-curves FILE`): the tokens
+     Data's curve needs to reach a loss, over the tokens the technique's curve needs,
+  3. the parameters file's [convergence.token_efficiency] (shipped defaults: assumed loss
+     gaps from the papers turned into tokens by efficiency_from_loss_gap below).
+
+There is no tokens-to-loss rule for an absolute loss here: the target is a token count
+(what Data would need), e.g. Chinchilla's 20 tokens per parameter.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from geosim.errors import GeosimError
+from geosim.specs import Model, Params
+
+CHINCHILLA_TOKENS_PER_PARAM = 20
+# Hoffmann et al. 2022 (Chinchilla), approach 3: L(N, D) = E + A / N^alpha + B / D^beta
+CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    value: float
+    source: str
+
+
+def efficiency_from_loss_gap(gap: float, num_params: float, tokens: float) -> float:
+    """A technique `gap` (fraction) above Data's loss after `tokens` tokens: how many of
+    those tokens Data needs to reach the technique's loss, by Chinchilla's fit."""
+    c = CHINCHILLA
+    loss = c["E"] + c["A"] / num_params ** c["alpha"] + c["B"] / tokens ** c["beta"]
+    data_term = loss * (1 + gap) - c["E"] - c["A"] / num_params ** c["alpha"]
+    if data_term <= 0:
+        raise GeosimError(f"a loss gap of {gap:g} is below what more data can buy", key="gap")
+    return (c["B"] / data_term) ** (1 / c["beta"]) / tokens
+
+
+def target_tokens(value: str, model: Model) -> int:
+    """--target-tokens: a count (7.1e9, 7100000000) or 'chinchilla' (20 tokens per parameter)."""
+    if value.strip().lower() == "chinchilla":
+        return CHINCHILLA_TOKENS_PER_PARAM * model.num_params
+    try:
+        tokens = float(value)
+    except ValueError:
+        raise GeosimError(f"must be a token count or 'chinchilla', got {value!r}", source="--target-tokens") from None
+    if tokens <= 0:
+        raise GeosimError(f"must be > 0, got {value!r}", source="--target-tokens")
+    return int(tokens)
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, float]:
+    """--token-efficiency TECHNIQUE=VALUE, repeatable."""
+    out = {}
+    for item in items or []:
+        name, _, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not name or number <= 0:
+            raise GeosimError(f"expected TECHNIQUE=VALUE with VALUE > 0, got {item!r}", source="--token-efficiency")
+        out[name.strip()] = number
+    return out
+
+
+# --- measured: loss-vs-tokens curves ---------------------------------------------------
+
+def read_loss_curves(path: str | Path) -> dict[str, list[tuple[float, float]]]:
+    """JSON lines, each an object with "technique" and "loss_curve": [[tokens, loss], ...]
+    (a run record with that extra key, or any object); lines without a curve are skipped.
+    Several curves of one technique are pooled (sorted by tokens)."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise GeosimError("no such file", source=str(path)) from None
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise GeosimError(f"not valid JSON ({exc.msg})", source=where) from None
+        curve = doc.get("loss_curve") if isinstance(doc, dict) else None
+        if curve is None:
+            continue
+        if not isinstance(doc.get("technique"), str):
+            raise GeosimError("a loss curve needs a technique", source=where, key="technique")
+        try:
+            points = [(float(t), float(loss)) for t, loss in curve]
+        except (TypeError, ValueError):
+            raise GeosimError("must be a list of [tokens, loss] pairs", source=where, key="loss_curve") from None
+        curves.setdefault(doc["technique"], []).extend(points)
+    if not curves:
+        raise GeosimError("no loss curves (objects with 'technique' and 'loss_curve')", source=str(path))
+    return {t: sorted(points) for t, points in curves.items()}
+
+
+def tokens_to_loss(curve: list[tuple[float, float]], loss: float) -> float | None:
+    """Tokens at which the curve first reaches `loss`, interpolated linearly; None if never."""
+    previous = None
+    for tokens, value in curve:
+        if value <= loss:
+            if previous is None or previous[1] == value:
+                return tokens
+            t0, l0 = previous
+            return t0 + (l0 - loss) * (tokens - t0) / (l0 - value)
+        previous = (tokens, value)
+    return None
+
+
+def measured_efficiencies(curves: dict[str, list[tuple[float, float]]], target_loss: float | None = None,
+                          baseline: str = "data") -> dict[str, float]:
+    """tokens(baseline) / tokens(technique) to reach target_loss (default: the lowest loss
+    that every curve reaches, so every ratio is measured rather than extrapolated)."""
+    if baseline not in curves:
+        raise GeosimError(f"no loss curve for the baseline technique {baseline!r}", key="loss_curve")
+    if target_loss is None:
+        target_loss = max(min(loss for _, loss in c) for c in curves.values())
+    base = tokens_to_loss(curves[baseline], target_loss)
+    if base is None:
+        raise GeosimError(f"the {baseline} curve never reaches loss {target_loss:g}", key="loss_curve")
+    out = {}
+    for technique, curve in curves.items():
+        tokens = tokens_to_loss(curve, target_loss)
+        if tokens is not None and tokens > 0:
+            out[technique] = base / tokens
+    return out
+
+
+# --- which efficiency a prediction gets --------------------------------------------------
+
+def token_efficiency(technique: str, params: Params, *, compressed_pipeline: bool = False,
+                     overrides: dict[str, float] | None = None, measured: dict[str, float] | None = None) -> Efficiency:
+    """compressed_pipeline: the run sends compressed activations between pipeline stages
+    (Pipeshard with activation_compression < 1, the hybrid when it pipelines)."""
+    if overrides and technique in overrides:
+        return Efficiency(overrides[technique], "given (--token-efficiency)")
+    if measured and technique in measured:
+        return Efficiency(measured[technique], "measured (loss curves)")
+    table = params.token_efficiency
+    if technique == "hybrid" and not compressed_pipeline and "sparseloco" in table:
+        # every host holds a full replica: the hybrid is SparseLoCo
+        return Efficiency(table["sparseloco"], f"{params.source} [convergence.token_efficiency] sparseloco "
+                                               "(no pipelined replica)")
+    if technique not in table:
+        return Efficiency(1.0, "assumed 1.0 (no [convergence.token_efficiency] entry)")
+    value, source = table[technique], f"{params.source} [convergence.token_efficiency]"
+    if compressed_pipeline and technique != "hybrid":  # the hybrid's entry already counts its compression
+        value *= params.compressed_activation_efficiency
+        source += " x compressed_activation_efficiency"
+    return Efficiency(value, source)
+
+
+def time_to_target_s(tokens: float, efficiency: float, tokens_per_s: float, startup_s: float = 0.0) -> float:
+    return tokens / efficiency / tokens_per_s + startup_s
+
+
+def uses_compressed_pipeline(prediction, params: Params) -> bool:
+    """Whether a prediction's run sends compressed activations between pipeline stages."""
+    if prediction.technique == "pipeshard":
+        return params.pipeshard_activation_compression < 1
+    return prediction.technique == "hybrid" and " pipelined " in prediction.description
+
+
+def annotate(predictions: list, params: Params, tokens_for, overrides=None, measured=None) -> list[dict]:
+    """For each prediction, the time-to-target fields (None where it did not run):
+    target_tokens, token_efficiency, token_efficiency_source, time_to_target_s.
+    tokens_for(prediction) gives the target token count (it may depend on the model)."""
+    rows = []
+    for p in predictions:
+        eff = token_efficiency(p.technique, params, compressed_pipeline=uses_compressed_pipeline(p, params),
+                               overrides=overrides, measured=measured)
+        tokens = tokens_for(p)
+        rows.append({
+            "target_tokens": tokens, "token_efficiency": eff.value, "token_efficiency_source": eff.source,
+            "time_to_target_s": time_to_target_s(tokens, eff.value, p.tokens_per_s, p.startup_s or 0.0) if p.ok else None,
+        })
+    return rows

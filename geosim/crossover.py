@@ -1,0 +1,151 @@
+"""Crossovers: the RTT (or bandwidth) at which two techniques' order flips.
+
+The grid only brackets a flip (two neighbouring values where the faster technique
+differs); the point itself is then found by bisection on the simulator, to a relative
+tolerance on the axis. On RTT and bandwidth the bisection runs on the log of the
+value, because predicted times vary over decades there. A pair that flips twice
+between two grid values looks unchanged to the grid and is missed: a finer grid finds it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from geosim.sweep import SweepContext, metric_of
+from geosim.sweep_grid import NATIVE
+
+AXES = ("rtt_ms", "bandwidth_gbps")
+REL_TOL = 1e-3
+
+
+def bisect_flip(f, lo: float, hi: float, *, rel_tol: float = REL_TOL, log: bool = True, max_steps: int = 100):
+    """A root of f between lo and hi, where f(lo) and f(hi) differ in sign.
+
+    Returns (x, steps): x is the middle of the last bracket, whose width is at most
+    rel_tol * x. f may return None (the point does not run): that is an error here.
+    """
+    f_lo, f_hi = f(lo), f(hi)
+    if f_lo is None or f_hi is None or ((f_lo > 0) == (f_hi > 0) and f_lo != 0 and f_hi != 0):
+        raise ValueError(f"f does not change sign on [{lo:g}, {hi:g}]: f(lo)={f_lo}, f(hi)={f_hi}")
+    if f_lo == 0:
+        return lo, 0
+    if f_hi == 0:
+        return hi, 0
+    log = log and lo > 0
+    steps = 0
+    while hi - lo > rel_tol * (lo + hi) / 2 and steps < max_steps:
+        mid = math.sqrt(lo * hi) if log else (lo + hi) / 2
+        f_mid = f(mid)
+        steps += 1
+        if f_mid is None:
+            raise ValueError(f"f is undefined at {mid:g} inside the bracket")
+        if f_mid == 0:
+            return mid, steps
+        if (f_mid > 0) == (f_lo > 0):
+            lo, f_lo = mid, f_mid
+        else:
+            hi = mid
+    return (math.sqrt(lo * hi) if log else (lo + hi) / 2), steps
+
+
+def _group_key(point: dict, axis: str) -> str:
+    rest = {k: v for k, v in point.items() if k not in ("technique", axis)}
+    return repr(sorted(rest.items()))
+
+
+def find_brackets(rows: list[dict], axis: str, metric: str, order: list[str]) -> tuple[list[dict], list[dict]]:
+    """From grid rows: (bisection jobs for each bracketed flip, summaries of pairs that never flip)."""
+    groups: dict[str, dict[str, dict[float, float | None]]] = {}
+    templates: dict[str, dict] = {}
+    for row in rows:
+        point = row["point"]
+        if point[axis] == NATIVE:
+            continue  # a native point sits on the curve but cannot be re-set: not a bracket end
+        key = _group_key(point, axis)
+        templates.setdefault(key, point)
+        value = row.get(metric) if row["status"] == "ok" else None
+        groups.setdefault(key, {}).setdefault(point["technique"], {})[point[axis]] = value
+    jobs, steady = [], []
+    for key, by_tech in groups.items():
+        techs = [t for t in order if t in by_tech] + sorted(t for t in by_tech if t not in order)
+        for a, b in itertools.combinations(techs, 2):
+            xs = sorted(x for x in by_tech[a] if by_tech[a][x] is not None and by_tech[b].get(x) is not None)
+            if not xs:
+                continue
+            base = {"point": templates[key], "a": a, "b": b, "axis": axis, "metric": metric}
+            diffs = [by_tech[a][x] - by_tech[b][x] for x in xs]
+            flips = [(xs[i], xs[i + 1]) for i in range(len(xs) - 1) if (diffs[i] > 0) != (diffs[i + 1] > 0)]
+            for lo, hi in flips:
+                jobs.append({**base, "lo": lo, "hi": hi})
+            if not flips:
+                steady.append({**base, "at": None, "range": [xs[0], xs[-1]],
+                               "faster": a if diffs[0] < 0 else b})
+    return jobs, steady
+
+
+def solve(ctx: SweepContext, job: dict) -> dict:
+    """Bisect one bracketed flip on the simulator (runs in a worker)."""
+    axis, template = job["axis"], job["point"]
+
+    seen: dict[float, float | None] = {}
+
+    def diff(x: float):
+        if x not in seen:
+            ta = metric_of({**template, "technique": job["a"], axis: x}, ctx)
+            tb = metric_of({**template, "technique": job["b"], axis: x}, ctx)
+            seen[x] = None if ta is None or tb is None else ta - tb
+        return seen[x]
+
+    at, steps = bisect_flip(diff, job["lo"], job["hi"])
+    faster_below = job["a"] if diff(job["lo"]) < 0 else job["b"]
+    other = job["b"] if faster_below == job["a"] else job["a"]
+    return {**job, "at": at, "steps": steps, "evaluations": 2 * len(seen),
+            "faster_below": faster_below, "faster_above": other}
+
+
+def crossovers(rows: list[dict], ctx: SweepContext, executor, axis: str, order: list[str]) -> list[dict]:
+    jobs, steady = find_brackets(rows, axis, ctx.metric, order)
+    for index, job in enumerate(jobs):
+        job["index"] = index
+    found = sorted(executor.imap(solve, jobs), key=lambda c: c.pop("index"))  # the rows' order, not completion order
+    return found + steady
+
+
+def orders_at_ends(rows: list[dict], axis: str, metric: str) -> list[dict]:
+    """Per group, the techniques fastest first at the lowest and the highest value of the axis."""
+    groups: dict[str, dict] = {}
+    for row in rows:
+        point = row["point"]
+        if point[axis] == NATIVE:
+            continue
+        group = groups.setdefault(_group_key(point, axis), {"where": describe(point, axis), "by_x": {}})
+        group["by_x"].setdefault(point[axis], []).append(row)
+    out = []
+    for group in groups.values():
+        ends = {}
+        for end, x in (("low", min(group["by_x"])), ("high", max(group["by_x"]))):
+            at = group["by_x"][x]
+            ok = sorted((r for r in at if r["status"] == "ok"), key=lambda r: r[metric])
+            ends[end] = {"at": x, "order": [r["technique"] for r in ok],
+                         "not_running": {r["technique"]: r["status"] for r in at if r["status"] != "ok"}}
+        out.append({"where": group["where"], **ends})
+    return out
+
+
+def describe(point: dict, axis: str) -> str:
+    """Where a crossover lives, in words: scenario, model and whatever else is not at its default."""
+    parts = [point["scenario"], point["model"]]
+    for key, value in point.items():
+        if key not in ("scenario", "model", "technique", axis, "workload") and value not in (NATIVE, "all"):
+            parts.append(f"{key}={value}")
+    parts += [f"{k}={v}" for k, v in point["workload"].items()]
+    return " ".join(parts)
+
+
+def pick_axis(grid_axes: dict) -> str | None:
+    """The axis to find crossovers on: RTT if the grid varies it, else bandwidth, else none."""
+    for axis in AXES:
+        if len([v for v in grid_axes.get(axis, []) if v != NATIVE]) > 1:
+            return axis
+    return None

@@ -1,0 +1,211 @@
+"""Sweep plots (matplotlib, PNG and SVG): time vs RTT per technique, and the stacked breakdown.
+
+Rows are the dicts of a sweep's results.jsonl. Each technique keeps one colour in
+every figure. Points that do not run are marked on the x axis in their technique's colour: an x for out of
+memory, a bar for infeasible (a plan that cannot be built, e.g. more pipeline
+stages than layers). Measured times (the study's Table II, run records) are drawn
+as black-edged diamonds at the RTT they were measured at.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from geosim.errors import require
+from geosim.sweep_grid import NATIVE
+
+COLORS = {"data": "#1f77b4", "zero2": "#ff7f0e", "shard": "#2ca02c", "pipeshard": "#d62728"}
+PARTS = (("run_compute_s", "compute", "#4c72b0"), ("run_exposed_comm_s", "exposed communication", "#dd8452"),
+         ("run_bubble_s", "pipeline bubble", "#8c8c8c"), ("run_overhead_s", "overhead", "#c7c7c7"))
+AXIS_LABELS = {"rtt_ms": "WAN round-trip time (ms)", "bandwidth_gbps": "WAN bandwidth (Gbit/s)"}
+EFFECTIVE = {"rtt_ms": "wan_rtt_ms", "bandwidth_gbps": "wan_bandwidth_gbps"}
+MAX_PANELS = 12
+
+
+def _pyplot():
+    matplotlib = require("matplotlib", extra="sweep", command="geosim report")
+    matplotlib.use("Agg")  # files only: no display on servers
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+EXTRA_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+
+
+def _color(technique: str) -> str:
+    """The study's four keep fixed colours; other techniques take the rest in name order."""
+    if technique in COLORS:
+        return COLORS[technique]
+    from geosim.techniques import technique_names
+
+    others = [t for t in technique_names() if t not in COLORS]
+    index = others.index(technique) if technique in others else len(others)
+    return EXTRA_COLORS[index % len(EXTRA_COLORS)]
+
+
+def panel_key(row: dict, axis: str) -> tuple:
+    """What one panel holds: every point field but technique and the swept axis."""
+    p = row["point"]
+    return tuple((k, repr(v)) for k, v in p.items() if k not in ("technique", axis))
+
+
+def panel_title(row: dict, axis: str) -> str:
+    p = row["point"]
+    extra = [f"{k}={v}" for k, v in p.items() if k not in ("scenario", "technique", "model", axis, "workload")
+             and v not in (NATIVE, "all")]
+    extra += [f"{k}={v}" for k, v in p["workload"].items()]
+    return " ".join([row["cluster"], row["model"], f"{row.get('num_gpus', '?')} GPUs"] + extra)
+
+
+def _save(fig, base: Path) -> list[Path]:
+    paths = [base.with_suffix(".png"), base.with_suffix(".svg")]
+    fig.savefig(paths[0], dpi=110)  # the layout is already tight (tight_layout): no second pass
+    fig.savefig(paths[1])
+    return paths
+
+
+def _grid(plt, n: int, width=4.6, height=3.4):
+    cols = min(n, 3)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)
+
+
+def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", metric: str = "total_time_s",
+                      crossovers: list[dict] = (), measured: list[dict] = ()) -> list[Path]:
+    """One panel per scenario (and per model, batch, ...): a line per technique on log-log axes."""
+    plt = _pyplot()
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.transforms import blended_transform_factory
+
+    panels: dict[tuple, list[dict]] = {}
+    for row in rows:
+        panels.setdefault(panel_key(row, axis), []).append(row)
+    keys = list(panels)[:MAX_PANELS]
+    fig, axes = _grid(plt, len(keys))
+    # hours for whole runs, minutes per epoch: numbers a person reads without converting
+    scale, ylabel = {"total_time_s": (3600, "whole run (hours)"), "time_per_epoch_s": (60, "per epoch (minutes)")}[metric]
+    seen_marks = set()
+    for ax, key in zip(axes, keys):
+        group = panels[key]
+        bottom = blended_transform_factory(ax.transData, ax.transAxes)
+        for tech in dict.fromkeys(r["technique"] for r in group):
+            pts = sorted(((r[EFFECTIVE[axis]], r) for r in group if r["technique"] == tech), key=lambda p: p[0])
+            # the scenario as given is a marker, not part of the line: its other links may differ from the what-if's
+            ok = [(x, r[metric] / scale) for x, r in pts if r["status"] == "ok" and r["point"][axis] != NATIVE]
+            if ok:
+                ax.plot(*zip(*ok), "-o", ms=3, lw=1.5, color=_color(tech), label=tech)
+            for x, r in pts:
+                if r["status"] == "ok" and r["point"][axis] == NATIVE:
+                    ax.plot([x], [r[metric] / scale], "o", mfc="none", mec=_color(tech), ms=8, mew=1.5)
+                    seen_marks.add("native")
+                if r["status"] != "ok":
+                    mark = "x" if r["status"] == "out-of-memory" else "|"
+                    ax.plot([x], [0.04], mark, color=_color(tech), ms=8, mew=2, transform=bottom, clip_on=False)
+                    seen_marks.add(r["status"])
+        flips: list[list] = []  # [x, labels]: flips within 3% of each other share one line
+        for c in sorted((c for c in crossovers if c.get("at") is not None
+                         and panel_key({"point": c["point"]}, axis) == key), key=lambda c: c["at"]):
+            label = f"{c['a'][:2]}/{c['b'][:2]}"
+            if flips and c["at"] < flips[-1][0] * 1.03:
+                flips[-1][1].append(label)
+            else:
+                flips.append([c["at"], [label]])
+        for x, labels in flips:
+            ax.axvline(x, color="grey", lw=0.8, ls=":")
+            ax.text(x, 0.97, " " + ", ".join(labels), transform=bottom, fontsize=7, va="top", rotation=90)
+        for m in measured:
+            if m["panel"] == key:
+                ax.plot([m["x"]], [m["y"] / scale], "D", color=_color(m["technique"]), mec="black", ms=6, zorder=5)
+                seen_marks.add("measured")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())  # minor labels on short log ranges: clutter, and slow
+        if not any(r["status"] == "ok" for r in group):
+            ax.set_ylim(0.1, 10)
+            ax.text(0.5, 0.5, "no point runs here", transform=ax.transAxes, ha="center", color="grey")
+        low, high = ax.get_ylim()
+        if high < 4 * low:  # a flat curve should look flat, not fill the panel with tick labels
+            mid = (low * high) ** 0.5
+            ax.set_ylim(mid / 2, mid * 2)
+        ax.set_title(panel_title(group[0], axis), fontsize=9)
+        ax.set_xlabel(AXIS_LABELS.get(axis, axis), fontsize=8)
+        ax.set_ylabel(f"predicted time, {ylabel}", fontsize=8)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.tick_params(labelsize=7)
+    handles = [Line2D([], [], color=_color(t), marker="o", ms=3, label=t)
+               for t in dict.fromkeys(r["technique"] for r in rows)]
+    extra = {"native": Line2D([], [], ls="", marker="o", mfc="none", mec="black", label="scenario as given"),
+             "out-of-memory": Line2D([], [], ls="", marker="x", color="black", mew=2, label="out of memory"),
+             "infeasible": Line2D([], [], ls="", marker="|", color="black", mew=2, label="infeasible"),
+             "measured": Line2D([], [], ls="", marker="D", color="white", mec="black", label="measured")}
+    handles += [h for k, h in extra.items() if k in seen_marks]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    paths = _save(fig, base)
+    plt.close(fig)
+    return paths
+
+
+def breakdown_rows(rows: list[dict], axis: str = "rtt_ms") -> dict[tuple, list[dict]]:
+    """Per panel, one row per technique: the native point if the grid has it, else the middle value."""
+    panels: dict[tuple, dict[str, list[dict]]] = {}
+    for row in rows:
+        panels.setdefault(panel_key(row, axis), {}).setdefault(row["technique"], []).append(row)
+    chosen = {}
+    for key, by_tech in panels.items():
+        picks = []
+        for tech, group in by_tech.items():
+            native = [r for r in group if r["point"].get(axis) == NATIVE]
+            group = sorted(group, key=lambda r: r[EFFECTIVE.get(axis, "wan_rtt_ms")])
+            picks.append(native[0] if native else group[len(group) // 2])
+        chosen[key] = picks
+    return chosen
+
+
+def plot_breakdown(rows: list[dict], base: Path, *, axis: str = "rtt_ms", measured: list[dict] = ()) -> list[Path]:
+    """Per scenario, a stacked bar per technique: compute / exposed communication / bubble / overhead.
+    A measured time for the same case is a black dash across its bar."""
+    plt = _pyplot()
+    from matplotlib.lines import Line2D
+
+    panels = breakdown_rows(rows, axis)
+    keys = list(panels)[:MAX_PANELS]
+    fig, axes = _grid(plt, len(keys), width=4.0, height=3.2)
+    for ax, key in zip(axes, keys):
+        picks = panels[key]
+        names = [r["technique"] for r in picks]
+        bottoms = [0.0] * len(picks)
+        for field, label, color in PARTS:
+            heights = [(r.get(field) or 0.0) / 3600 for r in picks]
+            ax.bar(names, heights, bottom=bottoms, color=color, label=label, width=0.6)
+            bottoms = [b + h for b, h in zip(bottoms, heights)]
+        for i, r in enumerate(picks):
+            m = next((m for m in measured if m["panel"] == key and m["technique"] == r["technique"]
+                      and r["point"].get(axis) == NATIVE), None)
+            if m is not None:
+                ax.plot([i], [m["y"] / 3600], "_", color="black", ms=28, mew=2.5, zorder=5)
+            if r["status"] != "ok":
+                ax.text(i, 0, "OOM" if r["status"] == "out-of-memory" else "n/a", ha="center", va="bottom",
+                        color="red", fontsize=8, fontweight="bold")
+        x = picks[0][EFFECTIVE.get(axis, "wan_rtt_ms")]
+        unit = "ms" if axis == "rtt_ms" else "Gbit/s"
+        ax.set_title(f"{panel_title(picks[0], axis)} @ {x:.3g} {unit}", fontsize=8)
+        ax.set_ylabel("hours, whole run", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, axis="y", alpha=0.25)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if measured:
+        handles.append(Line2D([], [], ls="", marker="_", color="black", ms=14, mew=2.5, label="measured"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    paths = _save(fig, base)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,79 @@
+"""Generated clusters far beyond the study's: N sites x M VMs per site x G GPUs per VM.
+
+A generated scenario is named by a string, "scale:SITESxVMSxGPUS[:GPU[:nvlink]]"
+(e.g. "scale:16x8x8:A30" = 1,024 A30s), so a sweep point stays a small picklable
+dict and every worker rebuilds the same cluster from its name.
+
+Topology: every pair of sites is joined by one WAN link (a full mesh, as FABRIC's
+L2STS services give); VMs of a site share the site's LAN (params.lan_*).
+"""
+
+from __future__ import annotations
+
+import re
+
+from geosim.errors import GeosimError
+from geosim.scenario import Scenario, gpu_catalog
+from geosim.specs import Cluster, Host, Link
+
+PREFIX = "scale:"
+DEFAULT_GPU = "A30"
+DEFAULT_RTT_MS = 20.0
+DEFAULT_BANDWIDTH_GBPS = 10.0
+MAX_GPUS = 65_536  # a sanity bound: the engine simulates every rank
+_NAME = re.compile(r"^scale:(\d+)x(\d+)x(\d+)(?::([A-Za-z0-9_.-]+))?(?::(pcie|nvlink))?$")
+
+
+def is_scale_name(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def scale_name(sites: int, vms_per_site: int, gpus_per_vm: int, gpu: str = DEFAULT_GPU, intra_host: str = "pcie") -> str:
+    name = f"{PREFIX}{sites}x{vms_per_site}x{gpus_per_vm}:{gpu}"
+    return name + (":nvlink" if intra_host == "nvlink" else "")
+
+
+def make_cluster(sites: int, vms_per_site: int, gpus_per_vm: int, gpu: str = DEFAULT_GPU, *,
+                 rtt_ms: float = DEFAULT_RTT_MS, bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS,
+                 intra_host: str = "pcie", name: str | None = None) -> Cluster:
+    for what, value in (("sites", sites), ("vms_per_site", vms_per_site), ("gpus_per_vm", gpus_per_vm)):
+        if value < 1:
+            raise GeosimError(f"must be >= 1, got {value}", key=what)
+    if sites * vms_per_site < 2:
+        raise GeosimError("a generated cluster needs at least 2 VMs (one VM has no network to sweep)", key="vms_per_site")
+    total = sites * vms_per_site * gpus_per_vm
+    if total > MAX_GPUS:
+        raise GeosimError(f"{total} GPUs is more than {MAX_GPUS}", key="gpus_per_vm")
+    catalog = gpu_catalog()
+    if gpu not in catalog:
+        raise GeosimError(f"unknown GPU {gpu!r} (known: {', '.join(catalog)})", key="gpu")
+    card = catalog[gpu]
+    hosts = tuple(Host(f"s{s}v{v}", f"site{s}", (card,) * gpus_per_vm, intra_host)
+                  for s in range(sites) for v in range(vms_per_site))
+    links = tuple(Link(f"site{a}", f"site{b}", rtt_ms / 1e3, bandwidth_gbps * 1e9)
+                  for a in range(sites) for b in range(a + 1, sites))
+    if not links:  # one site: its VMs still talk over an explicit link the what-ifs can change
+        links = tuple(Link(hosts[0].name, h.name, rtt_ms / 1e3, bandwidth_gbps * 1e9) for h in hosts[1:])
+    return Cluster(name=name or scale_name(sites, vms_per_site, gpus_per_vm, gpu, intra_host), hosts=hosts, links=links,
+                   source=name or "<generated>")
+
+
+def default_workload(sites: int, vms_per_site: int, gpus_per_vm: int, microbatches: int = 4) -> dict:
+    """One sequence per GPU per microbatch: the smallest batch that every technique can
+    split (data parallelism needs each microbatch divisible over all GPUs)."""
+    return {"global_batch": sites * vms_per_site * gpus_per_vm * microbatches, "microbatches": microbatches}
+
+
+def scale_scenario(name: str) -> Scenario:
+    match = _NAME.match(name)
+    if not match:
+        raise GeosimError("a generated scenario is named scale:SITESxVMSxGPUS[:GPU[:nvlink]], e.g. scale:16x8x8:A30",
+                          source=name)
+    sites, vms, gpus = (int(g) for g in match.group(1, 2, 3))
+    gpu = match.group(4) or DEFAULT_GPU
+    intra = match.group(5) or "pcie"
+    try:
+        cluster = make_cluster(sites, vms, gpus, gpu, intra_host=intra, name=name)
+    except GeosimError as exc:
+        raise GeosimError(exc.problem, source=name, key=exc.key) from None
+    return Scenario(cluster, default_workload(sites, vms, gpus), {})

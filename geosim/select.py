@@ -1,0 +1,325 @@
+"""The study's technique selection (Algorithm 1 of arXiv:2602.02632), on pluggable probes.
+
+A probe trains the model briefly with one technique on some VMs and returns the
+average TFLOP/s per GPU, 0 when the run fails. Where the number comes from is a
+ProbeSource: the simulator (geosim.select.PredictedProbes), run records
+(MeasuredProbes) or real runs (geosim.select_live.LiveProbes). Algorithm 1 itself
+only sees the numbers, so it is written once, exactly as the reference restates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from geosim.errors import GeosimError
+from geosim.predict import predict
+from geosim.records import RunRecord
+from geosim.reference import STUDY_EPOCHS, study_measurements
+from geosim.specs import Cluster, Model, Params, Workload
+
+DEFAULT_DELTA = 0.1
+NO_CHOICE = "none: more GPU memory needed"
+TECHNIQUE_LABEL = {"data": "Data", "zero2": "ZeRO2", "shard": "Shard", "pipeshard": "Pipeshard"}
+
+
+@dataclass(frozen=True)
+class Probe:
+    technique: str
+    hosts: tuple[str, ...]
+    tflops: float  # per GPU; 0 when the run failed, as the algorithm requires
+    status: str  # ok | out-of-memory | infeasible | failed | interrupted
+    detail: str = ""  # why it failed, or where the figure came from
+
+
+class MissingProbe(GeosimError):
+    """A measured probe that no record holds; carries the command that would measure it."""
+
+    def __init__(self, technique: str, hosts: tuple[str, ...], command: str):
+        self.technique, self.hosts, self.command = technique, hosts, command
+        super().__init__(f"no record of {technique} on {'+'.join(hosts)}")
+
+
+class ProbeSource(Protocol):
+    kind: str  # predicted | measured | live
+
+    def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe: ...
+
+
+@dataclass
+class Selection:
+    """What Algorithm 1 chose, the probe values it saw and the branch that decided."""
+
+    technique: str | None  # None: no technique fits ("none: more GPU memory needed")
+    hosts: tuple[str, ...]
+    branch: str  # pipeshard | single-vm | zero2 | none
+    reason: str
+    probes: dict[str, Probe]  # Tp, Td1, Ts1, Td2, Ts2 and, when probed, Tz2
+    tz: float
+    delta: float
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        if self.technique is None:
+            return NO_CHOICE
+        return f"{TECHNIQUE_LABEL.get(self.technique, self.technique)} on {'+'.join(self.hosts)}"
+
+    def to_dict(self) -> dict:
+        doc = asdict(self)
+        doc["label"] = self.label
+        return doc
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{(a - b) / b:+.3f}" if b > 0 else "undefined (divisor 0)"
+
+
+def algorithm1(source: ProbeSource, v1: str, v2: str, delta: float = DEFAULT_DELTA) -> Selection:
+    """Algorithm 1, step for step. Ties go to V1 and to Data, as in the restatement (>=)."""
+    if not 0 < delta <= 1:
+        raise GeosimError(f"must be in (0, 1], got {delta:g}", source="--delta")
+    wanted = {"Tp": ("pipeshard", (v1, v2)), "Td1": ("data", (v1,)), "Ts1": ("shard", (v1,)),
+              "Td2": ("data", (v2,)), "Ts2": ("shard", (v2,))}
+    probes, missing = {}, []
+    for name, (technique, hosts) in wanted.items():
+        try:
+            probes[name] = source.probe(technique, hosts)
+        except MissingProbe as exc:  # collect them all: one error listing every run still needed
+            missing.append(exc)
+    if missing:
+        raise _missing_error(missing)
+    t = {name: p.tflops for name, p in probes.items()}
+    tp, td1, ts1, td2, ts2 = t["Tp"], t["Td1"], t["Ts1"], t["Td2"], t["Ts2"]
+    tz = max(td1, td2, ts1, ts2)
+    pick = dict(probes=probes, tz=tz, delta=delta, source=source.kind)
+    gain_p = f"(Tp - Tz) / Tz = {_ratio(tp, tz)}"
+    gain_z = f"(Tz - Tp) / Tp = {_ratio(tz, tp)}"
+
+    if tz > 0 and (tp - tz) / tz > delta:
+        return Selection("pipeshard", (v1, v2), "pipeshard", f"{gain_p} > delta {delta:g}", **pick)
+    if tp > 0 and (tz - tp) / tp > delta:
+        reason = f"{gain_z} > delta {delta:g}: one VM beats the pipeline"
+        if max(td1, ts1) >= max(td2, ts2):
+            technique, vm = ("data" if td1 >= ts1 else "shard"), v1
+        else:
+            technique, vm = ("data" if td2 >= ts2 else "shard"), v2
+        return Selection(technique, (vm,), "single-vm", reason, **pick)
+
+    if tz == 0 and tp == 0:
+        why = "Tp = 0 and Tz = 0 (every probe failed)"
+    elif tz == 0:
+        why = f"Tz = 0 (every single-VM probe failed), so the Pipeshard test needs Tz > 0; {gain_z} <= delta"
+    elif tp == 0:
+        why = f"Tp = 0 (Pipeshard failed), so the single-VM test needs Tp > 0; {gain_p} <= delta"
+    else:
+        why = f"|gap| within delta {delta:g}: {gain_p}, {gain_z}"
+    probes["Tz2"] = tz2 = _one(source, "zero2", (v1, v2))
+    notes = []
+    if tz == 0 < tp:
+        notes.append("Pipeshard ran (Tp > 0) but Algorithm 1 returns it only when some single-VM probe ran too")
+    if tp == 0 < tz:
+        notes.append("a single VM ran (Tz > 0) but Algorithm 1 returns one only when Pipeshard ran too")
+    if tz2.tflops > 0:
+        return Selection("zero2", (v1, v2), "zero2", f"{why}; Tz2 > 0", notes=notes, **pick)
+    return Selection(None, (), "none", f"{why}; Tz2 = 0", notes=notes, **pick)
+
+
+def _one(source: ProbeSource, technique: str, hosts: tuple[str, ...]) -> Probe:
+    try:
+        return source.probe(technique, hosts)
+    except MissingProbe as exc:
+        raise _missing_error([exc]) from None
+
+
+def _missing_error(missing: list[MissingProbe]) -> GeosimError:
+    runs = "; ".join(f"{m.technique} on {'+'.join(m.hosts)}: {m.command}" for m in missing)
+    return GeosimError(f"missing probe(s) for Algorithm 1, measure them first: {runs}", source="--measured")
+
+
+# -- probe sources ---------------------------------------------------------------------------
+
+
+class PredictedProbes:
+    """Probes the simulator predicts: steady-state TFLOP/s per GPU, 0 when it predicts a failure."""
+
+    kind = "predicted"
+
+    def __init__(self, cluster: Cluster, model: Model, workload: Workload, params: Params):
+        self.cluster, self.model, self.workload, self.params = cluster, model, workload, params
+
+    def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:
+        p = predict(self.cluster, self.model, self.workload, technique, self.params, hosts=hosts)
+        if not p.ok:
+            return Probe(technique, hosts, 0.0, p.status, p.reason or "")
+        return Probe(technique, hosts, p.tflops_per_gpu, "ok", p.description)
+
+
+class MeasuredProbes:
+    """Probes read from run records: the latest record of the same scenario, model, technique and VMs."""
+
+    kind = "measured"
+
+    def __init__(self, records: list[RunRecord], cluster: Cluster, scenario: str, model: Model,
+                 workload: Workload, path: str, record_hint: str | None = None):
+        self.cluster, self.model, self.workload, self.path = cluster, model, workload, path
+        self.record_hint = record_hint or path  # the file the suggested `geosim live run` should write
+        names = {scenario.lower(), cluster.name.lower(), (cluster.reference_slice or "").lower()}
+        self.records = [r for r in records if r.model == model.name and _scenario_of(r).lower() in names]
+        self.all_hosts = frozenset(h.name for h in cluster.hosts)
+        self.scenario = scenario
+
+    def find(self, technique: str, hosts: tuple[str, ...]) -> RunRecord | None:
+        same = [r for r in self.records if r.technique == technique
+                and frozenset(r.hosts or self.all_hosts) == frozenset(hosts)]
+        return max(same, key=lambda r: r.when) if same else None
+
+    def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:
+        record = self.find(technique, hosts)
+        if record is None:
+            raise MissingProbe(technique, hosts, live_command(technique, self.model.name, hosts, self.workload.epochs,
+                                                              self.scenario, self.record_hint))
+        where = f"record {record.run_id} ({record.source}, {record.when})"
+        if record.status != "ok":
+            return Probe(technique, hosts, 0.0, record.status, f"{where}: {record.error or record.status}")
+        tflops = record_tflops(record, self.model, self.workload, self.cluster.subset(hosts).num_gpus)
+        if tflops is None:
+            raise GeosimError(f"record {record.run_id} ({technique} on {'+'.join(hosts)}) has no TFLOP/s "
+                              "or time per iteration", source=self.path)
+        return Probe(technique, hosts, tflops, "ok", where)
+
+
+def _scenario_of(record: RunRecord) -> str:
+    if record.scenario:
+        return record.scenario.rsplit("/", 1)[-1].removesuffix(".toml")
+    return str((record.cluster or {}).get("name", ""))
+
+
+def record_tflops(record: RunRecord, model: Model, workload: Workload, gpus: int) -> float | None:
+    """The record's TFLOP/s, else derived from its time per iteration (Alpa's formula, its own batch)."""
+    if "tflops_per_gpu" in record.measured:
+        return float(record.measured["tflops_per_gpu"])
+    batch = record.workload.get("global_batch", workload.global_batch)
+    seq = record.workload.get("seq_len", workload.seq_len)
+    step = record.measured.get("time_per_iteration_s")
+    if step:
+        return model.alpa_flops_per_iteration(batch, seq) / step / gpus / 1e12
+    total, epochs = record.measured.get("total_time_s"), record.workload.get("epochs")
+    if total and epochs:  # a whole run's time (start-up included), over the tokens it trained on
+        tokens = epochs * record.workload.get("tokens_per_epoch", workload.tokens_per_epoch)
+        return model.alpa_flops_per_iteration(batch, seq) / (batch * seq) * tokens / total / gpus / 1e12
+    return None
+
+
+def live_command(technique: str, model: str, hosts: tuple[str, ...], epochs: int, scenario: str, path: str) -> str:
+    # `geosim live run` records no VM names yet, so say where to run and what the record must hold
+    return (f"`geosim live run --technique {technique} --model {model} --epochs {epochs} --scenario {scenario} "
+            f"--record {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
+
+
+def study_records() -> list[RunRecord]:
+    """The study's measurements (gpt2m on all 4 GPUs of each slice) as run records."""
+    out = []
+    for m in study_measurements():
+        measured = {"total_time_s": m.total_time_s}
+        if m.tflops_per_gpu is not None:
+            measured["tflops_per_gpu"] = m.tflops_per_gpu
+        out.append(RunRecord(technique=m.technique, model=m.model, status="ok", scenario=m.scenario,
+                             workload={"epochs": STUDY_EPOCHS}, measured=measured, source="fabric-slm-2026",
+                             when="2026-01-01T00:00:00+00:00", run_id=f"study-{m.scenario}-{m.technique}"))
+    return out
+
+
+class LiveProbes:
+    """Probes that really train, through `geosim live run` in a fresh process per probe.
+
+    A process each, because JAX fixes its device count when it starts. On one machine
+    the VMs become CPU devices: a one-VM probe gets `devices_per_vm` devices and the
+    V1+V2 probe twice as many (Pipeshard then puts one stage on each half), so V1 and
+    V2 are the same hardware here and Td1 ~ Td2. `extra_args` go to `geosim live run`
+    as they are.
+    """
+
+    kind = "live"
+
+    def __init__(self, model: str, global_batch: int, microbatches: int, *, epochs: int | None = None,
+                 steps: int | None = None, devices_per_vm: int = 2, record: str | None = None,
+                 extra_args: tuple[str, ...] = (), log=None):
+        self.model, self.batch, self.microbatches = model, global_batch, microbatches
+        self.epochs, self.steps, self.devices_per_vm = epochs, steps, devices_per_vm
+        self.record, self.extra_args, self.log = record, tuple(extra_args), log
+
+    def command(self, technique: str, hosts: tuple[str, ...]) -> list[str]:
+        import sys
+
+        cmd = [sys.executable, "-m", "geosim", "live", "run", "--technique", technique, "--model", self.model,
+               "--batch", str(self.batch), "--cpu-devices", str(self.devices_per_vm * len(hosts)), "--json"]
+        cmd += ["--steps", str(self.steps)] if self.steps else ["--epochs", str(self.epochs or 1)]
+        if technique == "pipeshard":
+            cmd += ["--microbatches", str(self.microbatches)]
+        if self.record:
+            cmd += ["--record", self.record]
+        return cmd + list(self.extra_args)
+
+    def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:
+        import json
+        import subprocess
+
+        cmd = self.command(technique, hosts)
+        if self.log:
+            self.log(f"probe {technique} on {'+'.join(hosts)}: {' '.join(cmd[1:])}")
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            doc = json.loads(done.stdout)
+        except json.JSONDecodeError:  # no record at all: the command itself was wrong, not the training
+            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise GeosimError(f"live probe {technique} on {'+'.join(hosts)} produced no record: {last}",
+                              source="--live") from None
+        where = f"live run {doc.get('run_id', '?')}"
+        if doc.get("status") != "ok":
+            return Probe(technique, hosts, 0.0, doc.get("status", "failed"), f"{where}: {doc.get('error', '')}")
+        return Probe(technique, hosts, float(doc.get("measured", {}).get("tflops_per_gpu", 0.0)), "ok", where)
+
+
+# -- how the choice moves with latency --------------------------------------------------------
+
+
+DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
+
+
+def parse_rtts(text: str) -> list[float]:
+    """'0.1,1,10' or 'START:STOP:STEP' (ms, STOP included) -> sorted RTTs in ms."""
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0 or stop < start:
+                raise ValueError
+            values = [start + i * step for i in range(int((stop - start) / step + 1e-9) + 1)]
+        else:
+            values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise GeosimError(f"expected ms values like 0.1,1,10,100 or 0:100:10, got {text!r}", source="--sweep-rtt") from None
+    if not values or min(values) < 0:
+        raise GeosimError(f"needs RTTs >= 0 ms, got {text!r}", source="--sweep-rtt")
+    return sorted(set(values))
+
+
+def sweep_rtt(rtts_ms: list[float], choose, bisect_steps: int = 8) -> tuple[list, list]:
+    """choose(rtt_ms) -> (label, row) at each RTT; where the label changes between two
+    neighbouring RTTs, bisect to locate the flip. Returns (rows, flips) with rows as
+    (rtt_ms, label, row) and flips as (low_ms, high_ms, label_below, label_above)."""
+    rows = [(r, *choose(r)) for r in rtts_ms]
+    flips = []
+    for (lo, below, _), (hi, above, _) in zip(rows, rows[1:]):
+        if below == above:
+            continue
+        for _ in range(bisect_steps):
+            mid = (lo + hi) / 2
+            label = choose(mid)[0]
+            if label == below:
+                lo = mid
+            else:  # keep what is chosen just above the flip (a third choice may lie between)
+                hi, above = mid, label
+        flips.append((lo, hi, below, above))
+    return rows, flips

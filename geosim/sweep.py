@@ -1,0 +1,291 @@
+"""The sweep engine: evaluate grid points in parallel and stream their rows to disk.
+
+Work goes out in chunks of points (a prediction takes 1-70 ms, a task round trip
+~1 ms on Ray and less in a process pool, so chunking amortizes it). Three executors
+share one interface, `imap(fn, items)` yielding results as they finish:
+  SerialExecutor   one process (tests, --jobs 1, and the baseline the bench compares to)
+  LocalExecutor    a multiprocessing pool over this machine's cores: the default, because
+                   starting Ray costs ~2.5 s and ~700 MB, more than a default sweep takes
+  RayExecutor      tasks on a Ray cluster (--ray-address); Ray does all the scheduling
+fn(context, item) must be a module-level function so every executor can ship it.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+
+from geosim.errors import GeosimError, require
+from geosim.params import load_params
+from geosim.predict import predict
+from geosim.scale import is_scale_name, scale_scenario
+from geosim.scenario import Scenario, get_model, load_scenario
+from geosim.specs import Params
+from geosim.sweep_grid import NATIVE, Grid, host_subset, point_key
+from geosim.sweep_store import SCHEMA, ResultStore, fingerprint
+from geosim.techniques import technique_names
+from geosim.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
+
+
+@dataclass
+class SweepContext:
+    """Everything a worker needs besides the points: shipped once per worker, not per task."""
+
+    params: Params
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+    metric: str = "total_time_s"
+
+
+def resolve_scenario(name: str) -> Scenario:
+    return scale_scenario(name) if is_scale_name(name) else load_scenario(name)
+
+
+def make_context(grid: Grid, params_path: str | None = None, metric: str = "total_time_s") -> SweepContext:
+    """Load every scenario once and check every axis value, so a typo fails before any work starts."""
+    params = load_params(params_path)
+    scenarios = {name: resolve_scenario(name) for name in grid.axes["scenario"]}
+    known = technique_names()
+    for t in grid.axes["technique"]:
+        if t not in known:
+            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(known)})", source="--technique")
+    for name, sc in scenarios.items():
+        for m in grid.axes["model"]:
+            get_model(m, sc.models, source="--model")
+        for hosts in grid.axes.get("hosts", ["all"]):
+            subset = host_subset(hosts)
+            missing = [h for h in subset or () if h not in {x.name for x in sc.cluster.hosts}]
+            if missing:
+                raise GeosimError(f"scenario {name} has no host {missing[0]!r}", source="--hosts")
+        if any(v != NATIVE for v in grid.axes.get("rtt_ms", [])) and not sc.cluster.links:
+            raise GeosimError("has no link between hosts whose RTT could change", source=name, key="--rtt-ms")
+    for v in grid.axes.get("bandwidth_gbps", []):
+        if v != NATIVE and v <= 0:
+            raise GeosimError(f"must be > 0, got {v:g}", source="--bandwidth-gbps")
+    for g in grid.axes.get("gpu", []):
+        if g != NATIVE:
+            try:
+                with_gpu(next(iter(scenarios.values())).cluster, g)
+            except GeosimError as exc:
+                raise GeosimError(exc.problem, source="--gpu") from None
+    return SweepContext(params, scenarios, metric)
+
+
+def manifest(grid: Grid, ctx: SweepContext) -> dict:
+    return {"schema": SCHEMA, "params": fingerprint(ctx.params), "params_source": ctx.params.source,
+            "metric": ctx.metric, "grid": grid.to_dict(),
+            "scenarios": {name: fingerprint((sc.cluster, sc.workload_overrides, sc.models))
+                          for name, sc in ctx.scenarios.items()}}
+
+
+def evaluate(point: dict, ctx: SweepContext):
+    """One point -> (cluster, Prediction or None, workload or None, reason)."""
+    sc = ctx.scenarios[point["scenario"]]
+    cluster = sc.cluster
+    if point["gpu"] != NATIVE:
+        cluster = with_gpu(cluster, point["gpu"])
+    if point["rtt_ms"] != NATIVE:
+        cluster = with_rtt(cluster, point["rtt_ms"] / 1e3)
+    if point["bandwidth_gbps"] != NATIVE:
+        cluster = with_bandwidth(cluster, point["bandwidth_gbps"] * 1e9)
+    try:  # combinations of axes (batch x microbatches) may be invalid where each value alone is fine
+        workload = sc.workload(**point["workload"])
+    except GeosimError as exc:
+        return cluster, None, None, exc.problem
+    model = get_model(point["model"], sc.models)
+    return cluster, predict(cluster, model, workload, point["technique"], ctx.params, hosts=host_subset(point["hosts"])), workload, None
+
+
+def metric_of(point: dict, ctx: SweepContext) -> float | None:
+    """The compared figure of one point, None when it does not run (out of memory, infeasible)."""
+    _, pred, _, _ = evaluate(point, ctx)
+    return getattr(pred, ctx.metric) if pred is not None and pred.ok else None
+
+
+def _gpu_summary(names: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    return "+".join(f"{c}x{n}" for n, c in counts.items())
+
+
+def evaluate_row(point: dict, ctx: SweepContext) -> dict:
+    started = time.perf_counter()
+    cluster, pred, workload, reason = evaluate(point, ctx)
+    wan = wan_links(cluster)
+    row = {"scenario": point["scenario"], "cluster": cluster.name, "technique": point["technique"], "model": point["model"],
+           "rtt_ms": point["rtt_ms"], "bandwidth_gbps": point["bandwidth_gbps"], "gpu": point["gpu"], "hosts": point["hosts"],
+           "wan_rtt_ms": max((l.rtt_s for l in wan), default=0.0) * 1e3,
+           "wan_bandwidth_gbps": min((l.bandwidth_bps for l in wan), default=0.0) / 1e9,
+           "reference_slice": cluster.reference_slice}
+    if pred is None:
+        row.update(status="infeasible", reason=reason, num_gpus=cluster.num_gpus)
+    else:
+        row.update(num_gpus=len(pred.gpus), gpus=_gpu_summary(pred.gpus), **vars(workload))
+        for name in ("status", "reason", "total_time_s", "time_per_epoch_s", "iteration_time_s", "first_iteration_s",
+                     "startup_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "bytes_per_iteration", "description"):
+            row[name] = getattr(pred, name)
+        for prefix, breakdown in (("run", pred.run_breakdown), ("iter", pred.iteration_breakdown)):
+            for part, seconds in (vars(breakdown) if breakdown else {}).items():
+                row[f"{prefix}_{part}"] = seconds
+    row["wall_s"] = time.perf_counter() - started
+    row["point"] = point
+    row["key"] = point_key(point)
+    return row
+
+
+def run_chunk(ctx: SweepContext, points: list[dict]) -> list[dict]:
+    return [evaluate_row(p, ctx) for p in points]
+
+
+# --- executors -------------------------------------------------------------------------------------
+
+class SerialExecutor:
+    name = "serial"
+    workers = 1
+
+    def __init__(self, ctx: SweepContext):
+        self.ctx = ctx
+
+    def imap(self, fn, items):
+        for item in items:
+            yield fn(self.ctx, item)
+
+    def close(self):
+        pass
+
+
+_WORKER_CONTEXT: SweepContext | None = None
+
+
+def _init_worker(ctx: SweepContext) -> None:
+    global _WORKER_CONTEXT
+    _WORKER_CONTEXT = ctx
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it terminates the pool
+
+
+def _call_in_worker(task):
+    fn, item = task
+    return fn(_WORKER_CONTEXT, item)
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, ctx: SweepContext, workers: int):
+        self.ctx, self.workers = ctx, workers
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        self.pool = multiprocessing.get_context(method).Pool(workers, initializer=_init_worker, initargs=(ctx,))
+
+    def imap(self, fn, items):
+        yield from self.pool.imap_unordered(_call_in_worker, [(fn, item) for item in items])
+
+    def close(self):
+        self.pool.terminate()  # also what stops running chunks after Ctrl-C
+        self.pool.join()
+
+
+def _ray_task(fn, ctx, item):
+    return fn(ctx, item)
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, ctx: SweepContext, address: str, num_cpus: int | None = None):
+        self.ray = require("ray", extra="sweep", command="geosim sweep --ray-address")
+        if not self.ray.is_initialized():
+            kwargs = {"num_cpus": num_cpus} if address == "local" else {}
+            self.ray.init(address=address, include_dashboard=False, log_to_driver=False, **kwargs)
+            self._owns = True
+        else:
+            self._owns = False
+        self.workers = max(1, int(self.ray.cluster_resources().get("CPU", 1)))
+        self._remote = self.ray.remote(num_cpus=1)(_ray_task)
+        self._ctx_ref = self.ray.put(ctx)
+
+    def imap(self, fn, items):
+        ray = self.ray
+        pending = [self._remote.remote(fn, self._ctx_ref, item) for item in items]
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
+                for ref in ready:
+                    yield ray.get(ref)
+        finally:
+            for ref in pending:  # Ctrl-C or an error: do not leave the cluster busy with our work
+                ray.cancel(ref, force=True)
+
+    def close(self):
+        if self._owns:
+            self.ray.shutdown()
+
+
+def make_executor(ctx: SweepContext, jobs: int | None = None, ray_address: str | None = None):
+    if ray_address:
+        return RayExecutor(ctx, ray_address, num_cpus=jobs)
+    jobs = jobs or os.cpu_count() or 1
+    return SerialExecutor(ctx) if jobs == 1 else LocalExecutor(ctx, jobs)
+
+
+def chunks(points: list[dict], workers: int) -> list[list[dict]]:
+    """Shuffled (so slow techniques spread over workers) chunks of ~8 per worker, at most 32 points each."""
+    order = list(points)
+    random.Random(0).shuffle(order)
+    size = max(1, min(32, math.ceil(len(order) / (workers * 8))))
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+@dataclass
+class SweepRun:
+    total: int  # points in the grid
+    skipped: int  # already on disk (resumed)
+    computed: int  # evaluated now
+    seconds: float
+    rows: list[dict]
+
+    @property
+    def points_per_s(self) -> float:
+        return self.computed / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_sweep(grid: Grid, ctx: SweepContext, out_dir, executor, *, fresh: bool = False, progress: bool = True,
+              on_chunk=None) -> SweepRun:
+    """Evaluate every point of `grid` not yet in `out_dir`, appending rows as chunks finish."""
+    points = grid.points()
+    with ResultStore(out_dir).open(manifest(grid, ctx), fresh=fresh) as store:
+        todo = [p for p in points if point_key(p) not in store.done]
+        bar = _progress(len(todo), progress)
+        started = time.perf_counter()
+        computed = 0
+        try:
+            for rows in executor.imap(run_chunk, chunks(todo, executor.workers)):
+                store.append(rows)
+                computed += len(rows)
+                bar.update(len(rows))
+                if on_chunk:
+                    on_chunk(computed)
+        finally:
+            bar.close()
+        by_key = {r["key"]: r for r in store.rows}
+        rows = [by_key[k] for k in map(point_key, points) if k in by_key]  # grid order, not completion order
+    return SweepRun(len(points), len(points) - len(todo), computed, time.perf_counter() - started, rows)
+
+
+class _NoBar:
+    def update(self, n):
+        pass
+
+    def close(self):
+        pass
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled or total == 0:
+        return _NoBar()
+    tqdm = require("tqdm", extra="sweep", command="geosim sweep").tqdm
+    return tqdm(total=total, unit="pt", desc="sweep", smoothing=0.05, dynamic_ncols=True)

@@ -1,0 +1,163 @@
+"""What a sweep covers: value specs ("0.1:150:40log", "1,10,25"), axes, and the points of their grid.
+
+A point is a small plain dict (picklable, JSON-able) naming a scenario, technique,
+model, what-if settings and workload overrides. Its key is its canonical JSON, so
+the same point always has the same key: that is what lets a rerun skip finished
+points. Values are rounded to 6 significant digits so keys do not depend on
+floating-point noise in how a range was generated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import fields
+
+from geosim.errors import GeosimError
+from geosim.specs import Workload
+
+NATIVE = "native"  # the scenario as its file says: no what-if edit on this axis
+ALL_HOSTS = "all"
+
+# Axes the sweep understands besides the workload fields; their value kinds.
+WHATIF_AXES = {"scenario": "str", "technique": "str", "model": "str", "rtt_ms": "float",
+               "bandwidth_gbps": "float", "gpu": "str", "hosts": "str"}
+WORKLOAD_KINDS = {f.name: ("str" if f.name == "precision" else "bool" if f.name == "checkpointing" else "int")
+                  for f in fields(Workload)}
+NATIVE_ALLOWED = {"rtt_ms", "bandwidth_gbps", "gpu"}
+MAX_RANGE_POINTS = 100_000
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.6g}")
+
+
+def _number(text: str, kind: str, source: str):
+    try:
+        value = float(text)
+    except ValueError:
+        raise GeosimError(f"{text!r} is not a number", source=source) from None
+    if not math.isfinite(value):
+        raise GeosimError(f"{text!r} is not a finite number", source=source)
+    if kind == "int":
+        if value != int(value):
+            raise GeosimError(f"{text!r} is not a whole number", source=source)
+        return int(value)
+    return _round(value)
+
+
+def _range(item: str, kind: str, source: str) -> list:
+    """'a:b:n' -> n evenly spaced values from a to b inclusive; 'a:b:nlog' -> n log-spaced."""
+    parts = item.split(":")
+    if len(parts) != 3:
+        raise GeosimError(f"range {item!r} must be START:STOP:COUNT or START:STOP:COUNTlog", source=source)
+    start, stop = (_number(p.strip(), "float", source) for p in parts[:2])
+    count_text = parts[2].strip().lower()
+    log = count_text.endswith("log")
+    count_text = count_text[:-3] if log else count_text
+    if not count_text.isdigit() or int(count_text) < 1:
+        raise GeosimError(f"range {item!r}: COUNT must be a whole number >= 1, got {parts[2]!r}", source=source)
+    count = int(count_text)
+    if count > MAX_RANGE_POINTS:
+        raise GeosimError(f"range {item!r}: {count} points is more than {MAX_RANGE_POINTS}", source=source)
+    if start > stop:
+        raise GeosimError(f"range {item!r}: START must not exceed STOP", source=source)
+    if count == 1 and start != stop:
+        raise GeosimError(f"range {item!r}: one point cannot span {start:g}..{stop:g} (use COUNT >= 2)", source=source)
+    if log and start <= 0:
+        raise GeosimError(f"range {item!r}: a log range needs START > 0", source=source)
+    if count == 1:
+        values = [start]
+    elif log:
+        ratio = math.log(stop / start) / (count - 1)
+        values = [start * math.exp(ratio * i) for i in range(count)]
+        values[-1] = stop
+    else:
+        values = [start + (stop - start) * i / (count - 1) for i in range(count)]
+    if kind == "int":
+        return list(dict.fromkeys(int(round(v)) for v in values))  # rounding may merge neighbours
+    return list(dict.fromkeys(_round(v) for v in values))
+
+
+def parse_values(spec: str | list | tuple, kind: str, source: str, *, allow_native: bool = False) -> list:
+    """A comma-separated list of values and ranges -> the values, in order, without repeats."""
+    if isinstance(spec, (list, tuple)):
+        return list(dict.fromkeys(v for s in spec for v in parse_values(s, kind, source, allow_native=allow_native)))
+    if not isinstance(spec, str) or not spec.strip():
+        raise GeosimError("empty value list", source=source)
+    values: list = []
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            raise GeosimError(f"empty item in {spec!r}", source=source)
+        if item.lower() == NATIVE:
+            if not allow_native:
+                raise GeosimError(f"{NATIVE!r} is not a value of this axis", source=source)
+            values.append(NATIVE)
+        elif kind == "str":
+            values.append(item)
+        elif kind == "bool":
+            if item.lower() not in ("true", "false", "yes", "no", "1", "0"):
+                raise GeosimError(f"{item!r} is not true or false", source=source)
+            values.append(item.lower() in ("true", "yes", "1"))
+        elif ":" in item:
+            values.extend(_range(item, kind, source))
+        else:
+            values.append(_number(item, kind, source))
+    for v in values:
+        if kind in ("int", "float") and v != NATIVE and v < 0:
+            raise GeosimError(f"values must be >= 0, got {v:g}", source=source)
+    return list(dict.fromkeys(values))
+
+
+def parse_assignment(text: str, source: str = "--set") -> tuple[str, list]:
+    """'global_batch=8,16,32' -> ('global_batch', [8, 16, 32]) for any workload field."""
+    if "=" not in text:
+        raise GeosimError(f"expected FIELD=VALUES, got {text!r}", source=source)
+    name, spec = (part.strip() for part in text.split("=", 1))
+    if name not in WORKLOAD_KINDS:
+        raise GeosimError(f"unknown workload field {name!r} (known: {', '.join(WORKLOAD_KINDS)})", source=source)
+    return name, parse_values(spec, WORKLOAD_KINDS[name], f"{source} {name}")
+
+
+class Grid:
+    """Named axes, each a list of values; the points are their product, in axis order."""
+
+    def __init__(self, axes: dict[str, list]):
+        for name, values in axes.items():
+            if name not in WHATIF_AXES and name not in WORKLOAD_KINDS:
+                raise GeosimError(f"unknown sweep axis {name!r}", key=name)
+            if not values:
+                raise GeosimError("no values", key=name)
+        self.axes = {name: list(values) for name, values in axes.items()}
+
+    def __len__(self) -> int:
+        return math.prod(len(v) for v in self.axes.values())
+
+    def points(self) -> list[dict]:
+        names = list(self.axes)
+        return [make_point(**dict(zip(names, combo))) for combo in itertools.product(*self.axes.values())]
+
+    def varying(self) -> list[str]:
+        return [name for name, values in self.axes.items() if len(values) > 1]
+
+    def to_dict(self) -> dict:
+        return dict(self.axes)
+
+
+def make_point(scenario: str, technique: str, model: str, rtt_ms=NATIVE, bandwidth_gbps=NATIVE, gpu=NATIVE,
+               hosts: str = ALL_HOSTS, **workload) -> dict:
+    for name in workload:
+        if name not in WORKLOAD_KINDS:
+            raise GeosimError(f"unknown workload field {name!r}", key=name)
+    return {"scenario": scenario, "technique": technique, "model": model, "rtt_ms": rtt_ms,
+            "bandwidth_gbps": bandwidth_gbps, "gpu": gpu, "hosts": hosts, "workload": dict(sorted(workload.items()))}
+
+
+def point_key(point: dict) -> str:
+    return json.dumps(point, sort_keys=True, separators=(",", ":"))
+
+
+def host_subset(hosts: str) -> tuple[str, ...] | None:
+    """'all' -> None (every host); 'vm1+vm2' -> ('vm1', 'vm2')."""
+    return None if hosts == ALL_HOSTS else tuple(h.strip() for h in hosts.split("+"))

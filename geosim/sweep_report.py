@@ -1,0 +1,186 @@
+"""`geosim report DIR`: a sweep's plots and a one-page, self-contained HTML report.
+
+The page embeds its PNGs as data URIs, so it can be mailed or attached as one file;
+the SVGs sit beside it in DIR/plots/ for papers.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from geosim.crossover import describe
+from geosim.errors import GeosimError
+from geosim.plots import EFFECTIVE, breakdown_rows, panel_key, panel_title, plot_breakdown, plot_time_vs_axis
+from geosim.sweep_grid import NATIVE
+from geosim.sweep_store import read_crossovers, read_manifest, read_rows
+
+
+def study_points(rows: list[dict], axis: str, metric: str) -> list[dict]:
+    """The study's Table II times, where a panel is one of its slices as measured (gpt2m, 4 GPUs, 20 epochs)."""
+    from geosim.reference import STUDY_EPOCHS, measured_for, slice_rtt_ms
+
+    if axis != "rtt_ms":
+        return []
+    out, done = [], set()
+    for r in rows:
+        p = r["point"]
+        if (not r.get("reference_slice") or p["gpu"] != NATIVE or p["bandwidth_gbps"] != NATIVE or p["hosts"] != "all"
+                or r.get("epochs") != STUDY_EPOCHS):
+            continue
+        m = measured_for(r["reference_slice"], r["technique"], r["model"], r.get("num_gpus", 0))
+        key = (panel_key(r, axis), r["technique"])
+        if m is None or m.total_time_s is None or key in done:
+            continue
+        done.add(key)
+        y = m.total_time_s if metric == "total_time_s" else m.total_time_s / STUDY_EPOCHS
+        out.append({"panel": key[0], "technique": r["technique"], "x": slice_rtt_ms()[r["reference_slice"]], "y": y,
+                    "source": "study Table II"})
+    return out
+
+
+def record_points(rows: list[dict], records_path: str, axis: str, metric: str) -> list[dict]:
+    """Measured run records (geosim.records) that match a panel's scenario, technique, model and hosts."""
+    from geosim.records import read_records
+    from geosim.sweep import resolve_scenario
+    from geosim.whatif import wan_links
+
+    if axis != "rtt_ms":
+        return []
+    out = []
+    for rec in read_records(records_path):
+        time_s = rec.measured.get("total_time_s")
+        if rec.status != "ok" or time_s is None or rec.scenario is None:
+            continue
+        hosts = "+".join(rec.hosts) if rec.hosts else "all"
+        match = next((r for r in rows if r["scenario"] in (rec.scenario, Path(rec.scenario).stem)
+                      and r["technique"] == rec.technique and r["model"] == rec.model and r["point"]["hosts"] == hosts
+                      and r["point"]["gpu"] == NATIVE and r["point"]["bandwidth_gbps"] == NATIVE), None)
+        if match is None:
+            continue
+        epochs = rec.workload.get("epochs")
+        if metric == "time_per_epoch_s":
+            if not epochs:
+                continue
+            y = time_s / epochs
+        else:
+            y = time_s * match["epochs"] / epochs if epochs else time_s
+        x = max(link.rtt_s for link in wan_links(resolve_scenario(rec.scenario).cluster)) * 1e3
+        out.append({"panel": panel_key(match, axis), "technique": rec.technique, "x": x, "y": y, "source": rec.run_id})
+    return out
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(path.stem)}">'
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _fmt_time(seconds) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds / 60:,.1f} min" if seconds < 36000 else f"{seconds / 3600:,.1f} h"
+
+
+STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}table{border-collapse:collapse;font-size:.85em;margin:.5em 0 1.5em}
+td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left}th{background:#f4f4f4}h1{font-size:1.5em}
+h2{font-size:1.15em;margin-top:1.5em}.note{color:#666;font-size:.85em}"""
+
+
+def build_report(out_dir: str | Path, records: str | None = None) -> dict:
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    rows = read_rows(out_dir)
+    if manifest is None or not rows:
+        raise GeosimError("no sweep results here (run geosim sweep --out DIR first)", source=str(out_dir))
+    rows = _in_grid_order(rows, manifest["grid"])
+    crossovers = read_crossovers(out_dir)
+    axis = next((c["axis"] for c in crossovers), None) or _swept_axis(manifest["grid"])
+    metric = manifest.get("metric", "total_time_s")
+    measured = study_points(rows, axis, metric) + (record_points(rows, records, axis, metric) if records else [])
+    plots = out_dir / "plots"
+    plots.mkdir(exist_ok=True)
+    files = []
+    if axis:
+        files += plot_time_vs_axis(rows, plots / f"time-vs-{axis.split('_')[0]}", axis=axis, metric=metric,
+                                   crossovers=crossovers, measured=measured)
+    files += plot_breakdown(rows, plots / "breakdown", axis=axis or "rtt_ms",
+                            measured=measured if metric == "total_time_s" else ())  # bars are whole runs
+    page = _html(out_dir, manifest, rows, crossovers, measured, axis, metric, [f for f in files if f.suffix == ".png"])
+    (out_dir / "report.html").write_text(page)
+    return {"report": str(out_dir / "report.html"), "plots": [str(f) for f in files], "rows": len(rows),
+            "crossovers": sum(1 for c in crossovers if c.get("at") is not None), "measured_points": len(measured)}
+
+
+def _in_grid_order(rows: list[dict], grid: dict) -> list[dict]:
+    """Rows land in completion order; panels and legends read better in the order the grid was given."""
+    from geosim.techniques import STUDY_ORDER
+
+    rank = {axis: {repr(v): i for i, v in enumerate(values)} for axis, values in grid.items()}
+    rank["technique"] = {repr(t): i for i, t in enumerate(STUDY_ORDER)} | {
+        repr(t): len(STUDY_ORDER) + i for i, t in enumerate(grid.get("technique", []))}
+
+    def key(row):
+        p = row["point"]
+        return [rank.get(a, {}).get(repr(p.get(a, p["workload"].get(a))), 1 << 20) for a in
+                ("scenario", "model", "gpu", "hosts", "bandwidth_gbps", *p["workload"], "technique", "rtt_ms")]
+
+    return sorted(rows, key=key)
+
+
+def _swept_axis(grid: dict) -> str | None:
+    for axis in EFFECTIVE:
+        if len([v for v in grid.get(axis, []) if v != NATIVE]) > 1:
+            return axis
+    return None
+
+
+def _html(out_dir, manifest, rows, crossovers, measured, axis, metric, pngs) -> str:
+    unit = {"rtt_ms": "ms", "bandwidth_gbps": "Gbit/s"}.get(axis, "")
+    statuses: dict[str, int] = {}
+    for r in rows:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    axes = "; ".join(f"{k}: {', '.join(map(str, v)) if len(v) <= 8 else f'{len(v)} values, {v[0]} .. {v[-1]}'}"
+                     for k, v in manifest["grid"].items())
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>geosim sweep: {html.escape(str(out_dir))}</title>",
+             f"<style>{STYLE}</style></head><body>",
+             f"<h1>geosim sweep: {html.escape(str(out_dir))}</h1>",
+             f"<p>{len(rows)} points ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}). "
+             f"Compared: <code>{metric}</code>. Parameters: <code>{html.escape(str(manifest.get('params_source')))}</code>.</p>",
+             f"<p class='note'>Grid: {html.escape(axes)}</p>"]
+    for png in pngs:
+        title = "Predicted time vs " + AXIS_TITLES.get(axis, "") if png.stem.startswith("time-vs") else "Where the time goes"
+        parts += [f"<h2>{html.escape(title)}</h2>", _img(png)]
+        if png.stem.startswith("time-vs"):
+            parts.append("<p class='note'>Lines: predictions. Diamonds: measured. x on the axis: out of memory; "
+                         "bar on the axis: infeasible. Dotted verticals: crossovers.</p>")
+    flips = [c for c in crossovers if c.get("at") is not None]
+    if axis:
+        parts.append(f"<h2>Crossovers on {html.escape(axis)}</h2>")
+        parts.append(_table(["where", "pair", f"flips at ({unit})", "faster below", "faster above", "bisection steps"],
+                            [[describe(c["point"], axis), f"{c['a']} / {c['b']}", f"{c['at']:.4g}", c["faster_below"],
+                              c["faster_above"], c["steps"]] for c in flips])
+                     if flips else "<p>No technique pair changes order inside the grid's range.</p>")
+    parts.append("<h2>Per technique at each panel's native (or middle) point</h2>")
+    table = []
+    for key, picks in breakdown_rows(rows, axis or "rtt_ms").items():
+        for r in picks:
+            m = next((m for m in measured if m["panel"] == key and m["technique"] == r["technique"]), None)
+            table.append([panel_title(r, axis or "rtt_ms"), f"{r[EFFECTIVE.get(axis or 'rtt_ms')]:.3g}", r["technique"],
+                          r["status"], _fmt_time(r.get(metric)), _fmt_time(m["y"]) if m else "",
+                          f"{r['tflops_per_gpu']:.2f}" if r.get("tflops_per_gpu") else "",
+                          f"{r['peak_memory_gib']:.1f}" if r.get("peak_memory_gib") else "", r.get("reason") or ""])
+    parts.append(_table(["panel", unit or "x", "technique", "status", "predicted", "measured", "TFLOP/s per GPU",
+                         "peak GiB", "why not"], table))
+    parts.append("<p class='note'>Rows: results.jsonl / results.csv in this directory. Plots as SVG: plots/.</p></body></html>")
+    return "\n".join(parts)
+
+
+AXIS_TITLES = {"rtt_ms": "WAN round-trip time", "bandwidth_gbps": "WAN bandwidth"}

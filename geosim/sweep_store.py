@@ -1,0 +1,156 @@
+"""A sweep's directory: results.jsonl (the record), results.csv (the same rows, flat),
+manifest.json (what produced them), crossovers.json.
+
+results.jsonl is the source of truth. Each row is appended with one O_APPEND write
+and the file is fsynced after every chunk, so an interrupted sweep keeps every row it
+reported. On reopening, a half-written last line (a kill mid-write) is cut off and
+results.csv is rebuilt from the JSONL rows, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+from geosim.errors import GeosimError
+
+SCHEMA = "geosim.sweep/1"
+RESULTS = "results.jsonl"
+CSV_FILE = "results.csv"
+MANIFEST = "manifest.json"
+CROSSOVERS = "crossovers.json"
+
+# CSV columns, in order; the JSONL rows carry the same keys plus the point itself.
+COLUMNS = (
+    "scenario", "cluster", "technique", "model", "rtt_ms", "bandwidth_gbps", "gpu", "hosts",
+    "wan_rtt_ms", "wan_bandwidth_gbps", "num_gpus", "gpus",
+    "tokens_per_epoch", "seq_len", "global_batch", "microbatches", "precision", "epochs", "checkpointing",
+    "status", "reason", "total_time_s", "time_per_epoch_s", "iteration_time_s", "first_iteration_s", "startup_s",
+    "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "bytes_per_iteration",
+    "run_compute_s", "run_exposed_comm_s", "run_bubble_s", "run_overhead_s",
+    "iter_compute_s", "iter_exposed_comm_s", "iter_bubble_s", "iter_overhead_s",
+    "description", "reference_slice", "wall_s", "key",
+)
+
+
+def fingerprint(obj) -> str:
+    """A short stable hash of a dataclass tree (its repr is deterministic)."""
+    return hashlib.sha256(repr(obj).encode()).hexdigest()[:16]
+
+
+def _csv_line(row: dict) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(["" if row.get(c) is None else row.get(c) for c in COLUMNS])
+    return buffer.getvalue()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def read_rows(out_dir: str | Path, *, repair: bool = False) -> list[dict]:
+    """The rows of results.jsonl, one per point (first wins). `repair` cuts a half-written tail."""
+    path = Path(out_dir) / RESULTS
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        if repair:
+            with open(path, "r+b") as f:
+                f.truncate(keep)
+        data = data[:keep]
+    rows, seen = [], set()
+    for number, line in enumerate(data.decode().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise GeosimError(f"not valid JSON ({exc.msg}); move the file away to start afresh",
+                              source=f"{path}:{number}") from None
+        if row["key"] not in seen:
+            seen.add(row["key"])
+            rows.append(row)
+    return rows
+
+
+def read_manifest(out_dir: str | Path) -> dict | None:
+    path = Path(out_dir) / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def read_crossovers(out_dir: str | Path) -> list[dict]:
+    path = Path(out_dir) / CROSSOVERS
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def write_crossovers(out_dir: str | Path, crossovers: list[dict]) -> None:
+    _write_atomic(Path(out_dir) / CROSSOVERS, json.dumps(crossovers, indent=1) + "\n")
+
+
+class ResultStore:
+    """Append-only rows of one sweep directory; knows which points are done."""
+
+    def __init__(self, out_dir: str | Path):
+        self.dir = Path(out_dir)
+        self.rows: list[dict] = []
+        self.done: set[str] = set()
+        self._fds: list[int] = []
+
+    def open(self, manifest: dict, fresh: bool = False) -> "ResultStore":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            for name in (RESULTS, CSV_FILE, MANIFEST, CROSSOVERS):
+                (self.dir / name).unlink(missing_ok=True)
+        old = read_manifest(self.dir)
+        if old is not None:
+            self._check_compatible(old, manifest)
+            manifest = {**old, **manifest, "scenarios": {**old.get("scenarios", {}), **manifest["scenarios"]}}
+        _write_atomic(self.dir / MANIFEST, json.dumps(manifest, indent=1, default=str) + "\n")
+        self.rows = read_rows(self.dir, repair=True)
+        self.done = {row["key"] for row in self.rows}
+        _write_atomic(self.dir / CSV_FILE, ",".join(COLUMNS) + "\n" + "".join(_csv_line(r) for r in self.rows))
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        self._fds = [os.open(self.dir / RESULTS, flags, 0o644), os.open(self.dir / CSV_FILE, flags, 0o644)]
+        return self
+
+    def _check_compatible(self, old: dict, new: dict) -> None:
+        hint = f"use another --out, or --fresh to discard the rows in {self.dir}"
+        if old.get("schema") != SCHEMA:
+            raise GeosimError(f"not a sweep directory of this geosim ({old.get('schema')!r}); {hint}", source=str(self.dir))
+        if old.get("params") != new.get("params"):
+            raise GeosimError(f"its rows were predicted with other simulator parameters; {hint}", source=str(self.dir))
+        for name, print_ in new["scenarios"].items():
+            if old.get("scenarios", {}).get(name, print_) != print_:
+                raise GeosimError(f"scenario {name!r} changed since its rows were predicted; {hint}", source=str(self.dir))
+
+    def append(self, rows: list[dict]) -> None:
+        """One write per line (O_APPEND: a line is never split), then fsync: on disk once this returns."""
+        jsonl_fd, csv_fd = self._fds
+        for row in rows:
+            if row["key"] in self.done:  # a point can come back twice only through a bug; never write it twice
+                continue
+            os.write(jsonl_fd, (json.dumps(row, separators=(",", ":")) + "\n").encode())
+            os.write(csv_fd, _csv_line(row).encode())
+            self.done.add(row["key"])
+            self.rows.append(row)
+        os.fsync(jsonl_fd)
+        os.fsync(csv_fd)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,242 @@
+"""`geosim live`: real training runs and network probes, feeding calibration.
+
+Nothing heavy is imported here at module level: `geosim --help` must not load jax or ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from geosim.errors import GeosimError
+
+HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
+TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
+
+
+def add_arguments(parser):
+    sub = parser.add_subparsers(dest="live_command", metavar="{run,probe,wan}")
+    sub.required = True
+
+    run = sub.add_parser("run", help="train a GPT-2 with one technique and record what was measured",
+                         description="Train a GPT-2 with one technique and record what was measured. Without "
+                                     "--ray-address or --coordinator it runs here, on this machine's CPU or GPUs.")
+    run.add_argument("--technique", default="data", help=f"one of {', '.join(TECHNIQUES)} (default data)")
+    run.add_argument("--model", default="tiny", help="a catalog model: tiny, gpt2m, gpt2l, gpt2L, gpt2, ... (default tiny)")
+    run.add_argument("--backend", choices=("jax", "alpa"), default="jax", help="jax (default) or alpa (needs Alpa installed)")
+    group = run.add_mutually_exclusive_group()
+    group.add_argument("--steps", type=int, help="training steps (default 20 unless --epochs)")
+    group.add_argument("--epochs", type=int, help="passes over the data set")
+    run.add_argument("--batch", type=int, default=8, help="global batch, sequences (default 8)")
+    run.add_argument("--microbatches", type=int, default=1, help="microbatches per step (pipeline; accumulation elsewhere)")
+    run.add_argument("--stages", type=int, help="pipeshard stages (default: one per host; two on a single host)")
+    run.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                     help="compute precision (auto: fp32 on CPU, bf16 on Ampere+, fp16 on older GPUs)")
+    run.add_argument("--seq-len", type=int, help="sequence length (default: the model's context)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
+    run.add_argument("--data", default="auto",
+                     help="wikipedia (HF wikimedia/wikipedia 20231101.ace), generated (offline), a text file, "
+                          "or auto: wikipedia when reachable, else generated")
+    run.add_argument("--tokenizer", choices=("auto", "gpt2", "bytes"), default="auto")
+    run.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default 2)")
+    run.add_argument("--log-every", type=int, default=10, help="a progress line every N steps")
+    run.add_argument("--memory-limit-gib", type=float, help="per-device memory to allow (default: the device's)")
+    run.add_argument("--cpu-devices", type=int, help="virtual CPU devices per process (default: this machine's cores)")
+    run.add_argument("--scenario", help="scenario file describing the cluster (e.g. from `geosim live probe`)")
+    run.add_argument("--record", metavar="RUNS.jsonl", help="append the run record to this file")
+    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    dist = run.add_argument_group("multi-host")
+    dist.add_argument("--ray-address", help="run one JAX process per node of this Ray cluster ('auto': the local one)")
+    dist.add_argument("--hosts", type=int, help="use only the first N Ray nodes")
+    dist.add_argument("--coordinator", help="HOST:PORT of process 0, to start processes by hand")
+    dist.add_argument("--num-processes", type=int, default=1)
+    dist.add_argument("--process-id", type=int, default=0)
+    dist.add_argument("--gloo-interface", help="network interface for gloo (CPU collectives), e.g. enp7s0")
+    dist.add_argument("--nccl-interface", help="sets NCCL_SOCKET_IFNAME on every host")
+    dist.add_argument("--timeout", type=float, default=3600, help="seconds to wait for a Ray run (default 3600)")
+
+    probe = sub.add_parser("probe", help="measure RTT and TCP throughput between Ray nodes -> a scenario file")
+    probe.add_argument("--ray-address", default="auto")
+    probe.add_argument("--out", required=True, help="scenario file to write (TOML)")
+    probe.add_argument("--name", help="scenario name (default: from the file name)")
+    probe.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput test (default 3)")
+    probe.add_argument("--streams", type=int, default=4, help="parallel streams for the multi-stream test (default 4)")
+    probe.add_argument("--pings", type=int, default=20, help="round trips for the RTT (default 20)")
+    probe.add_argument("--json", action="store_true")
+
+    try:
+        from live.wan import cli as wan_cli
+    except ModuleNotFoundError:
+        wan_cli = None
+    wan = sub.add_parser("wan", help="emulate a WAN between local network namespaces" if wan_cli else
+                         "emulate a WAN between network namespaces (not installed yet)")
+    if wan_cli:
+        wan_cli.add_arguments(wan)
+        wan.set_defaults(_wan_run=wan_cli.run)
+
+
+def run(args) -> int:
+    if args.live_command == "wan":
+        if not getattr(args, "_wan_run", None):
+            raise GeosimError("'geosim live wan' is not available in this installation (live/wan is missing)")
+        return args._wan_run(args)
+    if args.live_command == "probe":
+        return _probe(args)
+    return _run(args)
+
+
+def _options(args):
+    from live.train import Options
+
+    if args.technique not in TECHNIQUES:
+        raise GeosimError(f"unknown technique {args.technique!r} (known: {', '.join(TECHNIQUES)})", key="--technique")
+    from geosim.scenario import get_model
+
+    get_model(args.model)
+    for key in ("steps", "epochs", "batch", "microbatches", "stages", "seq_len", "cpu_devices", "num_processes", "hosts"):
+        value = getattr(args, key)
+        if value is not None and value <= 0:
+            raise GeosimError(f"must be > 0, got {value}", key="--" + key.replace("_", "-"))
+    if args.batch % args.microbatches:
+        raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--batch")
+    if args.scenario:
+        from geosim.scenario import load_scenario
+
+        load_scenario(args.scenario)
+    return Options(technique=args.technique, model=args.model, steps=args.steps, epochs=args.epochs, batch=args.batch,
+                   microbatches=args.microbatches, stages=args.stages, precision=args.precision, seq_len=args.seq_len,
+                   seed=args.seed, learning_rate=args.lr, data=args.data, tokenizer=args.tokenizer, warmup=args.warmup,
+                   log_every=args.log_every, memory_limit_gib=args.memory_limit_gib)
+
+
+def _run(args) -> int:
+    opts = _options(args)
+    with _stdout_to_stderr():  # libraries (gloo, Ray) print to fd 1: keep stdout for the result
+        result, impl, hosts, backend = _execute(args, opts)
+    if result is None:  # a process other than 0 of a hand-started run: process 0 reports
+        return 0
+    from live.record import build_record
+
+    record = build_record(result, opts, backend=backend, collective_impl=impl, scenario=args.scenario, host_names=hosts)
+    if args.record:
+        from geosim.records import append_record
+
+        append_record(args.record, record)
+    _report(result, record, args)
+    return {"ok": 0, "interrupted": 130}.get(result.status, 1)
+
+
+def _execute(args, opts):
+    if args.backend == "alpa":
+        from live.alpa_backend import run_alpa
+
+        return run_alpa(opts, args.ray_address), "nccl", None, "alpa"
+    if args.ray_address:
+        return _run_ray(args, opts)
+    return _run_here(args, opts)
+
+
+class _stdout_to_stderr:
+    def __enter__(self):
+        sys.stdout.flush()
+        self.saved = os.dup(1)
+        os.dup2(2, 1)
+
+    def __exit__(self, *exc):
+        sys.stdout.flush()
+        os.dup2(self.saved, 1)
+        os.close(self.saved)
+
+
+def _run_here(args, opts):
+    from live import distributed
+
+    cpu_devices = args.cpu_devices
+    if cpu_devices is None and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        cpu_devices = os.cpu_count() or 1
+    from geosim.errors import require
+
+    require("jax", extra="live", command="geosim live run")
+    distributed.configure_cpu_devices(cpu_devices)
+    if args.coordinator:
+        if not 0 <= args.process_id < args.num_processes:
+            raise GeosimError(f"must be in 0..{args.num_processes - 1}", key="--process-id")
+        distributed.initialize(args.coordinator, args.num_processes, args.process_id, args.gloo_interface)
+    from live.train import run
+
+    log = (lambda line: print(line, file=sys.stderr)) if args.process_id == 0 else None
+    result = run(opts, log=log)
+    if args.coordinator:
+        import jax
+
+        jax.distributed.shutdown()
+    impl = distributed.collective_impl(result.devices["platform"], result.devices["processes"])
+    return (result if args.process_id == 0 else None), impl, None, "jax"
+
+
+def _run_ray(args, opts):
+    from live import distributed
+    from live.train import Result
+
+    env = {"NCCL_SOCKET_IFNAME": args.nccl_interface} if args.nccl_interface else {}
+    try:
+        result_dict, hosts = distributed.run_on_ray(args.ray_address, opts, args.hosts, args.cpu_devices,
+                                                    args.gloo_interface, env, args.timeout)
+    except KeyboardInterrupt:
+        # the workers are gone with their partial measurements; record that the run was cut short
+        return Result(status="interrupted", error="interrupted before the workers reported",
+                      devices={"platform": "cpu", "kind": "unknown", "count": 1, "processes": 1}), None, None, "jax"
+    except GeosimError:
+        raise
+    except Exception as exc:  # a worker died (out of host memory, a lost node): record it
+        from live.train import is_out_of_memory
+
+        status = "out-of-memory" if is_out_of_memory(exc) else "failed"
+        first = (str(exc).strip().splitlines() or [""])[-1]
+        return Result(status=status, error=f"{type(exc).__name__}: {first}"[:500],
+                      devices={"platform": "cpu", "kind": "unknown", "count": 1, "processes": 1}), None, None, "jax"
+    result = Result(**result_dict)
+    impl = distributed.collective_impl(result.devices["platform"], result.devices["processes"])
+    return result, impl, hosts, "jax"
+
+
+def _report(result, record, args):
+    if args.json:
+        doc = json.loads(record.to_json())
+        doc["losses"] = result.losses
+        doc["step_times_s"] = [round(t, 6) for t in result.step_times]
+        print(json.dumps(doc, indent=2))
+        return
+    m = record.measured
+    print(f"{record.technique} on {result.devices.get('count', '?')} {result.devices.get('platform', '?')} device(s), "
+          f"model {record.model}: {record.status}" + (f" ({record.error})" if record.error else ""))
+    if result.losses:
+        print(f"  loss            {result.losses[0]:.4f} -> {result.losses[-1]:.4f} over {len(result.losses)} steps")
+    for key, label, fmt in (("time_per_iteration_s", "step time", "{:.4f} s"), ("tokens_per_s", "tokens/s", "{:.0f}"),
+                            ("tflops_per_gpu", "TFLOP/s/device", "{:.4f}"), ("compile_time_s", "compile", "{:.2f} s"),
+                            ("peak_memory_gib", "peak memory", "{:.2f} GiB"), ("total_time_s", "total", "{:.2f} s")):
+        if key in m:
+            print(f"  {label:<15} {fmt.format(m[key])}")
+    print(f"  collectives     {record.collective_impl}")
+    if args.record:
+        print(f"  record          appended to {args.record} (run {record.run_id})")
+
+
+def _probe(args) -> int:
+    from live.probe import probe, write_scenario
+
+    if args.seconds <= 0 or args.streams <= 0 or args.pings <= 0:
+        raise GeosimError("--seconds, --streams and --pings must be > 0")
+    result = probe(args.ray_address, seconds=args.seconds, streams=args.streams, pings=args.pings,
+                   log=lambda line: print(line, file=sys.stderr))
+    write_scenario(result, args.out, name=args.name)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for link in result["links"]:
+            print(f"{link['a']} <-> {link['b']}: rtt {link['rtt_ms']:.3f} ms, 1 stream {link['single_gbps']:.2f} Gbit/s, "
+                  f"{link['streams']} streams {link['multi_gbps']:.2f} Gbit/s")
+        print(f"wrote {args.out} ({len(result['hosts'])} hosts, {len(result['links'])} links)")
+    return 0

@@ -1,0 +1,92 @@
+"""A Result -> a geosim run record (geosim/records.py), with the cluster it ran on."""
+
+from __future__ import annotations
+
+import os
+import socket
+from importlib import metadata
+
+from geosim.records import RunRecord
+from geosim.scenario import gpu_catalog, model_catalog
+
+# jax device_kind -> geosim GPU catalog name
+GPU_NAMES = {"RTX 6000": "RTX6000", "T4": "T4", "A30": "A30", "A100": "A100", "V100": "V100", "A40": "A40",
+             "A10": "A10", "L4": "L4", "H100": "H100"}
+
+
+def software() -> dict:
+    import platform
+
+    versions = {"python": platform.python_version()}
+    for name in ("jax", "jaxlib", "flax", "optax", "ray", "alpa", "geosim"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def cpu_gpu_table(devices_per_host: int) -> dict:
+    """The GPU catalog has no CPU: describe one virtual CPU device as a [gpus.CPU] table.
+    Nominal figures (a share of this host's cores at ~2.5 GHz x 32 fp32 FLOP/cycle, and of
+    its memory), for the record to load as a scenario; calibration fits the real speed."""
+    cores = os.cpu_count() or 1
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gib = 8.0
+    share = max(devices_per_host, 1)
+    fp32 = round(cores * 2.5e9 * 32 / 1e12 / share, 4)
+    return {"CPU": {"name": f"CPU share ({cores} cores / {share} devices)", "memory_gib": round(mem_gib / share, 2),
+                    "memory_bandwidth_gbs": round(20.0 / share, 2), "fp32_tflops": fp32, "fp16_tensor_tflops": fp32,
+                    "pcie_gen": 3}}
+
+
+def inline_cluster(devices: dict, host_names: list[str] | None = None) -> dict:
+    """This run's hosts in scenario-file form. Hosts share a site unless a scenario says
+    otherwise (a probe's scenario file is the way to record the network between them)."""
+    per_host = devices.get("per_host") or [devices["count"]]
+    names = host_names or ([socket.gethostname()] if len(per_host) == 1 else [f"host{i}" for i in range(len(per_host))])
+    cluster = {"name": "live", "hosts": []}
+    if devices["platform"] == "gpu":
+        kind = next((v for k, v in GPU_NAMES.items() if k in devices["kind"]), None)
+        if kind is None or kind not in gpu_catalog():
+            kind = "GPU"  # not in the catalog: a table with the device's name, to fill in by hand
+            cluster["gpus"] = {"GPU": {"name": devices["kind"], "memory_gib": 16, "memory_bandwidth_gbs": 500,
+                                       "fp32_tflops": 10, "fp16_tensor_tflops": 60, "pcie_gen": 3}}
+    else:
+        kind = "CPU"
+        cluster["gpus"] = cpu_gpu_table(max(per_host))
+    for name, count in zip(names, per_host):
+        cluster["hosts"].append({"name": name, "site": "local", "gpus": [kind] * count})
+    return cluster
+
+
+def build_record(result, opts, *, backend="jax", collective_impl="xla-cpu", scenario=None, host_names=None,
+                 extra_note=None) -> RunRecord:
+    measured = {"steps": len(result.step_times)}
+    for key in ("total_time_s", "time_per_iteration_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "compile_time_s"):
+        value = getattr(result, key)
+        if value is not None:
+            measured[key] = round(float(value), 6)
+    catalog = model_catalog().get(opts.model)
+    dims = result.model_dims or None
+    if catalog and dims and (dims["vocab"], dims["n_ctx"]) == (catalog.vocab, catalog.n_ctx):
+        dims = None  # the catalog already says it
+    notes = [f"data: {result.data}"] if result.data else []
+    if result.losses:
+        notes.append(f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")
+    if result.devices:
+        d = result.devices
+        notes.append(f"devices: {d['count']} x {d['platform']} ({d['kind']}) in {d['processes']} process(es)"
+                     + (f", {d['stages']} stages" if d.get("stages") else ""))
+        if d["platform"] == "cpu":
+            notes.append("peak_memory_gib is the process's peak RSS")
+    if extra_note:
+        notes.append(extra_note)
+    return RunRecord(
+        technique=opts.technique, model=opts.model, status=result.status,
+        scenario=scenario, cluster=None if scenario else inline_cluster(result.devices, host_names),
+        model_dims=dims, workload=result.workload, measured=measured, source="live", backend=backend,
+        collective_impl=collective_impl, error=result.error, note="; ".join(notes) or None, software=software(),
+    )

@@ -1,0 +1,272 @@
+"""geosim calibrate: importers, record errors, the fit recovering known parameters, bad input, outputs.
+
+The full cross-validation (9 fits on Table II) is in bench/bench_calibrate.py; here
+fits are small synthetic problems that finish in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("scipy")
+
+from calibrate.cases import Case, cases_from_records, load_cases, read_runs, to_case
+from calibrate.fit import FreeParam, apply_params, fit, fit_memory, predict_with
+from calibrate.importers import alpa_benchmark_records, alpa_log_record, study_records
+from geosim.cli import main
+from geosim.errors import GeosimError
+from geosim.params import load_params
+from geosim.predict import predict
+from geosim.records import RunRecord, validate, write_records
+from geosim.scenario import get_model, load_scenario
+
+# Alpa's benchmark.py output (write_tsv, no header): Type, Model Config, #Microbatch, #GPU, Parallel Config,
+# Mean Time (s), Std Time (s), #Params (Billion), TFLOPs, Peak Mem (GB), Metadata
+GPT = "GPTModelConfig(seq_len=1024, hidden_size=1024, num_layers=24, num_heads=16, vocab_size=50257)"
+ALPA_TSV = "\n".join([
+    f"gpt\t{GPT}\t1\t4\tUniformParallelArgs(prefer_reduce_scatter=False, use_remat=False, dp=4, op=1, pp=1, "
+    f"force_batch_dim_mapping=True)\t5.162\t0.041\t0.355B\t0.96\t12.102\t{{'compilation_times': None}}",
+    f"gpt\t{GPT}\t1\t4\tUniformParallelArgs(prefer_reduce_scatter=True, use_remat=False, dp=4, op=1, pp=1, "
+    f"force_batch_dim_mapping=True)\t11.204\t0.310\t0.355B\t0.44\t8.731\t{{}}",
+    f"gpt\t{GPT}\t4\t4\tUniformParallelArgs(prefer_reduce_scatter=True, use_remat=False, dp=2, op=1, pp=2, "
+    f"force_batch_dim_mapping=True)\t2.160\t0.020\t0.355B\t2.29\t6.512\t{{'submesh_shapes': [(1, 2), (1, 2)]}}",
+    f"gpt\t{GPT}\t1\t4\tShardParallelArgs(prefer_reduce_scatter=False, use_remat=False, logical_mesh_shape=(1, 4), "
+    f"force_batch_dim_mapping=False)\t-1.000\t0.000\t-0.000B\t-1.00\t-0.000\tNone",
+    "",
+])
+ALPA_LOG = """\
+Epoch ... 1/20:   0%|          | 0/79 [00:00<?, ?it/s]
+Step... 10 | Loss: 10.2311, Learning Rate: 0.00010, Throughput: 1291.55 token/s, 0.41 TFLOP/s
+Step... 20 | Loss: 8.9102, Learning Rate: 0.00010, Throughput: 3775.08 token/s, 1.21 TFLOP/s
+Step... 30 | Loss: 7.8810, Learning Rate: 0.00010, Throughput: 3801.20 token/s, 1.22 TFLOP/s
+Step... 40 | Loss: 7.2003, Learning Rate: 0.00009, Throughput: 3760.91 token/s, 1.20 TFLOP/s
+"""
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# ----------------------------------------------------------------------------- importers
+
+def test_study_importer_gives_table_two():
+    records = study_records()
+    assert len(records) == 20
+    for r in records:
+        assert validate(json.loads(r.to_json()), "x") == r  # the shared schema, round trip
+    by = {(r.scenario, r.technique): r for r in records}
+    assert by[("utah-gpn", "pipeshard")].measured == {"total_time_s": 57 * 60, "tflops_per_gpu": 2.49}
+    assert by[("gat-amst", "shard")].measured["total_time_s"] == 5400 * 60
+    assert all("tokens_per_epoch" not in r.workload for r in records)  # not reported: left unknown
+
+
+def test_alpa_tsv_importer_maps_techniques_and_failed_case(tmp_path):
+    records = alpa_benchmark_records(write(tmp_path, "r.tsv", ALPA_TSV), "utah-gpn", global_batch=8)
+    assert [r.technique for r in records] == ["data", "zero2", "pipeshard", "shard"]
+    assert records[0].model == "gpt2m" and records[0].model_dims is None
+    assert records[0].measured == {"time_per_iteration_s": 5.162, "tflops_per_gpu": 0.96, "peak_memory_gib": 12.102}
+    assert records[2].workload == {"seq_len": 1024, "global_batch": 8, "microbatches": 4}
+    failed = records[3]
+    assert failed.status == "out-of-memory" and failed.measured == {} and "-1" in failed.error
+    cases = cases_from_records(records, "r.tsv")
+    assert [c.metric for c in cases] == ["time_per_iteration_s"] * 3 + [None]
+
+
+def test_alpa_tsv_old_tuple_and_unknown_model(tmp_path):
+    row = ("gpt\t(16, 1024, 1536, 16, 16, 51200)\t1\t4\tUniformParallelArgs(prefer_reduce_scatter=False, "
+           "use_remat=True, dp=1, op=4, pp=1, force_batch_dim_mapping=False)\t3.1\t0.1\t0.54B\t5.0\t9.9\t{}\n")
+    (r,) = alpa_benchmark_records(write(tmp_path, "old.tsv", row), "tacc-tacc")
+    assert r.technique == "shard" and r.workload["global_batch"] == 16
+    assert r.model_dims == {"n_layer": 16, "n_embd": 1536, "n_head": 16, "vocab": 51200, "n_ctx": 1024}
+    assert to_case("old.tsv:1", r).model.vocab == 51200
+
+
+def test_alpa_tsv_errors_name_the_line(tmp_path):
+    bad = ALPA_TSV.replace("5.162", "fast")
+    with pytest.raises(GeosimError, match=r"r\.tsv:1: Mean Time \(s\): not a number"):
+        alpa_benchmark_records(write(tmp_path, "r.tsv", bad), "utah-gpn")
+    with pytest.raises(GeosimError, match=r"short\.tsv:2: expected 11 tab-separated fields"):
+        alpa_benchmark_records(write(tmp_path, "short.tsv", ALPA_TSV.splitlines()[0] + "\ngpt\t1\t2\n"), "utah-gpn")
+    with pytest.raises(GeosimError, match="empty"):
+        alpa_benchmark_records(write(tmp_path, "empty.tsv", "\n"), "utah-gpn")
+
+
+def test_alpa_log_importer_takes_the_steady_median(tmp_path):
+    r = alpa_log_record(write(tmp_path, "train.log", ALPA_LOG), "utah-gpn", "pipeshard", "gpt2m", global_batch=8)
+    assert r.measured["tokens_per_s"] == pytest.approx(3775.08)  # median of the windows after the first
+    assert r.measured["tflops_per_gpu"] == pytest.approx(1.21) and r.measured["steps"] == 40
+    assert to_case("train.log", r).metric == "tokens_per_s"
+    with pytest.raises(GeosimError, match=r"bad\.log:2: a 'Step\.\.\.' line not in Alpa's format"):
+        alpa_log_record(write(tmp_path, "bad.log", "x\nStep... 5 | Loss: nope\n"), "utah-gpn", "data", "gpt2m")
+
+
+# ----------------------------------------------------------------------------- records -> cases
+
+def live_record(**changes) -> dict:
+    doc = {"technique": "data", "model": "tiny", "status": "ok", "scenario": "utah-gpn", "source": "live",
+           "measured": {"time_per_iteration_s": 0.5}, "workload": {"global_batch": 8}}
+    doc.update(changes)
+    return doc
+
+
+def test_live_records_and_schema_errors(tmp_path):
+    inline = {"name": "lab", "hosts": [{"name": "a", "site": "X", "gpus": ["T4"]}, {"name": "b", "site": "Y", "gpus": ["T4"]}],
+              "links": [{"between": ["a", "b"], "rtt_ms": 30.0, "bandwidth_gbps": 1.0}]}
+    lines = [json.dumps(live_record()), "", json.dumps(live_record(scenario=None, cluster=inline, hosts=["a", "b"]))]
+    cases = load_cases(write(tmp_path, "live.jsonl", "\n".join(lines) + "\n"))
+    assert [c.where.rsplit(":", 1)[1] for c in cases] == ["1", "3"]
+    assert cases[1].slice_key == "lab" and cases[1].networked and cases[1].gpus == {"T4"}
+    bad_gpu = dict(inline, hosts=[{"name": "a", "site": "X", "gpus": ["H900"]}])
+    with pytest.raises(GeosimError, match=r"live\.jsonl:2: cluster\.hosts\[0\]\.gpus: unknown GPU 'H900'"):
+        load_cases(write(tmp_path, "live.jsonl", json.dumps(live_record()) + "\n"
+                         + json.dumps(live_record(scenario=None, cluster=bad_gpu)) + "\n"))
+    with pytest.raises(GeosimError, match=r"r\.jsonl:1: measured\.seconds: unknown measured key"):
+        read_runs(write(tmp_path, "r.jsonl", json.dumps(live_record(measured={"seconds": 3})) + "\n"))
+    with pytest.raises(GeosimError, match=r"r\.jsonl:1: technique: unknown technique 'fsdp'"):
+        load_cases(write(tmp_path, "r.jsonl", json.dumps(live_record(technique="fsdp")) + "\n"))
+    with pytest.raises(GeosimError, match=r"e\.jsonl: no run records in file \(empty\)"):
+        read_runs(write(tmp_path, "e.jsonl", "\n\n"))
+
+
+# ----------------------------------------------------------------------------- the fit
+
+TRUTH = {"compute.efficiency.RTX6000": 0.06, "compute.efficiency.T4": 0.15, "transport.window_mib": 2.5}
+
+
+def synthetic_free(base):
+    return [FreeParam("efficiency", "RTX6000", base.efficiency["RTX6000"], 0.003, 0.9, ""),
+            FreeParam("efficiency", "T4", base.efficiency["T4"], 0.003, 0.9, ""),
+            FreeParam("scalar", "transport.window_mib", base.window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
+
+
+def synthetic_runs(noise: float, seed: int = 7) -> list[RunRecord]:
+    """Runs the simulator itself predicts with TRUTH, times log-normal noise: what the fit should recover."""
+    base = load_params()
+    truth = apply_params(base, synthetic_free(base), [TRUTH[p.name] for p in synthetic_free(base)])
+    rng = np.random.default_rng(seed)
+    records = []
+    for scenario in ("tacc-tacc", "utah-gpn"):
+        sc = load_scenario(scenario)
+        for technique in ("data", "pipeshard", "zero2"):
+            for batch in (16, 32):
+                workload = {"global_batch": batch, "microbatches": 4, "tokens_per_epoch": 262144, "epochs": 1}
+                p = predict(sc.cluster, get_model("gpt2"), sc.workload(**workload), technique, truth)
+                assert p.ok, p.reason
+                measured = p.iteration_time_s * math.exp(rng.normal(0.0, noise))
+                records.append(RunRecord(technique=technique, model="gpt2", status="ok", scenario=scenario,
+                                         workload=workload, measured={"time_per_iteration_s": measured},
+                                         source="simulated"))
+    return records
+
+
+def test_fit_recovers_known_parameters_within_uncertainty():
+    base = load_params()
+    cases = cases_from_records(synthetic_runs(noise=0.03), "synthetic")
+    result = fit(cases, synthetic_free(base), base, max_nfev=40)
+    assert result.rms_log_error < 0.06
+    for f in result.fitted:
+        true = TRUTH[f.param.name]
+        assert 0 < f.sigma_log < 0.5, f
+        # the truth within 3 reported sigmas (log space), and the estimate near it
+        assert abs(math.log(f.value / true)) <= 3 * f.sigma_log, (f.param.name, f.value, true, f.sigma_log)
+    # the fitted parameters reproduce the runs they were fitted on
+    assert all(abs(c.error) < 0.1 for c in predict_with(result, cases))
+
+
+def test_fit_flags_what_the_data_cannot_determine():
+    base = load_params()
+    cases = [c for c in cases_from_records(synthetic_runs(noise=0.0), "s") if c.slice_key == "TACC-TACC"
+             and c.technique in ("data", "pipeshard")]
+    # a 0.1 ms LAN never fills a 2.5 MiB window: the window cannot be told from these runs
+    result = fit(cases, synthetic_free(base), base, max_nfev=15)
+    notes = {f.param.name: f.note for f in result.fitted}
+    assert notes["transport.window_mib"] in ("not identifiable", "poorly determined") or "bound" in notes[
+        "transport.window_mib"]
+    assert notes["compute.efficiency.RTX6000"] == ""
+    assert any("window_mib" in w for w in result.warnings)
+
+
+def test_out_of_memory_records_constrain_the_workspace():
+    params = replace(load_params(), workspace_gib=1.0)
+    sc = load_scenario("utah-gpn")
+
+    def margin(technique):  # GiB the tightest GPU has left, with no workspace reserved
+        p = predict(sc.cluster, get_model("gpt2L"), sc.workload(), technique, params)
+        return min(m.has_gib - (m.need_gib - 1.0) for m in p.memory)
+
+    tight, loose = sorted((t for t in ("data", "zero2", "shard", "pipeshard") if 0 < margin(t) < 8), key=margin)[:2]
+    recs = [RunRecord(technique=tight, model="gpt2L", status="out-of-memory", scenario="utah-gpn", source="simulated"),
+            RunRecord(technique=loose, model="gpt2L", status="ok", scenario="utah-gpn",
+                      measured={"time_per_iteration_s": 9.0}, source="simulated")]
+    fitted, memory = fit_memory(cases_from_records(recs, "m"), params)
+    # the tight one ran out of memory: a workspace between the two margins explains both outcomes
+    assert memory == {"right": 2, "total": 2, "workspace_gib": fitted.workspace_gib, "note": memory["note"]}
+    assert margin(tight) < fitted.workspace_gib <= margin(loose)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+def test_cli_fit_writes_a_params_file_predict_reads(tmp_path, capsys):
+    runs = tmp_path / "runs.jsonl"
+    write_records(runs, synthetic_runs(noise=0.02))  # efficiencies, window, message overhead, 3 overheads
+    out = tmp_path / "fitted.toml"
+    code = main(["calibrate", "fit", str(runs), "--out", str(out), "--links", "none", "--max-evaluations", "6",
+                 "--scenarios-out", str(tmp_path / "sc")])
+    report = capsys.readouterr().out
+    assert code == 0, report
+    assert "fit quality" in report and "memory outcomes right: 12 of 12" in report
+    params = load_params(out)
+    assert len(params.fitted_on) == 12 and params.fitted_on[0].startswith("simulated:TACC-TACC/")
+    assert main(["predict", "--params", str(out), "--scenario", "tacc-tacc", "--all-vms-only", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["params"] == str(out)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "no run records in file (empty)"),
+    (json.dumps(live_record(scenario=None, cluster={"hosts": [{"name": "a", "site": "X", "gpus": ["H900"]}]})),
+     "unknown GPU 'H900'"),
+    ("\n".join(json.dumps(live_record(technique=t, model="gpt2m")) for t in ("data", "zero2")),
+     "2 measured records cannot determine"),
+])
+def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, content, message):
+    runs = write(tmp_path, "runs.jsonl", content + "\n")
+    out = tmp_path / "fitted.toml"
+    assert main(["calibrate", "fit", str(runs), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and str(runs) in err or message.startswith("2 measured")
+    assert list(tmp_path.iterdir()) == [runs]
+
+
+def test_cli_import_then_crossval_pieces(tmp_path, capsys):
+    out = tmp_path / "runs.jsonl"
+    assert main(["calibrate", "import", "alpa-tsv", str(write(tmp_path, "r.tsv", ALPA_TSV)), "--scenario", "utah-gpn",
+                 "--global-batch", "8", "--out", str(out)]) == 0
+    assert main(["calibrate", "import", "study", "--out", str(out), "--append"]) == 0
+    assert len(read_runs(out)) == 24
+    assert main(["calibrate", "import", "alpa-log", str(write(tmp_path, "t.log", ALPA_LOG)), "--out", str(out)]) == 2
+    assert "give --scenario" in capsys.readouterr().err
+
+
+def test_crossval_report_and_plot(tmp_path):
+    from calibrate.crossval import Cell, FoldResult, Report, folds
+    from calibrate.plot import plot_predicted_vs_measured
+
+    cases = cases_from_records(study_records(), "study")
+    plan = folds(cases, ("loto", "loso"))
+    assert len(plan) == 9 and all(len(test) in (4, 5) and len(train) + len(test) == 20 for *_, train, test in plan)
+    cells = [Cell("A", "data", 100, 110, "f"), Cell("A", "shard", 300, 250, "f"), Cell("B", "data", 100, 300, "g"),
+             Cell("B", "shard", 200, 150, "g")]
+    report = Report("loto", [FoldResult("f", "loto", "x", cells, 0.1, {}, [], 1.0)])
+    assert report.order_right() == {"A": True, "B": False}
+    assert report.median_abs_error == pytest.approx((0.1 + 1 / 6 + 0.25) / 2 if False else np.median([0.1, 1 / 6, 2, 0.25]))
+    assert report.worst.slice == "B" and report.to_dict()["order_right"] == {"A": True, "B": False}
+    png = tmp_path / "cv.png"
+    plot_predicted_vs_measured({"loto": [(c.slice, c.technique, c.measured_s, c.predicted_s) for c in cells]}, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

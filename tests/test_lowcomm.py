@@ -1,0 +1,265 @@
+"""The low-communication techniques (DiLoCo, Streaming DiLoCo, SparseLoCo, the hybrid),
+Pipeshard's activation compression, and time to target (geosim/convergence.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from geosim.cli import main
+from geosim.engine import run_schedule
+from geosim.errors import GeosimError
+from geosim.params import default_params, load_params
+from geosim.predict import predict
+from geosim.scenario import gpu_catalog, load_scenario, model_catalog
+from geosim.schedule import Collective
+from geosim.specs import Cluster, Host, Link, Workload
+from geosim.techniques import build_schedule, sparseloco
+from geosim.techniques.hybrid import plan_replicas
+from geosim.whatif import with_bandwidth, with_rtt
+from geosim import convergence
+
+PARAMS = default_params()
+GPT2M = model_catalog()["gpt2m"]
+GPT2 = model_catalog()["gpt2"]
+SLICE = load_scenario("utah-gpn")
+WORKLOAD = SLICE.workload()
+NEW = ("diloco", "sparseloco", "hybrid")
+SMALL = Workload(tokens_per_epoch=12 * 256 * 10, seq_len=256, global_batch=12, microbatches=2, epochs=1)
+
+
+def one_gpu_hosts(n: int, rtt_ms: float = 50.0) -> Cluster:
+    a30 = gpu_catalog()["A30"]
+    hosts = tuple(Host(f"h{i}", f"S{i}", (a30,)) for i in range(n))
+    links = tuple(Link(f"S{i}", f"S{j}", rtt_ms / 1e3, 10e9) for i in range(n) for j in range(i + 1, n))
+    return Cluster("one-gpu-hosts", hosts, links)
+
+
+def wan_bytes(schedule, cluster, iterations=1) -> float:
+    run = run_schedule(schedule, cluster, PARAMS, SMALL if cluster.name == "one-gpu-hosts" else WORKLOAD,
+                       iterations=iterations, trace=True)
+    return sum(row[5] for row in run.trace if row[0] == "link" and "pcie" not in row[1])
+
+
+# --- formula tests -----------------------------------------------------------------------
+
+def test_diloco_with_h1_and_no_compression_communicates_exactly_as_data():
+    same = {"inner_steps": 1, "sync_dtype_bytes": WORKLOAD.bytes_per_value}
+    diloco = build_schedule("diloco", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, same)
+    data = build_schedule("data", SLICE.cluster, GPT2M, WORKLOAD, PARAMS)
+    # the same collective over the same ring, so the same bytes on the wide-area link
+    outer = [op for op in diloco.programs[0] if isinstance(op, Collective) and op.tag == ("outer",)]
+    grads = [op for op in data.programs[0] if isinstance(op, Collective)]
+    assert [(o.op, o.group, o.nbytes, o.algorithm) for o in outer] == [(g.op, g.group, g.nbytes, g.algorithm) for g in grads]
+    assert wan_bytes(diloco, SLICE.cluster) == pytest.approx(wan_bytes(data, SLICE.cluster), rel=1e-12)
+    # one GPU per host: no in-host all-reduce, every byte the same
+    cluster = one_gpu_hosts(2)
+    d = build_schedule("diloco", cluster, GPT2, SMALL, PARAMS, {"inner_steps": 1, "sync_dtype_bytes": 2})
+    g = build_schedule("data", cluster, GPT2, SMALL, PARAMS)
+    assert run_schedule(d, cluster, PARAMS, SMALL, 1).bytes_sent == run_schedule(g, cluster, PARAMS, SMALL, 1).bytes_sent
+    # ... and it is no faster than Data (it adds the outer step)
+    assert (predict(SLICE.cluster, GPT2M, WORKLOAD, "diloco", PARAMS, options=same).iteration_time_s
+            >= predict(SLICE.cluster, GPT2M, WORKLOAD, "data", PARAMS).iteration_time_s)
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+@pytest.mark.parametrize("topk,bits", [(0.01, 2), (0.03, 4), (0.1, 8)])
+def test_sparseloco_bytes_on_the_wire_are_topk_fraction_times_bits(replicas, topk, bits):
+    cluster = one_gpu_hosts(replicas)
+    options = {"topk_fraction": topk, "bits": bits, "index_bits": 12, "inner_steps": 3}
+    schedule = build_schedule("sparseloco", cluster, GPT2, SMALL, PARAMS, options)
+    payload = GPT2.num_params * topk * (bits + 12) / 8
+    # an all-gather: each replica receives the other replicas' payloads, R(R-1) payloads in all
+    assert wan_bytes(schedule, cluster) == pytest.approx(replicas * (replicas - 1) * payload, rel=1e-9)
+    assert sparseloco.payload_bytes(GPT2.num_params, sparseloco.settings(PARAMS, options)) == pytest.approx(payload)
+
+
+def test_sparseloco_payload_is_linear_in_topk_and_bits():
+    s = sparseloco.settings(PARAMS, {"index_bits": 0})
+    base = sparseloco.payload_bytes(1e9, s)
+    assert base == pytest.approx(1e9 * 0.01 * 2 / 8)
+    assert sparseloco.payload_bytes(1e9, s | {"topk_fraction": 0.03}) == pytest.approx(3 * base)
+    assert sparseloco.payload_bytes(1e9, s | {"bits": 8}) == pytest.approx(4 * base)
+
+
+def test_streaming_diloco_sends_a_ring_all_reduces_bytes_for_two_replicas():
+    cluster = one_gpu_hosts(2)
+    blocking = build_schedule("diloco", cluster, GPT2, SMALL, PARAMS, {"inner_steps": 8})
+    streaming = build_schedule("diloco", cluster, GPT2, SMALL, PARAMS, {"inner_steps": 8, "overlap": True, "fragments": 4})
+    assert wan_bytes(streaming, cluster) == pytest.approx(wan_bytes(blocking, cluster), rel=1e-9)
+    quantized = build_schedule("diloco", cluster, GPT2, SMALL, PARAMS,
+                               {"inner_steps": 8, "overlap": True, "sync_dtype_bytes": 0.5})
+    assert wan_bytes(quantized, cluster) == pytest.approx(wan_bytes(blocking, cluster) / 8, rel=1e-9)
+
+
+# --- behaviour -----------------------------------------------------------------------------
+
+def test_a_program_is_an_outer_round_and_predict_reports_per_iteration():
+    for h in (1, 10, 50):
+        p = predict(SLICE.cluster, GPT2M, WORKLOAD, "diloco", PARAMS, options={"inner_steps": h})
+        assert p.ok
+        assert p.tokens_per_s == pytest.approx(WORKLOAD.tokens_per_iteration / p.iteration_time_s)
+        assert p.total_time_s == pytest.approx(p.startup_s + p.time_per_epoch_s * WORKLOAD.epochs)
+        assert p.iteration_breakdown.total_s == pytest.approx(p.iteration_time_s)
+        assert p.run_breakdown.total_s == pytest.approx(p.total_time_s)
+    assert build_schedule("data", SLICE.cluster, GPT2M, WORKLOAD, PARAMS).iterations_per_program == 1
+
+
+def test_rarer_synchronization_is_faster_on_a_slow_link():
+    slow = with_rtt(SLICE.cluster, 0.103)
+    times = [predict(slow, GPT2M, WORKLOAD, "diloco", PARAMS, options={"inner_steps": h}).iteration_time_s
+             for h in (1, 10, 100)]
+    assert times[0] > times[1] > times[2]
+    data = predict(slow, GPT2M, WORKLOAD, "data", PARAMS).iteration_time_s
+    assert times[2] < data / 3
+
+
+def test_overlap_and_compression_hide_the_outer_sync():
+    cluster = load_scenario("gat-amst").cluster
+    blocking = predict(cluster, GPT2M, WORKLOAD, "diloco", PARAMS).iteration_time_s
+    streaming = predict(cluster, GPT2M, WORKLOAD, "diloco", PARAMS, options={"overlap": True}).iteration_time_s
+    sparse = predict(cluster, GPT2M, WORKLOAD, "sparseloco", PARAMS).iteration_time_s
+    assert streaming < blocking
+    assert sparse < blocking
+
+
+# Found here: a transfer holds the GPUs' PCIe ports for its serialization at line rate, but a
+# window-limited one trickles on "without holding the line" (geosim/network.py). Streaming
+# DiLoCo's fragment sends overlap the replicas' in-host all-reduces, so at 0.1 ms they hold the
+# ports the all-reduce needs and at 20 ms they do not: UTAH-GPN, H=10, 3.318 s at 0.1 ms vs
+# 3.264 s at 20 ms per iteration. The network model belongs to the lead; expected to fail until
+# a trickling flow shares its ports too.
+PORTS = pytest.mark.xfail(strict=True, reason="a line-rate transfer holds PCIe ports a window-limited one does not")
+
+
+@pytest.mark.parametrize("technique,options", [("diloco", {}), pytest.param("diloco", {"overlap": True}, marks=PORTS),
+                                               ("sparseloco", {}), ("hybrid", {}),
+                                               ("hybrid", {"replicas": [["vm1", "vm2"]]})])
+def test_more_rtt_or_less_bandwidth_is_never_faster(technique, options):
+    options = options | {"inner_steps": 10}
+    slack = 1e-9  # float rounding in the simulated clock
+    times = [predict(with_rtt(SLICE.cluster, ms / 1e3), GPT2M, WORKLOAD, technique, PARAMS, options=options).iteration_time_s
+             for ms in (0.1, 20, 57, 103, 200)]
+    assert all(b >= a * (1 - slack) for a, b in zip(times, times[1:])), times
+    assert times[-1] > times[0] or technique == "sparseloco" or technique == "hybrid" and "replicas" not in options
+    times = [predict(with_bandwidth(SLICE.cluster, g * 1e9), GPT2M, WORKLOAD, technique, PARAMS,
+                     options=options).iteration_time_s for g in (25, 10, 1, 0.3)]
+    assert all(b >= a * (1 - slack) for a, b in zip(times, times[1:])), times
+
+
+def test_memory_counts_outer_state_and_error_feedback():
+    n = GPT2M.num_params
+    for optimizer, per_param in (("nesterov", 8), ("sgd", 4)):
+        s = build_schedule("diloco", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, {"outer_optimizer": optimizer})
+        assert s.memory_parts[0]["outer optimizer"] == pytest.approx(per_param * n)
+    data = build_schedule("data", SLICE.cluster, GPT2M, WORKLOAD, PARAMS)
+    for feedback, per_param in ((True, 8), (False, 4)):
+        s = build_schedule("sparseloco", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, {"error_feedback": feedback})
+        extra = s.memory_bytes[0] - data.memory_bytes[0]
+        assert extra == pytest.approx(per_param * n)
+
+
+def test_pipeshard_activation_compression_scales_the_bytes_between_stages():
+    full = build_schedule("pipeshard", SLICE.cluster, GPT2M, WORKLOAD, PARAMS)
+    tenth = build_schedule("pipeshard", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, {"activation_compression": 0.1})
+    assert wan_bytes(tenth, SLICE.cluster) == pytest.approx(wan_bytes(full, SLICE.cluster) / 10, rel=1e-9)
+    with pytest.raises(GeosimError):
+        build_schedule("pipeshard", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, {"activation_compression": 0})
+
+
+def test_hybrid_uses_full_replicas_where_they_fit_and_pipelines_elsewhere():
+    # every study host fits gpt2m: the hybrid is SparseLoCo
+    assert plan_replicas(SLICE.cluster, GPT2M, WORKLOAD, PARAMS, 8.0, {}) == [("vm1",), ("vm2",)]
+    hybrid = predict(SLICE.cluster, GPT2M, WORKLOAD, "hybrid", PARAMS)
+    assert hybrid.iteration_time_s == pytest.approx(predict(SLICE.cluster, GPT2M, WORKLOAD, "sparseloco",
+                                                            PARAMS).iteration_time_s)
+    # one big host and two 16 GiB hosts that cannot hold gpt2-large: a full replica + a pipeline
+    catalog = gpu_catalog()
+    hosts = (Host("big", "A", (catalog["A100-80GB"],)), Host("t1", "B", (catalog["T4"],)), Host("t2", "B", (catalog["T4"],)))
+    cluster = Cluster("mixed", hosts, (Link("A", "B", 0.05, 10e9),))
+    model = model_catalog()["gpt2-large"]
+    workload = Workload(global_batch=8, microbatches=4)
+    assert plan_replicas(cluster, model, workload, PARAMS, 8.0, {}) == [("big",), ("t1", "t2")]
+    p = predict(cluster, model, workload, "hybrid", PARAMS)
+    assert p.ok and " pipelined " in p.description
+    assert convergence.uses_compressed_pipeline(p, PARAMS)
+    # a lone host that fits nothing has no partner to pipeline with
+    lone = Cluster("lone", hosts[:2], (Link("A", "B", 0.05, 10e9),))
+    assert predict(lone, model, workload, "hybrid", PARAMS).status == "infeasible"
+
+
+def test_a_pipelined_replica_alone_is_compressed_pipeshard():
+    hybrid = predict(SLICE.cluster, GPT2M, WORKLOAD, "hybrid", PARAMS, options={"replicas": [["vm1", "vm2"]]})
+    pipe = predict(SLICE.cluster, GPT2M, WORKLOAD, "pipeshard", PARAMS,
+                   options={"activation_compression": PARAMS.hybrid_activation_compression})
+    assert hybrid.iteration_time_s == pytest.approx(pipe.iteration_time_s, rel=1e-3)
+
+
+# --- parameters --------------------------------------------------------------------------
+
+def test_params_file_sets_and_checks_the_new_tunables(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("[diloco]\ninner_steps = 20\noverlap = true\n[sparseloco]\ntopk_fraction = 0.03\n"
+                    "[convergence.token_efficiency]\ndiloco = 0.8\n")
+    params = load_params(path)
+    assert (params.diloco_inner_steps, params.diloco_overlap, params.sparseloco_topk_fraction) == (20, True, 0.03)
+    assert params.token_efficiency["diloco"] == 0.8 and params.token_efficiency["data"] == 1.0
+    path.write_text("[sparseloco]\ntopk_fraction = 2.0\n")
+    with pytest.raises(GeosimError, match="topk_fraction"):
+        load_params(path)
+    path.write_text('[diloco]\nouter_optimizer = "adam"\n')
+    with pytest.raises(GeosimError, match="outer_optimizer"):
+        load_params(path)
+
+
+# --- time to target ------------------------------------------------------------------------
+
+def test_loss_gap_to_token_efficiency():
+    n, d = GPT2M.num_params, 20 * GPT2M.num_params
+    assert convergence.efficiency_from_loss_gap(0.0, n, d) == pytest.approx(1.0)
+    gaps = [convergence.efficiency_from_loss_gap(g, n, d) for g in (0.005, 0.0075, 0.011)]
+    assert gaps == sorted(gaps, reverse=True)
+    # the shipped defaults are these gaps, rounded
+    assert PARAMS.token_efficiency["diloco"] == pytest.approx(gaps[1], abs=0.005)
+    assert PARAMS.token_efficiency["hybrid"] == pytest.approx(gaps[2], abs=0.005)
+    assert PARAMS.compressed_activation_efficiency == pytest.approx(gaps[0], abs=0.005)
+
+
+def test_measured_efficiency_from_loss_curves(tmp_path):
+    path = tmp_path / "curves.jsonl"
+    lines = [{"technique": "data", "loss_curve": [[0, 10], [100, 5], [200, 4]]},
+             {"technique": "diloco", "loss_curve": [[0, 10], [100, 6], [200, 5], [300, 4.5]], "note": "extra keys ok"},
+             {"technique": "data", "status": "ok"}]  # no curve: skipped
+    path.write_text("\n".join(json.dumps(x) for x in lines))
+    curves = convergence.read_loss_curves(path)
+    assert convergence.tokens_to_loss(curves["data"], 4.5) == pytest.approx(150)
+    measured = convergence.measured_efficiencies(curves)  # target: 4.5, the lowest loss both reach
+    assert measured["data"] == 1.0 and measured["diloco"] == pytest.approx(150 / 300)
+    eff = convergence.token_efficiency("diloco", PARAMS, measured=measured)
+    assert eff.value == pytest.approx(0.5) and "measured" in eff.source
+    given = convergence.token_efficiency("diloco", PARAMS, measured=measured, overrides={"diloco": 0.7})
+    assert given.value == 0.7
+
+
+def test_time_to_target_formula():
+    p = predict(SLICE.cluster, GPT2M, WORKLOAD, "sparseloco", PARAMS)
+    [row] = convergence.annotate([p], PARAMS, lambda _: 1e9)
+    assert row["time_to_target_s"] == pytest.approx(1e9 / PARAMS.token_efficiency["sparseloco"] / p.tokens_per_s
+                                                    + p.startup_s)
+    assert convergence.target_tokens("chinchilla", GPT2M) == 20 * GPT2M.num_params
+    compressed = replace(PARAMS, pipeshard_activation_compression=0.5)
+    assert convergence.token_efficiency("pipeshard", compressed, compressed_pipeline=True).value == pytest.approx(
+        PARAMS.compressed_activation_efficiency)
+
+
+def test_cli_predict_target_tokens_json(capsys):
+    code = main(["predict", "--scenario", "utah-mass", "--all-vms-only", "--json", "--technique", "data",
+                 "--technique", "sparseloco", "--target-tokens", "1e9", "--token-efficiency", "sparseloco=0.5"])
+    assert code == 0
+    rows = {r["technique"]: r for r in json.loads(capsys.readouterr().out)["predictions"]}
+    assert rows["sparseloco"]["token_efficiency"] == 0.5
+    for r in rows.values():
+        assert r["time_to_target_s"] == pytest.approx(1e9 / r["token_efficiency"] / r["tokens_per_s"] + r["startup_s"])
+    assert rows["sparseloco"]["time_to_target_s"] < rows["data"]["time_to_target_s"]

@@ -1,0 +1,107 @@
+"""The planner (geosim.plan): enumeration, the compute floor it prunes with, ranking, the command."""
+
+import json
+
+import pytest
+
+from geosim.cli import main
+from geosim.errors import GeosimError
+from geosim.params import load_params
+from geosim.plan import (Case, candidates, evaluate, floor_s, layer_splits, make_plan, parse_duration,
+                         search, twins)
+from geosim.scenario import get_model, load_scenario
+
+
+def case(name="utah-gpn", model="gpt2m", **workload):
+    scenario = load_scenario(name)
+    return Case(scenario.cluster, get_model(model), scenario.workload(**workload), load_params())
+
+
+def test_layer_splits_cover_every_uneven_split():
+    splits = layer_splits(6, 2)
+    assert splits == [[1, 5], [2, 4], [3, 3], [4, 2], [5, 1]]
+    assert layer_splits(6, 1) == [[6]]
+    assert all(sum(s) == 30 and min(s) >= 1 for s in layer_splits(30, 3))
+
+
+def test_floor_never_exceeds_the_prediction():
+    c = case("utah-gpn", "gpt2L")
+    checked = 0
+    for args in candidates(c):
+        option = evaluate(c, *args)
+        if option.ok:
+            assert floor_s(c, *args) <= option.total_time_s
+            checked += 1
+    assert checked > 50
+
+
+@pytest.mark.parametrize("deadline", [None, 3600.0])
+def test_pruned_search_keeps_the_same_top_options_as_simulating_everything(deadline):
+    c = case("utah-gpn", "gpt2L")
+    full = make_plan(c, deadline_s=deadline, keep=None)
+    pruned = make_plan(c, deadline_s=deadline, keep=5)
+    assert pruned.pruned > 0 and full.pruned == 0
+    assert [o.label for o in pruned.options[:5]] == [o.label for o in full.options[:5]]
+
+
+def test_planner_beats_algorithm1_when_single_vms_run_out_of_memory():
+    plan = make_plan(case("utah-mass", "gpt2L"))
+    assert plan.algorithm.label == "ZeRO2 on vm1+vm2"
+    assert plan.best.total_time_s < plan.algorithm_option.total_time_s
+    assert "x the planner's best" in plan.comparison()
+
+
+def test_deadline_ranks_by_gpu_hours_and_max_gpus_filters():
+    fastest = make_plan(case("utah-gpn", "gpt2L")).best
+    cheap = make_plan(case("utah-gpn", "gpt2L"), deadline_s=fastest.total_time_s * 2)
+    assert cheap.best.gpu_hours <= fastest.gpu_hours and cheap.best.total_time_s <= fastest.total_time_s * 2
+    small = make_plan(case("utah-gpn", "gpt2L"), max_gpus=2)
+    assert small.options and all(o.gpus <= 2 for o in small.options)
+
+
+def test_twin_vms_are_planned_once():
+    c = case("utah-mass")
+    assert twins(c.cluster) == [["vm1", "vm2"]]
+    hosts = {o.hosts for o in search(c, keep=None).simulated}
+    assert ("vm2",) not in hosts and ("vm2", "vm1") not in hosts and ("vm1", "vm2") in hosts
+
+
+def test_microbatches_only_vary_for_pipeshard():
+    c = case("tacc-tacc", global_batch=8)
+    both = list(candidates(c, intra_stages=("data", "shard")))
+    assert {m for t, _, m, _ in both if t == "pipeshard"} == {1, 2, 4, 8}
+    assert {m for t, _, m, _ in both if t != "pipeshard"} == {None}
+    # intra-stage data splits a microbatch over a VM's 2 GPUs: 8 microbatches of 1 sequence cannot
+    data_only = {m for t, _, m, o in candidates(c) if t == "pipeshard"}
+    assert data_only == {1, 2, 4}
+
+
+def test_parse_duration():
+    assert parse_duration("36h") == 36 * 3600
+    assert parse_duration("90min") == 5400
+    assert parse_duration("5400s") == 5400
+    assert parse_duration("1.5") == 5400
+    with pytest.raises(GeosimError):
+        parse_duration("soon")
+
+
+def test_plan_command_json(capsys):
+    assert main(["plan", "--scenario", "utah-mass", "--model", "gpt2L", "--json", "--top", "3"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    assert doc["algorithm1"]["label"] == "ZeRO2 on vm1+vm2"
+    times = [o["total_time_s"] for o in doc["options"]]
+    assert times == sorted(times) and doc["best"]["total_time_s"] == times[0]
+
+
+def test_plan_command_measured_study(capsys):
+    assert main(["plan", "--scenario", "utah-gpn", "--measured", "study"]) == 0
+    out = capsys.readouterr().out
+    assert "Pipeshard on vm1+vm2" in out and "Algorithm 1 cannot run on these measurements" in out
+
+
+def test_plan_sweep_rtt_finds_a_flip(capsys):
+    assert main(["plan", "--scenario", "utah-gpn", "--model", "gpt2L", "--sweep-rtt", "0.1,200", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    assert doc["rows"][0]["best"] != doc["rows"][-1]["best"]
+    (flip,) = doc["flips"]
+    assert 0.1 < flip["between_ms"][0] < flip["between_ms"][1] < 200

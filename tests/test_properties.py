@@ -1,0 +1,246 @@
+"""Properties of the simulator, checked with hypothesis on a study slice and on random
+small clusters: predicted time never falls as RTT grows, never rises as bandwidth or
+GPU speed grows, and every byte sent is received."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+
+from geosim.collectives import expand
+from geosim.engine import run_schedule
+from geosim.params import default_params
+from geosim.predict import predict
+from geosim.scenario import gpu_catalog, load_scenario, model_catalog
+from geosim.schedule import Collective, Recv, Repeat, Send
+from geosim.specs import TECHNIQUE_NAMES, Cluster, Host, Link, Workload
+from geosim.techniques import build_schedule
+from geosim.whatif import with_bandwidth, with_rtt
+
+SLACK = 1e-9  # float rounding in the simulated clock
+# Deterministic and quick by default; GEOSIM_HYPOTHESIS_EXAMPLES=200 searches harder (random seeds).
+_EXAMPLES = int(os.environ.get("GEOSIM_HYPOTHESIS_EXAMPLES", "0"))
+PROPERTY = settings(max_examples=_EXAMPLES or 12, deadline=None, derandomize=not _EXAMPLES,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+PARAMS = default_params()
+GPT2M = model_catalog()["gpt2m"]
+GPT2 = model_catalog()["gpt2"]
+SLICE = load_scenario("utah-gpn")
+SLICE_WORKLOAD = SLICE.workload()
+GPU_TYPES = ("A30", "RTX6000", "A100-40GB", "V100", "L4")
+# 48 sequences in 4 microbatches of 12: divisible by every GPU count (1-6) and mesh size (1-2) drawn below
+SMALL_WORKLOAD = Workload(tokens_per_epoch=48 * 256 * 10, seq_len=256, global_batch=48, microbatches=4, epochs=2)
+
+rtt_ms = st.floats(min_value=0.0, max_value=200.0, allow_nan=False)
+gbps = st.floats(min_value=0.5, max_value=100.0, allow_nan=False)
+techniques = st.sampled_from(TECHNIQUE_NAMES)
+
+
+@st.composite
+def small_clusters(draw):
+    """2-3 hosts of 1-2 GPUs (the same count on each, so the batch divides), at two or three
+    sites, connected by links of random RTT, bandwidth and window."""
+    n_hosts = draw(st.integers(2, 3))
+    per_host = draw(st.integers(1, 2))
+    catalog = gpu_catalog()
+    sites = ["A", "B"] + [draw(st.sampled_from(["A", "B", "C"])) for _ in range(n_hosts - 2)]
+    hosts = tuple(Host(f"h{i}", sites[i], (catalog[draw(st.sampled_from(GPU_TYPES))],) * per_host)
+                  for i in range(n_hosts))
+    links = []
+    distinct = sorted(set(sites))
+    for a, b in zip(distinct, distinct[1:]):  # a chain of site links keeps every host reachable
+        window_mib = draw(st.one_of(st.none(), st.floats(0.25, 32.0)))
+        links.append(Link(a, b, draw(rtt_ms) / 1e3, draw(gbps) * 1e9,
+                          window_bytes=None if window_mib is None else window_mib * 2**20))
+    if draw(st.booleans()):  # sometimes a direct host link beside the site path
+        links.append(Link("h0", "h1", draw(rtt_ms) / 1e3, draw(gbps) * 1e9))
+    return Cluster("random", hosts, tuple(links))
+
+
+def total(cluster, technique, params=PARAMS, model=GPT2M, workload=SLICE_WORKLOAD):
+    r = predict(cluster, model, workload, technique, params)
+    return r.total_time_s if r.ok else None
+
+
+def assert_not_decreasing(t1, t2, what):
+    """t2 (after the change named in `what`) must not be below t1 (before it)."""
+    assert t2 >= t1 * (1 - SLACK), f"{what}: {t1!r} -> {t2!r} ({(t2 - t1) / t1:+.3%})"
+
+
+def assert_not_increasing(t1, t2, what):
+    """t2 (after an improvement named in `what`) must not be above t1 (before it)."""
+    assert t2 <= t1 * (1 + SLACK), f"{what}: {t1!r} -> {t2!r} ({(t2 - t1) / t1:+.3%})"
+
+
+# Found by hypothesis: a faster RTX6000 leaves its WAN connections idle longer while the
+# T4s finish, so Linux's slow start after idle (transport.slow_start_after_idle, on by
+# default) restarts them from a smaller window and the iteration gets slower. Gone with
+# slow_start_after_idle = false. The engine belongs to the lead; until it is decided
+# (a model property to document, or a fix), these cases are expected to fail.
+SLOW_START_ANOMALY = pytest.mark.xfail(
+    strict=True, reason="faster GPU -> longer idle -> TCP slow-start restart: slower (UTAH-GPN, RTX6000 0.25 -> 0.5)")
+
+
+# --- the study slice (UTAH-GPN) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("technique", TECHNIQUE_NAMES)
+@PROPERTY
+@given(r1=rtt_ms, r2=rtt_ms)
+def test_time_does_not_fall_as_rtt_grows_on_a_study_slice(technique, r1, r2):
+    r1, r2 = sorted((r1, r2))
+    t1 = total(with_rtt(SLICE.cluster, r1 / 1e3), technique)
+    t2 = total(with_rtt(SLICE.cluster, r2 / 1e3), technique)
+    assert_not_decreasing(t1, t2, f"{technique} on UTAH-GPN, RTT {r1!r} -> {r2!r} ms")
+
+
+@pytest.mark.parametrize("technique", TECHNIQUE_NAMES)
+@PROPERTY
+@given(b1=gbps, b2=gbps)
+def test_time_does_not_rise_as_bandwidth_grows_on_a_study_slice(technique, b1, b2):
+    b1, b2 = sorted((b1, b2))
+    t1 = total(with_bandwidth(SLICE.cluster, b1 * 1e9), technique)
+    t2 = total(with_bandwidth(SLICE.cluster, b2 * 1e9), technique)
+    assert_not_increasing(t1, t2, f"{technique} on UTAH-GPN, bandwidth {b1!r} -> {b2!r} Gbit/s")
+
+
+efficiency = st.floats(min_value=0.01, max_value=0.6, allow_nan=False)
+
+
+@pytest.mark.parametrize("technique", [pytest.param("data", marks=SLOW_START_ANOMALY),
+                                       pytest.param("zero2", marks=SLOW_START_ANOMALY), "shard", "pipeshard"])
+@PROPERTY
+@example(e1=0.25, e2=0.5, which="RTX6000")  # the counterexample hypothesis found
+@given(e1=efficiency, e2=efficiency, which=st.sampled_from(["RTX6000", "T4", "both"]))
+def test_faster_gpus_are_not_slower_on_a_study_slice(technique, e1, e2, which):
+    e1, e2 = sorted((e1, e2))
+
+    def params(e):
+        eff = dict(PARAMS.efficiency)
+        for name in (("RTX6000", "T4") if which == "both" else (which,)):
+            eff[name] = e
+        return PARAMS.with_values(efficiency=eff)
+
+    t1 = total(SLICE.cluster, technique, params(e1))
+    t2 = total(SLICE.cluster, technique, params(e2))
+    assert_not_increasing(t1, t2, f"{technique} on UTAH-GPN, {which} efficiency {e1!r} -> {e2!r}")
+
+
+# --- random small clusters --------------------------------------------------------
+
+
+@PROPERTY
+@given(cluster=small_clusters(), technique=techniques, r1=rtt_ms, r2=rtt_ms)
+def test_time_does_not_fall_as_rtt_grows_on_random_clusters(cluster, technique, r1, r2):
+    r1, r2 = sorted((r1, r2))
+    t1 = total(with_rtt(cluster, r1 / 1e3), technique, model=GPT2, workload=SMALL_WORKLOAD)
+    assume(t1 is not None)
+    t2 = total(with_rtt(cluster, r2 / 1e3), technique, model=GPT2, workload=SMALL_WORKLOAD)
+    assert_not_decreasing(t1, t2, f"{technique} on {cluster}, RTT {r1!r} -> {r2!r} ms")
+
+
+@PROPERTY
+@given(cluster=small_clusters(), technique=techniques, b1=gbps, b2=gbps)
+def test_time_does_not_rise_as_bandwidth_grows_on_random_clusters(cluster, technique, b1, b2):
+    b1, b2 = sorted((b1, b2))
+    t1 = total(with_bandwidth(cluster, b1 * 1e9), technique, model=GPT2, workload=SMALL_WORKLOAD)
+    assume(t1 is not None)
+    t2 = total(with_bandwidth(cluster, b2 * 1e9), technique, model=GPT2, workload=SMALL_WORKLOAD)
+    assert_not_increasing(t1, t2, f"{technique} on {cluster}, bandwidth {b1!r} -> {b2!r} Gbit/s")
+
+
+@PROPERTY
+@given(cluster=small_clusters(), technique=techniques, e1=efficiency, e2=efficiency)
+def test_faster_gpus_are_not_slower_on_random_clusters(cluster, technique, e1, e2):
+    e1, e2 = sorted((e1, e2))
+
+    def params(e):
+        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}, default_efficiency=e)
+
+    t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD)
+    assume(t1 is not None)
+    t2 = total(cluster, technique, params(e2), model=GPT2, workload=SMALL_WORKLOAD)
+    assert_not_increasing(t1, t2, f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}")
+
+
+# --- conservation of bytes --------------------------------------------------------
+
+
+def sends_and_recvs(schedule):
+    """Every rank's program with collectives expanded: {(src, dst, tag): bytes} sent and the
+    (src, dst, tag) each Recv waits for."""
+    hosts = tuple(d.host for d in schedule.devices)
+    sent, received = {}, []
+
+    def walk(rank, ops, ctx):
+        for op in ops:
+            if isinstance(op, Send):
+                key = (rank, op.dst, op.tag, ctx)
+                assert key not in sent, f"two sends with one tag: {key}"
+                sent[key] = op.nbytes
+            elif isinstance(op, Recv):
+                received.append((op.src, rank, op.tag, ctx))
+            elif isinstance(op, Collective):
+                walk(rank, expand(op, rank, hosts), ctx)
+            elif isinstance(op, Repeat):  # every repetition, as the engine runs them with exact=True
+                for r in range(op.count):
+                    walk(rank, op.ops, ctx + (op.tag, r))
+
+    for rank, program in schedule.programs.items():
+        walk(rank, program, ())
+    return sent, received
+
+
+@PROPERTY
+@given(cluster=small_clusters(), technique=techniques, iterations=st.integers(1, 3),
+       algorithm=st.sampled_from(["ring", "tree", "hierarchical"]))
+def test_bytes_sent_equal_bytes_received(cluster, technique, iterations, algorithm):
+    params = PARAMS.with_values(collectives={t: algorithm for t in TECHNIQUE_NAMES})
+    schedule = build_schedule(technique, cluster, GPT2, SMALL_WORKLOAD, params)
+    sent, received = sends_and_recvs(schedule)
+    assert len(received) == len(set(received)), "two receives wait for one send"
+    assert set(received) == set(sent), "a send without its receive or a receive without its send"
+    received_bytes = sum(sent[key] for key in received)
+    result = run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=iterations, trace=True, exact=True)
+    assert result.bytes_sent == pytest.approx(iterations * received_bytes, rel=1e-12)
+    assert result.transfers == iterations * len(received)
+    links = [row for row in result.trace if row[0] == "link"]
+    assert len(links) == result.transfers
+    assert sum(row[5] for row in links) == pytest.approx(result.bytes_sent, rel=1e-12)
+    assert all(row[4] >= row[3] for row in links)  # arrival after start
+
+
+@pytest.mark.parametrize("technique", TECHNIQUE_NAMES)
+@pytest.mark.parametrize("scenario", ["tacc-tacc", "utah-gpn", "gat-amst"])
+def test_bytes_sent_equal_bytes_received_on_study_slices(technique, scenario):
+    sc = load_scenario(scenario)
+    workload = sc.workload()
+    schedule = build_schedule(technique, sc.cluster, GPT2M, workload, PARAMS)
+    sent, received = sends_and_recvs(schedule)
+    assert sorted(received, key=repr) == sorted(sent, key=repr)
+    result = run_schedule(schedule, sc.cluster, PARAMS, workload, iterations=2, exact=True)
+    assert result.bytes_sent == pytest.approx(2 * sum(sent.values()), rel=1e-12)
+
+
+# Found here: repetitions of a Repeat block that the engine skips add no bytes to
+# RunResult.bytes_sent, so predict()'s bytes_per_iteration under-counts Shard (layers) and
+# ZeRO-2 (buckets), ~9x for ZeRO-2 on UTAH-GPN. The engine belongs to the lead.
+REPEAT_BYTES = pytest.mark.xfail(strict=True, reason="skipped Repeat repetitions add no bytes_sent")
+
+
+@pytest.mark.parametrize("technique", ["data", pytest.param("zero2", marks=REPEAT_BYTES),
+                                       pytest.param("shard", marks=REPEAT_BYTES), "pipeshard"])
+def test_predicted_bytes_per_iteration_count_every_repetition(technique):
+    """predict() skips most repetitions of a Repeat block; the bytes it reports per iteration
+    must still be every byte an iteration sends."""
+    sc = load_scenario("utah-gpn")
+    workload = sc.workload()
+    schedule = build_schedule(technique, sc.cluster, GPT2M, workload, PARAMS)
+    sent, _ = sends_and_recvs(schedule)
+    r = predict(sc.cluster, GPT2M, workload, technique, PARAMS)
+    assert r.bytes_per_iteration == pytest.approx(sum(sent.values()) / schedule.iterations_per_program, rel=1e-9)

@@ -1,0 +1,158 @@
+"""The sweep engine: rows on disk, resume after an interruption, the CLI and the report."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from geosim.cli import main
+from geosim.errors import GeosimError
+from geosim.records import RunRecord
+from geosim.sweep import LocalExecutor, SerialExecutor, make_context, run_sweep
+from geosim.sweep_grid import Grid, point_key
+from geosim.sweep_store import CSV_FILE, RESULTS, read_rows
+from test_crossover import synthetic_context
+
+GRID = Grid({"scenario": ["synthetic"], "technique": ["data", "shard"], "model": ["tiny"],
+             "rtt_ms": [round(1 + i * 2.5, 3) for i in range(40)]})
+
+
+def _lines(path):
+    return path.read_text().splitlines()
+
+
+def _check_complete(out, grid):
+    """Every point exactly once, in both files, and nothing else."""
+    jsonl = [json.loads(line) for line in _lines(out / RESULTS)]
+    keys = [r["key"] for r in jsonl]
+    assert len(keys) == len(set(keys)) == len(grid)
+    assert set(keys) == {point_key(p) for p in grid.points()}
+    csv_lines = _lines(out / CSV_FILE)
+    assert len(csv_lines) == len(grid) + 1  # header
+    assert sorted(line.rsplit(",", 1)[0] for line in csv_lines[1:]) == sorted(
+        line.rsplit(",", 1)[0] for line in csv_lines[1:])  # parseable, one per row
+    return jsonl
+
+
+def test_rows_carry_the_full_breakdown(tmp_path):
+    ctx = synthetic_context()
+    result = run_sweep(GRID, ctx, tmp_path, SerialExecutor(ctx), progress=False)
+    assert result.computed == len(GRID) and result.skipped == 0
+    row = result.rows[0]
+    assert row["status"] == "ok"
+    parts = sum(row[f"run_{p}"] for p in ("compute_s", "exposed_comm_s", "bubble_s", "overhead_s"))
+    assert parts == pytest.approx(row["total_time_s"], rel=1e-9)
+    assert row["wan_rtt_ms"] == pytest.approx(row["rtt_ms"])
+    _check_complete(tmp_path, GRID)
+
+
+def test_interrupted_sweep_resumes_without_duplicates_or_losses(tmp_path):
+    ctx = synthetic_context()
+    executor = LocalExecutor(ctx, 2)
+
+    def interrupt(done):
+        raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(GRID, ctx, tmp_path, executor, progress=False, on_chunk=interrupt)
+    finally:
+        executor.close()
+    on_disk = read_rows(tmp_path)
+    assert 0 < len(on_disk) < len(GRID)
+    assert len(_lines(tmp_path / RESULTS)) == len(on_disk)
+    # a kill in the middle of a write leaves half a line: it is cut off and that point redone
+    with open(tmp_path / RESULTS, "a") as f:
+        f.write('{"key": "half a li')
+    executor = LocalExecutor(ctx, 2)
+    try:
+        result = run_sweep(GRID, ctx, tmp_path, executor, progress=False)
+    finally:
+        executor.close()
+    assert result.skipped == len(on_disk)
+    assert result.computed == len(GRID) - len(on_disk)
+    rows = _check_complete(tmp_path, GRID)
+    again = run_sweep(GRID, ctx, tmp_path, SerialExecutor(ctx), progress=False)
+    assert again.computed == 0 and len(again.rows) == len(GRID)
+    fresh = {r["key"]: r["total_time_s"] for r in run_sweep(GRID, ctx, tmp_path / "fresh", SerialExecutor(ctx),
+                                                              progress=False).rows}
+    assert {r["key"]: r["total_time_s"] for r in rows} == fresh
+
+
+def test_resume_refuses_rows_from_other_parameters(tmp_path):
+    ctx = synthetic_context()
+    run_sweep(GRID, ctx, tmp_path, SerialExecutor(ctx), progress=False)
+    other = synthetic_context()
+    other.params = other.params.with_values(lan_rtt_s=1.0)
+    with pytest.raises(GeosimError, match="other simulator parameters"):
+        run_sweep(GRID, other, tmp_path, SerialExecutor(other), progress=False)
+    assert run_sweep(GRID, other, tmp_path, SerialExecutor(other), progress=False, fresh=True).computed == len(GRID)
+
+
+def test_ctrl_c_on_the_command_line_keeps_rows_and_a_rerun_finishes(tmp_path):
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "zero2",
+           "--rtt-ms", "0.1:150:150log", "--out", str(out), "--jobs", "2", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (out / RESULTS).exists() or not (out / RESULTS).read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "rerun the same command to resume" in err
+    first = read_rows(out)
+    assert 0 < len(first) < 150
+    done = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["resumed"] == len(first) and summary["computed"] == 150 - len(first)
+    keys = [json.loads(line)["key"] for line in _lines(out / RESULTS)]
+    assert len(keys) == len(set(keys)) == 150
+
+
+def test_cli_sweep_and_report(tmp_path, capsys):
+    out = tmp_path / "sw"
+    rc = main(["sweep", "--scenario", "utah-gpn,tacc-tacc", "--technique", "data,pipeshard", "--model", "gpt2m,gpt2L",
+               "--rtt-ms", "native,1:100:3log", "--out", str(out), "--jobs", "1", "--json", "--quiet"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["points"] == 2 * 2 * 2 * 4
+    assert summary["statuses"].get("out-of-memory", 0) > 0  # gpt2L data parallel does not fit a T4
+    assert summary["crossover_axis"] == "rtt_ms"
+    record = RunRecord(technique="pipeshard", model="gpt2m", status="ok", scenario="utah-gpn",
+                       measured={"total_time_s": 1800.0}, workload={"epochs": 2}, source="live")
+    (tmp_path / "runs.jsonl").write_text(record.to_json() + "\n")
+    assert main(["report", str(out), "--json", "--records", str(tmp_path / "runs.jsonl")]) == 0
+    written = json.loads(capsys.readouterr().out)
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2
+    assert "Crossovers on rtt_ms" in page
+    for path in written["plots"]:
+        assert os.path.getsize(path) > 5000
+    # the study's Table II (UTAH-GPN and TACC-TACC, gpt2m, data and pipeshard) and the one record
+    assert written["measured_points"] == 4 + 1
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["sweep", "--rtt-ms", "10:1:5", "--out", str(tmp_path)]) == 2
+    assert "START must not exceed STOP" in capsys.readouterr().err
+    assert main(["sweep", "--technique", "magic", "--out", str(tmp_path)]) == 2
+    assert "unknown technique 'magic'" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+
+
+def test_generated_cluster_points(tmp_path):
+    grid = Grid({"scenario": ["scale:2x2x4:A30"], "technique": ["data", "pipeshard"], "model": ["gpt2m"],
+                 "rtt_ms": [1.0, 50.0]})
+    ctx = make_context(grid)
+    rows = run_sweep(grid, ctx, tmp_path, SerialExecutor(ctx), progress=False).rows
+    assert {r["num_gpus"] for r in rows} == {16}
+    assert all(r["status"] == "ok" for r in rows)
+    by = {(r["technique"], r["rtt_ms"]): r["total_time_s"] for r in rows}
+    assert by[("data", 50.0)] > by[("data", 1.0)]
