@@ -22,6 +22,8 @@ import pytest
 
 from geosim.engine import run_schedule
 from geosim.network import Network
+from dataclasses import replace
+
 from geosim.params import default_params
 from geosim.scenario import gpu_catalog
 from geosim.schedule import Collective, Compute, Device, Recv, Schedule, Send
@@ -35,9 +37,10 @@ MIB = 1024**2
 
 
 def flat_params(**changes):
-    """Default params with slow start out of the way: every connection starts at its full window."""
+    """Default params with slow start and NCCL's per-step flow control out of the way: every
+    connection starts at its full window, a collective step costs alpha + n*beta."""
     p = default_params()
-    p = p.with_values(slow_start_after_idle=False, **changes)
+    p = p.with_values(slow_start_after_idle=False, **{"collective_step_rtts": 0.0, **changes})
     return p.with_values(initial_window_bytes=p.window_bytes * p.streams)
 
 
@@ -83,7 +86,8 @@ def wan_alpha_beta(params, link_rtt_s: float, link_bandwidth_bps: float, gpu=GPU
     one_way = params.intra_host_latency_s + link_rtt_s / 2  # the GPU's PCIe hop, then the link
     rtt = 2 * one_way
     line_rate = min(pcie_rate(gpu, params), link_bandwidth_bps / 8)
-    rate = min(line_rate, params.streams * params.window_bytes / rtt)
+    socket_rate = params.streams * params.stream_rate_gbps * 1e9 / 8
+    rate = min(line_rate, params.streams * params.window_bytes / rtt, socket_rate)
     return one_way + params.per_message_overhead_s, 1.0 / rate, rtt
 
 
@@ -92,7 +96,8 @@ def lan_alpha_beta(params, gpu=GPU):
     one_way = params.intra_host_latency_s + 2 * params.lan_rtt_s / 4
     rtt = 2 * one_way
     line_rate = min(pcie_rate(gpu, params), params.lan_bandwidth_gbps * 1e9 / 8)
-    rate = min(line_rate, params.streams * params.window_bytes / rtt)
+    socket_rate = params.streams * params.stream_rate_gbps * 1e9 / 8
+    rate = min(line_rate, params.streams * params.window_bytes / rtt, socket_rate)
     return one_way + params.per_message_overhead_s, 1.0 / rate, rtt
 
 
@@ -120,7 +125,7 @@ def test_hand_alpha_beta_matches_the_route(regime):
     assert route.tcp
     assert route.rtt_s == pytest.approx(rtt, rel=REL)
     assert route.one_way_s + params.per_message_overhead_s == pytest.approx(alpha, rel=REL)
-    assert 1 / min(route.line_rate, route.window_bytes / route.rtt_s) == pytest.approx(beta, rel=REL)
+    assert 1 / min(route.line_rate, route.window_bytes / route.rtt_s, route.stream_rate) == pytest.approx(beta, rel=REL)
     if regime == "window-limited":
         assert params.window_bytes / rtt < cfg["bandwidth_bps"] / 8  # really limited by the window
     else:
@@ -149,6 +154,29 @@ def test_collective_step_pays_no_handshake():
     n = 8 * MIB
     sched = schedule_of(cluster, {0: [Send(1, n, ("x",), p2p=False)], 1: [Recv(0, ("x",))]})
     assert simulate(sched, cluster, params).iteration_end[0] == pytest.approx(alpha + n * beta, rel=REL)
+
+
+@pytest.mark.parametrize("step_rtts", [0.5, 1.0, 2.0])
+def test_collective_step_waits_for_flow_control(step_rtts):
+    """Each ring step over TCP waits step_rtts round trips for the receiver's credit:
+    ring allreduce = 2(p-1)(alpha + k*RTT) + 2(p-1)/p * n * beta."""
+    params = flat_params(collective_step_rtts=step_rtts)
+    p, n = 4, 64 * MIB
+    cluster = pairwise_cluster(p, rtt_s=20e-3, bandwidth_bps=10e9)
+    alpha, beta, rtt = wan_alpha_beta(params, 20e-3, 10e9)
+    result = simulate(collective_schedule(cluster, "allreduce", n, "ring"), cluster, params)
+    expected = 2 * (p - 1) * (alpha + step_rtts * rtt) + 2 * (p - 1) / p * n * beta
+    assert result.iteration_end[0] == pytest.approx(expected, rel=REL)
+
+
+def test_a_link_overrides_the_flow_control_round_trips():
+    params = flat_params(collective_step_rtts=1.0)
+    cluster = pairwise_cluster(2, rtt_s=20e-3, bandwidth_bps=10e9)
+    cluster = Cluster(cluster.name, cluster.hosts, tuple(replace(l, step_rtts=3.0) for l in cluster.links))
+    alpha, beta, rtt = wan_alpha_beta(params, 20e-3, 10e9)
+    n = 8 * MIB
+    sched = schedule_of(cluster, {0: [Send(1, n, ("x",), p2p=False)], 1: [Recv(0, ("x",))]})
+    assert simulate(sched, cluster, params).iteration_end[0] == pytest.approx(3.0 * rtt + alpha + n * beta, rel=REL)
 
 
 def test_p2p_inside_one_host_is_pcie_only():
@@ -292,8 +320,9 @@ def test_steady_state_iteration_matches_the_formula_with_the_default_transport()
     params = default_params()
     p, rtt_s, bw, nbytes = 4, 30e-3, 10e9, 256 * MIB
     cluster = pairwise_cluster(p, rtt_s, bw)
-    alpha, beta, _ = wan_alpha_beta(params, rtt_s, bw)
+    alpha, beta, rtt = wan_alpha_beta(params, rtt_s, bw)
     result = simulate(collective_schedule(cluster, "allreduce", nbytes, "ring"), cluster, params, iterations=3)
+    alpha += params.collective_step_rtts * rtt  # NCCL's flow control, on by default
     expected = 2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes * beta
     assert result.iteration_time(0) > expected  # cold: slow start from the initial window
     assert result.iteration_time(1) == pytest.approx(expected, rel=REL)
