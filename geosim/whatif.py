@@ -20,24 +20,25 @@ def wan_links(cluster: Cluster) -> list:
     return crossing or list(cluster.links)
 
 
+def _edit_wan_links(cluster: Cluster, what: str, **changes) -> Cluster:
+    change = set(map(id, wan_links(cluster)))
+    if not change:
+        raise GeosimError(f"the scenario has no link between hosts whose {what} could change",
+                          source=cluster.source, key="links")
+    links = tuple(replace(link, **changes) if id(link) in change else link for link in cluster.links)
+    return replace(cluster, links=links)
+
+
 def with_rtt(cluster: Cluster, rtt_s: float) -> Cluster:
     if rtt_s < 0:
         raise GeosimError(f"RTT must be >= 0, got {rtt_s * 1e3:g} ms", key="rtt_ms")
-    change = set(map(id, wan_links(cluster)))
-    if not change:
-        raise GeosimError("the scenario has no link between hosts whose RTT could change", source=cluster.source, key="links")
-    links = tuple(replace(link, rtt_s=rtt_s) if id(link) in change else link for link in cluster.links)
-    return replace(cluster, links=links)
+    return _edit_wan_links(cluster, "RTT", rtt_s=rtt_s)
 
 
 def with_bandwidth(cluster: Cluster, bandwidth_bps: float) -> Cluster:
     if bandwidth_bps <= 0:
         raise GeosimError(f"bandwidth must be > 0, got {bandwidth_bps / 1e9:g} Gbit/s", key="bandwidth_gbps")
-    change = set(map(id, wan_links(cluster)))
-    if not change:
-        raise GeosimError("the scenario has no link between hosts whose bandwidth could change", source=cluster.source, key="links")
-    links = tuple(replace(link, bandwidth_bps=bandwidth_bps) if id(link) in change else link for link in cluster.links)
-    return replace(cluster, links=links)
+    return _edit_wan_links(cluster, "bandwidth", bandwidth_bps=bandwidth_bps)
 
 
 def with_gpu(cluster: Cluster, gpu_name: str) -> Cluster:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from geosim.errors import GeosimError
-from geosim.schedule import Compute, Device
+from geosim.schedule import Compute, Device, Repeat
 from geosim.specs import Cluster, Model, Params, Workload
 
 
@@ -48,3 +48,10 @@ def microbatch_per_gpu(workload: Workload, data_parallel: int) -> float:
     per_microbatch = workload.global_batch // workload.microbatches
     require_divisible("microbatch size (global_batch / microbatches)", per_microbatch, data_parallel, "the number of GPUs")
     return per_microbatch / data_parallel
+
+
+def accumulation(model: Model, workload: Workload, sequences: float, group: tuple[int, ...]) -> Repeat:
+    """Forward and backward of every microbatch on a full replica (Alpa's num_micro_batches)."""
+    fwd = forward_flops(model, workload, sequences, model.n_layer, with_head=True)
+    ops = (Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward"))
+    return Repeat(ops, workload.microbatches, group, ("microbatch",), "microbatches")

@@ -5,10 +5,9 @@ all-reduce of every gradient per iteration across all GPUs."""
 from __future__ import annotations
 
 from geosim.memory import activation_bytes, gpu_memory
-from geosim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.schedule import Collective, Schedule
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops,
-                                     microbatch_per_gpu, overhead_op)
+from geosim.techniques._base import accumulation, check_dims, devices_of, microbatch_per_gpu, overhead_op
 
 NAME = "data"
 DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
@@ -19,13 +18,10 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
     devices = devices_of(cluster)
     p = len(devices)
     per_gpu = microbatch_per_gpu(workload, p)
-    fwd = forward_flops(model, workload, per_gpu, model.n_layer, with_head=True)
     grad_bytes = model.num_params * workload.bytes_per_value
     group = tuple(d.rank for d in devices)
     allreduce = Collective("allreduce", group, grad_bytes, params.collectives.get(NAME, "ring"), ("grads",), "gradient all-reduce")
-    program = [Repeat((Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward")),
-                      workload.microbatches, group, ("microbatch",), "microbatches"),
-               allreduce, overhead_op(NAME, params)]
+    program = [accumulation(model, workload, per_gpu, group), allreduce, overhead_op(NAME, params)]
     memory = {}
     for d in devices:
         memory[d.rank] = gpu_memory(

@@ -11,8 +11,7 @@ import math
 from geosim.memory import activation_bytes, gpu_memory
 from geosim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops,
-                                     microbatch_per_gpu, overhead_op)
+from geosim.techniques._base import accumulation, check_dims, devices_of, microbatch_per_gpu, overhead_op
 
 NAME = "zero2"
 DESCRIPTION = "data parallel with bucketed reduce-scatter of gradients, sharded optimizer, all-gather of parameters"
@@ -23,15 +22,12 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
     devices = devices_of(cluster)
     p = len(devices)
     per_gpu = microbatch_per_gpu(workload, p)
-    fwd = forward_flops(model, workload, per_gpu, model.n_layer, with_head=True)
     grad_bytes = model.num_params * workload.bytes_per_value
     buckets = max(1, math.ceil(grad_bytes / params.zero2_bucket_bytes))
     bucket = grad_bytes / buckets
     group = tuple(d.rank for d in devices)
     algorithm = params.collectives.get(NAME, "ring")
-    # gradient accumulation, as Alpa's num_micro_batches
-    program = [Repeat((Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward")),
-                      workload.microbatches, group, ("microbatch",), "microbatches")]
+    program = [accumulation(model, workload, per_gpu, group)]
     program.append(Repeat((Collective("reduce_scatter", group, bucket, algorithm, ("rs",), "gradient reduce-scatter"),),
                           buckets, group, ("rs buckets",), "reduce-scatter buckets"))
     # the optimizer updates only this GPU's shard: 1/p of Adam's ~10 FLOPs per parameter
