@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from geosim.scenario import BUILTIN_SCENARIOS  # noqa: E402
 from geosim.sweep import LocalExecutor, RayExecutor, SerialExecutor, make_context, run_sweep  # noqa: E402
 from geosim.sweep_grid import Grid, parse_values  # noqa: E402
-from geosim.techniques import technique_names  # noqa: E402
+from geosim.techniques import STUDY_ORDER, technique_names  # noqa: E402
 
 
 def grid(rtts: int) -> Grid:
-    return Grid({"scenario": list(BUILTIN_SCENARIOS), "technique": technique_names(), "model": ["gpt2m"],
+    return Grid({"scenario": list(BUILTIN_SCENARIOS), "technique": list(STUDY_ORDER), "model": ["gpt2m"],
                  "rtt_ms": parse_values(f"0.1:150:{rtts}log", "float", "rtt")})
 
 
@@ -95,22 +95,29 @@ def main() -> int:
     print(f"\n{len(big)}-point grid (5 slices x 4 techniques x {args.rtts} RTTs, 20 epochs), {cores} local workers: "
           f"{seconds:.1f} s = {rate:.0f} points/s, {cpu:.1f} CPU ms per point  (target: <= 60 s)")
 
-    print(f"\n{len(small)}-point grid, one process vs parallel:")
-    base_s, base_rate, base_cpu = timed_sweep(small, ctx, lambda: SerialExecutor(ctx), args.repeats)
-    print(f"  one process        {base_s:6.2f} s  {base_rate:6.0f} points/s  1.00x  {base_cpu:5.1f} CPU ms/point")
-    pool_s, pool_rate, pool_cpu = timed_sweep(small, ctx, lambda: LocalExecutor(ctx, cores), args.repeats)
-    print(f"  local pool ({cores})     {pool_s:6.2f} s  {pool_rate:6.0f} points/s  {base_s / pool_s:.2f}x  "
-          f"{pool_cpu:5.1f} CPU ms/point")
+    print(f"\n{len(small)}-point grid, one process vs parallel (interleaved runs, so each sees the same load):")
+    modes = {"one process": lambda: SerialExecutor(ctx), f"local pool ({cores})": lambda: LocalExecutor(ctx, cores)}
+    startup = 0.0
     if not args.skip_ray:
         started = time.perf_counter()
-        ray_executor = RayExecutor(ctx, "local", num_cpus=cores)
+        ray_executor = RayExecutor(ctx, "local", num_cpus=cores)  # one instance for every repeat, as a long sweep has
         startup = time.perf_counter() - started
-        try:  # one Ray instance for every repeat, as one long sweep would have
-            ray_s, ray_rate, _ = timed_sweep(small, ctx, lambda: _Borrowed(ray_executor), args.repeats)
-        finally:
+        modes[f"Ray local ({cores} CPUs)"] = lambda: _Borrowed(ray_executor)
+    results: dict[str, list] = {name: [] for name in modes}
+    try:
+        for _ in range(args.repeats):
+            for name, make in modes.items():
+                results[name].append(timed_sweep(small, ctx, make, 1))
+    finally:
+        if not args.skip_ray:
             ray_executor.close()
-        print(f"  Ray local ({cores} CPUs) {ray_s:6.2f} s  {ray_rate:6.0f} points/s  {base_s / ray_s:.2f}x"
-              f"  (+ {startup:.1f} s to start Ray once; {base_s / (ray_s + startup):.2f}x including it)")
+    base = statistics.median(r[0] for r in results["one process"])
+    for name, runs in results.items():
+        wall = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[2] for r in runs)
+        extra = (f"  (+ {startup:.1f} s to start Ray once: {base / (wall + startup):.2f}x including it)"
+                 if name.startswith("Ray") else f"  {cpu:4.1f} CPU ms/point")
+        print(f"  {name:20s} {wall:6.2f} s  {len(small) / wall:5.0f} points/s  {base / wall:.2f}x{extra}")
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f} (other processes share the cores: compare CPU ms)")
     if args.scale:
         bench_scale(parse_values(args.scale, "int", "--scale"), vms=4, gpus=8)

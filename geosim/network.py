@@ -98,7 +98,12 @@ class Network:
         one_way = p.intra_host_latency_s
         window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
         if not same_host:
-            path = nx.shortest_path(self.graph, a.host, b.host, weight="one_way_s")
+            # a link the scenario draws between the two hosts is their path, even where the
+            # site LAN would be quicker (what-if edits of that link must take effect)
+            if self.graph.has_edge(a.host, b.host) and self.graph.edges[a.host, b.host]["link"] is not None:
+                path = [a.host, b.host]
+            else:
+                path = nx.shortest_path(self.graph, a.host, b.host, weight="one_way_s")
             for u, v in zip(path, path[1:]):
                 edge = self.graph.edges[u, v]
                 names.append(f"{u}->{v}")

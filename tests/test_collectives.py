@@ -411,3 +411,15 @@ def test_unmatched_send_raises():
     sched = schedule_of(cluster, {0: [Send(1, 10, ("x",))], 1: []})
     with pytest.raises(RuntimeError, match="unmatched"):
         simulate(sched, cluster, params)
+
+
+def test_an_explicit_link_between_same_site_hosts_is_their_path():
+    """TACC-TACC's two VMs share a site; the scenario's link between them is still the path,
+    so an RTT what-if on it takes effect even where the site LAN would be quicker."""
+    params = flat_params()
+    hosts = (Host("a", "site", (GPU,)), Host("b", "site", (GPU,)))
+    for rtt_s in (0.1e-3, 50e-3):
+        cluster = Cluster("same-site", hosts, (Link("a", "b", rtt_s, 10e9),))
+        route = Network(None, cluster, params, devices(cluster)).route(0, 1)
+        assert route.name == "a->b"
+        assert route.rtt_s == pytest.approx(rtt_s + 2 * params.intra_host_latency_s, rel=REL)

@@ -1,7 +1,8 @@
 """Crossover bisection: on plain functions, and on the simulator where the flip is known analytically.
 
 The analytic case: two VMs at two sites, one T4 each, the tiny model, and a transport
-with no latency-hiding tricks (no slow start, no per-message cost, no handshake). Then
+with nothing but latency and bandwidth (no slow start, no per-message cost, no handshake
+or flow-control round trips, no per-socket rate cap). Then
 one ring all-reduce of n bytes over 2 GPUs costs n/B + RTT, and per iteration
   data  = C + n_grad/B + RTT                  (one gradient all-reduce)
   shard = C + K*n_act/B + K*RTT               (K = layers x 4 activation all-reduces)
@@ -47,7 +48,8 @@ def synthetic_context() -> SweepContext:
                       (Link("vm1", "vm2", 0.010, BANDWIDTH_BPS),), source="<test>")
     base = load_params()
     params = base.with_values(
-        per_message_overhead_s=0.0, p2p_handshake_rtts=0.0, slow_start_after_idle=False,
+        per_message_overhead_s=0.0, p2p_handshake_rtts=0.0, collective_step_rtts=0.0, slow_start_after_idle=False,
+        stream_rate_gbps=1e6,
         initial_window_bytes=1e18, window_bytes=1e18, intra_host_latency_s=0.0,
         collectives={t: "ring" for t in base.collectives}, shard_collectives_per_layer=4,
         iteration_overhead_s={t: 0.01 for t in base.iteration_overhead_s}, startup_s={},

@@ -99,8 +99,6 @@ def run(args) -> int:
     grid = build_grid(args)
     ctx = make_context(grid, args.params, args.metric)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
-    if axis == "rtt_ms":
-        _warn_same_site(ctx)
     started = time.perf_counter()
     executor = make_executor(ctx, args.jobs, args.ray_address)
     try:
@@ -122,15 +120,6 @@ def run(args) -> int:
     else:
         print(format_summary(summary))
     return 0
-
-
-def _warn_same_site(ctx) -> None:
-    for name, sc in ctx.scenarios.items():
-        sites = {h.site for h in sc.cluster.hosts}
-        if len(sites) == 1:
-            print(f"geosim sweep: note: {name}: all VMs are at site {sites.pop()}; the simulator routes between them over "
-                  f"the site LAN (lan_rtt_ms = {ctx.params.lan_rtt_s * 1e3:g}) whenever that is faster, so larger RTTs "
-                  "change nothing there", file=sys.stderr)
 
 
 def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dict:
