@@ -17,11 +17,11 @@ There is no tokens-to-loss rule for an absolute loss here: the target is a token
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from geosim.errors import GeosimError
+from geosim.records import json_lines
 from geosim.specs import Model, Params
 
 CHINCHILLA_TOKENS_PER_PARAM = 20
@@ -80,20 +80,8 @@ def read_loss_curves(path: str | Path) -> dict[str, list[tuple[float, float]]]:
     """JSON lines, each an object with "technique" and "loss_curve": [[tokens, loss], ...]
     (a run record with that extra key, or any object); lines without a curve are skipped.
     Several curves of one technique are pooled (sorted by tokens)."""
-    path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise GeosimError("no such file", source=str(path)) from None
     curves: dict[str, list[tuple[float, float]]] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise GeosimError(f"not valid JSON ({exc.msg})", source=where) from None
+    for where, doc in json_lines(path):
         curve = doc.get("loss_curve") if isinstance(doc, dict) else None
         if curve is None:
             continue

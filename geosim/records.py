@@ -98,22 +98,31 @@ def validate(doc: object, where: str) -> RunRecord:
     return RunRecord(**doc)
 
 
-def read_records(path: str | Path) -> list[RunRecord]:
+def numbered_lines(path: str | Path):
+    """(where, text) for each non-blank line of a text file; `where` is 'file:line'."""
     path = Path(path)
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
         raise GeosimError("no such file", source=str(path)) from None
-    records = []
+    except OSError as exc:
+        raise GeosimError(f"cannot read ({exc.strerror})", source=str(path)) from None
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
+        if line.strip():
+            yield f"{path}:{number}", line
+
+
+def json_lines(path: str | Path):
+    """(where, decoded object) for each non-blank line of a JSON Lines file."""
+    for where, line in numbered_lines(path):
         try:
-            doc = json.loads(line)
+            yield where, json.loads(line)
         except json.JSONDecodeError as exc:
             raise GeosimError(f"not valid JSON ({exc.msg} at column {exc.colno})", source=where) from None
-        records.append(validate(doc, where))
+
+
+def read_records(path: str | Path) -> list[RunRecord]:
+    records = [validate(doc, where) for where, doc in json_lines(path)]
     if not records:
         raise GeosimError("no run records in file", source=str(path))
     return records
