@@ -24,6 +24,11 @@ from geosim.errors import GeosimError, require
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-log", "live")
+# the free set that cross-validated best on Table II (docs/calibrate.md): the collective step's round
+# trips globally (per-link values fitted on three techniques extrapolate worse to the fourth) and
+# ZeRO-2's gather width (fitted only in folds with ZeRO-2 cells; a held-out ZeRO-2 keeps the default)
+CROSSVAL_STEP_RTTS = "global"
+CROSSVAL_ALSO = "zero2.gather_bytes_per_param"
 
 
 def add_arguments(parser) -> None:
@@ -50,6 +55,12 @@ def add_arguments(parser) -> None:
                    help="per-link value fitted for each slice whose link capacity is unknown: auto = what limits "
                         "the link (line rate on a LAN, TCP window over a WAN); none = global transport only")
     p.add_argument("--known-links", default="", help="comma-separated slices whose link capacity is known (not fitted)")
+    p.add_argument("--step-rtts", choices=("link", "global", "none"), default="link",
+                   help="the round trips a collective step waits for: fitted globally and per link (default), "
+                        "globally only, or not at all")
+    p.add_argument("--also", default="", metavar="KEYS",
+                   help="comma-separated global scalars to fit as well, e.g. "
+                        "transport.p2p_handshake_rtts,zero2.gather_bytes_per_param")
     p.add_argument("--fit-workload", action="store_true",
                    help="also fit tokens per epoch where the records do not give it (reported as fitted)")
     p.add_argument("--scenarios-out", metavar="DIR", help="also write each fitted slice's scenario file with its "
@@ -63,6 +74,16 @@ def add_arguments(parser) -> None:
     p.add_argument("--kind", choices=("both", "loto", "loso"), default="both")
     p.add_argument("--plot", default="crossval.png", help="PNG of predicted vs measured (default crossval.png; "
                                                           "'' for none)")
+    p.add_argument("--step-rtts", choices=("link", "global", "none"), default=CROSSVAL_STEP_RTTS,
+                   help="the round trips a collective step waits for: fitted globally (default: per-link values "
+                        "fitted on three techniques' cells extrapolate poorly to the fourth), per link as well, "
+                        "or not at all")
+    p.add_argument("--also", default=CROSSVAL_ALSO, metavar="KEYS",
+                   help="comma-separated global scalars to fit as well (a technique's own only in folds that "
+                        f"have its cells; default {CROSSVAL_ALSO}; '' for none)")
+    p.add_argument("--keep-links", action="store_true",
+                   help="keep the scenario files' per-link window/step/bandwidth (by default they are stripped: "
+                        "values inferred from the same measurements would leak the held-out cells)")
     p.add_argument("--workers", type=int, help="parallel fits (default: one per core)")
     p.add_argument("--max-evaluations", type=int, default=25, help="least-squares iterations per fit (default 25)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
@@ -124,7 +145,8 @@ def run_fit(args) -> int:
     known = {s for s in args.known_links.split(",") if s}
     slices = {c.slice_key for c in cases} - known
     free = default_free(cases, base, fit_links=set() if args.links == "none" else slices,
-                        link_kind="auto" if args.links == "none" else args.links, fit_workload=args.fit_workload)
+                        link_kind="auto" if args.links == "none" else args.links, fit_workload=args.fit_workload,
+                        step_rtts=None if args.step_rtts == "none" else args.step_rtts, extra=tuple(k for k in args.also.split(",") if k))
     if not args.json:
         progress(f"fitting {len(free)} parameters to {sum(c.metric is not None for c in cases)} measured runs "
                  f"({len(cases)} records) from {args.records}")
@@ -183,10 +205,8 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
         for link in doc.get("links", []):
             a, b = (sites.get(end, end) for end in link["between"])
             if a != b or len(doc.get("links", [])) == 1:
-                if "bandwidth_gbps" in values:
-                    link["bandwidth_gbps"] = round(values["bandwidth_gbps"], 6)
-                if "window_mib" in values:
-                    link["window_mib"] = round(values["window_mib"], 6)
+                for key, value in values.items():  # bandwidth_gbps, window_mib, step_rtts
+                    link[key] = round(value, 6)
         doc["description"] = f"{slice_key} with link values fitted by `geosim calibrate fit` ({values})"
         out[Path(directory) / f"{slice_key.lower()}.toml"] = tomli_w.dumps(doc)
     Path(directory).mkdir(parents=True, exist_ok=True)
@@ -259,8 +279,11 @@ def run_crossval(args) -> int:
     if not cases:
         raise GeosimError("no measured runs to cross-validate on", source=args.records)
     kinds = ("loto", "loso") if args.kind == "both" else (args.kind,)
+    options = {"step_rtts": None if args.step_rtts == "none" else args.step_rtts,
+               "extra": tuple(k for k in args.also.split(",") if k)}
     reports = crossval(cases, params_path=args.params, kinds=kinds, workers=args.workers,
-                       max_nfev=args.max_evaluations, progress=progress)
+                       max_nfev=args.max_evaluations, progress=progress, strip_links=not args.keep_links,
+                       free_options=options)
     if args.plot:
         from calibrate.plot import plot_predicted_vs_measured
 

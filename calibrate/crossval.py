@@ -3,7 +3,15 @@
 (a) leave-one-technique-out (LOTO): fit on three techniques' 15 cells, predict the
     fourth technique's 5 cells; the held-out technique keeps the default overhead.
 (b) leave-one-slice-out (LOSO): fit on four slices, predict the fifth from its RTT
-    alone: its link keeps the scenario's nominal bandwidth, with the fitted transport.
+    alone: its link keeps the scenario's nominal bandwidth, with the fitted global transport
+    (window, collective step round trips).
+
+A scenario file may carry link values inferred from the very measurements cross-validated
+here (a window, step round trips, a bandwidth below the slices' nominal one). Those would
+leak the held-out cells into the prediction, so by default every case's links are first
+reduced to what the slice's description gives: its RTT and the slices' common nominal
+bandwidth. In LOTO the per-link values are then fitted on the training folds; in LOSO the
+held-out slice uses the globals.
 
 Folds are independent fits, so they run in a process pool (one per core).
 """
@@ -13,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -100,13 +108,32 @@ def folds(cases: list[Case], kinds: tuple[str, ...]) -> list[tuple[str, str, str
     return out
 
 
+def nominal_links(cases: list[Case]) -> list[Case]:
+    """The cases with every link between sites stripped of inferred values: no per-link window or step
+    round trips (the globals apply unless a fold fits them), and the median nominal bandwidth of the
+    slices' links in place of one that differs from it (a bandwidth inferred from the measurements)."""
+    import statistics
+
+    from geosim.whatif import wan_links
+
+    slices = {c.slice_key: c.cluster for c in cases}
+    nominal_bps = statistics.median(link.bandwidth_bps for cl in slices.values() for link in wan_links(cl))
+    out = []
+    for c in cases:
+        change = set(map(id, wan_links(c.cluster)))
+        links = tuple(replace(link, window_bytes=None, step_rtts=None, bandwidth_bps=nominal_bps)
+                      if id(link) in change else link for link in c.cluster.links)
+        out.append(replace(c, cluster=replace(c.cluster, links=links)))
+    return out
+
+
 def run_fold(cases: list[Case], params_path: str | None, name: str, kind: str, held_out: str,
-             train: list[int], test: list[int], max_nfev: int) -> FoldResult:
+             train: list[int], test: list[int], max_nfev: int, free_options: dict | None = None) -> FoldResult:
     started = time.perf_counter()
     base = load_params(params_path)
     train_cases = [cases[i] for i in train]
     # per-link values only for the slices being fitted: a LOSO slice keeps its scenario's link
-    free = default_free(train_cases, base, fit_links={c.slice_key for c in train_cases})
+    free = default_free(train_cases, base, fit_links={c.slice_key for c in train_cases}, **(free_options or {}))
     result = fit(train_cases, free, base, max_nfev=max_nfev)
     predicted = predict_with(result, [cases[i] for i in test])
     cells = [Cell(r.case.slice_key, r.case.technique, r.measured, r.predicted, name) for r in predicted]
@@ -121,8 +148,12 @@ def _run_fold_args(args) -> FoldResult:
 
 
 def crossval(cases: list[Case], *, params_path: str | None = None, kinds: tuple[str, ...] = ("loto", "loso"),
-             workers: int | None = None, max_nfev: int = 25, progress=None) -> dict[str, Report]:
-    jobs = [(cases, params_path, name, kind, held, train, test, max_nfev)
+             workers: int | None = None, max_nfev: int = 25, progress=None, strip_links: bool = True,
+             free_options: dict | None = None) -> dict[str, Report]:
+    """free_options: passed to default_free (step_rtts, extra). strip_links: see nominal_links."""
+    if strip_links:
+        cases = nominal_links(cases)
+    jobs = [(cases, params_path, name, kind, held, train, test, max_nfev, free_options)
             for name, kind, held, train, test in folds(cases, kinds)]
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     reports = {k: Report(k) for k in kinds}

@@ -30,18 +30,32 @@ SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 DIFF_STEP = 0.02  # log units: a 2% step; the simulated clock is piecewise (slow-start rounds, buckets)
 POORLY_DETERMINED = math.log(2.0)  # 1-sigma beyond a factor of 2: say the data do not pin it down
 CONDITION_LIMIT = 1e6
+SIGMA_STEP = 0.05  # log units: the secant half-width the uncertainties are computed over (a 5% nudge)
 # A per-link value is a slice's deviation from the global transport (window) or from the scenario's
 # nominal capacity (bandwidth). A weak prior, log(value / reference) ~ N(0, LINK_PRIOR_SIGMA), keeps a
 # link the data cannot see (a LAN link's window, a WAN link's idle line rate) at its reference, and
 # makes the global window the typical slice's: what a slice never measured is predicted with.
 LINK_PRIOR_SIGMA = 2.0
-NOT_IDENTIFIABLE = math.log(100.0)  # 1-sigma beyond a factor of 100: the data say nothing about it
+NOT_IDENTIFIABLE = math.log(100.0)
+# scalars only some techniques' schedules use: a p2p send's rendezvous (pipeline stages), ZeRO-2's gather
+SCALAR_TECHNIQUES = {"transport.p2p_handshake_rtts": ("pipeshard", "hybrid"),
+                     "zero2.gather_bytes_per_param": ("zero2",)}
+# (lowest, highest) a global transport/technique scalar may be fitted to, in its file unit
+SCALAR_RANGES = {"transport.collective_step_rtts": (0.02, 20.0), "transport.p2p_handshake_rtts": (0.1, 50.0),
+                 "zero2.gather_bytes_per_param": (1.0, 16.0), "transport.window_mib": (1 / 16, 512.0),
+                 "transport.per_message_overhead_us": (1.0, 1e6), "transport.stream_rate_gbps": (0.1, 100.0)}
+STEP_SCALARS = ("transport.collective_step_rtts",)
+LINK_KINDS = ("link_bandwidth", "link_window", "link_step_rtts")
+# the key a per-link value has in a scenario's [[links]] table and in [fitted].links
+LINK_KEYS = {"link_bandwidth": "bandwidth_gbps", "link_window": "window_mib", "link_step_rtts": "step_rtts"}
+# the global a per-link value deviates from (its prior's centre when that global is fitted too)
+LINK_GLOBALS = {"link_window": "transport.window_mib", "link_step_rtts": "transport.collective_step_rtts"}  # 1-sigma beyond a factor of 100: the data say nothing about it
 
 
 @dataclass(frozen=True)
 class FreeParam:
     """One fitted quantity. kind: scalar | efficiency | iteration_overhead | startup | link_bandwidth |
-    link_window | tokens_per_epoch; target: the TOML key, GPU, technique or slice it applies to."""
+    link_window | link_step_rtts | tokens_per_epoch; target: the TOML key, GPU, technique or slice it applies to."""
 
     kind: str
     target: str
@@ -59,6 +73,7 @@ class FreeParam:
             "startup": f"overhead.startup_s.{self.target}",
             "link_bandwidth": f"link.{self.target}.bandwidth_gbps",
             "link_window": f"link.{self.target}.window_mib",
+            "link_step_rtts": f"link.{self.target}.step_rtts",
             "tokens_per_epoch": "workload.tokens_per_epoch",
         }[self.kind]
 
@@ -67,10 +82,13 @@ class FreeParam:
             return self.target in case.gpus
         if self.kind in ("iteration_overhead", "startup"):
             return self.target == case.technique
-        if self.kind in ("link_bandwidth", "link_window"):
+        if self.kind in LINK_KINDS:
             return case.networked and self.target == case.slice_key
         if self.kind == "tokens_per_epoch":
             return "tokens_per_epoch" in case.assumed_workload
+        only = SCALAR_TECHNIQUES.get(self.target)
+        if only is not None and case.technique not in only:
+            return False
         if self.target.startswith(("transport.", "host.lan")):
             return case.networked
         return True
@@ -99,16 +117,18 @@ def apply_case(case: Case, cluster: Cluster, free: list[FreeParam], values):
     for p, v in zip(free, values):
         if not p.affects(case):
             continue
-        if p.kind in ("link_bandwidth", "link_window"):
+        if p.kind in LINK_KINDS:
             cluster = with_link(cluster, bandwidth_bps=v * 1e9 if p.kind == "link_bandwidth" else None,
-                                window_bytes=v * 2**20 if p.kind == "link_window" else None)
+                                window_bytes=v * 2**20 if p.kind == "link_window" else None,
+                                step_rtts=v if p.kind == "link_step_rtts" else None)
         elif p.kind == "tokens_per_epoch":
             workload = replace(workload, tokens_per_epoch=max(1, round(v)))
     return cluster, workload
 
 
-def with_link(cluster: Cluster, bandwidth_bps: float | None = None, window_bytes: float | None = None) -> Cluster:
-    """The slice with its links between sites given a fitted bandwidth or window."""
+def with_link(cluster: Cluster, bandwidth_bps: float | None = None, window_bytes: float | None = None,
+              step_rtts: float | None = None) -> Cluster:
+    """The slice with its links between sites given a fitted bandwidth, window or collective step round trips."""
     from geosim.whatif import wan_links
 
     change = set(map(id, wan_links(cluster)))
@@ -119,6 +139,8 @@ def with_link(cluster: Cluster, bandwidth_bps: float | None = None, window_bytes
                 link = replace(link, bandwidth_bps=bandwidth_bps)
             if window_bytes is not None:
                 link = replace(link, window_bytes=window_bytes)
+            if step_rtts is not None:
+                link = replace(link, step_rtts=step_rtts)
         links.append(link)
     return replace(cluster, links=tuple(links))
 
@@ -139,10 +161,10 @@ class Evaluator:
         self.uses = [tuple(j for j, p in enumerate(free) if p.affects(c)) for c in cases]
         self.cache: dict[tuple, Prediction] = {}
         self.predictions = 0
-        # (index of a per-link value, index of the global window it deviates from, or a fixed reference)
-        window = next((j for j, p in enumerate(free) if p.kind == "scalar" and p.target == "transport.window_mib"), None)
-        self.priors = [(j, window if p.kind == "link_window" and window is not None else p.initial)
-                       for j, p in enumerate(free) if p.kind in ("link_bandwidth", "link_window")]
+        # (index of a per-link value, index of the global it deviates from, or a fixed reference)
+        globals_ = {p.target: j for j, p in enumerate(free) if p.kind == "scalar"}
+        self.priors = [(j, globals_.get(LINK_GLOBALS.get(p.kind), p.initial)) for j, p in enumerate(free)
+                       if p.kind in LINK_KINDS]
 
     def predict(self, i: int, values, params: Params | None = None) -> Prediction:
         key = (i,) + tuple(float(values[j]) for j in self.uses[i])
@@ -187,11 +209,11 @@ class Fitted:
 
     @property
     def low(self) -> float:
-        return self.value * math.exp(-self.sigma_log) if math.isfinite(self.sigma_log) else 0.0
+        return self.value * math.exp(-self.sigma_log) if self.sigma_log < 700 else 0.0  # nan, inf: unknown
 
     @property
     def high(self) -> float:
-        return self.value * math.exp(self.sigma_log) if math.isfinite(self.sigma_log) else math.inf
+        return self.value * math.exp(self.sigma_log) if self.sigma_log < 700 else math.inf
 
 
 @dataclass
@@ -244,7 +266,8 @@ def fit(cases: list[Case], free: list[FreeParam], base: Params, *, progress=None
     warnings = [f"{p.name}: no record depends on it; left at {p.initial:g} {p.unit}" for p in free if p not in used_free]
     if not timed:
         raise GeosimError("no record with a measured time or throughput to fit to")
-    if len(timed) < len(used_free):
+    # a per-link value's weak prior is one pseudo-observation of it: only the others need a record each
+    if len(timed) < len([p for p in used_free if p.kind not in LINK_KINDS]):
         raise GeosimError(f"{len(timed)} measured records cannot determine {len(used_free)} free parameters "
                           f"({', '.join(p.name for p in used_free)}): add records or fix parameters")
     ev = Evaluator(timed, used_free, base)
@@ -269,6 +292,11 @@ def fit(cases: list[Case], free: list[FreeParam], base: Params, *, progress=None
             warnings.append(f"the fit stopped after {max_nfev} evaluations without converging")
     else:
         x, jac, active, r = np.zeros(0), np.zeros((len(timed), 0)), np.zeros(0), fun(np.zeros(0))
+    if used_free:
+        # the simulated clock is piecewise (slow-start rounds, buckets, which stage or GPU is the slowest):
+        # a one-sided 2% difference at the solution can straddle a step and report a huge slope, hence a
+        # tiny uncertainty. The uncertainties use central secants over +-SIGMA_STEP instead.
+        jac = secant_jacobian(fun, x, lower, upper, r)
     fitted = uncertainties(used_free, ev.values(x), jac, r, active, warnings)
     values = ev.values(x)
     params = apply_params(base, used_free, values)
@@ -277,10 +305,8 @@ def fit(cases: list[Case], free: list[FreeParam], base: Params, *, progress=None
     links: dict[str, dict[str, float]] = {}
     workload: dict[str, int] = {}
     for f in fitted:
-        if f.param.kind == "link_bandwidth":
-            links.setdefault(f.param.target, {})["bandwidth_gbps"] = f.value
-        elif f.param.kind == "link_window":
-            links.setdefault(f.param.target, {})["window_mib"] = f.value
+        if f.param.kind in LINK_KINDS:
+            links.setdefault(f.param.target, {})[LINK_KEYS[f.param.kind]] = f.value
         elif f.param.kind == "tokens_per_epoch":
             workload["tokens_per_epoch"] = max(1, round(f.value))
     params, memory = fit_memory(cases, params)
@@ -293,6 +319,22 @@ def fit(cases: list[Case], free: list[FreeParam], base: Params, *, progress=None
                             f"for them, so fitted values are conditional on that assumption")
     return FitResult(params, fitted, results, memory, warnings, calls[0], ev.predictions,
                      time.perf_counter() - started, excluded, links, workload)
+
+
+def secant_jacobian(fun, x, lower, upper, r0) -> np.ndarray:
+    """d residual / d log-parameter by central secants over +-SIGMA_STEP (one-sided at a bound)."""
+    jac = np.empty((len(r0), len(x)))
+    for j in range(len(x)):
+        hi, lo = x.copy(), x.copy()
+        hi[j] = min(x[j] + SIGMA_STEP, upper[j])
+        lo[j] = max(x[j] - SIGMA_STEP, lower[j])
+        if hi[j] - lo[j] <= 0:
+            jac[:, j] = 0.0
+            continue
+        r_hi = fun(hi) if hi[j] > x[j] else r0
+        r_lo = fun(lo) if lo[j] < x[j] else r0
+        jac[:, j] = (r_hi - r_lo) / (hi[j] - lo[j])
+    return jac
 
 
 def uncertainties(free: list[FreeParam], values, jac, residuals, active, warnings: list[str]) -> list[Fitted]:
@@ -378,20 +420,43 @@ def fit_memory(cases: list[Case], params: Params) -> tuple[Params, dict]:
 
 
 def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None = None, link_kind: str = "auto",
-                 fit_workload: bool = False, techniques: set[str] | None = None) -> list[FreeParam]:
+                 fit_workload: bool = False, techniques: set[str] | None = None, step_rtts: str | None = "link",
+                 extra: tuple[str, ...] = ()) -> list[FreeParam]:
     """The modest default set: compute efficiency per GPU type, the transport's window and per-message
     overhead, a fixed per-iteration overhead per technique, a link value for each slice in fit_links
-    (those whose capacity is unknown) and, if asked, the epoch's length in tokens."""
+    (those whose capacity is unknown) and, if asked, the epoch's length in tokens.
+
+    step_rtts: also the round trips a collective step waits for NCCL's flow control: "global"
+    (transport.collective_step_rtts), "link" (that and one per window-bound link in fit_links: what
+    differs between slices, each slice's hosts and path) or None (neither). extra: more global scalars to fit (keys of SCALAR_RANGES,
+    e.g. transport.p2p_handshake_rtts, zero2.gather_bytes_per_param); one no record uses is left out."""
     from geosim.whatif import wan_links
 
     timed = [c for c in cases if c.metric is not None]
     free: list[FreeParam] = []
     for gpu in sorted({g for c in timed for g in c.gpus}):
         free.append(FreeParam("efficiency", gpu, base.gpu_efficiency(gpu), 0.003, 0.9, ""))
-    if any(c.networked for c in timed):
-        free.append(FreeParam("scalar", "transport.window_mib", base.window_bytes / 2**20, 1 / 16, 512.0, "MiB"))
-        free.append(FreeParam("scalar", "transport.per_message_overhead_us", base.per_message_overhead_s * 1e6,
-                              1.0, 1e6, "us"))
+
+    def scalar(key: str) -> FreeParam:
+        name, scale = SCALAR_FIELDS[key]
+        value = getattr(base, name) / scale
+        lower, upper = SCALAR_RANGES[key]
+        unit = {"window_mib": "MiB", "overhead_us": "us", "rate_gbps": "Gbit/s", "per_param": "B/param", "rtts": "RTT"}
+        return FreeParam("scalar", key, max(value, lower), lower, upper,
+                         next((u for k, u in unit.items() if key.endswith(k)), ""))
+
+    networked = any(c.networked for c in timed)
+    if networked:
+        free.append(scalar("transport.window_mib"))
+        free.append(scalar("transport.per_message_overhead_us"))
+        if step_rtts:
+            free.extend(scalar(k) for k in STEP_SCALARS)
+    for key in extra:
+        if key not in SCALAR_RANGES:
+            raise GeosimError(f"cannot fit {key!r} (can: {', '.join(SCALAR_RANGES)})", key="extra")
+        p = scalar(key)
+        if p not in free and any(p.affects(c) for c in timed):
+            free.append(p)
     for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})):
         free.append(FreeParam("iteration_overhead", technique, max(base.iteration_overhead_s.get(technique, 0.05), 1e-3),
                               1e-4, 300.0, "s"))
@@ -410,6 +475,9 @@ def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None 
         else:
             free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / 2**20,
                                   1 / 64, 512.0, "MiB"))
+        if step_rtts == "link" and window_bound:  # on a LAN a step's round trip is lost in its transfer time
+            initial = link.step_rtts if link.step_rtts is not None else base.collective_step_rtts
+            free.append(FreeParam("link_step_rtts", c.slice_key, max(initial, 0.02), 0.02, 20.0, "RTT"))
     if fit_workload and any("tokens_per_epoch" in c.assumed_workload for c in timed):
         initial = next(c.workload.tokens_per_epoch for c in timed if "tokens_per_epoch" in c.assumed_workload)
         free.append(FreeParam("tokens_per_epoch", "workload", float(initial), 1e3, 1e9, "tokens"))
