@@ -1,0 +1,35 @@
+"""Benchmark: the whole live validation loop on the emulated WAN (root, /dev/net/tun).
+
+    sudo /work/venv/bin/python bench/bench_live_validate.py [--out bench-validate] [--steps 12]
+         [--rtt-ms 0.1,10,40] [--techniques data,zero2,shard,pipeshard] [--records runs.jsonl]
+
+Runs `geosim live validate` with the issue's defaults (four techniques at RTT 0.1, 10
+and 40 ms, 2 emulated hosts with one CPU device each, 1000 Mbit/s per host, tiny GPT-2),
+i.e. one 2-process gloo run per technique and RTT, then the fit on two RTTs and the
+prediction of the third (and of each other RTT in turn). Prints the table and the wall
+time of each phase; the numbers are what docs/validate.md reports. `--records` re-fits
+earlier runs without running anything (no root needed then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from live import validate
+
+    validate.add_arguments(parser)
+    parser.set_defaults(out="bench-validate")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    code = validate.run(args)
+    print(f"wall time: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
