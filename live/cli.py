@@ -13,16 +13,17 @@ from geosim.errors import GeosimError
 
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
 TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
+LOWCOMM = ("diloco", "sparseloco")  # low-communication techniques (docs/lowcomm-live.md)
 
 
 def add_arguments(parser):
-    sub = parser.add_subparsers(dest="live_command", metavar="{run,probe,wan}")
+    sub = parser.add_subparsers(dest="live_command", metavar="{run,probe,wan,validate}")
     sub.required = True
 
     run = sub.add_parser("run", help="train a GPT-2 with one technique and record what was measured",
                          description="Train a GPT-2 with one technique and record what was measured. Without "
                                      "--ray-address or --coordinator it runs here, on this machine's CPU or GPUs.")
-    run.add_argument("--technique", default="data", help=f"one of {', '.join(TECHNIQUES)} (default data)")
+    run.add_argument("--technique", default="data", help=f"one of {', '.join(TECHNIQUES + LOWCOMM)} (default data)")
     run.add_argument("--model", default="tiny", help="a catalog model: tiny, gpt2m, gpt2l, gpt2L, gpt2, ... (default tiny)")
     run.add_argument("--backend", choices=("jax", "alpa"), default="jax", help="jax (default) or alpa (needs Alpa installed)")
     group = run.add_mutually_exclusive_group()
@@ -47,9 +48,22 @@ def add_arguments(parser):
     run.add_argument("--scenario", help="scenario file describing the cluster (e.g. from `geosim live probe`)")
     run.add_argument("--record", metavar="RUNS.jsonl", help="append the run record to this file")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
+    low = run.add_argument_group("low-communication techniques (diloco, sparseloco; docs/lowcomm-live.md)")
+    low.add_argument("--replicas", type=int, help="replicas (default: one per host; 2 on a single host)")
+    low.add_argument("--inner-steps", type=int, help="H, inner AdamW steps per synchronization (default 10)")
+    low.add_argument("--outer-lr", type=float, help="outer SGD learning rate (default: diloco 0.7, sparseloco 1)")
+    low.add_argument("--outer-momentum", type=float, help="outer Nesterov momentum, 0 for none (default: diloco 0.9, sparseloco 0)")
+    low.add_argument("--topk", type=float, help="sparseloco: fraction of each chunk's values sent (default 0.01)")
+    low.add_argument("--bits", type=int, help="sparseloco: bits per value sent, 1 2 4 8, or 32 unquantized (default 2)")
+    low.add_argument("--loss-curve-out", metavar="CURVES.jsonl",
+                     help="append the loss-vs-tokens curve (any technique), for geosim predict --loss-curves")
+    low.add_argument("--loss-curve-window", type=int,
+                     help="steps between curve points (default: H for diloco/sparseloco, else 10; use one value for runs you compare)")
     dist = run.add_argument_group("multi-host")
     dist.add_argument("--ray-address", help="run one JAX process per node of this Ray cluster ('auto': the local one)")
-    dist.add_argument("--hosts", type=int, help="use only the first N Ray nodes")
+    dist.add_argument("--hosts", type=_hosts_value,
+                      help="N: use only the first N Ray nodes; 'wan': one process per host of the emulated WAN "
+                           "slice (`geosim live wan up`; root), the record carries the slice's RTT and bandwidth")
     dist.add_argument("--coordinator", help="HOST:PORT of process 0, to start processes by hand")
     dist.add_argument("--num-processes", type=int, default=1)
     dist.add_argument("--process-id", type=int, default=0)
@@ -65,6 +79,15 @@ def add_arguments(parser):
     probe.add_argument("--streams", type=int, default=4, help="parallel streams for the multi-stream test (default 4)")
     probe.add_argument("--pings", type=int, default=20, help="round trips for the RTT (default 20)")
     probe.add_argument("--json", action="store_true")
+
+    validate = sub.add_parser("validate", help="runs on the emulated WAN at several RTTs vs the simulator's predictions",
+                              description="Run the techniques on an emulated 2-host WAN slice at several RTTs (root), "
+                                          "calibrate the simulator on the runs at all RTTs but one, predict the held-out "
+                                          "RTT, print predicted vs measured with errors; writes records, the fitted "
+                                          "parameters, a JSON report and a PNG plot to --out.")
+    from live import validate as validate_cmd
+
+    validate_cmd.add_arguments(validate)
 
     try:
         from live.wan import cli as wan_cli
@@ -84,20 +107,27 @@ def run(args) -> int:
         return args._wan_run(args)
     if args.live_command == "probe":
         return _probe(args)
+    if args.live_command == "validate":
+        from live import validate
+
+        return validate.run(args)
     return _run(args)
 
 
 def _options(args):
     from live.train import Options
 
-    if args.technique not in TECHNIQUES:
-        raise GeosimError(f"unknown technique {args.technique!r} (known: {', '.join(TECHNIQUES)})", key="--technique")
+    if args.technique not in TECHNIQUES + LOWCOMM:
+        raise GeosimError(f"unknown technique {args.technique!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
+    from live import token_efficiency
+
+    token_efficiency.set_options_env({k: getattr(args, k, None) for k in token_efficiency.OPTION_KEYS})
     from geosim.scenario import get_model
 
     get_model(args.model)
     for key in ("steps", "epochs", "batch", "microbatches", "stages", "seq_len", "cpu_devices", "num_processes", "hosts"):
         value = getattr(args, key)
-        if value is not None and value <= 0:
+        if value is not None and value != "wan" and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", key="--" + key.replace("_", "-"))
     if args.batch % args.microbatches:
         raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--batch")
@@ -111,15 +141,31 @@ def _options(args):
                    log_every=args.log_every, memory_limit_gib=args.memory_limit_gib)
 
 
+def _hosts_value(text: str):
+    if text == "wan":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"must be a number of Ray nodes or 'wan', got {text!r}") from None
+
+
 def _run(args) -> int:
     opts = _options(args)
+    if args.hosts == "wan":
+        return _run_wan(args, opts)
     with _stdout_to_stderr():  # libraries (gloo, Ray) print to fd 1: keep stdout for the result
         result, impl, hosts, backend = _execute(args, opts)
     if result is None:  # a process other than 0 of a hand-started run: process 0 reports
         return 0
     from live.record import build_record
 
-    record = build_record(result, opts, backend=backend, collective_impl=impl, scenario=args.scenario, host_names=hosts)
+    from live.token_efficiency import options_note
+
+    record = build_record(result, opts, backend=backend, collective_impl=impl, scenario=args.scenario, host_names=hosts,
+                          extra_note=options_note(opts.technique))
     if args.record:
         from geosim.records import append_record
 
@@ -148,6 +194,36 @@ class _stdout_to_stderr:
         sys.stdout.flush()
         os.dup2(self.saved, 1)
         os.close(self.saved)
+
+
+def _run_wan(args, opts) -> int:
+    """--hosts wan: one process per emulated host (live/wan_runs.py); process 0's record, on the slice."""
+    if args.ray_address or args.coordinator or args.backend != "jax":
+        raise GeosimError("--hosts wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
+                          key="--hosts")
+    if args.scenario:
+        raise GeosimError("--hosts wan records the emulated slice itself: drop --scenario", key="--scenario")
+    from live import wan_runs
+
+    try:
+        run = wan_runs.run_on_wan(opts, cpu_devices=args.cpu_devices or 1, timeout_s=args.timeout,
+                                  log=lambda line: print(line, file=sys.stderr))
+    except KeyboardInterrupt:
+        print("interrupted: the processes on the WAN slice were stopped", file=sys.stderr)
+        return 130
+    from geosim.records import validate
+    from live.train import Result
+
+    record = validate(run.record, "geosim live run --hosts wan")
+    if args.record:
+        from geosim.records import append_record
+
+        append_record(args.record, record)
+    per_host = [len(h["gpus"]) for h in record.cluster["hosts"]]
+    result = Result(status=record.status, error=record.error, losses=run.losses, step_times=run.step_times,
+                    devices={"platform": "cpu", "count": sum(per_host), "processes": len(per_host), "per_host": per_host})
+    _report(result, record, args)
+    return {"ok": 0, "interrupted": 130}.get(record.status, 1)
 
 
 def _run_here(args, opts):
@@ -181,6 +257,10 @@ def _run_ray(args, opts):
     from live.train import Result
 
     env = {"NCCL_SOCKET_IFNAME": args.nccl_interface} if args.nccl_interface else {}
+    from live.token_efficiency import ENV
+
+    if os.environ.get(ENV):
+        env[ENV] = os.environ[ENV]  # the low-communication options, to every worker
     try:
         result_dict, hosts = distributed.run_on_ray(args.ray_address, opts, args.hosts, args.cpu_devices,
                                                     args.gloo_interface, env, args.timeout)
@@ -203,6 +283,11 @@ def _run_ray(args, opts):
 
 
 def _report(result, record, args):
+    if getattr(args, "loss_curve_out", None) and result.losses:
+        from live import token_efficiency
+
+        token_efficiency.append_curve(args.loss_curve_out, token_efficiency.curve_doc(
+            record, result.losses, result.step_times, args.loss_curve_window))
     if args.json:
         doc = json.loads(record.to_json())
         doc["losses"] = result.losses

@@ -24,6 +24,9 @@ from geosim.errors import GeosimError
 from live.model import GPTConfig, loss_fn
 
 TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
+# low-communication techniques (issue 8): a different update (local steps, then a sync), so
+# not in TECHNIQUES, whose members all compute the same synchronous step
+LOWCOMM = ("diloco", "sparseloco")
 
 
 @dataclass
@@ -120,8 +123,8 @@ class Technique:
 
 
 def get(name: str, setup: Setup) -> Technique:
-    if name not in TECHNIQUES:
-        raise GeosimError(f"unknown technique {name!r} (known: {', '.join(TECHNIQUES)})", key="--technique")
+    if name not in TECHNIQUES + LOWCOMM:
+        raise GeosimError(f"unknown technique {name!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
     module = importlib.import_module(f"live.techniques.{name}")
     return module.TECHNIQUE(setup)
 
