@@ -7,7 +7,7 @@ First an in-sample fit on all 20 cells (the slices' links stripped of inferred v
 per-link window and step round trips fitted): its global values are candidate defaults.
 Then each fold as it finishes, the per-cell errors, median/worst errors, whether the
 technique order is right on each slice, and the wall time. Not a test: the numbers are
-what docs/calibrate.md reports.
+what README: Calibrating geosim reports.
 """
 
 from __future__ import annotations

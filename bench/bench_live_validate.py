@@ -7,7 +7,7 @@ Runs `geosim live validate` with the issue's defaults (four techniques at RTT 0.
 and 40 ms, 2 emulated hosts with one CPU device each, 1000 Mbit/s per host, tiny GPT-2),
 i.e. one 2-process gloo run per technique and RTT, then the fit on two RTTs and the
 prediction of the third (and of each other RTT in turn). Prints the table and the wall
-time of each phase; the numbers are what docs/validate.md reports. `--records` re-fits
+time of each phase; the numbers are what README: Real runs on the emulated WAN reports. `--records` re-fits
 earlier runs without running anything (no root needed then).
 """
 

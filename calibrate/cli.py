@@ -24,7 +24,7 @@ from geosim.errors import GeosimError, require
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-log", "live")
-# the free set that cross-validated best on Table II (docs/calibrate.md): the collective step's round
+# the free set that cross-validated best on Table II (README: Calibrating geosim): the collective step's round
 # trips globally (per-link values fitted on three techniques extrapolate worse to the fourth) and
 # ZeRO-2's gather width (fitted only in folds with ZeRO-2 cells; a held-out ZeRO-2 keeps the default)
 CROSSVAL_STEP_RTTS = "global"

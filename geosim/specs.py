@@ -199,7 +199,7 @@ class Params:
     optimizer_bytes_per_param: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
-    # Low-communication techniques (docs/lowcomm.md). Defaulted, so code that builds a
+    # Low-communication techniques (README: Low-communication techniques). Defaulted, so code that builds a
     # Params without them (older parameter files, tests) keeps working.
     diloco_inner_steps: int = 100  # H: inner steps per outer round
     diloco_outer_optimizer: str = "nesterov"  # nesterov | sgd

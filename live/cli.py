@@ -13,7 +13,7 @@ from geosim.errors import GeosimError
 
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
 TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
-LOWCOMM = ("diloco", "sparseloco")  # low-communication techniques (docs/lowcomm-live.md)
+LOWCOMM = ("diloco", "sparseloco")  # low-communication techniques (README: Live DiLoCo and SparseLoCo)
 
 
 def add_arguments(parser):
@@ -48,7 +48,7 @@ def add_arguments(parser):
     run.add_argument("--scenario", help="scenario file describing the cluster (e.g. from `geosim live probe`)")
     run.add_argument("--record", metavar="RUNS.jsonl", help="append the run record to this file")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
-    low = run.add_argument_group("low-communication techniques (diloco, sparseloco; docs/lowcomm-live.md)")
+    low = run.add_argument_group("low-communication techniques (diloco, sparseloco; README: Live DiLoCo and SparseLoCo)")
     low.add_argument("--replicas", type=int, help="replicas (default: one per host; 2 on a single host)")
     low.add_argument("--inner-steps", type=int, help="H, inner AdamW steps per synchronization (default 10)")
     low.add_argument("--outer-lr", type=float, help="outer SGD learning rate (default: diloco 0.7, sparseloco 1)")

@@ -27,7 +27,7 @@ from geosim.errors import GeosimError
 TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
 TARGET = 0.20  # the bar: held-out predictions within 20%
-# Parameters fitted for CPU "GPUs" talking gloo over TCP (see docs/validate.md): the CPU's
+# Parameters fitted for CPU "GPUs" talking gloo over TCP (see README: Real runs on the emulated WAN): the CPU's
 # efficiency, one fixed cost per technique, and the transport's per-RTT costs, which absorb
 # gloo's one round trip per tensor: collective steps (all-reduce, all-gather) and point-to-point
 # sends (pipeshard's ppermute) each wait a fitted number of RTTs.

@@ -17,7 +17,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--all-vms-only", action="store_true", help="skip the 'each VM alone' rows")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--target-tokens", metavar="N|chinchilla",
-                        help="also predict the time to train as far as Data gets in N tokens (docs/lowcomm.md)")
+                        help="also predict the time to train as far as Data gets in N tokens (README: Low-communication techniques)")
     parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
                         help="override a technique's token efficiency (Data's tokens / its tokens, same loss)")
     parser.add_argument("--loss-curves", metavar="FILE",

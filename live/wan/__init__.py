@@ -2,7 +2,7 @@
 
 N network namespaces, each with a TAP device `wan0`, joined by a user-space forwarder
 that holds every frame for a one-way delay of RTT/2 (plus optional jitter and loss);
-an optional bandwidth cap is a tbf qdisc on each host's egress. See docs/wan.md.
+an optional bandwidth cap is a tbf qdisc on each host's egress. See README: the WAN emulator.
 
 Kept light on purpose: `geosim` imports the CLI modules at startup, so nothing here
 imports more than the standard library, and the heavy parts load on first use.
