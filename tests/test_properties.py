@@ -150,10 +150,14 @@ def test_time_does_not_fall_as_rtt_grows_on_random_clusters(cluster, technique, 
 @PROPERTY
 @given(cluster=small_clusters(), technique=techniques, b1=gbps, b2=gbps)
 def test_time_does_not_rise_as_bandwidth_grows_on_random_clusters(cluster, technique, b1, b2):
+    """With TCP's idle restart off, as for GPU speed: a faster link can leave a connection
+    idle past its RTO and restart it from a smaller window (hypothesis found a 3-site
+    Pipeshard 2e-7 slower at 2 Gbit/s than at 1); the study-slice test above keeps it on."""
     b1, b2 = sorted((b1, b2))
-    t1 = total(with_bandwidth(cluster, b1 * 1e9), technique, model=GPT2, workload=SMALL_WORKLOAD)
+    params = PARAMS.with_values(slow_start_after_idle=False)
+    t1 = total(with_bandwidth(cluster, b1 * 1e9), technique, params, model=GPT2, workload=SMALL_WORKLOAD)
     assume(t1 is not None)
-    t2 = total(with_bandwidth(cluster, b2 * 1e9), technique, model=GPT2, workload=SMALL_WORKLOAD)
+    t2 = total(with_bandwidth(cluster, b2 * 1e9), technique, params, model=GPT2, workload=SMALL_WORKLOAD)
     assert_not_increasing(t1, t2, f"{technique} on {cluster}, bandwidth {b1!r} -> {b2!r} Gbit/s")
 
 
