@@ -89,7 +89,7 @@ def bench_predictions(runs: int) -> tuple[int, float]:
 
 
 def bench_default_predict(runs: int) -> None:
-    header("2. default `geosim predict` (5 slices x 4 techniques x {both VMs, each VM})")
+    header("2. default `geosim predict` (5 slices x every technique x {both VMs, each VM})")
 
     def in_process():
         with contextlib.redirect_stdout(io.StringIO()):
