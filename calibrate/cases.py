@@ -7,7 +7,6 @@ record dozens of times). Errors name the record's file and line.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from geosim.errors import GeosimError
-from geosim.records import RunRecord, validate
+from geosim.records import RunRecord, json_lines, validate
 from geosim.scenario import Scenario, get_model, load_scenario
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import get_technique
@@ -54,23 +53,7 @@ class Case:
 
 def read_runs(path: str | Path) -> list[tuple[str, RunRecord]]:
     """(file:line, record) for every record of a JSON Lines file; empty files are an error."""
-    path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise GeosimError("no such file", source=str(path)) from None
-    except OSError as exc:
-        raise GeosimError(f"cannot read ({exc.strerror})", source=str(path)) from None
-    runs = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise GeosimError(f"not valid JSON ({exc.msg} at column {exc.colno})", source=where) from None
-        runs.append((where, validate(doc, where)))
+    runs = [(where, validate(doc, where)) for where, doc in json_lines(path)]
     if not runs:
         raise GeosimError("no run records in file (empty)", source=str(path))
     return runs

@@ -108,7 +108,7 @@ def run_import(args) -> int:
     if args.kind != "study" and not args.file:
         raise GeosimError(f"'import {args.kind}' needs the file to import", source="calibrate import")
     if args.kind in ("alpa-tsv", "alpa-log") and not args.scenario:
-        raise GeosimError(f"Alpa's files do not say which slice they ran on: give --scenario", source=args.file)
+        raise GeosimError("Alpa's files do not say which slice they ran on: give --scenario", source=args.file)
     if args.kind == "study":
         records = importers.study_records()
     elif args.kind == "alpa-tsv":

@@ -104,6 +104,19 @@ def _remap(op, rank_of: dict[int, int], prefix: tuple = ()):
     return op
 
 
+def single_host_replicas(cluster: Cluster, options: dict, model: Model, workload: Workload, params: Params,
+                         technique: str, state_bytes_per_param: float, state_part: str) -> list[Replica]:
+    """One full replica per host (DiLoCo, SparseLoCo), each with its outer state."""
+    groups = replica_hosts(cluster, options)
+    if any(len(g) != 1 for g in groups):
+        raise GeosimError(f"{technique} replicas are single hosts (use the hybrid technique for pipelined replicas)",
+                          key="replicas")
+    inner_workload = replica_workload(workload, len(groups))
+    replicas = [build_replica(cluster, g, "full", model, inner_workload, params, technique) for g in groups]
+    add_outer_state(replicas, state_bytes_per_param, state_part)
+    return replicas
+
+
 def inner_step(replica: Replica, rank: int, step: int) -> list:
     """The replica's inner-step ops for `rank`, tagged with the step: the engine matches a
     send to its receive by tag within one program, and a program holds H steps."""

@@ -23,8 +23,8 @@ from geosim.errors import GeosimError
 from geosim.schedule import Collective, Recv, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import check_dims, devices_of
-from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, add_outer_state, assemble,
-                                        build_replica, inner_step, outer_step_op, replica_hosts, replica_workload)
+from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, assemble, inner_step, outer_step_op,
+                                        single_host_replicas)
 
 NAME = "diloco"
 DESCRIPTION = "replica per host, H local steps, then an all-reduce of pseudo-gradients and a Nesterov outer step"
@@ -51,13 +51,8 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
     options = options or {}
     s = settings(params, options)
     devices = devices_of(cluster)
-    groups = replica_hosts(cluster, options)
-    if any(len(g) != 1 for g in groups):
-        raise GeosimError("DiLoCo replicas are single hosts (use the hybrid technique for pipelined replicas)",
-                          key="replicas")
-    inner_workload = replica_workload(workload, len(groups))
-    replicas = [build_replica(cluster, g, "full", model, inner_workload, params, NAME) for g in groups]
-    add_outer_state(replicas, OUTER_STATE_BYTES[s["outer_optimizer"]], "outer optimizer")
+    replicas = single_host_replicas(cluster, options, model, workload, params, NAME,
+                                    OUTER_STATE_BYTES[s["outer_optimizer"]], "outer optimizer")
     H = s["inner_steps"]
     pseudo_gradient = model.num_params * s["sync_dtype_bytes"]
     algorithm = params.collectives.get(NAME, "ring")

@@ -24,8 +24,8 @@ from geosim.errors import GeosimError
 from geosim.schedule import Schedule
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import check_dims, devices_of
-from geosim.techniques._lowcomm import (ERROR_FEEDBACK_BYTES, OUTER_COPY_BYTES, add_outer_state, assemble,
-                                        build_replica, replica_hosts, replica_workload, sparse_gather_ops)
+from geosim.techniques._lowcomm import (ERROR_FEEDBACK_BYTES, OUTER_COPY_BYTES, assemble, single_host_replicas,
+                                        sparse_gather_ops)
 
 NAME = "sparseloco"
 DESCRIPTION = "replica per host, H local steps, then an all-gather of top-k, 2-bit pseudo-gradients with error feedback"
@@ -59,14 +59,8 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
     options = options or {}
     s = settings(params, options)
     devices = devices_of(cluster)
-    groups = replica_hosts(cluster, options)
-    if any(len(g) != 1 for g in groups):
-        raise GeosimError("SparseLoCo replicas are single hosts (use the hybrid technique for pipelined replicas)",
-                          key="replicas")
-    replicas = [build_replica(cluster, g, "full", model, replica_workload(workload, len(groups)), params, NAME)
-                for g in groups]
-    add_outer_state(replicas, state_bytes_per_param(s), "outer state + error feedback" if s["error_feedback"]
-                    else "outer state")
+    replicas = single_host_replicas(cluster, options, model, workload, params, NAME, state_bytes_per_param(s),
+                                    "outer state + error feedback" if s["error_feedback"] else "outer state")
     sync = sparse_gather_ops(replicas, lambda n: payload_bytes(n, s), params.collectives.get(NAME, "ring"), devices)
     return assemble(NAME, devices, replicas, s["inner_steps"], sync,
                     f"{len(replicas)} replicas ({replicas[0].description}), H={s['inner_steps']}, "
