@@ -9,6 +9,15 @@ i.e. one 2-process gloo run per technique and RTT, then the fit on two RTTs and 
 prediction of the third (and of each other RTT in turn). Prints the table and the wall
 time of each phase; the numbers are what README: Real runs on the emulated WAN reports. `--records` re-fits
 earlier runs without running anything (no root needed then).
+
+The window-limited configuration (README: "Window-limited runs"), where Data, ZeRO2 and
+Shard slow down more than Pipeshard as RTT grows, as in the study:
+
+    sudo /work/venv/bin/python bench/bench_live_validate.py --model small-wan --batch 8 \
+         --tcp-window-kib 128 --quick --timeout 240 --out bench-validate-window
+
+(2 layers x 256 wide, 32 tokens a sequence: 6.6 MB of gradients against 0.26 MB of
+activations per pipeline send; TCP buffers capped at 128 KiB in the emulated hosts; ~6 min.)
 """
 
 from __future__ import annotations

@@ -54,7 +54,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--hold-out", type=float,
                         help="the RTT predicted from a fit on the others (default: the middle one); "
                              "every other RTT is also held out in turn and reported")
-    parser.add_argument("--model", default="tiny", help="catalog model (default tiny)")
+    # The defaults reproduce the study's mechanism: a model whose gradients outweigh its
+    # activations (as gpt2m's do) behind TCP windows smaller than those gradients.
+    parser.add_argument("--model", default="small-wan", help="catalog model (default small-wan: 1.65 M parameters)")
     parser.add_argument("--steps", type=int, default=12, help="training steps per run (default 12)")
     parser.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default 2)")
     parser.add_argument("--batch", type=int, default=8, help="global batch, sequences (default 8)")
@@ -62,6 +64,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu-devices", type=int, default=1, help="virtual CPU devices per host (default 1)")
     parser.add_argument("--bandwidth-mbit", type=float, default=1000.0,
                         help="egress cap of every emulated host, Mbit/s (default 1000; 0 = none)")
+    parser.add_argument("--tcp-window-kib", type=float, default=128.0, metavar="N",
+                        help="cap TCP buffers in the emulated hosts at N KiB (geosim live wan up --tcp-window-kib); the "
+                             "effective window, measured once on a 40 ms slice, goes in the records' link as window_mib "
+                             "(default 128; 0 = no cap, BDP-sized buffers)")
+    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's n_ctx)")
     parser.add_argument("--data", default="generated", help="training data (default generated: offline)")
     parser.add_argument("--out", default="live-validate", help="output directory (default ./live-validate)")
     parser.add_argument("--records", help="fit and predict these run records instead of running (a runs.jsonl "
@@ -131,7 +138,7 @@ class Report:
 # ----------------------------------------------------------------------------- running
 
 def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, bandwidth_mbit: float | None,
-            cpu_devices: int, timeout_s: float, log=print) -> Path:
+            cpu_devices: int, timeout_s: float, log=print, tcp_window_kib: float | None = None) -> Path:
     """One slice per RTT (brought up, used, torn down), every technique on it; records appended to
     OUT/runs.jsonl (with the RTT measured on the slice). Returns the records' path."""
     from live import wan_runs
@@ -143,10 +150,15 @@ def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, ba
     runs = out / "runs.jsonl"
     state = str(out / "wan-state.json")  # a private state file: a slice someone else has up is left alone
     ttl = len(techniques) * timeout_s + 300
+    window_mib = None
+    if tcp_window_kib:
+        window_mib = effective_window_mib(tcp_window_kib, bandwidth_mbit, state, log)
     for rtt in rtts:
         log(f"RTT {rtt:g} ms: bringing up a 2-host slice"
-            + (f" ({bandwidth_mbit:g} Mbit/s per host)" if bandwidth_mbit else ""))
-        wan = up(rtt_ms=rtt, bandwidth_mbit=bandwidth_mbit, hosts=2, ttl_s=ttl, state=state)
+            + (f" ({bandwidth_mbit:g} Mbit/s per host)" if bandwidth_mbit else "")
+            + (f", TCP window {tcp_window_kib:g} KiB" if tcp_window_kib else ""))
+        wan = up(rtt_ms=rtt, bandwidth_mbit=bandwidth_mbit, hosts=2, ttl_s=ttl, state=state,
+                 tcp_window_kib=tcp_window_kib or None)
         try:
             measured = measure_rtt(wan, count=20, interval_s=0.01)
             log(f"  measured RTT: median {measured['median_ms']:.3f} ms (min {measured['min_ms']:.3f})")
@@ -159,7 +171,7 @@ def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, ba
                 except GeosimError as exc:
                     log(f"  {technique:<10} failed: {exc}")
                     continue
-                doc = with_measured_rtt(doc, measured["median_ms"], rtt)
+                doc = with_measured_rtt(doc, measured["median_ms"], rtt, window_mib)
                 wan_runs.append(str(runs), doc)
                 t = doc.get("measured", {}).get("time_per_iteration_s")
                 log(f"  {technique:<10} {doc['status']:<6} " + (f"{t * 1e3:8.1f} ms/step" if t else "")
@@ -169,14 +181,45 @@ def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, ba
     return runs
 
 
-def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float) -> dict:
+def effective_window_mib(tcp_window_kib: float, bandwidth_mbit: float | None, state: str, log=print,
+                         rtt_ms: float = 40.0, seconds: float = 3.0) -> float:
+    """The TCP window a flow really gets under the emulator's buffer cap, in MiB, measured once:
+    a slice at rtt_ms with the cap, one TCP transfer, window = steady throughput x measured RTT.
+    The kernel spends part of each buffer on skb overhead (the advertised window is the buffer x
+    payload/truesize), so a 128 KiB cap gives ~93 KiB in flight here; the records' links carry this
+    figure as window_mib, the window the simulator limits each flow to."""
+    from live.wan.emulator import up
+    from live.wan.measure import measure_rtt, measure_throughput
+
+    wan = up(rtt_ms=rtt_ms, bandwidth_mbit=bandwidth_mbit, hosts=2, ttl_s=120, state=state,
+             tcp_window_kib=tcp_window_kib)
+    try:
+        rtt = measure_rtt(wan, count=10, interval_s=0.01)["median_ms"]
+        tput = measure_throughput(wan, seconds=seconds)
+    finally:
+        wan.down()
+    window = tput["mbit_steady"] * 1e6 / 8 * rtt / 1e3
+    if bandwidth_mbit and tput["mbit_steady"] > 0.8 * bandwidth_mbit:
+        raise GeosimError(f"a {tcp_window_kib:g} KiB window is not the bottleneck at {rtt_ms:g} ms and "
+                          f"{bandwidth_mbit:g} Mbit/s: use a smaller --tcp-window-kib", key="--tcp-window-kib")
+    log(f"TCP window cap {tcp_window_kib:g} KiB: {tput['mbit_steady']:.1f} Mbit/s at RTT {rtt:.2f} ms, "
+        f"an effective window of {window / 1024:.1f} KiB ({window / 1024 / tcp_window_kib:.0%} of the cap)")
+    return window / 2**20
+
+
+def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window_mib: float | None = None) -> dict:
     """The link's RTT as measured on the slice (at 0.1 ms the kernel path's own ~0.1-0.3 ms is
-    not negligible); the requested one stays in the note and the slice's name."""
+    not negligible); the requested one stays in the note and the slice's name. window_mib: the
+    effective TCP window measured under the slice's buffer cap (effective_window_mib)."""
     doc = json.loads(json.dumps(doc))
     for link in doc["cluster"]["links"]:
         link["rtt_ms"] = round(max(measured_ms, 1e-3), 4)
+        if window_mib:
+            link["window_mib"] = round(window_mib, 5)
     doc["cluster"]["name"] = f"wan-rtt{requested_ms:g}ms"
     doc["note"] = (doc.get("note") or "") + f"; RTT requested {requested_ms:g} ms, measured {measured_ms:.3f} ms"
+    if window_mib:
+        doc["note"] += f"; effective TCP window {window_mib * 1024:.1f} KiB (measured)"
     return doc
 
 
@@ -423,6 +466,9 @@ def run(args) -> int:
                        ("--microbatches", args.microbatches), ("--timeout", args.timeout)):
         if value <= 0:
             raise GeosimError(f"must be > 0, got {value}", key=key)
+    for key, value in (("--seq-len", args.seq_len), ("--tcp-window-kib", args.tcp_window_kib)):
+        if value is not None and not value > 0:
+            raise GeosimError(f"must be > 0, got {value}", key=key)
     from geosim.scenario import get_model
 
     get_model(args.model)
@@ -436,7 +482,8 @@ def run(args) -> int:
         def opts_for(technique):
             return Options(technique=technique, model=args.model, steps=steps, batch=args.batch,
                            microbatches=args.microbatches, data=args.data, tokenizer="bytes" if args.data == "generated"
-                           else "auto", warmup=warmup, log_every=max(steps, 1))
+                           else "auto", warmup=warmup, log_every=max(steps, 1),
+                           seq_len=args.seq_len)
 
         runs = out / "runs.jsonl"
         if runs.exists():
@@ -444,7 +491,8 @@ def run(args) -> int:
         previous = signal.signal(signal.SIGTERM, _sigterm)
         try:
             run_all(rtts, techniques, opts_for, out=out, bandwidth_mbit=args.bandwidth_mbit or None,
-                    cpu_devices=args.cpu_devices, timeout_s=args.timeout, log=log)
+                    cpu_devices=args.cpu_devices, timeout_s=args.timeout, log=log,
+                    tcp_window_kib=args.tcp_window_kib)
         except KeyboardInterrupt:
             log("interrupted: slices torn down, processes stopped")
             return 130

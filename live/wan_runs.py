@@ -88,13 +88,17 @@ def wan_cluster(wan, per_host: list[int], gpu_table: dict | None = None) -> dict
     bandwidth = wan.bandwidth_mbit / 1000 if wan.bandwidth_mbit else UNCAPPED_GBPS
     rtt = wan.rtt_ms[0][1]
     name = f"wan-rtt{rtt:g}ms" + (f"-{wan.bandwidth_mbit:g}mbit" if wan.bandwidth_mbit else "")
+    window_kib = (getattr(wan, "extra", None) or {}).get("tcp_window_kib")
     cluster = {"name": name, "hosts": [], "links": [], "gpus": gpu_table or cpu_gpu_table(max(per_host))}
     for i in range(n):
         cluster["hosts"].append({"name": wan.hosts[i].hostname, "site": f"wan-site{i}", "gpus": ["CPU"] * per_host[i]})
     for i in range(n):
         for j in range(i + 1, n):
-            cluster["links"].append({"between": [wan.hosts[i].hostname, wan.hosts[j].hostname],
-                                     "rtt_ms": float(wan.rtt_ms[i][j]), "bandwidth_gbps": float(bandwidth)})
+            link = {"between": [wan.hosts[i].hostname, wan.hosts[j].hostname],
+                    "rtt_ms": float(wan.rtt_ms[i][j]), "bandwidth_gbps": float(bandwidth)}
+            if window_kib:  # the emulator's TCP buffer cap: the simulator limits each flow to it
+                link["window_mib"] = float(window_kib) / 1024
+            cluster["links"].append(link)
     return cluster
 
 
@@ -205,7 +209,8 @@ def to_wan_record(doc: dict, wan) -> dict:
     doc.pop("scenario", None)
     bw = f"{wan.bandwidth_mbit:g} Mbit/s per host" if wan.bandwidth_mbit else "no bandwidth cap"
     note = (f"emulated WAN slice {wan.id}: {len(wan.hosts)} namespaces, RTT {wan.rtt_ms[0][1]:g} ms, {bw}"
-            + (f", jitter {wan.jitter_ms:g} ms" if wan.jitter_ms else "") + (f", loss {wan.loss:g}" if wan.loss else ""))
+            + (f", jitter {wan.jitter_ms:g} ms" if wan.jitter_ms else "") + (f", loss {wan.loss:g}" if wan.loss else "")
+            + (f", TCP window {wan.extra['tcp_window_kib']:g} KiB" if (wan.extra or {}).get("tcp_window_kib") else ""))
     doc["note"] = f"{doc['note']}; {note}" if doc.get("note") else note
     validate(doc, "geosim live run --hosts wan")  # the record must be one calibrate can read
     return doc

@@ -80,6 +80,24 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
     assert p.ok and p.iteration_time_s > 0.02  # at least one 20 ms round trip per step
 
 
+def test_window_cap_of_the_slice_is_the_links_window_and_slows_the_simulated_run():
+    from calibrate.cases import cases_from_records
+    from geosim.params import load_params
+    from geosim.predict import predict
+
+    capped = fake_slice(rtt=20, bandwidth=1000)
+    capped.extra = {"tcp_window_kib": 128.0}
+    doc = wan_runs.to_wan_record(local_record_doc(), capped)
+    assert doc["cluster"]["links"][0]["window_mib"] == 0.125 and "TCP window 128 KiB" in doc["note"]
+    times = []
+    for d in (wan_runs.to_wan_record(local_record_doc(), fake_slice(rtt=20, bandwidth=1000)), doc):
+        d["model_dims"] = dict(d["model_dims"], n_embd=256)  # ~6 MB of gradients: more than a 128 KiB window
+        case = cases_from_records([validate(d, "t")], "t")[0]
+        times.append(predict(case.cluster, case.model, case.workload, "data", load_params()).iteration_time_s)
+    # window-bound: ~6.6 MB / 128 KiB ~ 50 round trips of 20 ms more per step than with BDP-sized buffers
+    assert times[1] - times[0] > 25 * 0.020, times
+
+
 def test_record_host_count_must_match_the_slice():
     with pytest.raises(GeosimError, match="3 host"):
         wan_runs.to_wan_record(local_record_doc((1, 1, 1)), fake_slice(hosts=2))
@@ -233,7 +251,8 @@ def test_ctrl_c_stops_the_processes_on_the_slice(wan_slice, tmp_path):
 
 @needs_root
 def test_validate_quick_loop(tmp_path):
-    """The CI-sized loop: two techniques at three RTTs, 6 steps each, fit on two, predict one."""
+    """The CI-sized loop with the defaults (small-wan model, 128 KiB TCP windows): two techniques
+    at three RTTs, 6 steps each, fit on two, predict one."""
     out = tmp_path / "validate"
     before = set(namespaces())
     started = time.monotonic()
@@ -249,9 +268,12 @@ def test_validate_quick_loop(tmp_path):
                                                              for t in ("data", "pipeshard")}
     assert report["held_out_rtt_ms"] == 10 and {r["role"] for r in rows} == {"fit", "held out"}
     assert all(r["predicted_s"] > 0 and math.isfinite(r["error"]) for r in rows)
-    for t in ("data", "pipeshard"):  # the WAN's latency is in the measurements
-        at = {r["rtt_ms"]: r["measured_s"] for r in rows if r["technique"] == t}
-        assert at[30] > at[0.1] + 0.03, at
+    at = {t: {r["rtt_ms"]: r["measured_s"] for r in rows if r["technique"] == t} for t in ("data", "pipeshard")}
+    for t in at:  # the WAN's latency is in the measurements
+        assert at[t][30] > at[t][0.1] + 0.03, at
+    # the study's result: behind windows smaller than its gradients, Data slows down far more than Pipeshard
+    slowdown = {t: at[t][30] / at[t][0.1] for t in at}
+    assert slowdown["data"] > 1.3 * slowdown["pipeshard"], slowdown
     assert set(report["other_holdouts"]) == {"0.1", "30"}
     assert (out / "validate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len((out / "runs.jsonl").read_text().splitlines()) == 6

@@ -108,6 +108,8 @@ def test_forward_loss_rate_and_jitter_never_reorders():
     (dict(rtt_ms=10, jitter_ms=6), "--jitter-ms"),
     (dict(rtt_ms=[[0, 10], [10, 0], [1, 1]]), "--rtt-matrix"),
     (dict(loss=0.1, offload=True), "--loss"),
+    (dict(tcp_window_kib=0), "--tcp-window-kib"),
+    (dict(tcp_window_kib="big"), "--tcp-window-kib"),
 ])
 def test_bad_values_are_one_line_errors(kwargs, key, tmp_path):
     with pytest.raises(GeosimError) as err:
@@ -135,6 +137,12 @@ def test_missing_ip_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(GeosimError, match="'ip' command"):
         emulator.up(state=str(tmp_path / "s.json"))
+
+
+def test_tcp_window_cap_sets_the_buffer_maxima():
+    assert netns.tcp_buffers(8 << 20) == ("4096 131072 8388608", "4096 65536 8388608")
+    assert netns.tcp_buffers(8 << 20, 64 * 1024) == ("4096 65536 65536", "4096 65536 65536")
+    assert "net.ipv4.tcp_rmem=4096 131072 262144" in netns.sysctls(8 << 20, 256 * 1024)
 
 
 def test_names_fit_linux_limits_and_hosts_file_maps_own_hostname():

@@ -71,6 +71,25 @@ def test_bandwidth_cap_within_10_percent(slice_up):
     assert t["mbit_steady"] < 200 * 1.01  # a cap, not just a target
 
 
+def test_tcp_window_cap_is_applied_in_every_namespace_and_goes_with_the_slice(slice_up):
+    def sysctl(ns, key):
+        out = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-n", key], capture_output=True, text=True, check=True)
+        return [int(x) for x in out.stdout.split()]
+
+    wan = slice_up(rtt_ms=20, tcp_window_kib=64)
+    assert wan.extra["tcp_window_kib"] == 64
+    assert emulator.current(wan.state_path).extra["tcp_window_kib"] == 64  # recorded in the state file
+    for h in wan.hosts:
+        assert sysctl(h.namespace, "net.ipv4.tcp_rmem")[2] == 64 * 1024
+        assert sysctl(h.namespace, "net.ipv4.tcp_wmem")[2] == 64 * 1024
+    # window-bound: at most ~64 KiB per 20 ms round trip (26 Mbit/s), far below the forwarder's Gbit/s
+    t = measure_throughput(wan, seconds=1.5)
+    assert 0 < t["mbit_steady"] < 64 * 1024 * 8 / 0.020 / 1e6 * 1.05, t
+    wan.down()
+    assert_gone(wan)  # the namespaces, and their sysctls with them
+    assert subprocess.run(["ip", "netns", "exec", wan.hosts[0].namespace, "true"], capture_output=True).returncode != 0
+
+
 def test_slice_is_findable_and_hosts_resolve_their_own_address(slice_up):
     wan = slice_up(rtt_ms=2, hosts=3)
     assert emulator.current(wan.state_path).id == wan.id

@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--no-calibrate", action="store_true", help="do not take the path's own overhead off the delay")
     p.add_argument("--no-offload", action="store_true", help="no TCP segmentation offload on the TAPs (slower forwarder)")
     p.add_argument("--no-realtime", action="store_true", help="run the forwarder at normal priority, not SCHED_FIFO")
+    p.add_argument("--tcp-window-kib", type=float, default=None, metavar="N",
+                   help="cap TCP socket buffers in every host at N KiB (per-namespace net.ipv4.tcp_rmem/tcp_wmem max): "
+                        "a flow then moves about a window per round trip; default: sized for the bandwidth-delay product")
     p.add_argument("--json", action="store_true", help="print the slice as JSON")
 
     p = sub.add_parser("down", help="tear the slice down now (idempotent)")
@@ -63,6 +66,8 @@ def _describe(wan) -> str:
     uniform = len(pairs) == 1
     rtt = f"RTT {next(iter(pairs)):g} ms" if uniform else "RTT per pair (matrix)"
     bw = f"{wan.bandwidth_mbit:g} Mbit/s per host" if wan.bandwidth_mbit else "no bandwidth cap"
+    if wan.extra.get("tcp_window_kib"):
+        bw += f", TCP window {wan.extra['tcp_window_kib']:g} KiB"
     left = max(0.0, wan.expires_at - time.time())
     lines = [f"WAN slice {wan.id}: {len(wan.hosts)} hosts, {rtt}, {bw}, jitter {wan.jitter_ms:g} ms, "
              f"loss {wan.loss:g}; tears down in {left:.0f} s"]
@@ -85,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         wan = emulator.up(rtt, bandwidth_mbit=args.bandwidth_mbit, hosts=args.hosts, jitter_ms=args.jitter_ms,
                           loss=args.loss, ttl_s=args.ttl_s, mtu=args.mtu, calibrate=not args.no_calibrate,
                           offload=False if args.no_offload else None,
-                          realtime=not args.no_realtime)
+                          realtime=not args.no_realtime, tcp_window_kib=args.tcp_window_kib)
         print(json.dumps(wan.to_dict(), indent=2) if args.json else _describe(wan))
         return 0
     if action == "down":

@@ -146,7 +146,8 @@ def _rtt_matrix(rtt_ms, hosts: int) -> list[list[float]]:
 def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None = None, hosts: int = 2,
        jitter_ms: float = 0.0, loss: float = 0.0, ttl_s: float = 3600.0, mtu: int = 1500,
        state: str | None = None, seed: int | None = None, timeout_s: float = 60.0,
-       calibrate: bool = True, offload: bool | None = None, realtime: bool = True) -> WanSlice:
+       calibrate: bool = True, offload: bool | None = None, realtime: bool = True,
+       tcp_window_kib: float | None = None) -> WanSlice:
     """Bring a slice up and return once every host is reachable; usable as a context manager.
 
     rtt_ms: one RTT for every pair, or an N x N matrix (row i, column j = RTT i<->j via i->j
@@ -157,6 +158,10 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
     offload: TCP segmentation offload on the TAPs (see netns.open_tap); default on unless
     loss > 0, because the forwarder would drop a whole super-frame as one frame.
     realtime: run the forwarder SCHED_FIFO so busy training processes do not delay frames.
+    tcp_window_kib: cap every TCP socket's buffers in the namespaces (net.ipv4.tcp_rmem and
+    tcp_wmem max, per namespace) at this many KiB, so a flow moves at most about a window
+    per round trip, as between hosts with stock buffers on a long path. None: buffers sized
+    for the bandwidth-delay product (4 x BDP, 6-64 MB).
     """
     if isinstance(hosts, bool) or int(_number(hosts, "--hosts", 2, netns.MAX_HOSTS)) != float(hosts):
         raise GeosimError(f"must be a whole number of hosts, got {hosts!r}", source=SOURCE, key="--hosts")
@@ -171,6 +176,9 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
     loss = _number(loss, "--loss", 0, 1, hi_open=True)
     ttl_s = _number(ttl_s, "--ttl-s", 0, 7 * 86400, lo_open=True)
     mtu = int(_number(mtu, "--mtu", 576, 9000))
+    window_bytes = None
+    if tcp_window_kib is not None:
+        window_bytes = int(_number(tcp_window_kib, "--tcp-window-kib", 8, 1 << 20) * 1024)
     if offload is None:
         offload = loss == 0
     elif offload and loss:
@@ -195,12 +203,14 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
         id=sid, hosts=[Host(netns.ns_name(sid, i), netns.address(i), netns.IFNAME, netns.hostname(i)) for i in range(hosts)],
         rtt_ms=matrix, bandwidth_mbit=bandwidth_mbit, jitter_ms=jitter_ms, loss=loss, mtu=mtu, ttl_s=ttl_s,
         started_at=now, expires_at=now + ttl_s, state_path=path, log_path=log_path,
-        extra={"subnet": f"{netns.SUBNET}.0/24", "macs": [netns.mac(i) for i in range(hosts)], "offload": offload})
+        extra={"subnet": f"{netns.SUBNET}.0/24", "macs": [netns.mac(i) for i in range(hosts)], "offload": offload,
+               "tcp_window_kib": None if window_bytes is None else window_bytes / 1024})
     # Socket buffers for a bandwidth-delay product: 4 x BDP of the slowest pair, 6-64 MB.
     bdp = (bandwidth_mbit or 2000) * 1e6 / 8 * max(max(r) for r in matrix) / 1000
     cfg = {"id": sid, "hosts": hosts, "rtt_ms": matrix, "jitter_ms": jitter_ms, "loss": loss,
            "bandwidth_mbit": bandwidth_mbit, "mtu": mtu, "ttl_s": ttl_s, "seed": seed,
-           "offload": offload, "realtime": realtime, "rmem_max": int(min(64 << 20, max(6 << 20, 4 * bdp))), "state_path": path, "state": wan.to_dict()}
+           "offload": offload, "realtime": realtime, "window_bytes": window_bytes,
+           "rmem_max": int(min(64 << 20, max(6 << 20, 4 * bdp))), "state_path": path, "state": wan.to_dict()}
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     proc = _spawn_forwarder(cfg, log_path)
     _children[sid] = proc

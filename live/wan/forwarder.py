@@ -193,7 +193,8 @@ def main(argv: list[str]) -> int:
             fds.append(netns.open_tap(netns.tap_name(sid, i), offload=cfg["offload"]))
         for i in range(n):
             netns.configure_host(sid, i, n, mtu=cfg["mtu"], bandwidth_mbit=cfg["bandwidth_mbit"],
-                                 rmem_max=cfg["rmem_max"], offload=cfg["offload"])
+                                 rmem_max=cfg["rmem_max"], offload=cfg["offload"],
+                                 window_bytes=cfg.get("window_bytes"))
         state = dict(cfg["state"], forwarder_pid=os.getpid())
         write_state(cfg["state_path"], state)
         _tune_process(cfg.get("realtime", True))

@@ -112,14 +112,27 @@ def hosts_file(i: int, n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sysctls(rmem_max: int) -> list[str]:
+def tcp_buffers(rmem_max: int, window_bytes: int | None = None) -> tuple[str, str]:
+    """(tcp_rmem, tcp_wmem) values "min default max". Without a window cap: buffers large
+    enough for a WAN bandwidth-delay product. With one: every TCP socket of the namespace
+    autotunes up to window_bytes at most (receive and send), as on a host whose stock
+    buffers are smaller than the path's bandwidth-delay product."""
+    if window_bytes is None:
+        return f"4096 131072 {rmem_max}", f"4096 65536 {rmem_max}"
+    w = int(window_bytes)
+    return f"4096 {min(131072, w)} {w}", f"4096 {min(65536, w)} {w}"
+
+
+def sysctls(rmem_max: int, window_bytes: int | None = None) -> list[str]:
     # IPv6 off so no router solicitations, DAD or MLD frames cross the emulated link;
-    # TCP buffers large enough for a WAN bandwidth-delay product (per-namespace sysctls).
+    # TCP buffers per namespace (these sysctls are per network namespace; net.core.rmem_max
+    # and wmem_max are not, and cannot be written inside one).
+    rmem, wmem = tcp_buffers(rmem_max, window_bytes)
     return [
         "net.ipv6.conf.all.disable_ipv6=1",
         "net.ipv6.conf.default.disable_ipv6=1",
-        f"net.ipv4.tcp_rmem=4096 131072 {rmem_max}",
-        f"net.ipv4.tcp_wmem=4096 65536 {rmem_max}",
+        f"net.ipv4.tcp_rmem={rmem}",
+        f"net.ipv4.tcp_wmem={wmem}",
         "net.ipv4.tcp_no_metrics_save=1",
     ]
 
@@ -137,7 +150,7 @@ def tbf_args(bandwidth_mbit: float, mtu: int, offload: bool = False) -> list[str
 
 
 def configure_host(slice_id: str, i: int, n: int, *, mtu: int, bandwidth_mbit: float | None, rmem_max: int,
-                   offload: bool = False) -> None:
+                   offload: bool = False, window_bytes: int | None = None) -> None:
     """Create namespace i, move its TAP in and configure it. The TAP must already be open."""
     ns, tap = ns_name(slice_id, i), tap_name(slice_id, i)
     ip("netns", "add", ns)
@@ -145,7 +158,7 @@ def configure_host(slice_id: str, i: int, n: int, *, mtu: int, bandwidth_mbit: f
     os.makedirs(etc, exist_ok=True)
     with open(os.path.join(etc, "hosts"), "w") as f:
         f.write(hosts_file(i, n))
-    run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *sysctls(rmem_max)])
+    run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *sysctls(rmem_max, window_bytes)])
     ip("link", "set", tap, "netns", ns)
     ip("-n", ns, "link", "set", tap, "name", IFNAME, "address", mac(i), "mtu", str(mtu))
     ip("-n", ns, "addr", "add", f"{address(i)}/24", "dev", IFNAME)
