@@ -19,7 +19,7 @@ from calibrate.cases import cases_from_records
 from calibrate.cli import CROSSVAL_ALSO, CROSSVAL_STEP_RTTS, print_report
 from calibrate.crossval import crossval, nominal_links
 from calibrate.fit import default_free, fit
-from calibrate.importers import study_records
+from geosim.reference import study_records
 from geosim.params import load_params
 
 

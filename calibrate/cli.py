@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from geosim.errors import GeosimError, require
+from geosim.reference import study_records
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-log", "live")
@@ -110,7 +111,7 @@ def run_import(args) -> int:
     if args.kind in ("alpa-tsv", "alpa-log") and not args.scenario:
         raise GeosimError("Alpa's files do not say which slice they ran on: give --scenario", source=args.file)
     if args.kind == "study":
-        records = importers.study_records()
+        records = study_records()
     elif args.kind == "alpa-tsv":
         records = importers.alpa_benchmark_records(args.file, args.scenario, global_batch=args.global_batch, hosts=hosts)
     elif args.kind == "alpa-log":
@@ -268,7 +269,6 @@ def run_crossval(args) -> int:
     require("scipy", "calibrate", "geosim calibrate crossval")
     from calibrate.cases import cases_from_records, load_cases
     from calibrate.crossval import crossval
-    from calibrate.importers import study_records
 
     if args.plot:
         require("matplotlib", "calibrate", "geosim calibrate crossval")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
-from geosim.reference import STUDY_EPOCHS, study_measurements
 from geosim.scenario import model_catalog
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
@@ -25,23 +24,6 @@ ALPA_OLD_TUPLE = ("batch_size", "seq_len", "hidden_size", "num_layers", "num_hea
 LOG_LINE = re.compile(
     r"Step\.\.\.\s*(?P<step>\d+)\s*\|\s*Loss:\s*(?P<loss>[-+.\deEnaif]+),\s*Learning Rate:\s*(?P<lr>[-+.\deE]+),\s*"
     r"Throughput:\s*(?P<tokens>[-+.\deE]+)\s*token/s,\s*(?P<tflops>[-+.\deE]+)\s*TFLOP/s")
-
-
-def study_records() -> list[RunRecord]:
-    """Table II of arXiv:2602.02632 (gpt2m on all 4 GPUs of each slice, 20 epochs) and the quoted TFLOP/s."""
-    records = []
-    for m in study_measurements():
-        measured = {"total_time_s": m.total_time_s}
-        if m.tflops_per_gpu is not None:
-            measured["tflops_per_gpu"] = m.tflops_per_gpu
-        records.append(RunRecord(
-            technique=m.technique, model=m.model, status="ok", scenario=m.scenario,
-            workload={"epochs": STUDY_EPOCHS, "seq_len": 1024}, measured=measured, source="fabric-slm-2026",
-            backend="alpa", collective_impl="nccl", note=f"arXiv:2602.02632 Table II, {m.slice}",
-            when="2026-02-01T00:00:00+00:00", software={"alpa": "source build", "nccl": "2.15.1", "ray": "2.1.0"},
-            run_id=f"fabric-slm-2026-{m.scenario}-{m.technique}",
-        ))
-    return records
 
 
 def _config_fields(text: str, where: str, key: str) -> tuple[str, dict]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -228,6 +227,3 @@ def write_params(params: Params, path: str | Path, fitted: dict | None = None) -
         f.write(text)
     os.replace(tmp, path)
 
-
-def with_overrides(params: Params, **changes) -> Params:
-    return replace(params, **changes)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from geosim.records import RunRecord
+
 REFERENCE_FILE = "fabric-slm-2026.toml"
 STUDY_TECHNIQUES = {"Data": "data", "ZeRO2": "zero2", "Shard": "shard", "Pipeshard": "pipeshard"}
 STUDY_EPOCHS = 20
@@ -58,3 +60,20 @@ def measured_for(slice_name: str | None, technique: str, model: str, num_gpus: i
 
 def slice_rtt_ms() -> dict[str, float]:
     return {s["name"]: s["rtt_ms"] for s in reference_doc()["slices"]}
+
+
+def study_records() -> list[RunRecord]:
+    """Table II of arXiv:2602.02632 (gpt2m on all 4 GPUs of each slice, 20 epochs) and the quoted TFLOP/s."""
+    records = []
+    for m in study_measurements():
+        measured = {"total_time_s": m.total_time_s}
+        if m.tflops_per_gpu is not None:
+            measured["tflops_per_gpu"] = m.tflops_per_gpu
+        records.append(RunRecord(
+            technique=m.technique, model=m.model, status="ok", scenario=m.scenario,
+            workload={"epochs": STUDY_EPOCHS, "seq_len": 1024}, measured=measured, source="fabric-slm-2026",
+            backend="alpa", collective_impl="nccl", note=f"arXiv:2602.02632 Table II, {m.slice}",
+            when="2026-02-01T00:00:00+00:00", software={"alpa": "source build", "nccl": "2.15.1", "ray": "2.1.0"},
+            run_id=f"fabric-slm-2026-{m.scenario}-{m.technique}",
+        ))
+    return records

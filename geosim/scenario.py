@@ -17,7 +17,7 @@ BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-ams
 PRECISIONS = ("fp16", "bf16", "fp32")
 
 
-def _toml_text(path: Path, text: str, source: str) -> dict:
+def _toml_text(text: str, source: str) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -31,7 +31,7 @@ def _read(path: Path) -> dict:
         raise GeosimError("no such file", source=str(path)) from None
     except OSError as exc:
         raise GeosimError(f"cannot read ({exc.strerror})", source=str(path)) from None
-    return _toml_text(path, text, str(path))
+    return _toml_text(text, str(path))
 
 
 def _only_keys(table: dict, allowed: set[str], required: set[str], source: str, prefix: str):
@@ -72,13 +72,13 @@ def _model_from_table(name: str, table: dict, source: str, prefix: str) -> Model
 
 @cache
 def gpu_catalog() -> dict[str, GPU]:
-    doc = _toml_text(Path("gpus.toml"), resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
+    doc = _toml_text(resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
     return {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
 
 
 @cache
 def model_catalog() -> dict[str, Model]:
-    doc = _toml_text(Path("models.toml"), resources.files("geosim.data").joinpath("models.toml").read_text(), "geosim/data/models.toml")
+    doc = _toml_text(resources.files("geosim.data").joinpath("models.toml").read_text(), "geosim/data/models.toml")
     return {name: _model_from_table(name, t, "geosim/data/models.toml", f"{name}.") for name, t in doc.items()}
 
 

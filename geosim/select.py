@@ -15,7 +15,6 @@ from typing import Protocol
 from geosim.errors import GeosimError
 from geosim.predict import predict
 from geosim.records import RunRecord
-from geosim.reference import STUDY_EPOCHS, study_measurements
 from geosim.specs import Cluster, Model, Params, Workload
 
 DEFAULT_DELTA = 0.1
@@ -216,19 +215,6 @@ def live_command(technique: str, model: str, hosts: tuple[str, ...], epochs: int
     # `geosim live run` records no VM names yet, so say where to run and what the record must hold
     return (f"`geosim live run --technique {technique} --model {model} --epochs {epochs} --scenario {scenario} "
             f"--record {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
-
-
-def study_records() -> list[RunRecord]:
-    """The study's measurements (gpt2m on all 4 GPUs of each slice) as run records."""
-    out = []
-    for m in study_measurements():
-        measured = {"total_time_s": m.total_time_s}
-        if m.tflops_per_gpu is not None:
-            measured["tflops_per_gpu"] = m.tflops_per_gpu
-        out.append(RunRecord(technique=m.technique, model=m.model, status="ok", scenario=m.scenario,
-                             workload={"epochs": STUDY_EPOCHS}, measured=measured, source="fabric-slm-2026",
-                             when="2026-01-01T00:00:00+00:00", run_id=f"study-{m.scenario}-{m.technique}"))
-    return out
 
 
 class LiveProbes:

@@ -17,7 +17,8 @@ pytest.importorskip("scipy")
 
 from calibrate.cases import Case, cases_from_records, load_cases, read_runs, to_case
 from calibrate.fit import FreeParam, apply_params, fit, fit_memory, predict_with
-from calibrate.importers import alpa_benchmark_records, alpa_log_record, study_records
+from calibrate.importers import alpa_benchmark_records, alpa_log_record
+from geosim.reference import study_records
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import load_params

@@ -12,7 +12,8 @@ from geosim.commands.select import print_flips
 from geosim.errors import GeosimError
 from geosim.plan import INTRA_STAGES, Case, Plan, make_plan, measured_plan, parse_duration, twins
 from geosim.records import read_records
-from geosim.select import DEFAULT_DELTA, DEFAULT_SWEEP_MS, parse_rtts, study_records, sweep_rtt
+from geosim.reference import study_records
+from geosim.select import DEFAULT_DELTA, DEFAULT_SWEEP_MS, parse_rtts, sweep_rtt
 from geosim.techniques import STUDY_ORDER, get_technique
 from geosim.whatif import with_rtt
 

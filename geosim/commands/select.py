@@ -10,8 +10,9 @@ from geosim.commands.common import (add_workload_arguments, load_case, load_para
 from geosim.commands.predict import describe_cluster
 from geosim.errors import GeosimError
 from geosim.records import read_records
+from geosim.reference import study_records
 from geosim.select import (DEFAULT_DELTA, DEFAULT_SWEEP_MS, TECHNIQUE_LABEL, LiveProbes, MeasuredProbes,
-                           PredictedProbes, Selection, algorithm1, parse_rtts, study_records, sweep_rtt)
+                           PredictedProbes, Selection, algorithm1, parse_rtts, sweep_rtt)
 from geosim.whatif import with_rtt
 
 HELP = "choose a technique with the study's Algorithm 1 (probes predicted, measured or run live)"
