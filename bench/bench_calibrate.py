@@ -2,6 +2,7 @@
 
     /work/venv/bin/python bench/bench_calibrate.py [--workers N] [--plot crossval.png]
         [--step-rtts global|link|none] [--also zero2.gather_bytes_per_param,...]
+        [--overhead technique|shared|none]
 
 First an in-sample fit on all 20 cells (the slices' links stripped of inferred values,
 per-link window and step round trips fitted): its global values are candidate defaults.
@@ -16,7 +17,7 @@ import argparse
 import time
 
 from calibrate.cases import cases_from_records
-from calibrate.cli import CROSSVAL_ALSO, CROSSVAL_STEP_RTTS, print_report
+from calibrate.cli import CROSSVAL_ALSO, CROSSVAL_OVERHEAD, CROSSVAL_STEP_RTTS, print_report
 from calibrate.crossval import crossval, nominal_links
 from calibrate.fit import default_free, fit
 from geosim.reference import study_records
@@ -30,10 +31,11 @@ def main() -> None:
     parser.add_argument("--max-evaluations", type=int, default=25)
     parser.add_argument("--step-rtts", choices=("global", "link", "none"), default=CROSSVAL_STEP_RTTS)
     parser.add_argument("--also", default=CROSSVAL_ALSO)
+    parser.add_argument("--overhead", choices=("technique", "shared", "none"), default=CROSSVAL_OVERHEAD)
     args = parser.parse_args()
     cases = cases_from_records(study_records(), "fabric-slm-2026")
     options = {"step_rtts": None if args.step_rtts == "none" else args.step_rtts,
-               "extra": tuple(k for k in args.also.split(",") if k)}
+               "extra": tuple(k for k in args.also.split(",") if k), "overhead": args.overhead}
 
     started = time.perf_counter()
     base = load_params()

@@ -25,11 +25,15 @@ from geosim.reference import study_records
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-log", "live")
-# the free set that cross-validated best on Table II (README: Calibrating geosim): the collective step's round
-# trips globally (per-link values fitted on three techniques extrapolate worse to the fourth) and
-# ZeRO-2's gather width (fitted only in folds with ZeRO-2 cells; a held-out ZeRO-2 keeps the default)
+# the free set cross-validation uses (README: Calibrating geosim): the collective step's round trips
+# globally (per-link values fitted on three techniques extrapolate worse to the fourth), one
+# per-iteration overhead shared by all techniques (a held-out technique has no overhead of its own to
+# fit), and no technique-only scalar (ZeRO-2's gather width is a fact of what Alpa sends, not a knob)
 CROSSVAL_STEP_RTTS = "global"
-CROSSVAL_ALSO = "zero2.gather_bytes_per_param"
+CROSSVAL_ALSO = ""
+CROSSVAL_OVERHEAD = "shared"
+OVERHEAD_HELP = ("per-iteration overhead fitted per technique, once for all techniques (shared), or not at all "
+                 "(none: the parameters file's values)")
 
 
 def add_arguments(parser) -> None:
@@ -62,6 +66,8 @@ def add_arguments(parser) -> None:
     p.add_argument("--also", default="", metavar="KEYS",
                    help="comma-separated global scalars to fit as well, e.g. "
                         "transport.p2p_handshake_rtts,zero2.gather_bytes_per_param")
+    p.add_argument("--overhead", choices=("technique", "shared", "none"), default="technique",
+                   help=OVERHEAD_HELP + " (default technique)")
     p.add_argument("--fit-workload", action="store_true",
                    help="also fit tokens per epoch where the records do not give it (reported as fitted)")
     p.add_argument("--scenarios-out", metavar="DIR", help="also write each fitted slice's scenario file with its "
@@ -81,7 +87,9 @@ def add_arguments(parser) -> None:
                         "or not at all")
     p.add_argument("--also", default=CROSSVAL_ALSO, metavar="KEYS",
                    help="comma-separated global scalars to fit as well (a technique's own only in folds that "
-                        f"have its cells; default {CROSSVAL_ALSO}; '' for none)")
+                        "have its cells; default none), e.g. zero2.gather_bytes_per_param")
+    p.add_argument("--overhead", choices=("technique", "shared", "none"), default=CROSSVAL_OVERHEAD,
+                   help=OVERHEAD_HELP + f" (default {CROSSVAL_OVERHEAD})")
     p.add_argument("--keep-links", action="store_true",
                    help="keep the scenario files' per-link window/step/bandwidth (by default they are stripped: "
                         "values inferred from the same measurements would leak the held-out cells)")
@@ -147,7 +155,8 @@ def run_fit(args) -> int:
     slices = {c.slice_key for c in cases} - known
     free = default_free(cases, base, fit_links=set() if args.links == "none" else slices,
                         link_kind="auto" if args.links == "none" else args.links, fit_workload=args.fit_workload,
-                        step_rtts=None if args.step_rtts == "none" else args.step_rtts, extra=tuple(k for k in args.also.split(",") if k))
+                        step_rtts=None if args.step_rtts == "none" else args.step_rtts, extra=tuple(k for k in args.also.split(",") if k),
+                        overhead=args.overhead)
     if not args.json:
         progress(f"fitting {len(free)} parameters to {sum(c.metric is not None for c in cases)} measured runs "
                  f"({len(cases)} records) from {args.records}")
@@ -280,7 +289,7 @@ def run_crossval(args) -> int:
         raise GeosimError("no measured runs to cross-validate on", source=args.records)
     kinds = ("loto", "loso") if args.kind == "both" else (args.kind,)
     options = {"step_rtts": None if args.step_rtts == "none" else args.step_rtts,
-               "extra": tuple(k for k in args.also.split(",") if k)}
+               "extra": tuple(k for k in args.also.split(",") if k), "overhead": args.overhead}
     reports = crossval(cases, params_path=args.params, kinds=kinds, workers=args.workers,
                        max_nfev=args.max_evaluations, progress=progress, strip_links=not args.keep_links,
                        free_options=options)

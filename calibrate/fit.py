@@ -45,6 +45,7 @@ SCALAR_RANGES = {"transport.collective_step_rtts": (0.02, 20.0), "transport.p2p_
                  "zero2.gather_bytes_per_param": (1.0, 16.0), "transport.window_mib": (1 / 16, 512.0),
                  "transport.per_message_overhead_us": (1.0, 1e6), "transport.stream_rate_gbps": (0.1, 100.0)}
 STEP_SCALARS = ("transport.collective_step_rtts",)
+SHARED = "shared"  # the target of an overhead every technique has (fitted once, predicts a technique never seen)
 LINK_KINDS = ("link_bandwidth", "link_window", "link_step_rtts")
 # the key a per-link value has in a scenario's [[links]] table and in [fitted].links
 LINK_KEYS = {"link_bandwidth": "bandwidth_gbps", "link_window": "window_mib", "link_step_rtts": "step_rtts"}
@@ -81,7 +82,7 @@ class FreeParam:
         if self.kind == "efficiency":
             return self.target in case.gpus
         if self.kind in ("iteration_overhead", "startup"):
-            return self.target == case.technique
+            return self.target in (case.technique, SHARED)
         if self.kind in LINK_KINDS:
             return case.networked and self.target == case.slice_key
         if self.kind == "tokens_per_epoch":
@@ -102,7 +103,8 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
         if p.kind == "efficiency":
             efficiency[p.target] = float(v)
         elif p.kind == "iteration_overhead":
-            iteration[p.target] = float(v)
+            for technique in (iteration if p.target == SHARED else (p.target,)):
+                iteration[technique] = float(v)
         elif p.kind == "startup":
             startup[p.target] = float(v)
         elif p.kind == "scalar":
@@ -421,10 +423,13 @@ def fit_memory(cases: list[Case], params: Params) -> tuple[Params, dict]:
 
 def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None = None, link_kind: str = "auto",
                  fit_workload: bool = False, techniques: set[str] | None = None, step_rtts: str | None = "link",
-                 extra: tuple[str, ...] = ()) -> list[FreeParam]:
+                 extra: tuple[str, ...] = (), overhead: str = "technique") -> list[FreeParam]:
     """The modest default set: compute efficiency per GPU type, the transport's window and per-message
     overhead, a fixed per-iteration overhead per technique, a link value for each slice in fit_links
     (those whose capacity is unknown) and, if asked, the epoch's length in tokens.
+
+    overhead: "technique" (one per-iteration overhead per technique), "shared" (one for all techniques:
+    what predicts a technique the records never ran) or "none" (the parameters' values stand).
 
     step_rtts: also the round trips a collective step waits for NCCL's flow control: "global"
     (transport.collective_step_rtts), "link" (that and one per window-bound link in fit_links: what
@@ -457,7 +462,13 @@ def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None 
         p = scalar(key)
         if p not in free and any(p.affects(c) for c in timed):
             free.append(p)
-    for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})):
+    if overhead not in ("technique", "shared", "none"):
+        raise GeosimError(f"overhead must be technique, shared or none, got {overhead!r}", key="overhead")
+    if overhead == "shared" and timed:
+        first = min(base.iteration_overhead_s.values(), default=0.05)
+        free.append(FreeParam("iteration_overhead", SHARED, max(first, 1e-3), 1e-4, 300.0, "s"))
+    for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})
+                            if overhead == "technique" else ()):
         free.append(FreeParam("iteration_overhead", technique, max(base.iteration_overhead_s.get(technique, 0.05), 1e-3),
                               1e-4, 300.0, "s"))
     seen = set()

@@ -28,7 +28,7 @@ SCALARS: tuple[tuple[str, str, float], ...] = (
     ("host.nvlink_gbps", "nvlink_gbps", 1.0),
     ("host.lan_rtt_ms", "lan_rtt_s", 1e-3),
     ("host.lan_bandwidth_gbps", "lan_bandwidth_gbps", 1.0),
-    ("zero2.bucket_mib", "zero2_bucket_bytes", float(MIB)),
+    ("xla.combine_mib", "combine_bytes", float(MIB)),
     ("zero2.gather_bytes_per_param", "zero2_gather_bytes_per_param", 1.0),
     ("shard.collectives_per_layer", "shard_collectives_per_layer", int),
     ("pipeshard.intra_stage", "pipeshard_intra_stage", None),
@@ -79,6 +79,8 @@ CHOICES = {
 }
 COLLECTIVE_ALGORITHMS = ("ring", "tree", "hierarchical")
 DEFAULTS_FILE = "params-default.toml"
+# keys an older parameters file may still use -> their current name
+RENAMED = {"zero2.bucket_mib": "xla.combine_mib"}
 
 
 def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
@@ -107,6 +109,7 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
     flat = _flatten({k: v for k, v in doc.items() if k != "fitted"})
     by_key = {key: (name, scale) for key, name, scale in SCALARS}
     for key, value in flat.items():
+        key = RENAMED.get(key, key)
         if key in TABLES:
             values[TABLES[key]] = _read_table(key, value, values.get(TABLES[key]), source)
             continue

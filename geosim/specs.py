@@ -187,7 +187,7 @@ class Params:
     lan_rtt_s: float
     lan_bandwidth_gbps: float
     collectives: dict[str, str]  # technique -> ring | tree | hierarchical
-    zero2_bucket_bytes: float
+    combine_bytes: float  # XLA's collective combiner: gradient collectives go in buffers of at most this
     zero2_gather_bytes_per_param: float  # 2: a 16-bit copy is gathered; 4: fp32 master shards
     shard_collectives_per_layer: int
     pipeshard_intra_stage: str  # data | shard

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from geosim.errors import GeosimError
-from geosim.schedule import Compute, Device, Repeat
+from geosim.schedule import Collective, Compute, Device, Repeat
 from geosim.specs import Cluster, Model, Params, Workload
 
 
@@ -50,8 +52,19 @@ def microbatch_per_gpu(workload: Workload, data_parallel: int) -> float:
     return per_microbatch / data_parallel
 
 
-def accumulation(model: Model, workload: Workload, sequences: float, group: tuple[int, ...]) -> Repeat:
-    """Forward and backward of every microbatch on a full replica (Alpa's num_micro_batches)."""
+def accumulation(model: Model, workload: Workload, sequences: float, group: tuple[int, ...],
+                 after_each: tuple = ()) -> Repeat:
+    """Forward and backward of every microbatch on a full replica (Alpa's num_micro_batches),
+    each followed by the ops in after_each (ZeRO-2's reduce-scatter into the sharded accumulator)."""
     fwd = forward_flops(model, workload, sequences, model.n_layer, with_head=True)
-    ops = (Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward"))
+    ops = (Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward")) + tuple(after_each)
     return Repeat(ops, workload.microbatches, group, ("microbatch",), "microbatches")
+
+
+def combined(op: str, group: tuple[int, ...], nbytes: float, algorithm: str, tag: tuple, label: str,
+             params: Params) -> Repeat:
+    """A gradient-sized collective as XLA runs it: its combiner packs the tensors into buffers of at
+    most params.combine_bytes, collected one after another, each paying a collective's latency."""
+    buffers = max(1, math.ceil(nbytes / params.combine_bytes))
+    return Repeat((Collective(op, group, nbytes / buffers, algorithm, tag, label),), buffers, group,
+                  tag + ("buffers",), f"{label} ({buffers} buffers)")

@@ -1,13 +1,15 @@
 """Data parallelism (alpa.DataParallel): a full replica per GPU, the batch split,
 gradients accumulated over the microbatches (Alpa's num_micro_batches), then one
-all-reduce of every gradient per iteration across all GPUs."""
+all-reduce of every gradient per iteration across all GPUs: Alpa skips the gradient
+all-reduce on all but the last microbatch. XLA's combiner packs the gradients into
+buffers of params.combine_bytes, all-reduced one after another."""
 
 from __future__ import annotations
 
 from geosim.memory import activation_bytes, gpu_memory
-from geosim.schedule import Collective, Schedule
+from geosim.schedule import Schedule
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques._base import accumulation, check_dims, devices_of, microbatch_per_gpu, overhead_op
+from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
 
 NAME = "data"
 DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
@@ -20,7 +22,8 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
     per_gpu = microbatch_per_gpu(workload, p)
     grad_bytes = model.num_params * workload.bytes_per_value
     group = tuple(d.rank for d in devices)
-    allreduce = Collective("allreduce", group, grad_bytes, params.collectives.get(NAME, "ring"), ("grads",), "gradient all-reduce")
+    allreduce = combined("allreduce", group, grad_bytes, params.collectives.get(NAME, "ring"), ("grads",),
+                         "gradient all-reduce", params)
     program = [accumulation(model, workload, per_gpu, group), allreduce, overhead_op(NAME, params)]
     memory = {}
     for d in devices:
@@ -31,4 +34,5 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
         )
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"data parallel over {p} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences each")
+                    f"data parallel over {p} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences each, "
+                    f"{allreduce.count} all-reduce buffers of {grad_bytes / allreduce.count / 2**20:.1f} MiB")

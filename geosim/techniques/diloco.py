@@ -22,7 +22,7 @@ from __future__ import annotations
 from geosim.errors import GeosimError
 from geosim.schedule import Collective, Recv, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques._base import check_dims, devices_of
+from geosim.techniques._base import check_dims, combined, devices_of
 from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, assemble, inner_step, outer_step_op,
                                         single_host_replicas)
 
@@ -65,8 +65,8 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
         for d in devices:
             ops = []
             if len(replicas) > 1:
-                ops.append(Collective("allreduce", everyone, pseudo_gradient, algorithm, ("outer",),
-                                      "pseudo-gradient all-reduce"))
+                ops.append(combined("allreduce", everyone, pseudo_gradient, algorithm, ("outer",),
+                                    "pseudo-gradient all-reduce", params))
             sync[d.rank] = ops + [outer_step_op(d, model.num_params)]
         return assemble(NAME, devices, replicas, H, sync, what)
     return _streaming(devices, replicas, H, s, model.num_params, what)

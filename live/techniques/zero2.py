@@ -1,11 +1,13 @@
 """ZeRO stage 2 (alpa.Zero2Parallel): data parallel, but each device keeps only its
 1/n slice of the gradients and of the optimizer state.
 
-Per step: local gradients over this device's share of the batch, flattened into one
-buffer; a reduce-scatter leaves each device the summed gradient of its slice; AdamW
-updates only that slice of the (flattened) parameters; an all-gather gives every
-device the full new parameters again. Adam is elementwise, so updating slices gives
-exactly the update the replicated optimizer computes.
+Per step: for each microbatch, local gradients over this device's share, flattened into
+one buffer and reduce-scattered into a sharded accumulator (as Alpa does: its gradient
+accumulator is sharded too, so the reduce-scatter runs every microbatch; Data's
+all-reduce runs once per step); AdamW updates only this device's slice of the
+(flattened) parameters; an all-gather gives every device the full new parameters again.
+Adam is elementwise, so updating slices gives exactly the update the replicated
+optimizer computes.
 (XLA's CPU backend lowers the reduce-scatter to all-reduce + slice; NCCL runs a real one.)
 """
 
@@ -52,12 +54,22 @@ class Zero2(Technique):
     def step_fn(self):
         size, chunk, n, axis = self._size, self._chunk, self.n, self.axis
 
+        microbatches = self.setup.microbatches
+
         def local_step(params, opt_slice, batch):
-            loss, grads = value_and_grad_microbatched(self.cfg, params, batch, self.setup.microbatches, local_axis=self.axis)
-            flat_grads, _ = ravel_pytree(grads)
             flat_params, unravel = ravel_pytree(params)
             pad = chunk * n - size
-            grad_slice = jax.lax.psum_scatter(jnp.pad(flat_grads, (0, pad)), axis, tiled=True) / n
+
+            def scattered(microbatch):
+                loss, grads = value_and_grad_microbatched(self.cfg, params, microbatch, 1, local_axis=axis)
+                flat_grads, _ = ravel_pytree(grads)
+                return loss, jax.lax.psum_scatter(jnp.pad(flat_grads, (0, pad)), axis, tiled=True)
+
+            micro = batch.reshape(microbatches, batch.shape[0] // microbatches, batch.shape[1])
+            # start from the first microbatch (not zeros): the carry keeps its varying-over-devices type
+            (loss, grad_slice), _ = jax.lax.scan(lambda acc, mb: (jax.tree.map(jnp.add, acc, scattered(mb)), None),
+                                                 scattered(micro[0]), micro[1:])
+            loss, grad_slice = loss / microbatches, grad_slice / (n * microbatches)
             start = jax.lax.axis_index(axis) * chunk
             param_slice = jax.lax.dynamic_slice(jnp.pad(flat_params, (0, pad)), (start,), (chunk,))
             updates, opt_slice = self.tx.update(grad_slice, opt_slice, param_slice)
