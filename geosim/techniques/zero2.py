@@ -20,7 +20,7 @@ from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
 
 NAME = "zero2"
-DESCRIPTION = "data parallel with bucketed reduce-scatter of gradients, sharded optimizer, all-gather of parameters"
+DESCRIPTION = "data parallel, gradients reduce-scattered every microbatch, sharded optimizer, parameters all-gathered"
 
 
 def build(cluster: Cluster, model: Model, workload: Workload, params: Params) -> Schedule:
@@ -32,15 +32,15 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
     group = tuple(d.rank for d in devices)
     algorithm = params.collectives.get(NAME, "ring")
     scatter = combined("reduce_scatter", group, grad_bytes, algorithm, ("rs",), "gradient reduce-scatter", params)
-    buckets = scatter.count
-    bucket = grad_bytes / buckets
+    buffers = scatter.count
+    buffer = grad_bytes / buffers
     program = [accumulation(model, workload, per_gpu, group, after_each=(scatter,))]
     # the optimizer updates only this GPU's shard: 1/p of Adam's ~10 FLOPs per parameter
     program.append(Compute(10.0 * model.num_params / p, "optimizer"))
     # gathered in as many buffers as were scattered (the same tensors, maybe wider)
-    gathered = bucket * params.zero2_gather_bytes_per_param / workload.bytes_per_value
+    gathered = buffer * params.zero2_gather_bytes_per_param / workload.bytes_per_value
     program.append(Repeat((Collective("all_gather", group, gathered, algorithm, ("ag",), "parameter all-gather"),),
-                          buckets, group, ("ag", "buffers"), f"parameter all-gather ({buckets} buffers)"))
+                          buffers, group, ("ag", "buffers"), f"parameter all-gather ({buffers} buffers)"))
     program.append(overhead_op(NAME, params))
     memory = {}
     for d in devices:
@@ -51,5 +51,5 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
         )
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"ZeRO-2 over {p} GPUs, {buckets} buffers of {bucket / 2**20:.1f} MiB, "
+                    f"ZeRO-2 over {p} GPUs, {buffers} buffers of {buffer / 2**20:.1f} MiB, "
                     f"reduce-scattered every microbatch")
