@@ -20,6 +20,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from calibrate import OVERHEAD_KINDS
 from geosim.errors import GeosimError, require
 from geosim.reference import study_records
 
@@ -66,7 +67,7 @@ def add_arguments(parser) -> None:
     p.add_argument("--also", default="", metavar="KEYS",
                    help="comma-separated global scalars to fit as well, e.g. "
                         "transport.p2p_handshake_rtts,zero2.gather_bytes_per_param")
-    p.add_argument("--overhead", choices=("technique", "shared", "none"), default="technique",
+    p.add_argument("--overhead", choices=OVERHEAD_KINDS, default="technique",
                    help=OVERHEAD_HELP + " (default technique)")
     p.add_argument("--fit-workload", action="store_true",
                    help="also fit tokens per epoch where the records do not give it (reported as fitted)")
@@ -88,7 +89,7 @@ def add_arguments(parser) -> None:
     p.add_argument("--also", default=CROSSVAL_ALSO, metavar="KEYS",
                    help="comma-separated global scalars to fit as well (a technique's own only in folds that "
                         "have its cells; default none), e.g. zero2.gather_bytes_per_param")
-    p.add_argument("--overhead", choices=("technique", "shared", "none"), default=CROSSVAL_OVERHEAD,
+    p.add_argument("--overhead", choices=OVERHEAD_KINDS, default=CROSSVAL_OVERHEAD,
                    help=OVERHEAD_HELP + f" (default {CROSSVAL_OVERHEAD})")
     p.add_argument("--keep-links", action="store_true",
                    help="keep the scenario files' per-link window/step/bandwidth (by default they are stripped: "

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from calibrate import OVERHEAD_KINDS
 from calibrate.cases import PREDICTION_FIELD, Case
 from geosim.errors import GeosimError
 from geosim.params import SCALARS
@@ -462,15 +463,15 @@ def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None 
         p = scalar(key)
         if p not in free and any(p.affects(c) for c in timed):
             free.append(p)
-    if overhead not in ("technique", "shared", "none"):
-        raise GeosimError(f"overhead must be technique, shared or none, got {overhead!r}", key="overhead")
+    if overhead not in OVERHEAD_KINDS:
+        raise GeosimError(f"overhead must be one of {', '.join(OVERHEAD_KINDS)}, got {overhead!r}", key="overhead")
     if overhead == "shared" and timed:
         first = min(base.iteration_overhead_s.values(), default=0.05)
         free.append(FreeParam("iteration_overhead", SHARED, max(first, 1e-3), 1e-4, 300.0, "s"))
-    for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})
-                            if overhead == "technique" else ()):
-        free.append(FreeParam("iteration_overhead", technique, max(base.iteration_overhead_s.get(technique, 0.05), 1e-3),
-                              1e-4, 300.0, "s"))
+    elif overhead == "technique":
+        for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})):
+            free.append(FreeParam("iteration_overhead", technique,
+                                  max(base.iteration_overhead_s.get(technique, 0.05), 1e-3), 1e-4, 300.0, "s"))
     seen = set()
     for c in timed:
         if not c.networked or c.slice_key in seen or (fit_links is not None and c.slice_key not in fit_links):

@@ -49,27 +49,30 @@ def make_mesh(shape, names, devices) -> Mesh:
     return Mesh(np.asarray(devices).reshape(shape), names, axis_types=(AxisType.Auto,) * len(names))
 
 
-def value_and_grad_microbatched(cfg, params, batch, microbatches: int, local_axis: str | None = None):
+def value_and_grad_microbatched(cfg, params, batch, microbatches: int, local_axis: str | None = None, each=None):
     """Mean loss and gradient over `batch`, accumulated over equal microbatches (gradient
     accumulation): equal to the whole-batch mean, with 1/microbatches of the activations.
 
     local_axis: inside shard_map, return this device's own gradient. Without it, JAX
     differentiates replicated parameters by summing over devices itself, one all-reduce
-    per tensor; the techniques prefer to reduce one flat buffer themselves."""
+    per tensor; the techniques prefer to reduce one flat buffer themselves.
+    each: applied to every microbatch's (loss, grads) before they are summed (ZeRO-2's
+    reduce-scatter into its sharded accumulator); the mean of its results is returned."""
     if local_axis is not None:
         params = jax.lax.pcast(params, local_axis, to="varying")
-    if microbatches == 1:
-        return jax.value_and_grad(lambda p: loss_fn(cfg, p, batch))(params)
-    micro = batch.reshape(microbatches, batch.shape[0] // microbatches, batch.shape[1])
 
     def one(mb):
-        return jax.value_and_grad(lambda p: loss_fn(cfg, p, mb))(params)
+        result = jax.value_and_grad(lambda p: loss_fn(cfg, p, mb))(params)
+        return each(*result) if each is not None else result
 
+    if microbatches == 1:
+        return one(batch)
+    micro = batch.reshape(microbatches, batch.shape[0] // microbatches, batch.shape[1])
     # start from the first microbatch's result (not zeros) so the carry has the same
     # varying-over-devices type inside shard_map
     first = one(micro[0])
-    (loss, grads), _ = jax.lax.scan(lambda carry, mb: (jax.tree.map(jnp.add, carry, one(mb)), None), first, micro[1:])
-    return jax.tree.map(lambda a: a / microbatches, (loss, grads))
+    total, _ = jax.lax.scan(lambda carry, mb: (jax.tree.map(jnp.add, carry, one(mb)), None), first, micro[1:])
+    return jax.tree.map(lambda a: a / microbatches, total)
 
 
 class Technique:

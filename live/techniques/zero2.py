@@ -54,22 +54,17 @@ class Zero2(Technique):
     def step_fn(self):
         size, chunk, n, axis = self._size, self._chunk, self.n, self.axis
 
-        microbatches = self.setup.microbatches
-
         def local_step(params, opt_slice, batch):
             flat_params, unravel = ravel_pytree(params)
             pad = chunk * n - size
 
-            def scattered(microbatch):
-                loss, grads = value_and_grad_microbatched(self.cfg, params, microbatch, 1, local_axis=axis)
+            def scatter(loss, grads):
                 flat_grads, _ = ravel_pytree(grads)
                 return loss, jax.lax.psum_scatter(jnp.pad(flat_grads, (0, pad)), axis, tiled=True)
 
-            micro = batch.reshape(microbatches, batch.shape[0] // microbatches, batch.shape[1])
-            # start from the first microbatch (not zeros): the carry keeps its varying-over-devices type
-            (loss, grad_slice), _ = jax.lax.scan(lambda acc, mb: (jax.tree.map(jnp.add, acc, scattered(mb)), None),
-                                                 scattered(micro[0]), micro[1:])
-            loss, grad_slice = loss / microbatches, grad_slice / (n * microbatches)
+            loss, grad_slice = value_and_grad_microbatched(self.cfg, params, batch, self.setup.microbatches,
+                                                           local_axis=axis, each=scatter)
+            grad_slice = grad_slice / n
             start = jax.lax.axis_index(axis) * chunk
             param_slice = jax.lax.dynamic_slice(jnp.pad(flat_params, (0, pad)), (start,), (chunk,))
             updates, opt_slice = self.tx.update(grad_slice, opt_slice, param_slice)
