@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from calibrate.cases import cases_from_records
-from calibrate.cli import CROSSVAL_ALSO, CROSSVAL_OVERHEAD, CROSSVAL_STEP_RTTS, print_report
-from calibrate.crossval import crossval, nominal_links
-from calibrate.fit import default_free, fit
-from geosim.reference import study_records
+from geosim.calibrate.cases import cases_from_records
+from geosim.calibrate.cli import CROSSVAL_ALSO, CROSSVAL_OVERHEAD, CROSSVAL_STEP_RTTS, print_report
+from geosim.calibrate.crossval import crossval, nominal_links
+from geosim.calibrate.fit import default_free, fit
+from geosim.studies.reference import study_records
 from geosim.params import load_params
 
 
@@ -58,7 +58,7 @@ def main() -> None:
     for report in reports.values():
         print_report(report)
     if args.plot:
-        from calibrate.plot import plot_predicted_vs_measured
+        from geosim.calibrate.plot import plot_predicted_vs_measured
 
         plot_predicted_vs_measured({k: [(c.slice, c.technique, c.measured_s, c.predicted_s) for c in r.cells]
                                     for k, r in reports.items()}, args.plot)

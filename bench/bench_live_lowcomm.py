@@ -13,7 +13,7 @@ to OUT/runs.jsonl and its loss-vs-tokens curve to OUT/curves-seed{S}.jsonl and, 
 pooled, OUT/curves.jsonl (`--loss-curve-out`: the loss of the synchronized model every
 --window steps; see live/token_efficiency.py); the plot goes to --plot, the figures (per
 seed, their mean, pooled) to OUT/summary.json. The token-efficiency factor is
-geosim.convergence's: tokens Data needs to reach the lowest loss both curves reach / tokens
+geosim.studies.convergence's: tokens Data needs to reach the lowest loss both curves reach / tokens
 the technique needs; `geosim predict --loss-curves OUT/curves.jsonl` uses it.
 
 --held-out N (default 256): the same settings once more in-process, trained without the
@@ -119,11 +119,11 @@ def train_curves(args, out: Path) -> dict:
 EVAL_WORKER = r"""
 import json, sys, time
 import jax, numpy as np
-from live import corpus
-from live.model import GPTConfig, init_params, loss_fn, optimizer
-from live.techniques import Setup, get
-from live.techniques.diloco import DiLoCo
-from live.techniques.sparseloco import SparseLoCo
+from geosim.live import corpus
+from geosim.live.model import GPTConfig, init_params, loss_fn, optimizer
+from geosim.live.techniques import Setup, get
+from geosim.live.techniques.diloco import DiLoCo
+from geosim.live.techniques.sparseloco import SparseLoCo
 
 a = json.loads(sys.argv[1])
 data = corpus.load("generated", 64, "bytes", a["seed"])

@@ -30,9 +30,9 @@ from itertools import combinations
 from pathlib import Path
 
 from geosim.cli import main as geosim_main
-from geosim.engine import run_schedule
+from geosim.sim.engine import run_schedule
 from geosim.params import default_params
-from geosim.predict import SIMULATED_ITERATIONS, predict
+from geosim.sim.predict import SIMULATED_ITERATIONS, predict
 from geosim.scenario import BUILTIN_SCENARIOS, get_model, gpu_catalog, load_scenario
 from geosim.specs import TECHNIQUE_NAMES, Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule

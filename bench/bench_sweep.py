@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from geosim.scenario import BUILTIN_SCENARIOS  # noqa: E402
-from geosim.sweep import LocalExecutor, RayExecutor, SerialExecutor, make_context, run_sweep  # noqa: E402
-from geosim.sweep_grid import Grid, parse_values  # noqa: E402
+from geosim.studies.sweep.run import LocalExecutor, RayExecutor, SerialExecutor, make_context, run_sweep  # noqa: E402
+from geosim.studies.sweep.grid import Grid, parse_values  # noqa: E402
 from geosim.techniques import STUDY_ORDER, technique_names  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def timed_sweep(g: Grid, ctx, make_executor, repeats: int) -> tuple[float, float
 
 def bench_scale(sites: list[int], vms: int, gpus: int) -> None:
     from geosim.params import load_params
-    from geosim.predict import predict
+    from geosim.sim.predict import predict
     from geosim.scale import scale_name, scale_scenario
     from geosim.scenario import get_model
 

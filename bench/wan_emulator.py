@@ -17,8 +17,8 @@ import sys
 import tempfile
 import time
 
-from live.wan import emulator
-from live.wan.measure import measure_rtt, measure_throughput
+from geosim.live.wan import emulator
+from geosim.live.wan.measure import measure_rtt, measure_throughput
 
 
 def bench(runs: int, seconds: float, state: str) -> list[dict]:

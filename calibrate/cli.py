@@ -20,9 +20,9 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from calibrate import OVERHEAD_KINDS
+from geosim.calibrate import OVERHEAD_KINDS
 from geosim.errors import GeosimError, require
-from geosim.reference import study_records
+from geosim.studies.reference import study_records
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-log", "live")
@@ -110,8 +110,8 @@ def progress(message: str) -> None:
 # ----------------------------------------------------------------------------- import
 
 def run_import(args) -> int:
-    from calibrate import importers
-    from calibrate.cases import read_runs, to_case
+    from geosim.calibrate import importers
+    from geosim.calibrate.cases import read_runs, to_case
     from geosim.records import write_records
 
     hosts = [h for h in args.hosts.split(",") if h] if args.hosts else None
@@ -146,8 +146,8 @@ def run_import(args) -> int:
 
 def run_fit(args) -> int:
     require("scipy", "calibrate", "geosim calibrate fit")
-    from calibrate.cases import load_cases
-    from calibrate.fit import default_free, fit
+    from geosim.calibrate.cases import load_cases
+    from geosim.calibrate.fit import default_free, fit
     from geosim.params import load_params
 
     cases = load_cases(args.records)
@@ -277,8 +277,8 @@ def fit_to_dict(result, out: str, scenario_files: list) -> dict:
 
 def run_crossval(args) -> int:
     require("scipy", "calibrate", "geosim calibrate crossval")
-    from calibrate.cases import cases_from_records, load_cases
-    from calibrate.crossval import crossval
+    from geosim.calibrate.cases import cases_from_records, load_cases
+    from geosim.calibrate.crossval import crossval
 
     if args.plot:
         require("matplotlib", "calibrate", "geosim calibrate crossval")
@@ -295,7 +295,7 @@ def run_crossval(args) -> int:
                        max_nfev=args.max_evaluations, progress=progress, strip_links=not args.keep_links,
                        free_options=options)
     if args.plot:
-        from calibrate.plot import plot_predicted_vs_measured
+        from geosim.calibrate.plot import plot_predicted_vs_measured
 
         plot_predicted_vs_measured({k: [(c.slice, c.technique, c.measured_s, c.predicted_s) for c in r.cells]
                                     for k, r in reports.items()}, args.plot)

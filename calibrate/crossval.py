@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from calibrate.cases import Case
-from calibrate.fit import default_free, fit, predict_with
+from geosim.calibrate.cases import Case
+from geosim.calibrate.fit import default_free, fit, predict_with
 from geosim.params import load_params
 from geosim.techniques import STUDY_ORDER
 
@@ -114,7 +114,7 @@ def nominal_links(cases: list[Case]) -> list[Case]:
     slices' links in place of one that differs from it (a bandwidth inferred from the measurements)."""
     import statistics
 
-    from geosim.whatif import wan_links
+    from geosim.studies.whatif import wan_links
 
     slices = {c.slice_key: c.cluster for c in cases}
     nominal_bps = statistics.median(link.bandwidth_bps for cl in slices.values() for link in wan_links(cl))

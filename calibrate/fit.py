@@ -19,11 +19,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from calibrate import OVERHEAD_KINDS
-from calibrate.cases import PREDICTION_FIELD, Case
+from geosim.calibrate import OVERHEAD_KINDS
+from geosim.calibrate.cases import PREDICTION_FIELD, Case
 from geosim.errors import GeosimError
 from geosim.params import SCALARS
-from geosim.predict import Prediction, predict
+from geosim.sim.predict import Prediction, predict
 from geosim.specs import GIB, Cluster, Params
 from geosim.techniques import build_schedule
 
@@ -132,7 +132,7 @@ def apply_case(case: Case, cluster: Cluster, free: list[FreeParam], values):
 def with_link(cluster: Cluster, bandwidth_bps: float | None = None, window_bytes: float | None = None,
               step_rtts: float | None = None) -> Cluster:
     """The slice with its links between sites given a fitted bandwidth, window or collective step round trips."""
-    from geosim.whatif import wan_links
+    from geosim.studies.whatif import wan_links
 
     change = set(map(id, wan_links(cluster)))
     links = []
@@ -436,7 +436,7 @@ def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None 
     (transport.collective_step_rtts), "link" (that and one per window-bound link in fit_links: what
     differs between slices, each slice's hosts and path) or None (neither). extra: more global scalars to fit (keys of SCALAR_RANGES,
     e.g. transport.p2p_handshake_rtts, zero2.gather_bytes_per_param); one no record uses is left out."""
-    from geosim.whatif import wan_links
+    from geosim.studies.whatif import wan_links
 
     timed = [c for c in cases if c.metric is not None]
     free: list[FreeParam] = []

@@ -61,9 +61,9 @@ def run_alpa(opts, ray_address: str | None):
     from flax.training import train_state
 
     from geosim.scenario import get_model
-    from live import corpus
-    from live.model import GPT, GPTConfig, alpa_flops_per_iter, cross_entropy, optimizer
-    from live.train import Result, is_out_of_memory, resolve_precision
+    from geosim.live import corpus
+    from geosim.live.model import GPT, GPTConfig, alpa_flops_per_iter, cross_entropy, optimizer
+    from geosim.live.train import Result, is_out_of_memory, resolve_precision
 
     alpa.init(cluster="ray")  # attaches to the running Ray cluster (`ray start` on every VM first)
     spec = get_model(opts.model)

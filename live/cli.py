@@ -85,12 +85,12 @@ def add_arguments(parser):
                                           "calibrate the simulator on the runs at all RTTs but one, predict the held-out "
                                           "RTT, print predicted vs measured with errors; writes records, the fitted "
                                           "parameters, a JSON report and a PNG plot to --out.")
-    from live import validate as validate_cmd
+    from geosim.live import validate as validate_cmd
 
     validate_cmd.add_arguments(validate)
 
     try:
-        from live.wan import cli as wan_cli
+        from geosim.live.wan import cli as wan_cli
     except ModuleNotFoundError:
         wan_cli = None
     wan = sub.add_parser("wan", help="emulate a WAN between local network namespaces" if wan_cli else
@@ -108,18 +108,18 @@ def run(args) -> int:
     if args.live_command == "probe":
         return _probe(args)
     if args.live_command == "validate":
-        from live import validate
+        from geosim.live import validate
 
         return validate.run(args)
     return _run(args)
 
 
 def _options(args):
-    from live.train import Options
+    from geosim.live.train import Options
 
     if args.technique not in TECHNIQUES + LOWCOMM:
         raise GeosimError(f"unknown technique {args.technique!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
-    from live import token_efficiency
+    from geosim.live import token_efficiency
 
     token_efficiency.set_options_env({k: getattr(args, k, None) for k in token_efficiency.OPTION_KEYS})
     from geosim.scenario import get_model
@@ -160,9 +160,9 @@ def _run(args) -> int:
         result, impl, hosts, backend = _execute(args, opts)
     if result is None:  # a process other than 0 of a hand-started run: process 0 reports
         return 0
-    from live.record import build_record
+    from geosim.live.record import build_record
 
-    from live.token_efficiency import options_note
+    from geosim.live.token_efficiency import options_note
 
     record = build_record(result, opts, backend=backend, collective_impl=impl, scenario=args.scenario, host_names=hosts,
                           extra_note=options_note(opts.technique))
@@ -176,7 +176,7 @@ def _run(args) -> int:
 
 def _execute(args, opts):
     if args.backend == "alpa":
-        from live.alpa_backend import run_alpa
+        from geosim.live.alpa_backend import run_alpa
 
         return run_alpa(opts, args.ray_address), "nccl", None, "alpa"
     if args.ray_address:
@@ -203,7 +203,7 @@ def _run_wan(args, opts) -> int:
                           key="--hosts")
     if args.scenario:
         raise GeosimError("--hosts wan records the emulated slice itself: drop --scenario", key="--scenario")
-    from live import wan_runs
+    from geosim.live import wan_runs
 
     try:
         run = wan_runs.run_on_wan(opts, cpu_devices=args.cpu_devices or 1, timeout_s=args.timeout,
@@ -212,7 +212,7 @@ def _run_wan(args, opts) -> int:
         print("interrupted: the processes on the WAN slice were stopped", file=sys.stderr)
         return 130
     from geosim.records import validate
-    from live.train import Result
+    from geosim.live.train import Result
 
     record = validate(run.record, "geosim live run --hosts wan")
     if args.record:
@@ -227,7 +227,7 @@ def _run_wan(args, opts) -> int:
 
 
 def _run_here(args, opts):
-    from live import distributed
+    from geosim.live import distributed
 
     cpu_devices = args.cpu_devices
     if cpu_devices is None and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
@@ -240,7 +240,7 @@ def _run_here(args, opts):
         if not 0 <= args.process_id < args.num_processes:
             raise GeosimError(f"must be in 0..{args.num_processes - 1}", key="--process-id")
         distributed.initialize(args.coordinator, args.num_processes, args.process_id, args.gloo_interface)
-    from live.train import run
+    from geosim.live.train import run
 
     log = (lambda line: print(line, file=sys.stderr)) if args.process_id == 0 else None
     result = run(opts, log=log)
@@ -253,11 +253,11 @@ def _run_here(args, opts):
 
 
 def _run_ray(args, opts):
-    from live import distributed
-    from live.train import Result
+    from geosim.live import distributed
+    from geosim.live.train import Result
 
     env = {"NCCL_SOCKET_IFNAME": args.nccl_interface} if args.nccl_interface else {}
-    from live.token_efficiency import ENV
+    from geosim.live.token_efficiency import ENV
 
     if os.environ.get(ENV):
         env[ENV] = os.environ[ENV]  # the low-communication options, to every worker
@@ -271,7 +271,7 @@ def _run_ray(args, opts):
     except GeosimError:
         raise
     except Exception as exc:  # a worker died (out of host memory, a lost node): record it
-        from live.train import is_out_of_memory
+        from geosim.live.train import is_out_of_memory
 
         status = "out-of-memory" if is_out_of_memory(exc) else "failed"
         first = (str(exc).strip().splitlines() or [""])[-1]
@@ -284,7 +284,7 @@ def _run_ray(args, opts):
 
 def _report(result, record, args):
     if getattr(args, "loss_curve_out", None) and result.losses:
-        from live import token_efficiency
+        from geosim.live import token_efficiency
 
         token_efficiency.append_curve(args.loss_curve_out, token_efficiency.curve_doc(
             record, result.losses, result.step_times, args.loss_curve_window))
@@ -310,7 +310,7 @@ def _report(result, record, args):
 
 
 def _probe(args) -> int:
-    from live.probe import probe, write_scenario
+    from geosim.live.probe import probe, write_scenario
 
     if args.seconds <= 0 or args.streams <= 0 or args.pings <= 0:
         raise GeosimError("--seconds, --streams and --pings must be > 0")

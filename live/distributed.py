@@ -70,7 +70,7 @@ class Worker:
         return {"ip": node_ip(), "hostname": socket.gethostname(), "port": free_port()}
 
     def train(self, opts_dict: dict, coordinator: str, num_processes: int, process_id: int, cpu_devices, gloo_interface):
-        from live.train import Options, run
+        from geosim.live.train import Options, run
 
         configure_cpu_devices(cpu_devices)
         initialize(coordinator, num_processes, process_id, gloo_interface)

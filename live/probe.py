@@ -39,7 +39,7 @@ class Agent:
         threading.Thread(target=self._serve, daemon=True).start()
 
     def where(self):
-        from live.distributed import node_ip
+        from geosim.live.distributed import node_ip
 
         return {"ip": node_ip(), "port": self.server.getsockname()[1], "hostname": socket.gethostname(),
                 "gpus": local_gpus()}
@@ -111,7 +111,7 @@ def local_gpus() -> list[str]:
 
 def probe(address: str, *, seconds=3.0, streams=4, pings=20, log=print) -> dict:
     from geosim.errors import GeosimError, require
-    from live.distributed import pinned, ray_nodes
+    from geosim.live.distributed import pinned, ray_nodes
 
     ray = require("ray", extra="live", command="geosim live probe")
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
@@ -144,7 +144,7 @@ def probe(address: str, *, seconds=3.0, streams=4, pings=20, log=print) -> dict:
 
 
 def gpu_name(device_name: str) -> str | None:
-    from live.record import GPU_NAMES
+    from geosim.live.record import GPU_NAMES
 
     return next((v for k, v in GPU_NAMES.items() if k in device_name), None)
 
@@ -152,7 +152,7 @@ def gpu_name(device_name: str) -> str | None:
 def scenario_text(result: dict, name: str) -> str:
     """Scenario-file TOML (the format of scenarios/*.toml), with the measurements as comments."""
     from geosim.scenario import gpu_catalog
-    from live.record import cpu_gpu_table
+    from geosim.live.record import cpu_gpu_table
 
     lines = [f"# Measured by `geosim live probe` at {result['when']}.", f'name = "{name}"', ""]
     tables = {}

@@ -68,7 +68,7 @@ def options_note(technique: str) -> str | None:
     """The settings a diloco / sparseloco run used (for the record's note)."""
     if technique not in ("diloco", "sparseloco"):
         return None
-    from live.techniques.diloco import effective_options
+    from geosim.live.techniques.diloco import effective_options
 
     o = effective_options(technique)
     text = (f"{technique}: H={o['inner_steps']}, replicas {o['replicas'] or 'one per host (2 on one host)'}, "
@@ -112,7 +112,7 @@ def curve_doc(record, losses: list[float], step_times: list[float], window: int 
     tokens_per_step = int(w.get("global_batch", 0)) * int(w.get("seq_len", 0))
     options = None
     if record.technique in ("diloco", "sparseloco"):
-        from live.techniques.diloco import effective_options
+        from geosim.live.techniques.diloco import effective_options
 
         options = effective_options(record.technique)
     window = window or (options["inner_steps"] if options else 10)
@@ -137,7 +137,7 @@ def append_curve(path: str, doc: dict) -> None:
 # ------------------------------------------------------------------ factors
 def factors(path: str, target_loss: float | None = None, baseline: str = "data") -> tuple[dict, float]:
     """convergence.py's measured factors for a curves file, and the target loss used."""
-    from geosim import convergence
+    from geosim.studies import convergence
 
     curves = convergence.read_loss_curves(path)
     if target_loss is None:

@@ -120,9 +120,9 @@ def run(opts: Options, log=print) -> Result:
     from geosim.scenario import get_model
 
     jax = require("jax", extra="live", command="geosim live run")
-    from live import corpus
-    from live.model import GPTConfig, alpa_flops_per_iter, init_params, optimizer
-    from live.techniques import Setup, get
+    from geosim.live import corpus
+    from geosim.live.model import GPTConfig, alpa_flops_per_iter, init_params, optimizer
+    from geosim.live.techniques import Setup, get
 
     if opts.steps is not None and opts.steps <= 0:
         raise GeosimError(f"must be > 0, got {opts.steps}", key="--steps")

@@ -141,10 +141,10 @@ def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, ba
             cpu_devices: int, timeout_s: float, log=print, tcp_window_kib: float | None = None) -> Path:
     """One slice per RTT (brought up, used, torn down), every technique on it; records appended to
     OUT/runs.jsonl (with the RTT measured on the slice). Returns the records' path."""
-    from live import wan_runs
-    from live.wan import netns
-    from live.wan.emulator import up
-    from live.wan.measure import measure_rtt
+    from geosim.live import wan_runs
+    from geosim.live.wan import netns
+    from geosim.live.wan.emulator import up
+    from geosim.live.wan.measure import measure_rtt
 
     netns.check_host()  # root, /dev/net/tun, ip: one line and exit 2 otherwise
     runs = out / "runs.jsonl"
@@ -188,8 +188,8 @@ def effective_window_mib(tcp_window_kib: float, bandwidth_mbit: float | None, st
     The kernel spends part of each buffer on skb overhead (the advertised window is the buffer x
     payload/truesize), so a 128 KiB cap gives ~93 KiB in flight here; the records' links carry this
     figure as window_mib, the window the simulator limits each flow to."""
-    from live.wan.emulator import up
-    from live.wan.measure import measure_rtt, measure_throughput
+    from geosim.live.wan.emulator import up
+    from geosim.live.wan.measure import measure_rtt, measure_throughput
 
     wan = up(rtt_ms=rtt_ms, bandwidth_mbit=bandwidth_mbit, hosts=2, ttl_s=120, state=state,
              tcp_window_kib=tcp_window_kib)
@@ -234,7 +234,7 @@ def requested_rtt(record) -> float:
 
 def per_iteration_cases(records, source: str):
     """Cases fitted to the time per iteration (see the module's docstring)."""
-    from calibrate.cases import cases_from_records
+    from geosim.calibrate.cases import cases_from_records
 
     trimmed = []
     for r in records:
@@ -244,7 +244,7 @@ def per_iteration_cases(records, source: str):
 
 
 def free_params(cases, base):
-    from calibrate.fit import FreeParam
+    from geosim.calibrate.fit import FreeParam
 
     free = []
     for gpu in sorted({g for c in cases if c.metric for g in c.gpus}):
@@ -271,7 +271,7 @@ def free_params(cases, base):
 
 def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
     """Fit on the records at every RTT but held_out; (fit result, [(record, predicted, role)])."""
-    from calibrate.fit import fit, predict_with
+    from geosim.calibrate.fit import fit, predict_with
     from geosim.params import load_params
 
     base = base or load_params(None)
@@ -452,7 +452,7 @@ def plot(rep: Report, path: Path) -> None:
 # ----------------------------------------------------------------------------- command
 
 def run(args) -> int:
-    from live.train import Options
+    from geosim.live.train import Options
 
     rtts = _csv_floats(args.rtt_ms, "--rtt-ms")
     techniques = [t for t in args.techniques.split(",") if t]

@@ -57,7 +57,7 @@ class WanRun:
 
 def require_wan(wan=None):
     """The running slice (or the one given), or a one-line error saying how to start one."""
-    from live.wan.emulator import current
+    from geosim.live.wan.emulator import current
 
     wan = wan or current()
     if wan is None:
@@ -82,7 +82,7 @@ def child_argv(opts, *, coordinator: str, num_processes: int, process_id: int, c
 def wan_cluster(wan, per_host: list[int], gpu_table: dict | None = None) -> dict:
     """The emulated slice in scenario-file form: host i = namespace i at its own site, one
     link per pair with the emulated RTT and the egress cap (or the forwarder's nominal rate)."""
-    from live.record import cpu_gpu_table
+    from geosim.live.record import cpu_gpu_table
 
     n = len(per_host)
     bandwidth = wan.bandwidth_mbit / 1000 if wan.bandwidth_mbit else UNCAPPED_GBPS

@@ -14,14 +14,14 @@ from dataclasses import replace
 
 import pytest
 
-from calibrate.cases import cases_from_records
-from calibrate.fit import SHARED, apply_params, default_free
+from geosim.calibrate.cases import cases_from_records
+from geosim.calibrate.fit import SHARED, apply_params, default_free
 from geosim.errors import GeosimError
 from geosim.params import load_params
-from geosim.predict import predict
-from geosim.reference import study_records
+from geosim.sim.predict import predict
+from geosim.studies.reference import study_records
 from geosim.scenario import get_model, load_scenario
-from geosim.schedule import Collective, Repeat
+from geosim.sim.schedule import Collective, Repeat
 from geosim.techniques import build_schedule
 
 MIB = 2**20
@@ -105,8 +105,8 @@ def test_a_shared_overhead_is_one_parameter_for_every_technique():
 
 @pytest.mark.slow
 def test_leave_one_technique_out_meets_the_target_on_table_ii():
-    from calibrate.cli import CROSSVAL_ALSO, CROSSVAL_OVERHEAD, CROSSVAL_STEP_RTTS
-    from calibrate.crossval import crossval
+    from geosim.calibrate.cli import CROSSVAL_ALSO, CROSSVAL_OVERHEAD, CROSSVAL_STEP_RTTS
+    from geosim.calibrate.crossval import crossval
 
     cases = cases_from_records(study_records(), "fabric-slm-2026")
     options = {"step_rtts": CROSSVAL_STEP_RTTS, "extra": tuple(k for k in CROSSVAL_ALSO.split(",") if k),

@@ -15,14 +15,14 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from calibrate.cases import Case, cases_from_records, load_cases, read_runs, to_case
-from calibrate.fit import FreeParam, apply_params, fit, fit_memory, predict_with
-from calibrate.importers import alpa_benchmark_records, alpa_log_record
-from geosim.reference import study_records
+from geosim.calibrate.cases import Case, cases_from_records, load_cases, read_runs, to_case
+from geosim.calibrate.fit import FreeParam, apply_params, fit, fit_memory, predict_with
+from geosim.calibrate.importers import alpa_benchmark_records, alpa_log_record
+from geosim.studies.reference import study_records
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import load_params
-from geosim.predict import predict
+from geosim.sim.predict import predict
 from geosim.records import RunRecord, validate, write_records
 from geosim.scenario import get_model, load_scenario
 
@@ -202,8 +202,8 @@ def test_fit_flags_what_the_data_cannot_determine():
 
 
 def test_per_link_step_rtts_free_params_and_their_effect():
-    from calibrate.crossval import nominal_links
-    from calibrate.fit import Evaluator, LINK_PRIOR_SIGMA, default_free
+    from geosim.calibrate.crossval import nominal_links
+    from geosim.calibrate.fit import Evaluator, LINK_PRIOR_SIGMA, default_free
 
     base = load_params()
     cases = nominal_links([c for c in cases_from_records(study_records(), "s") if c.technique == "zero2"])
@@ -240,7 +240,7 @@ def test_per_link_step_rtts_free_params_and_their_effect():
 
 
 def test_uncertainty_range_of_an_unidentifiable_value_does_not_overflow():
-    from calibrate.fit import Fitted
+    from geosim.calibrate.fit import Fitted
 
     f = Fitted(FreeParam("scalar", "transport.per_message_overhead_us", 50.0, 1.0, 1e6, "us"), 53.0, 844.0)
     assert (f.low, f.high) == (0.0, math.inf)
@@ -327,8 +327,8 @@ def test_cli_import_then_crossval_pieces(tmp_path, capsys):
 
 
 def test_crossval_report_and_plot(tmp_path):
-    from calibrate.crossval import Cell, FoldResult, Report, folds
-    from calibrate.plot import plot_predicted_vs_measured
+    from geosim.calibrate.crossval import Cell, FoldResult, Report, folds
+    from geosim.calibrate.plot import plot_predicted_vs_measured
 
     cases = cases_from_records(study_records(), "study")
     plan = folds(cases, ("loto", "loso"))

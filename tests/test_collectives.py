@@ -20,13 +20,13 @@ from itertools import combinations
 
 import pytest
 
-from geosim.engine import run_schedule
-from geosim.network import Network
+from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import Network
 from dataclasses import replace
 
 from geosim.params import default_params
 from geosim.scenario import gpu_catalog
-from geosim.schedule import Collective, Compute, Device, Recv, Schedule, Send
+from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
 from geosim.specs import Cluster, Host, Link, Workload
 
 REL = 1e-9

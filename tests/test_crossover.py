@@ -15,12 +15,12 @@ import math
 
 import pytest
 
-from geosim.crossover import bisect_flip, crossovers, find_brackets, solve
+from geosim.studies.crossover import bisect_flip, crossovers, find_brackets, solve
 from geosim.params import load_params
 from geosim.scenario import Scenario, get_model, gpu_catalog
 from geosim.specs import Cluster, Host, Link
-from geosim.sweep import SerialExecutor, SweepContext, metric_of, run_sweep
-from geosim.sweep_grid import Grid, make_point
+from geosim.studies.sweep.run import SerialExecutor, SweepContext, metric_of, run_sweep
+from geosim.studies.sweep.grid import Grid, make_point
 
 BANDWIDTH_BPS = 1e9
 WORKLOAD = {"seq_len": 64, "global_batch": 2, "microbatches": 1, "tokens_per_epoch": 64 * 2 * 10, "epochs": 1}

@@ -8,9 +8,9 @@ import pytest
 
 from geosim.cli import main
 from geosim.scenario import load_scenario
-from live import corpus
-from live.alpa_backend import ALPA_MISSING, method_spec
-from live.probe import Agent, scenario_text
+from geosim.live import corpus
+from geosim.live.alpa_backend import ALPA_MISSING, method_spec
+from geosim.live.probe import Agent, scenario_text
 
 
 def test_cli_module_imports_nothing_heavy():
@@ -74,7 +74,7 @@ def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
 
 def test_wan_subcommand_is_hooked(capsys):
     try:
-        import live.wan.cli  # noqa: F401
+        import geosim.live.wan.cli  # noqa: F401
     except ModuleNotFoundError:
         assert main(["live", "wan"]) == 2
         assert "live/wan is missing" in capsys.readouterr().err
@@ -104,7 +104,7 @@ def test_probe_agent_measures_loopback_and_writes_a_loadable_scenario(tmp_path):
 
 def test_out_of_memory_is_recognised_from_a_real_xla_error():
     jnp = pytest.importorskip("jax.numpy")
-    from live.train import is_out_of_memory
+    from geosim.live.train import is_out_of_memory
 
     with pytest.raises(Exception) as info:
         jnp.zeros((2**42,), jnp.float32).block_until_ready()  # 16 TiB: XLA refuses, RESOURCE_EXHAUSTED

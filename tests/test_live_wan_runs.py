@@ -21,9 +21,9 @@ import pytest
 
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
-from live import wan_runs
-from live import validate as live_validate
-from live.wan.emulator import Host, WanSlice
+from geosim.live import wan_runs
+from geosim.live import validate as live_validate
+from geosim.live.wan.emulator import Host, WanSlice
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 can_netns = (os.geteuid() == 0 and os.path.exists("/dev/net/tun")
@@ -48,7 +48,7 @@ def fake_slice(rtt=20.0, bandwidth=500.0, hosts=2) -> WanSlice:
 
 def local_record_doc(per_host=(1, 1)) -> dict:
     """What process 0 of a 2-process run prints (live/record.py's inline cluster)."""
-    from live.record import inline_cluster
+    from geosim.live.record import inline_cluster
 
     devices = {"platform": "cpu", "kind": "cpu", "count": sum(per_host), "processes": len(per_host),
                "per_host": list(per_host)}
@@ -64,9 +64,9 @@ def local_record_doc(per_host=(1, 1)) -> dict:
 # ----------------------------------------------------------------------------- anywhere
 
 def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
-    from calibrate.cases import cases_from_records
+    from geosim.calibrate.cases import cases_from_records
     from geosim.params import load_params
-    from geosim.predict import predict
+    from geosim.sim.predict import predict
 
     doc = wan_runs.to_wan_record(local_record_doc((2, 2)), fake_slice(rtt=20, bandwidth=500))
     cluster = doc["cluster"]
@@ -81,9 +81,9 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
 
 
 def test_window_cap_of_the_slice_is_the_links_window_and_slows_the_simulated_run():
-    from calibrate.cases import cases_from_records
+    from geosim.calibrate.cases import cases_from_records
     from geosim.params import load_params
-    from geosim.predict import predict
+    from geosim.sim.predict import predict
 
     capped = fake_slice(rtt=20, bandwidth=1000)
     capped.extra = {"tcp_window_kib": 128.0}
@@ -104,7 +104,7 @@ def test_record_host_count_must_match_the_slice():
 
 
 def test_child_argv_binds_gloo_to_the_namespace_interface():
-    from live.train import Options
+    from geosim.live.train import Options
 
     argv = wan_runs.child_argv(Options(technique="pipeshard", steps=5, microbatches=2), coordinator="10.213.0.1:7000",
                                num_processes=2, process_id=1, cpu_devices=2, interface="wan0")
@@ -127,9 +127,9 @@ def test_hosts_wan_without_a_slice_is_a_one_line_error(tmp_path):
 
 def simulated_records(rtts, per_step_extra=None):
     """Records whose 'measured' times the simulator itself produced with known parameters."""
-    from calibrate.cases import cases_from_records
+    from geosim.calibrate.cases import cases_from_records
     from geosim.params import load_params
-    from geosim.predict import predict
+    from geosim.sim.predict import predict
 
     truth = load_params()
     truth = replace(truth, efficiency={**truth.efficiency, "CPU": 0.05}, collective_step_rtts=1.5,
@@ -172,7 +172,7 @@ def test_validate_needs_runs_at_the_held_out_rtt():
 
 @pytest.fixture
 def wan_slice(tmp_path):
-    from live.wan import emulator
+    from geosim.live.wan import emulator
 
     state = str(tmp_path / "state.json")
     made = []

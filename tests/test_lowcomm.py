@@ -9,17 +9,17 @@ from dataclasses import replace
 import pytest
 
 from geosim.cli import main
-from geosim.engine import run_schedule
+from geosim.sim.engine import run_schedule
 from geosim.errors import GeosimError
 from geosim.params import default_params, load_params
-from geosim.predict import predict
+from geosim.sim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
-from geosim.schedule import Collective, Repeat
+from geosim.sim.schedule import Collective, Repeat
 from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule, sparseloco
 from geosim.techniques.hybrid import plan_replicas
-from geosim.whatif import with_bandwidth, with_rtt
-from geosim import convergence
+from geosim.studies.whatif import with_bandwidth, with_rtt
+from geosim.studies import convergence
 
 PARAMS = default_params()
 GPT2M = model_catalog()["gpt2m"]

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.engine import run_schedule
+from geosim.sim.engine import run_schedule
 from geosim.params import default_params
-from geosim.predict import predict
+from geosim.sim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule

@@ -1,4 +1,4 @@
-"""The planner (geosim.plan): enumeration, the compute floor it prunes with, ranking, the command."""
+"""The planner (geosim.studies.plan): enumeration, the compute floor it prunes with, ranking, the command."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import load_params
-from geosim.plan import (Case, candidates, evaluate, floor_s, layer_splits, make_plan, parse_duration,
+from geosim.studies.plan import (Case, candidates, evaluate, floor_s, layer_splits, make_plan, parse_duration,
                          search, twins)
 from geosim.scenario import get_model, load_scenario
 

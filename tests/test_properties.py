@@ -11,15 +11,15 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from geosim.collectives import expand
-from geosim.engine import run_schedule
+from geosim.sim.collectives import expand
+from geosim.sim.engine import run_schedule
 from geosim.params import default_params
-from geosim.predict import predict
+from geosim.sim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
-from geosim.schedule import Collective, Recv, Repeat, Send
+from geosim.sim.schedule import Collective, Recv, Repeat, Send
 from geosim.specs import TECHNIQUE_NAMES, Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
-from geosim.whatif import with_bandwidth, with_rtt
+from geosim.studies.whatif import with_bandwidth, with_rtt
 
 SLACK = 1e-9  # float rounding in the simulated clock
 # Deterministic and quick by default; GEOSIM_HYPOTHESIS_EXAMPLES=200 searches harder (random seeds).

@@ -9,8 +9,8 @@ from functools import cache
 import pytest
 
 from geosim.params import default_params
-from geosim.predict import predict
-from geosim.reference import STUDY_EPOCHS, study_measurements
+from geosim.sim.predict import predict
+from geosim.studies.reference import STUDY_EPOCHS, study_measurements
 from geosim.scenario import get_model, load_scenario
 from geosim.specs import TECHNIQUE_NAMES
 

@@ -15,7 +15,7 @@ import pytest
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import default_params, load_params
-from geosim.predict import predict
+from geosim.sim.predict import predict
 from geosim.scenario import BUILTIN_SCENARIOS, builtin_scenarios, load_scenario, model_catalog
 from geosim.specs import TECHNIQUE_NAMES
 from geosim.techniques import technique_names

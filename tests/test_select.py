@@ -1,4 +1,4 @@
-"""Algorithm 1 (geosim.select): every branch on synthetic probe values, and the probe sources."""
+"""Algorithm 1 (geosim.studies.select): every branch on synthetic probe values, and the probe sources."""
 
 import json
 
@@ -9,8 +9,8 @@ from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.records import RunRecord, append_record
 from geosim.scenario import get_model, load_scenario
-from geosim.reference import study_records
-from geosim.select import (MeasuredProbes, PredictedProbes, Probe, algorithm1, parse_rtts,
+from geosim.studies.reference import study_records
+from geosim.studies.select import (MeasuredProbes, PredictedProbes, Probe, algorithm1, parse_rtts,
                            sweep_rtt)
 
 PROBES = {"Tp": ("pipeshard", ("v1", "v2")), "Td1": ("data", ("v1",)), "Ts1": ("shard", ("v1",)),

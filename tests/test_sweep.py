@@ -12,9 +12,9 @@ import pytest
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.records import RunRecord
-from geosim.sweep import LocalExecutor, SerialExecutor, make_context, run_sweep
-from geosim.sweep_grid import Grid, point_key
-from geosim.sweep_store import CSV_FILE, RESULTS, read_rows
+from geosim.studies.sweep.run import LocalExecutor, SerialExecutor, make_context, run_sweep
+from geosim.studies.sweep.grid import Grid, point_key
+from geosim.studies.sweep.store import CSV_FILE, RESULTS, read_rows
 from test_crossover import synthetic_context
 
 GRID = Grid({"scenario": ["synthetic"], "technique": ["data", "shard"], "model": ["tiny"],

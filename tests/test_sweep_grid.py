@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-from geosim.commands.sweep import add_arguments, build_grid
+from geosim.cli.sweep import add_arguments, build_grid
 from geosim.errors import GeosimError
 from geosim.scale import make_cluster, scale_scenario
 from geosim.techniques import technique_names
-from geosim.sweep_grid import Grid, parse_assignment, parse_values, point_key
+from geosim.studies.sweep.grid import Grid, parse_assignment, parse_values, point_key
 
 
 def test_lists_and_single_values():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from geosim.crossover import crossovers
-from geosim.sweep import RayExecutor, SerialExecutor, run_sweep
+from geosim.studies.crossover import crossovers
+from geosim.studies.sweep.run import RayExecutor, SerialExecutor, run_sweep
 from test_crossover import analytic_rtt_ms, synthetic_context
 from test_sweep import GRID, _check_complete
 

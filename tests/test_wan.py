@@ -16,7 +16,7 @@ import time
 import pytest
 
 from geosim.errors import GeosimError
-from live.wan import emulator, forwarder, netns
+from geosim.live.wan import emulator, forwarder, netns
 
 
 def _frame(dst: int, payload: bytes = b"x" * 50) -> bytes:
@@ -164,7 +164,7 @@ def test_cli_import_is_light_and_parses():
 def test_cli_rejects_bad_matrix_before_touching_the_system():
     import argparse
 
-    from live.wan import cli
+    from geosim.live.wan import cli
 
     p = argparse.ArgumentParser()
     cli.add_arguments(p)

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from geosim.errors import GeosimError
-from live.wan import emulator, netns
-from live.wan.measure import measure_rtt, measure_throughput
+from geosim.live.wan import emulator, netns
+from geosim.live.wan.measure import measure_rtt, measure_throughput
 
 pytestmark = [
     pytest.mark.root,
@@ -174,7 +174,7 @@ def test_failed_setup_leaves_nothing(tmp_path, monkeypatch):
 def test_cli_up_status_measure_down(tmp_path, monkeypatch, capsys):
     import argparse
 
-    from live.wan import cli
+    from geosim.live.wan import cli
 
     monkeypatch.setenv("GEOSIM_WAN_STATE", str(tmp_path / "state.json"))
     parser = argparse.ArgumentParser()

@@ -1,7 +1,7 @@
 """The techniques: one module each, found by name. Adding a technique is adding one file.
 
 A technique module defines NAME, DESCRIPTION and
-build(cluster, model, workload, params[, options]) -> geosim.schedule.Schedule.
+build(cluster, model, workload, params[, options]) -> geosim.sim.schedule.Schedule.
 Modules whose names start with an underscore are shared helpers, not techniques.
 """
 

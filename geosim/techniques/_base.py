@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from geosim.errors import GeosimError
-from geosim.schedule import Collective, Compute, Device, Repeat
+from geosim.sim.schedule import Collective, Compute, Device, Repeat
 from geosim.specs import Cluster, Model, Params, Workload
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from geosim.errors import GeosimError
-from geosim.schedule import Collective, Compute, Device, Recv, Repeat, Schedule, Send
+from geosim.sim.schedule import Collective, Compute, Device, Recv, Repeat, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques import data as data_technique
 from geosim.techniques import pipeshard as pipeshard_technique

@@ -6,8 +6,8 @@ buffers of params.combine_bytes, all-reduced one after another."""
 
 from __future__ import annotations
 
-from geosim.memory import activation_bytes, gpu_memory
-from geosim.schedule import Schedule
+from geosim.sim.memory import activation_bytes, gpu_memory
+from geosim.sim.schedule import Schedule
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
 

@@ -20,7 +20,7 @@ fragments, overlap_steps, sync_dtype_bytes (each defaults to the params file's [
 from __future__ import annotations
 
 from geosim.errors import GeosimError
-from geosim.schedule import Collective, Recv, Schedule, Send
+from geosim.sim.schedule import Collective, Recv, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import check_dims, combined, devices_of
 from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, assemble, inner_step, outer_step_op,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from geosim.errors import GeosimError
-from geosim.schedule import Schedule
+from geosim.sim.schedule import Schedule
 from geosim.specs import GIB, Cluster, Model, Params, Workload
 from geosim.techniques import sparseloco
 from geosim.techniques._base import check_dims, devices_of

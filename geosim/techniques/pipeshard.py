@@ -9,8 +9,8 @@ gradients cross between stages point-to-point, one rendezvous per microbatch.
 from __future__ import annotations
 
 from geosim.errors import GeosimError
-from geosim.memory import activation_bytes, gpu_memory
-from geosim.schedule import Collective, Compute, Device, Recv, Schedule, Send
+from geosim.sim.memory import activation_bytes, gpu_memory
+from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops, overhead_op,
                                      require_divisible)

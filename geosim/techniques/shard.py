@@ -5,8 +5,8 @@ layers x microbatches x RTT."""
 
 from __future__ import annotations
 
-from geosim.memory import activation_bytes, gpu_memory
-from geosim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.sim.memory import activation_bytes, gpu_memory
+from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import backward_multiplier, check_dims, devices_of, overhead_op, require_divisible
 

@@ -21,7 +21,7 @@ Options: replicas, inner_steps, topk_fraction, bits, index_bits, error_feedback
 from __future__ import annotations
 
 from geosim.errors import GeosimError
-from geosim.schedule import Schedule
+from geosim.sim.schedule import Schedule
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import check_dims, devices_of
 from geosim.techniques._lowcomm import (ERROR_FEEDBACK_BYTES, OUTER_COPY_BYTES, assemble, single_host_replicas,

@@ -14,8 +14,8 @@ Data's bytes: 2.5x at m = 4, as Table II's communication times show."""
 
 from __future__ import annotations
 
-from geosim.memory import activation_bytes, gpu_memory
-from geosim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.sim.memory import activation_bytes, gpu_memory
+from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
 

@@ -21,7 +21,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.errors import GeosimError
-from live.model import GPTConfig, loss_fn
+from geosim.live.model import GPTConfig, loss_fn
 
 TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
 # low-communication techniques (issue 8): a different update (local steps, then a sync), so

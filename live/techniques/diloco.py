@@ -46,8 +46,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.errors import GeosimError
-from live.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
-from live.token_efficiency import ENV
+from geosim.live.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
+from geosim.live.token_efficiency import ENV
 
 DEFAULTS = {"replicas": None, "inner_steps": 10, "outer_lr": 0.7, "outer_momentum": 0.9,
             "topk": 0.01, "bits": 2, "chunk": 4096}

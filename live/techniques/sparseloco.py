@@ -32,7 +32,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.errors import GeosimError
-from live.techniques.diloco import DiLoCo
+from geosim.live.techniques.diloco import DiLoCo
 
 BITS = (1, 2, 4, 8, 32)
 

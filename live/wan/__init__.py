@@ -13,13 +13,13 @@ from __future__ import annotations
 __all__ = ["WanSlice", "up", "down", "current", "measure_rtt", "measure_throughput"]
 
 
-def __getattr__(name):  # lazy re-exports: `from live.wan import WanSlice` costs nothing until used
+def __getattr__(name):  # lazy re-exports: `from geosim.live.wan import WanSlice` costs nothing until used
     if name in ("WanSlice", "up", "down", "current"):
-        from live.wan import emulator
+        from geosim.live.wan import emulator
 
         return getattr(emulator, name)
     if name in ("measure_rtt", "measure_throughput"):
-        from live.wan import measure
+        from geosim.live.wan import measure
 
         return getattr(measure, name)
     raise AttributeError(f"module 'live.wan' has no attribute {name!r}")

@@ -82,7 +82,7 @@ def _describe(wan) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from live.wan import emulator
+    from geosim.live.wan import emulator
 
     action = args.wan_command
     if action == "up":
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _measure(args: argparse.Namespace) -> int:
     from geosim.errors import GeosimError
-    from live.wan import emulator, measure
+    from geosim.live.wan import emulator, measure
 
     wan = emulator.current()
     if wan is None:

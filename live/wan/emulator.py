@@ -1,6 +1,6 @@
 """The Python API of the WAN emulator: bring a slice up, find it, tear it down.
 
-    from live.wan.emulator import up, down, current
+    from geosim.live.wan.emulator import up, down, current
     with up(rtt_ms=40, bandwidth_mbit=1000, hosts=2, ttl_s=600) as wan:
         for ns, addr, ifname, host in wan.hosts: ...
         subprocess.run(wan.exec_argv(0, ["python", "train.py"]))
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
 from geosim.errors import GeosimError
-from live.wan import netns
-from live.wan.forwarder import remove_state
+from geosim.live.wan import netns
+from geosim.live.wan.forwarder import remove_state
 
 DEFAULT_STATE = "/run/geosim-wan/state.json"
 SOURCE = "geosim live wan up"
@@ -236,7 +236,7 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
 def _calibrate(wan: WanSlice, ctl_fd: int) -> dict:
     """Measure host0<->host1 RTT, tell the forwarder to trim the excess (capped) off
     every one-way delay. The overhead is the machine's, so one pair stands for all."""
-    from live.wan.measure import measure_rtt
+    from geosim.live.wan.measure import measure_rtt
 
     requested = wan.rtt_ms[0][1]
     if requested <= 0:
@@ -251,7 +251,7 @@ def _calibrate(wan: WanSlice, ctl_fd: int) -> dict:
 
 
 def _save_state(wan: WanSlice) -> None:
-    from live.wan.forwarder import write_state
+    from geosim.live.wan.forwarder import write_state
 
     write_state(wan.state_path, wan.to_dict())
 

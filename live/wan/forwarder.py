@@ -24,7 +24,7 @@ import sys
 import time
 from collections import deque
 
-from live.wan import netns
+from geosim.live.wan import netns
 
 
 # Frames due within BATCH_S of now go out together: one wake-up per batch instead of per

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from geosim.errors import GeosimError
-from live.wan.emulator import WanSlice, current
+from geosim.live.wan.emulator import WanSlice, current
 
 SOURCE = "geosim live wan measure"
 

@@ -10,7 +10,7 @@ from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.scenario import BUILTIN_SCENARIOS, Scenario, get_model, load_scenario
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.whatif import with_bandwidth, with_rtt
+from geosim.studies.whatif import with_bandwidth, with_rtt
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: bool = True) -> None:

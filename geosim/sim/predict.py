@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from geosim.engine import run_schedule
+from geosim.sim.engine import run_schedule
 from geosim.errors import GeosimError
 from geosim.specs import GIB, Cluster, Model, Params, Workload
 from geosim.techniques import build_schedule
@@ -173,7 +173,7 @@ def predict(cluster: Cluster, model: Model, workload: Workload, technique: str, 
 
 def attach_measurement(result: Prediction, cluster: Cluster) -> Prediction:
     """Put the study's figure for the same case beside the prediction, scaled to its epochs."""
-    from geosim.reference import STUDY_EPOCHS, measured_for
+    from geosim.studies.reference import STUDY_EPOCHS, measured_for
 
     m = measured_for(cluster.reference_slice, result.technique, result.model, len(result.gpus))
     if m is not None:

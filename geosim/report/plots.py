@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from geosim.errors import require
-from geosim.sweep_grid import NATIVE
+from geosim.studies.sweep.grid import NATIVE
 
 COLORS = {"data": "#1f77b4", "zero2": "#ff7f0e", "shard": "#2ca02c", "pipeshard": "#d62728"}
 PARTS = (("run_compute_s", "compute", "#4c72b0"), ("run_exposed_comm_s", "exposed communication", "#dd8452"),

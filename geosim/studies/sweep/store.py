@@ -18,7 +18,7 @@ from pathlib import Path
 
 from geosim.errors import GeosimError
 
-SCHEMA = "geosim.sweep/1"
+SCHEMA = "geosim.studies.sweep.run/1"
 RESULTS = "results.jsonl"
 CSV_FILE = "results.csv"
 MANIFEST = "manifest.json"

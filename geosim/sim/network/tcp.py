@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import networkx as nx
-from geosim.schedule import Device
+from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from geosim import collectives
-from geosim.network import Network
-from geosim.schedule import Collective, Compute, Recv, Repeat, Schedule, Send
+from geosim.sim import collectives
+from geosim.sim.network.tcp import Network
+from geosim.sim.schedule import Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.specs import Cluster, Params, Workload
 
 

@@ -14,7 +14,7 @@ import math
 from functools import lru_cache
 from collections.abc import Callable
 
-from geosim.schedule import Collective, Recv, Send
+from geosim.sim.schedule import Collective, Recv, Send
 
 ALGORITHMS = ("ring", "tree", "hierarchical")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import itertools
 import math
 
-from geosim.sweep import SweepContext, metric_of
-from geosim.sweep_grid import NATIVE
+from geosim.studies.sweep.run import SweepContext, metric_of
+from geosim.studies.sweep.grid import NATIVE
 
 AXES = ("rtt_ms", "bandwidth_gbps")
 REL_TOL = 1e-3

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 
 from geosim.errors import GeosimError, require
 from geosim.params import load_params
-from geosim.predict import predict
+from geosim.sim.predict import predict
 from geosim.scale import is_scale_name, scale_scenario
 from geosim.scenario import Scenario, get_model, load_scenario
 from geosim.specs import Params
-from geosim.sweep_grid import NATIVE, Grid, host_subset, point_key
-from geosim.sweep_store import SCHEMA, ResultStore, fingerprint
+from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
+from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint
 from geosim.techniques import technique_names
-from geosim.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
+from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
 
 
 @dataclass

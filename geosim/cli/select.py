@@ -5,15 +5,15 @@ from __future__ import annotations
 import shlex
 import sys
 
-from geosim.commands.common import (add_workload_arguments, load_case, load_params_arg, print_json,
+from geosim.cli.common import (add_workload_arguments, load_case, load_params_arg, print_json,
                                     scenario_names)
-from geosim.commands.predict import describe_cluster
+from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
 from geosim.records import read_records
-from geosim.reference import study_records
-from geosim.select import (DEFAULT_DELTA, DEFAULT_SWEEP_MS, TECHNIQUE_LABEL, LiveProbes, MeasuredProbes,
+from geosim.studies.reference import study_records
+from geosim.studies.select import (DEFAULT_DELTA, DEFAULT_SWEEP_MS, TECHNIQUE_LABEL, LiveProbes, MeasuredProbes,
                            PredictedProbes, Selection, algorithm1, parse_rtts, sweep_rtt)
-from geosim.whatif import with_rtt
+from geosim.studies.whatif import with_rtt
 
 HELP = "choose a technique with the study's Algorithm 1 (probes predicted, measured or run live)"
 PROBE_NAMES = ("Tp", "Td1", "Ts1", "Td2", "Ts2", "Tz2")

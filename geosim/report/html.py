@@ -10,16 +10,16 @@ import base64
 import html
 from pathlib import Path
 
-from geosim.crossover import describe
+from geosim.studies.crossover import describe
 from geosim.errors import GeosimError
-from geosim.plots import EFFECTIVE, breakdown_rows, panel_key, panel_title, plot_breakdown, plot_time_vs_axis
-from geosim.sweep_grid import NATIVE
-from geosim.sweep_store import read_crossovers, read_manifest, read_rows
+from geosim.report.plots import EFFECTIVE, breakdown_rows, panel_key, panel_title, plot_breakdown, plot_time_vs_axis
+from geosim.studies.sweep.grid import NATIVE
+from geosim.studies.sweep.store import read_crossovers, read_manifest, read_rows
 
 
 def study_points(rows: list[dict], axis: str, metric: str) -> list[dict]:
     """The study's Table II times, where a panel is one of its slices as measured (gpt2m, 4 GPUs, 20 epochs)."""
-    from geosim.reference import STUDY_EPOCHS, measured_for, slice_rtt_ms
+    from geosim.studies.reference import STUDY_EPOCHS, measured_for, slice_rtt_ms
 
     if axis != "rtt_ms":
         return []
@@ -43,8 +43,8 @@ def study_points(rows: list[dict], axis: str, metric: str) -> list[dict]:
 def record_points(rows: list[dict], records_path: str, axis: str, metric: str) -> list[dict]:
     """Measured run records (geosim.records) that match a panel's scenario, technique, model and hosts."""
     from geosim.records import read_records
-    from geosim.sweep import resolve_scenario
-    from geosim.whatif import wan_links
+    from geosim.studies.sweep.run import resolve_scenario
+    from geosim.studies.whatif import wan_links
 
     if axis != "rtt_ms":
         return []

@@ -1,37 +1,34 @@
 """The one entry point, `geosim`, and its subcommands.
 
-Each subcommand is a module with HELP, add_arguments(parser) and run(args) -> int.
-Modules import their heavy dependencies inside run(), so `geosim predict` never
-loads jax or ray. Adding a subcommand is one line in COMMANDS.
+Each subcommand is a module with HELP, add_arguments(parser) and run(args) -> int,
+registered under the entry-point group "geosim.commands" (pyproject.toml). The parts
+that live outside geosim/ (calibrate, live, fabric) register theirs the same way, so
+this package imports none of them by name. Modules import their heavy dependencies
+inside run(), so `geosim predict` never loads jax or ray.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from importlib.metadata import entry_points
 
 from geosim import __version__
 from geosim.errors import GeosimError
 
-COMMANDS = {
-    "predict": "geosim.commands.predict",
-    "trace": "geosim.commands.trace",
-    "calibrate": "calibrate.cli",
-    "live": "live.cli",
-    "select": "geosim.commands.select",
-    "plan": "geosim.commands.plan",
-    "sweep": "geosim.commands.sweep",
-    "report": "geosim.commands.report",
-}
+ENTRY_POINT_GROUP = "geosim.commands"
+# the order `geosim --help` lists them in; commands not named here follow alphabetically
+ORDER = ("predict", "select", "plan", "sweep", "report", "trace", "calibrate", "live")
 
 
 def _available_commands():
-    for name, module_name in COMMANDS.items():
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    names = [n for n in ORDER if n in found] + sorted(n for n in found if n not in ORDER)
+    for name in names:
         try:
-            yield name, importlib.import_module(module_name)
+            yield name, found[name].load()
         except ModuleNotFoundError as exc:
-            if exc.name != module_name:  # a real missing dependency inside the module: surface it
+            if exc.name != found[name].value:  # a real missing dependency inside the module: surface it
                 raise
 
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import sys
 import time
 
-from geosim.commands.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
+from geosim.cli.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
                                     scenario_names)
-from geosim.commands.predict import describe_cluster
-from geosim.commands.select import print_flips
+from geosim.cli.predict import describe_cluster
+from geosim.cli.select import print_flips
 from geosim.errors import GeosimError
-from geosim.plan import INTRA_STAGES, Case, Plan, make_plan, measured_plan, parse_duration, twins
+from geosim.studies.plan import INTRA_STAGES, Case, Plan, make_plan, measured_plan, parse_duration, twins
 from geosim.records import read_records
-from geosim.reference import study_records
-from geosim.select import DEFAULT_DELTA, DEFAULT_SWEEP_MS, parse_rtts, sweep_rtt
+from geosim.studies.reference import study_records
+from geosim.studies.select import DEFAULT_DELTA, DEFAULT_SWEEP_MS, parse_rtts, sweep_rtt
 from geosim.techniques import STUDY_ORDER, get_technique
-from geosim.whatif import with_rtt
+from geosim.studies.whatif import with_rtt
 
 HELP = "rank every feasible option (technique x VMs x microbatches x layer split) and compare with Algorithm 1"
 

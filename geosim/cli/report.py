@@ -14,7 +14,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from geosim.sweep_report import build_report
+    from geosim.report.html import build_report
 
     written = build_report(args.dir, records=args.records)
     if args.json:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from geosim.errors import GeosimError
-from geosim.predict import Prediction, predict
-from geosim.select import TECHNIQUE_LABEL, MeasuredProbes, PredictedProbes, Selection, algorithm1
+from geosim.sim.predict import Prediction, predict
+from geosim.studies.select import TECHNIQUE_LABEL, MeasuredProbes, PredictedProbes, Selection, algorithm1
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques import technique_names
 from geosim.techniques._base import backward_multiplier, forward_flops

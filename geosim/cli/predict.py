@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from geosim.commands.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
+from geosim.cli.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
                                     scenario_names)
-from geosim.predict import Prediction, attach_measurement, predict
+from geosim.sim.predict import Prediction, attach_measurement, predict
 from geosim.techniques import get_technique, technique_names
-from geosim.whatif import wan_links
+from geosim.studies.whatif import wan_links
 
 HELP = "predict time per epoch, TFLOP/s and memory of each technique on a slice (default: the study's five)"
 
@@ -63,7 +63,7 @@ def _time_to_target(args, params, results, headers) -> list[dict] | None:
     """--target-tokens: time-to-target fields per prediction (geosim/convergence.py)."""
     if not args.target_tokens:
         return None
-    from geosim import convergence
+    from geosim.studies import convergence
 
     models = {cluster.name: model for cluster, model, _ in headers}
     overrides = convergence.parse_overrides(args.token_efficiency)

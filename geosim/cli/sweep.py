@@ -9,7 +9,7 @@ from pathlib import Path
 
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
-from geosim.sweep_grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
+from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 
 HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
 
@@ -91,9 +91,9 @@ def _techniques(spec: str | None) -> list[str]:
 
 
 def run(args) -> int:
-    from geosim.crossover import crossovers, orders_at_ends, pick_axis
-    from geosim.sweep import make_context, make_executor, run_sweep
-    from geosim.sweep_store import write_crossovers
+    from geosim.studies.crossover import crossovers, orders_at_ends, pick_axis
+    from geosim.studies.sweep.run import make_context, make_executor, run_sweep
+    from geosim.studies.sweep.store import write_crossovers
     from geosim.techniques import technique_names
 
     grid = build_grid(args)
@@ -105,7 +105,7 @@ def run(args) -> int:
         result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=not args.quiet and sys.stderr.isatty())
         found = crossovers(result.rows, ctx, executor, axis, technique_names()) if axis else []
     except KeyboardInterrupt:
-        from geosim.sweep_store import read_rows
+        from geosim.studies.sweep.store import read_rows
 
         print(f"geosim sweep: interrupted; {len(read_rows(args.out))} rows are on disk in {args.out}/ "
               "(rerun the same command to resume)", file=sys.stderr)
@@ -137,7 +137,7 @@ def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dic
 
 
 def format_summary(s: dict) -> str:
-    from geosim.crossover import describe
+    from geosim.studies.crossover import describe
 
     unit = {"rtt_ms": "ms", "bandwidth_gbps": "Gbit/s"}.get(s["crossover_axis"], "")
     statuses = ", ".join(f"{n} {k}" for k, n in sorted(s["statuses"].items()))

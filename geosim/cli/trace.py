@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from geosim.commands.common import add_workload_arguments, fmt_duration, load_case, load_params_arg
-from geosim.engine import run_schedule
+from geosim.cli.common import add_workload_arguments, fmt_duration, load_case, load_params_arg
+from geosim.sim.engine import run_schedule
 from geosim.errors import GeosimError
 from geosim.techniques import build_schedule
 

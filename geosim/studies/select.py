@@ -2,7 +2,7 @@
 
 A probe trains the model briefly with one technique on some VMs and returns the
 average TFLOP/s per GPU, 0 when the run fails. Where the number comes from is a
-ProbeSource: the simulator (geosim.select.PredictedProbes), run records
+ProbeSource: the simulator (geosim.studies.select.PredictedProbes), run records
 (MeasuredProbes) or real runs (geosim.select_live.LiveProbes). Algorithm 1 itself
 only sees the numbers, so it is written once, exactly as the reference restates it.
 """
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from geosim.errors import GeosimError
-from geosim.predict import predict
+from geosim.sim.predict import predict
 from geosim.records import RunRecord
 from geosim.specs import Cluster, Model, Params, Workload
 
