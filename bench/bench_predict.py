@@ -29,12 +29,14 @@ from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 
+from geosim.case import Case
 from geosim.cli import main as geosim_main
 from geosim.sim.engine import run_schedule
 from geosim.params import default_params
 from geosim.sim.predict import SIMULATED_ITERATIONS, predict
 from geosim.scenario import BUILTIN_SCENARIOS, get_model, gpu_catalog, load_scenario
-from geosim.specs import TECHNIQUE_NAMES, Cluster, Host, Link, Workload
+from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
+from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 
 TARGETS = {"prediction": 0.050, "default predict": 5.0, "1,024-GPU iteration": 10.0}
@@ -77,7 +79,7 @@ def bench_predictions(runs: int) -> tuple[int, float]:
     model, workload, params = get_model("gpt2m"), scenario.workload(), default_params()
     events = wall = 0.0
     for technique in TECHNIQUE_NAMES:
-        walls, r = timed(lambda: predict(scenario.cluster, model, workload, technique, params), runs)
+        walls, r = timed(lambda: predict(Case(scenario.cluster, model, workload, params), technique), runs)
         events += r.simulated_events * runs
         wall += sum(walls)
         row(f"{technique} ({r.simulated_events:,} events)", walls, TARGETS["prediction"],
@@ -136,7 +138,7 @@ def bench_big(runs: int) -> tuple[int, float]:
     workload = Workload(global_batch=8 * 128, microbatches=8)
     meshes = [[h.name for h in cluster.hosts if h.site == f"site{s}"] for s in range(8)]
     options = {"meshes": meshes}
-    walls, schedule = timed(lambda: build_schedule("pipeshard", cluster, model, workload, params, options), 1)
+    walls, schedule = timed(lambda: build_schedule("pipeshard", Case(cluster, model, workload, params), options), 1)
     row("build the schedule", walls)
     results = []
 
@@ -147,7 +149,7 @@ def bench_big(runs: int) -> tuple[int, float]:
     r = results[-1]
     row(f"simulate one iteration ({r.events:,} events)", walls, TARGETS["1,024-GPU iteration"],
         f"-> {r.iteration_end[0]:.2f} s simulated, {r.transfers:,} transfers")
-    walls_p, p = timed(lambda: predict(cluster, model, workload, "pipeshard", params, options=options), 1)
+    walls_p, p = timed(lambda: predict(Case(cluster, model, workload, params), "pipeshard", options=options), 1)
     row(f"whole predict() ({SIMULATED_ITERATIONS} real + 1 ideal iteration)", walls_p, None,
         f"-> {p.status}, {p.iteration_time_s:.2f} s/iteration" if p.ok else f"-> {p.status}: {p.reason}")
     return r.events * runs, sum(walls)
@@ -171,12 +173,12 @@ def check_extrapolation(slices: list[str], iterations_per_epoch: int, epochs: in
         workload = scenario.workload(tokens_per_epoch=base.tokens_per_iteration * iterations_per_epoch, epochs=epochs)
         n = workload.iterations_per_epoch * workload.epochs
         for technique in TECHNIQUE_NAMES:
-            r = predict(scenario.cluster, model, workload, technique, params)
+            r = predict(Case(scenario.cluster, model, workload, params), technique)
             if not r.ok:
                 print(f"  {scenario.cluster.name:<10} {technique:<10} {r.status}")
                 continue
             extrapolated = r.total_time_s - r.startup_s
-            schedule = build_schedule(technique, scenario.cluster, model, workload, params)
+            schedule = build_schedule(technique, Case(scenario.cluster, model, workload, params))
             start = time.perf_counter()
             full = run_schedule(schedule, scenario.cluster, params, workload, iterations=n)
             wall = time.perf_counter() - start

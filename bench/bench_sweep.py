@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from geosim.case import Case
 from geosim.scenario import BUILTIN_SCENARIOS  # noqa: E402
 from geosim.studies.sweep.run import LocalExecutor, RayExecutor, SerialExecutor, make_context, run_sweep  # noqa: E402
 from geosim.studies.sweep.grid import Grid, parse_values  # noqa: E402
@@ -72,7 +73,7 @@ def bench_scale(sites: list[int], vms: int, gpus: int) -> None:
         sc = scale_scenario(scale_name(n, vms, gpus))
         for tech in technique_names():
             started = time.perf_counter()
-            pred = predict(sc.cluster, get_model("gpt2m"), sc.workload(), tech, params)
+            pred = predict(Case(sc.cluster, get_model("gpt2m"), sc.workload(), params), tech)
             wall = time.perf_counter() - started
             print(f"  {sc.cluster.num_gpus:5d} GPUs  {tech:10s} {pred.status:14s} {wall:8.2f} s  "
                   f"{pred.simulated_events:>10,} events", flush=True)

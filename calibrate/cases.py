@@ -30,7 +30,9 @@ PREDICTION_FIELD = {"total_time_s": "total_time_s", "time_per_iteration_s": "ite
 
 
 @dataclass
-class Case:
+class RunCase:
+    """A measured run the fit predicts: the simulated case, the technique and what was measured."""
+
     where: str  # "runs.jsonl:3": where the record came from, for messages
     label: str  # "UTAH-GPN/data": short name for tables
     record: RunRecord
@@ -84,7 +86,7 @@ def _inline_scenario(doc: dict, where: str) -> Scenario:
         os.unlink(tmp)
 
 
-def to_case(where: str, record: RunRecord) -> Case:
+def to_case(where: str, record: RunRecord) -> RunCase:
     try:
         get_technique(record.technique)
     except GeosimError as exc:
@@ -120,7 +122,7 @@ def to_case(where: str, record: RunRecord) -> Case:
     used = cluster.subset(hosts) if hosts else cluster
     metric = next((m for m in METRICS if m in record.measured), None) if record.status == "ok" else None
     technique_label = record.technique if not hosts or len(hosts) == len(cluster.hosts) else f"{record.technique}@{'+'.join(hosts)}"
-    return Case(
+    return RunCase(
         where=where, label=f"{slice_key}/{technique_label}", record=record, slice_key=slice_key, cluster=cluster,
         model=model, workload=workload, hosts=hosts, technique=record.technique, metric=metric,
         measured=float(record.measured[metric]) if metric else None,
@@ -130,10 +132,10 @@ def to_case(where: str, record: RunRecord) -> Case:
     )
 
 
-def load_cases(path: str | Path) -> list[Case]:
+def load_cases(path: str | Path) -> list[RunCase]:
     return [to_case(where, record) for where, record in read_runs(path)]
 
 
-def cases_from_records(records: list[RunRecord], source: str) -> list[Case]:
+def cases_from_records(records: list[RunRecord], source: str) -> list[RunCase]:
     return [to_case(f"{source}#{i + 1}", r) for i, r in enumerate(records)]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from geosim.calibrate.cases import Case
+from geosim.calibrate.cases import RunCase
 from geosim.calibrate.fit import default_free, fit, predict_with
 from geosim.params import load_params
 from geosim.techniques import STUDY_ORDER
@@ -94,7 +94,7 @@ class Report:
         }
 
 
-def folds(cases: list[Case], kinds: tuple[str, ...]) -> list[tuple[str, str, str, list[int], list[int]]]:
+def folds(cases: list[RunCase], kinds: tuple[str, ...]) -> list[tuple[str, str, str, list[int], list[int]]]:
     """(name, kind, held out, train indices, test indices)."""
     out = []
     if "loto" in kinds:
@@ -108,7 +108,7 @@ def folds(cases: list[Case], kinds: tuple[str, ...]) -> list[tuple[str, str, str
     return out
 
 
-def nominal_links(cases: list[Case]) -> list[Case]:
+def nominal_links(cases: list[RunCase]) -> list[RunCase]:
     """The cases with every link between sites stripped of inferred values: no per-link window or step
     round trips (the globals apply unless a fold fits them), and the median nominal bandwidth of the
     slices' links in place of one that differs from it (a bandwidth inferred from the measurements)."""
@@ -127,7 +127,7 @@ def nominal_links(cases: list[Case]) -> list[Case]:
     return out
 
 
-def run_fold(cases: list[Case], params_path: str | None, name: str, kind: str, held_out: str,
+def run_fold(cases: list[RunCase], params_path: str | None, name: str, kind: str, held_out: str,
              train: list[int], test: list[int], max_nfev: int, free_options: dict | None = None) -> FoldResult:
     started = time.perf_counter()
     base = load_params(params_path)
@@ -147,7 +147,7 @@ def _run_fold_args(args) -> FoldResult:
     return run_fold(*args)
 
 
-def crossval(cases: list[Case], *, params_path: str | None = None, kinds: tuple[str, ...] = ("loto", "loso"),
+def crossval(cases: list[RunCase], *, params_path: str | None = None, kinds: tuple[str, ...] = ("loto", "loso"),
              workers: int | None = None, max_nfev: int = 25, progress=None, strip_links: bool = True,
              free_options: dict | None = None) -> dict[str, Report]:
     """free_options: passed to default_free (step_rtts, extra). strip_links: see nominal_links."""

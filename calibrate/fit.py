@@ -20,12 +20,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from geosim.calibrate import OVERHEAD_KINDS
-from geosim.calibrate.cases import PREDICTION_FIELD, Case
+from geosim.calibrate.cases import PREDICTION_FIELD, RunCase
 from geosim.errors import GeosimError
 from geosim.params import SCALARS
+from geosim.case import Case as SimCase
 from geosim.sim.predict import Prediction, predict
 from geosim.specs import GIB, Cluster, Params
-from geosim.techniques import build_schedule
+from geosim.techniques import build_schedule, is_pipelined
 
 SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 DIFF_STEP = 0.02  # log units: a 2% step; the simulated clock is piecewise (slow-start rounds, buckets)
@@ -38,13 +39,29 @@ SIGMA_STEP = 0.05  # log units: the secant half-width the uncertainties are comp
 # makes the global window the typical slice's: what a slice never measured is predicted with.
 LINK_PRIOR_SIGMA = 2.0
 NOT_IDENTIFIABLE = math.log(100.0)
-# scalars only some techniques' schedules use: a p2p send's rendezvous (pipeline stages), ZeRO-2's gather
-SCALAR_TECHNIQUES = {"transport.p2p_handshake_rtts": ("pipeshard", "hybrid"),
-                     "zero2.gather_bytes_per_param": ("zero2",)}
-# (lowest, highest) a global transport/technique scalar may be fitted to, in its file unit
+# scalars only some techniques' schedules use: a p2p send's rendezvous is paid by pipeline stages only
+P2P_SCALARS = ("transport.p2p_handshake_rtts",)
+# (lowest, highest) a global transport scalar may be fitted to, in its file unit; a technique's own
+# fittable settings come with their ranges from its Settings (tunable(..., fit=(low, high)))
 SCALAR_RANGES = {"transport.collective_step_rtts": (0.02, 20.0), "transport.p2p_handshake_rtts": (0.1, 50.0),
-                 "zero2.gather_bytes_per_param": (1.0, 16.0), "transport.window_mib": (1 / 16, 512.0),
+                 "transport.window_mib": (1 / 16, 512.0),
                  "transport.per_message_overhead_us": (1.0, 1e6), "transport.stream_rate_gbps": (0.1, 100.0)}
+
+
+def fittable_settings() -> dict[str, tuple[float, float]]:
+    """TECHNIQUE.SETTING -> the range the fitter may move it in, for every technique's fittable tunables."""
+    from geosim.techniques import settings_class, technique_names
+    from geosim.techniques._settings import tunables
+
+    return {f"{name}.{leaf}": t.fit for name in technique_names()
+            for leaf, t in tunables(settings_class(name)).items() if t.fit is not None}
+
+
+def _uses(technique: str, owner: str) -> bool:
+    """Whether `technique`'s schedules are built with `owner`'s (so its settings affect them)."""
+    from geosim.techniques import builds_on
+
+    return technique == owner or any(_uses(t, owner) for t in builds_on(technique))
 STEP_SCALARS = ("transport.collective_step_rtts",)
 SHARED = "shared"  # the target of an overhead every technique has (fitted once, predicts a technique never seen)
 LINK_KINDS = ("link_bandwidth", "link_window", "link_step_rtts")
@@ -56,8 +73,8 @@ LINK_GLOBALS = {"link_window": "transport.window_mib", "link_step_rtts": "transp
 
 @dataclass(frozen=True)
 class FreeParam:
-    """One fitted quantity. kind: scalar | efficiency | iteration_overhead | startup | link_bandwidth |
-    link_window | link_step_rtts | tokens_per_epoch; target: the TOML key, GPU, technique or slice it applies to."""
+    """One fitted quantity. kind: scalar | setting (a technique's) | efficiency | iteration_overhead | startup |
+    link_bandwidth | link_window | link_step_rtts | tokens_per_epoch; target: the TOML key, GPU, technique or slice it applies to."""
 
     kind: str
     target: str
@@ -70,6 +87,7 @@ class FreeParam:
     def name(self) -> str:
         return {
             "scalar": self.target,
+            "setting": self.target,
             "efficiency": f"compute.efficiency.{self.target}",
             "iteration_overhead": f"overhead.iteration_s.{self.target}",
             "startup": f"overhead.startup_s.{self.target}",
@@ -79,7 +97,7 @@ class FreeParam:
             "tokens_per_epoch": "workload.tokens_per_epoch",
         }[self.kind]
 
-    def affects(self, case: Case) -> bool:
+    def affects(self, case: RunCase) -> bool:
         if self.kind == "efficiency":
             return self.target in case.gpus
         if self.kind in ("iteration_overhead", "startup"):
@@ -88,8 +106,9 @@ class FreeParam:
             return case.networked and self.target == case.slice_key
         if self.kind == "tokens_per_epoch":
             return "tokens_per_epoch" in case.assumed_workload
-        only = SCALAR_TECHNIQUES.get(self.target)
-        if only is not None and case.technique not in only:
+        if self.kind == "setting":
+            return _uses(case.technique, self.target.partition(".")[0])
+        if self.target in P2P_SCALARS and not is_pipelined(case.technique):
             return False
         if self.target.startswith(("transport.", "host.lan")):
             return case.networked
@@ -111,10 +130,14 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
         elif p.kind == "scalar":
             name, scale = SCALAR_FIELDS[p.target]
             changes[name] = max(1, round(v)) if scale is int else float(v) * scale
+        elif p.kind == "setting":
+            technique, _, leaf = p.target.partition(".")
+            kind = type(getattr(base.settings(technique), leaf))
+            base = base.with_settings(technique, **{leaf: max(1, round(v)) if kind is int else float(v)})
     return replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup, **changes)
 
 
-def apply_case(case: Case, cluster: Cluster, free: list[FreeParam], values):
+def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
     """(cluster, workload) of a case with the per-link and workload values that apply to it."""
     workload = case.workload
     for p, v in zip(free, values):
@@ -158,7 +181,7 @@ def roomy(cluster: Cluster) -> Cluster:
 class Evaluator:
     """Predictions of the cases for given free-parameter values, cached per case."""
 
-    def __init__(self, cases: list[Case], free: list[FreeParam], base: Params):
+    def __init__(self, cases: list[RunCase], free: list[FreeParam], base: Params):
         self.cases, self.free, self.base = cases, free, base
         self.clusters = [roomy(c.cluster) for c in cases]
         self.uses = [tuple(j for j, p in enumerate(free) if p.affects(c)) for c in cases]
@@ -177,7 +200,7 @@ class Evaluator:
         case = self.cases[i]
         params = params or apply_params(self.base, self.free, values)
         cluster, workload = apply_case(case, self.clusters[i], self.free, values)
-        result = predict(cluster, case.model, workload, case.technique, params, hosts=case.hosts)
+        result = predict(SimCase(cluster, case.model, workload, params), case.technique, hosts=case.hosts)
         if not result.ok:
             raise GeosimError(f"the simulator cannot run this case: {result.reason}", source=case.where)
         self.predictions += 1
@@ -221,7 +244,7 @@ class Fitted:
 
 @dataclass
 class CaseResult:
-    case: Case
+    case: RunCase
     predicted: float
     measured: float
 
@@ -257,7 +280,7 @@ class FitResult:
         return [f.value for f in self.fitted]
 
 
-def fit(cases: list[Case], free: list[FreeParam], base: Params, *, progress=None, max_nfev: int = 25) -> FitResult:
+def fit(cases: list[RunCase], free: list[FreeParam], base: Params, *, progress=None, max_nfev: int = 25) -> FitResult:
     """Least squares in log space; uncertainties from the Jacobian at the solution."""
     from scipy.optimize import least_squares
 
@@ -386,7 +409,7 @@ def uncertainties(free: list[FreeParam], values, jac, residuals, active, warning
     return fitted
 
 
-def fit_memory(cases: list[Case], params: Params) -> tuple[Params, dict]:
+def fit_memory(cases: list[RunCase], params: Params) -> tuple[Params, dict]:
     """Count memory outcomes (fits / out of memory) the model gets right; when there are out-of-memory
     records, choose the per-GPU workspace that gets the most right (the memory model's one free constant)."""
     judged = [c for c in cases if c.status in ("ok", "out-of-memory")]
@@ -395,9 +418,8 @@ def fit_memory(cases: list[Case], params: Params) -> tuple[Params, dict]:
     margins = []  # GiB left on the tightest GPU with no workspace reserved: the run fits iff workspace <= margin
     for c in judged:
         # memory depends on the model, the batch and the technique, not on links or the epoch length
-        used = c.cluster.subset(c.hosts) if c.hosts else c.cluster
         try:
-            schedule = build_schedule(c.technique, used, c.model, c.workload, params)
+            schedule = build_schedule(c.technique, SimCase(c.cluster, c.model, c.workload, params).on(c.hosts))
         except GeosimError as exc:
             if exc.key == "technique":
                 raise
@@ -422,7 +444,7 @@ def fit_memory(cases: list[Case], params: Params) -> tuple[Params, dict]:
     return params, {"right": right(workspace), "total": len(judged), "workspace_gib": workspace, "note": note}
 
 
-def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None = None, link_kind: str = "auto",
+def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | None = None, link_kind: str = "auto",
                  fit_workload: bool = False, techniques: set[str] | None = None, step_rtts: str | None = "link",
                  extra: tuple[str, ...] = (), overhead: str = "technique") -> list[FreeParam]:
     """The modest default set: compute efficiency per GPU type, the transport's window and per-message
@@ -443,7 +465,15 @@ def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None 
     for gpu in sorted({g for c in timed for g in c.gpus}):
         free.append(FreeParam("efficiency", gpu, base.gpu_efficiency(gpu), 0.003, 0.9, ""))
 
+    settings_ranges = fittable_settings()
+
     def scalar(key: str) -> FreeParam:
+        if key in settings_ranges:
+            technique, _, leaf = key.partition(".")
+            lower, upper = settings_ranges[key]
+            value = float(getattr(base.settings(technique), leaf))
+            return FreeParam("setting", key, min(max(value, lower), upper), lower, upper,
+                             "B/param" if key.endswith("per_param") else "")
         name, scale = SCALAR_FIELDS[key]
         value = getattr(base, name) / scale
         lower, upper = SCALAR_RANGES[key]
@@ -458,8 +488,9 @@ def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None 
         if step_rtts:
             free.extend(scalar(k) for k in STEP_SCALARS)
     for key in extra:
-        if key not in SCALAR_RANGES:
-            raise GeosimError(f"cannot fit {key!r} (can: {', '.join(SCALAR_RANGES)})", key="extra")
+        if key not in SCALAR_RANGES and key not in settings_ranges:
+            raise GeosimError(f"cannot fit {key!r} (can: {', '.join([*SCALAR_RANGES, *settings_ranges])})",
+                              key="extra")
         p = scalar(key)
         if p not in free and any(p.affects(c) for c in timed):
             free.append(p)
@@ -496,7 +527,7 @@ def default_free(cases: list[Case], base: Params, *, fit_links: set[str] | None 
     return free
 
 
-def predict_with(result: FitResult, cases: list[Case]) -> list[CaseResult]:
+def predict_with(result: FitResult, cases: list[RunCase]) -> list[CaseResult]:
     """Predictions of cases the fit never saw, with the fitted values: a held-out slice without a
     fitted link keeps its scenario's link (its RTT and the global transport), a held-out technique
     without a fitted overhead keeps the default one."""

@@ -7,12 +7,14 @@ from importlib import resources
 from pathlib import Path
 
 from geosim.errors import GeosimError
-from geosim.specs import MIB, TECHNIQUE_NAMES, Params
+from geosim.specs import MIB, Params
+from geosim.techniques._settings import check_value, file_tunables
 
 # (TOML key, Params field, scale from file units to SI; int for whole numbers,
-# None for choices and flags). Scalars only; the
-# dictionaries are handled below. This one table drives reading, writing and
-# calibration, so a new parameter is one row here and one line in the defaults file.
+# None for flags). Scalars only; the dictionaries are handled below. This one table
+# drives reading, writing and calibration of the simulator-wide parameters. A
+# technique's own tunables are not here: each technique declares them in its Settings
+# (geosim/techniques/<name>.py) and they are read from and written to the table [NAME].
 SCALARS: tuple[tuple[str, str, float], ...] = (
     ("compute.default_efficiency", "default_efficiency", 1.0),
     ("transport.window_mib", "window_bytes", float(MIB)),
@@ -29,38 +31,12 @@ SCALARS: tuple[tuple[str, str, float], ...] = (
     ("host.lan_rtt_ms", "lan_rtt_s", 1e-3),
     ("host.lan_bandwidth_gbps", "lan_bandwidth_gbps", 1.0),
     ("xla.combine_mib", "combine_bytes", float(MIB)),
-    ("zero2.gather_bytes_per_param", "zero2_gather_bytes_per_param", 1.0),
-    ("shard.collectives_per_layer", "shard_collectives_per_layer", int),
-    ("pipeshard.intra_stage", "pipeshard_intra_stage", None),
-    ("pipeshard.schedule", "pipeline_schedule", None),
-    ("pipeshard.stage_split", "stage_split", None),
     ("memory.workspace_gib", "workspace_gib", 1.0),
     ("memory.optimizer_bytes_per_param", "optimizer_bytes_per_param", 1.0),
-    ("diloco.inner_steps", "diloco_inner_steps", int),
-    ("diloco.outer_optimizer", "diloco_outer_optimizer", None),
-    ("diloco.overlap", "diloco_overlap", None),
-    ("diloco.fragments", "diloco_fragments", int),
-    ("diloco.overlap_steps", "diloco_overlap_steps", int),
-    ("diloco.sync_dtype_bytes", "diloco_sync_dtype_bytes", 1.0),
-    ("sparseloco.inner_steps", "sparseloco_inner_steps", int),
-    ("sparseloco.topk_fraction", "sparseloco_topk_fraction", 1.0),
-    ("sparseloco.bits", "sparseloco_bits", int),
-    ("sparseloco.index_bits", "sparseloco_index_bits", 1.0),
-    ("sparseloco.error_feedback", "sparseloco_error_feedback", None),
-    ("pipeshard.activation_compression", "pipeshard_activation_compression", 1.0),
-    ("hybrid.activation_compression", "hybrid_activation_compression", 1.0),
     ("convergence.compressed_activation_efficiency", "compressed_activation_efficiency", 1.0),
 )
 # (lowest, highest) for the scalars whose range is narrower than ">= 0"
 BOUNDS = {
-    "diloco.inner_steps": (1, None),
-    "diloco.fragments": (1, None),
-    "diloco.sync_dtype_bytes": (0.125, 8.0),
-    "sparseloco.inner_steps": (1, None),
-    "sparseloco.topk_fraction": (1e-6, 1.0),
-    "sparseloco.bits": (1, 32),
-    "pipeshard.activation_compression": (1e-6, 1.0),
-    "hybrid.activation_compression": (1e-6, 1.0),
     "convergence.compressed_activation_efficiency": (1e-6, None),
 }
 TABLES = {  # TOML table -> Params field holding a dict
@@ -70,12 +46,6 @@ TABLES = {  # TOML table -> Params field holding a dict
     "overhead.iteration_s": "iteration_overhead_s",
     "overhead.startup_s": "startup_s",
     "convergence.token_efficiency": "token_efficiency",
-}
-CHOICES = {
-    "pipeshard.intra_stage": ("data", "shard"),
-    "pipeshard.schedule": ("1f1b", "gpipe"),
-    "pipeshard.stage_split": ("uniform", "balanced"),
-    "diloco.outer_optimizer": ("nesterov", "sgd"),
 }
 COLLECTIVE_ALGORITHMS = ("ring", "tree", "hierarchical")
 DEFAULTS_FILE = "params-default.toml"
@@ -108,18 +78,24 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
     values: dict[str, object] = {} if params is None else dict(params.__dict__)
     flat = _flatten({k: v for k, v in doc.items() if k != "fitted"})
     by_key = {key: (name, scale) for key, name, scale in SCALARS}
+    setting_changes: dict[str, dict[str, object]] = {}
     for key, value in flat.items():
         key = RENAMED.get(key, key)
         if key in TABLES:
             values[TABLES[key]] = _read_table(key, value, values.get(TABLES[key]), source)
             continue
+        technique, _, leaf = key.partition(".")
+        if key not in by_key and leaf and _technique_tunables(technique) is not None:
+            tunable = _technique_tunables(technique).get(leaf)
+            if tunable is None:
+                raise GeosimError(f"unknown setting of technique {technique}", source=source, key=key)
+            setting_changes.setdefault(technique, {})[leaf] = check_value(tunable, value, source, key)
+            continue
         if key not in by_key:
             raise GeosimError("unknown parameter", source=source, key=key)
         name, scale = by_key[key]
-        if scale is None:  # a choice or a flag
-            if key in CHOICES and value not in CHOICES[key]:
-                raise GeosimError(f"must be one of {', '.join(CHOICES[key])}, got {value!r}", source=source, key=key)
-            if key not in CHOICES and not isinstance(value, bool):
+        if scale is None:  # a flag
+            if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=key)
             values[name] = value
         else:
@@ -129,6 +105,7 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
                 raise GeosimError(f"must be in [{low:g}, {'inf' if high is None else f'{high:g}'}], got {value!r}",
                                   source=source, key=key)
             values[name] = int(value) if scale is int else float(value) * scale
+    values["technique_settings"] = _merge_settings(values.get("technique_settings") or {}, setting_changes)
     fitted = doc.get("fitted", {})
     if fitted:
         values["fitted_on"] = tuple(str(x) for x in fitted.get("on", ()))
@@ -146,7 +123,7 @@ def _read_table(key: str, table, previous, source: str) -> dict:
     for name, value in table.items():
         full = f"{key}.{name}"
         if key == "collectives":
-            if name not in TECHNIQUE_NAMES and not _is_registered_technique(name):
+            if not _is_registered_technique(name):
                 raise GeosimError("unknown technique", source=source, key=full)
             if value not in COLLECTIVE_ALGORITHMS:
                 raise GeosimError(
@@ -166,6 +143,44 @@ def _is_registered_technique(name: str) -> bool:
     from geosim.techniques import technique_names
 
     return name in technique_names()
+
+
+def _technique_tunables(name: str) -> dict | None:
+    """A technique's tunables as its table in the parameters file holds them; None: no such technique."""
+    from geosim.techniques import settings_class, settings_parent, technique_names
+
+    if name not in technique_names():
+        return None
+    parent = settings_parent(name)
+    inherited = set(file_tunables(settings_class(parent))) if parent else set()
+    return file_tunables(settings_class(name), inherited)
+
+
+def _merge_settings(current: dict, changes: dict[str, dict[str, object]]) -> dict:
+    """Every technique's Settings with the file's changes; a technique extending another's
+    Settings takes the inherited values from that one's table."""
+    import dataclasses
+
+    from geosim.techniques import settings_class, settings_parent, technique_names
+
+    merged = {}
+    for name in technique_names():
+        merged[name] = dataclasses.replace(current.get(name) or settings_class(name)(), **changes.get(name, {}))
+    for name in technique_names():
+        parent = settings_parent(name)
+        if parent:
+            own = set(file_tunables(settings_class(name))) - set(file_tunables(settings_class(parent)))
+            inherited = {f: getattr(merged[parent], f) for f in file_tunables(settings_class(parent))}
+            merged[name] = dataclasses.replace(merged[name], **inherited,
+                                               **{f: getattr(merged[name], f) for f in own})
+    return merged
+
+
+def setting_keys() -> list[tuple[str, str]]:
+    """(technique, field) of every tunable any parameters file may hold, in technique order."""
+    from geosim.techniques import technique_names
+
+    return [(name, leaf) for name in technique_names() for leaf in _technique_tunables(name)]
 
 
 def _read_toml(path: Path) -> dict:
@@ -211,6 +226,8 @@ def params_to_toml(params: Params, fitted: dict | None = None) -> dict:
     for key, name in TABLES.items():
         table = getattr(params, name)
         put(key, {str(k): v for k, v in table.items()})
+    for technique, leaf in setting_keys():
+        put(f"{technique}.{leaf}", getattr(params.settings(technique), leaf))
     if fitted:
         doc["fitted"] = fitted
     return doc

@@ -159,9 +159,6 @@ class Workload:
         return 4 if self.precision == "fp32" else 2
 
 
-TECHNIQUE_NAMES = ("data", "zero2", "shard", "pipeshard")
-
-
 @dataclass(frozen=True)
 class Params:
     """Every tunable constant of the simulator, in SI units.
@@ -188,37 +185,33 @@ class Params:
     lan_bandwidth_gbps: float
     collectives: dict[str, str]  # technique -> ring | tree | hierarchical
     combine_bytes: float  # XLA's collective combiner: gradient collectives go in buffers of at most this
-    zero2_gather_bytes_per_param: float  # 2: a 16-bit copy is gathered; 4: fp32 master shards
-    shard_collectives_per_layer: int
-    pipeshard_intra_stage: str  # data | shard
-    pipeline_schedule: str  # 1f1b | gpipe
-    stage_split: str  # uniform | balanced
     iteration_overhead_s: dict[str, float]
     startup_s: dict[str, float]
     workspace_gib: float
     optimizer_bytes_per_param: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
-    # Low-communication techniques (README: Low-communication techniques). Defaulted, so code that builds a
-    # Params without them (older parameter files, tests) keeps working.
-    diloco_inner_steps: int = 100  # H: inner steps per outer round
-    diloco_outer_optimizer: str = "nesterov"  # nesterov | sgd
-    diloco_overlap: bool = False  # Streaming DiLoCo: fragments synced in turn, overlapped with compute
-    diloco_fragments: int = 4
-    diloco_overlap_steps: int = 1  # tau: inner steps a fragment's sync may take before it is needed
-    diloco_sync_dtype_bytes: float = 4.0  # bytes per value of the pseudo-gradient sent (0.5 = 4-bit)
-    sparseloco_inner_steps: int = 100
-    sparseloco_topk_fraction: float = 0.01
-    sparseloco_bits: int = 2
-    sparseloco_index_bits: float = 12.0  # chunk-local index of a top-k value (chunks of 4096)
-    sparseloco_error_feedback: bool = True
-    pipeshard_activation_compression: float = 1.0  # bytes between stages x this
-    hybrid_activation_compression: float = 0.1
+    # technique name -> its Settings (geosim/techniques/<name>.py); a technique not here runs
+    # with its Settings' defaults
+    technique_settings: dict[str, object] = field(default_factory=dict)
     token_efficiency: dict[str, float] = field(default_factory=dict)  # Data's tokens / this technique's
     compressed_activation_efficiency: float = 0.93  # token efficiency factor of a compressed pipeline
 
     def gpu_efficiency(self, gpu_name: str) -> float:
         return self.efficiency.get(gpu_name, self.default_efficiency)
+
+    def settings(self, technique: str):
+        """The technique's Settings: from the parameters file, else its defaults."""
+        found = self.technique_settings.get(technique)
+        if found is None:
+            from geosim.techniques import settings_class
+
+            found = settings_class(technique)()
+        return found
+
+    def with_settings(self, technique: str, **changes) -> "Params":
+        updated = replace(self.settings(technique), **changes)
+        return replace(self, technique_settings={**self.technique_settings, technique: updated})
 
     def with_values(self, **changes) -> "Params":
         return replace(self, **changes)

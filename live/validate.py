@@ -301,11 +301,11 @@ def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
     else:
         tried = {}
         for k in SHARD_GRID:
-            tried[k] = best_fit(replace(base, shard_collectives_per_layer=k))
+            tried[k] = best_fit(base.with_settings("shard", collectives_per_layer=k))
         k0 = min(tried, key=lambda k: tried[k].rms_log_error)
         for k in sorted({max(1, round(k0 / 1.4)), max(1, round(k0 * 1.4)), max(1, round(k0 / 1.18)),
                          max(1, round(k0 * 1.18))} - set(tried)):
-            tried[k] = best_fit(replace(base, shard_collectives_per_layer=k))
+            tried[k] = best_fit(base.with_settings("shard", collectives_per_layer=k))
         result = min(tried.values(), key=lambda r: r.rms_log_error)
     out = [(c.case.record, c.predicted, "fit") for c in result.cases]
     out += [(c.case.record, c.predicted, "held out") for c in predict_with(result, per_iteration_cases(test, "test"))]
@@ -346,7 +346,7 @@ def validate_records(records, held_out: float, *, max_nfev: int = 40):
     if "pipeshard" in slowdown and len(slowdown) > 1:
         qualitative = all(slowdown[t] > slowdown["pipeshard"] for t in slowdown if t != "pipeshard")
     if any(r.technique == "shard" for r in records):
-        fitted["shard.collectives_per_layer"] = {"value": float(result.params.shard_collectives_per_layer), "unit": "",
+        fitted["shard.collectives_per_layer"] = {"value": float(result.params.settings("shard").collectives_per_layer), "unit": "",
                                                  "sigma_log": None, "note": "profiled on a grid"}
     report = Report(rows, held_out, fitted, list(result.warnings), slowdown, qualitative, within,
                     round_trips=round_trips)

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from geosim.case import Case
 from geosim.calibrate.cases import cases_from_records
 from geosim.calibrate.fit import SHARED, apply_params, default_free
 from geosim.errors import GeosimError
@@ -42,9 +43,9 @@ def collectives_in(ops, times: int = 1):
 def test_zero2_moves_m_plus_one_halves_of_datas_bytes(microbatches):
     scenario = load_scenario("utah-gpn")
     workload = replace(scenario.workload(), microbatches=microbatches, global_batch=8 * microbatches, epochs=1)
-    params = replace(load_params(), zero2_gather_bytes_per_param=workload.bytes_per_value)  # gather = grad width
+    params = load_params().with_settings("zero2", gather_bytes_per_param=workload.bytes_per_value)  # gather = grad width
     model = get_model("gpt2m")
-    sent = {t: predict(scenario.cluster, model, workload, t, params).bytes_per_iteration for t in ("data", "zero2")}
+    sent = {t: predict(Case(scenario.cluster, model, workload, params), t).bytes_per_iteration for t in ("data", "zero2")}
     # per rank: ring all-reduce 2(p-1)/p·G; m reduce-scatters and one all-gather (p-1)/p·G each
     assert sent["zero2"] / sent["data"] == pytest.approx((microbatches + 1) / 2, rel=1e-6)
 
@@ -52,7 +53,7 @@ def test_zero2_moves_m_plus_one_halves_of_datas_bytes(microbatches):
 def test_zero2_reduce_scatters_inside_each_microbatch_and_gathers_once():
     scenario = load_scenario("utah-gpn")
     workload, model, params = scenario.workload(), get_model("gpt2m"), load_params()
-    program = build_schedule("zero2", scenario.cluster, model, workload, params).programs[0]
+    program = build_schedule("zero2", Case(scenario.cluster, model, workload, params)).programs[0]
     microbatches = program[0]
     assert isinstance(microbatches, Repeat) and microbatches.count == workload.microbatches
     grads = model.num_params * workload.bytes_per_value
@@ -71,8 +72,7 @@ def test_data_all_reduces_once_per_iteration_in_xla_combiner_buffers():
     assert params.combine_bytes == 30 * MIB  # XLA's kDefaultAllReduceCombineThreshold
     grads = model.num_params * workload.bytes_per_value
     for combine, buffers in ((30 * MIB, math.ceil(grads / (30 * MIB))), (grads, 1), (4 * grads, 1)):
-        program = build_schedule("data", scenario.cluster, model, workload,
-                                 replace(params, combine_bytes=combine)).programs[0]
+        program = build_schedule("data", Case(scenario.cluster, model, workload, replace(params, combine_bytes=combine))).programs[0]
         (collective,) = collectives_in(program)
         assert collective[0] == "allreduce" and collective[2] == buffers
         assert collective[1] * buffers == pytest.approx(grads)

@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from geosim.calibrate.cases import Case, cases_from_records, load_cases, read_runs, to_case
+from geosim.case import Case
+from geosim.calibrate.cases import RunCase, cases_from_records, load_cases, read_runs, to_case
 from geosim.calibrate.fit import FreeParam, apply_params, fit, fit_memory, predict_with
 from geosim.calibrate.importers import alpa_benchmark_records, alpa_log_record
 from geosim.studies.reference import study_records
@@ -163,7 +164,7 @@ def synthetic_runs(noise: float, seed: int = 7) -> list[RunRecord]:
         for technique in ("data", "pipeshard", "zero2"):
             for batch in (16, 32):
                 workload = {"global_batch": batch, "microbatches": 4, "tokens_per_epoch": 262144, "epochs": 1}
-                p = predict(sc.cluster, get_model("gpt2"), sc.workload(**workload), technique, truth)
+                p = predict(Case(sc.cluster, get_model("gpt2"), sc.workload(**workload), truth), technique)
                 assert p.ok, p.reason
                 measured = p.iteration_time_s * math.exp(rng.normal(0.0, noise))
                 records.append(RunRecord(technique=technique, model="gpt2", status="ok", scenario=scenario,
@@ -222,7 +223,7 @@ def test_per_link_step_rtts_free_params_and_their_effect():
     extra = default_free(cases, base, step_rtts=None, extra=("zero2.gather_bytes_per_param",
                                                               "transport.p2p_handshake_rtts"))
     # no pipeline in these runs: the rendezvous is left out, ZeRO-2's gather width is in
-    assert [p.name for p in extra if p.kind == "scalar"] == ["transport.window_mib",
+    assert [p.name for p in extra if p.kind in ("scalar", "setting")] == ["transport.window_mib",
                                                              "transport.per_message_overhead_us",
                                                              "zero2.gather_bytes_per_param"]
     # a slice's step value changes its own predictions only, and more round trips per step take longer
@@ -252,7 +253,7 @@ def test_out_of_memory_records_constrain_the_workspace():
     sc = load_scenario("utah-gpn")
 
     def margin(technique):  # GiB the tightest GPU has left, with no workspace reserved
-        p = predict(sc.cluster, get_model("gpt2L"), sc.workload(), technique, params)
+        p = predict(Case(sc.cluster, get_model("gpt2L"), sc.workload(), params), technique)
         return min(m.has_gib - (m.need_gib - 1.0) for m in p.memory)
 
     tight, loose = sorted((t for t in ("data", "zero2", "shard", "pipeshard") if 0 < margin(t) < 8), key=margin)[:2]

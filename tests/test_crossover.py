@@ -51,7 +51,7 @@ def synthetic_context() -> SweepContext:
         per_message_overhead_s=0.0, p2p_handshake_rtts=0.0, collective_step_rtts=0.0, slow_start_after_idle=False,
         stream_rate_gbps=1e6,
         initial_window_bytes=1e18, window_bytes=1e18, intra_host_latency_s=0.0,
-        collectives={t: "ring" for t in base.collectives}, shard_collectives_per_layer=4,
+        collectives={t: "ring" for t in base.collectives},
         iteration_overhead_s={t: 0.01 for t in base.iteration_overhead_s}, startup_s={},
     )
     return SweepContext(params, {"synthetic": Scenario(cluster, dict(WORKLOAD), {})})

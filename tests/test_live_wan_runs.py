@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import pytest
 
+from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
 from geosim.live import wan_runs
@@ -76,7 +77,7 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
     assert "CPU" in cluster["gpus"] and "RTT 20 ms" in doc["note"]
     case = cases_from_records([validate(doc, "t")], "t")[0]
     assert case.networked and case.gpus == {"CPU"}
-    p = predict(case.cluster, case.model, case.workload, "data", load_params())
+    p = predict(Case(case.cluster, case.model, case.workload, load_params()), "data")
     assert p.ok and p.iteration_time_s > 0.02  # at least one 20 ms round trip per step
 
 
@@ -93,7 +94,7 @@ def test_window_cap_of_the_slice_is_the_links_window_and_slows_the_simulated_run
     for d in (wan_runs.to_wan_record(local_record_doc(), fake_slice(rtt=20, bandwidth=1000)), doc):
         d["model_dims"] = dict(d["model_dims"], n_embd=256)  # ~6 MB of gradients: more than a 128 KiB window
         case = cases_from_records([validate(d, "t")], "t")[0]
-        times.append(predict(case.cluster, case.model, case.workload, "data", load_params()).iteration_time_s)
+        times.append(predict(Case(case.cluster, case.model, case.workload, load_params()), "data").iteration_time_s)
     # window-bound: ~6.6 MB / 128 KiB ~ 50 round trips of 20 ms more per step than with BDP-sized buffers
     assert times[1] - times[0] > 25 * 0.020, times
 
@@ -134,8 +135,8 @@ def simulated_records(rtts, per_step_extra=None):
     truth = load_params()
     truth = replace(truth, efficiency={**truth.efficiency, "CPU": 0.05}, collective_step_rtts=1.5,
                     p2p_handshake_rtts=3.0, iteration_overhead_s={**truth.iteration_overhead_s, "data": 0.01,
-                                                                  "zero2": 0.012, "shard": 0.05, "pipeshard": 0.02},
-                    shard_collectives_per_layer=30)
+                                                                  "zero2": 0.012, "shard": 0.05, "pipeshard": 0.02}
+                    ).with_settings("shard", collectives_per_layer=30)
     records = []
     for rtt in rtts:
         for technique in ("data", "zero2", "shard", "pipeshard"):
@@ -143,7 +144,7 @@ def simulated_records(rtts, per_step_extra=None):
             doc = live_validate.with_measured_rtt(doc, rtt, rtt)
             doc["technique"] = technique
             case = cases_from_records([validate(doc, "s")], "s")[0]
-            t = predict(case.cluster, case.model, case.workload, technique, truth).iteration_time_s
+            t = predict(Case(case.cluster, case.model, case.workload, truth), technique).iteration_time_s
             doc["measured"] = {"time_per_iteration_s": round(t, 6), "total_time_s": 99.0, "steps": 6}
             records.append(validate(doc, "s"))
     return records

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from geosim.case import Case
 from geosim.cli import main
 from geosim.sim.engine import run_schedule
 from geosim.errors import GeosimError
@@ -47,8 +48,8 @@ def wan_bytes(schedule, cluster, iterations=1) -> float:
 
 def test_diloco_with_h1_and_no_compression_communicates_exactly_as_data():
     same = {"inner_steps": 1, "sync_dtype_bytes": WORKLOAD.bytes_per_value}
-    diloco = build_schedule("diloco", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, same)
-    data = build_schedule("data", SLICE.cluster, GPT2M, WORKLOAD, PARAMS)
+    diloco = build_schedule("diloco", Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), same)
+    data = build_schedule("data", Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS))
     # the same all-reduce over the same ring in the same XLA combiner buffers, so the same bytes on the wide-area link
     def gradient_sync(schedule, tag):
         return [(r.count, [(c.op, c.group, c.nbytes, c.algorithm) for c in r.ops]) for r in schedule.programs[0]
@@ -58,12 +59,12 @@ def test_diloco_with_h1_and_no_compression_communicates_exactly_as_data():
     assert wan_bytes(diloco, SLICE.cluster) == pytest.approx(wan_bytes(data, SLICE.cluster), rel=1e-12)
     # one GPU per host: no in-host all-reduce, every byte the same
     cluster = one_gpu_hosts(2)
-    d = build_schedule("diloco", cluster, GPT2, SMALL, PARAMS, {"inner_steps": 1, "sync_dtype_bytes": 2})
-    g = build_schedule("data", cluster, GPT2, SMALL, PARAMS)
+    d = build_schedule("diloco", Case(cluster, GPT2, SMALL, PARAMS), {"inner_steps": 1, "sync_dtype_bytes": 2})
+    g = build_schedule("data", Case(cluster, GPT2, SMALL, PARAMS))
     assert run_schedule(d, cluster, PARAMS, SMALL, 1).bytes_sent == run_schedule(g, cluster, PARAMS, SMALL, 1).bytes_sent
     # ... and it is no faster than Data (it adds the outer step)
-    assert (predict(SLICE.cluster, GPT2M, WORKLOAD, "diloco", PARAMS, options=same).iteration_time_s
-            >= predict(SLICE.cluster, GPT2M, WORKLOAD, "data", PARAMS).iteration_time_s)
+    assert (predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "diloco", options=same).iteration_time_s
+            >= predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "data").iteration_time_s)
 
 
 @pytest.mark.parametrize("replicas", [2, 3])
@@ -71,28 +72,27 @@ def test_diloco_with_h1_and_no_compression_communicates_exactly_as_data():
 def test_sparseloco_bytes_on_the_wire_are_topk_fraction_times_bits(replicas, topk, bits):
     cluster = one_gpu_hosts(replicas)
     options = {"topk_fraction": topk, "bits": bits, "index_bits": 12, "inner_steps": 3}
-    schedule = build_schedule("sparseloco", cluster, GPT2, SMALL, PARAMS, options)
+    schedule = build_schedule("sparseloco", Case(cluster, GPT2, SMALL, PARAMS), options)
     payload = GPT2.num_params * topk * (bits + 12) / 8
     # an all-gather: each replica receives the other replicas' payloads, R(R-1) payloads in all
     assert wan_bytes(schedule, cluster) == pytest.approx(replicas * (replicas - 1) * payload, rel=1e-9)
-    assert sparseloco.payload_bytes(GPT2.num_params, sparseloco.settings(PARAMS, options)) == pytest.approx(payload)
+    assert sparseloco.payload_bytes(GPT2.num_params, replace(PARAMS.settings("sparseloco"), **options)) == pytest.approx(payload)
 
 
 def test_sparseloco_payload_is_linear_in_topk_and_bits():
-    s = sparseloco.settings(PARAMS, {"index_bits": 0})
+    s = replace(PARAMS.settings("sparseloco"), index_bits=0)
     base = sparseloco.payload_bytes(1e9, s)
     assert base == pytest.approx(1e9 * 0.01 * 2 / 8)
-    assert sparseloco.payload_bytes(1e9, s | {"topk_fraction": 0.03}) == pytest.approx(3 * base)
-    assert sparseloco.payload_bytes(1e9, s | {"bits": 8}) == pytest.approx(4 * base)
+    assert sparseloco.payload_bytes(1e9, replace(s, topk_fraction=0.03)) == pytest.approx(3 * base)
+    assert sparseloco.payload_bytes(1e9, replace(s, bits=8)) == pytest.approx(4 * base)
 
 
 def test_streaming_diloco_sends_a_ring_all_reduces_bytes_for_two_replicas():
     cluster = one_gpu_hosts(2)
-    blocking = build_schedule("diloco", cluster, GPT2, SMALL, PARAMS, {"inner_steps": 8})
-    streaming = build_schedule("diloco", cluster, GPT2, SMALL, PARAMS, {"inner_steps": 8, "overlap": True, "fragments": 4})
+    blocking = build_schedule("diloco", Case(cluster, GPT2, SMALL, PARAMS), {"inner_steps": 8})
+    streaming = build_schedule("diloco", Case(cluster, GPT2, SMALL, PARAMS), {"inner_steps": 8, "overlap": True, "fragments": 4})
     assert wan_bytes(streaming, cluster) == pytest.approx(wan_bytes(blocking, cluster), rel=1e-9)
-    quantized = build_schedule("diloco", cluster, GPT2, SMALL, PARAMS,
-                               {"inner_steps": 8, "overlap": True, "sync_dtype_bytes": 0.5})
+    quantized = build_schedule("diloco", Case(cluster, GPT2, SMALL, PARAMS), {"inner_steps": 8, "overlap": True, "sync_dtype_bytes": 0.5})
     assert wan_bytes(quantized, cluster) == pytest.approx(wan_bytes(blocking, cluster) / 8, rel=1e-9)
 
 
@@ -100,29 +100,29 @@ def test_streaming_diloco_sends_a_ring_all_reduces_bytes_for_two_replicas():
 
 def test_a_program_is_an_outer_round_and_predict_reports_per_iteration():
     for h in (1, 10, 50):
-        p = predict(SLICE.cluster, GPT2M, WORKLOAD, "diloco", PARAMS, options={"inner_steps": h})
+        p = predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "diloco", options={"inner_steps": h})
         assert p.ok
         assert p.tokens_per_s == pytest.approx(WORKLOAD.tokens_per_iteration / p.iteration_time_s)
         assert p.total_time_s == pytest.approx(p.startup_s + p.time_per_epoch_s * WORKLOAD.epochs)
         assert p.iteration_breakdown.total_s == pytest.approx(p.iteration_time_s)
         assert p.run_breakdown.total_s == pytest.approx(p.total_time_s)
-    assert build_schedule("data", SLICE.cluster, GPT2M, WORKLOAD, PARAMS).iterations_per_program == 1
+    assert build_schedule("data", Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS)).iterations_per_program == 1
 
 
 def test_rarer_synchronization_is_faster_on_a_slow_link():
     slow = with_rtt(SLICE.cluster, 0.103)
-    times = [predict(slow, GPT2M, WORKLOAD, "diloco", PARAMS, options={"inner_steps": h}).iteration_time_s
+    times = [predict(Case(slow, GPT2M, WORKLOAD, PARAMS), "diloco", options={"inner_steps": h}).iteration_time_s
              for h in (1, 10, 100)]
     assert times[0] > times[1] > times[2]
-    data = predict(slow, GPT2M, WORKLOAD, "data", PARAMS).iteration_time_s
+    data = predict(Case(slow, GPT2M, WORKLOAD, PARAMS), "data").iteration_time_s
     assert times[2] < data / 3
 
 
 def test_overlap_and_compression_hide_the_outer_sync():
     cluster = load_scenario("gat-amst").cluster
-    blocking = predict(cluster, GPT2M, WORKLOAD, "diloco", PARAMS).iteration_time_s
-    streaming = predict(cluster, GPT2M, WORKLOAD, "diloco", PARAMS, options={"overlap": True}).iteration_time_s
-    sparse = predict(cluster, GPT2M, WORKLOAD, "sparseloco", PARAMS).iteration_time_s
+    blocking = predict(Case(cluster, GPT2M, WORKLOAD, PARAMS), "diloco").iteration_time_s
+    streaming = predict(Case(cluster, GPT2M, WORKLOAD, PARAMS), "diloco", options={"overlap": True}).iteration_time_s
+    sparse = predict(Case(cluster, GPT2M, WORKLOAD, PARAMS), "sparseloco").iteration_time_s
     assert streaming < blocking
     assert sparse < blocking
 
@@ -141,41 +141,39 @@ def test_overlap_and_compression_hide_the_outer_sync():
 def test_more_rtt_or_less_bandwidth_is_never_faster(technique, options):
     options = options | {"inner_steps": 10}
     slack = 1e-9  # float rounding in the simulated clock
-    times = [predict(with_rtt(SLICE.cluster, ms / 1e3), GPT2M, WORKLOAD, technique, PARAMS, options=options).iteration_time_s
+    times = [predict(Case(with_rtt(SLICE.cluster, ms / 1e3), GPT2M, WORKLOAD, PARAMS), technique, options=options).iteration_time_s
              for ms in (0.1, 20, 57, 103, 200)]
     assert all(b >= a * (1 - slack) for a, b in zip(times, times[1:])), times
     assert times[-1] > times[0] or technique == "sparseloco" or technique == "hybrid" and "replicas" not in options
-    times = [predict(with_bandwidth(SLICE.cluster, g * 1e9), GPT2M, WORKLOAD, technique, PARAMS,
-                     options=options).iteration_time_s for g in (25, 10, 1, 0.3)]
+    times = [predict(Case(with_bandwidth(SLICE.cluster, g * 1e9), GPT2M, WORKLOAD, PARAMS), technique, options=options).iteration_time_s for g in (25, 10, 1, 0.3)]
     assert all(b >= a * (1 - slack) for a, b in zip(times, times[1:])), times
 
 
 def test_memory_counts_outer_state_and_error_feedback():
     n = GPT2M.num_params
     for optimizer, per_param in (("nesterov", 8), ("sgd", 4)):
-        s = build_schedule("diloco", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, {"outer_optimizer": optimizer})
+        s = build_schedule("diloco", Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), {"outer_optimizer": optimizer})
         assert s.memory_parts[0]["outer optimizer"] == pytest.approx(per_param * n)
-    data = build_schedule("data", SLICE.cluster, GPT2M, WORKLOAD, PARAMS)
+    data = build_schedule("data", Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS))
     for feedback, per_param in ((True, 8), (False, 4)):
-        s = build_schedule("sparseloco", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, {"error_feedback": feedback})
+        s = build_schedule("sparseloco", Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), {"error_feedback": feedback})
         extra = s.memory_bytes[0] - data.memory_bytes[0]
         assert extra == pytest.approx(per_param * n)
 
 
 def test_pipeshard_activation_compression_scales_the_bytes_between_stages():
-    full = build_schedule("pipeshard", SLICE.cluster, GPT2M, WORKLOAD, PARAMS)
-    tenth = build_schedule("pipeshard", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, {"activation_compression": 0.1})
+    full = build_schedule("pipeshard", Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS))
+    tenth = build_schedule("pipeshard", Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), {"activation_compression": 0.1})
     assert wan_bytes(tenth, SLICE.cluster) == pytest.approx(wan_bytes(full, SLICE.cluster) / 10, rel=1e-9)
     with pytest.raises(GeosimError):
-        build_schedule("pipeshard", SLICE.cluster, GPT2M, WORKLOAD, PARAMS, {"activation_compression": 0})
+        build_schedule("pipeshard", Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), {"activation_compression": 0})
 
 
 def test_hybrid_uses_full_replicas_where_they_fit_and_pipelines_elsewhere():
     # every study host fits gpt2m: the hybrid is SparseLoCo
     assert plan_replicas(SLICE.cluster, GPT2M, WORKLOAD, PARAMS, 8.0, {}) == [("vm1",), ("vm2",)]
-    hybrid = predict(SLICE.cluster, GPT2M, WORKLOAD, "hybrid", PARAMS)
-    assert hybrid.iteration_time_s == pytest.approx(predict(SLICE.cluster, GPT2M, WORKLOAD, "sparseloco",
-                                                            PARAMS).iteration_time_s)
+    hybrid = predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "hybrid")
+    assert hybrid.iteration_time_s == pytest.approx(predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "sparseloco").iteration_time_s)
     # one big host and two 16 GiB hosts that cannot hold gpt2-large: a full replica + a pipeline
     catalog = gpu_catalog()
     hosts = (Host("big", "A", (catalog["A100-80GB"],)), Host("t1", "B", (catalog["T4"],)), Host("t2", "B", (catalog["T4"],)))
@@ -183,18 +181,17 @@ def test_hybrid_uses_full_replicas_where_they_fit_and_pipelines_elsewhere():
     model = model_catalog()["gpt2-large"]
     workload = Workload(global_batch=8, microbatches=4)
     assert plan_replicas(cluster, model, workload, PARAMS, 8.0, {}) == [("big",), ("t1", "t2")]
-    p = predict(cluster, model, workload, "hybrid", PARAMS)
+    p = predict(Case(cluster, model, workload, PARAMS), "hybrid")
     assert p.ok and " pipelined " in p.description
     assert convergence.uses_compressed_pipeline(p, PARAMS)
     # a lone host that fits nothing has no partner to pipeline with
     lone = Cluster("lone", hosts[:2], (Link("A", "B", 0.05, 10e9),))
-    assert predict(lone, model, workload, "hybrid", PARAMS).status == "infeasible"
+    assert predict(Case(lone, model, workload, PARAMS), "hybrid").status == "infeasible"
 
 
 def test_a_pipelined_replica_alone_is_compressed_pipeshard():
-    hybrid = predict(SLICE.cluster, GPT2M, WORKLOAD, "hybrid", PARAMS, options={"replicas": [["vm1", "vm2"]]})
-    pipe = predict(SLICE.cluster, GPT2M, WORKLOAD, "pipeshard", PARAMS,
-                   options={"activation_compression": PARAMS.hybrid_activation_compression})
+    hybrid = predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "hybrid", options={"replicas": [["vm1", "vm2"]]})
+    pipe = predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "pipeshard", options={"activation_compression": PARAMS.settings("hybrid").activation_compression})
     assert hybrid.iteration_time_s == pytest.approx(pipe.iteration_time_s, rel=1e-3)
 
 
@@ -205,7 +202,8 @@ def test_params_file_sets_and_checks_the_new_tunables(tmp_path):
     path.write_text("[diloco]\ninner_steps = 20\noverlap = true\n[sparseloco]\ntopk_fraction = 0.03\n"
                     "[convergence.token_efficiency]\ndiloco = 0.8\n")
     params = load_params(path)
-    assert (params.diloco_inner_steps, params.diloco_overlap, params.sparseloco_topk_fraction) == (20, True, 0.03)
+    assert (params.settings("diloco").inner_steps, params.settings("diloco").overlap,
+            params.settings("sparseloco").topk_fraction) == (20, True, 0.03)
     assert params.token_efficiency["diloco"] == 0.8 and params.token_efficiency["data"] == 1.0
     path.write_text("[sparseloco]\ntopk_fraction = 2.0\n")
     with pytest.raises(GeosimError, match="topk_fraction"):
@@ -245,12 +243,12 @@ def test_measured_efficiency_from_loss_curves(tmp_path):
 
 
 def test_time_to_target_formula():
-    p = predict(SLICE.cluster, GPT2M, WORKLOAD, "sparseloco", PARAMS)
+    p = predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "sparseloco")
     [row] = convergence.annotate([p], PARAMS, lambda _: 1e9)
     assert row["time_to_target_s"] == pytest.approx(1e9 / PARAMS.token_efficiency["sparseloco"] / p.tokens_per_s
                                                     + p.startup_s)
     assert convergence.target_tokens("chinchilla", GPT2M) == 20 * GPT2M.num_params
-    compressed = replace(PARAMS, pipeshard_activation_compression=0.5)
+    compressed = PARAMS.with_settings("pipeshard", activation_compression=0.5)
     assert convergence.token_efficiency("pipeshard", compressed, compressed_pipeline=True).value == pytest.approx(
         PARAMS.compressed_activation_efficiency)
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from geosim.case import Case
 from geosim.sim.engine import run_schedule
 from geosim.params import default_params
 from geosim.sim.predict import predict
@@ -43,7 +44,7 @@ def chain(gpus, rtt_s=20e-3, bandwidth_bps=10e9) -> Cluster:
 def test_one_microbatch_is_the_sum_of_stages_and_transfers(kind, rtt_s):
     """Two stages, 1 microbatch: F0, activations over the WAN, F1 + B1 (with the LM head), the
     gradient back, B0, then the iteration overhead."""
-    params = flat_params(pipeline_schedule=kind)
+    params = flat_params().with_settings("pipeshard", schedule=kind)
     g0, g1 = CATALOG["RTX6000"], CATALOG["T4"]  # heterogeneous, both PCIe gen 3
     bw = 10e9
     cluster = chain([g0, g1], rtt_s, bw)
@@ -63,7 +64,7 @@ def test_one_microbatch_is_the_sum_of_stages_and_transfers(kind, rtt_s):
     overhead = params.iteration_overhead_s["pipeshard"]
     expected = f0 + transfer + 3 * f1 + transfer + 2 * f0 + overhead
 
-    schedule = build_schedule("pipeshard", cluster, model, workload, params)
+    schedule = build_schedule("pipeshard", Case(cluster, model, workload, params))
     result = run_schedule(schedule, cluster, params, workload, iterations=1)
     assert result.iteration_end[0] == pytest.approx(expected, rel=REL)
     assert result.bytes_sent == pytest.approx(2 * act, rel=REL)
@@ -80,7 +81,7 @@ def test_one_microbatch_on_a_study_slice_with_an_ideal_network():
     params = default_params()
     workload = scenario.workload(microbatches=1)
     model = GPT2M
-    schedule = build_schedule("pipeshard", cluster, model, workload, params)
+    schedule = build_schedule("pipeshard", Case(cluster, model, workload, params))
     result = run_schedule(schedule, cluster, params, workload, iterations=1, ideal_network=True)
     g0, g1 = cluster.hosts[0].gpus[0], cluster.hosts[1].gpus[0]
     tokens = workload.global_batch / 2 * workload.seq_len  # each stage's batch is split over its 2 GPUs
@@ -116,14 +117,14 @@ def test_bubble_fraction_of_uniform_stages(S, M):
     cluster, params, stage_s = uniform_stages(S, workload)
     expected_bubble = (S - 1) / (M + S - 1)
     for kind in ("1f1b", "gpipe"):
-        p = params.with_values(pipeline_schedule=kind)
-        r = predict(cluster, GPT2, workload, "pipeshard", p)
+        p = params.with_settings("pipeshard", schedule=kind)
+        r = predict(Case(cluster, GPT2, workload, p), "pipeshard")
         assert r.ok, r.reason
         b = r.iteration_breakdown
         assert b.compute_s == pytest.approx(M * stage_s, rel=REL)
         assert b.bubble_s / (b.compute_s + b.bubble_s) == pytest.approx(expected_bubble, rel=1e-9, abs=1e-12)
         # the ideal-network makespan is (M + S - 1) stage times plus the overhead
-        schedule = build_schedule("pipeshard", cluster, GPT2, workload, p)
+        schedule = build_schedule("pipeshard", Case(cluster, GPT2, workload, p))
         ideal = run_schedule(schedule, cluster, p, workload, iterations=1, ideal_network=True)
         assert ideal.iteration_end[0] == pytest.approx(
             (M + S - 1) * stage_s + p.iteration_overhead_s["pipeshard"], rel=REL)
@@ -135,8 +136,8 @@ def test_gpipe_and_1f1b_take_the_same_time_with_an_ideal_network(S, M):
     cluster, params, _ = uniform_stages(S, workload)
     times, acts = {}, {}
     for kind in ("1f1b", "gpipe"):
-        p = params.with_values(pipeline_schedule=kind)
-        schedule = build_schedule("pipeshard", cluster, GPT2, workload, p)
+        p = params.with_settings("pipeshard", schedule=kind)
+        schedule = build_schedule("pipeshard", Case(cluster, GPT2, workload, p))
         times[kind] = run_schedule(schedule, cluster, p, workload, iterations=1, ideal_network=True).iteration_end[0]
         acts[kind] = {r: parts["activations"] for r, parts in schedule.memory_parts.items()}
         assert all(m <= d.gpu.memory_gib * 2**30 for d, m in
@@ -148,7 +149,7 @@ def test_gpipe_and_1f1b_take_the_same_time_with_an_ideal_network(S, M):
 def test_1f1b_keeps_fewer_activations_in_flight_than_gpipe(S, M):
     workload = Workload(global_batch=16, microbatches=M, seq_len=512)
     cluster, params, _ = uniform_stages(S, workload)
-    sched = {kind: build_schedule("pipeshard", cluster, GPT2, workload, params.with_values(pipeline_schedule=kind))
+    sched = {kind: build_schedule("pipeshard", Case(cluster, GPT2, workload, params.with_settings("pipeshard", schedule=kind)))
              for kind in ("1f1b", "gpipe")}
     for stage, d in enumerate(sched["gpipe"].devices):
         a_1f1b = sched["1f1b"].memory_parts[d.rank]["activations"]
@@ -165,8 +166,7 @@ def test_1f1b_keeps_fewer_activations_in_flight_than_gpipe(S, M):
 def test_gpipe_can_run_out_of_memory_where_1f1b_fits():
     scenario = load_scenario("utah-gpn")
     workload = scenario.workload(global_batch=64, microbatches=32)
-    r = {kind: predict(scenario.cluster, GPT2M, workload, "pipeshard",
-                       default_params().with_values(pipeline_schedule=kind)) for kind in ("1f1b", "gpipe")}
+    r = {kind: predict(Case(scenario.cluster, GPT2M, workload, default_params().with_settings("pipeshard", schedule=kind)), "pipeshard") for kind in ("1f1b", "gpipe")}
     assert r["1f1b"].ok
     assert r["gpipe"].status == "out-of-memory"
     assert r["1f1b"].peak_memory_gib < r["gpipe"].peak_memory_gib
@@ -193,8 +193,8 @@ def test_balanced_split_is_not_slower_on_heterogeneous_gpus(scenario_name, ideal
     assert len({h.gpus[0].name for h in cluster.hosts}) == 2  # heterogeneous slice
     times = {}
     for split in ("uniform", "balanced"):
-        params = default_params().with_values(stage_split=split)
-        schedule = build_schedule("pipeshard", cluster, GPT2M, workload, params)
+        params = default_params().with_settings("pipeshard", stage_split=split)
+        schedule = build_schedule("pipeshard", Case(cluster, GPT2M, workload, params))
         times[split] = run_schedule(schedule, cluster, params, workload, iterations=2,
                                     ideal_network=ideal).iteration_time(1 if not ideal else 0)
     assert times["balanced"] <= times["uniform"] * (1 + (REL if ideal else 0.02))
@@ -202,8 +202,7 @@ def test_balanced_split_is_not_slower_on_heterogeneous_gpus(scenario_name, ideal
 
 def test_balanced_split_is_not_slower_on_heterogeneous_gpus_predict():
     scenario = load_scenario("utah-gpn")
-    r = {split: predict(scenario.cluster, GPT2M, scenario.workload(), "pipeshard",
-                        default_params().with_values(stage_split=split)) for split in ("uniform", "balanced")}
+    r = {split: predict(Case(scenario.cluster, GPT2M, scenario.workload(), default_params().with_settings("pipeshard", stage_split=split)), "pipeshard") for split in ("uniform", "balanced")}
     assert r["balanced"].iteration_time_s <= r["uniform"].iteration_time_s * (1 + REL)
     assert "12/12" in r["uniform"].description
 
@@ -215,7 +214,7 @@ def test_more_microbatches_shrink_the_bubble_with_an_ideal_network():
     for M in (1, 2, 4, 8, 16):
         w = replace(workload, microbatches=M)
         cl, p, _ = uniform_stages(4, w)
-        b = predict(cl, GPT2, w, "pipeshard", p).iteration_breakdown
+        b = predict(Case(cl, GPT2, w, p), "pipeshard").iteration_breakdown
         fractions.append(b.bubble_s / (b.compute_s + b.bubble_s))
     assert fractions == sorted(fractions, reverse=True)
     assert fractions[0] == pytest.approx(3 / 4, rel=1e-9)

@@ -7,7 +7,8 @@ import pytest
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import load_params
-from geosim.studies.plan import (Case, candidates, evaluate, floor_s, layer_splits, make_plan, parse_duration,
+from geosim.case import Case
+from geosim.studies.plan import (candidates, evaluate, floor_s, layer_splits, make_plan, parse_duration,
                          search, twins)
 from geosim.scenario import get_model, load_scenario
 

@@ -11,13 +11,15 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from geosim.case import Case
 from geosim.sim.collectives import expand
 from geosim.sim.engine import run_schedule
 from geosim.params import default_params
 from geosim.sim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
-from geosim.specs import TECHNIQUE_NAMES, Cluster, Host, Link, Workload
+from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
+from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 from geosim.studies.whatif import with_bandwidth, with_rtt
 
@@ -63,7 +65,7 @@ def small_clusters(draw):
 
 
 def total(cluster, technique, params=PARAMS, model=GPT2M, workload=SLICE_WORKLOAD):
-    r = predict(cluster, model, workload, technique, params)
+    r = predict(Case(cluster, model, workload, params), technique)
     return r.total_time_s if r.ok else None
 
 
@@ -208,7 +210,7 @@ def sends_and_recvs(schedule):
        algorithm=st.sampled_from(["ring", "tree", "hierarchical"]))
 def test_bytes_sent_equal_bytes_received(cluster, technique, iterations, algorithm):
     params = PARAMS.with_values(collectives={t: algorithm for t in TECHNIQUE_NAMES})
-    schedule = build_schedule(technique, cluster, GPT2, SMALL_WORKLOAD, params)
+    schedule = build_schedule(technique, Case(cluster, GPT2, SMALL_WORKLOAD, params))
     sent, received = sends_and_recvs(schedule)
     assert len(received) == len(set(received)), "two receives wait for one send"
     assert set(received) == set(sent), "a send without its receive or a receive without its send"
@@ -227,7 +229,7 @@ def test_bytes_sent_equal_bytes_received(cluster, technique, iterations, algorit
 def test_bytes_sent_equal_bytes_received_on_study_slices(technique, scenario):
     sc = load_scenario(scenario)
     workload = sc.workload()
-    schedule = build_schedule(technique, sc.cluster, GPT2M, workload, PARAMS)
+    schedule = build_schedule(technique, Case(sc.cluster, GPT2M, workload, PARAMS))
     sent, received = sends_and_recvs(schedule)
     assert sorted(received, key=repr) == sorted(sent, key=repr)
     result = run_schedule(schedule, sc.cluster, PARAMS, workload, iterations=2, exact=True)
@@ -245,7 +247,7 @@ def test_predicted_bytes_per_iteration_count_every_repetition(technique):
     must still be every byte an iteration sends."""
     sc = load_scenario("utah-gpn")
     workload = sc.workload()
-    schedule = build_schedule(technique, sc.cluster, GPT2M, workload, PARAMS)
+    schedule = build_schedule(technique, Case(sc.cluster, GPT2M, workload, PARAMS))
     sent, _ = sends_and_recvs(schedule)
-    r = predict(sc.cluster, GPT2M, workload, technique, PARAMS)
+    r = predict(Case(sc.cluster, GPT2M, workload, PARAMS), technique)
     assert r.bytes_per_iteration == pytest.approx(sum(sent.values()) / schedule.iterations_per_program, rel=1e-9)

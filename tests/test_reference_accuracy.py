@@ -8,11 +8,12 @@ from functools import cache
 
 import pytest
 
+from geosim.case import Case
 from geosim.params import default_params
 from geosim.sim.predict import predict
 from geosim.studies.reference import STUDY_EPOCHS, study_measurements
 from geosim.scenario import get_model, load_scenario
-from geosim.specs import TECHNIQUE_NAMES
+from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
 
 TWO_SITE_SLICES = ("utah-gpn", "utah-mass", "bris-star", "gat-amst")
 FACTOR = 2.0
@@ -23,7 +24,7 @@ def predicted(scenario_name: str, technique: str) -> float:
     scenario = load_scenario(scenario_name)
     workload = scenario.workload()
     assert workload.epochs == STUDY_EPOCHS
-    r = predict(scenario.cluster, get_model("gpt2m"), workload, technique, default_params())
+    r = predict(Case(scenario.cluster, get_model("gpt2m"), workload, default_params()), technique)
     assert r.ok, f"{scenario_name} {technique}: {r.status} ({r.reason})"
     return r.total_time_s
 

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from geosim.case import Case
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import default_params, load_params
 from geosim.sim.predict import predict
 from geosim.scenario import BUILTIN_SCENARIOS, builtin_scenarios, load_scenario, model_catalog
-from geosim.specs import TECHNIQUE_NAMES
+from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
 from geosim.techniques import technique_names
 
 HOSTS = """
@@ -167,16 +168,14 @@ def test_custom_gpu_and_model_in_a_scenario(tmp_path):
 
 def test_a_mesh_that_does_not_fit_the_hosts_is_infeasible():
     scenario = load_scenario("utah-gpn")
-    r = predict(scenario.cluster, model_catalog()["gpt2m"], scenario.workload(), "pipeshard", default_params(),
-                options={"meshes": [["vm1"], ["vm3"]]})
+    r = predict(Case(scenario.cluster, model_catalog()["gpt2m"], scenario.workload(), default_params()), "pipeshard", options={"meshes": [["vm1"], ["vm3"]]})
     assert r.status == "infeasible"
     assert "mesh" in r.reason
 
 
 def test_a_batch_that_does_not_split_over_the_gpus_is_infeasible():
     scenario = load_scenario("utah-gpn")
-    r = predict(scenario.cluster, model_catalog()["gpt2m"], scenario.workload(global_batch=6, microbatches=2),
-                "data", default_params())
+    r = predict(Case(scenario.cluster, model_catalog()["gpt2m"], scenario.workload(global_batch=6, microbatches=2), default_params()), "data")
     assert r.status == "infeasible"
     assert "divisible" in r.reason
 

@@ -10,7 +10,8 @@ from geosim.cli.common import (add_workload_arguments, fmt_duration, load_case, 
 from geosim.cli.predict import describe_cluster
 from geosim.cli.select import print_flips
 from geosim.errors import GeosimError
-from geosim.studies.plan import INTRA_STAGES, Case, Plan, make_plan, measured_plan, parse_duration, twins
+from geosim.case import Case
+from geosim.studies.plan import INTRA_STAGES, Plan, make_plan, measured_plan, parse_duration, twins
 from geosim.records import read_records
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA, DEFAULT_SWEEP_MS, parse_rtts, sweep_rtt

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from geosim.cli.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
                                     scenario_names)
-from geosim.sim.predict import Prediction, attach_measurement, predict
+from geosim.case import Case
+from geosim.sim.predict import Prediction, predict
+from geosim.studies.reference import attach_measurement
 from geosim.techniques import get_technique, technique_names
 from geosim.studies.whatif import wan_links
 
@@ -43,7 +45,7 @@ def run(args) -> int:
         headers.append((cluster, model, workload))
         for hosts in host_subsets(cluster, args.all_vms_only):
             for technique in techniques:
-                prediction = predict(cluster, model, workload, technique, params, hosts=hosts)
+                prediction = predict(Case(cluster, model, workload, params), technique, hosts=hosts)
                 if args.rtt_ms is None and args.bandwidth_gbps is None:
                     attach_measurement(prediction, cluster)
                 results.append(prediction)

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 from geosim.sim.engine import run_schedule
 from geosim.errors import GeosimError
-from geosim.specs import GIB, Cluster, Model, Params, Workload
+from geosim.case import Case
+from geosim.specs import GIB
 from geosim.techniques import build_schedule
 
 SIMULATED_ITERATIONS = 3  # the first is cold; steady state = the mean of the others
@@ -97,21 +98,24 @@ def _memory_report(schedule) -> list[GpuMemory]:
     return report
 
 
-def predict(cluster: Cluster, model: Model, workload: Workload, technique: str, params: Params,
-            hosts: tuple[str, ...] | None = None, options: dict | None = None,
+def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, options: dict | None = None,
             simulated_iterations: int = SIMULATED_ITERATIONS) -> Prediction:
+    """Predict `technique` on the case's slice (or the VMs `hosts` of it), with per-run options
+    (the technique's option fields, e.g. Pipeshard's layer_split)."""
     started = time.perf_counter()
-    used = cluster.subset(hosts) if hosts else cluster
+    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
+    on = case.on(hosts)
+    used = on.cluster
     result = Prediction(
         scenario=cluster.name, technique=technique, model=model.name, hosts=[h.name for h in used.hosts],
         gpus=[g.name for h in used.hosts for g in h.gpus], status="ok", epochs=workload.epochs,
         iterations=workload.iterations_per_epoch * workload.epochs,
     )
     try:
-        schedule = build_schedule(technique, used, model, workload, params, options)
+        schedule = build_schedule(technique, on, options)
     except GeosimError as exc:
-        if exc.key == "technique":
-            raise
+        if exc.key == "technique" or (exc.key or "").startswith(f"{technique}."):
+            raise  # the caller's mistake (an unknown technique or setting), not the case's
         result.status, result.reason = "infeasible", exc.problem
         return result
     result.description = schedule.description
@@ -168,19 +172,4 @@ def predict(cluster: Cluster, model: Model, workload: Workload, technique: str, 
     result.bytes_per_iteration = real.bytes_sent / simulated_iterations / k
     result.simulated_events = real.events + ideal.events
     result.wall_s = time.perf_counter() - started
-    return result
-
-
-def attach_measurement(result: Prediction, cluster: Cluster) -> Prediction:
-    """Put the study's figure for the same case beside the prediction, scaled to its epochs."""
-    from geosim.studies.reference import STUDY_EPOCHS, measured_for
-
-    m = measured_for(cluster.reference_slice, result.technique, result.model, len(result.gpus))
-    if m is not None:
-        result.measured = {
-            "source": "arXiv:2602.02632 Table II",
-            "total_time_s_20_epochs": m.total_time_s,
-            "time_per_epoch_s": m.total_time_s / STUDY_EPOCHS,
-            "tflops_per_gpu": m.tflops_per_gpu,
-        }
     return result

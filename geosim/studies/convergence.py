@@ -160,7 +160,7 @@ def time_to_target_s(tokens: float, efficiency: float, tokens_per_s: float, star
 def uses_compressed_pipeline(prediction, params: Params) -> bool:
     """Whether a prediction's run sends compressed activations between pipeline stages."""
     if prediction.technique == "pipeshard":
-        return params.pipeshard_activation_compression < 1
+        return params.settings("pipeshard").activation_compression < 1
     return prediction.technique == "hybrid" and " pipelined " in prediction.description
 
 

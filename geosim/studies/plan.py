@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.sim.predict import Prediction, predict
 from geosim.studies.select import TECHNIQUE_LABEL, MeasuredProbes, PredictedProbes, Selection, algorithm1
@@ -23,7 +24,7 @@ from geosim.techniques import technique_names
 from geosim.techniques._base import backward_multiplier, forward_flops
 
 MAX_SPLITS = 400  # per pipeline shape; beyond it (3+ stages of a deep model) only near-even splits
-INTRA_STAGES = ("data", "shard")  # how a Pipeshard stage uses its mesh's GPUs
+from geosim.techniques.pipeshard import INTRA_STAGES  # how a Pipeshard stage uses its mesh's GPUs
 
 
 @dataclass
@@ -77,16 +78,6 @@ class Option:
                 "gpu_hours": self.gpu_hours if self.ok else None}
 
 
-@dataclass(frozen=True)
-class Case:
-    """What is planned: one slice, one model, one workload, one parameter set."""
-
-    cluster: Cluster
-    model: Model
-    workload: Workload
-    params: Params
-
-
 def layer_splits(n_layer: int, stages: int) -> list[list[int]]:
     """Every way to give each stage >= 1 layer, or near-even ones only when there are too many."""
     if stages == 1:
@@ -107,7 +98,7 @@ def shapes(case: Case, max_gpus: int | None = None, intra_stages: tuple[str, ...
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
     signature = _signature(case.cluster)
     batch = case.workload.global_batch
-    intra_stages = intra_stages or (case.params.pipeshard_intra_stage,)
+    intra_stages = intra_stages or (case.params.settings("pipeshard").intra_stage,)
     seen = set()
     for size in range(1, len(hosts) + 1):
         for subset in itertools.combinations(hosts, size):
@@ -162,7 +153,7 @@ def twins(cluster: Cluster) -> list[list[str]]:
 def evaluate(case: Case, technique: str, hosts: tuple[str, ...], microbatches: int | None,
              options: dict | None) -> Option:
     workload = case.workload if microbatches is None else replace(case.workload, microbatches=microbatches)
-    prediction = predict(case.cluster, case.model, workload, technique, case.params, hosts=hosts, options=options)
+    prediction = predict(case.with_(workload=workload), technique, hosts=hosts, options=options)
     return Option(technique, tuple(hosts), microbatches, options, prediction)
 
 

@@ -8,6 +8,8 @@ from functools import cache
 from importlib import resources
 
 from geosim.records import RunRecord
+from geosim.sim.predict import Prediction
+from geosim.specs import Cluster
 
 REFERENCE_FILE = "fabric-slm-2026.toml"
 STUDY_TECHNIQUES = {"Data": "data", "ZeRO2": "zero2", "Shard": "shard", "Pipeshard": "pipeshard"}
@@ -77,3 +79,16 @@ def study_records() -> list[RunRecord]:
             run_id=f"fabric-slm-2026-{m.scenario}-{m.technique}",
         ))
     return records
+
+
+def attach_measurement(result: Prediction, cluster: Cluster) -> Prediction:
+    """Put the study's figure for the same case beside the prediction, scaled to its epochs."""
+    m = measured_for(cluster.reference_slice, result.technique, result.model, len(result.gpus))
+    if m is not None:
+        result.measured = {
+            "source": "arXiv:2602.02632 Table II",
+            "total_time_s_20_epochs": m.total_time_s,
+            "time_per_epoch_s": m.total_time_s / STUDY_EPOCHS,
+            "tflops_per_gpu": m.tflops_per_gpu,
+        }
+    return result

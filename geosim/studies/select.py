@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from geosim.errors import GeosimError
+from geosim.case import Case
 from geosim.sim.predict import predict
 from geosim.records import RunRecord
 from geosim.specs import Cluster, Model, Params, Workload
@@ -149,7 +150,7 @@ class PredictedProbes:
         self.cluster, self.model, self.workload, self.params = cluster, model, workload, params
 
     def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:
-        p = predict(self.cluster, self.model, self.workload, technique, self.params, hosts=hosts)
+        p = predict(Case(self.cluster, self.model, self.workload, self.params), technique, hosts=hosts)
         if not p.ok:
             return Probe(technique, hosts, 0.0, p.status, p.reason or "")
         return Probe(technique, hosts, p.tflops_per_gpu, "ok", p.description)

@@ -1,21 +1,31 @@
 """The techniques: one module each, found by name. Adding a technique is adding one file.
 
-A technique module defines NAME, DESCRIPTION and
-build(cluster, model, workload, params[, options]) -> geosim.sim.schedule.Schedule.
+A technique module defines NAME, DESCRIPTION, a frozen `Settings` dataclass of its tunables
+(geosim.techniques._settings; may be empty) and build(case, settings) -> Schedule. Optional
+module attributes say what other modules need to know without naming it:
+  PIPELINED        its stages exchange activations point to point (pipeline bubbles, rendezvous)
+  BUILDS_ON        techniques whose schedules it reuses (their settings affect it too)
+  plan_variants()  the planner's per-technique choices (stage orders, microbatches, splits)
 Modules whose names start with an underscore are shared helpers, not techniques.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-import inspect
 import pkgutil
 from functools import cache
 from types import ModuleType
 
 from geosim.errors import GeosimError
+from geosim.techniques._settings import with_options
 
 STUDY_ORDER = ("data", "zero2", "shard", "pipeshard")  # the study's four, in its order
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoSettings:
+    pass
 
 
 @cache
@@ -27,6 +37,11 @@ def _modules() -> dict[str, ModuleType]:
         module = importlib.import_module(f"{__name__}.{info.name}")
         found[module.NAME] = module
     return found
+
+
+def refresh() -> None:
+    """Look for technique modules again (after __path__ gained a directory)."""
+    _modules.cache_clear()
 
 
 def technique_names() -> list[str]:
@@ -41,8 +56,30 @@ def get_technique(name: str) -> ModuleType:
     return modules[name]
 
 
-def build_schedule(name: str, cluster, model, workload, params, options: dict | None = None):
+def settings_class(name: str) -> type:
+    return getattr(get_technique(name), "Settings", _NoSettings)
+
+
+def settings_parent(name: str) -> str | None:
+    """The technique whose Settings this one's extends: its inherited tunables live in that one's table."""
+    mine = settings_class(name)
+    for other in technique_names():
+        theirs = settings_class(other)
+        if other != name and theirs is not _NoSettings and theirs in mine.__mro__[1:]:
+            return other
+    return None
+
+
+def is_pipelined(name: str) -> bool:
+    return bool(getattr(get_technique(name), "PIPELINED", False))
+
+
+def builds_on(name: str) -> tuple[str, ...]:
+    return tuple(getattr(get_technique(name), "BUILDS_ON", ()))
+
+
+def build_schedule(name: str, case, options: dict | None = None):
+    """The technique's schedule for the case, with its parameter-file settings and the caller's options."""
     module = get_technique(name)
-    if "options" in inspect.signature(module.build).parameters:
-        return module.build(cluster, model, workload, params, options=options)
-    return module.build(cluster, model, workload, params)
+    settings = with_options(case.params.settings(name), options, name)
+    return module.build(case, settings)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.sim.schedule import Collective, Compute, Device, Recv, Repeat, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
@@ -71,11 +72,13 @@ def build_replica(cluster: Cluster, hosts: tuple[str, ...], kind: str, model: Mo
                   params: Params, technique: str, activation_compression: float = 1.0) -> Replica:
     """One inner step of one replica, on the cluster's global ranks."""
     sub = cluster.subset(hosts)
+    case = Case(sub, model, workload, params)
     if kind == "full":
-        inner = data_technique.build(sub, model, workload, params)
+        inner = data_technique.build(case, params.settings(data_technique.NAME))
     else:
-        inner = pipeshard_technique.build(sub, model, workload, params, options={
-            "meshes": [[h] for h in hosts], "activation_compression": activation_compression})
+        inner = pipeshard_technique.build(case, replace(params.settings(pipeshard_technique.NAME),
+                                                        meshes=tuple((h,) for h in hosts),
+                                                        activation_compression=activation_compression))
     global_rank = {(d.host, d.local_index): d.rank for d in devices_of(cluster)}
     rank_of = {d.rank: global_rank[(d.host, d.local_index)] for d in inner.devices}
     overhead = Compute(0.0, "iteration overhead", kind="overhead", seconds=params.iteration_overhead_s.get(technique, 0.0))

@@ -6,16 +6,24 @@ buffers of params.combine_bytes, all-reduced one after another."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from geosim.sim.memory import activation_bytes, gpu_memory
 from geosim.sim.schedule import Schedule
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.case import Case
 from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
 
 NAME = "data"
 DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
 
 
-def build(cluster: Cluster, model: Model, workload: Workload, params: Params) -> Schedule:
+@dataclass(frozen=True)
+class Settings:
+    pass  # Data's tunables are the simulator-wide ones (collectives, [xla] combiner, overheads)
+
+
+def build(case: Case, settings: Settings) -> Schedule:
+    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
     devices = devices_of(cluster)
     p = len(devices)

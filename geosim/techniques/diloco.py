@@ -13,16 +13,18 @@ every other replica (non-blocking sends) and receives theirs when the fragment i
 For two replicas that is exactly a ring all-reduce's bytes; for R > 2 it sends
 (R-1)/R x more than a ring would (an upper bound).
 
-Options: replicas (lists of host names), inner_steps, outer_optimizer, overlap,
-fragments, overlap_steps, sync_dtype_bytes (each defaults to the params file's [diloco]).
+Settings: see below; each defaults to the params file's [diloco]; replicas is per run.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from geosim.errors import GeosimError
 from geosim.sim.schedule import Collective, Recv, Schedule, Send
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.case import Case
 from geosim.techniques._base import check_dims, combined, devices_of
+from geosim.techniques._settings import option, tunable
 from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, assemble, inner_step, outer_step_op,
                                         single_host_replicas)
 
@@ -30,35 +32,36 @@ NAME = "diloco"
 DESCRIPTION = "replica per host, H local steps, then an all-reduce of pseudo-gradients and a Nesterov outer step"
 
 
-def settings(params: Params, options: dict) -> dict:
-    s = {
-        "inner_steps": int(options.get("inner_steps", params.diloco_inner_steps)),
-        "outer_optimizer": options.get("outer_optimizer", params.diloco_outer_optimizer),
-        "overlap": bool(options.get("overlap", params.diloco_overlap)),
-        "fragments": int(options.get("fragments", params.diloco_fragments)),
-        "overlap_steps": int(options.get("overlap_steps", params.diloco_overlap_steps)),
-        "sync_dtype_bytes": float(options.get("sync_dtype_bytes", params.diloco_sync_dtype_bytes)),
-    }
-    if s["inner_steps"] < 1 or s["fragments"] < 1 or s["overlap_steps"] < 0 or s["sync_dtype_bytes"] <= 0:
-        raise GeosimError(f"DiLoCo settings out of range: {s}", key="diloco")
-    if s["outer_optimizer"] not in OUTER_STATE_BYTES:
-        raise GeosimError(f"outer_optimizer must be one of {', '.join(OUTER_STATE_BYTES)}", key="diloco.outer_optimizer")
-    return s
+BUILDS_ON = ("data",)  # an inner step is Data's iteration on the replica's host
 
 
-def build(cluster: Cluster, model: Model, workload: Workload, params: Params, options: dict | None = None) -> Schedule:
+@dataclass(frozen=True)
+class Settings:
+    inner_steps: int = tunable(100, "H: inner steps per outer round (the DiLoCo paper uses 500, Streaming DiLoCo 100)",
+                               low=1)
+    outer_optimizer: str = tunable("nesterov", "outer step: nesterov (momentum 0.9, the paper's; 8 B/param of fp32 "
+                                   "state) or sgd (4 B/param)", choices=tuple(OUTER_STATE_BYTES))
+    overlap: bool = tunable(False, "Streaming DiLoCo: fragments synced in turn while training goes on")
+    fragments: int = tunable(4, "streaming fragments (each 1/fragments of the parameters)", low=1)
+    overlap_steps: int = tunable(1, "tau: inner steps a fragment's sync overlaps before it is applied", low=0)
+    sync_dtype_bytes: float = tunable(4.0, "pseudo-gradient bytes per value on the wire: 4 fp32, 2 bf16, "
+                                      "0.5 Streaming DiLoCo's 4-bit", low=0.125, high=8.0)
+    replicas: tuple | None = option(None, "host names of each replica (default: one replica per host)")
+
+
+def build(case: Case, settings: Settings) -> Schedule:
+    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
-    options = options or {}
-    s = settings(params, options)
+    s = settings
     devices = devices_of(cluster)
-    replicas = single_host_replicas(cluster, options, model, workload, params, NAME,
-                                    OUTER_STATE_BYTES[s["outer_optimizer"]], "outer optimizer")
-    H = s["inner_steps"]
-    pseudo_gradient = model.num_params * s["sync_dtype_bytes"]
+    replicas = single_host_replicas(cluster, {"replicas": s.replicas}, model, workload, params, NAME,
+                                    OUTER_STATE_BYTES[s.outer_optimizer], "outer optimizer")
+    H = s.inner_steps
+    pseudo_gradient = model.num_params * s.sync_dtype_bytes
     algorithm = params.collectives.get(NAME, "ring")
-    what = (f"{len(replicas)} replicas ({replicas[0].description}), H={H}, {s['outer_optimizer']} outer step, "
-            f"pseudo-gradient {s['sync_dtype_bytes']:g} B/value")
-    if not s["overlap"]:
+    what = (f"{len(replicas)} replicas ({replicas[0].description}), H={H}, {s.outer_optimizer} outer step, "
+            f"pseudo-gradient {s.sync_dtype_bytes:g} B/value")
+    if not s.overlap:
         # one all-reduce over every GPU: with H=1 and the training dtype, exactly Data's
         everyone = tuple(d.rank for d in devices)
         sync = {}
@@ -72,13 +75,13 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
     return _streaming(devices, replicas, H, s, model.num_params, what)
 
 
-def _streaming(devices, replicas, H: int, s: dict, num_params: int, what: str) -> Schedule:
-    F = min(s["fragments"], H)  # at most one fragment launched per inner step
+def _streaming(devices, replicas, H: int, s: Settings, num_params: int, what: str) -> Schedule:
+    F = min(s.fragments, H)  # at most one fragment launched per inner step
     launch = [f * H // F for f in range(F)]
-    due = [min(start + s["overlap_steps"], H) for start in launch]  # H: applied at the end of the round
+    due = [min(start + s.overlap_steps, H) for start in launch]  # H: applied at the end of the round
     fragment = num_params / F
     k = min(len(rep.ranks) for rep in replicas)  # a fragment is sharded over k GPUs of every replica
-    shard_bytes = fragment * s["sync_dtype_bytes"] / k
+    shard_bytes = fragment * s.sync_dtype_bytes / k
     programs = {}
     for rep in replicas:
         peers = [other for other in replicas if other is not rep]
@@ -106,5 +109,5 @@ def _streaming(devices, replicas, H: int, s: dict, num_params: int, what: str) -
             programs[rank] = program
     memory_parts = {r: parts for rep in replicas for r, parts in rep.memory_parts.items()}
     return Schedule(NAME, devices, programs, {r: sum(p.values()) for r, p in memory_parts.items()}, memory_parts,
-                    what + f", streaming {F} fragments overlapped {s['overlap_steps']} steps",
+                    what + f", streaming {F} fragments overlapped {s.overlap_steps} steps",
                     iterations_per_program=H)

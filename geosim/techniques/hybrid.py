@@ -6,31 +6,42 @@ between stages compressed (subspace projection: bytes x activation_compression).
 All replicas synchronize every H steps with SparseLoCo, stage by stage: stage s of a
 pipelined replica syncs its slice of the parameters with the same slice of the others.
 
-Which hosts hold full replicas: options["replicas"] (a one-host group is a full
+Which hosts hold full replicas: the replicas setting (a one-host group is a full
 replica, a longer group a pipeline, in stage order), else automatic: a host is a full
 replica if every GPU of it fits the model, its activations and the SparseLoCo state;
 the others form one pipeline. A lone host that fits nothing makes the technique
 infeasible (it has no partner to pipeline with). Where every host fits, this is
 SparseLoCo; where none does, one compressed pipeline (no outer synchronization).
 
-Options: replicas, activation_compression (default [hybrid]), and SparseLoCo's.
+Settings: SparseLoCo's (from the params file's [sparseloco]) plus activation_compression
+(from [hybrid]); replicas is per run.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from geosim.errors import GeosimError
 from geosim.sim.schedule import Schedule
+from geosim.case import Case
 from geosim.specs import GIB, Cluster, Model, Params, Workload
 from geosim.techniques import sparseloco
 from geosim.techniques._base import check_dims, devices_of
+from geosim.techniques._settings import tunable
 from geosim.techniques._lowcomm import (add_outer_state, assemble, build_replica, replica_hosts, replica_workload,
                                         sparse_gather_ops)
 
 NAME = "hybrid"
 DESCRIPTION = ("full replicas where memory allows, compressed pipelines of the other hosts, "
                "SparseLoCo between replicas")
+BUILDS_ON = ("data", "pipeshard", "sparseloco")
+PIPELINED = True  # where it pools hosts into a pipelined replica
+
+
+@dataclass(frozen=True)
+class Settings(sparseloco.Settings):
+    activation_compression: float = tunable(0.1, "bytes sent between pipelined stages x this (subspace projection, "
+                                            "10x)", low=1e-6, high=1.0)
 
 
 def _fits(cluster: Cluster, host: str, model: Model, workload: Workload, params: Params, state: float,
@@ -47,9 +58,9 @@ def _fits(cluster: Cluster, host: str, model: Model, workload: Workload, params:
 
 
 def plan_replicas(cluster: Cluster, model: Model, workload: Workload, params: Params, state: float,
-                  options: dict) -> list[tuple[str, ...]]:
-    if options.get("replicas"):
-        return replica_hosts(cluster, options)
+                  replicas: tuple | None) -> list[tuple[str, ...]]:
+    if replicas:
+        return replica_hosts(cluster, {"replicas": replicas})
     hosts = [h.name for h in cluster.hosts]
     pooled: list[str] = []
     while True:  # fewer replicas means a bigger share of the batch each: re-check until stable
@@ -66,22 +77,22 @@ def plan_replicas(cluster: Cluster, model: Model, workload: Workload, params: Pa
     return [(h,) for h in hosts if h not in pooled] + ([tuple(pooled)] if pooled else [])
 
 
-def build(cluster: Cluster, model: Model, workload: Workload, params: Params, options: dict | None = None) -> Schedule:
+def build(case: Case, settings: Settings) -> Schedule:
+    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
-    options = options or {}
-    s = sparseloco.settings(params, options)
-    compression = float(options.get("activation_compression", params.hybrid_activation_compression))
+    s = settings
+    compression = s.activation_compression
     state = sparseloco.state_bytes_per_param(s)
     devices = devices_of(cluster)
-    groups = plan_replicas(cluster, model, workload, params, state, options)
+    groups = plan_replicas(cluster, model, workload, params, state, s.replicas)
     inner = replica_workload(workload, len(groups))
     replicas = [build_replica(cluster, g, "full" if len(g) == 1 else "pipeline", model, inner, params, NAME,
                               activation_compression=compression) for g in groups]
-    add_outer_state(replicas, state, "outer state + error feedback" if s["error_feedback"] else "outer state")
+    add_outer_state(replicas, state, "outer state + error feedback" if s.error_feedback else "outer state")
     sync = sparse_gather_ops(replicas, lambda n: sparseloco.payload_bytes(n, s), params.collectives.get(NAME, "ring"),
                              devices)
     kinds = ", ".join(("+".join(r.hosts) + (f" pipelined x{compression:g}" if r.kind == "pipeline" else " full"))
                       for r in replicas)
-    return assemble(NAME, devices, replicas, s["inner_steps"], sync,
-                    f"{len(replicas)} replicas ({kinds}), H={s['inner_steps']}, SparseLoCo top-{s['topk_fraction']:g} "
-                    f"x {s['bits']}-bit")
+    return assemble(NAME, devices, replicas, s.inner_steps, sync,
+                    f"{len(replicas)} replicas ({kinds}), H={s.inner_steps}, SparseLoCo top-{s.topk_fraction:g} "
+                    f"x {s.bits}-bit")

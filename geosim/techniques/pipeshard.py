@@ -8,16 +8,35 @@ gradients cross between stages point-to-point, one rendezvous per microbatch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from geosim.errors import GeosimError
 from geosim.sim.memory import activation_bytes, gpu_memory
 from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.case import Case
 from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops, overhead_op,
                                      require_divisible)
+from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import layers_ops
 
 NAME = "pipeshard"
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
+PIPELINED = True
+BUILDS_ON = ("shard",)  # a stage sharded over its mesh runs Shard's layers
+INTRA_STAGES = ("data", "shard")
+
+
+@dataclass(frozen=True)
+class Settings:
+    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES)
+    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"))
+    stage_split: str = tunable("uniform", "layers per stage: uniform (Alpa's default) or balanced by GPU speed",
+                               choices=("uniform", "balanced"))
+    # < 1: activations and their gradients cross between stages compressed (e.g. subspace
+    # projection, Obeidi et al. 2026); 1 is Alpa's uncompressed send
+    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0)
+    meshes: tuple | None = option(None, "host names of each stage's mesh, in stage order (default: one per host)")
+    layer_split: tuple | None = option(None, "layers of each stage (default: by stage_split)")
 
 
 def split_layers(n_layer: int, speeds: list[float], how: str, explicit: list[int] | None = None,
@@ -75,34 +94,31 @@ def _overlaps(n_from: int, n_to: int) -> list[tuple[int, int, float]]:
     return pairs
 
 
-def build(cluster: Cluster, model: Model, workload: Workload, params: Params, options: dict | None = None) -> Schedule:
+def build(case: Case, settings: Settings) -> Schedule:
+    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
-    options = options or {}
     devices = devices_of(cluster)
-    mesh_hosts = options.get("meshes") or [[h.name] for h in cluster.hosts]
+    mesh_hosts = settings.meshes or [[h.name] for h in cluster.hosts]
     meshes: list[list[Device]] = [[d for d in devices if d.host in hosts] for hosts in mesh_hosts]
     if any(not m for m in meshes):
         raise GeosimError("a pipeline mesh has no GPUs", key="meshes")
     S, M = len(meshes), workload.microbatches
     b = workload.global_batch / M
-    intra = options.get("intra_stage", params.pipeshard_intra_stage)
+    intra = settings.intra_stage
     for mesh in meshes:
         if intra == "data":
             require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh), "the GPUs of a mesh")
     speed = [sum(d.gpu.peak_tflops(workload.precision) * params.gpu_efficiency(d.gpu.name) for d in m) for m in meshes]
     head_in_layers = model.head_forward_flops(1) / model.layer_forward_flops(1, workload.seq_len)
-    layers = split_layers(model.n_layer, speed, options.get("stage_split", params.stage_split), options.get("layer_split"),
+    layers = split_layers(model.n_layer, speed, settings.stage_split,
+                          list(settings.layer_split) if settings.layer_split is not None else None,
                           extra=[0.0] * (S - 1) + [head_in_layers])
-    schedule_kind = options.get("schedule", params.pipeline_schedule)
+    schedule_kind = settings.schedule
+    per_layer = params.settings("shard").collectives_per_layer  # a sharded stage all-reduces as Shard does
     bwd_mult = backward_multiplier(workload)
-    # activation_compression < 1: activations and their gradients cross between stages
-    # compressed (e.g. subspace projection, Obeidi et al. 2026); 1 is Alpa's uncompressed send
-    compression = options.get("activation_compression", params.pipeshard_activation_compression)
-    if not 0 < compression <= 1:
-        raise GeosimError(f"activation_compression must be in (0, 1], got {compression!r}", key="activation_compression")
+    compression = settings.activation_compression
     act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value * compression
     programs, memory = {}, {}
-    first_layer = 0
     for s, mesh in enumerate(meshes):
         g = len(mesh)
         group = tuple(d.rank for d in mesh)
@@ -118,7 +134,7 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
                 if intra == "data":
                     ops.append(Compute(forward_flops(model, workload, b / g, layers[s], last), f"F{m}"))
                 else:
-                    ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pf", m))[0])
+                    ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pf", m), per_layer)[0])
                     if last:
                         ops.append(Compute(forward_flops(model, workload, b, 0, True) / g, f"F{m} head"))
                 if next_mesh:
@@ -135,7 +151,7 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
                 else:
                     if last:
                         ops.append(Compute(bwd_mult * forward_flops(model, workload, b, 0, True) / g, f"B{m} head"))
-                    ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pb", m))[1])
+                    ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pb", m), per_layer)[1])
                 if prev_mesh:
                     ops += [Send(prev_mesh[i].rank, act_bytes * frac, ("grad", s - 1, m))
                             for i, k, frac in from_prev if k == j]
@@ -162,7 +178,6 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params, op
                                     tensor_parallel=1 if intra == "data" else g)
             memory[dev.rank] = gpu_memory(params_held=held, grads_held=held, optimizer_held=held,
                                           activations=in_flight * acts, workload=workload, params=params)
-        first_layer += layers[s]
     return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
                     f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""))

@@ -5,17 +5,27 @@ layers x microbatches x RTT."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from geosim.sim.memory import activation_bytes, gpu_memory
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.case import Case
+from geosim.specs import Model, Params, Workload
+from geosim.techniques._settings import tunable
 from geosim.techniques._base import backward_multiplier, check_dims, devices_of, overhead_op, require_divisible
 
 NAME = "shard"
 DESCRIPTION = "tensor parallelism over all GPUs: activation all-reduces inside every layer"
+COLLECTIVES_PER_LAYER = 4  # Megatron-style: two all-reduces forward, two backward
+
+
+@dataclass(frozen=True)
+class Settings:
+    collectives_per_layer: int = tunable(COLLECTIVES_PER_LAYER, "activation all-reduces per layer", low=0, high=64)
 
 
 def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,
-              tag: tuple = ()) -> tuple[list, list]:
+              tag: tuple = (), collectives_per_layer: int = COLLECTIVES_PER_LAYER) -> tuple[list, list]:
     """Forward and backward ops of one block sharded over `group` (also used by Pipeshard stages)."""
     p = len(group)
     h, s = model.n_embd, workload.seq_len
@@ -24,7 +34,7 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
     attention_share = (8 * h * h + 4 * s * h) / (24 * h * h + 4 * s * h)
     act_bytes = tokens * h * workload.bytes_per_value
     algorithm = params.collectives.get(NAME, "ring")
-    per_half = max(1, params.shard_collectives_per_layer // 2)
+    per_half = max(1, collectives_per_layer // 2)
     forward, backward = [], []
     for direction, ops, mult in (("fwd", forward, 1.0), ("bwd", backward, backward_multiplier(workload))):
         for part, share in (("attn", attention_share), ("mlp", 1 - attention_share)):
@@ -36,14 +46,16 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
 
 
 def layers_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,
-               layers: int, tag: tuple = ()) -> tuple[Repeat, Repeat]:
+               layers: int, tag: tuple = (), collectives_per_layer: int = COLLECTIVES_PER_LAYER
+               ) -> tuple[Repeat, Repeat]:
     """`layers` identical sharded blocks, forward and backward, as repeated blocks."""
-    forward, backward = layer_ops(model, workload, params, group, sequences, tag)
+    forward, backward = layer_ops(model, workload, params, group, sequences, tag, collectives_per_layer)
     return (Repeat(tuple(forward), layers, group, tag + ("layers fwd",), "layers fwd"),
             Repeat(tuple(backward), layers, group, tag + ("layers bwd",), "layers bwd"))
 
 
-def build(cluster: Cluster, model: Model, workload: Workload, params: Params) -> Schedule:
+def build(case: Case, settings: Settings) -> Schedule:
+    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
     devices = devices_of(cluster)
     p = len(devices)
@@ -51,7 +63,8 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
     require_divisible("global_batch", workload.global_batch, workload.microbatches, "microbatches")
     batch = workload.global_batch / workload.microbatches  # sequences per microbatch
     head = 2.0 * batch * workload.seq_len * model.n_embd * model.vocab  # forward of the LM head
-    forward, backward = layers_ops(model, workload, params, group, batch, model.n_layer)
+    forward, backward = layers_ops(model, workload, params, group, batch, model.n_layer,
+                                   collectives_per_layer=settings.collectives_per_layer)
     microbatch = (forward, Compute(head / p, "head fwd"), Compute(head * backward_multiplier(workload) / p, "head bwd"),
                   backward)
     # gradient accumulation, as Alpa's num_micro_batches
@@ -66,5 +79,5 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
         )
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"tensor parallel over {p} GPUs, {params.shard_collectives_per_layer} all-reduces per layer, "
+                    f"tensor parallel over {p} GPUs, {settings.collectives_per_layer} all-reduces per layer, "
                     f"{workload.microbatches} microbatches")

@@ -14,16 +14,17 @@ with index_bits = 12, a value's position inside its 4096-value chunk (chunk-loca
 indices, as SparseLoCo's chunked top-k allows). Per-chunk quantization scales (one
 16-bit value per 4096 parameters, < 0.05% of the payload) are left out.
 
-Options: replicas, inner_steps, topk_fraction, bits, index_bits, error_feedback
-(defaults: the params file's [sparseloco]).
+Settings: see below (defaults: the params file's [sparseloco]); replicas is per run.
 """
 
 from __future__ import annotations
 
-from geosim.errors import GeosimError
+from dataclasses import dataclass
+
 from geosim.sim.schedule import Schedule
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.case import Case
 from geosim.techniques._base import check_dims, devices_of
+from geosim.techniques._settings import option, tunable
 from geosim.techniques._lowcomm import (ERROR_FEEDBACK_BYTES, OUTER_COPY_BYTES, assemble, single_host_replicas,
                                         sparse_gather_ops)
 
@@ -31,38 +32,38 @@ NAME = "sparseloco"
 DESCRIPTION = "replica per host, H local steps, then an all-gather of top-k, 2-bit pseudo-gradients with error feedback"
 
 
-def settings(params: Params, options: dict) -> dict:
-    s = {
-        "inner_steps": int(options.get("inner_steps", params.sparseloco_inner_steps)),
-        "topk_fraction": float(options.get("topk_fraction", params.sparseloco_topk_fraction)),
-        "bits": int(options.get("bits", params.sparseloco_bits)),
-        "index_bits": float(options.get("index_bits", params.sparseloco_index_bits)),
-        "error_feedback": bool(options.get("error_feedback", params.sparseloco_error_feedback)),
-    }
-    if s["inner_steps"] < 1 or not 0 < s["topk_fraction"] <= 1 or s["bits"] < 1 or s["index_bits"] < 0:
-        raise GeosimError(f"SparseLoCo settings out of range: {s}", key="sparseloco")
-    return s
+BUILDS_ON = ("data",)  # an inner step is Data's iteration on the replica's host
 
 
-def payload_bytes(parameters: float, s: dict) -> float:
+@dataclass(frozen=True)
+class Settings:
+    inner_steps: int = tunable(100, "H: inner steps per outer round (the paper sweeps 15-250)", low=1)
+    topk_fraction: float = tunable(0.01, "values kept per chunk (the paper: 1-3%)", low=1e-6, high=1.0)
+    bits: int = tunable(2, "bits of a quantized value", low=1, high=32)
+    index_bits: float = tunable(12.0, "chunk-local index bits: log2 of the 4096-value chunk", low=0.0, high=64.0)
+    error_feedback: bool = tunable(True, "keep an fp32 error-feedback buffer (4 bytes/param)")
+    replicas: tuple | None = option(None, "host names of each replica (default: one replica per host)")
+
+
+def payload_bytes(parameters: float, s: Settings) -> float:
     """Bytes one replica sends for `parameters` values: top-k fraction x (bits + index bits)."""
-    return parameters * s["topk_fraction"] * (s["bits"] + s["index_bits"]) / 8
+    return parameters * s.topk_fraction * (s.bits + s.index_bits) / 8
 
 
-def state_bytes_per_param(s: dict) -> float:
+def state_bytes_per_param(s: Settings) -> float:
     """fp32 outer parameters, plus the error-feedback buffer when on."""
-    return OUTER_COPY_BYTES + (ERROR_FEEDBACK_BYTES if s["error_feedback"] else 0.0)
+    return OUTER_COPY_BYTES + (ERROR_FEEDBACK_BYTES if s.error_feedback else 0.0)
 
 
-def build(cluster: Cluster, model: Model, workload: Workload, params: Params, options: dict | None = None) -> Schedule:
+def build(case: Case, settings: Settings) -> Schedule:
+    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
-    options = options or {}
-    s = settings(params, options)
+    s = settings
     devices = devices_of(cluster)
-    replicas = single_host_replicas(cluster, options, model, workload, params, NAME, state_bytes_per_param(s),
-                                    "outer state + error feedback" if s["error_feedback"] else "outer state")
+    replicas = single_host_replicas(cluster, {"replicas": s.replicas}, model, workload, params, NAME, state_bytes_per_param(s),
+                                    "outer state + error feedback" if s.error_feedback else "outer state")
     sync = sparse_gather_ops(replicas, lambda n: payload_bytes(n, s), params.collectives.get(NAME, "ring"), devices)
-    return assemble(NAME, devices, replicas, s["inner_steps"], sync,
-                    f"{len(replicas)} replicas ({replicas[0].description}), H={s['inner_steps']}, "
-                    f"top-{s['topk_fraction']:g} x {s['bits']}-bit (+{s['index_bits']:g}-bit index)"
-                    + (", error feedback" if s["error_feedback"] else ""))
+    return assemble(NAME, devices, replicas, s.inner_steps, sync,
+                    f"{len(replicas)} replicas ({replicas[0].description}), H={s.inner_steps}, "
+                    f"top-{s.topk_fraction:g} x {s.bits}-bit (+{s.index_bits:g}-bit index)"
+                    + (", error feedback" if s.error_feedback else ""))

@@ -1,6 +1,6 @@
 """ZeRO stage 2 (alpa.Zero2Parallel): data parallel, but gradients are reduce-scattered
 and the optimizer state is sharded; updated parameters are all-gathered (in the
-precision params.zero2_gather_bytes_per_param says: 4 when the fp32 master shards are
+precision settings.gather_bytes_per_param says: 4 when the fp32 master shards are
 gathered and cast afterwards). XLA's combiner packs the gradients into buffers of
 params.combine_bytes; collectives go buffer by buffer, each paying the link's latency.
 
@@ -14,16 +14,27 @@ Data's bytes: 2.5x at m = 4, as Table II's communication times show."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from geosim.sim.memory import activation_bytes, gpu_memory
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.case import Case
+from geosim.techniques._settings import tunable
 from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
 
 NAME = "zero2"
 DESCRIPTION = "data parallel, gradients reduce-scattered every microbatch, sharded optimizer, parameters all-gathered"
 
 
-def build(cluster: Cluster, model: Model, workload: Workload, params: Params) -> Schedule:
+@dataclass(frozen=True)
+class Settings:
+    # 2: a 16-bit copy is gathered; 4: Alpa gathers the updated fp32 master shards, then casts
+    gather_bytes_per_param: float = tunable(4.0, "bytes per parameter the all-gather moves", low=1.0, high=16.0,
+                                            fit=(1.0, 16.0))
+
+
+def build(case: Case, settings: Settings) -> Schedule:
+    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
     devices = devices_of(cluster)
     p = len(devices)
@@ -38,7 +49,7 @@ def build(cluster: Cluster, model: Model, workload: Workload, params: Params) ->
     # the optimizer updates only this GPU's shard: 1/p of Adam's ~10 FLOPs per parameter
     program.append(Compute(10.0 * model.num_params / p, "optimizer"))
     # gathered in as many buffers as were scattered (the same tensors, maybe wider)
-    gathered = buffer * params.zero2_gather_bytes_per_param / workload.bytes_per_value
+    gathered = buffer * settings.gather_bytes_per_param / workload.bytes_per_value
     program.append(Repeat((Collective("all_gather", group, gathered, algorithm, ("ag",), "parameter all-gather"),),
                           buffers, group, ("ag", "buffers"), f"parameter all-gather ({buffers} buffers)"))
     program.append(overhead_op(NAME, params))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from geosim.errors import GeosimError, require
 from geosim.params import load_params
+from geosim.case import Case
 from geosim.sim.predict import predict
 from geosim.scale import is_scale_name, scale_scenario
 from geosim.scenario import Scenario, get_model, load_scenario
@@ -97,7 +98,7 @@ def evaluate(point: dict, ctx: SweepContext):
     except GeosimError as exc:
         return cluster, None, None, exc.problem
     model = get_model(point["model"], sc.models)
-    return cluster, predict(cluster, model, workload, point["technique"], ctx.params, hosts=host_subset(point["hosts"])), workload, None
+    return cluster, predict(Case(cluster, model, workload, ctx.params), point["technique"], hosts=host_subset(point["hosts"])), workload, None
 
 
 def metric_of(point: dict, ctx: SweepContext) -> float | None:

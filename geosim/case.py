@@ -1,0 +1,26 @@
+"""One case to simulate: the slice, the model, the workload and the parameters, as one value.
+
+Everything that predicts takes a Case rather than the four apart, so a study, a fit and a
+sweep point all hand the simulator the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from geosim.specs import Cluster, Model, Params, Workload
+
+
+@dataclass(frozen=True)
+class Case:
+    cluster: Cluster
+    model: Model
+    workload: Workload
+    params: Params
+
+    def on(self, hosts: tuple[str, ...] | None) -> "Case":
+        """The same case on a subset of the slice's VMs (all of them for None)."""
+        return self if not hosts else replace(self, cluster=self.cluster.subset(tuple(hosts)))
+
+    def with_(self, **changes) -> "Case":
+        return replace(self, **changes)
