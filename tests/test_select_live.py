@@ -1,6 +1,5 @@
 """Algorithm 1 on live probes, end to end: six real training runs of the tiny model on CPU devices."""
 
-import importlib.util
 import json
 
 import pytest
@@ -10,8 +9,6 @@ from geosim.records import read_records
 
 pytestmark = pytest.mark.slow
 
-if importlib.util.find_spec("live.cli") is None:
-    pytest.skip("live/cli.py (the live runner, issue 6) is not in this tree", allow_module_level=True)
 pytest.importorskip("jax", reason="live probes need the 'live' extra (jax)")
 
 
