@@ -15,6 +15,7 @@ from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
 PRECISIONS = ("fp16", "bf16", "fp32")
+NIC_KINDS = ("shared", "per-gpu")
 
 
 def _toml_text(text: str, source: str) -> dict:
@@ -157,7 +158,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         raise GeosimError("must be a non-empty array of tables ([[hosts]])", source=source, key="hosts")
     for i, table in enumerate(doc["hosts"]):
         prefix = f"hosts[{i}]."
-        _only_keys(table, {"name", "site", "gpus", "intra_host"}, {"name", "site", "gpus"}, source, prefix)
+        _only_keys(table, {"name", "site", "gpus", "intra_host", "nic"}, {"name", "site", "gpus"}, source, prefix)
         if not isinstance(table["gpus"], list) or not table["gpus"]:
             raise GeosimError("must be a non-empty list of GPU names", source=source, key=prefix + "gpus")
         for g in table["gpus"]:
@@ -168,7 +169,10 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         intra = table.get("intra_host", "pcie")
         if intra not in ("pcie", "nvlink"):
             raise GeosimError(f"must be pcie or nvlink, got {intra!r}", source=source, key=prefix + "intra_host")
-        hosts.append(Host(str(table["name"]), str(table["site"]), tuple(gpus[g] for g in table["gpus"]), intra))
+        nic = table.get("nic", "shared")
+        if nic not in NIC_KINDS:
+            raise GeosimError(f"must be {' or '.join(NIC_KINDS)}, got {nic!r}", source=source, key=prefix + "nic")
+        hosts.append(Host(str(table["name"]), str(table["site"]), tuple(gpus[g] for g in table["gpus"]), intra, nic))
 
     names = {h.name for h in hosts} | {h.site for h in hosts}
     links: list[Link] = []

@@ -39,6 +39,9 @@ class Host:
     site: str
     gpus: tuple[GPU, ...]
     intra_host: str = "pcie"  # "pcie" or "nvlink"
+    # "shared": the host's GPUs share its network links; "per-gpu": each GPU has its own NIC and
+    # its own lane of every link leaving or entering the host (GPU clusters with a NIC per GPU)
+    nic: str = "shared"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.ideal import IdealNetwork
 from geosim.errors import GeosimError
 from geosim.case import Case
 from geosim.specs import GIB
@@ -135,7 +136,7 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
         # iterations wander: average over more of them rather than trust the last two
         simulated_iterations = UNSETTLED_ITERATIONS
         real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations)
-    ideal = run_schedule(schedule, used, params, workload, iterations=1, ideal_network=True)
+    ideal = run_schedule(schedule, used, params, workload, iterations=1, network=IdealNetwork)
     last = simulated_iterations - 1
     steady = (real.iteration_end[last] - real.iteration_end[0]) / last if last else real.iteration_end[0]
     first = real.iteration_end[0]

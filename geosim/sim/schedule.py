@@ -68,7 +68,15 @@ class Repeat(NamedTuple):
     label: str = ""
 
 
-Op = Compute | Send | Recv | Collective | Repeat
+class Barrier(NamedTuple):
+    """Waits until `size` ranks have reached the barrier of this tag (a network model's form of a
+    collective where communication is free); techniques do not emit it."""
+
+    tag: tuple
+    size: int
+
+
+Op = Compute | Send | Recv | Collective | Repeat | Barrier
 
 
 @dataclass
