@@ -110,6 +110,7 @@ def test_builtin_scenarios_load_by_path():
     ('name = "empty"\nhosts = []\n', "hosts", "non-empty"),
     # bad intra-host interconnect
     (VALID.replace('site = "GPN"', 'site = "GPN"\nintra_host = "infiniband"'), "hosts[1].intra_host", "pcie or nvlink"),
+    (VALID.replace('site = "GPN"', 'site = "GPN"\nnic = "two"'), "hosts[1].nic", "shared or per-gpu"),
     # streams not a whole number
     (VALID + "streams = 0\n", "links[0].streams", "whole number >= 1"),
     # microbatches not dividing the batch

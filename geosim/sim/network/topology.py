@@ -71,6 +71,10 @@ class Topology:
             # site LAN would be quicker (what-if edits of that link must take effect)
             if graph.has_edge(a, b) and graph.edges[a, b]["link"] is not None:
                 nodes = [a, b]
+            elif graph.degree(a) == 1 and graph.degree(b) == 1 and next(iter(graph[a])) == next(iter(graph[b])):
+                # two hosts whose only edge is to the same site's switch: no other path exists
+                # (and a search per pair would cost O(hosts) each on a large site)
+                nodes = [a, next(iter(graph[a])), b]
             else:
                 nodes = nx.shortest_path(graph, a, b, weight="one_way_s")
             edges = self._paths[key] = [(u, v, graph.edges[u, v]) for u, v in zip(nodes, nodes[1:])]
