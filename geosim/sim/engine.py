@@ -81,7 +81,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
     ends = [[0.0] * len(schedule.devices) for _ in range(iterations)]
     compute = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
     overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
-    timeout, event = env.timeout, env.event
+    timeout, event, pop = env.timeout, env.event, mailbox.pop
     send, collective_ops, may_shortcut = net.send, net.collective_ops, net.may_shortcut
 
     def shortcut(op, ctx):
@@ -117,7 +117,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
             if kind is Send:
                 key = (rank, op.dst, op.tag, ctx)
                 delay = send(rank, op.dst, op.nbytes, op.p2p, op.tag[0])
-                waiting = mailbox.get(key)
+                waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
                 events[0] += 1
                 if waiting is None:
                     mailbox[key] = timeout(delay)
@@ -125,12 +125,13 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                     timeout(delay, waiting).callbacks.append(_deliver)
             elif kind is Recv:
                 key = (op.src, rank, op.tag, ctx)
-                arrived = mailbox.get(key)
+                arrived = pop(key, None)
                 if arrived is None:
                     events[0] += 1
                     arrived = mailbox[key] = event()
-                yield arrived
-                del mailbox[key]
+                    yield arrived
+                elif not arrived.processed:
+                    yield arrived
             elif kind is Compute:
                 seconds = op.seconds if op.kind == "overhead" else op.flops / rate[rank]
                 start = env.now
