@@ -147,7 +147,30 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                 if done is not None:
                     yield done
                 else:
-                    yield from run_ops(rank, collective_ops(op, rank), ctx)
+                    # the steps run here rather than in a nested run_ops: a collective is most of a
+                    # run's events, and every level of generators is walked again at each resumption
+                    for step in collective_ops(op, rank):
+                        step_kind = type(step)
+                        if step_kind is Send:
+                            key = (rank, step.dst, step.tag, ctx)
+                            delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
+                            waiting = pop(key, None)
+                            events[0] += 1
+                            if waiting is None:
+                                mailbox[key] = timeout(delay)
+                            else:
+                                timeout(delay, waiting).callbacks.append(_deliver)
+                        elif step_kind is Recv:
+                            key = (step.src, rank, step.tag, ctx)
+                            arrived = pop(key, None)
+                            if arrived is None:
+                                events[0] += 1
+                                arrived = mailbox[key] = event()
+                                yield arrived
+                            elif not arrived.processed:
+                                yield arrived
+                        else:
+                            yield from run_ops(rank, (step,), ctx)
                 if trace_rows is not None:
                     trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
             elif kind is Barrier:

@@ -121,32 +121,36 @@ class TCPNetwork(CountingNetwork):
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
         """Reserve the route for a transfer starting now; return the seconds until it has arrived."""
         self.count(src, nbytes)
-        p, now = self.params, self.env.now
-        route = self.route(src, dst)
-        conn = self.connections.get((src, dst))
+        p, now, key = self.params, self.env.now, (src, dst)
+        route = self._routes.get(key) or self.route(src, dst)
+        conn = self.connections.get(key)
         if conn is None:
-            conn = self.connections[(src, dst)] = Connection(cwnd=p.initial_window_bytes)
+            conn = self.connections[key] = Connection(cwnd=p.initial_window_bytes)
         # a p2p send waits for its rendezvous; a collective step over TCP for NCCL's flow
         # control (the receiver's credit for the step's buffer)
         sync_rtts = p.p2p_handshake_rtts if p2p else route.step_rtts
         ready = now + sync_rtts * route.rtt_s
-        start = max(ready, conn.last_active)  # one connection is one byte stream
+        last_active = conn.last_active
+        start = ready if ready >= last_active else last_active  # one connection is one byte stream
         serialize = nbytes / route.line_rate
         # Each hop serves its backlog first come, first served, at line rate. The backlog grows
         # by line time counted from the request, never from a later start, so a send waiting
         # for its rendezvous or its connection does not hold the line for anyone else.
         free_at = self.free_at
-        line_done = start + serialize
+        done = start + serialize
         for h in route.hops:
-            free_at[h] = max(free_at[h], now) + serialize
-            line_done = max(line_done, free_at[h])
-        # a window-limited flow trickles on after its line time without holding the line
-        done = max(line_done, start + self.flow_time(route, conn, nbytes, start))
+            busy = free_at[h]
+            busy = (busy if busy > now else now) + serialize
+            free_at[h] = busy
+            if busy > done:
+                done = busy
+        if route.tcp and route.rtt_s > 0:
+            # a window-limited flow trickles on after its line time without holding the line
+            done = max(done, start + self.flow_time(route, conn, nbytes, start))
         conn.last_active = done
         arrival = done + route.one_way_s + p.per_message_overhead_s
         if self.trace is not None:
             self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
         return arrival - now
-
 
 Network = TCPNetwork  # the name before network models had a protocol
