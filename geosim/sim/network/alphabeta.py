@@ -44,6 +44,7 @@ class AlphaBetaNetwork(CountingNetwork):
         self.free_at = self.topology.free_at
         self._routes: dict[tuple[int, int], Route] = {}
         self._symmetric: dict[tuple, list | None] = {}
+        self._last: tuple = (None, None)
         self.everyone = frozenset(d.rank for d in devices)
 
     def route(self, src: int, dst: int) -> Route:
@@ -88,9 +89,12 @@ class AlphaBetaNetwork(CountingNetwork):
 
     def _phases(self, coll: Collective) -> list | None:
         """The ring phases' routes when coll's ranks are interchangeable on these links, else None."""
+        if self._last[0] is coll:  # every rank asks about the same op in turn: skip hashing its group
+            return self._last[1]
         key = (coll.op, coll.group, coll.algorithm)
         if key in self._symmetric:
-            return self._symmetric[key]
+            self._last = (coll, self._symmetric[key])
+            return self._last[1]
         phases = None
         if self.shortcut and self.trace is None and len(coll.group) > 1 and frozenset(coll.group) == self.everyone:
             phases = collectives.ring_phases(coll, self.hosts)
@@ -99,6 +103,7 @@ class AlphaBetaNetwork(CountingNetwork):
                 if not all(_interchangeable(routes) for routes in phases):
                     phases = None
         self._symmetric[key] = phases
+        self._last = (coll, phases)
         return phases
 
     def collective_time(self, coll: Collective) -> float | None:
