@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from geosim.sim.network import CountingNetwork
-from geosim.sim.network.topology import Topology, build_topology  # noqa: F401 (build_topology: re-exported)
+from geosim.sim.network.topology import Topology
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
 
