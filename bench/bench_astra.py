@@ -38,7 +38,7 @@ import time
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.alphabeta import AlphaBetaNetwork
 from geosim.specs import Workload
-from geosim.studies.astra import CASES, QUICK, Case, allreduce_schedule, astra_cluster, astra_params
+from geosim.studies.astra import CASES, QUICK, AstraCase, allreduce_schedule, astra_cluster, astra_params
 
 ERROR_TARGET = 1e-3
 WALL_TARGETS = {"flat 1024 ring": 1.5, "64x64 hierarchical": 2.0, "64x16 hierarchical": 0.4}
@@ -46,13 +46,13 @@ MEMORY_TARGETS = {"flat 1024 ring": 350.0}
 GROWTH_TARGET = 1.2
 # symmetric cases from 256 to 4,096 GPUs, for the growth exponent (no ASTRA-sim figure needed)
 GROWTH = {
-    "flat ring": [Case(f"flat {p} ring", p, 1, "ring", math.nan) for p in (256, 1024, 4096)],
-    "hierarchical": [Case(f"{h}x{g} hierarchical", h, g, "hierarchical", math.nan)
+    "flat ring": [AstraCase(f"flat {p} ring", p, 1, "ring", math.nan) for p in (256, 1024, 4096)],
+    "hierarchical": [AstraCase(f"{h}x{g} hierarchical", h, g, "hierarchical", math.nan)
                      for h, g in ((16, 16), (32, 32), (64, 64))],
 }
 
 
-def simulate(case: Case, full: bool = False) -> float:
+def simulate(case: AstraCase, full: bool = False) -> float:
     """Build the case and run it once; the all-reduce's simulated time in seconds."""
     cluster = astra_cluster(case.hosts, case.gpus_per_host)
     network = functools.partial(AlphaBetaNetwork, shortcut=False) if full else AlphaBetaNetwork
@@ -61,7 +61,7 @@ def simulate(case: Case, full: bool = False) -> float:
     return run.iteration_end[0]
 
 
-def one_case(case: Case, runs: int, full: bool) -> dict:
+def one_case(case: AstraCase, runs: int, full: bool) -> dict:
     walls, cpus, simulated = [], [], 0.0
     for _ in range(runs):
         start, cpu = time.perf_counter(), time.process_time()
@@ -74,7 +74,7 @@ def one_case(case: Case, runs: int, full: bool) -> dict:
             "cpu_s": statistics.median(cpus), "peak_mb": peak_mb}
 
 
-def in_subprocess(case: Case, runs: int, full: bool = False) -> dict:
+def in_subprocess(case: AstraCase, runs: int, full: bool = False) -> dict:
     spec = json.dumps({"name": case.name, "hosts": case.hosts, "gpus_per_host": case.gpus_per_host,
                        "algorithm": case.algorithm, "runs": runs, "full": full})
     proc = subprocess.run([sys.executable, __file__, "--one", spec], capture_output=True, text=True, check=True)
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.one:
         spec = json.loads(args.one)
-        case = Case(spec["name"], spec["hosts"], spec["gpus_per_host"], spec["algorithm"], math.nan)
+        case = AstraCase(spec["name"], spec["hosts"], spec["gpus_per_host"], spec["algorithm"], math.nan)
         print(json.dumps(one_case(case, spec["runs"], spec["full"])))
         return 0
 

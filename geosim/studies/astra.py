@@ -28,7 +28,7 @@ INTER_HOST = dict(bytes_per_s=1.25e9, one_way_s=20e-3)
 
 
 @dataclass(frozen=True)
-class Case:
+class AstraCase:
     name: str
     hosts: int
     gpus_per_host: int
@@ -41,18 +41,18 @@ class Case:
 
 
 CASES = (
-    Case("2x2 hierarchical", 2, 2, "hierarchical", 558.995),
-    Case("64x16 hierarchical", 64, 16, "hierarchical", 2793.769),
-    Case("16x64 hierarchical", 16, 64, "hierarchical", 802.587),
-    Case("64x64 hierarchical", 64, 64, "hierarchical", 2723.845),
-    Case("flat 64 ring", 64, 1, "ring", 4211.143),
-    Case("flat 256 ring", 256, 1, "ring", 11911.276),
-    Case("flat 1024 ring", 1024, 1, "ring", 42636.310),
+    AstraCase("2x2 hierarchical", 2, 2, "hierarchical", 558.995),
+    AstraCase("64x16 hierarchical", 64, 16, "hierarchical", 2793.769),
+    AstraCase("16x64 hierarchical", 16, 64, "hierarchical", 802.587),
+    AstraCase("64x64 hierarchical", 64, 64, "hierarchical", 2723.845),
+    AstraCase("flat 64 ring", 64, 1, "ring", 4211.143),
+    AstraCase("flat 256 ring", 256, 1, "ring", 11911.276),
+    AstraCase("flat 1024 ring", 1024, 1, "ring", 42636.310),
 )
 QUICK = ("2x2 hierarchical", "64x16 hierarchical", "flat 64 ring")
 
 
-def case_named(name: str) -> Case:
+def case_named(name: str) -> AstraCase:
     return next(c for c in CASES if c.name == name)
 
 
