@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import tomllib
 from dataclasses import fields, replace
 from functools import cache
@@ -54,10 +56,17 @@ def _positive(value, source: str, key: str, *, allow_zero: bool = False) -> floa
 
 def _gpu_from_table(name: str, table: dict, source: str, prefix: str) -> GPU:
     numeric = {"memory_gib", "memory_bandwidth_gbs", "fp32_tflops", "fp16_tensor_tflops", "pcie_gen", "bf16_tensor_tflops"}
-    _only_keys(table, numeric | {"name"}, numeric - {"bf16_tensor_tflops"}, source, prefix)
+    _only_keys(table, numeric | {"name", "architecture"}, numeric - {"bf16_tensor_tflops"}, source, prefix)
     values = {k: _positive(v, source, prefix + k) for k, v in table.items() if k in numeric}
     values["pcie_gen"] = int(values["pcie_gen"])
-    return GPU(name=name, **values)
+    architecture = table.get("architecture")
+    if architecture is None:  # the catalog's descriptions end in the generation: "NVIDIA Tesla T4 (Turing)"
+        found = re.search(r"\(([A-Za-z]+)\)\s*$", str(table.get("name", "")))
+        architecture = found.group(1) if found else "unknown"
+    if not isinstance(architecture, str) or not architecture:
+        raise GeosimError(f"must be a generation name such as \"ampere\", got {architecture!r}", source=source,
+                          key=prefix + "architecture")
+    return GPU(name=name, architecture=architecture.lower(), **values)
 
 
 def _model_from_table(name: str, table: dict, source: str, prefix: str) -> Model:

@@ -22,6 +22,7 @@ class GPU:
     fp16_tensor_tflops: float
     pcie_gen: int
     bf16_tensor_tflops: float | None = None  # None: no bf16 (Turing)
+    architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the compute model's overrides
 
     def peak_tflops(self, precision: str) -> float:
         if precision == "fp32":
