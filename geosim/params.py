@@ -16,7 +16,10 @@ from geosim.techniques._settings import check_value, file_tunables
 # technique's own tunables are not here: each technique declares them in its Settings
 # (geosim/techniques/<name>.py) and they are read from and written to the table [NAME].
 SCALARS: tuple[tuple[str, str, float], ...] = (
-    ("compute.default_efficiency", "default_efficiency", 1.0),
+    ("compute.gemm_fraction", "gemm_fraction", 1.0),
+    ("compute.gemm_half_us", "gemm_half_s", 1e-6),
+    ("compute.memory_fraction", "memory_fraction", 1.0),
+    ("compute.kernel_us", "kernel_s", 1e-6),
     ("transport.window_mib", "window_bytes", float(MIB)),
     ("transport.streams", "streams", int),
     ("transport.stream_rate_gbps", "stream_rate_gbps", 1.0),
@@ -32,15 +35,22 @@ SCALARS: tuple[tuple[str, str, float], ...] = (
     ("host.lan_bandwidth_gbps", "lan_bandwidth_gbps", 1.0),
     ("xla.combine_mib", "combine_bytes", float(MIB)),
     ("memory.workspace_gib", "workspace_gib", 1.0),
+    ("memory.usable_fraction", "usable_memory_fraction", 1.0),
+    ("memory.margin_fraction", "memory_margin_fraction", 1.0),
     ("memory.optimizer_bytes_per_param", "optimizer_bytes_per_param", 1.0),
     ("convergence.compressed_activation_efficiency", "compressed_activation_efficiency", 1.0),
 )
 # (lowest, highest) for the scalars whose range is narrower than ">= 0"
 BOUNDS = {
     "convergence.compressed_activation_efficiency": (1e-6, None),
+    "compute.gemm_fraction": (1e-4, 1.0),
+    "compute.memory_fraction": (1e-4, 1.0),
+    "memory.usable_fraction": (0.05, 1.0),
+    "memory.margin_fraction": (0.0, 0.9),
 }
 TABLES = {  # TOML table -> Params field holding a dict
     "compute.efficiency": "efficiency",
+    "compute.gemm_fraction_by_architecture": "gemm_fraction_by_architecture",
     "host.pcie_gbps": "pcie_gbps",
     "collectives": "collectives",
     "overhead.iteration_s": "iteration_overhead_s",

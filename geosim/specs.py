@@ -171,8 +171,9 @@ class Params:
     geosim.params.load_params); a user's --params file overrides any subset.
     """
 
-    efficiency: dict[str, float]  # achieved fraction of peak, per GPU type
-    default_efficiency: float
+    # a flat achieved fraction of peak for a device the datasheet model does not describe (the CPU
+    # devices of live runs); a GPU listed here bypasses the op-level compute model. Never fitted on the study.
+    efficiency: dict[str, float]
     window_bytes: float  # TCP in-flight window per stream
     streams: int  # sockets NCCL opens per connection
     stream_rate_gbps: float  # what one socket can move, host-side (copies through host memory)
@@ -201,8 +202,20 @@ class Params:
     token_efficiency: dict[str, float] = field(default_factory=dict)  # Data's tokens / this technique's
     compressed_activation_efficiency: float = 0.93  # token efficiency factor of a compressed pipeline
 
-    def gpu_efficiency(self, gpu_name: str) -> float:
-        return self.efficiency.get(gpu_name, self.default_efficiency)
+    # the op-level compute model's global constants (geosim/sim/compute.py, docs/reference/params.md)
+    gemm_fraction: float = 0.7  # attainable fraction of the tensor peak for large GEMMs
+    gemm_half_s: float = 20e-6  # a GEMM of (rate x this) FLOPs runs at half the large-GEMM rate
+    memory_fraction: float = 0.8  # attainable fraction of the memory bandwidth
+    kernel_s: float = 5e-6  # launch gap per kernel
+    gemm_fraction_by_architecture: dict[str, float] = field(default_factory=dict)  # optional, never fitted
+    usable_memory_fraction: float = 0.9  # of a GPU's memory, what JAX's allocator preallocates
+    memory_margin_fraction: float = 0.1  # within this of the usable memory: "may not fit"
+
+    def compute_efficiency(self):
+        from geosim.sim.compute import Efficiency
+
+        return Efficiency(self.gemm_fraction, self.gemm_half_s, self.memory_fraction, self.kernel_s,
+                          tuple(sorted(self.gemm_fraction_by_architecture.items())))
 
     def settings(self, technique: str):
         """The technique's Settings: from the parameters file, else its defaults."""

@@ -194,12 +194,13 @@ def params_error(tmp_path, text) -> GeosimError:
 
 
 def test_params_subset_overrides_the_defaults(tmp_path):
-    path = write(tmp_path, "[transport]\nwindow_mib = 8.0\n\n[compute.efficiency]\nT4 = 0.3\n", "params.toml")
+    path = write(tmp_path, "[transport]\nwindow_mib = 8.0\n\n[compute]\ngemm_fraction = 0.3\n\n"
+                 "[compute.efficiency]\nCPU = 0.05\n", "params.toml")
     params = load_params(path)
     defaults = default_params()
     assert params.window_bytes == 8 * 2**20
-    assert params.efficiency["T4"] == 0.3
-    assert params.efficiency["RTX6000"] == defaults.efficiency["RTX6000"]
+    assert params.gemm_fraction == 0.3 and params.efficiency == {"CPU": 0.05}
+    assert params.memory_fraction == defaults.memory_fraction
     assert params.streams == defaults.streams
     assert params.source == str(path)
 
@@ -217,6 +218,7 @@ def test_params_subset_overrides_the_defaults(tmp_path):
     ("[compute.efficiency]\nT4 = \"high\"\n", "compute.efficiency.T4", "must be a number"),
     ("[host.pcie_gbps]\nfour = 160\n", "host.pcie_gbps.four", "PCIe generation"),
     ("[compute]\nefficiency = 0.5\n", "compute.efficiency", "must be a table"),
+    ("[compute]\ngemm_fraction = 1.5\n", "compute.gemm_fraction", "must be"),
 ])
 def test_params_errors(tmp_path, text, key, problem):
     err = params_error(tmp_path, text)

@@ -242,8 +242,8 @@ class Work(NamedTuple):
     """A Compute op's work, in the terms the op model needs. Hashable, so the time of each
     distinct Work is computed once per GPU type and cached.
 
-    phase: forward | backward (a microbatch through `layers` blocks, plus the embedding when
-    `embedding`, plus the LM head and loss when `head`), update (per microbatch cast and
+    phase: forward | backward (a microbatch through `layers` blocks, or only their attention or
+    MLP half, plus the embedding when `embedding`, plus the LM head and loss when `head`), update (per microbatch cast and
     gradient accumulation of `params` parameters) or optimizer (Adam over `params` parameters).
     remat: backward recomputes the forward first (Alpa's remat / activation checkpointing).
     """
@@ -258,7 +258,8 @@ class Work(NamedTuple):
     tensor_parallel: int = 1
     params: float = 0.0
     remat: bool = False
-    dropout: bool = True
+    dropout: bool = False  # Alpa's GPT benchmarks and release tests train with deterministic=True
+    part: str = "block"  # block | attention | mlp: a tensor-parallel block is timed in its two halves
 
 
 def kernels(work: Work, precision: str) -> list[KernelOp]:
@@ -269,10 +270,14 @@ def kernels(work: Work, precision: str) -> list[KernelOp]:
         return optimizer_ops(work.params)
     if work.phase not in ("forward", "backward"):
         raise ValueError(f"unknown phase {work.phase!r}")
+    block_fwd = block_forward(m, b, s, precision, t, work.dropout)
+    block_bwd = block_backward(m, b, s, precision, t, work.dropout)
+    if work.part != "block":
+        block_fwd, block_bwd = _half(block_fwd, work.part), _half(block_bwd, work.part)
     forward: list[KernelOp] = []
     if work.embedding:
         forward += embedding_forward(m, b, s, precision, work.dropout)
-    forward += block_forward(m, b, s, precision, t, work.dropout) * work.layers
+    forward += block_fwd * work.layers
     if work.head:
         forward += head_forward(m, b, s, precision, t)
     if work.phase == "forward":
@@ -280,10 +285,24 @@ def kernels(work: Work, precision: str) -> list[KernelOp]:
     backward: list[KernelOp] = list(forward) if work.remat else []
     if work.head:
         backward += head_backward(m, b, s, precision, t)
-    backward += block_backward(m, b, s, precision, t, work.dropout) * work.layers
+    backward += block_bwd * work.layers
     if work.embedding:
         backward += embedding_backward(m, b, s, precision)
     return backward
+
+
+def _half(ops: list[KernelOp], part: str) -> list[KernelOp]:
+    """The attention half of a block's kernels (layer norm 1 to the first residual add) or the MLP half."""
+    if part not in ("attention", "mlp"):
+        raise ValueError(f"unknown block part {part!r}")
+    backward = ops[0].label.endswith(" bwd")
+    # the forward's first residual add closes the attention half; in the backward it opens it
+    cut = [i for i, op in enumerate(ops) if op.label.startswith("bias+dropout+residual")]
+    split = cut[0] + 1 if not backward else cut[1]
+    first, second = ops[:split], ops[split:]
+    if backward:
+        return second if part == "attention" else first
+    return first if part == "attention" else second
 
 
 def kernel_flops(ops: list[KernelOp]) -> float:
@@ -318,3 +337,18 @@ class ComputeModel:
         for op in kernels(work, precision):
             out[op.label] = out.get(op.label, 0.0) + op_seconds(op, gpu, precision, self.efficiency)
         return out
+
+
+_MODELS: dict[Efficiency, ComputeModel] = {}
+
+
+def compute_model(params) -> ComputeModel:
+    """The compute model for a Params' constants, shared by every run with the same constants
+    (a fit re-simulates hundreds of cases with few distinct values)."""
+    efficiency = params.compute_efficiency()
+    found = _MODELS.get(efficiency)
+    if found is None:
+        if len(_MODELS) > 256:
+            _MODELS.clear()
+        found = _MODELS[efficiency] = ComputeModel(efficiency)
+    return found

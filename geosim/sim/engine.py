@@ -16,6 +16,7 @@ import simpy
 from geosim.sim.network import NetworkFactory
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Schedule, Send
+from geosim.sim.compute import compute_model
 from geosim.specs import Cluster, Params, Workload
 
 
@@ -37,9 +38,10 @@ SIMULATED_REPETITIONS = 4  # of a Repeat block: the last one stands for the rest
 
 
 def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int, float]:
-    """Achieved FLOP/s per rank: peak for the workload's precision x the GPU type's efficiency."""
+    """A flat FLOP/s per rank, for a compute op without Work or a device with a flat efficiency
+    override: the peak for the workload's precision x that override, else x the GEMM fraction."""
     return {
-        d.rank: d.gpu.peak_tflops(workload.precision) * 1e12 * params.gpu_efficiency(d.gpu.name)
+        d.rank: d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency.get(d.gpu.name, params.gemm_fraction)
         for d in schedule.devices
     }
 
@@ -52,6 +54,28 @@ def _deliver(arrived) -> None:
 # Collection thresholds while a run is on: a run allocates millions of short-lived events but
 # few cycles worth finding: the default thresholds spent 12-20% of a large run collecting.
 RUN_GC_THRESHOLDS = (200_000, 50, 1000)
+
+
+def compute_timer(schedule: Schedule, params: Params, workload: Workload):
+    """seconds(rank, op) of a compute op: the op-level model for its Work on the rank's GPU (cached per
+    work and GPU), or its FLOPs at the flat rate where the op has no Work or the GPU a flat override."""
+    rate = gpu_rate(schedule, params, workload)
+    model = compute_model(params)
+    gpus = {d.rank: d.gpu for d in schedule.devices}
+    flat = {d.rank for d in schedule.devices if d.gpu.name in params.efficiency}
+    precision = workload.precision
+    cache: dict[tuple, float] = {}
+
+    def seconds(rank: int, op: Compute) -> float:
+        if op.work is None or rank in flat:
+            return op.flops / rate[rank]
+        key = (op.work, rank)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = model.seconds(op.work, gpus[rank], precision)
+        return hit
+
+    return seconds
 
 
 def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload: Workload,
@@ -72,7 +96,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
     env = simpy.Environment()
     trace_rows: list | None = [] if trace else None
     net = network(env, cluster, params, schedule.devices, trace_rows)
-    rate = gpu_rate(schedule, params, workload)
+    compute_seconds = compute_timer(schedule, params, workload)
     mailbox: dict[tuple, simpy.Event] = {}
     barriers: dict[tuple, list] = {}
     gathering: dict[tuple, list] = {}
@@ -133,7 +157,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                 elif not arrived.processed:
                     yield arrived
             elif kind is Compute:
-                seconds = op.seconds if op.kind == "overhead" else op.flops / rate[rank]
+                seconds = op.seconds if op.kind == "overhead" else compute_seconds(rank, op)
                 start = env.now
                 if seconds > 0:
                     events[0] += 1

@@ -160,6 +160,12 @@ def zero2(model: Model, sequences_per_gpu: float, seq_len: int, gpus: int, optio
                    gradient_transient=whole_gradient)
 
 
+def auto_sharded_params(model: Model, gpus: int) -> float:
+    """Parameters one GPU holds under auto_sharded: the blocks' matrices split, the rest whole."""
+    matrices = model.n_layer * 12 * model.n_embd ** 2
+    return model.num_params - matrices + matrices / gpus
+
+
 def auto_sharded(model: Model, sequences: float, seq_len: int, gpus: int, options: LayoutOptions) -> dict[str, float]:
     """Alpa's ShardParallel as its ILP lays a GPT block out: the four weight matrices of every block
     split over the GPUs (Megatron's column/row split), but the embedding tables, biases and layer
@@ -174,16 +180,20 @@ def auto_sharded(model: Model, sequences: float, seq_len: int, gpus: int, option
 
 
 def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers: int, first: bool, last: bool,
-                   stages: int, in_flight: int, options: LayoutOptions) -> dict[str, float]:
-    """One GPU of a pipeline stage whose mesh runs data parallel inside (Alpa's PipeshardParallel with
-    one GPU or a data-parallel mesh per stage): the stage's blocks, the embedding on the first stage,
-    the tied LM head's copy of the token embedding on the last (when it is not also the first), and
-    `in_flight` microbatches' residuals (1F1B: stages - stage index; GPipe: all of them)."""
+                   stages: int, in_flight: int, options: LayoutOptions, tensor_parallel: int = 1) -> dict[str, float]:
+    """One GPU of a pipeline stage (Alpa's PipeshardParallel with one GPU or a mesh per stage): the
+    stage's blocks, the embedding on the first stage, the tied LM head's copy of the token embedding
+    on the last (when it is not also the first), and `in_flight` microbatches' residuals (1F1B:
+    stages - stage index; GPipe: all of them). A mesh running data parallel inside holds the stage
+    whole; one sharding it (tensor_parallel > 1) splits the blocks' matrices as auto_sharded does,
+    and each of its GPUs sees the whole microbatch."""
+    matrices = layers * 12 * model.n_embd ** 2
     params = layers * model.params_per_layer + (model.embedding_params if first else 0)
     if last and not first:
         params += model.vocab * model.n_embd + 2 * model.n_embd
-    acts = activations(model, sequences_per_gpu, seq_len, layers, last, options)
-    return _layout(params, 0.0, 1, (), acts, in_flight, options)
+    acts = activations(model, sequences_per_gpu, seq_len, layers, last, options, tensor_parallel=tensor_parallel)
+    return _layout(params - matrices, matrices, tensor_parallel, ("weights", "master", "gradients", "optimizer"),
+                   acts, in_flight, options)
 
 
 # --- verdict --------------------------------------------------------------------------------
@@ -219,3 +229,10 @@ def verdict(need_bytes: float, memory_gib: float, options: LayoutOptions) -> Ver
     else:
         status = OUT_OF_MEMORY
     return Verdict(status, need_bytes, usable)
+
+
+def options_for(workload, params) -> LayoutOptions:
+    """The layout options of a case: its precision and checkpointing, the parameters' workspace and margins."""
+    return LayoutOptions(precision=workload.precision, remat=workload.checkpointing,
+                         workspace_bytes=params.workspace_gib * GIB, usable_fraction=params.usable_memory_fraction,
+                         margin_fraction=params.memory_margin_fraction)

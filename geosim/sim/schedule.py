@@ -27,6 +27,7 @@ class Compute(NamedTuple):
     label: str
     kind: str = "compute"  # compute | overhead (fixed seconds in `seconds`)
     seconds: float = 0.0
+    work: object = None  # geosim.sim.compute.Work: what the op-level compute model times
 
 
 class Send(NamedTuple):

@@ -21,7 +21,8 @@ from geosim.sim.predict import Prediction, predict
 from geosim.studies.select import TECHNIQUE_LABEL, MeasuredProbes, PredictedProbes, Selection, algorithm1
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques import technique_names
-from geosim.techniques._base import backward_multiplier, forward_flops
+from geosim.sim.compute import compute_model
+from geosim.techniques._base import backward_multiplier, forward_flops, work
 
 MAX_SPLITS = 400  # per pipeline shape; beyond it (3+ stages of a deep model) only near-even splits
 from geosim.techniques.pipeshard import INTRA_STAGES  # how a Pipeshard stage uses its mesh's GPUs
@@ -123,7 +124,10 @@ def shapes(case: Case, max_gpus: int | None = None, intra_stages: tuple[str, ...
                             # intra-stage data parallelism splits each microbatch over a mesh's GPUs
                             if intra == "data" and any((batch // m) % gpus[h] for h in order):
                                 continue
-                            yield technique, order, m, {"meshes": [[h] for h in order], "intra_stage": intra}
+                            if size == 1 and gpus[order[0]] > 1:  # one VM: one GPU per stage, as Alpa runs it
+                                yield technique, order, m, {"intra_stage": intra}
+                            else:
+                                yield technique, order, m, {"meshes": [[h] for h in order], "intra_stage": intra}
 
 
 def candidates(case: Case, max_gpus: int | None = None, intra_stages: tuple[str, ...] | None = None,
@@ -133,8 +137,16 @@ def candidates(case: Case, max_gpus: int | None = None, intra_stages: tuple[str,
         if technique != "pipeshard":
             yield technique, hosts, m, options
             continue
-        for split in layer_splits(case.model.n_layer, len(hosts)):
+        for split in layer_splits(case.model.n_layer, len(stage_gpus(case, hosts, options))):
             yield technique, hosts, m, {**options, "layer_split": split}
+
+
+def stage_gpus(case: Case, hosts: tuple[str, ...], options: dict) -> list[tuple]:
+    """The GPUs of each pipeline stage of an option: a VM's per stage, or one each on a lone VM."""
+    by_name = {h.name: h for h in case.cluster.hosts}
+    if "meshes" not in options:
+        return [(g,) for g in by_name[hosts[0]].gpus]
+    return [tuple(g for h in mesh for g in by_name[h].gpus) for mesh in options["meshes"]]
 
 
 def _signature(cluster: Cluster):
@@ -168,17 +180,24 @@ def floor_s(case: Case, technique: str, hosts: tuple[str, ...], microbatches: in
     """
     if technique != "pipeshard":
         return 0.0
-    w = case.workload
-    by_name = {h.name: h for h in case.cluster.hosts}
+    w, params = case.workload, case.params
     layers = options["layer_split"]
+    stages = stage_gpus(case, hosts, options)
+    model = compute_model(params)
     per_microbatch = []
-    for s, name in enumerate(hosts):
-        gpus = by_name[name].gpus
-        slowest = min(g.peak_tflops(w.precision) * 1e12 * case.params.gpu_efficiency(g.name) for g in gpus)  # engine.gpu_rate
+    for s, gpus in enumerate(stages):
         sequences = w.global_batch / microbatches / len(gpus)
-        flops = forward_flops(case.model, w, sequences, layers[s], s == len(hosts) - 1) * (1 + backward_multiplier(w))
-        per_microbatch.append(flops / slowest)
-    busiest = max(range(len(hosts)), key=per_microbatch.__getitem__)
+        first, last = s == 0, s == len(stages) - 1
+        times = []
+        for g in gpus:  # engine.compute_timer: a flat-rate device, else the op-level model
+            if g.name in params.efficiency:
+                flops = forward_flops(case.model, w, sequences, layers[s], last) * (1 + backward_multiplier(w))
+                times.append(flops / (g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]))
+            else:
+                times.append(sum(model.seconds(work(phase, case.model, w, sequences, layers[s], last, first), g,
+                                               w.precision) for phase in ("forward", "backward")))
+        per_microbatch.append(max(times))
+    busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
     iteration = microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
     iteration += case.params.iteration_overhead_s.get(technique, 0.0)
     iterations = w.iterations_per_epoch * w.epochs

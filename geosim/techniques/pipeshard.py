@@ -1,6 +1,7 @@
 """Pipeline parallelism with intra-op parallelism inside each stage (alpa.PipeshardParallel).
 
-Stages sit on meshes (by default one mesh per host, as in the study), layers are
+Stages sit on meshes (by default one mesh per host, as in the study; on one host, one
+GPU per stage, as Alpa lays a single VM's two GPUs out), layers are
 split across stages (uniform like Alpa's default, balanced by GPU speed, or given
 explicitly), microbatches flow under 1F1B or GPipe, and activations and their
 gradients cross between stages point-to-point, one rendezvous per microbatch.
@@ -11,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from geosim.errors import GeosimError
-from geosim.sim.memory import activation_bytes, gpu_memory
-from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
+from geosim.sim import memory_layout
+from geosim.sim.compute import compute_model
+from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
-from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops, overhead_op,
-                                     require_divisible)
+from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
+                                     require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import layers_ops
 
@@ -98,8 +100,12 @@ def build(case: Case, settings: Settings) -> Schedule:
     cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
     devices = devices_of(cluster)
-    mesh_hosts = settings.meshes or [[h.name] for h in cluster.hosts]
-    meshes: list[list[Device]] = [[d for d in devices if d.host in hosts] for hosts in mesh_hosts]
+    if settings.meshes:
+        meshes: list[list[Device]] = [[d for d in devices if d.host in hosts] for hosts in settings.meshes]
+    elif len(cluster.hosts) == 1 and len(devices) > 1:
+        meshes = [[d] for d in devices]  # Alpa's stages on one VM: one GPU each
+    else:
+        meshes = [[d for d in devices if d.host == h.name] for h in cluster.hosts]
     if any(not m for m in meshes):
         raise GeosimError("a pipeline mesh has no GPUs", key="meshes")
     S, M = len(meshes), workload.microbatches
@@ -108,14 +114,14 @@ def build(case: Case, settings: Settings) -> Schedule:
     for mesh in meshes:
         if intra == "data":
             require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh), "the GPUs of a mesh")
-    speed = [sum(d.gpu.peak_tflops(workload.precision) * params.gpu_efficiency(d.gpu.name) for d in m) for m in meshes]
-    head_in_layers = model.head_forward_flops(1) / model.layer_forward_flops(1, workload.seq_len)
-    layers = split_layers(model.n_layer, speed, settings.stage_split,
+    layer_s = [_mesh_seconds(case, mesh, b, 1, False, intra) for mesh in meshes]
+    head_in_layers = _mesh_seconds(case, meshes[-1], b, 0, True, intra) / layer_s[-1]
+    layers = split_layers(model.n_layer, [1.0 / t for t in layer_s], settings.stage_split,
                           list(settings.layer_split) if settings.layer_split is not None else None,
                           extra=[0.0] * (S - 1) + [head_in_layers])
     schedule_kind = settings.schedule
     per_layer = params.settings("shard").collectives_per_layer  # a sharded stage all-reduces as Shard does
-    bwd_mult = backward_multiplier(workload)
+    options = memory_layout.options_for(workload, params)
     compression = settings.activation_compression
     act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value * compression
     programs, memory = {}, {}
@@ -126,17 +132,27 @@ def build(case: Case, settings: Settings) -> Schedule:
         prev_mesh, next_mesh = (meshes[s - 1] if s else None), (meshes[s + 1] if not last else None)
         from_prev = _overlaps(len(prev_mesh), g) if prev_mesh else []
         to_next = _overlaps(g, len(next_mesh)) if next_mesh else []
+        first = s == 0
+        stage_params = layers[s] * model.params_per_layer + (model.embedding_params if first else 0) + (
+            model.vocab * model.n_embd if last and S > 1 else 0)
+        held = stage_params if intra == "data" else (
+            stage_params - layers[s] * 12 * model.n_embd ** 2 * (1 - 1 / g))
+        if intra == "data":
+            stage_fwd, stage_bwd = pass_ops(model, workload, b / g, layers[s], last, first)
+        else:
+            stage_fwd, stage_bwd = pass_ops(model, workload, b, 0, last, first, " head", tensor_parallel=g)
+        accumulate = update_op(model, held)
         for j, dev in enumerate(mesh):
             def forward(m, j=j):
                 ops = []
                 if prev_mesh:
                     ops += [Recv(prev_mesh[i].rank, ("act", s, m)) for i, k, _ in from_prev if k == j]
                 if intra == "data":
-                    ops.append(Compute(forward_flops(model, workload, b / g, layers[s], last), f"F{m}"))
+                    ops.append(stage_fwd._replace(label=f"F{m}"))
                 else:
                     ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pf", m), per_layer)[0])
-                    if last:
-                        ops.append(Compute(forward_flops(model, workload, b, 0, True) / g, f"F{m} head"))
+                    if last or first:
+                        ops.append(stage_fwd._replace(label=f"F{m} head"))
                 if next_mesh:
                     ops += [Send(next_mesh[k].rank, act_bytes * frac, ("act", s + 1, m))
                             for i, k, frac in to_next if i == j]
@@ -147,11 +163,12 @@ def build(case: Case, settings: Settings) -> Schedule:
                 if next_mesh:
                     ops += [Recv(next_mesh[k].rank, ("grad", s, m)) for i, k, _ in to_next if i == j]
                 if intra == "data":
-                    ops.append(Compute(bwd_mult * forward_flops(model, workload, b / g, layers[s], last), f"B{m}"))
+                    ops.append(stage_bwd._replace(label=f"B{m}"))
                 else:
-                    if last:
-                        ops.append(Compute(bwd_mult * forward_flops(model, workload, b, 0, True) / g, f"B{m} head"))
+                    if last or first:
+                        ops.append(stage_bwd._replace(label=f"B{m} head"))
                     ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pb", m), per_layer)[1])
+                ops.append(accumulate)
                 if prev_mesh:
                     ops += [Send(prev_mesh[i].rank, act_bytes * frac, ("grad", s - 1, m))
                             for i, k, frac in from_prev if k == j]
@@ -165,19 +182,34 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += forward(warmup + m) + backward(m)
             for m in range(M - warmup, M):
                 program += backward(m)
-            stage_params = layers[s] * model.params_per_layer + (model.embedding_params if s == 0 else 0) + (
-                model.vocab * model.n_embd if last and S > 1 else 0)
             if intra == "data" and g > 1:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
                                           params.collectives.get(NAME, "ring"), ("stage-grads", s), "stage gradient all-reduce"))
+            program.append(optimizer_op(model, held))
             program.append(overhead_op(NAME, params))
             programs[dev.rank] = program
             in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
-            held = stage_params if intra == "data" else stage_params / g
-            acts = activation_bytes(model, workload, b / g if intra == "data" else b, layers[s], last,
-                                    tensor_parallel=1 if intra == "data" else g)
-            memory[dev.rank] = gpu_memory(params_held=held, grads_held=held, optimizer_held=held,
-                                          activations=in_flight * acts, workload=workload, params=params)
+            memory[dev.rank] = memory_layout.pipeline_stage(
+                model, b / g if intra == "data" else b, workload.seq_len, layers[s], first, last, S, in_flight, options,
+                tensor_parallel=1 if intra == "data" else g)
     return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
                     f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""))
+
+
+def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int, head: bool, intra: str) -> float:
+    """Forward + backward seconds of `layers` blocks (and the head) of one microbatch on a mesh's slowest
+    GPU: what a balanced split weighs stages by."""
+    model, workload, params = case.model, case.workload, case.params
+    g = len(mesh)
+    sequences, tp = (microbatch / g, 1) if intra == "data" else (microbatch, g)
+    times = []
+    for d in mesh:
+        if d.gpu.name in params.efficiency:  # a flat-rate device
+            flops = forward_flops(model, workload, sequences, layers, head) / tp * (4.0 if workload.checkpointing else 3.0)
+            times.append(flops / (d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency[d.gpu.name]))
+            continue
+        timer = compute_model(params)
+        times.append(sum(timer.seconds(work(phase, model, workload, sequences, layers, head, False, tp), d.gpu,
+                                        workload.precision) for phase in ("forward", "backward")))
+    return max(times)
