@@ -31,7 +31,7 @@ IMPORT_KINDS = ("study", "alpa-tsv", "alpa-log", "live")
 # per-iteration overhead shared by all techniques (a held-out technique has no overhead of its own to
 # fit), and no technique-only scalar (ZeRO-2's gather width is a fact of what Alpa sends, not a knob)
 CROSSVAL_STEP_RTTS = "global"
-CROSSVAL_ALSO = ""
+CROSSVAL_ALSO = "transport.p2p_handshake_rtts"  # a pipeline stage's send: Alpa's cross-mesh rendezvous
 CROSSVAL_OVERHEAD = "shared"
 OVERHEAD_HELP = ("per-iteration overhead fitted per technique, once for all techniques (shared), or not at all "
                  "(none: the parameters file's values)")
@@ -79,7 +79,8 @@ def add_arguments(parser) -> None:
     p = sub.add_parser("crossval", help="leave-one-technique-out and leave-one-slice-out on the study's Table II")
     p.add_argument("records", nargs="?", help="run-records file (default: the study's measurements)")
     p.add_argument("--params", help="starting parameters (default: the shipped defaults)")
-    p.add_argument("--kind", choices=("both", "loto", "loso"), default="both")
+    p.add_argument("--kind", choices=("all", "both", "loto", "loso", "single-vm"), default="all",
+                   help="all: the three; both: loto and loso")
     p.add_argument("--plot", default="crossval.png", help="PNG of predicted vs measured (default crossval.png; "
                                                           "'' for none)")
     p.add_argument("--step-rtts", choices=("link", "global", "none"), default=CROSSVAL_STEP_RTTS,
@@ -288,7 +289,7 @@ def run_crossval(args) -> int:
     cases = [c for c in cases if c.metric is not None]
     if not cases:
         raise GeosimError("no measured runs to cross-validate on", source=args.records)
-    kinds = ("loto", "loso") if args.kind == "both" else (args.kind,)
+    kinds = {"all": ("loto", "loso", "single-vm"), "both": ("loto", "loso")}.get(args.kind, (args.kind,))
     options = {"step_rtts": None if args.step_rtts == "none" else args.step_rtts,
                "extra": tuple(k for k in args.also.split(",") if k), "overhead": args.overhead}
     reports = crossval(cases, params_path=args.params, kinds=kinds, workers=args.workers,
@@ -311,12 +312,22 @@ def run_crossval(args) -> int:
 
 def print_report(report) -> None:
     title = {"loto": "leave one technique out (fit on the other three, predict the held-out technique)",
-             "loso": "leave one slice out (fit on four slices, predict the fifth from its RTT alone)"}[report.kind]
+             "loso": "leave one slice out (fit on four slices, predict the fifth from its RTT alone)",
+             "single-vm": "leave the single-VM runs out (fit on Table II alone, predict the runs on one VM)",
+             }[report.kind]
     print(f"\n{title}")
-    print(f"  {'slice':<11} {'technique':<10} {'measured':>10} {'predicted':>10} {'error':>8}")
-    for c in sorted(report.cells, key=lambda c: (c.slice, c.measured_s)):
-        print(f"  {c.slice:<11} {c.technique:<10} {c.measured_s / 60:>7.0f} min {c.predicted_s / 60:>6.0f} min "
+    print(f"  {'slice':<11} {'technique':<12} {'measured':>12} {'predicted':>12} {'error':>8}")
+
+    def shown(value: float, metric: str) -> str:
+        return f"{value:>7.2f} TF/s" if metric == "tflops_per_gpu" else f"{value / 60:>8.0f} min"
+
+    for c in sorted(report.cells, key=lambda c: (c.slice, c.technique)):
+        print(f"  {c.slice:<11} {c.technique:<12} {shown(c.measured_s, c.metric)} {shown(c.predicted_s, c.metric)} "
               f"{c.error:>+8.1%}")
+    if report.kind == "single-vm":
+        print(f"  worst {abs(report.worst.error):.1%} ({report.worst.slice} {report.worst.technique}); "
+              f"errors are in time (a throughput's turned round)")
+        return
     worst = report.worst
     print(f"  median |error| {report.median_abs_error:.1%}; worst {abs(worst.error):.1%} "
           f"({worst.slice} {worst.technique})")
