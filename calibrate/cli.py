@@ -191,6 +191,8 @@ def fitted_summary(result, records_path: str) -> dict:
                       for f in result.fitted},
         "memory": {"right": result.memory["right"], "total": result.memory["total"]},
     }
+    if result.covariance:
+        table["covariance"] = result.covariance
     if result.links:
         table["links"] = {s: {k: round(v, 6) for k, v in d.items()} for s, d in result.links.items()}
     if result.workload:

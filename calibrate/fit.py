@@ -279,6 +279,7 @@ class FitResult:
     predictions: int
     seconds: float
     excluded: list[str] = field(default_factory=list)
+    covariance: dict = field(default_factory=dict)  # names, matrix: logs of the drawable global parameters
     links: dict[str, dict[str, float]] = field(default_factory=dict)  # slice -> {bandwidth_gbps|window_mib: v}
     workload: dict[str, int] = field(default_factory=dict)
 
@@ -338,8 +339,10 @@ def fit(cases: list[RunCase], free: list[FreeParam], base: Params, *, progress=N
         # tiny uncertainty. The uncertainties use central secants over +-SIGMA_STEP instead.
         jac = secant_jacobian(fun, x, lower, upper, r)
     fitted = uncertainties(used_free, ev.values(x), jac, r, active, warnings)
+    covariance = {}
     if used_free:
         warnings[:0] = pinned_by_prior(ev, jac, ev.values(x))
+        covariance = drawable_covariance(fitted, jac, r, active)
     values = ev.values(x)
     params = apply_params(base, used_free, values)
     results = [CaseResult(c, getattr(ev.predict(i, values, params), PREDICTION_FIELD[c.metric]), c.measured)
@@ -360,7 +363,29 @@ def fit(cases: list[RunCase], free: list[FreeParam], base: Params, *, progress=N
             warnings.append(f"the records do not give {', '.join(told)}: the fit assumed the scenario/default workload "
                             f"for them, so fitted values are conditional on that assumption")
     return FitResult(params, fitted, results, memory, warnings, calls[0], ev.predictions,
-                     time.perf_counter() - started, excluded, links, workload)
+                     time.perf_counter() - started, excluded, links, workload, covariance)
+
+
+DRAWABLE_KINDS = ("scalar", "iteration_overhead", "setting")
+
+
+def drawable_covariance(fitted: list["Fitted"], jac, residuals, active) -> dict:
+    """The covariance of the logs of the global parameters a prediction can draw from: those the data
+    (with the priors) determine, off their bounds. Per-link values live in scenario files, not here."""
+    keep = [j for j, f in enumerate(fitted) if f.param.kind in DRAWABLE_KINDS and active[j] == 0
+            and math.isfinite(f.sigma_log) and f.sigma_log < NOT_IDENTIFIABLE and f.note != "not identifiable"]
+    inside = [j for j in range(len(fitted)) if active[j] == 0]
+    if not keep:
+        return {}
+    m = jac.shape[0]
+    dof = max(1, m - len(inside))
+    s2 = float(residuals @ residuals) / dof
+    J = jac[:, inside]
+    cov = s2 * np.linalg.pinv(J.T @ J)
+    index = [inside.index(j) for j in keep]
+    sub = cov[np.ix_(index, index)]
+    return {"names": [fitted[j].param.name for j in keep],
+            "matrix": [[round(float(v), 8) for v in row] for row in sub]}
 
 
 def pinned_by_prior(ev: "Evaluator", jac, values) -> list[str]:

@@ -119,6 +119,7 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
     fitted = doc.get("fitted", {})
     if fitted:
         values["fitted_on"] = tuple(str(x) for x in fitted.get("on", ()))
+        values["fitted_covariance"] = _read_covariance(fitted.get("covariance"), source)
     values["source"] = source
     try:
         return Params(**values)
@@ -147,6 +148,27 @@ def _read_table(key: str, table, previous, source: str) -> dict:
         else:
             merged[name] = float(_check_number(value, source, full))
     return merged
+
+
+def _read_covariance(table, source: str) -> tuple:
+    """[fitted.covariance]: names (global parameter keys) and the covariance matrix of their logs."""
+    if table is None:
+        return ()
+    key = "fitted.covariance"
+    if not isinstance(table, dict) or not isinstance(table.get("names"), list) or not isinstance(table.get("matrix"), list):
+        raise GeosimError("must be a table with names = [...] and matrix = [[...], ...]", source=source, key=key)
+    names, matrix = table["names"], table["matrix"]
+    by_key = {k for k, _, _ in SCALARS} | {"overhead.iteration_s.shared"}
+    for name in names:
+        if name not in by_key and not str(name).startswith("overhead.iteration_s."):
+            raise GeosimError(f"unknown parameter {name!r}", source=source, key=key + ".names")
+    n = len(names)
+    if len(matrix) != n or any(not isinstance(row, list) or len(row) != n for row in matrix):
+        raise GeosimError(f"matrix must be {n} x {n}, one row per name", source=source, key=key + ".matrix")
+    for row in matrix:
+        for v in row:
+            _check_number(v, source, key + ".matrix", minimum=-1e6)
+    return (tuple(names), tuple(tuple(float(v) for v in row) for row in matrix))
 
 
 def _is_registered_technique(name: str) -> bool:

@@ -196,6 +196,8 @@ class Params:
     optimizer_bytes_per_param: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
+    # (names, matrix): the covariance of the logs of the fitted global parameters, for parameter draws
+    fitted_covariance: tuple = ()
     # technique name -> its Settings (geosim/techniques/<name>.py); a technique not here runs
     # with its Settings' defaults
     technique_settings: dict[str, object] = field(default_factory=dict)

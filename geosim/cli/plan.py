@@ -39,6 +39,9 @@ def add_arguments(parser) -> None:
                         help="rank measured runs instead ('study': the paper's measurements)")
     parser.add_argument("--sweep-rtt", nargs="?", const=DEFAULT_SWEEP_MS, metavar="MS",
                         help=f"replan at these RTTs and show where the best plan flips (default {DEFAULT_SWEEP_MS})")
+    parser.add_argument("--draws", type=int, metavar="N",
+                        help="re-rank the best options under N parameter draws from the fit's covariance and say "
+                             "how often the best one wins")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -92,9 +95,20 @@ def run(args) -> int:
             docs.append(sweep(args, case, plan_at))
             continue
         plan = plan_at(case)
-        docs.append(plan.to_dict())
+        doc = plan.to_dict()
+        if args.draws:
+            from geosim.studies.plan import robustness
+            from geosim.studies.uncertainty import parameter_draws
+
+            doc["robustness"] = robustness(plan, parameter_draws(params, args.draws))
+        docs.append(doc)
         if not args.json:
             print_plan(plan, None if args.all else args.top)
+            if args.draws and plan.best:
+                r = doc["robustness"]
+                print(f"  robust: {plan.best.kind} wins in {r['share']:.0%} of {r['draws']} parameter draws "
+                      f"(re-ranking the best {r['contenders']})"
+                      + (f"; else {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())}" if r["others"] else ""))
     if args.json:
         print_json(docs)
     elif len(docs) > 1 and not args.sweep_rtt and not args.measured:

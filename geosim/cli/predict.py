@@ -22,6 +22,8 @@ def add_arguments(parser) -> None:
                         help="also predict the time to train as far as Data gets in N tokens (README: Low-communication techniques)")
     parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
                         help="override a technique's token efficiency (Data's tokens / its tokens, same loss)")
+    parser.add_argument("--draws", type=int, metavar="N",
+                        help="also predict with N parameter draws from the fit's covariance and show the range")
     parser.add_argument("--loss-curves", metavar="FILE",
                         help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
 
@@ -50,12 +52,18 @@ def run(args) -> int:
                     attach_measurement(prediction, cluster)
                 results.append(prediction)
     targets = _time_to_target(args, params, results, headers)
+    ranges = _ranges(args, params, results, headers)
     if args.json:
         print_json({"params": params.source,
-                    "predictions": [r.to_dict() | (targets[i] if targets else {}) for i, r in enumerate(results)]})
+                    "predictions": [r.to_dict() | (targets[i] if targets else {})
+                                    | ({"total_time_range_s": ranges[i]} if ranges else {})
+                                    for i, r in enumerate(results)]})
         return 0
     for cluster, model, workload in headers:
-        print_table(cluster, model, workload, [r for r in results if r.scenario == cluster.name], params.source)
+        rows = [(r, ranges[i] if ranges else None) for i, r in enumerate(results) if r.scenario == cluster.name]
+        print_table(cluster, model, workload, [r for r, _ in rows], params.source)
+        if ranges:
+            print_ranges(rows)
         if targets:
             print_targets([(r, t) for r, t in zip(results, targets) if r.scenario == cluster.name])
     return 0
@@ -72,6 +80,41 @@ def _time_to_target(args, params, results, headers) -> list[dict] | None:
     measured = convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves)) if args.loss_curves else None
     return convergence.annotate(results, params, lambda p: convergence.target_tokens(args.target_tokens, models[p.scenario]),
                                 overrides, measured)
+
+
+def _ranges(args, params, results, headers) -> list[dict | None] | None:
+    """--draws N: each prediction's total time under N parameter draws (5th, 50th, 95th percentile)."""
+    if not args.draws:
+        return None
+    from geosim.studies.uncertainty import parameter_draws, spread
+
+    draws = parameter_draws(params, args.draws)
+    by_name = {cluster.name: (cluster, model, workload) for cluster, model, workload in headers}
+    out = []
+    for r in results:
+        if not r.ok:
+            out.append(None)
+            continue
+        cluster, model, workload = by_name[r.scenario]
+        times = [p.total_time_s for p in (predict(Case(cluster, model, workload, d), r.technique, hosts=tuple(r.hosts))
+                                          for d in draws) if p.ok]
+        if not times:
+            out.append(None)
+            continue
+        rng = spread(times)
+        out.append({"low": rng.low, "median": rng.median, "high": rng.high, "draws": rng.draws,
+                    "fits_in_draws": len(times) / len(draws)})
+    return out
+
+
+def print_ranges(rows) -> None:
+    drawn = [(r, g) for r, g in rows if g]
+    if not drawn:
+        return
+    print(f"  range over {drawn[0][1]['draws']} parameter draws from the fit's covariance (5th..95th percentile):")
+    for r, g in drawn:
+        print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(g['low']):>10} .. {fmt_duration(g['high']):<10} "
+              f"(median {fmt_duration(g['median'])})")
 
 
 def print_targets(rows) -> None:
@@ -114,3 +157,5 @@ def print_table(cluster, model, workload, rows: list[Prediction], params_source:
         print(f"  {r.technique:<10} {vms:<8} {fmt_duration(r.total_time_s):>10} {fmt_duration(r.time_per_epoch_s):>10} "
               f"{r.tflops_per_gpu:>8.2f} {r.peak_memory_gib:>5.1f} GiB  "
               f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")
+        if r.memory_note:
+            print(f"  {'':<10} {'':<8} memory: {r.memory_note}")

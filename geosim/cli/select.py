@@ -39,6 +39,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sweep-rtt", nargs="?", const=DEFAULT_SWEEP_MS, metavar="MS",
                         help=f"redo the choice at these RTTs (predicted probes), e.g. 0:100:10 "
                              f"(default {DEFAULT_SWEEP_MS})")
+    parser.add_argument("--draws", type=int, metavar="N",
+                        help="redo the choice (predicted probes) under N parameter draws from the fit's covariance "
+                             "and say how often it wins")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -79,14 +82,35 @@ def run(args) -> int:
             docs.append(sweep(args, cluster, model, workload, params, v1, v2))
             continue
         selection = algorithm1(make_source(args, name, cluster, model, workload, params), v1, v2, args.delta)
-        docs.append({"scenario": cluster.name, "model": model.name, **selection.to_dict()})
+        doc = {"scenario": cluster.name, "model": model.name, **selection.to_dict()}
+        if args.draws:
+            doc["robustness"] = robustness_of(args, cluster, model, workload, params, v1, v2, selection.label)
+        docs.append(doc)
         if not args.json:
             print_selection(cluster, model, selection)
+            if args.draws:
+                r = doc["robustness"]
+                print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
+                      + (f" (else: {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())})" if r["others"] else ""))
     if args.json:
         print_json(docs)
     elif len(docs) > 1 and not args.sweep_rtt:
         print_summary(docs)
     return 0
+
+
+def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -> dict:
+    """The share of parameter draws (predicted probes) whose Algorithm 1 choice is `chosen`."""
+    from collections import Counter
+
+    from geosim.studies.uncertainty import parameter_draws, robustness
+
+    if args.live or (args.measured and args.measured != "predicted"):
+        raise GeosimError("--draws varies the simulator's parameters, so it needs predicted probes", source="--draws")
+    labels = [algorithm1(PredictedProbes(cluster, model, workload, d), v1, v2, args.delta).label
+              for d in parameter_draws(params, args.draws)]
+    others = {k: v / len(labels) for k, v in Counter(labels).most_common() if k != chosen}
+    return {"draws": len(labels), "share": robustness(labels, chosen), "others": others}
 
 
 def fmt_tflops(value: float) -> str:

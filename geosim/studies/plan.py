@@ -59,7 +59,7 @@ class Option:
         if self.technique != "pipeshard":
             return self.kind
         split = "/".join(map(str, self.options["layer_split"]))
-        stages = f" layers {split}" if len(self.hosts) > 1 else ""
+        stages = f" layers {split}" if len(self.options["layer_split"]) > 1 else ""
         return f"{self.kind}{stages}, {self.microbatches} microbatches, intra-stage {self.options['intra_stage']}"
 
     @property
@@ -68,7 +68,9 @@ class Option:
         name = TECHNIQUE_LABEL.get(self.technique, self.technique)
         if self.technique == "pipeshard" and len(self.hosts) > 1:
             return f"{name} {'>'.join(self.hosts)}"
-        return f"{name} on {'+'.join(self.hosts)}" + (" (1 stage)" if self.technique == "pipeshard" else "")
+        one_stage = self.technique == "pipeshard" and self.options and "meshes" in self.options
+        return f"{name} on {'+'.join(self.hosts)}" + (" (1 stage)" if one_stage else
+                                                       " (a stage per GPU)" if self.technique == "pipeshard" else "")
 
     def to_dict(self) -> dict:
         p = self.prediction
@@ -167,6 +169,27 @@ def evaluate(case: Case, technique: str, hosts: tuple[str, ...], microbatches: i
     workload = case.workload if microbatches is None else replace(case.workload, microbatches=microbatches)
     prediction = predict(case.with_(workload=workload), technique, hosts=hosts, options=options)
     return Option(technique, tuple(hosts), microbatches, options, prediction)
+
+
+def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
+    """Re-rank the plan's best `contenders` options under each parameter draw: how often its best
+    option (by technique and VMs) still wins, and what wins otherwise."""
+    from collections import Counter
+
+    if plan.best is None:
+        return {"draws": 0, "share": 0.0, "others": {}}
+    key = rank_key(plan.deadline_s)
+    top = plan.options[:contenders]
+    winners = []
+    for params in draws:
+        case = plan.case.with_(params=params)
+        tried = [evaluate(case, o.technique, o.hosts, o.microbatches, o.options) for o in top]
+        ok = [o for o in tried if o.ok]
+        winners.append(min(ok, key=lambda o: key(o.total_time_s, o.gpus)).kind if ok else "none fits")
+    counts = Counter(winners)
+    best = plan.best.kind
+    return {"draws": len(winners), "contenders": len(top), "share": counts.get(best, 0) / len(winners),
+            "others": {k: v / len(winners) for k, v in counts.most_common() if k != best}}
 
 
 def floor_s(case: Case, technique: str, hosts: tuple[str, ...], microbatches: int | None,
