@@ -37,7 +37,6 @@ SCALARS: tuple[tuple[str, str, float], ...] = (
     ("memory.workspace_gib", "workspace_gib", 1.0),
     ("memory.usable_fraction", "usable_memory_fraction", 1.0),
     ("memory.margin_fraction", "memory_margin_fraction", 1.0),
-    ("memory.optimizer_bytes_per_param", "optimizer_bytes_per_param", 1.0),
     ("convergence.compressed_activation_efficiency", "compressed_activation_efficiency", 1.0),
 )
 # (lowest, highest) for the scalars whose range is narrower than ">= 0"
@@ -59,6 +58,9 @@ TABLES = {  # TOML table -> Params field holding a dict
 }
 COLLECTIVE_ALGORITHMS = ("ring", "tree", "hierarchical")
 DEFAULTS_FILE = "params-default.toml"
+# keys of older parameters files that no longer mean anything (the per-GPU default efficiency gave way
+# to the op-level compute model's fractions; state bytes follow from the precision): read and ignored
+RETIRED = {"compute.default_efficiency", "memory.optimizer_bytes_per_param"}
 # keys an older parameters file may still use -> their current name
 RENAMED = {"zero2.bucket_mib": "xla.combine_mib"}
 
@@ -91,6 +93,8 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
     setting_changes: dict[str, dict[str, object]] = {}
     for key, value in flat.items():
         key = RENAMED.get(key, key)
+        if key in RETIRED:
+            continue
         if key in TABLES:
             values[TABLES[key]] = _read_table(key, value, values.get(TABLES[key]), source)
             continue

@@ -55,8 +55,9 @@ def _positive(value, source: str, key: str, *, allow_zero: bool = False) -> floa
 
 
 def _gpu_from_table(name: str, table: dict, source: str, prefix: str) -> GPU:
-    numeric = {"memory_gib", "memory_bandwidth_gbs", "fp32_tflops", "fp16_tensor_tflops", "pcie_gen", "bf16_tensor_tflops"}
-    _only_keys(table, numeric | {"name", "architecture"}, numeric - {"bf16_tensor_tflops"}, source, prefix)
+    numeric = {"memory_gib", "memory_bandwidth_gbs", "fp32_tflops", "fp16_tensor_tflops", "pcie_gen", "bf16_tensor_tflops",
+               "tdp_w"}
+    _only_keys(table, numeric | {"name", "architecture"}, numeric - {"bf16_tensor_tflops", "tdp_w"}, source, prefix)
     values = {k: _positive(v, source, prefix + k) for k, v in table.items() if k in numeric}
     values["pcie_gen"] = int(values["pcie_gen"])
     architecture = table.get("architecture")

@@ -23,6 +23,7 @@ class GPU:
     pcie_gen: int
     bf16_tensor_tflops: float | None = None  # None: no bf16 (Turing)
     architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the compute model's overrides
+    tdp_w: float | None = None  # board power: caps a power-dense card's sustained tensor rate (sim/compute.py)
 
     def peak_tflops(self, precision: str) -> float:
         if precision == "fp32":
@@ -127,15 +128,6 @@ class Model:
         h, s = self.n_embd, seq_len
         return f * batch * s * h * h * self.n_layer * (1 + s / (6 * h)) + 6 * batch * s * h * self.vocab
 
-    def activation_bytes_per_layer(self, sequences: float, seq_len: int, tensor_parallel: int = 1) -> float:
-        """Korthikanti et al. (2022), 16-bit activations, no recomputation."""
-        s, h, a, t = seq_len, self.n_embd, self.n_head, tensor_parallel
-        return s * sequences * h * (10 + 24 / t + 5 * a * s / (h * t))
-
-    def head_activation_bytes(self, sequences: float, seq_len: int, tensor_parallel: int = 1) -> float:
-        """Logits in fp32 plus their gradient: large for GPT-2's 50k vocabulary."""
-        return 8.0 * sequences * seq_len * self.vocab / tensor_parallel
-
 
 @dataclass(frozen=True)
 class Workload:
@@ -193,7 +185,6 @@ class Params:
     iteration_overhead_s: dict[str, float]
     startup_s: dict[str, float]
     workspace_gib: float
-    optimizer_bytes_per_param: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
     # (names, matrix): the covariance of the logs of the fitted global parameters, for parameter draws

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
 from geosim.scenario import gpu_catalog, model_catalog
 from geosim.sim.compute import (ComputeModel, Efficiency, Gemm, MemoryOp, Work, architecture, block_backward,
                                 block_forward, gemm_seconds, head_backward, head_forward, kernel_flops, kernels,
-                                memory_seconds, op_seconds)
+                                memory_seconds, op_seconds, sustained_tensor_tflops)
 
 CATALOG = gpu_catalog()
 RTX, T4, A30 = CATALOG["RTX6000"], CATALOG["T4"], CATALOG["A30"]
@@ -151,8 +152,20 @@ def test_a_gpu_with_more_flops_and_bandwidth_is_never_slower():
     assert dominated >= 10  # the check is not vacuous
 
 
+def test_power_dense_cards_are_capped_at_their_generations_tflops_per_watt():
+    # Turing's least power-dense card is the RTX 6000 (130.5 TFLOP/s in 295 W): the T4 (65 in 70 W) is capped
+    assert sustained_tensor_tflops(RTX, "fp16") == 130.5
+    assert sustained_tensor_tflops(T4, "fp16") == pytest.approx(70 * 130.5 / 295)
+    # Ampere's is the A100 (312 in 400 W): the A30 (165 in 165 W) is capped at 128.7
+    assert sustained_tensor_tflops(A30, "fp16") == pytest.approx(165 * 312 / 400)
+    assert sustained_tensor_tflops(CATALOG["H100"], "fp16") == 989.0  # the only Hopper card
+    assert sustained_tensor_tflops(T4, "fp32") == 8.1  # CUDA cores: not capped
+    assert sustained_tensor_tflops(replace(T4, tdp_w=None), "fp16") == 65.0
+
+
 def test_gpu_speed_ratio_follows_the_datasheet():
-    # the T4 has half the RTX 6000's tensor peak and ~half its bandwidth: about half as fast, whatever the fractions
+    # the T4: 31 capped tensor TFLOP/s against the RTX 6000's 130.5 (4.2x), 320 GB/s against 672 (2.1x): a step
+    # between the two ratios, whatever the fractions
     for eff in (Efficiency(), Efficiency(gemm_fraction=0.3, memory_fraction=0.5)):
         ratio = step_seconds(T4, eff) / step_seconds(RTX, eff)
-        assert 1.9 < ratio < 2.2
+        assert 2.1 < ratio < 4.2

@@ -91,8 +91,35 @@ def value_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
+def sustained_tensor_tflops(gpu: GPU, precision: str) -> float:
+    """The datasheet peak for the precision, capped by board power for tensor precisions: a card cannot
+    sustain more tensor TFLOP/s per watt than its generation's least power-dense card of the built-in
+    catalog (whose datasheet peak is taken as sustainable). The T4's 65 TFLOP/s in 70 W is capped at
+    70 W x the RTX 6000's 130.5 / 295 TFLOP/s per W = 31 TFLOP/s: the T4 throttles its clock under
+    sustained tensor load. A card of a generation the catalog does not hold, or without tdp_w, is not capped."""
+    peak = gpu.peak_tflops(precision)
+    if precision == "fp32" or not gpu.tdp_w:
+        return peak
+    per_watt = _generation_tflops_per_watt().get(gpu.architecture)
+    return peak if per_watt is None else min(peak, gpu.tdp_w * per_watt)
+
+
+_PER_WATT: dict[str, float] = {}
+
+
+def _generation_tflops_per_watt() -> dict[str, float]:
+    if not _PER_WATT:
+        from geosim.scenario import gpu_catalog
+
+        for g in gpu_catalog().values():
+            if g.tdp_w:
+                ratio = g.fp16_tensor_tflops / g.tdp_w
+                _PER_WATT[g.architecture] = min(ratio, _PER_WATT.get(g.architecture, ratio))
+    return _PER_WATT
+
+
 def gemm_seconds(op: Gemm, gpu: GPU, precision: str, eff: Efficiency) -> float:
-    rate = gpu.peak_tflops(precision) * 1e12 * eff.gemm_fraction_of(gpu)
+    rate = sustained_tensor_tflops(gpu, precision) * 1e12 * eff.gemm_fraction_of(gpu)
     bandwidth = gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction
     flops = op.flops
     # F / (rate * F / (F + rate * half)) = F / rate + half: saturation is a fixed ramp per GEMM
