@@ -279,9 +279,9 @@ class FitResult:
     predictions: int
     seconds: float
     excluded: list[str] = field(default_factory=list)
-    covariance: dict = field(default_factory=dict)  # names, matrix: logs of the drawable global parameters
     links: dict[str, dict[str, float]] = field(default_factory=dict)  # slice -> {bandwidth_gbps|window_mib: v}
     workload: dict[str, int] = field(default_factory=dict)
+    covariance: dict = field(default_factory=dict)  # names, matrix: logs of the drawable global parameters
 
     @property
     def rms_log_error(self) -> float:

@@ -58,12 +58,16 @@ def write(tmp_path, name, text):
 
 # ----------------------------------------------------------------------------- importers
 
-def test_study_importer_gives_table_two():
+def test_study_importer_gives_table_two_and_the_single_vm_runs():
     records = study_records()
-    assert len(records) == 20
+    assert len(records) == 24 and len(study_records(single_vm=False)) == 20
     for r in records:
         assert validate(json.loads(r.to_json()), "x") == r  # the shared schema, round trip
-    by = {(r.scenario, r.technique): r for r in records}
+    single = {(r.scenario, r.technique): r for r in records if r.hosts}
+    assert single[("tacc-tacc", "data")].measured == {"tflops_per_gpu": 15.74}
+    assert single[("utah-gpn", "pipeshard")].measured == {"total_time_s": 26 * 60}
+    assert all(r.hosts == ["vm1"] for r in single.values())
+    by = {(r.scenario, r.technique): r for r in records if not r.hosts}
     assert by[("utah-gpn", "pipeshard")].measured == {"total_time_s": 57 * 60, "tflops_per_gpu": 2.49}
     assert by[("gat-amst", "shard")].measured["total_time_s"] == 5400 * 60
     assert all("tokens_per_epoch" not in r.workload for r in records)  # not reported: left unknown
@@ -222,9 +226,9 @@ def test_per_link_step_rtts_free_params_and_their_effect():
     extra = default_free(cases, base, step_rtts=None, extra=("zero2.gather_bytes_per_param",
                                                               "transport.p2p_handshake_rtts"))
     # no pipeline in these runs: the rendezvous is left out, ZeRO-2's gather width is in
-    assert [p.name for p in extra if p.kind in ("scalar", "setting")] == ["transport.window_mib",
-                                                             "transport.per_message_overhead_us",
-                                                             "zero2.gather_bytes_per_param"]
+    assert [p.name for p in extra if p.kind in ("scalar", "setting")] == [
+        "compute.gemm_fraction", "compute.memory_fraction", "transport.window_mib",
+        "transport.per_message_overhead_us", "zero2.gather_bytes_per_param"]
     # a slice's step value changes its own predictions only, and more round trips per step take longer
     mass = [p for p in free if p.kind == "link_step_rtts" and p.target == "UTAH-MASS"][0]
     ev = Evaluator(cases, free, base)
@@ -235,7 +239,7 @@ def test_per_link_step_rtts_free_params_and_their_effect():
     changed = {cases[i].slice_key for i in range(len(cases)) if abs(after[i] - before[i]) > 1e-9}
     assert changed == {"UTAH-MASS"} and after[cases.index(by_slice["UTAH-MASS"])] > before[cases.index(by_slice["UTAH-MASS"])]
     # its weak prior is centred on the global step value: log(3) / sigma
-    prior = len(cases) + [j for j, _ in ev.priors].index(free.index(mass))
+    prior = len(cases) + [j for j, _, _ in ev.priors].index(free.index(mass))
     assert after[prior] == pytest.approx(math.log(3.0) / LINK_PRIOR_SIGMA)
 
 
@@ -321,7 +325,7 @@ def test_cli_import_then_crossval_pieces(tmp_path, capsys):
     assert main(["calibrate", "import", "alpa-tsv", str(write(tmp_path, "r.tsv", ALPA_TSV)), "--scenario", "utah-gpn",
                  "--global-batch", "8", "--out", str(out)]) == 0
     assert main(["calibrate", "import", "study", "--out", str(out), "--append"]) == 0
-    assert len(read_runs(out)) == 24
+    assert len(read_runs(out)) == 28  # 4 Alpa rows, Table II's 20 cells and the 4 single-VM runs
     assert main(["calibrate", "import", "alpa-log", str(write(tmp_path, "t.log", ALPA_LOG)), "--out", str(out)]) == 2
     assert "give --scenario" in capsys.readouterr().err
 
@@ -331,8 +335,16 @@ def test_crossval_report_and_plot(tmp_path):
     from geosim.calibrate.plot import plot_predicted_vs_measured
 
     cases = cases_from_records(study_records(), "study")
-    plan = folds(cases, ("loto", "loso"))
-    assert len(plan) == 9 and all(len(test) in (4, 5) and len(train) + len(test) == 20 for *_, train, test in plan)
+    plan = folds(cases, ("loto", "loso", "single-vm"))
+    assert len(plan) == 10
+    for name, kind, held, train, test in plan:
+        assert not set(train) & set(test)
+        if kind == "single-vm":  # fitted on Table II alone, the four single-VM runs predicted
+            assert len(test) == 4 and len(train) == 20 and all(cases[i].hosts for i in test)
+            continue
+        # scored on Table II's cells; the held-out technique's or slice's single-VM runs are not trained on
+        assert len(test) in (4, 5) and not any(cases[i].hosts for i in test)
+        assert all(held not in (cases[i].technique, cases[i].slice_key) for i in train)
     cells = [Cell("A", "data", 100, 110, "f"), Cell("A", "shard", 300, 250, "f"), Cell("B", "data", 100, 300, "g"),
              Cell("B", "shard", 200, 150, "g")]
     report = Report("loto", [FoldResult("f", "loto", "x", cells, 0.1, {}, [], 1.0)])

@@ -169,7 +169,7 @@ def test_faster_gpus_are_not_slower_on_random_clusters(cluster, technique, e1, e
     e1, e2 = sorted((e1, e2))
 
     def params(e):
-        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}, default_efficiency=e)
+        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES})
 
     t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD)
     assume(t1 is not None)
