@@ -66,6 +66,8 @@ def run(args) -> int:
         raise GeosimError(f"must be > 0, got {args.max_gpus}", source="--max-gpus")
     if args.top <= 0:
         raise GeosimError(f"must be > 0, got {args.top}", source="--top")
+    if args.draws is not None and (args.draws < 1 or args.measured):
+        raise GeosimError("needs N >= 1 and predicted options (not --measured)", source="--draws")
     deadline = parse_duration(args.deadline) if args.deadline else None
     intra = INTRA_STAGES if args.intra_stage == "both" else ((args.intra_stage,) if args.intra_stage else None)
     techniques = tuple(args.technique) if args.technique else STUDY_ORDER

@@ -5,6 +5,7 @@ from __future__ import annotations
 from geosim.cli.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
                                     scenario_names)
 from geosim.case import Case
+from geosim.errors import GeosimError
 from geosim.sim.predict import Prediction, predict
 from geosim.studies.reference import attach_measurement
 from geosim.techniques import get_technique, technique_names
@@ -37,6 +38,8 @@ def host_subsets(cluster, all_only: bool) -> list[tuple[str, ...]]:
 
 def run(args) -> int:
     params = load_params_arg(args)
+    if args.draws is not None and args.draws < 1:
+        raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
     techniques = args.technique or technique_names()
     for name in techniques:
         get_technique(name)  # unknown names fail before any work

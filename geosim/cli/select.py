@@ -71,6 +71,10 @@ def run(args) -> int:
         args.epochs = 1
     if args.steps is not None and not args.live:
         raise GeosimError("only live probes take --steps", source="--steps")
+    if args.draws and (args.live or args.measured):
+        raise GeosimError("--draws varies the simulator's parameters, so it needs predicted probes", source="--draws")
+    if args.draws is not None and args.draws < 1:
+        raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
     if args.sweep_rtt and (args.live or args.measured):
         raise GeosimError("--sweep-rtt varies the simulated network, so it needs predicted probes", source="--sweep-rtt")
     params = load_params_arg(args)
@@ -105,8 +109,6 @@ def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -
 
     from geosim.studies.uncertainty import parameter_draws, robustness
 
-    if args.live or (args.measured and args.measured != "predicted"):
-        raise GeosimError("--draws varies the simulator's parameters, so it needs predicted probes", source="--draws")
     labels = [algorithm1(PredictedProbes(cluster, model, workload, d), v1, v2, args.delta).label
               for d in parameter_draws(params, args.draws)]
     others = {k: v / len(labels) for k, v in Counter(labels).most_common() if k != chosen}
