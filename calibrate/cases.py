@@ -7,15 +7,14 @@ record dozens of times). Errors name the record's file and line.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from geosim.errors import GeosimError
-from geosim.records import RunRecord, json_lines, validate
-from geosim.scenario import Scenario, get_model, load_scenario
+from geosim.records import RunRecord
+from geosim.records import read_runs as records_read_runs
+from geosim.scenario import Scenario, get_model, load_scenario, scenario_from_doc
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import get_technique
 
@@ -54,11 +53,8 @@ class RunCase:
 
 
 def read_runs(path: str | Path) -> list[tuple[str, RunRecord]]:
-    """(file:line, record) for every record of a JSON Lines file; empty files are an error."""
-    runs = [(where, validate(doc, where)) for where, doc in json_lines(path)]
-    if not runs:
-        raise GeosimError("no run records in file (empty)", source=str(path))
-    return runs
+    """(file:line, record) for every record of a JSON Lines file; empty files, duplicate runs are errors."""
+    return records_read_runs(path)
 
 
 @lru_cache(maxsize=64)
@@ -67,23 +63,12 @@ def _scenario(name_or_path: str) -> Scenario:
 
 
 def _inline_scenario(doc: dict, where: str) -> Scenario:
-    """A record's inline cluster is scenario-file TOML as JSON: validate it with the same loader."""
-    import tomli_w
-
+    """A record's inline cluster is scenario-file TOML as JSON: validated by the same loader."""
     try:
-        text = tomli_w.dumps(doc)
-    except (TypeError, ValueError) as exc:
-        raise GeosimError(f"not a scenario table ({exc})", source=where, key="cluster") from None
-    fd, tmp = tempfile.mkstemp(suffix=".toml", prefix="geosim-inline-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        return load_scenario(tmp)
-    except GeosimError as exc:  # name the record, not the temporary file
+        return scenario_from_doc(doc, where, "inline")
+    except GeosimError as exc:  # name the record's key
         key = f"cluster.{exc.key}" if exc.key else "cluster"
         raise GeosimError(exc.problem, source=where, key=key) from None
-    finally:
-        os.unlink(tmp)
 
 
 def to_case(where: str, record: RunRecord) -> RunCase:
@@ -97,8 +82,8 @@ def to_case(where: str, record: RunRecord) -> RunCase:
     else:
         try:
             scenario = _scenario(record.scenario)
-        except GeosimError as exc:
-            raise GeosimError(exc.problem, source=where, key="scenario") from None
+        except GeosimError as exc:  # name the record and the scenario file it points at
+            raise GeosimError(f"{exc.line()}", source=where, key="scenario") from None
         slice_key = scenario.cluster.name
     try:
         if record.model_dims is not None:

@@ -194,6 +194,7 @@ class Params:
     optimizer_bytes_per_param: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
+    fit_warnings: tuple[str, ...] = ()  # what `calibrate fit` found suspicious ([fitted] warnings)
     # technique name -> its Settings (geosim/techniques/<name>.py); a technique not here runs
     # with its Settings' defaults
     technique_settings: dict[str, object] = field(default_factory=dict)
