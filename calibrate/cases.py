@@ -45,6 +45,7 @@ class RunCase:
     measured: float | None
     assumed_workload: tuple[str, ...] = ()  # workload keys the record did not give (defaults used)
     gpus: frozenset[str] = field(default_factory=frozenset)
+    options: dict | None = None  # the technique's settings for this run (the record's options)
     networked: bool = False  # True when the run spans hosts, so the transport matters
 
     @property
@@ -96,6 +97,16 @@ def to_case(where: str, record: RunRecord) -> RunCase:
         workload = scenario.workload(**record.workload)
     except GeosimError as exc:
         raise GeosimError(exc.problem, source=where, key=exc.key) from None
+    options = None
+    if record.options:
+        from geosim.params import default_params
+        from geosim.techniques._settings import with_options
+
+        try:  # checked like a --params value: known settings, their types and ranges
+            with_options(default_params().settings(record.technique), record.options, record.technique)
+        except GeosimError as exc:
+            raise GeosimError(exc.problem, source=where, key=f"options.{(exc.key or '').split('.', 1)[-1]}") from None
+        options = {k: tuple(v) if isinstance(v, list) else v for k, v in record.options.items()}
     cluster = scenario.cluster
     hosts = tuple(record.hosts) if record.hosts else None
     if hosts:
@@ -113,7 +124,7 @@ def to_case(where: str, record: RunRecord) -> RunCase:
         measured=float(record.measured[metric]) if metric else None,
         assumed_workload=tuple(k for k in ("tokens_per_epoch", "global_batch", "microbatches", "epochs")
                                if k not in record.workload and k not in scenario.workload_overrides),
-        gpus=frozenset(g.name for h in used.hosts for g in h.gpus), networked=len(used.hosts) > 1,
+        gpus=frozenset(g.name for h in used.hosts for g in h.gpus), networked=len(used.hosts) > 1, options=options,
     )
 
 

@@ -265,15 +265,8 @@ def params_to_toml(params: Params, fitted: dict | None = None) -> dict:
 
 def write_params(params: Params, path: str | Path, fitted: dict | None = None) -> None:
     """Write atomically: a reader never sees a half-written parameters file."""
-    import os
-    import tempfile
-
     import tomli_w
 
-    path = Path(path)
-    text = tomli_w.dumps(params_to_toml(params, fitted))
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    from geosim.fileio import write_atomic
 
+    write_atomic(Path(path), tomli_w.dumps(params_to_toml(params, fitted)))

@@ -40,8 +40,9 @@ class RunRecord:
     hosts: list[str] | None = None  # the VMs used; None = all hosts of the scenario
     model_dims: dict | None = None  # n_layer, n_embd, n_head, vocab, n_ctx for models not in the catalog
     workload: dict = field(default_factory=dict)  # subset of WORKLOAD_KEYS; absent = unknown
+    options: dict | None = None  # the technique's settings for this run (predict's options), e.g. layer_split
     measured: dict = field(default_factory=dict)  # subset of MEASURED_KEYS
-    source: str = "live"  # fabric-slm-2026 | alpa-benchmark | alpa-log | live | simulated
+    source: str = "live"  # fabric-slm-2026 | alpa-benchmark | alpa-console | alpa-log | live | simulated
     backend: str | None = None  # jax | alpa | None (unknown)
     collective_impl: str | None = None  # nccl | gloo | xla-cpu ...
     error: str | None = None
@@ -91,7 +92,7 @@ def validate(doc: object, where: str) -> RunRecord:
         _fail(f"must be one of {', '.join(STATUSES)}, got {doc['status']!r:.60}", where, "status")
     if doc.get("scenario") is None and doc.get("cluster") is None:
         _fail("a record needs 'scenario' (name or path) or 'cluster' (inline)", where, "scenario")
-    for key in ("cluster", "software"):
+    for key in ("cluster", "software", "options"):
         if doc.get(key) is not None and not isinstance(doc[key], dict):
             _fail("must be an object", where, key)
     workload = doc.get("workload", {})

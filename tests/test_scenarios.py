@@ -291,7 +291,7 @@ def test_cli_predict_json_breakdowns_add_up(capsys):
 @pytest.mark.parametrize("argv,needle", [
     (["predict", "--scenario", "/nonexistent/x.toml"], "/nonexistent/x.toml: no such file"),
     (["predict", "--scenario", "utah-gpn", "--technique", "magic"], "unknown technique 'magic'"),
-    (["predict", "--scenario", "utah-gpn", "--rtt-ms", "-5"], "RTT must be >= 0"),
+    (["predict", "--scenario", "utah-gpn", "--rtt-ms", "-5"], "--rtt-ms: must be >= 0"),
     (["predict", "--scenario", "utah-gpn", "--model", "gpt5"], "unknown model 'gpt5'"),
     (["predict", "--scenario", "utah-gpn", "--global-batch", "8", "--microbatches", "3"],
      "microbatches (3) must divide global_batch (8)"),
@@ -319,7 +319,7 @@ def test_cli_bad_params_file(tmp_path, capsys):
     path = write(tmp_path, "[pipeshard]\nschedule = \"zigzag\"\n", "params.toml")
     assert main(["predict", "--scenario", "utah-gpn", "--params", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"geosim predict: error: {path}: pipeshard.schedule: must be one of")
+    assert err.startswith(f"geosim predict: error: {path}:2: pipeshard.schedule: must be one of")
 
 
 # --- the installed script, as a user runs it --------------------------------------
