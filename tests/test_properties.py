@@ -4,11 +4,10 @@ GPU speed grows, and every byte sent is received."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from geosim.case import Case
@@ -24,10 +23,9 @@ from geosim.techniques import build_schedule
 from geosim.studies.whatif import with_bandwidth, with_rtt
 
 SLACK = 1e-9  # float rounding in the simulated clock
-# Deterministic and quick by default; GEOSIM_HYPOTHESIS_EXAMPLES=200 searches harder (random seeds).
-_EXAMPLES = int(os.environ.get("GEOSIM_HYPOTHESIS_EXAMPLES", "0"))
-PROPERTY = settings(max_examples=_EXAMPLES or 12, deadline=None, derandomize=not _EXAMPLES,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# Example counts come from the hypothesis profile (tests/conftest.py): 12 by default, 1,000 with
+# HYPOTHESIS_PROFILE=ci (what .ci/run sets), random seeds with HYPOTHESIS_PROFILE=search.
+PROPERTY = settings()
 
 PARAMS = default_params()
 GPT2M = model_catalog()["gpt2m"]
@@ -82,9 +80,8 @@ def assert_not_increasing(t1, t2, what):
 # --- the study slice (UTAH-GPN) ---------------------------------------------------
 
 
-@pytest.mark.parametrize("technique", TECHNIQUE_NAMES)
 @PROPERTY
-@given(r1=rtt_ms, r2=rtt_ms)
+@given(technique=techniques, r1=rtt_ms, r2=rtt_ms)
 def test_time_does_not_fall_as_rtt_grows_on_a_study_slice(technique, r1, r2):
     r1, r2 = sorted((r1, r2))
     t1 = total(with_rtt(SLICE.cluster, r1 / 1e3), technique)
@@ -92,9 +89,8 @@ def test_time_does_not_fall_as_rtt_grows_on_a_study_slice(technique, r1, r2):
     assert_not_decreasing(t1, t2, f"{technique} on UTAH-GPN, RTT {r1!r} -> {r2!r} ms")
 
 
-@pytest.mark.parametrize("technique", TECHNIQUE_NAMES)
 @PROPERTY
-@given(b1=gbps, b2=gbps)
+@given(technique=techniques, b1=gbps, b2=gbps)
 def test_time_does_not_rise_as_bandwidth_grows_on_a_study_slice(technique, b1, b2):
     b1, b2 = sorted((b1, b2))
     t1 = total(with_bandwidth(SLICE.cluster, b1 * 1e9), technique)
@@ -105,10 +101,10 @@ def test_time_does_not_rise_as_bandwidth_grows_on_a_study_slice(technique, b1, b
 efficiency = st.floats(min_value=0.01, max_value=0.6, allow_nan=False)
 
 
-@pytest.mark.parametrize("technique", ["data", "zero2", "shard", "pipeshard"])
 @PROPERTY
-@example(e1=0.25, e2=0.5, which="RTX6000")  # the counterexample hypothesis found
-@given(e1=efficiency, e2=efficiency, which=st.sampled_from(["RTX6000", "T4", "both"]))
+@example(technique="zero2", e1=0.25, e2=0.5, which="RTX6000")  # the counterexample hypothesis found
+@given(technique=st.sampled_from(["data", "zero2", "shard", "pipeshard"]), e1=efficiency, e2=efficiency,
+       which=st.sampled_from(["RTX6000", "T4", "both"]))
 def test_faster_gpus_are_not_slower_on_a_study_slice(technique, e1, e2, which):
     """With Linux's slow start after idle switched off. With it on, real TCP can make a faster
     GPU slower: its connections sit idle longer waiting for the slow GPUs and restart from a
