@@ -16,7 +16,6 @@ import errno
 import fcntl
 import os
 import tempfile
-import time
 from pathlib import Path
 
 from geosim.errors import GeosimError
@@ -59,7 +58,7 @@ def lock_path(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def locked(path: str | Path, *, wait: bool = True, what: str = "file", timeout_s: float = 60.0):
+def locked(path: str | Path, *, wait: bool = True, what: str = "file"):
     """Hold an exclusive lock for `path` (a file or a directory). With wait=False, fail at once
     if another process holds it, naming that process."""
     target = Path(path) / LOCK_SUFFIX if Path(path).is_dir() else lock_path(path)
@@ -70,17 +69,14 @@ def locked(path: str | Path, *, wait: bool = True, what: str = "file", timeout_s
             raise GeosimError("the lock file is a symbolic link; remove it", source=str(target)) from None
         raise GeosimError(f"cannot create the lock file ({exc.strerror})", source=str(target)) from None
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not wait or time.monotonic() > deadline:
-                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-                    raise GeosimError(f"another geosim ({holder}) is writing this {what}; wait for it to finish "
-                                      f"or use another output", source=str(path)) from None
-                time.sleep(0.02)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                raise GeosimError(f"another geosim ({holder}) is writing this {what}; wait for it to finish "
+                                  f"or use another output", source=str(path)) from None
+            fcntl.flock(fd, fcntl.LOCK_EX)  # writers of a records file take turns: each holds it for one append
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
         yield

@@ -142,8 +142,8 @@ def _no_constants(name: str):
 
 def content_key(record: RunRecord) -> str:
     """What makes two records the same run: everything but the id and the time of writing."""
-    doc = {k: v for k, v in asdict(record).items() if k not in ("run_id", "when") and v is not None}
-    return json.dumps(doc, sort_keys=True)
+    doc = {k: v for k, v in vars(record).items() if k not in ("run_id", "when") and v is not None}
+    return json.dumps(doc, sort_keys=True, default=list)
 
 
 def numbered_lines(path: str | Path):
@@ -240,7 +240,7 @@ def append_records(path: str | Path, records: list[RunRecord]) -> tuple[int, int
     with locked(path, what="records file"):
         existing = set()
         if path.exists() and path.stat().st_size:
-            existing = {content_key(validate(doc, where)) for where, doc in json_lines(path)}
+            existing = {_existing_key(doc, where) for where, doc in json_lines(path)}
             data = path.read_bytes()
             if not data.endswith(b"\n"):  # a writer killed mid-line: end that line before appending
                 append_lines(path, [""])
@@ -252,6 +252,15 @@ def append_records(path: str | Path, records: list[RunRecord]) -> tuple[int, int
                 new.append(record)
         append_lines(path, [r.to_json() for r in new])
     return len(new), len(records) - len(new)
+
+
+def _existing_key(doc, where: str) -> str:
+    """The content key of a line already in a file (checked fully only if it is not a record's shape:
+    appending re-reads the whole file each time, so this must be quick)."""
+    try:
+        return content_key(RunRecord(**doc))
+    except TypeError:
+        return content_key(validate(doc, where))
 
 
 def write_records(path: str | Path, records: list[RunRecord]) -> None:
