@@ -161,7 +161,8 @@ def parallel_from_alpa(name: str, fields: dict, n_layer: int, where: str) -> Alp
     if op > 1:
         return AlpaParallel("shard", remat, reduce_scatter, {}, layout)
     # data parallel only: Alpa's Zero2Parallel is data parallel with reduce-scatter preferred
-    return AlpaParallel("zero2" if reduce_scatter else "data", remat, reduce_scatter, {}, layout)
+    # (on one device there is nothing to scatter: that is Data whatever the flag says)
+    return AlpaParallel("zero2" if reduce_scatter and dp > 1 else "data", remat, reduce_scatter, {}, layout)
 
 
 def _number(text: str, where: str, key: str) -> float:

@@ -159,6 +159,14 @@ def test_time_does_not_rise_as_bandwidth_grows_on_random_clusters(cluster, techn
     assert_not_increasing(t1, t2, f"{technique} on {cluster}, bandwidth {b1!r} -> {b2!r} Gbit/s")
 
 
+# How much slower faster GPUs may make a run where three or more GPUs share network hops
+# (docs/reference/properties.md): GPUs that finish sooner send sooner, so the order in which
+# transfers take a shared hop changes and a collective step can wait behind another's bytes,
+# a list-scheduling anomaly (Graham 1969). Hypothesis found +0.079% (3 hosts, Shard); 1,000
+# random examples stay under 0.1%. With two hosts (no shared hop) the property holds exactly.
+GPU_ANOMALY = 0.005
+
+
 @PROPERTY
 @given(cluster=small_clusters(), technique=techniques, e1=efficiency, e2=efficiency)
 def test_faster_gpus_are_not_slower_on_random_clusters(cluster, technique, e1, e2):
@@ -170,7 +178,38 @@ def test_faster_gpus_are_not_slower_on_random_clusters(cluster, technique, e1, e
     t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD)
     assume(t1 is not None)
     t2 = total(cluster, technique, params(e2), model=GPT2, workload=SMALL_WORKLOAD)
-    assert_not_increasing(t1, t2, f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}")
+    assert t2 <= t1 * (1 + GPU_ANOMALY), f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}: {t1!r} -> {t2!r}"
+    if len(cluster.hosts) == 2:  # no hop shared by transfers of different GPUs: exactly monotone
+        assert_not_increasing(t1, t2, f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}")
+
+
+def _a30(name, site, gpu="A30"):
+    return Host(name, site, (gpu_catalog()[gpu],))
+
+
+def test_the_faster_gpu_anomaly_hypothesis_found_is_small_and_needs_a_shared_hop():
+    def run(cluster, e):
+        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES}, default_efficiency=e,
+                                    slow_start_after_idle=False)
+        return total(cluster, "shard", params, model=GPT2, workload=SMALL_WORKLOAD)
+
+    three = Cluster("three", (_a30("h0", "A"), _a30("h1", "B"), _a30("h2", "A", "RTX6000")),
+                    (Link("A", "B", 0.005, 3e9),))
+    slow, fast = run(three, 0.25), run(three, 0.5)
+    assert slow < fast <= slow * (1 + GPU_ANOMALY)  # the anomaly is real in the model, and bounded
+    two = Cluster("two", three.hosts[:2], three.links)
+    assert run(two, 0.5) < run(two, 0.25)
+
+
+def test_a_tie_between_paths_does_not_make_a_longer_rtt_faster():
+    """Hypothesis's counterexample: a direct host link beside the site link. At 0 ms every WAN path
+    had equal latency and float rounding chose h2's path through h0 (a VM, which forwards nothing)
+    over the slower direct link; now paths go through sites and ties go to the most bandwidth."""
+    cluster = Cluster("tie", (_a30("h0", "A"), _a30("h1", "B"), _a30("h2", "A")),
+                      (Link("A", "B", 0.0, 2e9), Link("h0", "h1", 0.0, 1e9)))
+    t0 = total(with_rtt(cluster, 0.0), "data", model=GPT2, workload=SMALL_WORKLOAD)
+    t1 = total(with_rtt(cluster, 1e-3), "data", model=GPT2, workload=SMALL_WORKLOAD)
+    assert_not_decreasing(t0, t1, "data, RTT 0 -> 1 ms")
 
 
 # --- conservation of bytes --------------------------------------------------------
