@@ -1,7 +1,8 @@
 """Run records: one measured (or imported) training run per JSON line.
 
 The one schema shared by live/ (which writes records), calibrate/ (which fits on
-them) and the selector (which reads measured probes). Documented in the README.
+them) and the selector (which reads measured probes). Documented in
+docs/reference/run-records.md (schema, validation, locks, appends and deduplication).
 """
 
 from __future__ import annotations
