@@ -196,7 +196,7 @@ def run_fit(args) -> int:
     for path, text in scenario_files.items():
         write_atomically(path, text)
     if args.json:
-        print(json.dumps(fit_to_dict(result, args.out, list(scenario_files)), indent=2, default=str))
+        print(json.dumps(fit_to_dict(result, args.out, list(scenario_files)), indent=2, default=str, allow_nan=False))
     else:
         print_fit(result, args.out, list(scenario_files))
     return 0
@@ -323,6 +323,10 @@ def run_crossval(args) -> int:
         require("matplotlib", "calibrate", "geosim calibrate crossval")
         if not Path(args.plot).resolve().parent.is_dir():
             raise GeosimError("no such directory for the plot", source=args.plot)
+    if args.workers is not None and not 1 <= args.workers <= 1024:
+        raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
+    if args.max_evaluations < 1:
+        raise GeosimError(f"must be >= 1, got {args.max_evaluations}", source="--max-evaluations")
     cases = load_cases(args.records) if args.records else cases_from_records(study_records(), "fabric-slm-2026")
     cases = [c for c in cases if c.metric is not None]
     if not cases:
@@ -339,7 +343,7 @@ def run_crossval(args) -> int:
         plot_predicted_vs_measured({k: [(c.slice, c.technique, c.measured_s, c.predicted_s) for c in r.cells]
                                     for k, r in reports.items()}, args.plot)
     if args.json:
-        print(json.dumps({k: r.to_dict() for k, r in reports.items()} | {"plot": args.plot or None}, indent=2))
+        print(json.dumps({k: r.to_dict() for k, r in reports.items()} | {"plot": args.plot or None}, indent=2, allow_nan=False))
         return 0
     for report in reports.values():
         print_report(report)
