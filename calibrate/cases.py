@@ -72,6 +72,26 @@ def _inline_scenario(doc: dict, where: str) -> Scenario:
         raise GeosimError(exc.problem, source=where, key=key) from None
 
 
+def _option_value(name: str, value, where: str):
+    """A per-run option from JSON: a settings value as is; the layouts a technique takes as
+    tuples (layers per stage; host names per mesh or replica), checked for their shape here
+    because the technique's Settings accept any object for them."""
+    key = f"options.{name}"
+    if name.endswith("_split"):
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100_000 for v in value):
+            raise GeosimError(f"must be a list of whole numbers >= 1, got {value!r:.60}", source=where, key=key)
+        return tuple(value)
+    if name in ("meshes", "replicas"):
+        if not isinstance(value, list) or not value or not all(
+                isinstance(group, list) and group and all(isinstance(h, str) and h for h in group) for group in value):
+            raise GeosimError(f"must be a list of lists of host names, got {value!r:.60}", source=where, key=key)
+        return tuple(tuple(group) for group in value)
+    if isinstance(value, (list, dict)):
+        raise GeosimError(f"must be a number, a string or true/false, got {value!r:.60}", source=where, key=key)
+    return value
+
+
 def to_case(where: str, record: RunRecord) -> RunCase:
     try:
         get_technique(record.technique)
@@ -106,7 +126,7 @@ def to_case(where: str, record: RunRecord) -> RunCase:
             with_options(default_params().settings(record.technique), record.options, record.technique)
         except GeosimError as exc:
             raise GeosimError(exc.problem, source=where, key=f"options.{(exc.key or '').split('.', 1)[-1]}") from None
-        options = {k: tuple(v) if isinstance(v, list) else v for k, v in record.options.items()}
+        options = {k: _option_value(k, v, where) for k, v in record.options.items()}
     cluster = scenario.cluster
     hosts = tuple(record.hosts) if record.hosts else None
     if hosts:

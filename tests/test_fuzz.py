@@ -297,6 +297,9 @@ RECORDS = [
     {"technique": "pipeshard", "model": "tiny", "status": "out-of-memory", "source": "alpa-benchmark",
      "model_dims": {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab": 1000, "n_ctx": 128},
      "cluster": SCENARIOS[0], "options": {"layer_split": [1, 1]}, "workload": {"global_batch": 8}, "run_id": "b2"},
+    {"technique": "pipeshard", "model": "gpt2", "status": "ok", "scenario": "utah-gpn", "run_id": "d4",
+     "measured": {"tokens_per_s": 900.0}, "options": {"layer_split": [6, 6], "meshes": [["vm1"], ["vm2"]],
+                                                      "intra_stage": "data", "schedule": "gpipe"}},
     {"technique": "shard", "model": "gpt2", "status": "ok", "scenario": "tacc-tacc",
      "measured": {"total_time_s": 3600.0, "tokens_per_s": 1000.0}, "run_id": "c3", "when": "2026-01-01T00:00:00+00:00"},
 ]

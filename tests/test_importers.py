@@ -202,3 +202,18 @@ def test_an_overhead_that_is_most_of_the_run_is_a_warning_predict_prints(tmp_pat
     assert main(["predict", "--scenario", "tacc-tacc", "--technique", "data", "--params", str(params)]) == 0
     err = capsys.readouterr().err
     assert "geosim predict: warning:" in err and "per-iteration overhead" in err
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"layer_split": [1, "x"]}, r"options.layer_split: must be a list of whole numbers >= 1"),
+    ({"layer_split": 5}, r"options.layer_split: must be a list of whole numbers"),
+    ({"meshes": 3}, r"options.meshes: must be a list of lists of host names"),
+    ({"intra_stage": "x"}, r"options.intra_stage: must be one of data, shard"),
+    ({"warp_speed": 9}, r"options.warp_speed: pipeshard has no setting 'warp_speed'"),
+])
+def test_record_options_are_checked_like_settings(tmp_path, options, message):
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps({"technique": "pipeshard", "model": "gpt2", "status": "ok", "scenario": "utah-gpn",
+                                "measured": {"total_time_s": 5}, "options": options}) + "\n")
+    with pytest.raises(GeosimError, match=r"runs\.jsonl:1: " + message):
+        load_cases(path)
