@@ -72,6 +72,22 @@ def test_two_concurrent_sweeps_into_one_directory_write_no_duplicates(tmp_path):
 
 
 @pytest.mark.slow
+def test_four_small_sweeps_at_once_never_crash_or_duplicate(tmp_path):
+    out = tmp_path / "sweep"
+    procs = [subprocess.Popen(sweep_cmd(out, "1:20:10"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert all(code in (0, 2) for code, _ in results), results
+    assert any(code == 0 for code, _ in results)
+    for code, err in results:
+        if code == 2:  # refused at once, in one line, never a traceback
+            assert "is writing this sweep directory" in err and "Traceback" not in err
+    keys = [json.loads(line)["key"] for line in (out / RESULTS).read_text().splitlines()]
+    assert len(keys) == len(set(keys)) == 20
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_a_killed_sweep_resumes_without_losses_or_duplicates(tmp_path, sig):
     out = tmp_path / "sweep"
