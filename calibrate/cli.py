@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from geosim.errors import GeosimError, require
 from geosim.studies.reference import study_records
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
-IMPORT_KINDS = ("study", "alpa-tsv", "alpa-log", "live")
+IMPORT_KINDS = ("study", "alpa-tsv", "alpa-console", "alpa-log", "live")
 # the free set cross-validation uses (README: Calibrating geosim): the collective step's round trips
 # globally (per-link values fitted on three techniques extrapolate worse to the fourth), one
 # per-iteration overhead shared by all techniques (a held-out technique has no overhead of its own to
@@ -42,10 +40,12 @@ def add_arguments(parser) -> None:
     sub.required = True
     p = sub.add_parser("import", help="convert measurements into a run-records file (JSON Lines, geosim.run/1)")
     p.add_argument("kind", choices=IMPORT_KINDS, help="study: Table II of the study; alpa-tsv: Alpa's benchmark "
-                   "result file; alpa-log: Alpa's GPT-2 training log; live: records written by `geosim live`")
+                   "result file (its TSV or its console output, whichever the file is); alpa-console: the same; "
+                   "alpa-log: Alpa's GPT-2 training log; live: records written by `geosim live`")
     p.add_argument("file", nargs="?", help="the file to import (not for 'study')")
     p.add_argument("--out", required=True, help="run-records file to write (replaced atomically)")
-    p.add_argument("--append", action="store_true", help="keep the records already in --out")
+    p.add_argument("--append", action="store_true",
+                   help="append to --out (under its lock) the records not already in it, instead of replacing it")
     p.add_argument("--scenario", help="the slice the Alpa runs ran on (built-in name or scenario file)")
     p.add_argument("--hosts", help="comma-separated VMs used, if not all of the scenario's")
     p.add_argument("--technique", help="alpa-log: the technique the run used")
@@ -113,17 +113,26 @@ def progress(message: str) -> None:
 def run_import(args) -> int:
     from geosim.calibrate import importers
     from geosim.calibrate.cases import read_runs, to_case
-    from geosim.records import write_records
+    from geosim.fileio import check_output_path
+    from geosim.records import append_records, scenario_for_file, write_records
 
+    out = check_output_path(args.out, "--out")
     hosts = [h for h in args.hosts.split(",") if h] if args.hosts else None
     if args.kind != "study" and not args.file:
         raise GeosimError(f"'import {args.kind}' needs the file to import", source="calibrate import")
-    if args.kind in ("alpa-tsv", "alpa-log") and not args.scenario:
+    for flag in ("global_batch", "microbatches"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise GeosimError(f"must be >= 1, got {getattr(args, flag)}", source=f"--{flag.replace('_', '-')}")
+    if args.kind.startswith("alpa") and not args.scenario:
         raise GeosimError("Alpa's files do not say which slice they ran on: give --scenario", source=args.file)
+    # a scenario file is stored relative to the records file, so a fit finds it from any directory
+    scenario = scenario_for_file(args.scenario, out) if args.scenario else None
+    skipped: list[str] = []
     if args.kind == "study":
         records = study_records()
-    elif args.kind == "alpa-tsv":
-        records = importers.alpa_benchmark_records(args.file, args.scenario, global_batch=args.global_batch, hosts=hosts)
+    elif args.kind in ("alpa-tsv", "alpa-console"):
+        records = importers.alpa_benchmark_records(args.file, args.scenario, global_batch=args.global_batch,
+                                                   hosts=hosts, skipped=skipped)
     elif args.kind == "alpa-log":
         for option in ("technique", "model"):
             if not getattr(args, option):
@@ -136,10 +145,17 @@ def run_import(args) -> int:
     # every record must be one the simulator can run: scenario, GPUs, model, technique, workload
     for i, r in enumerate(records):
         to_case(f"{args.file or 'study'}#{i + 1}", r)
-    out = Path(args.out)
-    kept = [r for _, r in read_runs(out)] if args.append and out.exists() and out.stat().st_size else []
-    write_records(out, kept + records)
-    print(f"wrote {len(records)} record(s) to {out}" + (f" (after {len(kept)} kept)" if kept else ""))
+    for r in records:  # scenario files as the records file will find them
+        if r.scenario is not None:
+            r.scenario = scenario if args.kind.startswith("alpa") else scenario_for_file(r.scenario, out)
+    for line in skipped:
+        print(f"skipped {line}", file=sys.stderr)
+    if args.append:
+        added, duplicates = append_records(out, records)
+        print(f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else ""))
+    else:
+        write_records(out, records)
+        print(f"wrote {len(records)} record(s) to {out}")
     return 0
 
 
@@ -151,6 +167,16 @@ def run_fit(args) -> int:
     from geosim.calibrate.fit import default_free, fit
     from geosim.params import load_params
 
+    from geosim.fileio import check_output_path
+
+    check_output_path(args.out, "--out")  # before the fit, not after it
+    if args.scenarios_out:
+        parent = Path(args.scenarios_out).resolve().parent
+        if not parent.is_dir() or (Path(args.scenarios_out).exists() and not Path(args.scenarios_out).is_dir()):
+            raise GeosimError("cannot make this directory (its parent is missing, or it is a file)",
+                              source="--scenarios-out")
+    if args.max_evaluations < 1:
+        raise GeosimError(f"must be >= 1, got {args.max_evaluations}", source="--max-evaluations")
     cases = load_cases(args.records)
     base = load_params(args.params)
     known = {s for s in args.known_links.split(",") if s}
@@ -171,7 +197,7 @@ def run_fit(args) -> int:
     for path, text in scenario_files.items():
         write_atomically(path, text)
     if args.json:
-        print(json.dumps(fit_to_dict(result, args.out, list(scenario_files)), indent=2, default=str))
+        print(json.dumps(fit_to_dict(result, args.out, list(scenario_files)), indent=2, default=str, allow_nan=False))
     else:
         print_fit(result, args.out, list(scenario_files))
     return 0
@@ -209,6 +235,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
     import tomli_w
 
     out: dict[Path, str] = {}
+    names: set[str] = set()
     for slice_key, values in result.links.items():
         case = next(c for c in cases if c.slice_key == slice_key)
         if case.record.cluster is not None:
@@ -222,17 +249,29 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
                 for key, value in values.items():  # bandwidth_gbps, window_mib, step_rtts
                     link[key] = round(value, 6)
         doc["description"] = f"{slice_key} with link values fitted by `geosim calibrate fit` ({values})"
-        out[Path(directory) / f"{slice_key.lower()}.toml"] = tomli_w.dumps(doc)
+        name = safe_file_name(slice_key, names)
+        names.add(name)
+        out[Path(directory) / f"{name}.toml"] = tomli_w.dumps(doc)
     Path(directory).mkdir(parents=True, exist_ok=True)
     return out
 
 
+def safe_file_name(name: str, taken: set[str] = frozenset()) -> str:
+    """A slice's name as a file name inside the output directory: a record names its cluster, and
+    that name must not pick the path ('../../x', '/etc/y', '.hidden' all stay inside, renamed)."""
+    import re
+
+    base = re.sub(r"[^a-z0-9._-]+", "_", name.lower()).lstrip("._-")[:80] or "slice"
+    candidate, n = base, 2
+    while candidate in taken:
+        candidate, n = f"{base}-{n}", n + 1
+    return candidate
+
+
 def write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    from geosim.fileio import write_atomic
+
+    write_atomic(path, text)
 
 
 def fmt_value(v: float) -> str:
@@ -287,6 +326,10 @@ def run_crossval(args) -> int:
         require("matplotlib", "calibrate", "geosim calibrate crossval")
         if not Path(args.plot).resolve().parent.is_dir():
             raise GeosimError("no such directory for the plot", source=args.plot)
+    if args.workers is not None and not 1 <= args.workers <= 1024:
+        raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
+    if args.max_evaluations < 1:
+        raise GeosimError(f"must be >= 1, got {args.max_evaluations}", source="--max-evaluations")
     cases = load_cases(args.records) if args.records else cases_from_records(study_records(), "fabric-slm-2026")
     cases = [c for c in cases if c.metric is not None]
     if not cases:
@@ -302,7 +345,7 @@ def run_crossval(args) -> int:
 
         plot_predicted_vs_measured({k: [plotted(c) for c in r.cells] for k, r in reports.items()}, args.plot)
     if args.json:
-        print(json.dumps({k: r.to_dict() for k, r in reports.items()} | {"plot": args.plot or None}, indent=2))
+        print(json.dumps({k: r.to_dict() for k, r in reports.items()} | {"plot": args.plot or None}, indent=2, allow_nan=False))
         return 0
     for report in reports.values():
         print_report(report)

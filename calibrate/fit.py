@@ -214,7 +214,8 @@ class Evaluator:
         case = self.cases[i]
         params = params or apply_params(self.base, self.free, values)
         cluster, workload = apply_case(case, self.clusters[i], self.free, values)
-        result = predict(SimCase(cluster, case.model, workload, params), case.technique, hosts=case.hosts)
+        result = predict(SimCase(cluster, case.model, workload, params), case.technique, hosts=case.hosts,
+                         options=case.options)
         if not result.ok:
             raise GeosimError(f"the simulator cannot run this case: {result.reason}", source=case.where)
         self.predictions += 1
@@ -354,6 +355,7 @@ def fit(cases: list[RunCase], free: list[FreeParam], base: Params, *, progress=N
             links.setdefault(f.param.target, {})[LINK_KEYS[f.param.kind]] = f.value
         elif f.param.kind == "tokens_per_epoch":
             workload["tokens_per_epoch"] = max(1, round(f.value))
+    warnings.extend(overhead_warnings(ev, timed, values, params))
     params, memory = fit_memory(cases, params)
     assumed = sorted({k for c in timed for k in c.assumed_workload})
     if assumed:
@@ -421,6 +423,28 @@ def secant_jacobian(fun, x, lower, upper, r0) -> np.ndarray:
         r_lo = fun(lo) if lo[j] < x[j] else r0
         jac[:, j] = (r_hi - r_lo) / (hi[j] - lo[j])
     return jac
+
+
+# a fitted fixed overhead that is this share of a run or more explains the run by a constant, not by
+# compute and communication: such a params file predicts poorly off the runs it was fitted on
+OVERHEAD_WARN_SHARE = 0.5
+
+
+def overhead_warnings(ev, timed: list[RunCase], values, params: Params) -> list[str]:
+    """One warning per technique whose fixed overhead is most of its predicted runs."""
+    worst: dict[str, tuple[float, str]] = {}
+    for i, case in enumerate(timed):
+        pred = ev.predict(i, values, params)
+        b = pred.iteration_breakdown
+        if b is None or not pred.iteration_time_s:
+            continue
+        share = b.overhead_s / pred.iteration_time_s
+        if share > worst.get(case.technique, (0.0, ""))[0]:
+            worst[case.technique] = (share, case.label)
+    return [f"{technique}: the per-iteration overhead ({params.iteration_overhead_s.get(technique, 0.0):.3g} s) is "
+            f"{share:.0%} of an iteration ({label}): the fit explains these runs by a fixed cost, so predictions "
+            f"for other slices, models or batches are unreliable"
+            for technique, (share, label) in sorted(worst.items()) if share >= OVERHEAD_WARN_SHARE]
 
 
 def uncertainties(free: list[FreeParam], values, jac, residuals, active, warnings: list[str]) -> list[Fitted]:

@@ -189,6 +189,7 @@ class Params:
     fitted_on: tuple[str, ...] = ()
     # (names, matrix): the covariance of the logs of the fitted global parameters, for parameter draws
     fitted_covariance: tuple = ()
+    fit_warnings: tuple[str, ...] = ()  # what `calibrate fit` found suspicious ([fitted] warnings)
     # technique name -> its Settings (geosim/techniques/<name>.py); a technique not here runs
     # with its Settings' defaults
     technique_settings: dict[str, object] = field(default_factory=dict)

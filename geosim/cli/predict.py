@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from geosim.cli.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
                                     scenario_names)
 from geosim.case import Case
@@ -56,8 +58,11 @@ def run(args) -> int:
                 results.append(prediction)
     targets = _time_to_target(args, params, results, headers)
     ranges = _ranges(args, params, results, headers)
+    for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
+        print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
     if args.json:
         print_json({"params": params.source,
+                    **({"params_warnings": list(params.fit_warnings)} if params.fit_warnings else {}),
                     "predictions": [r.to_dict() | (targets[i] if targets else {})
                                     | ({"total_time_range_s": ranges[i]} if ranges else {})
                                     for i, r in enumerate(results)]})

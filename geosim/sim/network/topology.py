@@ -17,6 +17,10 @@ import networkx as nx
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
 
+# a path's latency plus this many seconds per (Gbit/s)^-1 of each edge: far below any real latency
+# difference (1 us), it only decides between paths whose latencies are equal up to float rounding
+TIE_BREAK_S = 1e-15
+
 
 def build_topology(cluster: Cluster, params: Params) -> nx.Graph:
     """Hosts and sites as nodes; scenario links plus a LAN edge from every host to its site."""
@@ -45,6 +49,7 @@ class Topology:
         self._hop_index: dict[str, int] = {}
         self.free_at: list[float] = []  # per hop: when its current reservation ends
         self._paths: dict[tuple[str, str], list] = {}
+        self.host_names = {h.name for h in cluster.hosts}
 
     def hop(self, name: str) -> int:
         index = self._hop_index.get(name)
@@ -76,9 +81,27 @@ class Topology:
                 # (and a search per pair would cost O(hosts) each on a large site)
                 nodes = [a, next(iter(graph[a])), b]
             else:
-                nodes = nx.shortest_path(graph, a, b, weight="one_way_s")
+                nodes = self._lowest_latency_path(a, b)
             edges = self._paths[key] = [(u, v, graph.edges[u, v]) for u, v in zip(nodes, nodes[1:])]
         return edges
+
+    def _lowest_latency_path(self, a: str, b: str) -> list[str]:
+        """The lowest-latency path through the sites' switches: a VM does not forward other VMs'
+        traffic, so another host is a hop only where no site path exists. Paths of equal latency
+        (e.g. every WAN link at 0 ms) go to the most bandwidth: a tie must not be broken by float
+        rounding, which made a what-if at 1 ms take a faster path than the same slice at 0 ms
+        (docs/reference/properties.md)."""
+        hosts = self.host_names
+
+        def weight(u, v, edge):
+            if (u in hosts and u not in (a, b)) or (v in hosts and v not in (a, b)):
+                return None  # no transit through another VM
+            return edge["one_way_s"] + TIE_BREAK_S * 1e9 / edge["bandwidth_bps"]
+
+        try:
+            return nx.shortest_path(self.graph, a, b, weight=weight)
+        except nx.NetworkXNoPath:  # hosts linked only through other hosts: the path must cross one
+            return nx.shortest_path(self.graph, a, b, weight="one_way_s")
 
     def hop_name(self, u: str, v: str, src: Device, dst: Device) -> str:
         """A link direction; with per-GPU NICs, the sending or receiving GPU's own lane of it."""
