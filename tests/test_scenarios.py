@@ -379,7 +379,7 @@ def test_script_unknown_gpu_line(tmp_path):
     path.write_text(VALID.replace('"T4", "T4"', '"T4", "T5"'))
     proc = run_cli("predict", "--scenario", str(path), cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.startswith(f"geosim predict: error: {path}: hosts[1].gpus: unknown GPU 'T5'")
+    assert proc.stderr.startswith(f"geosim predict: error: {path}:11: hosts[1].gpus: unknown GPU 'T5'")
 
 
 def test_script_usage_error_exits_2(tmp_path):
