@@ -119,11 +119,11 @@ def train_curves(args, out: Path) -> dict:
 EVAL_WORKER = r"""
 import json, sys, time
 import jax, numpy as np
-from geosim.live import corpus
-from geosim.live.model import GPTConfig, init_params, loss_fn, optimizer
-from geosim.live.techniques import Setup, get
-from geosim.live.techniques.diloco import DiLoCo
-from geosim.live.techniques.sparseloco import SparseLoCo
+from geosim.live.train import corpus
+from geosim.live.train.model import GPTConfig, init_params, loss_fn, optimizer
+from geosim.live.train.techniques import Setup, get
+from geosim.live.train.techniques.diloco import DiLoCo
+from geosim.live.train.techniques.sparseloco import SparseLoCo
 
 a = json.loads(sys.argv[1])
 data = corpus.load("generated", 64, "bytes", a["seed"])

@@ -22,8 +22,8 @@ import pytest
 from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
-from geosim.live import wan_runs
-from geosim.live import validate as live_validate
+from geosim.live.experiments import wan_runs
+from geosim.live.experiments import validate as live_validate
 from geosim.live.wan.emulator import Host, WanSlice
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -49,7 +49,7 @@ def fake_slice(rtt=20.0, bandwidth=500.0, hosts=2) -> WanSlice:
 
 def local_record_doc(per_host=(1, 1)) -> dict:
     """What process 0 of a 2-process run prints (live/record.py's inline cluster)."""
-    from geosim.live.record import inline_cluster
+    from geosim.live.train.record import inline_cluster
 
     devices = {"platform": "cpu", "kind": "cpu", "count": sum(per_host), "processes": len(per_host),
                "per_host": list(per_host)}
@@ -105,7 +105,7 @@ def test_record_host_count_must_match_the_slice():
 
 
 def test_child_argv_binds_gloo_to_the_namespace_interface():
-    from geosim.live.train import Options
+    from geosim.live.train.loop import Options
 
     argv = wan_runs.child_argv(Options(technique="pipeshard", steps=5, microbatches=2), coordinator="10.213.0.1:7000",
                                num_processes=2, process_id=1, cpu_devices=2, interface="wan0")

@@ -1,6 +1,6 @@
 """The forwarder: the one process that owns a slice, from setup to teardown.
 
-Run as `python -m live.wan.forwarder CONFIG_JSON READY_FD CTL_FD` by `emulator.up()`. It opens
+Run as `python -m geosim.live.wan.forwarder CONFIG_JSON READY_FD CTL_FD` by `emulator.up()`. It opens
 one TAP per host, builds the namespaces around them, writes the state file, reports
 "ok" (or the error) on READY_FD, then switches frames between the TAPs: each frame is
 held for the one-way delay of its (source, destination) pair, optionally with jitter
@@ -161,11 +161,22 @@ def _tune_process(realtime: bool) -> None:
 
 
 def write_state(path: str, state: dict) -> None:
+    """Atomically: a unique temporary file in the same directory, renamed over the state file
+    (readers never see half a file; no fixed temporary name to be linked elsewhere)."""
+    import tempfile
+
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(state, f, indent=2)
-    os.replace(tmp, path)  # readers never see half a file
+    fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".tmp", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def remove_state(path: str, slice_id: str) -> None:

@@ -1,19 +1,19 @@
 """Measure a slice from the inside: RTT (UDP echo) and TCP throughput between two hosts.
 
-Both run the probes of live.wan.probe in the hosts' namespaces, as separate processes,
+Both run the probes of live/wan/probe.py in the hosts' namespaces, as separate processes,
 the way training processes will run there.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import select
 import statistics
 import subprocess
 import sys
 
 from geosim.errors import GeosimError
+from geosim.live.wan import netns
 from geosim.live.wan.emulator import WanSlice, current
 
 SOURCE = "geosim live wan measure"
@@ -27,10 +27,8 @@ def _slice(wan: WanSlice | None) -> WanSlice:
 
 
 def _probe(wan: WanSlice, i: int, *args: str) -> subprocess.Popen:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    return subprocess.Popen(wan.exec_argv(i, [sys.executable, "-m", "live.wan.probe", *args]),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(wan.exec_argv(i, [sys.executable, "-m", "geosim.live.wan.probe", *args]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=netns.child_env())
 
 
 def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
@@ -44,7 +42,7 @@ def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
 
 
 def _server(wan: WanSlice, i: int, role: str) -> tuple[subprocess.Popen, int]:
-    proc = _probe(wan, i, role)
+    proc = _probe(wan, i, role, wan.hosts[i].address)  # listens on the host's address only
     try:
         line = _readline(proc, 15)
     except BaseException:

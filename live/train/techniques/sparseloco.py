@@ -32,9 +32,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.errors import GeosimError
-from geosim.live.techniques.diloco import DiLoCo
-
-BITS = (1, 2, 4, 8, 32)
+from geosim.live.train.lowcomm import BITS
+from geosim.live.train.techniques.diloco import DiLoCo
 
 
 def kept_per_chunk(topk: float, chunk: int) -> int:

@@ -141,7 +141,7 @@ def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, ba
             cpu_devices: int, timeout_s: float, log=print, tcp_window_kib: float | None = None) -> Path:
     """One slice per RTT (brought up, used, torn down), every technique on it; records appended to
     OUT/runs.jsonl (with the RTT measured on the slice). Returns the records' path."""
-    from geosim.live import wan_runs
+    from geosim.live.experiments import wan_runs
     from geosim.live.wan import netns
     from geosim.live.wan.emulator import up
     from geosim.live.wan.measure import measure_rtt
@@ -448,16 +448,31 @@ def plot(rep: Report, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    _atomic_write(path, lambda f: fig.savefig(f, dpi=110, format="png"), binary=True)
     plt.close(fig)
-    os.replace(tmp, path)
+
+
+def _atomic_write(path: Path, write, binary: bool = False) -> None:
+    """write(file) into a unique temporary file beside `path`, then rename it over `path`."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 # ----------------------------------------------------------------------------- command
 
 def run(args) -> int:
-    from geosim.live.train import Options
+    from geosim.live.train.loop import Options
 
     rtts = _csv_floats(args.rtt_ms, "--rtt-ms")
     techniques = [t for t in args.techniques.split(",") if t]
@@ -527,7 +542,7 @@ def run(args) -> int:
     if plot_path:
         plot(rep, Path(plot_path))
         rep.plot_path = plot_path
-    (out / "validate.json").write_text(json.dumps(rep.to_dict(), indent=2))
+    _atomic_write(out / "validate.json", lambda f: f.write(json.dumps(rep.to_dict(), indent=2, allow_nan=False)))
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
     else:

@@ -1,0 +1,57 @@
+"""SIGINT and SIGTERM as a flag the run checks at safe points, never an exception thrown
+into the middle of an import, a compilation or a collective.
+
+An exception raised inside jax's import or XLA's compiler left the process half torn down:
+a false "jax is not installed", or a record written and then a SIGSEGV on the way out. With
+the flag, a run stops at the next step boundary (or right after the compilation) and
+reports an interrupted run. A second signal means "now": the process exits at once (130),
+writing nothing more, so no record is ever half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+_state = {"signal": None, "installed": False}
+
+
+def _handler(signum, frame):
+    if _state["signal"] is not None:  # the second one: stop now, write nothing more
+        try:
+            sys.stderr.write("interrupted again: exiting without a record\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(130)
+    _state["signal"] = signum
+    name = signal.Signals(signum).name
+    try:
+        sys.stderr.write(f"{name}: stopping at the next safe point (again to exit at once)\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def install() -> None:
+    """Catch SIGINT and SIGTERM from now on (main thread only; idempotent)."""
+    if _state["installed"]:
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _handler)
+    _state["installed"] = True
+
+
+def requested() -> str | None:
+    """The name of the signal received, if any (SIGINT, SIGTERM)."""
+    return signal.Signals(_state["signal"]).name if _state["signal"] is not None else None
+
+
+def check() -> None:
+    """Raise KeyboardInterrupt at a safe point if a signal came."""
+    if _state["signal"] is not None:
+        raise KeyboardInterrupt(requested())
+
+
+def reset() -> None:
+    _state["signal"] = None
