@@ -189,7 +189,7 @@ def _run(args) -> int:
                           extra_note=lowcomm.note(opts.technique, opts.lowcomm))
     _report(result, record, args)  # first: an unwritable file must not lose what was measured
     _save(record, result, args, opts)
-    return {"ok": 0, "interrupted": 130}.get(result.status, 1)
+    return {"ok": 0, "interrupted": interrupts.exit_code()}.get(result.status, 1)
 
 
 def _save(record, result, args, opts) -> None:
@@ -246,8 +246,10 @@ def _run_wan(args, opts) -> int:
         run = wan_runs.run_on_wan(opts, cpu_devices=args.cpu_devices or 1, timeout_s=args.timeout,
                                   log=lambda line: print(line, file=sys.stderr))
     except KeyboardInterrupt:  # nothing is half-written: process 0's record never reached us
+        from geosim.live.train import interrupts
+
         print("interrupted: the processes on the WAN slice were stopped; no record written", file=sys.stderr)
-        return 130
+        return interrupts.exit_code()
     from geosim.records import validate
     from geosim.live.train.loop import Result
 
@@ -257,7 +259,9 @@ def _run_wan(args, opts) -> int:
                     devices={"platform": "cpu", "count": sum(per_host), "processes": len(per_host), "per_host": per_host})
     _report(result, record, args)
     _save(record, result, args, opts)
-    return {"ok": 0, "interrupted": 130}.get(record.status, 1)
+    from geosim.live.train import interrupts
+
+    return {"ok": 0, "interrupted": interrupts.exit_code()}.get(record.status, 1)
 
 
 def _run_here(args, opts):

@@ -38,7 +38,8 @@ def install() -> None:
     if _state["installed"]:
         return
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _handler)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored on purpose (nohup, a background job): stays so
+            signal.signal(sig, _handler)
     _state["installed"] = True
 
 
@@ -51,6 +52,11 @@ def check() -> None:
     """Raise KeyboardInterrupt at a safe point if a signal came."""
     if _state["signal"] is not None:
         raise KeyboardInterrupt(requested())
+
+
+def exit_code(default: int = 130) -> int:
+    """The shell's convention: 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
+    return 128 + _state["signal"] if _state["signal"] is not None else default
 
 
 def reset() -> None:

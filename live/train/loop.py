@@ -201,6 +201,8 @@ def run(opts: Options, log=print) -> Result:
         state = technique.init(init_params(cfg, opts.seed))
         batch = technique.place_batch(dataset.batch(0, opts.batch, opts.seed))
         interrupts.check()
+        if log:
+            log(f"compiling {opts.technique} for {devices['count']} device(s)")
         t0 = time.perf_counter()
         compiled = technique.compile(state, batch)
         check_memory(compiled, limit)

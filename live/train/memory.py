@@ -6,7 +6,8 @@ compiled step's own memory analysis is checked again after compilation.
 Per device: the training state (fp32 weights, gradients, AdamW's two moments: 16 bytes per
 parameter, divided as each technique divides it) plus the activations kept for the backward
 pass (Korthikanti et al. 2022: 34 sh + 5 a s^2 bytes per token and layer at 16-bit; twice
-that at fp32) plus the fp32 logits and their gradient.
+that at fp32; the tensor-parallel share of it split over the devices) plus the fp32 logits
+and their gradient.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def estimate_gib(technique: str, *, n_layer: int, n_embd: int, n_head: int, voca
     n = max(devices, 1)
     act_bytes = 2 if precision in ("bf16", "fp16") else 4
     layers = n_layer
+    tensor = 1  # devices a layer's matmuls are split over
     if technique in ("data", "diloco", "sparseloco"):
         state = 16 * p + 4 * p  # + the flat gradient buffer reduced in one piece
         if technique != "data":
@@ -40,14 +42,17 @@ def estimate_gib(technique: str, *, n_layer: int, n_embd: int, n_head: int, voca
     elif technique == "shard":
         state = 16 * p / n
         rows = global_batch / microbatches  # every device sees the whole (micro)batch
+        tensor = n
     elif technique == "pipeshard":
         s = stages or min(2, n)
         state = 16 * p / n
         layers = n_layer / s
+        tensor = max(1, n // s)
         rows = global_batch  # GPipe keeps every microbatch's activations until its backward pass
     else:
         raise ValueError(technique)
-    per_row_layer = n_ctx * (34 * n_embd + 5 * n_head * n_ctx) * act_bytes / 2
+    # Korthikanti et al.: with tensor parallelism over t devices, 10 sh + (24 sh + 5 a s^2) / t
+    per_row_layer = n_ctx * (10 * n_embd + (24 * n_embd + 5 * n_head * n_ctx) / tensor) * act_bytes / 2
     logits = 2 * 4 * n_ctx * vocab
     return (state + rows * (layers * per_row_layer + logits)) / GIB
 
