@@ -114,6 +114,11 @@ def test_child_argv_binds_gloo_to_the_namespace_interface():
                  "--num-processes 2", "--process-id 1", "--gloo-interface wan0", "--cpu-devices 2", "--json"):
         assert part in text
     assert "--epochs" not in text  # None options are left out
+    # the low-communication options travel as arguments, the same on every process
+    argv = wan_runs.child_argv(Options(technique="sparseloco", steps=5, lowcomm={"inner_steps": 4, "topk": 0.05}),
+                               coordinator="10.213.0.1:7000", num_processes=2, process_id=0, cpu_devices=1,
+                               interface="wan0")
+    assert "--inner-steps 4" in " ".join(argv) and "--topk 0.05" in " ".join(argv)
 
 
 def test_hosts_wan_without_a_slice_is_a_one_line_error(tmp_path):
@@ -248,6 +253,32 @@ def test_ctrl_c_stops_the_processes_on_the_slice(wan_slice, tmp_path):
             proc.wait()
     assert proc.returncode == 130
     assert ns_pids(wan) == []
+
+
+@needs_root
+def test_sigkilled_parent_takes_the_processes_on_the_slice_with_it(wan_slice, tmp_path):
+    """SIGKILL leaves the parent no chance to stop its children: the kernel does (PR_SET_PDEATHSIG)."""
+    make, state = wan_slice
+    wan = make(rtt_ms=2)
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "100000",
+                             "--data", "generated"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(ENV, GEOSIM_WAN_STATE=state))
+    try:
+        deadline = time.monotonic() + 120
+        while len(ns_pids(wan)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(ns_pids(wan)) >= 2, "the two training processes never started"
+        time.sleep(1)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while ns_pids(wan) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ns_pids(wan) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 @needs_root

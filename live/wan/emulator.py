@@ -98,6 +98,7 @@ class WanSlice:
 
 
 FORWARDER_MODULE = "geosim.live.wan.forwarder"
+_FORWARDER_NAMES = (FORWARDER_MODULE.encode(), b"live.wan.forwarder")
 
 
 def forwarder_alive(pid: int, slice_id: str) -> bool:
@@ -449,11 +450,13 @@ def _all_forwarders(pids: list[int] | None = None) -> list[tuple[int, str, str]]
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if FORWARDER_MODULE.encode() in argv and len(argv) > 3 and not _zombie(int(entry)):
+        # also "live.wan.forwarder": slices brought up by an older geosim are running slices too
+        at = next((i for i, a in enumerate(argv) if a in _FORWARDER_NAMES), None)
+        if at is not None and len(argv) > at + 1 and not _zombie(int(entry)):
             try:
-                cfg = json.loads(argv[argv.index(FORWARDER_MODULE.encode()) + 1])
-                found.append((int(entry), cfg["id"], cfg["state_path"]))
-            except (ValueError, KeyError, IndexError):
+                cfg = json.loads(argv[at + 1])
+                found.append((int(entry), cfg["id"], cfg.get("state_path", "")))
+            except (ValueError, KeyError, TypeError):
                 pass
     return found
 
