@@ -234,7 +234,7 @@ class _stdout_to_stderr:
 
 
 def _run_wan(args, opts) -> int:
-    """--hosts wan: one process per emulated host (live/wan_runs.py); process 0's record, on the slice."""
+    """--hosts wan: one process per emulated host (live/experiments/wan_runs.py); process 0's record, on the slice."""
     if args.ray_address or args.coordinator or args.backend != "jax":
         raise GeosimError("--hosts wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
                           key="--hosts")

@@ -28,7 +28,6 @@ from geosim.studies import convergence
 from geosim.records import read_records
 
 FOUR_DEVICES = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-FOUR_DEVICES.pop("GEOSIM_LOWCOMM", None)
 
 SCRIPT = r"""
 import json, sys, jax, numpy as np, optax

@@ -1,7 +1,7 @@
 """`geosim live validate`: the simulator checked against real runs on the emulated WAN.
 
 For each RTT: bring up a 2-host WAN slice (live/wan), run every technique on it for a few
-steps (live/wan_runs.py: one JAX process per host, gloo over the slice), write the run
+steps (live/experiments/wan_runs.py: one JAX process per host, gloo over the slice), write the run
 records. Then calibrate the simulator on the runs at all RTTs but one (calibrate/fit.py)
 and predict the held-out RTT's runs; print predicted vs measured with errors, write a
 JSON report, the fitted parameters and a PNG plot.

@@ -22,7 +22,7 @@ from geosim.live.wan.probe import TcpServer, tcp_gbps, tcp_rtt_ms
 
 class Agent:
     """A Ray actor on one node: a TcpServer on the node's address and the client side of
-    the measurements (live.wan.probe)."""
+    the measurements (live/wan/probe.py)."""
 
     def __init__(self, bind: str | None = None):
         from geosim.live.train.distributed import node_ip
