@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 
 def configure_cpu_devices(count: int | None):
@@ -131,6 +132,7 @@ def run_on_ray(address: str, opts, hosts: int | None, cpu_devices, gloo_interfac
     """Start one worker per node, run the same training everywhere, return (result of
     process 0, host names)."""
     from geosim.errors import GeosimError, require
+    from geosim.live.train import interrupts
 
     ray = require("ray", extra="live", command="geosim live run --ray-address")
     ray.init(address=address, log_to_driver=True, ignore_reinit_error=True)
@@ -148,7 +150,12 @@ def run_on_ray(address: str, opts, hosts: int | None, cpu_devices, gloo_interfac
 
         futures = [a.train.remote(asdict(opts), coordinator, len(actors), i, cpu_devices, gloo_interface)
                    for i, a in enumerate(actors)]
-        results = ray.get(futures, timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while len(ray.wait(futures, num_returns=len(futures), timeout=0.5)[0]) < len(futures):
+            interrupts.check()  # SIGINT/SIGTERM: KeyboardInterrupt, the actors are killed below
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the workers did not finish within {timeout_s:g} s")
+        results = ray.get(futures)
         return results[0], names
     finally:
         for a in locals().get("actors", []):

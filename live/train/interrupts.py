@@ -57,7 +57,3 @@ def check() -> None:
 def exit_code(default: int = 130) -> int:
     """The shell's convention: 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
     return 128 + _state["signal"] if _state["signal"] is not None else default
-
-
-def reset() -> None:
-    _state["signal"] = None

@@ -219,18 +219,10 @@ class DiLoCo(Technique):
         """The outer (synchronized) parameters: after a sync step every replica holds them."""
         return state[2]
 
-    def replica_params(self, state):
-        return state[0]
-
     # ------------------------------------------------------------------ what crosses
     def sync_bytes_per_replica(self) -> float:
         """Bytes one replica sends to the others per synchronization (fp32 pseudo-gradient)."""
         return 4.0 * self._slice * self.per_replica
-
-    def describe(self) -> str:
-        o = self.options
-        return (f"{self.name}: {self.replicas} replicas x {self.per_replica} devices, H={self.inner_steps}, "
-                f"outer sgd lr {o['outer_lr']:g}" + (f" nesterov {o['outer_momentum']:g}" if o["outer_momentum"] else ""))
 
 
 TECHNIQUE = DiLoCo
