@@ -88,10 +88,9 @@ def test_probe_agent_measures_loopback_and_writes_a_loadable_scenario(tmp_path):
     assert 0 < rtt < 50 and single > 0.01 and multi > 0.01
     result = {"when": "now", "hosts": [{"name": "a", "ip": "127.0.0.1", "gpus": []},
                                        {"name": "b", "ip": "127.0.0.1", "gpus": ["Tesla T4", "Tesla T4"]},
-                                       {"name": "c", "ip": "127.0.0.1", "gpus": [
-                                           {"name": "NVIDIA A100-SXM4-40GB", "memory_gib": 40.0},
-                                           {"name": "NVIDIA A100 PCIe", "memory_gib": 80.0},
-                                           {"name": "Mystery GPU 9", "memory_gib": 12.0}]}],
+                                       {"name": "c", "ip": "127.0.0.1",
+                                        "gpus": ["NVIDIA A100-SXM4-40GB", "NVIDIA A100 PCIe", "Mystery GPU 9"],
+                                        "gpu_memory_gib": [40.0, 80.0, 12.0]}],
               "links": [{"a": "a", "b": "b", "rtt_ms": rtt, "single_gbps": single, "multi_gbps": multi, "streams": 3},
                         {"a": "b", "b": "c", "rtt_ms": rtt, "single_gbps": single, "multi_gbps": multi, "streams": 3}]}
     path = tmp_path / "probed.toml"
@@ -113,3 +112,30 @@ def test_out_of_memory_is_recognised_from_a_real_xla_error():
         jnp.zeros((2**42,), jnp.float32).block_until_ready()  # 16 TiB: XLA refuses, RESOURCE_EXHAUSTED
     assert is_out_of_memory(info.value)
     assert not is_out_of_memory(ValueError("shapes do not match"))
+
+
+@pytest.mark.parametrize("device, memory_gib, name", [
+    ("NVIDIA A100-SXM4-40GB", None, "A100-40GB"),
+    ("NVIDIA A100-SXM4-80GB", None, "A100-80GB"),
+    ("NVIDIA A100-PCIE", 30.0, "A100-40GB"),  # XLA's allocator limit (75% of 40 GB)
+    ("NVIDIA A100-PCIE", 60.0, "A100-80GB"),
+    ("NVIDIA A100-PCIE", None, None),  # ambiguous: no guessed size
+    ("Quadro RTX 6000", None, "RTX6000"),
+    ("Tesla T4", None, "T4"),
+    ("NVIDIA H100 80GB HBM3", None, "H100"),
+    ("NVIDIA L4", None, "L4"),
+    ("NVIDIA L40S", None, "L40S"),
+    ("NVIDIA A10", None, None),  # not A100
+])
+def test_gpu_names_resolve_through_the_catalog(device, memory_gib, name):
+    from geosim.live.train.record import catalog_gpu, inline_cluster
+    from geosim.scenario import gpu_catalog
+
+    assert catalog_gpu(device, memory_gib) == name
+    cluster = inline_cluster({"platform": "gpu", "kind": device, "count": 2, "memory_gib": memory_gib}, ["vm1"])
+    if name:
+        assert cluster["hosts"][0]["gpus"] == [name, name] and "gpus" not in cluster
+        assert gpu_catalog()[name].memory_gib >= (memory_gib or 0)
+    else:  # the device's own name and memory, never a made-up 16 GiB when the device says otherwise
+        table = cluster["gpus"]["GPU"]
+        assert table["name"] == device and (memory_gib is None or table["memory_gib"] == memory_gib)

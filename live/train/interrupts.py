@@ -23,7 +23,7 @@ def _handler(signum, frame):
             sys.stderr.write("interrupted again: exiting without a record\n")
             sys.stderr.flush()
         finally:
-            os._exit(130)
+            os._exit(128 + signum)
     _state["signal"] = signum
     name = signal.Signals(signum).name
     try:

@@ -31,7 +31,9 @@ class Agent:
         self.server = TcpServer(self.ip)  # the node's own address (Ray's), not every interface
 
     def where(self):
-        return {"ip": self.ip, "port": self.server.port, "hostname": socket.gethostname(), "gpus": local_gpus()}
+        gpus = local_gpus()
+        return {"ip": self.ip, "port": self.server.port, "hostname": socket.gethostname(),
+                "gpus": [g["name"] for g in gpus], "gpu_memory_gib": [g["memory_gib"] for g in gpus]}
 
     def ping(self, ip, port, count):
         return tcp_rtt_ms(ip, port, count)
@@ -73,7 +75,8 @@ def probe(address: str, *, seconds=3.0, streams=4, pings=20, log=print) -> dict:
         names = [w["hostname"] for w in where]
         if len(set(names)) < len(names):
             names = [f"{w['hostname']}-{i}" for i, w in enumerate(where)]
-        hosts = [{"name": n, "ip": w["ip"], "gpus": w["gpus"]} for n, w in zip(names, where)]
+        hosts = [{"name": n, "ip": w["ip"], "gpus": w["gpus"], "gpu_memory_gib": w["gpu_memory_gib"]}
+                 for n, w in zip(names, where)]
         links = []
         for i in range(len(agents)):
             for j in range(i + 1, len(agents)):
@@ -99,13 +102,13 @@ def scenario_text(result: dict, name: str) -> str:
     tables = {}
     for h in result["hosts"]:
         gpus = []
-        for g in h["gpus"]:
-            g = g if isinstance(g, dict) else {"name": g, "memory_gib": None}
-            known = catalog_gpu(g["name"], g.get("memory_gib"))
+        memory = h.get("gpu_memory_gib") or [None] * len(h["gpus"])
+        for device, mem in zip(h["gpus"], memory):
+            known = catalog_gpu(device, mem)
             if known is None:
-                known = _table_key(g["name"])
-                lines.append(f"# {h['name']}: GPU {g['name']!r} is not in geosim's catalog: fill in its [gpus] table")
-                tables[known] = unknown_gpu_table(g["name"], g.get("memory_gib"))
+                known = _table_key(device)
+                lines.append(f"# {h['name']}: GPU {device!r} is not in geosim's catalog: fill in its [gpus] table")
+                tables[known] = unknown_gpu_table(device, mem)
             gpus.append(known)
         if not gpus:
             gpus = ["CPU"]
