@@ -181,6 +181,8 @@ def _run(args) -> int:
     with _stdout_to_stderr():  # libraries (gloo, Ray) print to fd 1: keep stdout for the result
         result, impl, hosts, backend = _execute(args, opts)
     if result is None:  # a process other than 0 of a hand-started run: process 0 reports
+        if interrupts.hard_exit_needed():
+            interrupts.hard_exit(interrupts.exit_code())
         return 0
     from geosim.live.train import lowcomm
     from geosim.live.train.record import build_record
@@ -189,7 +191,10 @@ def _run(args) -> int:
                           extra_note=lowcomm.note(opts.technique, opts.lowcomm))
     _report(result, record, args)  # first: an unwritable file must not lose what was measured
     _save(record, result, args, opts)
-    return {"ok": 0, "interrupted": interrupts.exit_code()}.get(result.status, 1)
+    code = {"ok": 0, "interrupted": interrupts.exit_code()}.get(result.status, 1)
+    if interrupts.hard_exit_needed():  # a compilation still runs in its thread: no interpreter teardown
+        interrupts.hard_exit(code)
+    return code
 
 
 def _save(record, result, args, opts) -> None:
@@ -282,7 +287,9 @@ def _run_here(args, opts):
 
     log = (lambda line: print(line, file=sys.stderr)) if args.process_id == 0 else None
     result = run(opts, log=log)
-    if args.coordinator:
+    from geosim.live.train import interrupts
+
+    if args.coordinator and not interrupts.hard_exit_needed():  # (an abandoned compilation: the process just ends)
         import jax
 
         jax.distributed.shutdown()

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-_state = {"signal": None, "installed": False}
+_state = {"signal": None, "installed": False, "abandoned": False}
 
 
 def _handler(signum, frame):
@@ -52,6 +52,49 @@ def check() -> None:
     """Raise KeyboardInterrupt at a safe point if a signal came."""
     if _state["signal"] is not None:
         raise KeyboardInterrupt(requested())
+
+
+def call(fn, *args):
+    """fn(*args), in a helper thread while this one watches for a signal: long calls into
+    XLA (compiling a step takes seconds to minutes) stop at once. An abandoned call keeps
+    running in its thread, so the process must then end with hard_exit(), not a normal
+    interpreter shutdown (which would tear JAX down under it: the old SIGSEGV)."""
+    if not _state["installed"]:
+        return fn(*args)
+    import threading
+
+    box = {}
+
+    def work():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name=getattr(fn, "__name__", "call"), daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.05)
+        if _state["signal"] is not None and thread.is_alive():
+            _state["abandoned"] = True
+            raise KeyboardInterrupt(requested())
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def hard_exit_needed() -> bool:
+    return _state["abandoned"]
+
+
+def hard_exit(code: int) -> None:
+    """End now, after flushing what was printed (a call() is still running in its thread)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
 
 
 def exit_code(default: int = 130) -> int:

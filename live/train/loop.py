@@ -198,13 +198,13 @@ def run(opts: Options, log=print) -> Result:
         check_estimate(opts, cfg, technique, limit)  # before any weight exists
         interrupts.check()
         start = time.perf_counter()
-        state = technique.init(init_params(cfg, opts.seed))
+        state = interrupts.call(lambda: technique.init(init_params(cfg, opts.seed)))
         batch = technique.place_batch(dataset.batch(0, opts.batch, opts.seed))
         interrupts.check()
         if log:
             log(f"compiling {opts.technique} for {devices['count']} device(s)")
         t0 = time.perf_counter()
-        compiled = technique.compile(state, batch)
+        compiled = interrupts.call(technique.compile, state, batch)  # seconds to minutes: a signal stops the wait
         check_memory(compiled, limit)
         interrupts.check()
         for step in range(steps):
