@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 
@@ -82,13 +81,10 @@ def curve_doc(record, losses: list[float], step_times: list[float], window: int 
 
 
 def append_curve(path: str, doc: dict) -> None:
-    """One line, one O_APPEND write (as geosim.records.append_record): writers never interleave."""
-    line = (json.dumps(doc, allow_nan=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    """One whole line, one O_APPEND write: concurrent runs never interleave."""
+    from geosim.fileio import append_lines
+
+    append_lines(path, [json.dumps(doc, allow_nan=False)])
 
 
 # ------------------------------------------------------------------ factors

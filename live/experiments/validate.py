@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -448,25 +447,14 @@ def plot(rep: Report, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _atomic_write(path, lambda f: fig.savefig(f, dpi=110, format="png"), binary=True)
+    import io
+
+    from geosim.fileio import write_atomic
+
+    png = io.BytesIO()
+    fig.savefig(png, dpi=110, format="png")
     plt.close(fig)
-
-
-def _atomic_write(path: Path, write, binary: bool = False) -> None:
-    """write(file) into a unique temporary file beside `path`, then rename it over `path`."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb" if binary else "w") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, png.getvalue())  # a unique temporary file beside it, then renamed
 
 
 # ----------------------------------------------------------------------------- command
@@ -542,7 +530,9 @@ def run(args) -> int:
     if plot_path:
         plot(rep, Path(plot_path))
         rep.plot_path = plot_path
-    _atomic_write(out / "validate.json", lambda f: f.write(json.dumps(rep.to_dict(), indent=2, allow_nan=False)))
+    from geosim.fileio import write_atomic
+
+    write_atomic(out / "validate.json", json.dumps(rep.to_dict(), indent=2, allow_nan=False))
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
     else:

@@ -10,10 +10,8 @@ comment; the GPUs of each node come from nvidia-smi, or a CPU table when there a
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -132,20 +130,11 @@ def _table_key(device_name: str) -> str:
 
 
 def write_scenario(result: dict, out: str, name: str | None = None) -> None:
-    """Check the text loads as a scenario (what `geosim predict` reads), then write it
-    atomically: a unique temporary file in the target directory, renamed over the target."""
+    """Write atomically (a unique temporary file beside it, renamed over it), then check the
+    file loads as a scenario (what `geosim predict` reads)."""
+    from geosim.fileio import write_atomic
     from geosim.scenario import load_scenario
 
     path = Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(scenario_text(result, name or path.stem))
-        load_scenario(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(path, scenario_text(result, name or path.stem))
+    load_scenario(path)

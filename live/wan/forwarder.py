@@ -161,22 +161,12 @@ def _tune_process(realtime: bool) -> None:
 
 
 def write_state(path: str, state: dict) -> None:
-    """Atomically: a unique temporary file in the same directory, renamed over the state file
-    (readers never see half a file; no fixed temporary name to be linked elsewhere)."""
-    import tempfile
+    """Atomically (geosim.fileio: a unique temporary file beside it, renamed over it): readers
+    never see half a file, and no fixed temporary name can be linked elsewhere."""
+    from geosim.fileio import write_atomic
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".tmp", dir=os.path.dirname(path) or ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(state, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(state, indent=2))
 
 
 def remove_state(path: str, slice_id: str) -> None:
