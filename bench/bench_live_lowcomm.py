@@ -11,7 +11,7 @@ Every run is a `geosim live run` subprocess on the tiny model, the shipped gener
 (DiLoCo's replicas split each of Data's batches between them). Each run appends its record
 to OUT/runs.jsonl and its loss-vs-tokens curve to OUT/curves-seed{S}.jsonl and, all seeds
 pooled, OUT/curves.jsonl (`--loss-curve-out`: the loss of the synchronized model every
---window steps; see live/token_efficiency.py); the plot goes to --plot, the figures (per
+--window steps; see live/experiments/token_efficiency.py); the plot goes to --plot, the figures (per
 seed, their mean, pooled) to OUT/summary.json. The token-efficiency factor is
 geosim.studies.convergence's: tokens Data needs to reach the lowest loss both curves reach / tokens
 the technique needs; `geosim predict --loss-curves OUT/curves.jsonl` uses it.
@@ -119,11 +119,11 @@ def train_curves(args, out: Path) -> dict:
 EVAL_WORKER = r"""
 import json, sys, time
 import jax, numpy as np
-from geosim.live import corpus
-from geosim.live.model import GPTConfig, init_params, loss_fn, optimizer
-from geosim.live.techniques import Setup, get
-from geosim.live.techniques.diloco import DiLoCo
-from geosim.live.techniques.sparseloco import SparseLoCo
+from geosim.live.train import corpus
+from geosim.live.train.model import GPTConfig, init_params, loss_fn, optimizer
+from geosim.live.train.techniques import Setup, get
+from geosim.live.train.techniques.diloco import DiLoCo
+from geosim.live.train.techniques.sparseloco import SparseLoCo
 
 a = json.loads(sys.argv[1])
 data = corpus.load("generated", 64, "bytes", a["seed"])
@@ -155,7 +155,6 @@ def eval_curves(args, out: Path) -> dict:
     path = out / f"curves-eval-seed{args.seed}.jsonl"
     path.unlink(missing_ok=True)
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={args.cpu_devices}", "JAX_PLATFORMS": "cpu"}
-    env.pop("GEOSIM_LOWCOMM", None)
     for technique in args.techniques:
         cfg = {k: getattr(args, k) for k in ("steps", "batch", "lr", "seed", "inner_steps", "outer_lr", "outer_momentum",
                                              "topk", "bits", "sparse_outer_lr", "held_out")}

@@ -29,7 +29,7 @@ import time
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from geosim.live import validate
+    from geosim.live.experiments import validate
 
     validate.add_arguments(parser)
     parser.set_defaults(out="bench-validate")

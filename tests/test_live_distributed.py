@@ -3,6 +3,7 @@ two-node local Ray cluster running the probe and a run. Slow: marked."""
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -17,9 +18,11 @@ from geosim.records import read_records
 from geosim.scenario import load_scenario
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-# A loopback-only test cluster: without this, Ray >= 2.5x's token authentication makes a
-# second node started by hand fail to join (each `ray start` would need the head's token).
-ENV["RAY_AUTH_MODE"] = "disabled"
+# The test cluster keeps Ray's token authentication on (Ray >= 2.5x): every `ray start`, driver
+# and `geosim live` process gets the same token, and the nodes announce loopback addresses.
+# Ray's own servers still listen on every interface: disabling authentication would open them.
+ENV["RAY_AUTH_MODE"] = "token"
+ENV["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 pytestmark = pytest.mark.slow
 
 
@@ -67,7 +70,8 @@ def ray_cluster(tmp_path):
     procs = []
 
     def start(*args):
-        p = subprocess.Popen([ray_bin, "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *args], env=ENV,
+        p = subprocess.Popen([ray_bin, "start", "--block", "--num-cpus", "1", "--disable-usage-stats",
+                              "--node-ip-address", "127.0.0.1", *args], env=ENV,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         procs.append(p)
 

@@ -28,16 +28,15 @@ from geosim.studies import convergence
 from geosim.records import read_records
 
 FOUR_DEVICES = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-FOUR_DEVICES.pop("GEOSIM_LOWCOMM", None)
 
 SCRIPT = r"""
 import json, sys, jax, numpy as np, optax
 from jax.flatten_util import ravel_pytree
-from geosim.live import corpus
-from geosim.live.model import GPTConfig, init_params, optimizer
-from geosim.live.techniques import Setup, get
-from geosim.live.techniques.diloco import DiLoCo
-from geosim.live.techniques.sparseloco import SparseLoCo, kept_per_chunk
+from geosim.live.train import corpus
+from geosim.live.train.model import GPTConfig, init_params, optimizer
+from geosim.live.train.techniques import Setup, get
+from geosim.live.train.techniques.diloco import DiLoCo
+from geosim.live.train.techniques.sparseloco import SparseLoCo, kept_per_chunk
 
 assert len(jax.devices()) == 4
 cfg = GPTConfig(n_layer=1, n_embd=32, n_head=2, vocab=257, n_ctx=32)
@@ -169,7 +168,7 @@ def test_cli_writes_a_curve_convergence_reads(four_devices):
 # ---------------------------------------------------------------- in this process
 
 def test_loss_curve_samples_every_window_steps_with_a_trailing_mean():
-    from geosim.live.token_efficiency import loss_curve, mean_step_time
+    from geosim.live.experiments.token_efficiency import loss_curve, mean_step_time
 
     losses = [10.0 - i for i in range(10)]  # 10, 9, ..., 1
     assert loss_curve(losses, 100, window=3, smooth=1) == [[0, 10.0], [300, 7.0], [600, 4.0], [900, 1.0]]
@@ -183,7 +182,7 @@ def test_loss_curve_samples_every_window_steps_with_a_trailing_mean():
 def test_compressor_topk_quantization_and_payload_bytes():
     import jax.numpy as jnp
 
-    from geosim.live.techniques.sparseloco import compress, decompress, pack, payload_bytes, unpack
+    from geosim.live.train.techniques.sparseloco import compress, decompress, pack, payload_bytes, unpack
 
     rng = np.random.default_rng(0)
     chunk, size, topk, bits = 4096, 4 * 4096, 1 / 64, 2

@@ -19,9 +19,9 @@ FOUR_DEVICES = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_cou
 SCRIPT = r"""
 import json, jax, numpy as np
 from jax.flatten_util import ravel_pytree
-from geosim.live import corpus
-from geosim.live.model import GPTConfig, init_params, loss_fn, optimizer
-from geosim.live.techniques import Setup, TECHNIQUES, get
+from geosim.live.train import corpus
+from geosim.live.train.model import GPTConfig, init_params, loss_fn, optimizer
+from geosim.live.train.techniques import Setup, TECHNIQUES, get
 
 assert len(jax.devices()) == 4
 cfg = GPTConfig(n_layer=2, n_embd=64, n_head=4, vocab=257, n_ctx=64)

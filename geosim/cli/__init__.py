@@ -48,7 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except KeyboardInterrupt:  # Ctrl-C while the subcommands load: nothing started yet
+        print("geosim: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)

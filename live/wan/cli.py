@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 HELP = "emulate a geo-distributed slice on this machine: hosts in network namespaces joined by a delayed WAN link (root)"
@@ -37,11 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "a flow then moves about a window per round trip; default: sized for the bandwidth-delay product")
     p.add_argument("--json", action="store_true", help="print the slice as JSON")
 
-    p = sub.add_parser("down", help="tear the slice down now (idempotent)")
+    p = sub.add_parser("down", help="tear the slice down now, and whatever dead slices left behind (idempotent)")
     p.add_argument("--all", action="store_true", help="tear down every geosim WAN slice on this machine")
 
-    p = sub.add_parser("status", help="show the slice that is up (exit 1 if none)")
-    p.add_argument("--json", action="store_true", help="print the slice as JSON (null if none)")
+    p = sub.add_parser("status", help="show the slice that is up and any leftovers (exit 1 if none is up)")
+    p.add_argument("--json", action="store_true", help="print the slice as JSON (null if none; leftovers go to stderr)")
 
     p = sub.add_parser("measure", help="measure RTT and TCP throughput between two hosts of the slice")
     p.add_argument("--src", type=int, default=0, help="sending host (default 0)")
@@ -98,15 +99,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"WAN slice {', '.join(done)} down" if done else "no WAN slice was up")
         return 0
     if action == "status":
-        wan = emulator.current()
-        if args.json:
-            print(json.dumps(wan.to_dict() if wan else None, indent=2))
-        else:
-            print(_describe(wan) if wan else "no WAN slice is up")
-        return 0 if wan else 1
+        return _status(args)
     if action == "measure":
         return _measure(args)
     raise AssertionError(action)
+
+
+def _status(args: argparse.Namespace) -> int:
+    """The slice that is up, and what dead slices left behind (named, for `down` to remove)."""
+    from geosim.live.wan import emulator
+
+    try:
+        wan = emulator.current()
+    except emulator.BrokenState:
+        wan = None  # leftovers() reports the file
+    found = emulator.leftovers()
+    lines = emulator.describe_leftovers(found)
+    print(json.dumps(wan.to_dict() if wan else None, indent=2) if args.json else
+          _describe(wan) if wan else "no WAN slice is up")
+    if lines:  # on stderr with --json, so stdout stays the slice alone
+        print("left over from a slice whose forwarder is gone (`geosim live wan down` removes them):\n"
+              + "\n".join("  " + line for line in lines), file=sys.stderr if args.json else sys.stdout)
+    return 0 if wan else 1
 
 
 def _measure(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from geosim.live.techniques import Technique, init_sharded, make_mesh, replicated, value_and_grad_microbatched
+from geosim.live.train.techniques import Technique, init_sharded, make_mesh, replicated, value_and_grad_microbatched
 
 
 def weight_spec(path: tuple[str, ...], ndim: int, axis: str, lead: tuple = ()) -> P:

@@ -15,7 +15,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from geosim.live.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
+from geosim.live.train.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
 
 
 class Data(Technique):

@@ -35,7 +35,12 @@ class Options:
     tokenizer: str = "auto"
     warmup: int = 2  # steps excluded from the timing (after the compiled first step)
     log_every: int = 10
-    memory_limit_gib: float | None = None  # per device; None: the device's own limit
+    memory_limit_gib: float | None = None  # per device; None: the device's own limit (CPU: the host's free memory)
+    lowcomm: dict = field(default_factory=dict)  # diloco / sparseloco options (live/train/lowcomm.py)
+
+
+# What a result says about the devices when the run stopped before JAX could tell.
+UNKNOWN_DEVICES = {"platform": "cpu", "kind": "unknown", "count": 1, "processes": 1}
 
 
 @dataclass
@@ -79,8 +84,15 @@ def device_summary(jax) -> dict:
     per_host = {}
     for d in devices:
         per_host[d.process_index] = per_host.get(d.process_index, 0) + 1
-    return {"platform": devices[0].platform, "kind": devices[0].device_kind, "count": len(devices),
-            "processes": jax.process_count(), "per_host": [per_host[i] for i in sorted(per_host)]}
+    summary = {"platform": devices[0].platform, "kind": devices[0].device_kind, "count": len(devices),
+               "processes": jax.process_count(), "per_host": [per_host[i] for i in sorted(per_host)]}
+    try:  # the GPU's memory picks its size in the catalog (A100 40 or 80 GB)
+        limit = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
+    except Exception:
+        limit = None
+    if limit:
+        summary["memory_gib"] = round(limit / 2**30, 2)
+    return summary
 
 
 def peak_memory_gib(jax) -> float | None:
@@ -94,10 +106,33 @@ def peak_memory_gib(jax) -> float | None:
 
 
 def device_limit_gib(jax, override: float | None) -> float | None:
+    """Per device: the override, the accelerator's own limit, or on CPU this host's free
+    memory shared by the process's CPU devices."""
     if override is not None:
         return override
     stats = jax.local_devices()[0].memory_stats() or {}
-    return stats["bytes_limit"] / 2**30 if "bytes_limit" in stats else None
+    if "bytes_limit" in stats:
+        return stats["bytes_limit"] / 2**30
+    if jax.local_devices()[0].platform == "cpu":
+        from geosim.live.train.memory import host_available_gib
+
+        free = host_available_gib()
+        return free / len(jax.local_devices()) if free else None
+    return None
+
+
+def check_estimate(opts: Options, cfg, technique, limit_gib: float | None) -> float:
+    """Refuse a run whose estimated step cannot fit, before any weight is allocated."""
+    from geosim.live.train.memory import estimate_gib
+
+    need = estimate_gib(opts.technique, n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head, vocab=cfg.vocab,
+                        n_ctx=cfg.n_ctx, precision=cfg.precision, global_batch=opts.batch,
+                        microbatches=opts.microbatches, devices=technique.n,
+                        stages=getattr(technique, "stages", None), replicas=getattr(technique, "replicas", None))
+    if limit_gib is not None and need > limit_gib:
+        raise MemoryError(f"RESOURCE_EXHAUSTED: out of memory: the step needs about {need:.3g} GiB per device "
+                          f"(estimated from the model before allocating), the limit is {limit_gib:.3g} GiB")
+    return need
 
 
 def check_memory(compiled, limit_gib: float | None):
@@ -116,13 +151,12 @@ def check_memory(compiled, limit_gib: float | None):
 
 
 def run(opts: Options, log=print) -> Result:
+    """Train and measure. SIGINT/SIGTERM (live/train/interrupts.py, when the CLI installed
+    its handlers) and Ctrl-C stop the run at the next safe point with status interrupted."""
     from geosim.errors import require
     from geosim.scenario import get_model
 
-    jax = require("jax", extra="live", command="geosim live run")
-    from geosim.live import corpus
-    from geosim.live.model import GPTConfig, alpa_flops_per_iter, init_params, optimizer
-    from geosim.live.techniques import Setup, get
+    from geosim.live.train import interrupts
 
     if opts.steps is not None and opts.steps <= 0:
         raise GeosimError(f"must be > 0, got {opts.steps}", key="--steps")
@@ -132,31 +166,47 @@ def run(opts: Options, log=print) -> Result:
         raise GeosimError("--batch and --microbatches must be > 0", key="--batch")
     spec = get_model(opts.model)
     n_ctx = opts.seq_len or spec.n_ctx
-    devices = device_summary(jax)
-    precision = resolve_precision(opts.precision, devices["platform"], devices["kind"])
-    result = Result(devices=devices)
-    dataset = corpus.load(opts.data, n_ctx, opts.tokenizer, opts.seed)
-    cfg = GPTConfig(spec.n_layer, spec.n_embd, spec.n_head, dataset.vocab, n_ctx, precision)
-    technique = get(opts.technique, Setup(cfg, optimizer(opts.learning_rate), opts.batch, opts.microbatches, opts.stages))
-    per_epoch = dataset.steps_per_epoch(opts.batch)
-    steps = opts.steps or (opts.epochs * per_epoch if opts.epochs else 20)
-    result.data = f"{dataset.source} ({dataset.tokenizer} tokens, {dataset.sequences.shape[0]} sequences)"
-    result.model_dims = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head, "vocab": cfg.vocab, "n_ctx": cfg.n_ctx}
-    result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx,
-                       "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision}
-    if opts.epochs:
-        result.workload["epochs"] = opts.epochs
-    if getattr(technique, "stages", None):
-        result.devices["stages"] = technique.stages
-    flops = alpa_flops_per_iter(cfg, opts.batch)
-
+    result = Result(devices=dict(UNKNOWN_DEVICES))
     start = time.perf_counter()
+    jax = None
     try:
-        state = technique.init(init_params(cfg, opts.seed))
+        jax = require("jax", extra="live", command="geosim live run")
+        from geosim.live.train import corpus
+        from geosim.live.train.model import GPTConfig, alpa_flops_per_iter, init_params, optimizer
+        from geosim.live.train.techniques import Setup, get
+
+        devices = device_summary(jax)
+        result.devices = devices
+        precision = resolve_precision(opts.precision, devices["platform"], devices["kind"])
+        dataset = corpus.load(opts.data, n_ctx, opts.tokenizer, opts.seed)
+        cfg = GPTConfig(spec.n_layer, spec.n_embd, spec.n_head, dataset.vocab, n_ctx, precision)
+        technique = get(opts.technique, Setup(cfg, optimizer(opts.learning_rate), opts.batch, opts.microbatches,
+                                              opts.stages), **(opts.lowcomm or {}))
+        per_epoch = dataset.steps_per_epoch(opts.batch)
+        steps = opts.steps or (opts.epochs * per_epoch if opts.epochs else 20)
+        result.data = f"{dataset.source} ({dataset.tokenizer} tokens, {dataset.sequences.shape[0]} sequences)"
+        result.model_dims = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head, "vocab": cfg.vocab,
+                             "n_ctx": cfg.n_ctx}
+        result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx,
+                           "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision}
+        if opts.epochs:
+            result.workload["epochs"] = opts.epochs
+        if getattr(technique, "stages", None):
+            result.devices["stages"] = technique.stages
+        flops = alpa_flops_per_iter(cfg, opts.batch)
+        limit = device_limit_gib(jax, opts.memory_limit_gib)
+        check_estimate(opts, cfg, technique, limit)  # before any weight exists
+        interrupts.check()
+        start = time.perf_counter()
+        state = interrupts.call(lambda: technique.init(init_params(cfg, opts.seed)))
         batch = technique.place_batch(dataset.batch(0, opts.batch, opts.seed))
+        interrupts.check()
+        if log:
+            log(f"compiling {opts.technique} for {devices['count']} device(s)")
         t0 = time.perf_counter()
-        compiled = technique.compile(state, batch)
-        check_memory(compiled, device_limit_gib(jax, opts.memory_limit_gib))
+        compiled = interrupts.call(technique.compile, state, batch)  # seconds to minutes: a signal stops the wait
+        check_memory(compiled, limit)
+        interrupts.check()
         for step in range(steps):
             if step:
                 batch = technique.place_batch(dataset.batch(step, opts.batch, opts.seed))
@@ -172,24 +222,27 @@ def run(opts: Options, log=print) -> Result:
                 raise FloatingPointError(f"loss became {loss} at step {step}")
             if log and ((step + 1) % opts.log_every == 0 or step + 1 == steps):
                 log(f"step {step + 1}/{steps}  loss {loss:.4f}  {elapsed * 1e3:.1f} ms")
+            interrupts.check()
     except KeyboardInterrupt:
         result.status = "interrupted"
+        result.error = f"stopped by {interrupts.requested() or 'SIGINT'}"
     except GeosimError:
         raise
     except Exception as exc:  # a failed run is a measurement too (the selector probes and reads status)
         result.status = "out-of-memory" if is_out_of_memory(exc) else "failed"
         result.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:500]
     result.total_time_s = time.perf_counter() - start
-    try:
-        result.peak_memory_gib = peak_memory_gib(jax)
-    except Exception:
-        pass
+    if jax is not None:
+        try:
+            result.peak_memory_gib = peak_memory_gib(jax)
+        except Exception:
+            pass
     # steady state: drop the first (compiling) step and the warm-up steps, when there are more
     timed = result.step_times[1 + opts.warmup:] or result.step_times[1:] or result.step_times
     if timed:
         result.time_per_iteration_s = statistics.median(timed)
         result.tokens_per_s = opts.batch * n_ctx / result.time_per_iteration_s
-        result.tflops_per_gpu = flops / result.time_per_iteration_s / devices["count"] / 1e12
+        result.tflops_per_gpu = flops / result.time_per_iteration_s / result.devices["count"] / 1e12
     if result.status == "ok" and len(result.step_times) < 1 + opts.warmup + 1:
         print(f"note: only {len(result.step_times)} steps; warm-up could not be fully excluded", file=sys.stderr)
     return result

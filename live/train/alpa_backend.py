@@ -57,13 +57,12 @@ def run_alpa(opts, ray_address: str | None):
     alpa = import_alpa()
     import jax
     import jax.numpy as jnp
-    import optax
     from flax.training import train_state
 
     from geosim.scenario import get_model
-    from geosim.live import corpus
-    from geosim.live.model import GPT, GPTConfig, alpa_flops_per_iter, cross_entropy, optimizer
-    from geosim.live.train import Result, is_out_of_memory, resolve_precision
+    from geosim.live.train import corpus
+    from geosim.live.train.model import GPT, GPTConfig, alpa_flops_per_iter, cross_entropy, optimizer
+    from geosim.live.train.loop import Result, is_out_of_memory, resolve_precision
 
     alpa.init(cluster="ray")  # attaches to the running Ray cluster (`ray start` on every VM first)
     spec = get_model(opts.model)

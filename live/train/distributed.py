@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 
 def configure_cpu_devices(count: int | None):
@@ -21,22 +22,48 @@ def configure_cpu_devices(count: int | None):
         jax.config.update("jax_num_cpu_devices", count)
 
 
+def split_address(address: str) -> tuple[str, int]:
+    from geosim.errors import GeosimError
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise GeosimError(f"must be HOST:PORT, got {address!r}", key="--coordinator")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def initialize(coordinator: str, num_processes: int, process_id: int, gloo_interface: str | None = None):
+    """Join the run. Process 0 serves the coordinator on exactly HOST:PORT of --coordinator
+    (jax's default would be every interface). Gloo listens on --gloo-interface's address,
+    or on loopback when the coordinator is on loopback (a one-machine run), else on the
+    address of the machine's hostname (gloo's default)."""
     import jax
 
+    host, port = split_address(coordinator)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if gloo_interface:
-        # jax creates gloo's TCP collectives without an interface argument; pin it here.
+    gloo = {"interface": gloo_interface} if gloo_interface else {"hostname": host} if is_loopback(host) else {}
+    if gloo:
+        # jax creates gloo's TCP collectives without these arguments; pin them here.
         from functools import partial
 
         from jax._src.lib import _jax
 
-        if not getattr(_jax.make_gloo_tcp_collectives, "_geosim_interface", None):
-            patched = partial(_jax.make_gloo_tcp_collectives, interface=gloo_interface)
-            patched._geosim_interface = gloo_interface
-            _jax.make_gloo_tcp_collectives = patched
+        original = getattr(_jax.make_gloo_tcp_collectives, "_geosim_original", _jax.make_gloo_tcp_collectives)
+        patched = partial(original, **gloo)
+        patched._geosim_original = original
+        _jax.make_gloo_tcp_collectives = patched
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id,
-                               initialization_timeout=120)
+                               initialization_timeout=120,
+                               coordinator_bind_address=bind if process_id == 0 else None)
 
 
 def collective_impl(platform: str, processes: int) -> str:
@@ -45,9 +72,10 @@ def collective_impl(platform: str, processes: int) -> str:
     return "gloo" if processes > 1 else "xla-cpu"
 
 
-def free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
+    """A port free on `address` (the one the coordinator will then bind), loopback by default."""
     with socket.socket() as s:
-        s.bind(("", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
@@ -67,10 +95,11 @@ class Worker:
         os.environ.update(env)  # NCCL_SOCKET_IFNAME etc., before JAX loads
 
     def where(self):
-        return {"ip": node_ip(), "hostname": socket.gethostname(), "port": free_port()}
+        ip = node_ip()
+        return {"ip": ip, "hostname": socket.gethostname(), "port": free_port(ip)}
 
     def train(self, opts_dict: dict, coordinator: str, num_processes: int, process_id: int, cpu_devices, gloo_interface):
-        from geosim.live.train import Options, run
+        from geosim.live.train.loop import Options, run
 
         configure_cpu_devices(cpu_devices)
         initialize(coordinator, num_processes, process_id, gloo_interface)
@@ -103,6 +132,7 @@ def run_on_ray(address: str, opts, hosts: int | None, cpu_devices, gloo_interfac
     """Start one worker per node, run the same training everywhere, return (result of
     process 0, host names)."""
     from geosim.errors import GeosimError, require
+    from geosim.live.train import interrupts
 
     ray = require("ray", extra="live", command="geosim live run --ray-address")
     ray.init(address=address, log_to_driver=True, ignore_reinit_error=True)
@@ -120,7 +150,12 @@ def run_on_ray(address: str, opts, hosts: int | None, cpu_devices, gloo_interfac
 
         futures = [a.train.remote(asdict(opts), coordinator, len(actors), i, cpu_devices, gloo_interface)
                    for i, a in enumerate(actors)]
-        results = ray.get(futures, timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while len(ray.wait(futures, num_returns=len(futures), timeout=0.5)[0]) < len(futures):
+            interrupts.check()  # SIGINT/SIGTERM: KeyboardInterrupt, the actors are killed below
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the workers did not finish within {timeout_s:g} s")
+        results = ray.get(futures)
         return results[0], names
     finally:
         for a in locals().get("actors", []):

@@ -110,10 +110,6 @@ class Dataset:
     tokenizer: str
     vocab: int
 
-    @property
-    def tokens_per_epoch(self) -> int:
-        return int(self.sequences.shape[0] * (self.sequences.shape[1] - 1))
-
     def steps_per_epoch(self, global_batch: int) -> int:
         return max(1, self.sequences.shape[0] // global_batch)
 

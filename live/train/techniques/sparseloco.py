@@ -32,9 +32,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.errors import GeosimError
-from geosim.live.techniques.diloco import DiLoCo
-
-BITS = (1, 2, 4, 8, 32)
+from geosim.live.train.lowcomm import BITS
+from geosim.live.train.techniques.diloco import DiLoCo
 
 
 def kept_per_chunk(topk: float, chunk: int) -> int:
@@ -136,17 +135,8 @@ class SparseLoCo(DiLoCo):
         dense = jax.vmap(lambda *p: decompress(p, self.topk, self.bits, self.chunk, self._slice))(*gathered)
         return jnp.mean(dense, axis=0), ((acc - sent)[None, None],)
 
-    def error_buffer(self, state):
-        """[replicas, flat size (padded)]: each replica's unsent mass."""
-        err = state[4]
-        return err.reshape(self.replicas, -1)
-
     def sync_bytes_per_replica(self) -> float:
         return float(payload_bytes(self._slice, self.topk, self.bits, self.chunk)["total"] * self.per_replica)
-
-    def describe(self) -> str:
-        return (super().describe() + f", top-k {self.topk:g} of {self.chunk}-value chunks, "
-                + ("fp32 values" if self.bits == 32 else f"{self.bits}-bit values") + ", error feedback")
 
 
 TECHNIQUE = SparseLoCo

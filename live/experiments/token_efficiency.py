@@ -17,67 +17,19 @@ trained on before the sampled step; use the same window for the runs you compare
 sampled at the same steps sees the same batches: a paired comparison). The raw per-step
 losses are kept beside the curve ("losses").
 
-    python -m live.token_efficiency curves.jsonl [--target-loss L] [--baseline data]
+    python -m geosim.live.experiments.token_efficiency curves.jsonl [--target-loss L] [--baseline data]
 
 prints the factors `geosim predict --loss-curves` will use (tokens the baseline needs to
 reach the target loss / tokens the technique needs; the default target is the lowest loss
 every curve reaches).
-
-Also here, without importing JAX (the CLI reads it): how the low-communication options
-reach the techniques (the GEOSIM_LOWCOMM environment variable, which child processes of a
-multi-host run inherit).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-
-ENV = "GEOSIM_LOWCOMM"
-OPTION_KEYS = ("replicas", "inner_steps", "outer_lr", "outer_momentum", "topk", "bits")
-BITS = (1, 2, 4, 8, 32)
-
-
-# ------------------------------------------------------------------ options
-def set_options_env(given: dict) -> None:
-    """Merge the given low-communication options (None = not given) into GEOSIM_LOWCOMM."""
-    from geosim.errors import GeosimError
-
-    given = {k: v for k, v in given.items() if v is not None}
-    for key in ("replicas", "inner_steps"):
-        if key in given and given[key] <= 0:
-            raise GeosimError(f"must be > 0, got {given[key]}", key="--" + key.replace("_", "-"))
-    if "outer_lr" in given and given["outer_lr"] <= 0:
-        raise GeosimError(f"must be > 0, got {given['outer_lr']:g}", key="--outer-lr")
-    if "outer_momentum" in given and not 0 <= given["outer_momentum"] < 1:
-        raise GeosimError(f"must be in [0, 1), got {given['outer_momentum']:g}", key="--outer-momentum")
-    if "topk" in given and not 0 < given["topk"] <= 1:
-        raise GeosimError(f"must be in (0, 1], got {given['topk']:g}", key="--topk")
-    if "bits" in given and given["bits"] not in BITS:
-        raise GeosimError(f"must be one of {', '.join(map(str, BITS))} (32: no quantization), got {given['bits']}",
-                          key="--bits")
-    if given:
-        current = json.loads(os.environ.get(ENV) or "{}")
-        os.environ[ENV] = json.dumps({**current, **given})
-
-
-def options_note(technique: str) -> str | None:
-    """The settings a diloco / sparseloco run used (for the record's note)."""
-    if technique not in ("diloco", "sparseloco"):
-        return None
-    from geosim.live.techniques.diloco import effective_options
-
-    o = effective_options(technique)
-    text = (f"{technique}: H={o['inner_steps']}, replicas {o['replicas'] or 'one per host (2 on one host)'}, "
-            f"outer sgd lr {o['outer_lr']:g}" + (f" nesterov {o['outer_momentum']:g}" if o["outer_momentum"] else ""))
-    if technique == "sparseloco":
-        text += f", top-k {o['topk']:g} of {o['chunk']}, " + ("fp32" if o["bits"] == 32 else f"{o['bits']}-bit") + \
-                ", error feedback"
-    return text
-
 
 # ------------------------------------------------------------------ curves
 def loss_curve(losses: list[float], tokens_per_step: int, window: int = 10, smooth: int = 5) -> list[list[float]]:
@@ -105,16 +57,15 @@ def mean_step_time(step_times: list[float], inner_steps: int | None, warmup: int
     return statistics.fmean(step_times[skip:skip + usable])
 
 
-def curve_doc(record, losses: list[float], step_times: list[float], window: int | None = None) -> dict:
-    """One sidecar object for a run (record: geosim.records.RunRecord). window None: H for
-    diloco / sparseloco, else 10."""
+def curve_doc(record, losses: list[float], step_times: list[float], window: int | None = None,
+              options: dict | None = None) -> dict:
+    """One sidecar object for a run (record: geosim.records.RunRecord; options: the
+    low-communication options it ran with). window None: H for diloco / sparseloco, else 10."""
     w = record.workload or {}
     tokens_per_step = int(w.get("global_batch", 0)) * int(w.get("seq_len", 0))
-    options = None
-    if record.technique in ("diloco", "sparseloco"):
-        from geosim.live.techniques.diloco import effective_options
+    from geosim.live.train import lowcomm
 
-        options = effective_options(record.technique)
+    options = lowcomm.effective(record.technique, options) if record.technique in lowcomm.OWN_DEFAULTS else None
     window = window or (options["inner_steps"] if options else 10)
     doc = {"technique": record.technique, "run_id": record.run_id, "model": record.model, "status": record.status,
            "loss": f"loss of every {window}th step on its (unseen) batch, trailing mean of 5",
@@ -130,8 +81,10 @@ def curve_doc(record, losses: list[float], step_times: list[float], window: int 
 
 
 def append_curve(path: str, doc: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(doc) + "\n")
+    """One whole line, one O_APPEND write: concurrent runs never interleave."""
+    from geosim.fileio import append_lines
+
+    append_lines(path, [json.dumps(doc, allow_nan=False)])
 
 
 # ------------------------------------------------------------------ factors
@@ -148,7 +101,7 @@ def factors(path: str, target_loss: float | None = None, baseline: str = "data")
 def main(argv=None) -> int:
     from geosim.errors import GeosimError
 
-    parser = argparse.ArgumentParser(prog="python -m live.token_efficiency", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m geosim.live.experiments.token_efficiency", description=__doc__.split("\n\n")[0])
     parser.add_argument("curves", help="JSON lines with technique and loss_curve (--loss-curve-out)")
     parser.add_argument("--target-loss", type=float, help="default: the lowest loss every curve reaches")
     parser.add_argument("--baseline", default="data")

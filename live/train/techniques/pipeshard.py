@@ -21,9 +21,9 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from geosim.live.model import block_apply, embed_apply, head_loss
-from geosim.live.techniques import Technique, init_sharded, make_mesh, replicated
-from geosim.live.techniques.shard import tree_specs
+from geosim.live.train.model import block_apply, embed_apply, head_loss
+from geosim.live.train.techniques import Technique, init_sharded, make_mesh, replicated
+from geosim.live.train.techniques.shard import tree_specs
 
 
 def stack_blocks(params, n_layer):

@@ -21,7 +21,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.errors import GeosimError
-from geosim.live.model import GPTConfig, loss_fn
+from geosim.live.train.model import GPTConfig, loss_fn
 
 TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
 # low-communication techniques (issue 8): a different update (local steps, then a sync), so
@@ -125,11 +125,13 @@ class Technique:
         return (params, opt_state), loss
 
 
-def get(name: str, setup: Setup) -> Technique:
+def get(name: str, setup: Setup, **options) -> Technique:
+    """The technique `name` on `setup`; `options` (live/train/lowcomm.py) go to diloco and
+    sparseloco, the only techniques that take any."""
     if name not in TECHNIQUES + LOWCOMM:
         raise GeosimError(f"unknown technique {name!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
-    module = importlib.import_module(f"live.techniques.{name}")
-    return module.TECHNIQUE(setup)
+    module = importlib.import_module(f"geosim.live.train.techniques.{name}")
+    return module.TECHNIQUE(setup, **options) if name in LOWCOMM else module.TECHNIQUE(setup)
 
 
 def replicated(mesh):

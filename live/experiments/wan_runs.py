@@ -10,7 +10,8 @@ pair with the emulated RTT and bandwidth, the `[gpus.CPU]` table of live/record.
 `geosim calibrate fit` can simulate the run.
 
 Children run in their own sessions and are killed (SIGTERM, then SIGKILL) when one of
-them fails, on timeout, on Ctrl-C and on any error in the parent.
+them fails, on timeout, on SIGINT/SIGTERM and on any error in the parent; and the kernel
+kills them (PR_SET_PDEATHSIG) if the parent itself dies, even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ OPTION_FLAGS = (  # live.train.Options field -> flag of `geosim live run`
     ("tokenizer", "--tokenizer"), ("warmup", "--warmup"), ("log_every", "--log-every"),
     ("memory_limit_gib", "--memory-limit-gib"),
 )
+LOWCOMM_FLAGS = {"replicas": "--replicas", "inner_steps": "--inner-steps", "outer_lr": "--outer-lr",
+                 "outer_momentum": "--outer-momentum", "topk": "--topk", "bits": "--bits"}
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -75,6 +79,9 @@ def child_argv(opts, *, coordinator: str, num_processes: int, process_id: int, c
         value = getattr(opts, name)
         if value is not None:
             argv += [flag, str(value)]
+    for name, value in (opts.lowcomm or {}).items():  # as arguments: every process gets the same options
+        if value is not None:
+            argv += [LOWCOMM_FLAGS[name], str(value)]
     return argv + ["--cpu-devices", str(cpu_devices), "--coordinator", coordinator, "--num-processes",
                    str(num_processes), "--process-id", str(process_id), "--gloo-interface", interface, "--json"]
 
@@ -82,7 +89,7 @@ def child_argv(opts, *, coordinator: str, num_processes: int, process_id: int, c
 def wan_cluster(wan, per_host: list[int], gpu_table: dict | None = None) -> dict:
     """The emulated slice in scenario-file form: host i = namespace i at its own site, one
     link per pair with the emulated RTT and the egress cap (or the forwarder's nominal rate)."""
-    from geosim.live.record import cpu_gpu_table
+    from geosim.live.train.record import cpu_gpu_table
 
     n = len(per_host)
     bandwidth = wan.bandwidth_mbit / 1000 if wan.bandwidth_mbit else UNCAPPED_GBPS
@@ -100,6 +107,17 @@ def wan_cluster(wan, per_host: list[int], gpu_table: dict | None = None) -> dict
                 link["window_mib"] = float(window_kib) / 1024
             cluster["links"].append(link)
     return cluster
+
+
+def _die_with_parent() -> None:
+    """In the child between fork and exec: SIGKILL when the parent dies. `ip netns exec`
+    execs the command in place and neither is set-user-ID, so the setting reaches it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before prctl: do not outlive it
+        os._exit(1)
 
 
 def _kill(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
@@ -138,13 +156,17 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
     """Train with opts on every host of the slice (one process per host, cpu_devices each);
     return process 0's record with the slice as its cluster. Raises GeosimError when the
     processes fail without a record (then the stderr tails are in the message)."""
+    from geosim.live.train import interrupts
+
     wan = require_wan(wan)
     if os.geteuid() != 0:
         raise GeosimError("running inside the WAN's namespaces needs root (ip netns exec)", key="--hosts")
     n = len(wan.hosts)
     port = port or random.randint(20000, 59999)
     coordinator = f"{wan.hosts[0].address}:{port}"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    from geosim.live.wan.netns import child_env
+
+    env = child_env({k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
     env["PYTHONUNBUFFERED"] = "1"
     procs: list[subprocess.Popen] = []
     tails: list[list[str]] = [[] for _ in range(n)]
@@ -157,7 +179,8 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
                                                    cpu_devices=cpu_devices, interface=wan.hosts[i].interface))
                 p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out0 if i == 0 else subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=env, cwd=tempfile.gettempdir(),
-                                     start_new_session=True)  # own group: killed as a whole, not by the tty's ^C
+                                     start_new_session=True,  # own group: killed as a whole, not by the tty's ^C
+                                     preexec_fn=_die_with_parent)
                 procs.append(p)
                 t = threading.Thread(target=_pump, args=(p.stderr, tails[i], log if i == 0 else None), daemon=True)
                 t.start()
@@ -174,6 +197,7 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
                 if time.monotonic() > deadline:
                     raise GeosimError(f"the run did not finish within {timeout_s:g} s: {_tail(tails[0])}",
                                       key="--timeout")
+                interrupts.check()  # SIGINT/SIGTERM to this process: stop the children (finally)
                 time.sleep(0.1)
         finally:
             _kill(procs)

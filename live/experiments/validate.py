@@ -1,7 +1,7 @@
 """`geosim live validate`: the simulator checked against real runs on the emulated WAN.
 
 For each RTT: bring up a 2-host WAN slice (live/wan), run every technique on it for a few
-steps (live/wan_runs.py: one JAX process per host, gloo over the slice), write the run
+steps (live/experiments/wan_runs.py: one JAX process per host, gloo over the slice), write the run
 records. Then calibrate the simulator on the runs at all RTTs but one (calibrate/fit.py)
 and predict the held-out RTT's runs; print predicted vs measured with errors, write a
 JSON report, the fitted parameters and a PNG plot.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -141,7 +140,7 @@ def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, ba
             cpu_devices: int, timeout_s: float, log=print, tcp_window_kib: float | None = None) -> Path:
     """One slice per RTT (brought up, used, torn down), every technique on it; records appended to
     OUT/runs.jsonl (with the RTT measured on the slice). Returns the records' path."""
-    from geosim.live import wan_runs
+    from geosim.live.experiments import wan_runs
     from geosim.live.wan import netns
     from geosim.live.wan.emulator import up
     from geosim.live.wan.measure import measure_rtt
@@ -448,16 +447,20 @@ def plot(rep: Report, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    import io
+
+    from geosim.fileio import write_atomic
+
+    png = io.BytesIO()
+    fig.savefig(png, dpi=110, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
+    write_atomic(path, png.getvalue())  # a unique temporary file beside it, then renamed
 
 
 # ----------------------------------------------------------------------------- command
 
 def run(args) -> int:
-    from geosim.live.train import Options
+    from geosim.live.train.loop import Options
 
     rtts = _csv_floats(args.rtt_ms, "--rtt-ms")
     techniques = [t for t in args.techniques.split(",") if t]
@@ -527,7 +530,9 @@ def run(args) -> int:
     if plot_path:
         plot(rep, Path(plot_path))
         rep.plot_path = plot_path
-    (out / "validate.json").write_text(json.dumps(rep.to_dict(), indent=2))
+    from geosim.fileio import write_atomic
+
+    write_atomic(out / "validate.json", json.dumps(rep.to_dict(), indent=2, allow_nan=False))
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
     else:

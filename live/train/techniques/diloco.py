@@ -27,15 +27,12 @@ d-th slice of the flat pseudo-gradient with its peers (one pmean over `replica`)
 the replica's devices all-gather the slices (over `data`, inside the host). Every byte
 crosses between replicas once, as one buffer: one gloo round trip per sync.
 
-Options (keyword arguments, else the GEOSIM_LOWCOMM environment variable that
-`geosim live run` sets from --replicas --inner-steps --outer-lr --outer-momentum, else the
-defaults below): DiLoCo's paper uses outer lr 0.7 and Nesterov momentum 0.9.
+Options: keyword arguments (live/train/lowcomm.py: `geosim live run --replicas --inner-steps
+--outer-lr --outer-momentum`), else the defaults there: DiLoCo's paper uses outer lr 0.7 and
+Nesterov momentum 0.9.
 """
 
 from __future__ import annotations
-
-import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -46,28 +43,13 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.errors import GeosimError
-from geosim.live.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
-from geosim.live.token_efficiency import ENV
-
-DEFAULTS = {"replicas": None, "inner_steps": 10, "outer_lr": 0.7, "outer_momentum": 0.9,
-            "topk": 0.01, "bits": 2, "chunk": 4096}
-
-
-def options_from_env() -> dict:
-    text = os.environ.get(ENV)
-    if not text:
-        return {}
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        raise GeosimError(f"{ENV} is not valid JSON: {text!r}") from None
-    return {k: v for k, v in doc.items() if v is not None}
+from geosim.live.train.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
+from geosim.live.train import lowcomm
 
 
 def effective_options(technique: str, **options) -> dict:
-    """Defaults < the technique's own defaults < GEOSIM_LOWCOMM < keyword arguments."""
-    own = {"diloco": {}, "sparseloco": {"outer_lr": 1.0, "outer_momentum": 0.0}}[technique]
-    return {**DEFAULTS, **own, **options_from_env(), **{k: v for k, v in options.items() if v is not None}}
+    """Defaults < the technique's own defaults < keyword arguments (None: not given)."""
+    return lowcomm.effective(technique, options)
 
 
 def outer_optimizer(lr: float, momentum: float) -> optax.GradientTransformation:
@@ -237,18 +219,10 @@ class DiLoCo(Technique):
         """The outer (synchronized) parameters: after a sync step every replica holds them."""
         return state[2]
 
-    def replica_params(self, state):
-        return state[0]
-
     # ------------------------------------------------------------------ what crosses
     def sync_bytes_per_replica(self) -> float:
         """Bytes one replica sends to the others per synchronization (fp32 pseudo-gradient)."""
         return 4.0 * self._slice * self.per_replica
-
-    def describe(self) -> str:
-        o = self.options
-        return (f"{self.name}: {self.replicas} replicas x {self.per_replica} devices, H={self.inner_steps}, "
-                f"outer sgd lr {o['outer_lr']:g}" + (f" nesterov {o['outer_momentum']:g}" if o["outer_momentum"] else ""))
 
 
 TECHNIQUE = DiLoCo
