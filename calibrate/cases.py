@@ -84,10 +84,11 @@ def _option_value(name: str, value, where: str):
         return tuple(value)
     if name in ("meshes", "replicas"):
         if not isinstance(value, (list, tuple)) or not value or not all(
-                isinstance(group, (list, tuple)) and group and all(isinstance(h, str) and h for h in group) for group in value):
+                isinstance(group, (list, tuple)) and group and all(isinstance(h, str) and h for h in group)
+                for group in value):
             raise GeosimError(f"must be a list of lists of host names, got {value!r:.60}", source=where, key=key)
         return tuple(tuple(group) for group in value)
-    if isinstance(value, (list, dict)):
+    if isinstance(value, (list, tuple, dict)):
         raise GeosimError(f"must be a number, a string or true/false, got {value!r:.60}", source=where, key=key)
     return value
 
