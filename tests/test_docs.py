@@ -300,3 +300,25 @@ def test_ci_runs_the_readme_setup_commands_exactly():
 
 def test_readme_stays_a_short_manual():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_parameters_reference_names_every_key():
+    """Every key of the shipped parameters file and every technique setting has a row."""
+    import tomllib
+
+    from geosim.params import _flatten, setting_keys
+
+    text = (ROOT / "docs" / "reference" / "params.md").read_text()
+    shipped = tomllib.loads((ROOT / "geosim" / "data" / "params-default.toml").read_text())
+    missing = []
+    for key, value in _flatten(shipped).items():
+        # compute.* and memory.* are documented with the compute and memory model
+        if key.split(".")[0] in ("compute", "memory"):
+            continue
+        names = [f"{key}.{k}" for k in value] if isinstance(value, dict) else [key]
+        for name in names:
+            table, _, last = name.rpartition(".")
+            if f"`{name}`" not in text and f"`{table}.NAME`" not in text and f"`{table}.{last}" not in text:
+                missing.append(name)
+    missing += [f"{technique}.{leaf}" for technique, leaf in setting_keys() if f"`{technique}.{leaf}`" not in text]
+    assert not missing, "docs/reference/params.md lacks: " + ", ".join(missing)
