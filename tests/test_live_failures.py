@@ -6,11 +6,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from geosim.records import read_records
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_recorded(tmp_path):
     runs = tmp_path / "runs.jsonl"
     proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "3",
@@ -23,6 +26,7 @@ def test_out_of_memory_is_recorded(tmp_path):
     assert record.measured["steps"] == 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured(tmp_path):
     runs = tmp_path / "runs.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "100000",

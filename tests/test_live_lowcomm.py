@@ -115,6 +115,7 @@ def four_devices(tmp_path_factory):
     return json.loads(proc.stdout.strip().splitlines()[-1]), runs, curves
 
 
+@pytest.mark.slow
 def test_h1_diloco_with_sgd_inside_is_data_parallel_sgd(four_devices):
     out = four_devices[0]["one"]
     assert out["mesh"] == {"replica": 2, "data": 2} and out["replicas"] == 2
@@ -123,6 +124,7 @@ def test_h1_diloco_with_sgd_inside_is_data_parallel_sgd(four_devices):
     assert out["max_param_diff"] < 1e-5
 
 
+@pytest.mark.slow
 def test_sparseloco_sending_everything_is_diloco(four_devices):
     out = four_devices[0]["two"]
     assert out["diloco"][-1] < out["diloco"][0]
@@ -131,6 +133,7 @@ def test_sparseloco_sending_everything_is_diloco(four_devices):
     assert out["error_abs_max"] == 0.0  # nothing left unsent
 
 
+@pytest.mark.slow
 def test_error_feedback_keeps_the_unsent_mass(four_devices):
     checks = four_devices[0]["three"]
     assert len(checks) == 3  # syncs at steps 2, 4, 6
@@ -143,12 +146,14 @@ def test_error_feedback_keeps_the_unsent_mass(four_devices):
         assert c["error_norm"] > 0.5 * c["delta_norm"]  # most of the mass waits in the buffer at 1/64 density
 
 
+@pytest.mark.slow
 def test_sync_bytes(four_devices):
     out = four_devices[0]
     # 2-bit values + uint16 indices + a float32 scale per 1024-value chunk vs fp32 everything
     assert out["bytes_per_replica"] < out["diloco_bytes_per_replica"] / 50
 
 
+@pytest.mark.slow
 def test_cli_writes_a_curve_convergence_reads(four_devices):
     out, runs, curves = four_devices
     assert out["cli_code"] == 0
@@ -179,6 +184,7 @@ def test_loss_curve_samples_every_window_steps_with_a_trailing_mean():
 
 
 
+@pytest.mark.slow
 def test_compressor_topk_quantization_and_payload_bytes():
     import jax.numpy as jnp
 

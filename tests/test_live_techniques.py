@@ -50,6 +50,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_four_techniques_train_to_the_same_losses():
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=FOUR_DEVICES, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -66,6 +67,7 @@ def test_four_techniques_train_to_the_same_losses():
     assert any("'stage'" in s and "'model'" in s for s in out["pipeshard"]["specs"])
 
 
+@pytest.mark.slow
 def test_each_technique_writes_a_record_calibration_reads(tmp_path):
     runs = tmp_path / "runs.jsonl"
     code = ("import sys; from geosim.cli import main\n"

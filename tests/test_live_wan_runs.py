@@ -155,6 +155,7 @@ def simulated_records(rtts, per_step_extra=None):
     return records
 
 
+@pytest.mark.slow
 def test_validate_recovers_a_held_out_rtt_of_simulated_runs():
     records = simulated_records([0.1, 10, 40])
     rep, result = live_validate.validate_records(records, 10.0, max_nfev=40)

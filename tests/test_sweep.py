@@ -93,6 +93,7 @@ def test_resume_refuses_rows_from_other_parameters(tmp_path):
     assert run_sweep(GRID, other, tmp_path, SerialExecutor(other), progress=False, fresh=True).computed == len(GRID)
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_the_command_line_keeps_rows_and_a_rerun_finishes(tmp_path):
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "zero2",
@@ -116,6 +117,7 @@ def test_ctrl_c_on_the_command_line_keeps_rows_and_a_rerun_finishes(tmp_path):
     assert len(keys) == len(set(keys)) == 150
 
 
+@pytest.mark.slow
 def test_cli_sweep_and_report(tmp_path, capsys):
     out = tmp_path / "sw"
     rc = main(["sweep", "--scenario", "utah-gpn,tacc-tacc", "--technique", "data,pipeshard", "--model", "gpt2m,gpt2L",
