@@ -19,8 +19,8 @@ The convention (README.md, "Documentation map"):
 - `<!-- docs-test: file NAME -->` above any fence writes the fence's text to NAME in the
   directory the page's blocks run in (a scenario file the page then predicts on).
 - Each block runs in a fresh temporary directory holding the page's files, with this
-  environment's bin directory first on PATH (its `geosim`, its `python`) and the checkout
-  first on PYTHONPATH; a leading `sudo ` is dropped (the block is `root`).
+  environment's bin directory first on PATH (its `geosim`, its `python`) and this checkout's
+  `geosim` package first on PYTHONPATH; a leading `sudo ` is dropped (the block is `root`).
 
 Commands in fences without `$ ` are not allowed in these pages (test_no_command_hides_from_the_test):
 every command a reader may copy is run here.
@@ -28,11 +28,13 @@ every command a reader may copy is run here.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,10 +188,21 @@ def block_params():
     return params
 
 
+@functools.cache
+def package_shim() -> Path:
+    """A directory holding only `geosim` (a link to this checkout's): on PYTHONPATH it makes the
+    commands run this checkout's code even from an environment installed from another one, as
+    the tests do, without making the checkout's other top-level directories importable (a user's
+    `geosim` cannot import `live` or `calibrate` by those names either)."""
+    shim = Path(tempfile.mkdtemp(prefix="geosim-docs-shim-"))
+    (shim / "geosim").symlink_to(ROOT / "geosim", target_is_directory=True)
+    return shim
+
+
 def environment() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), env.get("PYTHONPATH", "")] if p)
+    env["PYTHONPATH"] = str(package_shim())
     env["COLUMNS"] = "100"
     env.pop("GEOSIM_WAN_STATE", None)
     return env
