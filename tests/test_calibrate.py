@@ -271,6 +271,7 @@ def test_out_of_memory_records_constrain_the_workspace():
 
 # ----------------------------------------------------------------------------- the command line
 
+@pytest.mark.slow
 def test_cli_fit_writes_a_params_file_predict_reads(tmp_path, capsys):
     runs = tmp_path / "runs.jsonl"
     write_records(runs, synthetic_runs(noise=0.02))  # efficiencies, window, message overhead, 3 overheads
