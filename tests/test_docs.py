@@ -51,7 +51,7 @@ DEFAULT_TIMEOUT_S = 300
 PENDING_PAGES = {
     "docs/guide/live.md", "docs/guide/wan-emulator.md", "docs/guide/fabric.md",
     "docs/guide/select-plan.md", "docs/guide/predict.md", "docs/reference/cli.md",
-    "docs/reference/run-records.md", "docs/reference/network.md",
+    "docs/reference/run-records.md",
 }
 
 
