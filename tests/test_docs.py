@@ -51,7 +51,6 @@ DEFAULT_TIMEOUT_S = 300
 PENDING_PAGES = {
     "docs/guide/live.md", "docs/guide/wan-emulator.md", "docs/guide/fabric.md",
     "docs/guide/select-plan.md", "docs/guide/predict.md", "docs/reference/cli.md",
-    "docs/reference/run-records.md",
 }
 
 
@@ -325,8 +324,8 @@ def test_parameters_reference_names_every_key():
     shipped = tomllib.loads((ROOT / "geosim" / "data" / "params-default.toml").read_text())
     missing = []
     for key, value in _flatten(shipped).items():
-        # compute.* and memory.* are documented with the compute and memory model
-        if key.split(".")[0] in ("compute", "memory"):
+        # compute.* and memory.* are documented in the page's own words (tables by name)
+        if key.split(".")[0] in ("compute", "memory", "fitted"):  # [fitted] is what a fit says, not keys
             continue
         names = [f"{key}.{k}" for k in value] if isinstance(value, dict) else [key]
         for name in names:
