@@ -71,6 +71,7 @@ class Prediction:
     iteration_breakdown: Breakdown | None = None
     run_breakdown: Breakdown | None = None
     bytes_per_iteration: float | None = None
+    activation_compression: float = 1.0  # the schedule's: < 1 when pipeline stages send compressed activations
     measured: dict | None = None
     simulated_events: int = 0
     wall_s: float = 0.0
@@ -119,6 +120,7 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
         result.status, result.reason = "infeasible", exc.problem
         return result
     result.description = schedule.description
+    result.activation_compression = schedule.activation_compression
     result.memory = _memory_report(schedule)
     worst = max(result.memory, key=lambda m: m.need_gib - m.has_gib)
     result.peak_memory_gib = max(m.need_gib for m in result.memory)

@@ -158,10 +158,9 @@ def time_to_target_s(tokens: float, efficiency: float, tokens_per_s: float, star
 
 
 def uses_compressed_pipeline(prediction, params: Params) -> bool:
-    """Whether a prediction's run sends compressed activations between pipeline stages."""
-    if prediction.technique == "pipeshard":
-        return params.settings("pipeshard").activation_compression < 1
-    return prediction.technique == "hybrid" and " pipelined " in prediction.description
+    """Whether a prediction's run sends compressed activations between pipeline stages
+    (the schedule says so: Prediction.activation_compression)."""
+    return prediction.activation_compression < 1
 
 
 def annotate(predictions: list, params: Params, tokens_for, overrides=None, measured=None) -> list[dict]:

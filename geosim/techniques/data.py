@@ -14,6 +14,7 @@ from geosim.case import Case
 from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
 
 NAME = "data"
+LABEL = "Data"  # how tables and verdicts name it
 DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
 
 

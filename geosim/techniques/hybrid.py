@@ -32,6 +32,8 @@ from geosim.techniques._lowcomm import (add_outer_state, assemble, build_replica
                                         sparse_gather_ops)
 
 NAME = "hybrid"
+LOW_COMMUNICATION = True  # more tokens for the same loss: ranked on time to a target
+LABEL = "Hybrid"  # how tables and verdicts name it
 DESCRIPTION = ("full replicas where memory allows, compressed pipelines of the other hosts, "
                "SparseLoCo between replicas")
 BUILDS_ON = ("data", "pipeshard", "sparseloco")
@@ -93,6 +95,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                              devices)
     kinds = ", ".join(("+".join(r.hosts) + (f" pipelined x{compression:g}" if r.kind == "pipeline" else " full"))
                       for r in replicas)
+    pipelined = any(r.kind == "pipeline" and len(r.hosts) > 1 for r in replicas)
     return assemble(NAME, devices, replicas, s.inner_steps, sync,
                     f"{len(replicas)} replicas ({kinds}), H={s.inner_steps}, SparseLoCo top-{s.topk_fraction:g} "
-                    f"x {s.bits}-bit")
+                    f"x {s.bits}-bit", activation_compression=compression if pipelined else 1.0)

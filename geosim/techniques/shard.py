@@ -15,6 +15,7 @@ from geosim.techniques._settings import tunable
 from geosim.techniques._base import backward_multiplier, check_dims, devices_of, overhead_op, require_divisible
 
 NAME = "shard"
+LABEL = "Shard"  # how tables and verdicts name it
 DESCRIPTION = "tensor parallelism over all GPUs: activation all-reduces inside every layer"
 COLLECTIVES_PER_LAYER = 4  # Megatron-style: two all-reduces forward, two backward
 

@@ -23,6 +23,7 @@ from geosim.techniques._settings import tunable
 from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
 
 NAME = "zero2"
+LABEL = "ZeRO2"  # how tables and verdicts name it
 DESCRIPTION = "data parallel, gradients reduce-scattered every microbatch, sharded optimizer, parameters all-gathered"
 
 
