@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 
 from geosim.studies.sweep.run import SweepContext, metric_of
+from geosim.techniques import is_low_communication
 from geosim.units import bisect, middle
 from geosim.studies.sweep.grid import NATIVE
 
@@ -76,6 +77,8 @@ def find_brackets(rows: list[dict], axis: str, metric: str, order: list[str]) ->
     for key, by_tech in groups.items():
         techs = [t for t in order if t in by_tech] + sorted(t for t in by_tech if t not in order)
         for a, b in itertools.combinations(techs, 2):
+            if is_low_communication(a) != is_low_communication(b):
+                continue  # time per epoch does not compare training that needs more tokens for the same loss
             xs = sorted(x for x in by_tech[a] if by_tech[a][x] is not None and by_tech[b].get(x) is not None)
             if not xs:
                 continue
@@ -133,7 +136,8 @@ def orders_at_ends(rows: list[dict], axis: str, metric: str) -> list[dict]:
         for end, x in (("low", min(group["by_x"])), ("high", max(group["by_x"]))):
             at = group["by_x"][x]
             ok = sorted((r for r in at if r["status"] == "ok"), key=lambda r: r[metric])
-            ends[end] = {"at": x, "order": [r["technique"] for r in ok],
+            ends[end] = {"at": x, "order": [r["technique"] for r in ok if not is_low_communication(r["technique"])],
+                         "low_communication": [r["technique"] for r in ok if is_low_communication(r["technique"])],
                          "not_running": {r["technique"]: r["status"] for r in at if r["status"] != "ok"}}
         out.append({"where": group["where"], **ends})
     return out

@@ -281,7 +281,8 @@ def _measured_total(record, workload: Workload) -> float | None:
 # -- the answer against RTT ------------------------------------------------------------------
 
 
-def answer_vs_rtt(case: Case, rtts_ms: list[float], plan_at: Callable[[Case, float], Plan]) -> dict:
+def answer_vs_rtt(case: Case, rtts_ms: list[float], plan_at: Callable[[Case, float], Plan],
+                  algorithm1_flips: bool = True) -> dict:
     """The planner's best and Algorithm 1's choice at each RTT, and where each flips (the same
     bisection for both). plan_at(case at the RTT, rtt_ms) -> Plan. What plan and select
     --sweep-rtt print, so the two commands give one answer."""
@@ -293,7 +294,8 @@ def answer_vs_rtt(case: Case, rtts_ms: list[float], plan_at: Callable[[Case, flo
         return plans[rtt_ms]
 
     rows, flips = choice_vs_rtt(rtts_ms, lambda r: ((at(r).best.kind if at(r).best else "none"), at(r)))
-    _, algorithm_flips = choice_vs_rtt(rtts_ms, lambda r: ((at(r).algorithm.label if at(r).algorithm else "-"), None))
+    algorithm_flips = choice_vs_rtt(rtts_ms, lambda r: ((at(r).algorithm.label if at(r).algorithm else "-"), None))[1] \
+        if algorithm1_flips else []
     return {"scenario": case.cluster.name, "model": case.model.name,
             "rows": [{"rtt_ms": r, "best": kind, "best_option": p.best.label if p.best else None,
                       "total_time_s": p.best.total_time_s if p.best else None,
