@@ -76,17 +76,42 @@ def gpu_catalog() -> dict[str, GPU]:
     return {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
 
 
+MODELS_TOML = "geosim/data/models.toml"
+CATALOG_ONLY_KEYS = {"aliases", "description"}  # a catalog entry's documentation, not the model's shape
+
+
+@cache
+def _catalog_doc() -> dict:
+    return _toml_text(resources.files("geosim.data").joinpath("models.toml").read_text(), MODELS_TOML)
+
+
 @cache
 def model_catalog() -> dict[str, Model]:
-    doc = _toml_text(resources.files("geosim.data").joinpath("models.toml").read_text(), "geosim/data/models.toml")
-    return {name: _model_from_table(name, t, "geosim/data/models.toml", f"{name}.") for name, t in doc.items()}
+    """Catalog name -> model (aliases not included: model_aliases())."""
+    return {name: _model_from_table(name, {k: v for k, v in t.items() if k not in CATALOG_ONLY_KEYS}, MODELS_TOML,
+                                    f"{name}.") for name, t in _catalog_doc().items()}
+
+
+@cache
+def model_aliases() -> dict[str, str]:
+    """Alias -> catalog name (the study's names: gpt2m, gpt2L, gpt2l)."""
+    return {alias: name for name, t in _catalog_doc().items() for alias in t.get("aliases", [])}
+
+
+def model_description(name: str) -> str:
+    return _catalog_doc().get(model_aliases().get(name, name), {}).get("description", "")
 
 
 def get_model(name: str, extra: dict[str, Model] | None = None, source: str = "--model") -> Model:
+    """A model by catalog name, alias or the scenario's own; an alias keeps the name it was asked by
+    (the study's records say gpt2m, gpt2L)."""
     models = {**model_catalog(), **(extra or {})}
-    if name not in models:
-        raise GeosimError(f"unknown model {name!r} (known: {', '.join(models)})", source=source)
-    return models[name]
+    if name in models:
+        return models[name]
+    if name in model_aliases():
+        return replace(models[model_aliases()[name]], name=name)
+    raise GeosimError(f"unknown model {name!r} (known: {', '.join([*models, *model_aliases()])}; "
+                      f"`geosim models` lists them)", source=source)
 
 
 def scenario_path(name_or_path: str) -> Path:

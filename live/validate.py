@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from geosim.cli.vocabulary import CommaList
 from geosim.errors import GeosimError
 
 TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
@@ -49,34 +50,36 @@ SHARD_GRID = (4, 8, 16, 32, 64, 128)
 
 def add_arguments(parser) -> None:
     parser.add_argument("--rtt-ms", default=",".join(f"{r:g}" for r in DEFAULT_RTTS),
-                        help="comma-separated RTTs of the emulated WAN (default 0.1,10,40)")
-    parser.add_argument("--techniques", default=",".join(TECHNIQUES), help="comma-separated (default all four)")
+                        help="RTTs of the emulated WAN, ms: a list or range (default %(default)s)")
+    parser.add_argument("--technique", dest="techniques", action=CommaList, metavar="NAME",
+                        help=f"techniques to run; repeatable and comma-separated (default: {','.join(TECHNIQUES)})")
     parser.add_argument("--hold-out", type=float,
                         help="the RTT predicted from a fit on the others (default: the middle one); "
                              "every other RTT is also held out in turn and reported")
     # The defaults reproduce the study's mechanism: a model whose gradients outweigh its
     # activations (as gpt2m's do) behind TCP windows smaller than those gradients.
-    parser.add_argument("--model", default="small-wan", help="catalog model (default small-wan: 1.65 M parameters)")
-    parser.add_argument("--steps", type=int, default=12, help="training steps per run (default 12)")
-    parser.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default 2)")
-    parser.add_argument("--batch", type=int, default=8, help="global batch, sequences (default 8)")
-    parser.add_argument("--microbatches", type=int, default=1)
-    parser.add_argument("--cpu-devices", type=int, default=1, help="virtual CPU devices per host (default 1)")
-    parser.add_argument("--bandwidth-mbit", type=float, default=1000.0,
-                        help="egress cap of every emulated host, Mbit/s (default 1000; 0 = none)")
+    parser.add_argument("--model", default="small-wan", help="a model from the catalog (default %(default)s: 1.65 M parameters)")
+    parser.add_argument("--steps", type=int, default=12, help="training steps per run (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default %(default)s)")
+    parser.add_argument("--global-batch", dest="batch", type=int, default=8,
+                        help="sequences per optimizer step, summed over all GPUs (default %(default)s)")
+    parser.add_argument("--microbatches", type=int, default=1, help="microbatches per step (default %(default)s)")
+    parser.add_argument("--cpu-devices", type=int, default=1, help="virtual CPU devices per host (default %(default)s)")
+    parser.add_argument("--bandwidth-gbps", type=float, default=1.0,
+                        help="egress cap of every emulated host, Gbit/s (default %(default)s; 0 = none)")
     parser.add_argument("--tcp-window-kib", type=float, default=128.0, metavar="N",
                         help="cap TCP buffers in the emulated hosts at N KiB (geosim live wan up --tcp-window-kib); the "
                              "effective window, measured once on a 40 ms slice, goes in the records' link as window_mib "
-                             "(default 128; 0 = no cap, BDP-sized buffers)")
+                             "(default %(default)s; 0 = no cap, BDP-sized buffers)")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's n_ctx)")
-    parser.add_argument("--data", default="generated", help="training data (default generated: offline)")
-    parser.add_argument("--out", default="live-validate", help="output directory (default ./live-validate)")
+    parser.add_argument("--data", default="generated", help="training data (default %(default)s: offline)")
+    parser.add_argument("--out", default="live-validate", help="output directory (default ./%(default)s)")
     parser.add_argument("--records", help="fit and predict these run records instead of running (a runs.jsonl "
                                           "written by an earlier validate)")
     parser.add_argument("--quick", action="store_true",
                         help="CI size: 6 steps, 1 warm-up step (the RTTs and techniques as given)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per run before it is stopped (default 600)")
-    parser.add_argument("--max-evaluations", type=int, default=40, help="least-squares iterations per fit (default 40)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per run before it is stopped (default %(default)s)")
+    parser.add_argument("--max-evaluations", type=int, default=40, help="least-squares iterations per fit (default %(default)s)")
     parser.add_argument("--plot", help="PNG to write (default OUT/validate.png; '' for none)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -455,14 +458,14 @@ def run(args) -> int:
     from geosim.live.train import Options
 
     rtts = _csv_floats(args.rtt_ms, "--rtt-ms")
-    techniques = [t for t in args.techniques.split(",") if t]
+    techniques = args.techniques or list(TECHNIQUES)
     for t in techniques:
         if t not in TECHNIQUES:
-            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(TECHNIQUES)})", key="--techniques")
+            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(TECHNIQUES)})", key="--technique")
     if args.records is None and len(set(rtts)) < 2:
         raise GeosimError("give at least two RTTs: one to fit on, one to predict", key="--rtt-ms")
     steps, warmup = (6, 1) if args.quick else (args.steps, args.warmup)
-    for key, value in (("--steps", steps), ("--batch", args.batch), ("--cpu-devices", args.cpu_devices),
+    for key, value in (("--steps", steps), ("--global-batch", args.batch), ("--cpu-devices", args.cpu_devices),
                        ("--microbatches", args.microbatches), ("--timeout", args.timeout)):
         if value <= 0:
             raise GeosimError(f"must be > 0, got {value}", key=key)
@@ -490,7 +493,7 @@ def run(args) -> int:
             runs.rename(runs.with_name(f"runs.{int(time.time())}.jsonl"))  # a fresh file per validate run
         previous = signal.signal(signal.SIGTERM, _sigterm)
         try:
-            run_all(rtts, techniques, opts_for, out=out, bandwidth_mbit=args.bandwidth_mbit or None,
+            run_all(rtts, techniques, opts_for, out=out, bandwidth_mbit=args.bandwidth_gbps * 1000 or None,
                     cpu_devices=args.cpu_devices, timeout_s=args.timeout, log=log,
                     tcp_window_kib=args.tcp_window_kib)
         except KeyboardInterrupt:

@@ -6,7 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from geosim.cli.common import add_workload_arguments, fmt_duration, load_case, load_params_arg
+from geosim.case import Case
+from geosim.cli.common import add_json_argument, add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json
 from geosim.sim.engine import run_schedule
 from geosim.errors import GeosimError
 from geosim.techniques import build_schedule
@@ -16,10 +17,11 @@ HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per l
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser, many_scenarios=False)
-    parser.add_argument("--technique", default="pipeshard", help="technique to trace (default: pipeshard)")
-    parser.add_argument("--hosts", help="comma-separated VMs to use (default: all)")
-    parser.add_argument("--iterations", type=int, default=2, help="iterations to simulate; the first is cold (default 2)")
-    parser.add_argument("--out", default="trace.json", help="output file (default: trace.json)")
+    parser.add_argument("--technique", default="pipeshard", help="technique to trace (default: %(default)s)")
+    parser.add_argument("--hosts", help="VMs of the slice to use, comma-separated names (default: all)")
+    parser.add_argument("--iterations", type=int, default=2, help="iterations to simulate; the first is cold (default %(default)s)")
+    parser.add_argument("--out", default="trace.json", help="trace file to write (default: %(default)s)")
+    add_json_argument(parser)
 
 
 def trace_events(rows: list, devices) -> list[dict]:
@@ -54,7 +56,7 @@ def run(args) -> int:
         if unknown:
             raise GeosimError(f"unknown host(s) {', '.join(unknown)}", source="--hosts")
         cluster = cluster.subset(names)
-    schedule = build_schedule(args.technique, cluster, model, workload, params)
+    schedule = build_schedule(args.technique, Case(cluster, model, workload, params))
     result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations, trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
            "otherData": {"scenario": cluster.name, "technique": args.technique, "model": model.name,
@@ -63,6 +65,11 @@ def run(args) -> int:
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(doc))
     os.replace(tmp, out)
+    if args.json:
+        print_json({"out": str(out), "scenario": cluster.name, "technique": args.technique, "model": model.name,
+                    "iterations_s": [result.iteration_time(i) for i in range(args.iterations)],
+                    "events": len(doc["traceEvents"]), "description": schedule.description})
+        return 0
     times = ", ".join(fmt_duration(result.iteration_time(i)) for i in range(args.iterations))
     print(f"wrote {out}: {args.technique} on {cluster.name}, {args.iterations} iteration(s) ({times}), "
           f"{len(doc['traceEvents'])} events; open it in https://ui.perfetto.dev")

@@ -130,7 +130,7 @@ def verdict(where: str, ranked: list[Option], *, estimate: str = "predicted", al
 
     `estimate` says what the time is ("predicted": a simulator estimate; "measured")."""
     if not ranked:
-        line = f"{where}: no option runs (every one is out of memory or infeasible)"
+        line = f"{where}: none of the ranked options runs (each is out of memory or infeasible)"
         return line + (f"; Algorithm 1 picks {algorithm}" if algorithm else "")
     best = ranked[0]
     line = f"{where}: use {best.label} ({best.gpus} GPUs): {fmt_time(best.total_time_s)} {estimate}"
