@@ -86,10 +86,19 @@ def _catalog_doc() -> dict:
 
 
 @cache
-def model_catalog() -> dict[str, Model]:
-    """Catalog name -> model (aliases not included: model_aliases())."""
+def catalog_models() -> dict[str, Model]:
+    """Catalog name -> model, without the aliases (what `geosim models` lists)."""
     return {name: _model_from_table(name, {k: v for k, v in t.items() if k not in CATALOG_ONLY_KEYS}, MODELS_TOML,
                                     f"{name}.") for name, t in _catalog_doc().items()}
+
+
+@cache
+def model_catalog() -> dict[str, Model]:
+    """Every name a model loads by: the study's aliases first (what its records and Alpa's logs of
+    its runs are named), then the catalog's names. An alias's model carries the alias's name."""
+    canonical = catalog_models()
+    aliases = {alias: replace(canonical[name], name=alias) for alias, name in model_aliases().items()}
+    return {**aliases, **canonical}
 
 
 @cache
@@ -108,10 +117,8 @@ def get_model(name: str, extra: dict[str, Model] | None = None, source: str = "-
     models = {**model_catalog(), **(extra or {})}
     if name in models:
         return models[name]
-    if name in model_aliases():
-        return replace(models[model_aliases()[name]], name=name)
-    raise GeosimError(f"unknown model {name!r} (known: {', '.join([*models, *model_aliases()])}; "
-                      f"`geosim models` lists them)", source=source)
+    raise GeosimError(f"unknown model {name!r} (known: {', '.join(models)}; `geosim models` lists them)",
+                      source=source)
 
 
 def scenario_path(name_or_path: str) -> Path:

@@ -12,14 +12,14 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from geosim.scenario import model_aliases, model_catalog, model_description
+    from geosim.scenario import catalog_models, model_aliases, model_description
 
     aliases: dict[str, list[str]] = {}
     for alias, name in model_aliases().items():
         aliases.setdefault(name, []).append(alias)
     rows = [{"name": m.name, "aliases": aliases.get(m.name, []), "layers": m.n_layer, "width": m.n_embd,
              "heads": m.n_head, "context": m.n_ctx, "vocab": m.vocab, "parameters": m.num_params,
-             "description": model_description(m.name)} for m in model_catalog().values()]
+             "description": model_description(m.name)} for m in catalog_models().values()]
     if args.json:
         print_json(rows)
         return 0
