@@ -16,6 +16,7 @@ from pathlib import Path
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
 from geosim.scenario import model_catalog
+from geosim.techniques import is_pipelined
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
                 "#Params (Billion)", "TFLOPs", "Peak Mem (GB)", "Metadata")
@@ -127,7 +128,7 @@ def alpa_benchmark_records(path: str | Path, scenario: str, *, global_batch: int
         workload = {"seq_len": int(model_fields.get("seq_len", model_fields.get(1, 1024)))}
         if batch:
             workload["global_batch"] = int(batch)
-        if technique == "pipeshard":
+        if is_pipelined(technique):  # microbatches are a pipeline's; the others accumulate
             workload["microbatches"] = microbatches
         failed = mean < 0
         measured = {} if failed else {"time_per_iteration_s": mean, "tflops_per_gpu": tflops,

@@ -77,7 +77,7 @@ def run(args) -> int:
     if args.json:
         print_json({"params": params.source, "note": ESTIMATE_NOTE, "slices": [
             {"scenario": c.cluster.name, "model": c.model.name,
-             "verdict": plan.verdict() if plan else None, "best": plan.best.to_dict() if plan and plan.best else None,
+             "verdict": plan.verdict("verdict") if plan else None, "best": plan.best.to_dict() if plan and plan.best else None,
              "runner_up": plan.options[1].to_dict() if plan and len(plan.options) > 1 else None,
              "algorithm1": plan.algorithm.label if plan and plan.algorithm else None,
              "why_algorithm1_differs": plan.why_algorithm1_differs() if plan else None}

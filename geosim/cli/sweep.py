@@ -202,7 +202,7 @@ def format_best(best: list[dict]) -> list[str]:
                         if len(rows) > 1 else ""))
         for f in doc["flips"]:
             lo, hi = f["between_ms"]
-            lines.append(f"    flips at {(lo + hi) / 2:.3g} ms: {f['below']} -> {f['above']}")
+            lines.append(f"    flips between {lo:g} and {hi:g} ms: {f['below']} -> {f['above']}")
     return lines
 
 

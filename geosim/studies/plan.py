@@ -196,7 +196,7 @@ class Plan:
                 "best": self.best.to_dict() if self.best else None,
                 "algorithm1": self.algorithm.to_dict() if self.algorithm else None,
                 "algorithm1_option": self.algorithm_option.to_dict() if self.algorithm_option else None,
-                "comparison": self.comparison(), "verdict": self.verdict(),
+                "comparison": self.comparison(), "verdict": self.verdict("verdict"),
                 "why_algorithm1_differs": self.why_algorithm1_differs(), "options": [o.to_dict() for o in self.options]}
 
 
@@ -282,9 +282,9 @@ def _measured_total(record, workload: Workload) -> float | None:
 
 
 def answer_vs_rtt(case: Case, rtts_ms: list[float], plan_at: Callable[[Case, float], Plan],
-                  algorithm1_flips: bool = True) -> dict:
+                  algorithm1_flips: bool = True, locate: bool = True) -> dict:
     """The planner's best and Algorithm 1's choice at each RTT, and where each flips (the same
-    bisection for both). plan_at(case at the RTT, rtt_ms) -> Plan. What plan and select
+    bisection for both; locate=False leaves flips bracketed by the RTTs given). plan_at(case at the RTT, rtt_ms) -> Plan. What plan and select
     --sweep-rtt print, so the two commands give one answer."""
     plans: dict[float, Plan] = {}
 
@@ -293,7 +293,7 @@ def answer_vs_rtt(case: Case, rtts_ms: list[float], plan_at: Callable[[Case, flo
             plans[rtt_ms] = plan_at(case.with_(cluster=with_rtt(case.cluster, ms_to_s(rtt_ms))), rtt_ms)
         return plans[rtt_ms]
 
-    rows, flips = choice_vs_rtt(rtts_ms, lambda r: ((at(r).best.kind if at(r).best else "none"), at(r)))
+    rows, flips = choice_vs_rtt(rtts_ms, lambda r: ((at(r).best.kind if at(r).best else "none"), at(r)), locate=locate)
     algorithm_flips = choice_vs_rtt(rtts_ms, lambda r: ((at(r).algorithm.label if at(r).algorithm else "-"), None))[1] \
         if algorithm1_flips else []
     return {"scenario": case.cluster.name, "model": case.model.name,

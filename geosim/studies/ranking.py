@@ -179,14 +179,18 @@ def why_algorithm1_differs(best: Option, selection, chosen: Option | None, probe
 
 
 def choice_vs_rtt(rtts_ms: list[float], choose: Callable[[float], tuple[str, object]],
-                  rel_tol: float = 1e-2) -> tuple[list, list]:
+                  rel_tol: float = 1e-2, locate: bool = True) -> tuple[list, list]:
     """choose(rtt_ms) -> (label, row) at each RTT; where the label changes between two neighbouring
-    RTTs, bisect (geosim.units.bisect) to locate the flip to rel_tol. Returns (rows, flips) with rows
-    as (rtt_ms, label, row) and flips as (low_ms, high_ms, label_below, label_above)."""
+    RTTs, bisect (geosim.units.bisect) to locate the flip to rel_tol (locate=False: leave it bracketed
+    by the two RTTs). Returns (rows, flips) with rows as (rtt_ms, label, row) and flips as
+    (low_ms, high_ms, label_below, label_above)."""
     rows = [(r, *choose(r)) for r in rtts_ms]
     flips = []
     for (lo, below, _), (hi, above, _) in zip(rows, rows[1:]):
         if below == above:
+            continue
+        if not locate:
+            flips.append((lo, hi, below, above))
             continue
         seen = {}
 

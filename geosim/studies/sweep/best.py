@@ -51,8 +51,10 @@ def solve_best(ctx: SweepContext, job: dict) -> dict:
         cluster = with_bandwidth(cluster, gbps_to_bps(p["bandwidth_gbps"]))
     case = Case(cluster, get_model(p["model"], sc.models), sc.workload(**p["workload"]), ctx.params)
     techniques = tuple(job["techniques"])
+    # flips stay bracketed by the grid's RTTs: bisecting each on the planner would cost ~7 plans a flip
+    # (`geosim plan --sweep-rtt` locates them); the crossover table bisects technique pairs already
     doc = answer_vs_rtt(case, job["rtts"], lambda c, _: make_plan(c, keep=2, techniques=techniques),
-                        algorithm1_flips=False)
+                        algorithm1_flips=False, locate=False)
     return {"point": p, "techniques": list(techniques), **doc}
 
 
