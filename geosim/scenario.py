@@ -12,6 +12,7 @@ import networkx as nx
 
 from geosim.errors import GeosimError
 from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
+from geosim.units import ms_to_s
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
 PRECISIONS = ("fp16", "bf16", "fp32")
@@ -223,7 +224,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
             _positive(step_rtts, source, prefix + "step_rtts", allow_zero=True)
         links.append(Link(
             a=ends[0], b=ends[1],
-            rtt_s=_positive(table["rtt_ms"], source, prefix + "rtt_ms", allow_zero=True) / 1e3,
+            rtt_s=ms_to_s(_positive(table["rtt_ms"], source, prefix + "rtt_ms", allow_zero=True)),
             bandwidth_bps=_positive(table["bandwidth_gbps"], source, prefix + "bandwidth_gbps") * 1e9,
             window_bytes=None if window is None else _positive(window, source, prefix + "window_mib") * 1024**2,
             streams=streams, step_rtts=None if step_rtts is None else float(step_rtts),

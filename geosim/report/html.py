@@ -15,6 +15,7 @@ from geosim.errors import GeosimError
 from geosim.report.plots import EFFECTIVE, breakdown_rows, panel_key, panel_title, plot_breakdown, plot_time_vs_axis
 from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.store import read_best, read_crossovers, read_manifest, read_rows
+from geosim.units import s_to_ms
 
 
 def study_points(rows: list[dict], axis: str, metric: str) -> list[dict]:
@@ -66,7 +67,7 @@ def record_points(rows: list[dict], records_path: str, axis: str, metric: str) -
             y = time_s / epochs
         else:
             y = time_s * match["epochs"] / epochs if epochs else time_s
-        x = max(link.rtt_s for link in wan_links(resolve_scenario(rec.scenario).cluster)) * 1e3
+        x = s_to_ms(max(link.rtt_s for link in wan_links(resolve_scenario(rec.scenario).cluster)))
         out.append({"panel": panel_key(match, axis), "technique": rec.technique, "x": x, "y": y, "source": rec.run_id})
     return out
 

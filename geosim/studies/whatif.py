@@ -11,6 +11,7 @@ from dataclasses import replace
 from geosim.errors import GeosimError
 from geosim.scenario import gpu_catalog
 from geosim.specs import Cluster
+from geosim.units import bps_to_gbps, s_to_ms
 
 
 def wan_links(cluster: Cluster) -> list:
@@ -31,13 +32,13 @@ def _edit_wan_links(cluster: Cluster, what: str, **changes) -> Cluster:
 
 def with_rtt(cluster: Cluster, rtt_s: float) -> Cluster:
     if rtt_s < 0:
-        raise GeosimError(f"RTT must be >= 0, got {rtt_s * 1e3:g} ms", key="rtt_ms")
+        raise GeosimError(f"RTT must be >= 0, got {s_to_ms(rtt_s):g} ms", key="rtt_ms")
     return _edit_wan_links(cluster, "RTT", rtt_s=rtt_s)
 
 
 def with_bandwidth(cluster: Cluster, bandwidth_bps: float) -> Cluster:
     if bandwidth_bps <= 0:
-        raise GeosimError(f"bandwidth must be > 0, got {bandwidth_bps / 1e9:g} Gbit/s", key="bandwidth_gbps")
+        raise GeosimError(f"bandwidth must be > 0, got {bps_to_gbps(bandwidth_bps):g} Gbit/s", key="bandwidth_gbps")
     return _edit_wan_links(cluster, "bandwidth", bandwidth_bps=bandwidth_bps)
 
 

@@ -31,6 +31,7 @@ from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint
 from geosim.techniques import technique_names
 from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
+from geosim.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
 
 
 @dataclass
@@ -90,9 +91,9 @@ def evaluate(point: dict, ctx: SweepContext):
     if point["gpu"] != NATIVE:
         cluster = with_gpu(cluster, point["gpu"])
     if point["rtt_ms"] != NATIVE:
-        cluster = with_rtt(cluster, point["rtt_ms"] / 1e3)
+        cluster = with_rtt(cluster, ms_to_s(point["rtt_ms"]))
     if point["bandwidth_gbps"] != NATIVE:
-        cluster = with_bandwidth(cluster, point["bandwidth_gbps"] * 1e9)
+        cluster = with_bandwidth(cluster, gbps_to_bps(point["bandwidth_gbps"]))
     try:  # combinations of axes (batch x microbatches) may be invalid where each value alone is fine
         workload = sc.workload(**point["workload"])
     except GeosimError as exc:
@@ -120,8 +121,8 @@ def evaluate_row(point: dict, ctx: SweepContext) -> dict:
     wan = wan_links(cluster)
     row = {"scenario": point["scenario"], "cluster": cluster.name, "technique": point["technique"], "model": point["model"],
            "rtt_ms": point["rtt_ms"], "bandwidth_gbps": point["bandwidth_gbps"], "gpu": point["gpu"], "hosts": point["hosts"],
-           "wan_rtt_ms": max((l.rtt_s for l in wan), default=0.0) * 1e3,
-           "wan_bandwidth_gbps": min((l.bandwidth_bps for l in wan), default=0.0) / 1e9,
+           "wan_rtt_ms": s_to_ms(max((l.rtt_s for l in wan), default=0.0)),
+           "wan_bandwidth_gbps": bps_to_gbps(min((l.bandwidth_bps for l in wan), default=0.0)),
            "reference_slice": cluster.reference_slice}
     if pred is None:
         row.update(status="infeasible", reason=reason, num_gpus=cluster.num_gpus)
