@@ -128,3 +128,14 @@ def test_technique_is_repeatable_and_comma_separated_where_a_command_takes_sever
         for flag, value in zip(args[::2], args[1::2]):
             action(parser, namespace, value, flag)
         assert getattr(namespace, action.dest) == ["data", "zero2", "shard"]
+
+
+def test_the_cli_reference_is_generated_from_these_definitions():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "tools" / "cli_reference.py"), "--check"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
