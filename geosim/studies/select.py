@@ -223,7 +223,7 @@ def record_tflops(record: RunRecord, model: Model, workload: Workload, gpus: int
 def live_command(technique: str, model: str, hosts: tuple[str, ...], epochs: int, scenario: str, path: str) -> str:
     # `geosim live run` records no VM names yet, so say where to run and what the record must hold
     return (f"`geosim live run --technique {technique} --model {model} --epochs {epochs} --scenario {scenario} "
-            f"--record {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
+            f"--records {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
 
 
 class LiveProbes:
