@@ -96,11 +96,6 @@ class MeasuredOption:
     ok: bool = True
 
 
-def option_of(prediction: Prediction, workload=None) -> Option:
-    """A prediction at the technique's default settings, as an option."""
-    return Option(prediction.technique, tuple(prediction.hosts), {}, None, prediction, workload)
-
-
 def rank(options: list[Option], deadline_s: float | None = None) -> list[Option]:
     """The feasible options, best first (the module's rule)."""
     key = rank_key(deadline_s)

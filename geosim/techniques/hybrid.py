@@ -38,6 +38,10 @@ DESCRIPTION = ("full replicas where memory allows, compressed pipelines of the o
                "SparseLoCo between replicas")
 BUILDS_ON = ("data", "pipeshard", "sparseloco")
 PIPELINED = True  # where it pools hosts into a pipelined replica
+# for convergence.py: where every host holds a full replica the run is SparseLoCo's (its token
+# efficiency is SparseLoCo's), and this technique's own entry already counts its compression
+WITHOUT_PIPELINE_IS = sparseloco.NAME
+EFFICIENCY_COUNTS_COMPRESSION = True
 
 
 @dataclass(frozen=True)
