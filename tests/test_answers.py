@@ -227,3 +227,14 @@ def test_option_label_names_the_variant():
     plan = make_plan(_case("utah-mass"), keep=1)
     best: Option = plan.best
     assert best.kind == "Pipeshard vm1>vm2" and best.label.startswith("Pipeshard vm1>vm2 layers 15/9, 4 microbatches")
+
+
+def test_select_epochs_is_the_workload_and_probe_epochs_the_probes(capsys):
+    """The bug: `select --epochs` meant how long each probe trains. Now --epochs is the workload the
+    verdict's time is for (as everywhere) and --probe-epochs is Algorithm 1's epsilon."""
+    (short,) = run_json(capsys, ["select", "--scenario", "utah-mass", "--epochs", "5"])
+    (full,) = run_json(capsys, ["select", "--scenario", "utah-mass", "--probe-epochs", "3"])
+    assert "use Data on vm1 (2 GPUs): 18.5 min predicted" in short["verdict"] and "Algorithm 1 agrees" in short["verdict"]
+    assert "70.7 min predicted" in full["verdict"]
+    assert short["probes"] == full["probes"]  # probe TFLOP/s do not depend on how long a probe trains
+    assert main(["select", "--scenario", "utah-mass", "--probe-epochs", "0"]) == 2
