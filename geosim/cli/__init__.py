@@ -28,7 +28,7 @@ def _core_commands() -> dict[str, str]:
     """Subcommand name -> module, for this package's modules that are subcommands."""
     found = {}
     for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.name in ("common", "vocabulary"):
+        if info.name.startswith("_"):
             continue
         found[info.name] = f"{__name__}.{info.name}"
     return found
@@ -41,7 +41,9 @@ def _available_commands():
     names += sorted(n for n in {**core, **plugins} if n not in ORDER)
     for name in names:
         if name in core:
-            yield name, importlib.import_module(core[name])
+            module = importlib.import_module(core[name])
+            if all(hasattr(module, attr) for attr in ("HELP", "add_arguments", "run")):  # else a shared helper
+                yield name, module
             continue
         try:
             yield name, plugins[name].load()
