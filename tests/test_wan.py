@@ -155,8 +155,8 @@ def test_names_fit_linux_limits_and_hosts_file_maps_own_hostname():
 
 def test_cli_import_is_light_and_parses():
     code = ("import sys, argparse; import live.wan.cli as c; p = argparse.ArgumentParser(); c.add_arguments(p);"
-            "a = p.parse_args(['up', '--rtt-ms', '10', '--bandwidth-mbit', '200', '--hosts', '3', '--ttl-s', '60']);"
-            "assert (a.rtt_ms, a.bandwidth_mbit, a.hosts, a.ttl_s) == (10, 200, 3, 60);"
+            "a = p.parse_args(['up', '--rtt-ms', '10', '--bandwidth-gbps', '0.2', '--num-hosts', '3', '--ttl-s', '60']);"
+            "assert (a.rtt_ms, a.bandwidth_gbps, a.hosts, a.ttl_s) == (10, 0.2, 3, 60);"
             "assert not {'live.wan.emulator', 'live.wan.netns', 'subprocess'} & set(sys.modules), sys.modules.keys()")
     subprocess.run([sys.executable, "-c", code], check=True)
 
