@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     action = args.wan_command
     if action == "up":
         rtt = _matrix(args.rtt_matrix) if args.rtt_matrix else args.rtt_ms
-        wan = emulator.up(rtt, bandwidth_mbit=args.bandwidth_gbps * 1000 if args.bandwidth_gbps else None, hosts=args.hosts, jitter_ms=args.jitter_ms,
+        mbit = args.bandwidth_gbps * 1000 if args.bandwidth_gbps else None  # the emulator's tbf takes Mbit/s
+        wan = emulator.up(rtt, bandwidth_mbit=mbit, hosts=args.hosts, jitter_ms=args.jitter_ms,
                           loss=args.loss, ttl_s=args.ttl_s, mtu=args.mtu, calibrate=not args.no_calibrate,
                           offload=False if args.no_offload else None,
                           realtime=not args.no_realtime, tcp_window_kib=args.tcp_window_kib)
