@@ -25,7 +25,9 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import geosim
 from geosim.errors import GeosimError
 
 # With no bandwidth cap the link runs as fast as the forwarder moves frames: ~5.5 Gbit/s
@@ -146,6 +148,10 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
     coordinator = f"{wan.hosts[0].address}:{port}"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["PYTHONUNBUFFERED"] = "1"
+    # the processes run from a temporary directory: let them import the geosim this one runs
+    # (a checkout or worktree first on sys.path), not whichever one is installed
+    here = str(Path(geosim.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     procs: list[subprocess.Popen] = []
     tails: list[list[str]] = [[] for _ in range(n)]
     pumps = []
