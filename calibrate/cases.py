@@ -7,15 +7,14 @@ record dozens of times). Errors name the record's file and line.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from geosim.errors import GeosimError
-from geosim.records import RunRecord, json_lines, validate
-from geosim.scenario import Scenario, get_model, load_scenario
+from geosim.records import RunRecord
+from geosim.records import read_runs as records_read_runs
+from geosim.scenario import Scenario, get_model, load_scenario, scenario_from_doc
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import get_technique
 
@@ -46,6 +45,7 @@ class RunCase:
     measured: float | None
     assumed_workload: tuple[str, ...] = ()  # workload keys the record did not give (defaults used)
     gpus: frozenset[str] = field(default_factory=frozenset)
+    options: dict | None = None  # the technique's settings for this run (the record's options)
     networked: bool = False  # True when the run spans hosts, so the transport matters
 
     @property
@@ -54,11 +54,8 @@ class RunCase:
 
 
 def read_runs(path: str | Path) -> list[tuple[str, RunRecord]]:
-    """(file:line, record) for every record of a JSON Lines file; empty files are an error."""
-    runs = [(where, validate(doc, where)) for where, doc in json_lines(path)]
-    if not runs:
-        raise GeosimError("no run records in file (empty)", source=str(path))
-    return runs
+    """(file:line, record) for every record of a JSON Lines file; empty files, duplicate runs are errors."""
+    return records_read_runs(path)
 
 
 @lru_cache(maxsize=64)
@@ -67,23 +64,32 @@ def _scenario(name_or_path: str) -> Scenario:
 
 
 def _inline_scenario(doc: dict, where: str) -> Scenario:
-    """A record's inline cluster is scenario-file TOML as JSON: validate it with the same loader."""
-    import tomli_w
-
+    """A record's inline cluster is scenario-file TOML as JSON: validated by the same loader."""
     try:
-        text = tomli_w.dumps(doc)
-    except (TypeError, ValueError) as exc:
-        raise GeosimError(f"not a scenario table ({exc})", source=where, key="cluster") from None
-    fd, tmp = tempfile.mkstemp(suffix=".toml", prefix="geosim-inline-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        return load_scenario(tmp)
-    except GeosimError as exc:  # name the record, not the temporary file
+        return scenario_from_doc(doc, where, "inline")
+    except GeosimError as exc:  # name the record's key
         key = f"cluster.{exc.key}" if exc.key else "cluster"
         raise GeosimError(exc.problem, source=where, key=key) from None
-    finally:
-        os.unlink(tmp)
+
+
+def _option_value(name: str, value, where: str):
+    """A per-run option from JSON: a settings value as is; the layouts a technique takes as
+    tuples (layers per stage; host names per mesh or replica), checked for their shape here
+    because the technique's Settings accept any object for them."""
+    key = f"options.{name}"
+    if name.endswith("_split"):
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100_000 for v in value):
+            raise GeosimError(f"must be a list of whole numbers >= 1, got {value!r:.60}", source=where, key=key)
+        return tuple(value)
+    if name in ("meshes", "replicas"):
+        if not isinstance(value, list) or not value or not all(
+                isinstance(group, list) and group and all(isinstance(h, str) and h for h in group) for group in value):
+            raise GeosimError(f"must be a list of lists of host names, got {value!r:.60}", source=where, key=key)
+        return tuple(tuple(group) for group in value)
+    if isinstance(value, (list, dict)):
+        raise GeosimError(f"must be a number, a string or true/false, got {value!r:.60}", source=where, key=key)
+    return value
 
 
 def to_case(where: str, record: RunRecord) -> RunCase:
@@ -97,8 +103,8 @@ def to_case(where: str, record: RunRecord) -> RunCase:
     else:
         try:
             scenario = _scenario(record.scenario)
-        except GeosimError as exc:
-            raise GeosimError(exc.problem, source=where, key="scenario") from None
+        except GeosimError as exc:  # name the record and the scenario file it points at
+            raise GeosimError(f"{exc.line()}", source=where, key="scenario") from None
         slice_key = scenario.cluster.name
     try:
         if record.model_dims is not None:
@@ -111,6 +117,16 @@ def to_case(where: str, record: RunRecord) -> RunCase:
         workload = scenario.workload(**record.workload)
     except GeosimError as exc:
         raise GeosimError(exc.problem, source=where, key=exc.key) from None
+    options = None
+    if record.options:
+        from geosim.params import default_params
+        from geosim.techniques._settings import with_options
+
+        try:  # checked like a --params value: known settings, their types and ranges
+            with_options(default_params().settings(record.technique), record.options, record.technique)
+        except GeosimError as exc:
+            raise GeosimError(exc.problem, source=where, key=f"options.{(exc.key or '').split('.', 1)[-1]}") from None
+        options = {k: _option_value(k, v, where) for k, v in record.options.items()}
     cluster = scenario.cluster
     hosts = tuple(record.hosts) if record.hosts else None
     if hosts:
@@ -128,7 +144,7 @@ def to_case(where: str, record: RunRecord) -> RunCase:
         measured=float(record.measured[metric]) if metric else None,
         assumed_workload=tuple(k for k in ("tokens_per_epoch", "global_batch", "microbatches", "epochs")
                                if k not in record.workload and k not in scenario.workload_overrides),
-        gpus=frozenset(g.name for h in used.hosts for g in h.gpus), networked=len(used.hosts) > 1,
+        gpus=frozenset(g.name for h in used.hosts for g in h.gpus), networked=len(used.hosts) > 1, options=options,
     )
 
 

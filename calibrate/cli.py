@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,13 +23,13 @@ from geosim.errors import GeosimError, require
 from geosim.studies.reference import study_records
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
-IMPORT_KINDS = ("study", "alpa-tsv", "alpa-log", "live")
+IMPORT_KINDS = ("study", "alpa-tsv", "alpa-console", "alpa-log", "live")
 # the free set cross-validation uses (README: Calibrating geosim): the collective step's round trips
 # globally (per-link values fitted on three techniques extrapolate worse to the fourth), one
 # per-iteration overhead shared by all techniques (a held-out technique has no overhead of its own to
 # fit), and no technique-only scalar (ZeRO-2's gather width is a fact of what Alpa sends, not a knob)
 CROSSVAL_STEP_RTTS = "global"
-CROSSVAL_ALSO = ""
+CROSSVAL_ALSO = "transport.p2p_handshake_rtts"  # a pipeline stage's send: Alpa's cross-mesh rendezvous
 CROSSVAL_OVERHEAD = "shared"
 OVERHEAD_HELP = ("per-iteration overhead fitted per technique, once for all techniques (shared), or not at all "
                  "(none: the parameters file's values)")
@@ -42,10 +40,12 @@ def add_arguments(parser) -> None:
     sub.required = True
     p = sub.add_parser("import", help="convert measurements into a run-records file (JSON Lines, geosim.run/1)")
     p.add_argument("kind", choices=IMPORT_KINDS, help="study: Table II of the study; alpa-tsv: Alpa's benchmark "
-                   "result file; alpa-log: Alpa's GPT-2 training log; live: records written by `geosim live`")
+                   "result file (its TSV or its console output, whichever the file is); alpa-console: the same; "
+                   "alpa-log: Alpa's GPT-2 training log; live: records written by `geosim live`")
     p.add_argument("file", nargs="?", help="the file to import (not for 'study')")
     p.add_argument("--out", required=True, help="run-records file to write (replaced atomically)")
-    p.add_argument("--append", action="store_true", help="keep the records already in --out")
+    p.add_argument("--append", action="store_true",
+                   help="append to --out (under its lock) the records not already in it, instead of replacing it")
     p.add_argument("--scenario", help="the slice the Alpa runs ran on (built-in name or scenario file)")
     p.add_argument("--hosts", help="VMs of the slice the runs used, comma-separated names (default: all)")
     p.add_argument("--technique", help="alpa-log: the technique the run used")
@@ -80,8 +80,8 @@ def add_arguments(parser) -> None:
     p = sub.add_parser("crossval", help="leave-one-technique-out and leave-one-slice-out on the study's Table II")
     p.add_argument("records", nargs="?", help="run-records file (default: the study's measurements)")
     p.add_argument("--params", help="starting parameters (default: the shipped defaults)")
-    p.add_argument("--kind", choices=("both", "loto", "loso"), default="both",
-                   help="leave one technique out (loto), one slice out (loso), or both (default %(default)s)")
+    p.add_argument("--kind", choices=("all", "both", "loto", "loso", "single-vm"), default="all",
+                   help="all: the three; both: loto and loso (default %(default)s)")
     p.add_argument("--plot", default="crossval.png", help="PNG of predicted vs measured (default %(default)s; "
                                                           "'' for none)")
     p.add_argument("--step-rtts", choices=("link", "global", "none"), default=CROSSVAL_STEP_RTTS,
@@ -114,17 +114,26 @@ def progress(message: str) -> None:
 def run_import(args) -> int:
     from geosim.calibrate import importers
     from geosim.calibrate.cases import read_runs, to_case
-    from geosim.records import write_records
+    from geosim.fileio import check_output_path
+    from geosim.records import append_records, scenario_for_file, write_records
 
+    out = check_output_path(args.out, "--out")
     hosts = [h for h in args.hosts.split(",") if h] if args.hosts else None
     if args.kind != "study" and not args.file:
         raise GeosimError(f"'import {args.kind}' needs the file to import", source="calibrate import")
-    if args.kind in ("alpa-tsv", "alpa-log") and not args.scenario:
+    for flag in ("global_batch", "microbatches"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise GeosimError(f"must be >= 1, got {getattr(args, flag)}", source=f"--{flag.replace('_', '-')}")
+    if args.kind.startswith("alpa") and not args.scenario:
         raise GeosimError("Alpa's files do not say which slice they ran on: give --scenario", source=args.file)
+    # a scenario file is stored relative to the records file, so a fit finds it from any directory
+    scenario = scenario_for_file(args.scenario, out) if args.scenario else None
+    skipped: list[str] = []
     if args.kind == "study":
         records = study_records()
-    elif args.kind == "alpa-tsv":
-        records = importers.alpa_benchmark_records(args.file, args.scenario, global_batch=args.global_batch, hosts=hosts)
+    elif args.kind in ("alpa-tsv", "alpa-console"):
+        records = importers.alpa_benchmark_records(args.file, args.scenario, global_batch=args.global_batch,
+                                                   hosts=hosts, skipped=skipped)
     elif args.kind == "alpa-log":
         for option in ("technique", "model"):
             if not getattr(args, option):
@@ -137,16 +146,22 @@ def run_import(args) -> int:
     # every record must be one the simulator can run: scenario, GPUs, model, technique, workload
     for i, r in enumerate(records):
         to_case(f"{args.file or 'study'}#{i + 1}", r)
-    out = Path(args.out)
-    kept = [r for _, r in read_runs(out)] if args.append and out.exists() and out.stat().st_size else []
-    write_records(out, kept + records)
+    for r in records:  # scenario files as the records file will find them
+        if r.scenario is not None:
+            r.scenario = scenario if args.kind.startswith("alpa") else scenario_for_file(r.scenario, out)
+    for line in skipped:
+        print(f"skipped {line}", file=sys.stderr)
+    if args.append:
+        added, duplicates = append_records(out, records)
+        print(f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else ""))
+    else:
+        write_records(out, records)
+        print(f"wrote {len(records)} record(s) to {out}")
     if args.json:
-        print(json.dumps({"out": str(out), "written": len(records), "kept": len(kept),
+        print(json.dumps({"out": str(out), "written": len(records), "skipped": skipped,
                           "records": [{"run_id": r.run_id, "technique": r.technique, "model": r.model,
                                        "scenario": r.scenario, "status": r.status} for r in records]},
                          indent=2, allow_nan=False))
-        return 0
-    print(f"wrote {len(records)} record(s) to {out}" + (f" (after {len(kept)} kept)" if kept else ""))
     return 0
 
 
@@ -158,6 +173,16 @@ def run_fit(args) -> int:
     from geosim.calibrate.fit import default_free, fit
     from geosim.params import load_params
 
+    from geosim.fileio import check_output_path
+
+    check_output_path(args.out, "--out")  # before the fit, not after it
+    if args.scenarios_out:
+        parent = Path(args.scenarios_out).resolve().parent
+        if not parent.is_dir() or (Path(args.scenarios_out).exists() and not Path(args.scenarios_out).is_dir()):
+            raise GeosimError("cannot make this directory (its parent is missing, or it is a file)",
+                              source="--scenarios-out")
+    if args.max_evaluations < 1:
+        raise GeosimError(f"must be >= 1, got {args.max_evaluations}", source="--max-evaluations")
     cases = load_cases(args.records)
     base = load_params(args.params)
     known = {s for s in args.known_links.split(",") if s}
@@ -178,7 +203,7 @@ def run_fit(args) -> int:
     for path, text in scenario_files.items():
         write_atomically(path, text)
     if args.json:
-        print(json.dumps(fit_to_dict(result, args.out, list(scenario_files)), indent=2, default=str))
+        print(json.dumps(fit_to_dict(result, args.out, list(scenario_files)), indent=2, default=str, allow_nan=False))
     else:
         print_fit(result, args.out, list(scenario_files))
     return 0
@@ -198,6 +223,8 @@ def fitted_summary(result, records_path: str) -> dict:
                       for f in result.fitted},
         "memory": {"right": result.memory["right"], "total": result.memory["total"]},
     }
+    if result.covariance:
+        table["covariance"] = result.covariance
     if result.links:
         table["links"] = {s: {k: round(v, 6) for k, v in d.items()} for s, d in result.links.items()}
     if result.workload:
@@ -214,6 +241,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
     import tomli_w
 
     out: dict[Path, str] = {}
+    names: set[str] = set()
     for slice_key, values in result.links.items():
         case = next(c for c in cases if c.slice_key == slice_key)
         if case.record.cluster is not None:
@@ -227,17 +255,29 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
                 for key, value in values.items():  # bandwidth_gbps, window_mib, step_rtts
                     link[key] = round(value, 6)
         doc["description"] = f"{slice_key} with link values fitted by `geosim calibrate fit` ({values})"
-        out[Path(directory) / f"{slice_key.lower()}.toml"] = tomli_w.dumps(doc)
+        name = safe_file_name(slice_key, names)
+        names.add(name)
+        out[Path(directory) / f"{name}.toml"] = tomli_w.dumps(doc)
     Path(directory).mkdir(parents=True, exist_ok=True)
     return out
 
 
+def safe_file_name(name: str, taken: set[str] = frozenset()) -> str:
+    """A slice's name as a file name inside the output directory: a record names its cluster, and
+    that name must not pick the path ('../../x', '/etc/y', '.hidden' all stay inside, renamed)."""
+    import re
+
+    base = re.sub(r"[^a-z0-9._-]+", "_", name.lower()).lstrip("._-")[:80] or "slice"
+    candidate, n = base, 2
+    while candidate in taken:
+        candidate, n = f"{base}-{n}", n + 1
+    return candidate
+
+
 def write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    from geosim.fileio import write_atomic
+
+    write_atomic(path, text)
 
 
 def fmt_value(v: float) -> str:
@@ -292,11 +332,15 @@ def run_crossval(args) -> int:
         require("matplotlib", "calibrate", "geosim calibrate crossval")
         if not Path(args.plot).resolve().parent.is_dir():
             raise GeosimError("no such directory for the plot", source=args.plot)
+    if args.workers is not None and not 1 <= args.workers <= 1024:
+        raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
+    if args.max_evaluations < 1:
+        raise GeosimError(f"must be >= 1, got {args.max_evaluations}", source="--max-evaluations")
     cases = load_cases(args.records) if args.records else cases_from_records(study_records(), "fabric-slm-2026")
     cases = [c for c in cases if c.metric is not None]
     if not cases:
         raise GeosimError("no measured runs to cross-validate on", source=args.records)
-    kinds = ("loto", "loso") if args.kind == "both" else (args.kind,)
+    kinds = {"all": ("loto", "loso", "single-vm"), "both": ("loto", "loso")}.get(args.kind, (args.kind,))
     options = {"step_rtts": None if args.step_rtts == "none" else args.step_rtts,
                "extra": tuple(k for k in args.also.split(",") if k), "overhead": args.overhead}
     reports = crossval(cases, params_path=args.params, kinds=kinds, workers=args.workers,
@@ -305,10 +349,9 @@ def run_crossval(args) -> int:
     if args.plot:
         from geosim.calibrate.plot import plot_predicted_vs_measured
 
-        plot_predicted_vs_measured({k: [(c.slice, c.technique, c.measured_s, c.predicted_s) for c in r.cells]
-                                    for k, r in reports.items()}, args.plot)
+        plot_predicted_vs_measured({k: [plotted(c) for c in r.cells] for k, r in reports.items()}, args.plot)
     if args.json:
-        print(json.dumps({k: r.to_dict() for k, r in reports.items()} | {"plot": args.plot or None}, indent=2))
+        print(json.dumps({k: r.to_dict() for k, r in reports.items()} | {"plot": args.plot or None}, indent=2, allow_nan=False))
         return 0
     for report in reports.values():
         print_report(report)
@@ -317,14 +360,34 @@ def run_crossval(args) -> int:
     return 0
 
 
+def plotted(cell) -> tuple[str, str, float, float]:
+    """(slice, technique, measured_s, predicted_s) of a crossval cell for the plot: a single-VM run's technique
+    without its '@vm', a throughput turned into the time it means (the error kept)."""
+    technique = cell.technique.partition("@")[0]
+    if cell.metric in ("tflops_per_gpu", "tokens_per_s"):
+        seconds = 3600.0  # any scale: on a log-log plot only the ratio to the diagonal shows
+        return cell.slice, technique, seconds, seconds * (1 + cell.error)
+    return cell.slice, technique, cell.measured_s, cell.predicted_s
+
+
 def print_report(report) -> None:
     title = {"loto": "leave one technique out (fit on the other three, predict the held-out technique)",
-             "loso": "leave one slice out (fit on four slices, predict the fifth from its RTT alone)"}[report.kind]
+             "loso": "leave one slice out (fit on four slices, predict the fifth from its RTT alone)",
+             "single-vm": "leave the single-VM runs out (fit on Table II alone, predict the runs on one VM)",
+             }[report.kind]
     print(f"\n{title}")
-    print(f"  {'slice':<11} {'technique':<10} {'measured':>10} {'predicted':>10} {'error':>8}")
-    for c in sorted(report.cells, key=lambda c: (c.slice, c.measured_s)):
-        print(f"  {c.slice:<11} {c.technique:<10} {c.measured_s / 60:>7.0f} min {c.predicted_s / 60:>6.0f} min "
+    print(f"  {'slice':<11} {'technique':<12} {'measured':>12} {'predicted':>12} {'error':>8}")
+
+    def shown(value: float, metric: str) -> str:
+        return f"{value:>7.2f} TF/s" if metric == "tflops_per_gpu" else f"{value / 60:>8.0f} min"
+
+    for c in sorted(report.cells, key=lambda c: (c.slice, c.technique)):
+        print(f"  {c.slice:<11} {c.technique:<12} {shown(c.measured_s, c.metric)} {shown(c.predicted_s, c.metric)} "
               f"{c.error:>+8.1%}")
+    if report.kind == "single-vm":
+        print(f"  worst {abs(report.worst.error):.1%} ({report.worst.slice} {report.worst.technique}); "
+              f"errors are in time (a throughput's turned round)")
+        return
     worst = report.worst
     print(f"  median |error| {report.median_abs_error:.1%}; worst {abs(worst.error):.1%} "
           f"({worst.slice} {worst.technique})")

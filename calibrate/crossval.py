@@ -5,6 +5,12 @@
 (b) leave-one-slice-out (LOSO): fit on four slices, predict the fifth from its RTT
     alone: its link keeps the scenario's nominal bandwidth, with the fitted global transport
     (window, collective step round trips).
+(c) leave the single-VM runs out (single-vm): fit on Table II alone, predict the study's
+    runs on one VM's two GPUs (no WAN): the test that compute is physical, since Table II's
+    4-GPU runs are paced by the WAN.
+
+The single-VM runs are training data in (a) and (b), except the held-out technique's or
+slice's own; (a) and (b) are scored on Table II's cells only.
 
 A scenario file may carry link values inferred from the very measurements cross-validated
 here (a window, step round trips, a bandwidth below the slices' nominal one). Those would
@@ -38,16 +44,19 @@ class Cell:
     measured_s: float
     predicted_s: float
     fold: str
+    metric: str = "total_time_s"  # what measured_s and predicted_s are: a time, or tflops_per_gpu
 
     @property
     def error(self) -> float:
-        return self.predicted_s / self.measured_s - 1.0
+        """The error in time: a throughput's is turned round (x% too fast = time x% too short)."""
+        ratio = self.predicted_s / self.measured_s
+        return (1.0 / ratio if self.metric in ("tflops_per_gpu", "tokens_per_s") else ratio) - 1.0
 
 
 @dataclass
 class FoldResult:
     name: str
-    kind: str  # loto | loso
+    kind: str  # loto | loso | single-vm
     held_out: str
     cells: list[Cell]
     train_rms_log_error: float
@@ -88,7 +97,8 @@ class Report:
             "worst": {"slice": self.worst.slice, "technique": self.worst.technique, "error": self.worst.error},
             "order_right": self.order_right(),
             "cells": [{"slice": c.slice, "technique": c.technique, "measured_s": c.measured_s,
-                       "predicted_s": c.predicted_s, "error": c.error, "fold": c.fold} for c in self.cells],
+                       "predicted_s": c.predicted_s, "error": c.error, "fold": c.fold, "metric": c.metric}
+                      for c in self.cells],
             "folds": [{"name": f.name, "held_out": f.held_out, "train_rms_log_error": f.train_rms_log_error,
                        "fitted": f.fitted, "warnings": f.warnings, "seconds": f.seconds} for f in self.folds],
         }
@@ -97,15 +107,20 @@ class Report:
 def folds(cases: list[RunCase], kinds: tuple[str, ...]) -> list[tuple[str, str, str, list[int], list[int]]]:
     """(name, kind, held out, train indices, test indices)."""
     out = []
+    whole = [i for i, c in enumerate(cases) if not c.hosts]  # runs on the whole slice (Table II)
     if "loto" in kinds:
         for t in [t for t in STUDY_ORDER if any(c.technique == t for c in cases)]:
-            test = [i for i, c in enumerate(cases) if c.technique == t]
-            out.append((f"without {t}", "loto", t, [i for i in range(len(cases)) if i not in test], test))
+            test = [i for i in whole if cases[i].technique == t]
+            out.append((f"without {t}", "loto", t, [i for i, c in enumerate(cases) if c.technique != t], test))
     if "loso" in kinds:
         for s in dict.fromkeys(c.slice_key for c in cases):
-            test = [i for i, c in enumerate(cases) if c.slice_key == s]
-            out.append((f"without {s}", "loso", s, [i for i in range(len(cases)) if i not in test], test))
-    return out
+            test = [i for i in whole if cases[i].slice_key == s]
+            out.append((f"without {s}", "loso", s, [i for i, c in enumerate(cases) if c.slice_key != s], test))
+    if "single-vm" in kinds:
+        test = [i for i in range(len(cases)) if i not in whole]
+        if test:
+            out.append(("without the single-VM runs", "single-vm", "single-VM runs", whole, test))
+    return [f for f in out if f[4] and f[3]]
 
 
 def nominal_links(cases: list[RunCase]) -> list[RunCase]:
@@ -136,7 +151,8 @@ def run_fold(cases: list[RunCase], params_path: str | None, name: str, kind: str
     free = default_free(train_cases, base, fit_links={c.slice_key for c in train_cases}, **(free_options or {}))
     result = fit(train_cases, free, base, max_nfev=max_nfev)
     predicted = predict_with(result, [cases[i] for i in test])
-    cells = [Cell(r.case.slice_key, r.case.technique, r.measured, r.predicted, name) for r in predicted]
+    cells = [Cell(r.case.slice_key, r.case.label.partition("/")[2], r.measured, r.predicted, name, r.case.metric)
+             for r in predicted]
     fitted = {f.param.name: {"value": f.value, "sigma_log": f.sigma_log, "unit": f.param.unit, "note": f.note}
               for f in result.fitted}
     return FoldResult(name, kind, held_out, cells, result.rms_log_error, fitted, result.warnings,
@@ -147,7 +163,10 @@ def _run_fold_args(args) -> FoldResult:
     return run_fold(*args)
 
 
-def crossval(cases: list[RunCase], *, params_path: str | None = None, kinds: tuple[str, ...] = ("loto", "loso"),
+KINDS = ("loto", "loso", "single-vm")
+
+
+def crossval(cases: list[RunCase], *, params_path: str | None = None, kinds: tuple[str, ...] = KINDS,
              workers: int | None = None, max_nfev: int = 25, progress=None, strip_links: bool = True,
              free_options: dict | None = None) -> dict[str, Report]:
     """free_options: passed to default_free (step_rtts, extra). strip_links: see nominal_links."""

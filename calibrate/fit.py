@@ -44,7 +44,8 @@ P2P_SCALARS = ("transport.p2p_handshake_rtts",)
 # (lowest, highest) a global transport scalar may be fitted to, in its file unit; a technique's own
 # fittable settings come with their ranges from its Settings (tunable(..., fit=(low, high)))
 SCALAR_RANGES = {"transport.collective_step_rtts": (0.02, 20.0), "transport.p2p_handshake_rtts": (0.1, 50.0),
-                 "transport.window_mib": (1 / 16, 512.0),
+                 "transport.window_mib": (1 / 16, 512.0), "compute.gemm_fraction": (0.05, 1.0),
+                 "compute.memory_fraction": (0.05, 1.0),
                  "transport.per_message_overhead_us": (1.0, 1e6), "transport.stream_rate_gbps": (0.1, 100.0)}
 
 
@@ -63,6 +64,15 @@ def _uses(technique: str, owner: str) -> bool:
 
     return technique == owner or any(_uses(t, owner) for t in builds_on(technique))
 STEP_SCALARS = ("transport.collective_step_rtts",)
+# The compute model's global constants: (prior centre, 1-sigma of log(value)), sources in
+# docs/reference/params.md. A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
+# weighed against the records as if each record's log error had a 1-sigma of DATA_NOISE.
+COMPUTE_PRIORS = {"compute.gemm_fraction": (0.7, 0.5), "compute.memory_fraction": (0.8, 0.4)}
+# A per-iteration overhead is launch, host sync and the driver's bookkeeping: a tenth of a second,
+# not the seconds a fit would otherwise move into it to stand in for slow compute.
+OVERHEAD_PRIOR = (0.1, 1.0)
+OVERHEAD_RANGE = (1e-4, 1.0)  # s: physical bounds of a per-iteration overhead
+DATA_NOISE = 0.2
 SHARED = "shared"  # the target of an overhead every technique has (fitted once, predicts a technique never seen)
 LINK_KINDS = ("link_bandwidth", "link_window", "link_step_rtts")
 # the key a per-link value has in a scenario's [[links]] table and in [fitted].links
@@ -187,10 +197,14 @@ class Evaluator:
         self.uses = [tuple(j for j, p in enumerate(free) if p.affects(c)) for c in cases]
         self.cache: dict[tuple, Prediction] = {}
         self.predictions = 0
-        # (index of a per-link value, index of the global it deviates from, or a fixed reference)
+        # (index of a value, index of the global it deviates from or a fixed centre, sigma in residual units)
         globals_ = {p.target: j for j, p in enumerate(free) if p.kind == "scalar"}
-        self.priors = [(j, globals_.get(LINK_GLOBALS.get(p.kind), p.initial)) for j, p in enumerate(free)
-                       if p.kind in LINK_KINDS]
+        self.priors = [(j, globals_.get(LINK_GLOBALS.get(p.kind), p.initial), LINK_PRIOR_SIGMA)
+                       for j, p in enumerate(free) if p.kind in LINK_KINDS]
+        self.priors += [(j, COMPUTE_PRIORS[p.target][0], COMPUTE_PRIORS[p.target][1] / DATA_NOISE)
+                        for j, p in enumerate(free) if p.kind == "scalar" and p.target in COMPUTE_PRIORS]
+        self.priors += [(j, OVERHEAD_PRIOR[0], OVERHEAD_PRIOR[1] / DATA_NOISE)
+                        for j, p in enumerate(free) if p.kind == "iteration_overhead"]
 
     def predict(self, i: int, values, params: Params | None = None) -> Prediction:
         key = (i,) + tuple(float(values[j]) for j in self.uses[i])
@@ -200,7 +214,8 @@ class Evaluator:
         case = self.cases[i]
         params = params or apply_params(self.base, self.free, values)
         cluster, workload = apply_case(case, self.clusters[i], self.free, values)
-        result = predict(SimCase(cluster, case.model, workload, params), case.technique, hosts=case.hosts)
+        result = predict(SimCase(cluster, case.model, workload, params), case.technique, hosts=case.hosts,
+                         options=case.options)
         if not result.ok:
             raise GeosimError(f"the simulator cannot run this case: {result.reason}", source=case.where)
         self.predictions += 1
@@ -220,9 +235,9 @@ class Evaluator:
         for i, case in enumerate(self.cases):
             predicted = getattr(self.predict(i, values, params), PREDICTION_FIELD[case.metric])
             out[i] = math.log(predicted / case.measured)
-        for k, (j, reference) in enumerate(self.priors):
+        for k, (j, reference, sigma) in enumerate(self.priors):
             ref = values[reference] if isinstance(reference, int) else reference
-            out[len(self.cases) + k] = math.log(values[j] / ref) / LINK_PRIOR_SIGMA
+            out[len(self.cases) + k] = math.log(values[j] / ref) / sigma
         return out
 
 
@@ -267,6 +282,7 @@ class FitResult:
     excluded: list[str] = field(default_factory=list)
     links: dict[str, dict[str, float]] = field(default_factory=dict)  # slice -> {bandwidth_gbps|window_mib: v}
     workload: dict[str, int] = field(default_factory=dict)
+    covariance: dict = field(default_factory=dict)  # names, matrix: logs of the drawable global parameters
 
     @property
     def rms_log_error(self) -> float:
@@ -324,6 +340,10 @@ def fit(cases: list[RunCase], free: list[FreeParam], base: Params, *, progress=N
         # tiny uncertainty. The uncertainties use central secants over +-SIGMA_STEP instead.
         jac = secant_jacobian(fun, x, lower, upper, r)
     fitted = uncertainties(used_free, ev.values(x), jac, r, active, warnings)
+    covariance = {}
+    if used_free:
+        warnings[:0] = pinned_by_prior(ev, jac, ev.values(x))
+        covariance = drawable_covariance(fitted, jac, r, active)
     values = ev.values(x)
     params = apply_params(base, used_free, values)
     results = [CaseResult(c, getattr(ev.predict(i, values, params), PREDICTION_FIELD[c.metric]), c.measured)
@@ -335,6 +355,7 @@ def fit(cases: list[RunCase], free: list[FreeParam], base: Params, *, progress=N
             links.setdefault(f.param.target, {})[LINK_KEYS[f.param.kind]] = f.value
         elif f.param.kind == "tokens_per_epoch":
             workload["tokens_per_epoch"] = max(1, round(f.value))
+    warnings.extend(overhead_warnings(ev, timed, values, params))
     params, memory = fit_memory(cases, params)
     assumed = sorted({k for c in timed for k in c.assumed_workload})
     if assumed:
@@ -344,7 +365,48 @@ def fit(cases: list[RunCase], free: list[FreeParam], base: Params, *, progress=N
             warnings.append(f"the records do not give {', '.join(told)}: the fit assumed the scenario/default workload "
                             f"for them, so fitted values are conditional on that assumption")
     return FitResult(params, fitted, results, memory, warnings, calls[0], ev.predictions,
-                     time.perf_counter() - started, excluded, links, workload)
+                     time.perf_counter() - started, excluded, links, workload, covariance)
+
+
+DRAWABLE_KINDS = ("scalar", "iteration_overhead", "setting")
+
+
+def drawable_covariance(fitted: list["Fitted"], jac, residuals, active) -> dict:
+    """The covariance of the logs of the global parameters a prediction can draw from: those the data
+    (with the priors) determine, off their bounds. Per-link values live in scenario files, not here."""
+    keep = [j for j, f in enumerate(fitted) if f.param.kind in DRAWABLE_KINDS and active[j] == 0
+            and math.isfinite(f.sigma_log) and f.sigma_log < NOT_IDENTIFIABLE and f.note != "not identifiable"]
+    inside = [j for j in range(len(fitted)) if active[j] == 0]
+    if not keep:
+        return {}
+    m = jac.shape[0]
+    dof = max(1, m - len(inside))
+    s2 = float(residuals @ residuals) / dof
+    J = jac[:, inside]
+    cov = s2 * np.linalg.pinv(J.T @ J)
+    index = [inside.index(j) for j in keep]
+    sub = cov[np.ix_(index, index)]
+    return {"names": [fitted[j].param.name for j in keep],
+            "matrix": [[round(float(v), 8) for v in row] for row in sub]}
+
+
+def pinned_by_prior(ev: "Evaluator", jac, values) -> list[str]:
+    """A loud warning for each parameter with a prior whose value the records hardly move: the
+    records' information on it (the sum of squared slopes of their residuals) below its prior's."""
+    out = []
+    data_rows = len(ev.cases)
+    for j, _, sigma in ev.priors:
+        p = ev.free[j]
+        if p.target not in COMPUTE_PRIORS:
+            continue
+        from_data = float(np.sum(jac[:data_rows, j] ** 2))
+        from_prior = 1.0 / sigma ** 2
+        if from_data < from_prior:
+            centre, spread = COMPUTE_PRIORS[p.target]
+            out.append(f"PINNED BY ITS PRIOR: {p.name} = {values[j]:.3g} is set by its prior ({centre:g} x/ "
+                       f"{math.exp(spread):.2f}), not by the records: they carry {from_data / from_prior:.0%} of the "
+                       f"prior's information on it. Add runs that are paced by compute (one VM, a LAN).")
+    return out
 
 
 def secant_jacobian(fun, x, lower, upper, r0) -> np.ndarray:
@@ -361,6 +423,28 @@ def secant_jacobian(fun, x, lower, upper, r0) -> np.ndarray:
         r_lo = fun(lo) if lo[j] < x[j] else r0
         jac[:, j] = (r_hi - r_lo) / (hi[j] - lo[j])
     return jac
+
+
+# a fitted fixed overhead that is this share of a run or more explains the run by a constant, not by
+# compute and communication: such a params file predicts poorly off the runs it was fitted on
+OVERHEAD_WARN_SHARE = 0.5
+
+
+def overhead_warnings(ev, timed: list[RunCase], values, params: Params) -> list[str]:
+    """One warning per technique whose fixed overhead is most of its predicted runs."""
+    worst: dict[str, tuple[float, str]] = {}
+    for i, case in enumerate(timed):
+        pred = ev.predict(i, values, params)
+        b = pred.iteration_breakdown
+        if b is None or not pred.iteration_time_s:
+            continue
+        share = b.overhead_s / pred.iteration_time_s
+        if share > worst.get(case.technique, (0.0, ""))[0]:
+            worst[case.technique] = (share, case.label)
+    return [f"{technique}: the per-iteration overhead ({params.iteration_overhead_s.get(technique, 0.0):.3g} s) is "
+            f"{share:.0%} of an iteration ({label}): the fit explains these runs by a fixed cost, so predictions "
+            f"for other slices, models or batches are unreliable"
+            for technique, (share, label) in sorted(worst.items()) if share >= OVERHEAD_WARN_SHARE]
 
 
 def uncertainties(free: list[FreeParam], values, jac, residuals, active, warnings: list[str]) -> list[Fitted]:
@@ -447,7 +531,8 @@ def fit_memory(cases: list[RunCase], params: Params) -> tuple[Params, dict]:
 def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | None = None, link_kind: str = "auto",
                  fit_workload: bool = False, techniques: set[str] | None = None, step_rtts: str | None = "link",
                  extra: tuple[str, ...] = (), overhead: str = "technique") -> list[FreeParam]:
-    """The modest default set: compute efficiency per GPU type, the transport's window and per-message
+    """The modest default set: the compute model's GEMM and memory-bandwidth fractions (one each for
+    every GPU, with priors), the transport's window and per-message
     overhead, a fixed per-iteration overhead per technique, a link value for each slice in fit_links
     (those whose capacity is unknown) and, if asked, the epoch's length in tokens.
 
@@ -462,9 +547,6 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
 
     timed = [c for c in cases if c.metric is not None]
     free: list[FreeParam] = []
-    for gpu in sorted({g for c in timed for g in c.gpus}):
-        free.append(FreeParam("efficiency", gpu, base.gpu_efficiency(gpu), 0.003, 0.9, ""))
-
     settings_ranges = fittable_settings()
 
     def scalar(key: str) -> FreeParam:
@@ -481,6 +563,8 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
         return FreeParam("scalar", key, max(value, lower), lower, upper,
                          next((u for k, u in unit.items() if key.endswith(k)), ""))
 
+    if timed:  # every GPU's speed from the datasheet and these two, with priors (COMPUTE_PRIORS)
+        free.extend(scalar(k) for k in COMPUTE_PRIORS)
     networked = any(c.networked for c in timed)
     if networked:
         free.append(scalar("transport.window_mib"))
@@ -498,11 +582,12 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
         raise GeosimError(f"overhead must be one of {', '.join(OVERHEAD_KINDS)}, got {overhead!r}", key="overhead")
     if overhead == "shared" and timed:
         first = min(base.iteration_overhead_s.values(), default=0.05)
-        free.append(FreeParam("iteration_overhead", SHARED, max(first, 1e-3), 1e-4, 300.0, "s"))
+        free.append(FreeParam("iteration_overhead", SHARED, min(max(first, 1e-3), OVERHEAD_RANGE[1]), *OVERHEAD_RANGE, "s"))
     elif overhead == "technique":
         for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})):
             free.append(FreeParam("iteration_overhead", technique,
-                                  max(base.iteration_overhead_s.get(technique, 0.05), 1e-3), 1e-4, 300.0, "s"))
+                                  min(max(base.iteration_overhead_s.get(technique, 0.05), 1e-3), OVERHEAD_RANGE[1]),
+                                  *OVERHEAD_RANGE, "s"))
     seen = set()
     for c in timed:
         if not c.networked or c.slice_key in seen or (fit_links is not None and c.slice_key not in fit_links):

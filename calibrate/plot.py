@@ -10,7 +10,8 @@ from geosim.errors import require
 
 COLOURS = {"data": "tab:blue", "zero2": "tab:orange", "shard": "tab:red", "pipeshard": "tab:green"}
 MARKERS = {"loto": "o", "loso": "^", "fit": "s"}
-TITLES = {"loto": "leave one technique out", "loso": "leave one slice out", "fit": "in-sample fit"}
+TITLES = {"loto": "leave one technique out", "loso": "leave one slice out", "fit": "in-sample fit",
+          "single-vm": "single-VM runs from Table II alone"}
 
 
 def plot_predicted_vs_measured(series: dict[str, list[tuple[str, str, float, float]]], path: str | Path,

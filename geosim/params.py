@@ -6,7 +6,7 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-from geosim.errors import GeosimError
+from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import MIB, Params
 from geosim.techniques._settings import check_value, file_tunables
 
@@ -16,7 +16,10 @@ from geosim.techniques._settings import check_value, file_tunables
 # technique's own tunables are not here: each technique declares them in its Settings
 # (geosim/techniques/<name>.py) and they are read from and written to the table [NAME].
 SCALARS: tuple[tuple[str, str, float], ...] = (
-    ("compute.default_efficiency", "default_efficiency", 1.0),
+    ("compute.gemm_fraction", "gemm_fraction", 1.0),
+    ("compute.gemm_half_us", "gemm_half_s", 1e-6),
+    ("compute.memory_fraction", "memory_fraction", 1.0),
+    ("compute.kernel_us", "kernel_s", 1e-6),
     ("transport.window_mib", "window_bytes", float(MIB)),
     ("transport.streams", "streams", int),
     ("transport.stream_rate_gbps", "stream_rate_gbps", 1.0),
@@ -32,15 +35,48 @@ SCALARS: tuple[tuple[str, str, float], ...] = (
     ("host.lan_bandwidth_gbps", "lan_bandwidth_gbps", 1.0),
     ("xla.combine_mib", "combine_bytes", float(MIB)),
     ("memory.workspace_gib", "workspace_gib", 1.0),
-    ("memory.optimizer_bytes_per_param", "optimizer_bytes_per_param", 1.0),
+    ("memory.usable_fraction", "usable_memory_fraction", 1.0),
+    ("memory.margin_fraction", "memory_margin_fraction", 1.0),
     ("convergence.compressed_activation_efficiency", "compressed_activation_efficiency", 1.0),
 )
-# (lowest, highest) for the scalars whose range is narrower than ">= 0"
+# (lowest, highest) of each number; every value must also be finite. The ranges are wide
+# (far beyond any real machine) and exist so that no parameters file can make a prediction
+# infinite or NaN: a rate or an efficiency of 0 would divide by zero.
+DEFAULT_BOUNDS = (0.0, 1e9)
 BOUNDS = {
-    "convergence.compressed_activation_efficiency": (1e-6, None),
+    "compute.gemm_fraction": (1e-4, 1.0),
+    "compute.gemm_half_us": (0.0, 1e6),
+    "compute.memory_fraction": (1e-4, 1.0),
+    "compute.kernel_us": (0.0, 1e6),
+    "transport.window_mib": (1e-3, 1e5),
+    "transport.streams": (1, 1024),
+    "transport.stream_rate_gbps": (1e-6, 1e5),
+    "transport.per_message_overhead_us": (0.0, 1e6),
+    "transport.p2p_handshake_rtts": (0.0, 1e3),
+    "transport.collective_step_rtts": (0.0, 1e3),
+    "transport.initial_window_kib": (1e-3, 1e8),
+    "transport.idle_restart_ms": (0.0, 1e8),
+    "host.latency_us": (0.0, 1e6),
+    "host.nvlink_gbps": (1e-6, 1e6),
+    "host.lan_rtt_ms": (0.0, 1e5),
+    "host.lan_bandwidth_gbps": (1e-6, 1e5),
+    "xla.combine_mib": (1e-3, 1e6),
+    "memory.workspace_gib": (0.0, 1e5),
+    "memory.usable_fraction": (0.05, 1.0),
+    "memory.margin_fraction": (0.0, 0.9),
+    "convergence.compressed_activation_efficiency": (1e-6, 10.0),
+}
+TABLE_BOUNDS = {
+    "compute.efficiency": (1e-6, 1.0),
+    "compute.gemm_fraction_by_architecture": (1e-4, 1.0),
+    "host.pcie_gbps": (1e-6, 1e6),
+    "overhead.iteration_s": (0.0, 1e5),
+    "overhead.startup_s": (0.0, 1e8),
+    "convergence.token_efficiency": (1e-6, 10.0),
 }
 TABLES = {  # TOML table -> Params field holding a dict
     "compute.efficiency": "efficiency",
+    "compute.gemm_fraction_by_architecture": "gemm_fraction_by_architecture",
     "host.pcie_gbps": "pcie_gbps",
     "collectives": "collectives",
     "overhead.iteration_s": "iteration_overhead_s",
@@ -49,6 +85,9 @@ TABLES = {  # TOML table -> Params field holding a dict
 }
 COLLECTIVE_ALGORITHMS = ("ring", "tree", "hierarchical")
 DEFAULTS_FILE = "params-default.toml"
+# keys of older parameters files that no longer mean anything (the per-GPU default efficiency gave way
+# to the op-level compute model's fractions; state bytes follow from the precision): read and ignored
+RETIRED = {"compute.default_efficiency", "memory.optimizer_bytes_per_param"}
 # keys an older parameters file may still use -> their current name
 RENAMED = {"zero2.bucket_mib": "xla.combine_mib"}
 
@@ -64,14 +103,10 @@ def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def _check_number(value, source: str, key: str, *, minimum: float = 0.0, integer: bool = False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise GeosimError(f"must be a number, got {value!r}", source=source, key=key)
-    if integer and int(value) != value:
-        raise GeosimError(f"must be a whole number, got {value!r}", source=source, key=key)
-    if value < minimum:
-        raise GeosimError(f"must be >= {minimum}, got {value!r}", source=source, key=key)
-    return value
+def _check_number(value, source: str, key: str, bounds: tuple = DEFAULT_BOUNDS, *, integer: bool = False):
+    from geosim.scenario import check_number
+
+    return check_number(value, source, key, *bounds, integer=integer)
 
 
 def _apply(params: Params | None, doc: dict, source: str) -> Params:
@@ -81,6 +116,8 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
     setting_changes: dict[str, dict[str, object]] = {}
     for key, value in flat.items():
         key = RENAMED.get(key, key)
+        if key in RETIRED:
+            continue
         if key in TABLES:
             values[TABLES[key]] = _read_table(key, value, values.get(TABLES[key]), source)
             continue
@@ -99,21 +136,27 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=key)
             values[name] = value
         else:
-            _check_number(value, source, key, integer=scale is int)
-            low, high = BOUNDS.get(key, (0.0, None))
-            if value < low or (high is not None and value > high):
-                raise GeosimError(f"must be in [{low:g}, {'inf' if high is None else f'{high:g}'}], got {value!r}",
-                                  source=source, key=key)
+            value = _check_number(value, source, key, BOUNDS.get(key, DEFAULT_BOUNDS), integer=scale is int)
             values[name] = int(value) if scale is int else float(value) * scale
     values["technique_settings"] = _merge_settings(values.get("technique_settings") or {}, setting_changes)
     fitted = doc.get("fitted", {})
+    if not isinstance(fitted, dict):
+        raise GeosimError("must be a table", source=source, key="fitted")
     if fitted:
-        values["fitted_on"] = tuple(str(x) for x in fitted.get("on", ()))
+        values["fitted_on"] = _strings(fitted.get("on", []), source, "fitted.on")
+        values["fit_warnings"] = _strings(fitted.get("warnings", []), source, "fitted.warnings")
+        values["fitted_covariance"] = _read_covariance(fitted.get("covariance"), source)
     values["source"] = source
     try:
         return Params(**values)
     except TypeError as exc:  # a defaults file missing a key
         raise GeosimError(f"incomplete parameters ({exc})", source=source) from None
+
+
+def _strings(value, source: str, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise GeosimError("must be a list of strings", source=source, key=key)
+    return tuple(value)
 
 
 def _read_table(key: str, table, previous, source: str) -> dict:
@@ -133,10 +176,31 @@ def _read_table(key: str, table, previous, source: str) -> dict:
         elif key == "host.pcie_gbps":
             if not name.isdigit():
                 raise GeosimError("PCIe generation must be a number", source=source, key=full)
-            merged[int(name)] = float(_check_number(value, source, full))
+            merged[int(name)] = float(_check_number(value, source, full, TABLE_BOUNDS[key]))
         else:
-            merged[name] = float(_check_number(value, source, full))
+            merged[name] = float(_check_number(value, source, full, TABLE_BOUNDS.get(key, DEFAULT_BOUNDS)))
     return merged
+
+
+def _read_covariance(table, source: str) -> tuple:
+    """[fitted.covariance]: names (global parameter keys) and the covariance matrix of their logs."""
+    if table is None:
+        return ()
+    key = "fitted.covariance"
+    if not isinstance(table, dict) or not isinstance(table.get("names"), list) or not isinstance(table.get("matrix"), list):
+        raise GeosimError("must be a table with names = [...] and matrix = [[...], ...]", source=source, key=key)
+    names, matrix = table["names"], table["matrix"]
+    by_key = {k for k, _, _ in SCALARS} | {"overhead.iteration_s.shared"}
+    for name in names:
+        if name not in by_key and not str(name).startswith("overhead.iteration_s."):
+            raise GeosimError(f"unknown parameter {name!r}", source=source, key=key + ".names")
+    n = len(names)
+    if len(matrix) != n or any(not isinstance(row, list) or len(row) != n for row in matrix):
+        raise GeosimError(f"matrix must be {n} x {n}, one row per name", source=source, key=key + ".matrix")
+    for row in matrix:
+        for v in row:
+            _check_number(v, source, key + ".matrix", (-1e6, 1e6))
+    return (tuple(names), tuple(tuple(float(v) for v in row) for row in matrix))
 
 
 def _is_registered_technique(name: str) -> bool:
@@ -183,14 +247,11 @@ def setting_keys() -> list[tuple[str, str]]:
     return [(name, leaf) for name in technique_names() for leaf in _technique_tunables(name)]
 
 
-def _read_toml(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise GeosimError("no such file", source=str(path)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise GeosimError(f"not valid TOML ({exc})", source=str(path)) from None
+def _read_toml(path: Path) -> tuple[dict, str]:
+    from geosim.scenario import _toml_text, read_text
+
+    text = read_text(path)
+    return _toml_text(text, str(path)), text
 
 
 def default_params() -> Params:
@@ -203,7 +264,13 @@ def load_params(path: str | Path | None = None) -> Params:
     params = default_params()
     if path is None:
         return params
-    return _apply(params, _read_toml(Path(path)), str(path))
+    doc, text = _read_toml(Path(path))
+    try:
+        return _apply(params, doc, str(path))
+    except GeosimError as exc:  # point at the line that holds the key
+        if exc.source == str(path) and exc.lineno is None:
+            raise GeosimError(exc.problem, source=exc.source, key=exc.key, line=toml_key_line(text, exc.key)) from None
+        raise
 
 
 def params_to_toml(params: Params, fitted: dict | None = None) -> dict:
@@ -235,15 +302,8 @@ def params_to_toml(params: Params, fitted: dict | None = None) -> dict:
 
 def write_params(params: Params, path: str | Path, fitted: dict | None = None) -> None:
     """Write atomically: a reader never sees a half-written parameters file."""
-    import os
-    import tempfile
-
     import tomli_w
 
-    path = Path(path)
-    text = tomli_w.dumps(params_to_toml(params, fitted))
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    from geosim.fileio import write_atomic
 
+    write_atomic(Path(path), tomli_w.dumps(params_to_toml(params, fitted)))

@@ -1,7 +1,8 @@
 """Run records: one measured (or imported) training run per JSON line.
 
 The one schema shared by live/ (which writes records), calibrate/ (which fits on
-them) and the selector (which reads measured probes). Documented in the README.
+them) and the selector (which reads measured probes). Documented in
+docs/reference/run-records.md (schema, validation, locks, appends and deduplication).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class RunRecord:
     hosts: list[str] | None = None  # the VMs used; None = all hosts of the scenario
     model_dims: dict | None = None  # n_layer, n_embd, n_head, vocab, n_ctx for models not in the catalog
     workload: dict = field(default_factory=dict)  # subset of WORKLOAD_KEYS; absent = unknown
+    options: dict | None = None  # the technique's settings for this run (predict's options), e.g. layer_split
     measured: dict = field(default_factory=dict)  # subset of MEASURED_KEYS
-    source: str = "live"  # fabric-slm-2026 | alpa-benchmark | alpa-log | live | simulated
+    source: str = "live"  # fabric-slm-2026 | alpa-benchmark | alpa-console | alpa-log | live | simulated
     backend: str | None = None  # jax | alpa | None (unknown)
     collective_impl: str | None = None  # nccl | gloo | xla-cpu ...
     error: str | None = None
@@ -52,100 +54,219 @@ class RunRecord:
     schema: str = SCHEMA
 
     def to_json(self) -> str:
-        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, sort_keys=True)
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, sort_keys=True, allow_nan=False)
+
+
+# (lowest, highest) of each measured figure: a time of 0 would divide by zero in a fit, and a
+# time of 1e-300 s is no measurement
+MEASURED_RANGES = {
+    "total_time_s": (1e-6, 1e10), "time_per_iteration_s": (1e-6, 1e8), "tflops_per_gpu": (1e-9, 1e7),
+    "tokens_per_s": (1e-6, 1e13), "peak_memory_gib": (0.0, 1e5), "compile_time_s": (0.0, 1e8), "steps": (0, 1e12),
+}
+OPTIONAL_STRINGS = ("scenario", "source", "backend", "collective_impl", "error", "note", "when", "run_id")
+
+
+def _fail(problem: str, where: str, key: str | None = None):
+    raise GeosimError(problem, source=where, key=key)
 
 
 def validate(doc: object, where: str) -> RunRecord:
-    """One decoded JSON line -> RunRecord, or a GeosimError naming line and key."""
+    """One decoded JSON line -> RunRecord, or a GeosimError naming line and key. Every field is
+    checked for its type, and every number for a finite range, so what a fit reads is sound."""
+    from geosim.scenario import MODEL_RANGES, check_number, make_workload
+
     if not isinstance(doc, dict):
-        raise GeosimError("a record must be a JSON object", source=where)
+        _fail("a record must be a JSON object", where)
     known = set(RunRecord.__dataclass_fields__)
     for key in doc:
         if key not in known:
-            raise GeosimError(f"unknown key (expected: {', '.join(sorted(known))})", source=where, key=key)
+            _fail(f"unknown key (expected: {', '.join(sorted(known))})", where, key)
     for key in ("technique", "model", "status"):
         if not isinstance(doc.get(key), str) or not doc[key]:
-            raise GeosimError("missing or not a string", source=where, key=key)
+            _fail("missing or not a string", where, key)
+    for key in OPTIONAL_STRINGS:
+        if doc.get(key) is not None and (not isinstance(doc[key], str) or not doc[key]):
+            _fail(f"must be a non-empty string, got {doc[key]!r:.60}", where, key)
     if doc.get("schema", SCHEMA) != SCHEMA:
-        raise GeosimError(f"unsupported schema {doc['schema']!r} (this geosim reads {SCHEMA})", source=where, key="schema")
+        _fail(f"unsupported schema {doc['schema']!r:.60} (this geosim reads {SCHEMA})", where, "schema")
     if doc["status"] not in STATUSES:
-        raise GeosimError(f"must be one of {', '.join(STATUSES)}, got {doc['status']!r}", source=where, key="status")
+        _fail(f"must be one of {', '.join(STATUSES)}, got {doc['status']!r:.60}", where, "status")
     if doc.get("scenario") is None and doc.get("cluster") is None:
-        raise GeosimError("a record needs 'scenario' (name or path) or 'cluster' (inline)", source=where, key="scenario")
+        _fail("a record needs 'scenario' (name or path) or 'cluster' (inline)", where, "scenario")
+    for key in ("cluster", "software", "options"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            _fail("must be an object", where, key)
     workload = doc.get("workload", {})
     if not isinstance(workload, dict):
-        raise GeosimError("must be an object", source=where, key="workload")
-    for key, value in workload.items():
+        _fail("must be an object", where, "workload")
+    for key in workload:
         if key not in WORKLOAD_KEYS:
-            raise GeosimError(f"unknown workload key (expected: {', '.join(WORKLOAD_KEYS)})", source=where, key=f"workload.{key}")
-        if key == "precision" and value not in ("fp16", "bf16", "fp32"):
-            raise GeosimError(f"must be fp16, bf16 or fp32, got {value!r}", source=where, key="workload.precision")
-        if key not in ("precision", "checkpointing") and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise GeosimError(f"must be a positive whole number, got {value!r}", source=where, key=f"workload.{key}")
+            _fail(f"unknown workload key (expected: {', '.join(WORKLOAD_KEYS)})", where, f"workload.{key}")
+    try:  # the same checks (types, ranges, microbatches dividing the batch) as a scenario's [workload]
+        make_workload(workload, where)
+    except GeosimError as exc:
+        raise GeosimError(exc.problem, source=where, key=exc.key) from None
+    dims = doc.get("model_dims")
+    if dims is not None:
+        if not isinstance(dims, dict):
+            _fail("must be an object", where, "model_dims")
+        for key, value in dims.items():
+            if key not in MODEL_RANGES:
+                _fail(f"unknown key (expected: {', '.join(MODEL_RANGES)})", where, f"model_dims.{key}")
+            check_number(value, where, f"model_dims.{key}", *MODEL_RANGES[key], integer=True)
+        for key in ("n_layer", "n_embd", "n_head"):
+            if key not in dims:
+                _fail("missing", where, f"model_dims.{key}")
+        if dims["n_embd"] % dims["n_head"]:
+            _fail("n_embd must be divisible by n_head", where, "model_dims.n_head")
     measured = doc.get("measured", {})
     if not isinstance(measured, dict):
-        raise GeosimError("must be an object", source=where, key="measured")
+        _fail("must be an object", where, "measured")
     for key, value in measured.items():
         if key not in MEASURED_KEYS:
-            raise GeosimError(f"unknown measured key (expected: {', '.join(MEASURED_KEYS)})", source=where, key=f"measured.{key}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise GeosimError(f"must be a number >= 0, got {value!r}", source=where, key=f"measured.{key}")
+            _fail(f"unknown measured key (expected: {', '.join(MEASURED_KEYS)})", where, f"measured.{key}")
+        check_number(value, where, f"measured.{key}", *MEASURED_RANGES[key], integer=key == "steps")
     if doc["status"] == "ok" and not ({"total_time_s", "time_per_iteration_s", "tflops_per_gpu", "tokens_per_s"} & set(measured)):
-        raise GeosimError("an 'ok' record needs a time or a throughput", source=where, key="measured")
+        _fail("an 'ok' record needs a time or a throughput", where, "measured")
     hosts = doc.get("hosts")
-    if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts) or not hosts):
-        raise GeosimError("must be a non-empty list of host names", source=where, key="hosts")
+    if hosts is not None:
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+            _fail("must be a non-empty list of host names", where, "hosts")
+        if len(set(hosts)) != len(hosts):
+            _fail("names a host twice", where, "hosts")
     return RunRecord(**doc)
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def content_key(record: RunRecord) -> str:
+    """What makes two records the same run: everything but the id and the time of writing."""
+    doc = {k: v for k, v in vars(record).items() if k not in ("run_id", "when") and v is not None}
+    return json.dumps(doc, sort_keys=True, default=list)
 
 
 def numbered_lines(path: str | Path):
     """(where, text) for each non-blank line of a text file; `where` is 'file:line'."""
+    from geosim.scenario import read_text
+
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise GeosimError("no such file", source=str(path)) from None
-    except OSError as exc:
-        raise GeosimError(f"cannot read ({exc.strerror})", source=str(path)) from None
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
         if line.strip():
             yield f"{path}:{number}", line
 
 
 def json_lines(path: str | Path):
-    """(where, decoded object) for each non-blank line of a JSON Lines file."""
+    """(where, decoded object) for each non-blank line of a JSON Lines file. NaN and Infinity,
+    which Python's json would accept, are refused: they are not JSON."""
     for where, line in numbered_lines(path):
         try:
-            yield where, json.loads(line)
+            yield where, json.loads(line, parse_constant=_no_constants)
         except json.JSONDecodeError as exc:
             raise GeosimError(f"not valid JSON ({exc.msg} at column {exc.colno})", source=where) from None
+        except ValueError as exc:
+            raise GeosimError(f"not valid JSON ({exc})", source=where) from None
+        except RecursionError:
+            raise GeosimError("not valid JSON (nested too deeply)", source=where) from None
+
+
+def is_scenario_file(name: str) -> bool:
+    """A record's `scenario` names a file (rather than a built-in scenario) when it looks like a path."""
+    return name.endswith(".toml") or "/" in name or os.sep in name
+
+
+def resolve_scenario(name: str, records_file: str | Path) -> str:
+    """A scenario file path in a record is relative to the records file's directory (an absolute
+    path stays as it is). Older records held paths relative to where the import ran: if the file is
+    not beside the records but is there, that one is used."""
+    if not is_scenario_file(name) or os.path.isabs(name):
+        return name
+    beside = Path(records_file).resolve().parent / name
+    if not beside.exists() and Path(name).exists():
+        return str(Path(name).resolve())
+    return str(beside)
+
+
+def scenario_for_file(name: str, records_file: str | Path) -> str:
+    """How a record written into `records_file` stores a scenario the user named (relative to the
+    current directory): a built-in name as it is, a file relative to the records file's directory."""
+    if not is_scenario_file(name) and not Path(name).exists():
+        return name
+    target = Path(name).resolve()
+    return os.path.relpath(target, Path(records_file).resolve().parent)
+
+
+def read_runs(path: str | Path) -> list[tuple[str, RunRecord]]:
+    """(file:line, record) for every record of a JSON Lines file, scenario paths resolved against
+    the file's directory. An empty file, a run_id used twice, or the same run twice is an error."""
+    runs, ids, contents = [], {}, {}
+    for where, doc in json_lines(path):
+        record = validate(doc, where)
+        if record.run_id in ids:
+            raise GeosimError(f"run_id {record.run_id!r} is also the run_id of {ids[record.run_id]}",
+                              source=where, key="run_id")
+        key = content_key(record)
+        if key in contents:
+            raise GeosimError(f"the same run as {contents[key]} (only run_id/when differ); remove one",
+                              source=where)
+        ids[record.run_id], contents[key] = where, where
+        if record.scenario is not None:
+            record.scenario = resolve_scenario(record.scenario, path)
+        runs.append((where, record))
+    if not runs:
+        raise GeosimError("no run records in file (empty)", source=str(path))
+    return runs
 
 
 def read_records(path: str | Path) -> list[RunRecord]:
-    records = [validate(doc, where) for where, doc in json_lines(path)]
-    if not records:
-        raise GeosimError("no run records in file", source=str(path))
-    return records
+    return [r for _, r in read_runs(path)]
 
 
 def append_record(path: str | Path, record: RunRecord) -> None:
-    """Append one line with a single O_APPEND write, then fsync: concurrent writers never interleave
-    and an interrupted writer leaves every earlier line intact."""
-    line = (record.to_json() + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    """Append one line with a single O_APPEND write under the file's lock, then fsync: concurrent
+    writers never interleave and an interrupted writer leaves every earlier line intact."""
+    from geosim.fileio import append_lines, locked
+
+    with locked(path, what="records file"):
+        append_lines(path, [record.to_json()])
+
+
+def append_records(path: str | Path, records: list[RunRecord]) -> tuple[int, int]:
+    """Append the records not already in the file (same run: see content_key), under the file's
+    lock so that concurrent appends neither lose nor duplicate a record. Returns (appended, skipped)."""
+    from geosim.fileio import append_lines, locked
+
+    path = Path(path)
+    with locked(path, what="records file"):
+        existing = set()
+        if path.exists() and path.stat().st_size:
+            existing = {_existing_key(doc, where) for where, doc in json_lines(path)}
+            data = path.read_bytes()
+            if not data.endswith(b"\n"):  # a writer killed mid-line: end that line before appending
+                append_lines(path, [""])
+        new = []
+        for record in records:
+            key = content_key(record)
+            if key not in existing:
+                existing.add(key)
+                new.append(record)
+        append_lines(path, [r.to_json() for r in new])
+    return len(new), len(records) - len(new)
+
+
+def _existing_key(doc, where: str) -> str:
+    """The content key of a line already in a file (checked fully only if it is not a record's shape:
+    appending re-reads the whole file each time, so this must be quick)."""
     try:
-        written = os.write(fd, line)
-        if written != len(line):  # regular files do not short-write; refuse to leave half a line
-            os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
-            raise OSError(f"short write to {path}")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        return content_key(RunRecord(**doc))
+    except TypeError:
+        return content_key(validate(doc, where))
 
 
 def write_records(path: str | Path, records: list[RunRecord]) -> None:
-    """Replace a file with records, atomically (write a temporary file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(r.to_json() + "\n" for r in records))
-    os.replace(tmp, path)
+    """Replace a file with records, atomically (a unique temporary file, then rename), under its lock."""
+    from geosim.fileio import locked, write_atomic
+
+    with locked(path, what="records file"):
+        write_atomic(path, "".join(r.to_json() + "\n" for r in records))

@@ -1,6 +1,15 @@
-"""Load and validate scenario files (TOML) into specs, with one-line errors."""
+"""Load and validate scenario files (TOML) into specs, with one-line errors.
+
+Every value is checked for its type and a finite range before it reaches a spec, so a
+mistake in a file is one line (`file:line: key: problem`, exit 2), never a traceback or a
+NaN later in the simulator. The ranges are wide (far beyond any real slice) and exist to
+keep every prediction finite; they are listed in docs/reference/run-records.md.
+"""
 
 from __future__ import annotations
+
+import math
+import re
 
 import tomllib
 from dataclasses import fields, replace
@@ -10,29 +19,54 @@ from pathlib import Path
 
 import networkx as nx
 
-from geosim.errors import GeosimError
+from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
-from geosim.units import ms_to_s
+from geosim.units import gbps_to_bps, ms_to_s
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
 PRECISIONS = ("fp16", "bf16", "fp32")
+NIC_KINDS = ("shared", "per-gpu")
+
+# (lowest, highest) of every number a scenario may hold; a lowest of 0 on a "> 0" value is exclusive
+LINK_RANGES = {"rtt_ms": (0.0, 1e5), "bandwidth_gbps": (1e-6, 1e5), "window_mib": (1e-3, 1e5),
+               "streams": (1, 1024), "step_rtts": (0.0, 1e3)}
+GPU_RANGES = {"memory_gib": (1e-3, 1e5), "memory_bandwidth_gbs": (1e-3, 1e7), "fp32_tflops": (1e-3, 1e7),
+              "fp16_tensor_tflops": (1e-3, 1e7), "bf16_tensor_tflops": (1e-3, 1e7), "pcie_gen": (1, 9),
+              "tdp_w": (1.0, 1e5)}
+MODEL_RANGES = {"n_layer": (1, 1024), "n_embd": (1, 65536), "n_head": (1, 1024), "vocab": (1, 10_000_000),
+                "n_ctx": (1, 1_000_000)}
+WORKLOAD_RANGES = {"tokens_per_epoch": (1, 10**13), "seq_len": (1, 1_000_000), "global_batch": (1, 10_000_000),
+                   "microbatches": (1, 4096), "epochs": (1, 1_000_000)}
+MAX_HOSTS = 4096
+MAX_GPUS_PER_HOST = 64
 
 
 def _toml_text(text: str, source: str) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise GeosimError(f"not valid TOML ({exc})", source=source) from None
+        line = getattr(exc, "lineno", None)
+        msg = getattr(exc, "msg", None) or str(exc)
+        raise GeosimError(f"not valid TOML ({msg})", source=source, line=line) from None
 
 
-def _read(path: Path) -> dict:
+def read_text(path: Path) -> str:
+    """A text file's contents, or a one-line error (missing, unreadable, not UTF-8)."""
     try:
-        text = path.read_text()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise GeosimError("no such file", source=str(path)) from None
+    except IsADirectoryError:
+        raise GeosimError("is a directory, not a file", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise GeosimError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
     except OSError as exc:
         raise GeosimError(f"cannot read ({exc.strerror})", source=str(path)) from None
-    return _toml_text(text, str(path))
+
+
+def _read(path: Path) -> tuple[dict, str]:
+    text = read_text(path)
+    return _toml_text(text, str(path)), text
 
 
 def _only_keys(table: dict, allowed: set[str], required: set[str], source: str, prefix: str):
@@ -44,33 +78,68 @@ def _only_keys(table: dict, allowed: set[str], required: set[str], source: str, 
             raise GeosimError("missing", source=source, key=f"{prefix}{key}")
 
 
-def _positive(value, source: str, key: str, *, allow_zero: bool = False) -> float:
+def _table(value, source: str, key: str) -> dict:
+    if not isinstance(value, dict):
+        raise GeosimError(f"must be a table, got {type(value).__name__} {_short(value)}", source=source, key=key)
+    return value
+
+
+def _string(value, source: str, key: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise GeosimError(f"must be a non-empty string, got {_short(value)}", source=source, key=key)
+    return value
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_number(value, source: str | None, key: str | None, low: float, high: float, *, integer: bool = False,
+                 exclusive_low: bool = False, line: int | None = None):
+    """A finite number in [low, high] (or (low, high]); whole if `integer`. Never NaN, never inf."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise GeosimError(f"must be a number, got {value!r}", source=source, key=key)
-    if value < 0 or (value == 0 and not allow_zero):
-        raise GeosimError(f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}", source=source, key=key)
-    return float(value)
+        raise GeosimError(f"must be a number, got {_short(value)}", source=source, key=key, line=line)
+    if not math.isfinite(value):
+        raise GeosimError(f"must be a finite number, got {value!r}", source=source, key=key, line=line)
+    if integer and value != int(value):
+        raise GeosimError(f"must be a whole number, got {value!r}", source=source, key=key, line=line)
+    if value < low or (exclusive_low and value == low):
+        raise GeosimError(f"must be {'>' if exclusive_low else '>='} {low:g}, got {value!r}", source=source, key=key,
+                          line=line)
+    if value > high:
+        raise GeosimError(f"must be <= {high:g}, got {value!r}", source=source, key=key, line=line)
+    return int(value) if integer else float(value)
 
 
-def _gpu_from_table(name: str, table: dict, source: str, prefix: str) -> GPU:
-    numeric = {"memory_gib", "memory_bandwidth_gbs", "fp32_tflops", "fp16_tensor_tflops", "pcie_gen", "bf16_tensor_tflops"}
-    _only_keys(table, numeric | {"name"}, numeric - {"bf16_tensor_tflops"}, source, prefix)
-    values = {k: _positive(v, source, prefix + k) for k, v in table.items() if k in numeric}
-    values["pcie_gen"] = int(values["pcie_gen"])
-    return GPU(name=name, **values)
+def _positive(value, source: str, key: str, *, allow_zero: bool = False) -> float:
+    """Kept for callers outside this module: a finite number > 0 (>= 0 with allow_zero)."""
+    return check_number(value, source, key, 0.0, 1e300, exclusive_low=not allow_zero)
 
 
-def _model_from_table(name: str, table: dict, source: str, prefix: str) -> Model:
-    keys = {"n_layer", "n_embd", "n_head", "vocab", "n_ctx"}
-    _only_keys(table, keys, {"n_layer", "n_embd", "n_head"}, source, prefix)
-    for k, v in table.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise GeosimError(f"must be a positive whole number, got {v!r}", source=source, key=prefix + k)
-    if table["n_embd"] % table["n_head"]:
+def _gpu_from_table(name: str, table, source: str, prefix: str) -> GPU:
+    table = _table(table, source, prefix.rstrip("."))
+    numeric = set(GPU_RANGES)
+    _only_keys(table, numeric | {"name", "architecture"}, numeric - {"bf16_tensor_tflops", "tdp_w"}, source, prefix)
+    values = {k: check_number(v, source, prefix + k, *GPU_RANGES[k], integer=k == "pcie_gen")
+              for k, v in table.items() if k in numeric}
+    if "name" in table:
+        _string(table["name"], source, prefix + "name")
+    architecture = table.get("architecture")
+    if architecture is None:  # the catalog's descriptions end in the generation: "NVIDIA Tesla T4 (Turing)"
+        found = re.search(r"\(([A-Za-z]+)\)\s*$", str(table.get("name", "")))
+        architecture = found.group(1) if found else "unknown"
+    architecture = _string(architecture, source, prefix + "architecture")
+    return GPU(name=name, architecture=architecture.lower(), **values)
+
+
+def _model_from_table(name: str, table, source: str, prefix: str) -> Model:
+    table = _table(table, source, prefix.rstrip("."))
+    _only_keys(table, set(MODEL_RANGES), {"n_layer", "n_embd", "n_head"}, source, prefix)
+    values = {k: check_number(v, source, prefix + k, *MODEL_RANGES[k], integer=True) for k, v in table.items()}
+    if values["n_embd"] % values["n_head"]:
         raise GeosimError("n_embd must be divisible by n_head", source=source, key=prefix + "n_head")
-    return Model(name=name, **table)
-
-
+    return Model(name=name, **values)
 @cache
 def gpu_catalog() -> dict[str, GPU]:
     doc = _toml_text(resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
@@ -154,18 +223,20 @@ class Scenario:
 
 def make_workload(values: dict, source: str = "--workload") -> Workload:
     allowed = {f.name for f in fields(Workload)}
+    if not isinstance(values, dict):
+        raise GeosimError(f"must be a table, got {_short(values)}", source=source, key="workload")
     for key, value in values.items():
         if key not in allowed:
             raise GeosimError(f"unknown key (expected one of: {', '.join(sorted(allowed))})", source=source, key=f"workload.{key}")
         if key == "precision":
             if value not in PRECISIONS:
-                raise GeosimError(f"must be one of {', '.join(PRECISIONS)}, got {value!r}", source=source, key="workload.precision")
+                raise GeosimError(f"must be one of {', '.join(PRECISIONS)}, got {_short(value)}", source=source, key="workload.precision")
         elif key == "checkpointing":
             if not isinstance(value, bool):
-                raise GeosimError(f"must be true or false, got {value!r}", source=source, key="workload.checkpointing")
-        elif isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise GeosimError(f"must be a positive whole number, got {value!r}", source=source, key=f"workload.{key}")
-    workload = replace(Workload(), **values)
+                raise GeosimError(f"must be true or false, got {_short(value)}", source=source, key="workload.checkpointing")
+        else:
+            check_number(value, source, f"workload.{key}", *WORKLOAD_RANGES[key], integer=True)
+    workload = replace(Workload(), **{k: int(v) if k in WORKLOAD_RANGES else v for k, v in values.items()})
     if workload.global_batch % workload.microbatches:
         raise GeosimError(
             f"microbatches ({workload.microbatches}) must divide global_batch ({workload.global_batch})",
@@ -177,66 +248,110 @@ def make_workload(values: dict, source: str = "--workload") -> Workload:
 def load_scenario(name_or_path: str | Path) -> Scenario:
     path = scenario_path(str(name_or_path))
     source = str(path)
-    doc = _read(path)
+    doc, text = _read(path)
+    try:
+        return scenario_from_doc(doc, source, path.stem)
+    except GeosimError as exc:
+        if exc.source == source and exc.lineno is None:
+            exc = GeosimError(exc.problem, source=exc.source, key=exc.key, line=toml_key_line(text, exc.key))
+        raise exc from None
+
+
+def scenario_from_doc(doc: dict, source: str, default_name: str = "scenario") -> Scenario:
+    """A decoded scenario document (a file's TOML, or a record's inline cluster) -> Scenario."""
+    _table(doc, source, "cluster")
     _only_keys(doc, {"name", "description", "reference_slice", "hosts", "links", "workload", "gpus", "models"},
                {"hosts"}, source, "")
+    for key in ("name", "description", "reference_slice"):
+        if key in doc:
+            _string(doc[key], source, key)
     gpus = dict(gpu_catalog())
-    for name, table in doc.get("gpus", {}).items():
+    for name, table in _table(doc.get("gpus", {}), source, "gpus").items():
         gpus[name] = _gpu_from_table(name, table, source, f"gpus.{name}.")
-    models = {name: _model_from_table(name, t, source, f"models.{name}.") for name, t in doc.get("models", {}).items()}
-
-    hosts: list[Host] = []
-    if not isinstance(doc["hosts"], list) or not doc["hosts"]:
-        raise GeosimError("must be a non-empty array of tables ([[hosts]])", source=source, key="hosts")
-    for i, table in enumerate(doc["hosts"]):
-        prefix = f"hosts[{i}]."
-        _only_keys(table, {"name", "site", "gpus", "intra_host"}, {"name", "site", "gpus"}, source, prefix)
-        if not isinstance(table["gpus"], list) or not table["gpus"]:
-            raise GeosimError("must be a non-empty list of GPU names", source=source, key=prefix + "gpus")
-        for g in table["gpus"]:
-            if g not in gpus:
-                raise GeosimError(f"unknown GPU {g!r} (known: {', '.join(gpus)})", source=source, key=prefix + "gpus")
-        if any(h.name == table["name"] for h in hosts):
-            raise GeosimError(f"duplicate host name {table['name']!r}", source=source, key=prefix + "name")
-        intra = table.get("intra_host", "pcie")
-        if intra not in ("pcie", "nvlink"):
-            raise GeosimError(f"must be pcie or nvlink, got {intra!r}", source=source, key=prefix + "intra_host")
-        hosts.append(Host(str(table["name"]), str(table["site"]), tuple(gpus[g] for g in table["gpus"]), intra))
-
-    names = {h.name for h in hosts} | {h.site for h in hosts}
-    links: list[Link] = []
-    for i, table in enumerate(doc.get("links", [])):
-        prefix = f"links[{i}]."
-        _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service"},
-                   {"between", "rtt_ms", "bandwidth_gbps"}, source, prefix)
-        ends = table["between"]
-        if not isinstance(ends, list) or len(ends) != 2 or ends[0] == ends[1]:
-            raise GeosimError("must name two different hosts or sites", source=source, key=prefix + "between")
-        for end in ends:
-            if end not in names:
-                raise GeosimError(f"{end!r} is neither a host nor a site of this scenario", source=source, key=prefix + "between")
-        streams = table.get("streams")
-        if streams is not None and (isinstance(streams, bool) or not isinstance(streams, int) or streams < 1):
-            raise GeosimError(f"must be a whole number >= 1, got {streams!r}", source=source, key=prefix + "streams")
-        window = table.get("window_mib")
-        step_rtts = table.get("step_rtts")
-        if step_rtts is not None:
-            _positive(step_rtts, source, prefix + "step_rtts", allow_zero=True)
-        links.append(Link(
-            a=ends[0], b=ends[1],
-            rtt_s=ms_to_s(_positive(table["rtt_ms"], source, prefix + "rtt_ms", allow_zero=True)),
-            bandwidth_bps=_positive(table["bandwidth_gbps"], source, prefix + "bandwidth_gbps") * 1e9,
-            window_bytes=None if window is None else _positive(window, source, prefix + "window_mib") * 1024**2,
-            streams=streams, step_rtts=None if step_rtts is None else float(step_rtts),
-        ))
+    models = {name: _model_from_table(name, t, source, f"models.{name}.")
+              for name, t in _table(doc.get("models", {}), source, "models").items()}
+    hosts = _hosts(doc["hosts"], gpus, source)
+    links = _links(doc.get("links", []), hosts, source)
     cluster = Cluster(
-        name=str(doc.get("name", path.stem)), hosts=tuple(hosts), links=tuple(links), source=source,
+        name=str(doc.get("name", default_name)), hosts=tuple(hosts), links=tuple(links), source=source,
         reference_slice=doc.get("reference_slice"),
     )
     check_connected(cluster)
-    scenario = Scenario(cluster, dict(doc.get("workload", {})), models)
+    scenario = Scenario(cluster, dict(_table(doc.get("workload", {}), source, "workload")), models)
     scenario.workload()  # validate the overrides now, against the file that holds them
     return scenario
+
+
+def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
+    if not isinstance(value, list) or not value:
+        raise GeosimError("must be a non-empty array of tables ([[hosts]])", source=source, key="hosts")
+    if len(value) > MAX_HOSTS:
+        raise GeosimError(f"at most {MAX_HOSTS} hosts, got {len(value)}", source=source, key="hosts")
+    hosts: list[Host] = []
+    for i, table in enumerate(value):
+        prefix = f"hosts[{i}]."
+        table = _table(table, source, f"hosts[{i}]")
+        _only_keys(table, {"name", "site", "gpus", "intra_host", "nic"}, {"name", "site", "gpus"}, source, prefix)
+        name = _string(table["name"], source, prefix + "name")
+        site = _string(table["site"], source, prefix + "site")
+        names = table["gpus"]
+        if not isinstance(names, list) or not names:
+            raise GeosimError(f"must be a non-empty list of GPU names, got {_short(names)}", source=source, key=prefix + "gpus")
+        if len(names) > MAX_GPUS_PER_HOST:
+            raise GeosimError(f"at most {MAX_GPUS_PER_HOST} GPUs per host, got {len(names)}", source=source, key=prefix + "gpus")
+        for g in names:
+            if not isinstance(g, str) or g not in gpus:
+                raise GeosimError(f"unknown GPU {_short(g)} (known: {', '.join(gpus)})", source=source, key=prefix + "gpus")
+        if any(h.name == name for h in hosts):
+            raise GeosimError(f"duplicate host name {name!r}", source=source, key=prefix + "name")
+        intra = table.get("intra_host", "pcie")
+        if intra not in ("pcie", "nvlink"):
+            raise GeosimError(f"must be pcie or nvlink, got {_short(intra)}", source=source, key=prefix + "intra_host")
+        nic = table.get("nic", "shared")
+        if nic not in NIC_KINDS:
+            raise GeosimError(f"must be {' or '.join(NIC_KINDS)}, got {_short(nic)}", source=source, key=prefix + "nic")
+        hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic))
+    sites = {h.site for h in hosts}
+    for i, h in enumerate(hosts):
+        if h.name in sites and h.site != h.name:
+            # a link's end names a host or a site: one name for both would be read either way
+            raise GeosimError(f"{h.name!r} names a host and another host's site", source=source, key=f"hosts[{i}].name")
+    return hosts
+
+
+def _links(value, hosts: list[Host], source: str) -> list[Link]:
+    if not isinstance(value, list):
+        raise GeosimError(f"must be an array of tables ([[links]]), got {_short(value)}", source=source, key="links")
+    names = {h.name for h in hosts} | {h.site for h in hosts}
+    links: list[Link] = []
+    seen: dict[frozenset, int] = {}
+    for i, table in enumerate(value):
+        prefix = f"links[{i}]."
+        table = _table(table, source, f"links[{i}]")
+        _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service"},
+                   {"between", "rtt_ms", "bandwidth_gbps"}, source, prefix)
+        ends = table["between"]
+        if (not isinstance(ends, list) or len(ends) != 2 or not all(isinstance(e, str) for e in ends)
+                or ends[0] == ends[1]):
+            raise GeosimError(f"must name two different hosts or sites, got {_short(ends)}", source=source, key=prefix + "between")
+        for end in ends:
+            if end not in names:
+                raise GeosimError(f"{end!r} is neither a host nor a site of this scenario", source=source, key=prefix + "between")
+        pair = frozenset(ends)
+        if pair in seen:
+            raise GeosimError(f"a second link between {ends[0]!r} and {ends[1]!r} (the first is links[{seen[pair]}])",
+                              source=source, key=prefix + "between")
+        seen[pair] = i
+        if "service" in table:
+            _string(table["service"], source, prefix + "service")
+        number = {k: check_number(table[k], source, prefix + k, *LINK_RANGES[k], integer=k == "streams")
+                  for k in LINK_RANGES if k in table}
+        window, streams, step_rtts = number.get("window_mib"), number.get("streams"), number.get("step_rtts")
+        links.append(Link(
+            a=ends[0], b=ends[1], rtt_s=ms_to_s(number["rtt_ms"]), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
+            window_bytes=None if window is None else window * 1024**2, streams=streams, step_rtts=step_rtts,
+        ))
+    return links
 
 
 def check_connected(cluster: Cluster) -> None:

@@ -22,6 +22,8 @@ class GPU:
     fp16_tensor_tflops: float
     pcie_gen: int
     bf16_tensor_tflops: float | None = None  # None: no bf16 (Turing)
+    architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the compute model's overrides
+    tdp_w: float | None = None  # board power: caps a power-dense card's sustained tensor rate (sim/compute.py)
 
     def peak_tflops(self, precision: str) -> float:
         if precision == "fp32":
@@ -39,6 +41,9 @@ class Host:
     site: str
     gpus: tuple[GPU, ...]
     intra_host: str = "pcie"  # "pcie" or "nvlink"
+    # "shared": the host's GPUs share its network links; "per-gpu": each GPU has its own NIC and
+    # its own lane of every link leaving or entering the host (GPU clusters with a NIC per GPU)
+    nic: str = "shared"
 
 
 @dataclass(frozen=True)
@@ -123,15 +128,6 @@ class Model:
         h, s = self.n_embd, seq_len
         return f * batch * s * h * h * self.n_layer * (1 + s / (6 * h)) + 6 * batch * s * h * self.vocab
 
-    def activation_bytes_per_layer(self, sequences: float, seq_len: int, tensor_parallel: int = 1) -> float:
-        """Korthikanti et al. (2022), 16-bit activations, no recomputation."""
-        s, h, a, t = seq_len, self.n_embd, self.n_head, tensor_parallel
-        return s * sequences * h * (10 + 24 / t + 5 * a * s / (h * t))
-
-    def head_activation_bytes(self, sequences: float, seq_len: int, tensor_parallel: int = 1) -> float:
-        """Logits in fp32 plus their gradient: large for GPT-2's 50k vocabulary."""
-        return 8.0 * sequences * seq_len * self.vocab / tensor_parallel
-
 
 @dataclass(frozen=True)
 class Workload:
@@ -167,8 +163,9 @@ class Params:
     geosim.params.load_params); a user's --params file overrides any subset.
     """
 
-    efficiency: dict[str, float]  # achieved fraction of peak, per GPU type
-    default_efficiency: float
+    # a flat achieved fraction of peak for a device the datasheet model does not describe (the CPU
+    # devices of live runs); a GPU listed here bypasses the op-level compute model. Never fitted on the study.
+    efficiency: dict[str, float]
     window_bytes: float  # TCP in-flight window per stream
     streams: int  # sockets NCCL opens per connection
     stream_rate_gbps: float  # what one socket can move, host-side (copies through host memory)
@@ -188,17 +185,31 @@ class Params:
     iteration_overhead_s: dict[str, float]
     startup_s: dict[str, float]
     workspace_gib: float
-    optimizer_bytes_per_param: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
+    # (names, matrix): the covariance of the logs of the fitted global parameters, for parameter draws
+    fitted_covariance: tuple = ()
+    fit_warnings: tuple[str, ...] = ()  # what `calibrate fit` found suspicious ([fitted] warnings)
     # technique name -> its Settings (geosim/techniques/<name>.py); a technique not here runs
     # with its Settings' defaults
     technique_settings: dict[str, object] = field(default_factory=dict)
     token_efficiency: dict[str, float] = field(default_factory=dict)  # Data's tokens / this technique's
     compressed_activation_efficiency: float = 0.93  # token efficiency factor of a compressed pipeline
 
-    def gpu_efficiency(self, gpu_name: str) -> float:
-        return self.efficiency.get(gpu_name, self.default_efficiency)
+    # the op-level compute model's global constants (geosim/sim/compute.py, docs/reference/params.md)
+    gemm_fraction: float = 0.7  # attainable fraction of the tensor peak for large GEMMs
+    gemm_half_s: float = 20e-6  # a GEMM of (rate x this) FLOPs runs at half the large-GEMM rate
+    memory_fraction: float = 0.8  # attainable fraction of the memory bandwidth
+    kernel_s: float = 5e-6  # launch gap per kernel
+    gemm_fraction_by_architecture: dict[str, float] = field(default_factory=dict)  # optional, never fitted
+    usable_memory_fraction: float = 0.9  # of a GPU's memory, what JAX's allocator preallocates
+    memory_margin_fraction: float = 0.1  # within this of the usable memory: "may not fit"
+
+    def compute_efficiency(self):
+        from geosim.sim.compute import Efficiency
+
+        return Efficiency(self.gemm_fraction, self.gemm_half_s, self.memory_fraction, self.kernel_s,
+                          tuple(sorted(self.gemm_fraction_by_architecture.items())))
 
     def settings(self, technique: str):
         """The technique's Settings: from the parameters file, else its defaults."""

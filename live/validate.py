@@ -247,12 +247,17 @@ def per_iteration_cases(records, source: str):
     return cases_from_records(trimmed, source)
 
 
+# a live run's CPU devices are outside the datasheet compute model: they run at a flat fraction of their
+# peak ([compute.efficiency]), fitted here from this start
+FLAT_EFFICIENCY_START = 0.1
+
+
 def free_params(cases, base):
     from geosim.calibrate.fit import FreeParam
 
     free = []
     for gpu in sorted({g for c in cases if c.metric for g in c.gpus}):
-        free.append(FreeParam("efficiency", gpu, base.gpu_efficiency(gpu), 1e-4, 0.9, ""))
+        free.append(FreeParam("efficiency", gpu, base.efficiency.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
     values = {"transport.collective_step_rtts": base.collective_step_rtts,
               "transport.p2p_handshake_rtts": base.p2p_handshake_rtts,
               "transport.per_message_overhead_us": base.per_message_overhead_s * 1e6,

@@ -58,12 +58,16 @@ def write(tmp_path, name, text):
 
 # ----------------------------------------------------------------------------- importers
 
-def test_study_importer_gives_table_two():
+def test_study_importer_gives_table_two_and_the_single_vm_runs():
     records = study_records()
-    assert len(records) == 20
+    assert len(records) == 24 and len(study_records(single_vm=False)) == 20
     for r in records:
         assert validate(json.loads(r.to_json()), "x") == r  # the shared schema, round trip
-    by = {(r.scenario, r.technique): r for r in records}
+    single = {(r.scenario, r.technique): r for r in records if r.hosts}
+    assert single[("tacc-tacc", "data")].measured == {"tflops_per_gpu": 15.74}
+    assert single[("utah-gpn", "pipeshard")].measured == {"total_time_s": 26 * 60}
+    assert all(r.hosts == ["vm1"] for r in single.values())
+    by = {(r.scenario, r.technique): r for r in records if not r.hosts}
     assert by[("utah-gpn", "pipeshard")].measured == {"total_time_s": 57 * 60, "tflops_per_gpu": 2.49}
     assert by[("gat-amst", "shard")].measured["total_time_s"] == 5400 * 60
     assert all("tokens_per_epoch" not in r.workload for r in records)  # not reported: left unknown
@@ -139,17 +143,15 @@ def test_live_records_and_schema_errors(tmp_path):
 
 # ----------------------------------------------------------------------------- the fit
 
-# The RTX 6000 is the slower GPU (0.04 x 130.5 TFLOP/s against 0.15 x 65): on a mixed slice it sets the pace
-# of Data and of its pipeline stage, the T4 shows only through the pipeline's other stage. A truth with the two
-# speeds close would let the fit trade one for the other across the max() of their stage times.
-TRUTH = {"compute.efficiency.RTX6000": 0.04, "compute.efficiency.T4": 0.15, "transport.window_mib": 2.5}
+# The compute model's GEMM fraction (every GPU's speed from its datasheet and it) and the TCP window: the
+# LAN runs pin the first, the WAN runs the second. The truth sits far from the fraction's prior (0.7).
+TRUTH = {"compute.gemm_fraction": 0.3, "transport.window_mib": 2.5}
 SYNTHETIC_SLICES = ("tacc-tacc", "utah-gpn", "utah-mass")  # LAN and WAN, mixed and RTX-only
 SYNTHETIC_RUNS = len(SYNTHETIC_SLICES) * 3 * 2
 
 
 def synthetic_free(base):
-    return [FreeParam("efficiency", "RTX6000", base.efficiency["RTX6000"], 0.003, 0.9, ""),
-            FreeParam("efficiency", "T4", base.efficiency["T4"], 0.003, 0.9, ""),
+    return [FreeParam("scalar", "compute.gemm_fraction", base.gemm_fraction, 0.05, 1.0, ""),
             FreeParam("scalar", "transport.window_mib", base.window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
 
 
@@ -193,12 +195,13 @@ def test_fit_flags_what_the_data_cannot_determine():
     cases = [c for c in cases_from_records(synthetic_runs(noise=0.0), "s") if c.slice_key == "TACC-TACC"
              and c.technique in ("data", "pipeshard")]
     # a 0.1 ms LAN never fills a 2.5 MiB window: the window cannot be told from these runs; the GPUs'
-    # speeds can (the RTX 6000 sets the pace of Data, the T4 that of the pipeline's second stage)
+    # speed can (compute paces a LAN run)
     result = fit(cases, synthetic_free(base), base, max_nfev=15)
     notes = {f.param.name: f.note for f in result.fitted}
     assert notes["transport.window_mib"] in ("not identifiable", "poorly determined") or "bound" in notes[
         "transport.window_mib"]
-    assert notes["compute.efficiency.RTX6000"] == "" and notes["compute.efficiency.T4"] == ""
+    assert notes["compute.gemm_fraction"] == ""
+    assert not any("PINNED BY ITS PRIOR" in w for w in result.warnings)
     assert any("window_mib" in w for w in result.warnings)
 
 
@@ -223,9 +226,9 @@ def test_per_link_step_rtts_free_params_and_their_effect():
     extra = default_free(cases, base, step_rtts=None, extra=("zero2.gather_bytes_per_param",
                                                               "transport.p2p_handshake_rtts"))
     # no pipeline in these runs: the rendezvous is left out, ZeRO-2's gather width is in
-    assert [p.name for p in extra if p.kind in ("scalar", "setting")] == ["transport.window_mib",
-                                                             "transport.per_message_overhead_us",
-                                                             "zero2.gather_bytes_per_param"]
+    assert [p.name for p in extra if p.kind in ("scalar", "setting")] == [
+        "compute.gemm_fraction", "compute.memory_fraction", "transport.window_mib",
+        "transport.per_message_overhead_us", "zero2.gather_bytes_per_param"]
     # a slice's step value changes its own predictions only, and more round trips per step take longer
     mass = [p for p in free if p.kind == "link_step_rtts" and p.target == "UTAH-MASS"][0]
     ev = Evaluator(cases, free, base)
@@ -236,7 +239,7 @@ def test_per_link_step_rtts_free_params_and_their_effect():
     changed = {cases[i].slice_key for i in range(len(cases)) if abs(after[i] - before[i]) > 1e-9}
     assert changed == {"UTAH-MASS"} and after[cases.index(by_slice["UTAH-MASS"])] > before[cases.index(by_slice["UTAH-MASS"])]
     # its weak prior is centred on the global step value: log(3) / sigma
-    prior = len(cases) + [j for j, _ in ev.priors].index(free.index(mass))
+    prior = len(cases) + [j for j, _, _ in ev.priors].index(free.index(mass))
     assert after[prior] == pytest.approx(math.log(3.0) / LINK_PRIOR_SIGMA)
 
 
@@ -322,7 +325,7 @@ def test_cli_import_then_crossval_pieces(tmp_path, capsys):
     assert main(["calibrate", "import", "alpa-tsv", str(write(tmp_path, "r.tsv", ALPA_TSV)), "--scenario", "utah-gpn",
                  "--global-batch", "8", "--out", str(out)]) == 0
     assert main(["calibrate", "import", "study", "--out", str(out), "--append"]) == 0
-    assert len(read_runs(out)) == 24
+    assert len(read_runs(out)) == 28  # 4 Alpa rows, Table II's 20 cells and the 4 single-VM runs
     assert main(["calibrate", "import", "alpa-log", str(write(tmp_path, "t.log", ALPA_LOG)), "--out", str(out)]) == 2
     assert "give --scenario" in capsys.readouterr().err
 
@@ -332,8 +335,16 @@ def test_crossval_report_and_plot(tmp_path):
     from geosim.calibrate.plot import plot_predicted_vs_measured
 
     cases = cases_from_records(study_records(), "study")
-    plan = folds(cases, ("loto", "loso"))
-    assert len(plan) == 9 and all(len(test) in (4, 5) and len(train) + len(test) == 20 for *_, train, test in plan)
+    plan = folds(cases, ("loto", "loso", "single-vm"))
+    assert len(plan) == 10
+    for name, kind, held, train, test in plan:
+        assert not set(train) & set(test)
+        if kind == "single-vm":  # fitted on Table II alone, the four single-VM runs predicted
+            assert len(test) == 4 and len(train) == 20 and all(cases[i].hosts for i in test)
+            continue
+        # scored on Table II's cells; the held-out technique's or slice's single-VM runs are not trained on
+        assert len(test) in (4, 5) and not any(cases[i].hosts for i in test)
+        assert all(held not in (cases[i].technique, cases[i].slice_key) for i in train)
     cells = [Cell("A", "data", 100, 110, "f"), Cell("A", "shard", 300, 250, "f"), Cell("B", "data", 100, 300, "g"),
              Cell("B", "shard", 200, 150, "g")]
     report = Report("loto", [FoldResult("f", "loto", "x", cells, 0.1, {}, [], 1.0)])
@@ -343,3 +354,15 @@ def test_crossval_report_and_plot(tmp_path):
     png = tmp_path / "cv.png"
     plot_predicted_vs_measured({"loto": [(c.slice, c.technique, c.measured_s, c.predicted_s) for c in cells]}, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_fraction_only_the_prior_pins_is_flagged_loudly():
+    """Runs paced by a 103 ms WAN say next to nothing about compute: the fit says so."""
+    base = load_params()
+    cases = [c for c in cases_from_records(study_records(single_vm=False), "fabric-slm-2026")
+             if c.slice_key == "GAT-AMST" and c.technique in ("data", "zero2")]
+    free = [FreeParam("scalar", "compute.gemm_fraction", base.gemm_fraction, 0.05, 1.0, ""),
+            FreeParam("scalar", "transport.window_mib", base.window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
+    result = fit(cases, free, base, max_nfev=8)
+    assert any(w.startswith("PINNED BY ITS PRIOR: compute.gemm_fraction") for w in result.warnings), result.warnings
+    assert not any("PINNED BY ITS PRIOR: transport" in w for w in result.warnings)

@@ -205,7 +205,8 @@ def test_p2p_after_compute_starts_when_the_compute_ends():
     cluster = pairwise_cluster(2, rtt_s=20e-3, bandwidth_bps=10e9)
     alpha, beta, rtt = wan_alpha_beta(params, 20e-3, 10e9)
     flops = 3e12
-    seconds = flops / (GPU.peak_tflops(WORKLOAD.precision) * 1e12 * params.gpu_efficiency(GPU.name))
+    # a Compute op without Work runs at the flat rate: the peak x the GEMM fraction
+    seconds = flops / (GPU.peak_tflops(WORKLOAD.precision) * 1e12 * params.gemm_fraction)
     n = MIB
     sched = schedule_of(cluster, {0: [Compute(flops, "f"), Send(1, n, ("x",))], 1: [Recv(0, ("x",))]})
     expected = seconds + params.p2p_handshake_rtts * rtt + alpha + n * beta

@@ -10,6 +10,8 @@ import pytest
 
 from geosim.case import Case
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.ideal import IdealNetwork
+from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
 from geosim.sim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
@@ -23,13 +25,18 @@ GPT2M = model_catalog()["gpt2m"]
 GPT2 = model_catalog()["gpt2"]
 
 
+# the hand formulas below time compute as FLOPs at a flat rate: the catalog's GPUs get the flat
+# efficiency override (the op-level model has its own tests, tests/test_compute_model.py)
+FLAT = {name: 0.1 for name in CATALOG}
+
+
 def flat_params(**changes):
-    p = default_params().with_values(slow_start_after_idle=False, **changes)
+    p = default_params().with_values(slow_start_after_idle=False, efficiency=FLAT, **changes)
     return p.with_values(initial_window_bytes=p.window_bytes * p.streams)
 
 
 def rate(gpu, params, workload) -> float:
-    return gpu.peak_tflops(workload.precision) * 1e12 * params.gpu_efficiency(gpu.name)
+    return gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency[gpu.name]
 
 
 def chain(gpus, rtt_s=20e-3, bandwidth_bps=10e9) -> Cluster:
@@ -69,7 +76,7 @@ def test_one_microbatch_is_the_sum_of_stages_and_transfers(kind, rtt_s):
     assert result.iteration_end[0] == pytest.approx(expected, rel=REL)
     assert result.bytes_sent == pytest.approx(2 * act, rel=REL)
 
-    ideal = run_schedule(schedule, cluster, params, workload, iterations=1, ideal_network=True)
+    ideal = run_schedule(schedule, cluster, params, workload, iterations=1, network=IdealNetwork)
     assert ideal.iteration_end[0] == pytest.approx(3 * f0 + 3 * f1 + overhead, rel=REL)
 
 
@@ -78,11 +85,11 @@ def test_one_microbatch_on_a_study_slice_with_an_ideal_network():
     the stages' compute one after the other plus the overhead."""
     scenario = load_scenario("utah-gpn")
     cluster = scenario.cluster
-    params = default_params()
+    params = default_params().with_values(efficiency=FLAT)
     workload = scenario.workload(microbatches=1)
     model = GPT2M
     schedule = build_schedule("pipeshard", Case(cluster, model, workload, params))
-    result = run_schedule(schedule, cluster, params, workload, iterations=1, ideal_network=True)
+    result = run_schedule(schedule, cluster, params, workload, iterations=1, network=IdealNetwork)
     g0, g1 = cluster.hosts[0].gpus[0], cluster.hosts[1].gpus[0]
     tokens = workload.global_batch / 2 * workload.seq_len  # each stage's batch is split over its 2 GPUs
     per_layer = model.layer_forward_flops(tokens, workload.seq_len)
@@ -125,7 +132,7 @@ def test_bubble_fraction_of_uniform_stages(S, M):
         assert b.bubble_s / (b.compute_s + b.bubble_s) == pytest.approx(expected_bubble, rel=1e-9, abs=1e-12)
         # the ideal-network makespan is (M + S - 1) stage times plus the overhead
         schedule = build_schedule("pipeshard", Case(cluster, GPT2, workload, p))
-        ideal = run_schedule(schedule, cluster, p, workload, iterations=1, ideal_network=True)
+        ideal = run_schedule(schedule, cluster, p, workload, iterations=1, network=IdealNetwork)
         assert ideal.iteration_end[0] == pytest.approx(
             (M + S - 1) * stage_s + p.iteration_overhead_s["pipeshard"], rel=REL)
 
@@ -138,7 +145,7 @@ def test_gpipe_and_1f1b_take_the_same_time_with_an_ideal_network(S, M):
     for kind in ("1f1b", "gpipe"):
         p = params.with_settings("pipeshard", schedule=kind)
         schedule = build_schedule("pipeshard", Case(cluster, GPT2, workload, p))
-        times[kind] = run_schedule(schedule, cluster, p, workload, iterations=1, ideal_network=True).iteration_end[0]
+        times[kind] = run_schedule(schedule, cluster, p, workload, iterations=1, network=IdealNetwork).iteration_end[0]
         acts[kind] = {r: parts["activations"] for r, parts in schedule.memory_parts.items()}
         assert all(m <= d.gpu.memory_gib * 2**30 for d, m in
                    zip(schedule.devices, schedule.memory_bytes.values()))  # memory allows both
@@ -196,7 +203,7 @@ def test_balanced_split_is_not_slower_on_heterogeneous_gpus(scenario_name, ideal
         params = default_params().with_settings("pipeshard", stage_split=split)
         schedule = build_schedule("pipeshard", Case(cluster, GPT2M, workload, params))
         times[split] = run_schedule(schedule, cluster, params, workload, iterations=2,
-                                    ideal_network=ideal).iteration_time(1 if not ideal else 0)
+                                    network=IdealNetwork if ideal else TCPNetwork).iteration_time(1 if not ideal else 0)
     assert times["balanced"] <= times["uniform"] * (1 + (REL if ideal else 0.02))
 
 

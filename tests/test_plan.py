@@ -46,7 +46,7 @@ def test_pruned_search_keeps_the_same_top_options_as_simulating_everything(deadl
 
 
 def test_planner_beats_algorithm1_when_single_vms_run_out_of_memory():
-    plan = make_plan(case("utah-mass", "gpt2L"))
+    plan = make_plan(case("utah-mass", "gpt2-xl"))
     assert plan.algorithm.label == "ZeRO2 on vm1+vm2"
     assert plan.best.total_time_s < plan.algorithm_option.total_time_s
     assert "x the planner's best" in plan.comparison()
@@ -92,7 +92,7 @@ def test_parse_duration():
 
 
 def test_plan_command_json(capsys):
-    assert main(["plan", "--scenario", "utah-mass", "--model", "gpt2L", "--json", "--top", "3"]) == 0
+    assert main(["plan", "--scenario", "utah-mass", "--model", "gpt2-xl", "--json", "--top", "3"]) == 0
     (doc,) = json.loads(capsys.readouterr().out)
     assert doc["algorithm1"]["label"] == "ZeRO2 on vm1+vm2"
     times = [o["total_time_s"] for o in doc["options"]]

@@ -88,7 +88,7 @@ def test_builtin_scenarios_load_by_path():
     # negative RTT
     (VALID.replace("rtt_ms = 20.0", "rtt_ms = -5.0"), "links[0].rtt_ms", "must be >= 0"),
     # zero / negative bandwidth
-    (VALID.replace("bandwidth_gbps = 10.0", "bandwidth_gbps = 0"), "links[0].bandwidth_gbps", "must be > 0"),
+    (VALID.replace("bandwidth_gbps = 10.0", "bandwidth_gbps = 0"), "links[0].bandwidth_gbps", "must be >= 1e-06"),
     # RTT not a number
     (VALID.replace("rtt_ms = 20.0", 'rtt_ms = "fast"'), "links[0].rtt_ms", "must be a number"),
     # unknown top-level key
@@ -110,8 +110,9 @@ def test_builtin_scenarios_load_by_path():
     ('name = "empty"\nhosts = []\n', "hosts", "non-empty"),
     # bad intra-host interconnect
     (VALID.replace('site = "GPN"', 'site = "GPN"\nintra_host = "infiniband"'), "hosts[1].intra_host", "pcie or nvlink"),
+    (VALID.replace('site = "GPN"', 'site = "GPN"\nnic = "two"'), "hosts[1].nic", "shared or per-gpu"),
     # streams not a whole number
-    (VALID + "streams = 0\n", "links[0].streams", "whole number >= 1"),
+    (VALID + "streams = 0\n", "links[0].streams", "must be >= 1"),
     # microbatches not dividing the batch
     (VALID + "\n[workload]\nglobal_batch = 8\nmicrobatches = 3\n", "workload.microbatches",
      "microbatches (3) must divide global_batch (8)"),
@@ -120,7 +121,7 @@ def test_builtin_scenarios_load_by_path():
     # bad precision
     (VALID + '\n[workload]\nprecision = "fp8"\n', "workload.precision", "must be one of"),
     # negative batch
-    (VALID + "\n[workload]\nglobal_batch = -8\n", "workload.global_batch", "positive whole number"),
+    (VALID + "\n[workload]\nglobal_batch = -8\n", "workload.global_batch", "must be >= 1"),
     # a custom GPU missing a figure
     (VALID + "\n[gpus.X1]\nmemory_gib = 16\n", "gpus.X1.", "missing"),
     # a custom model with heads not dividing the width
@@ -132,7 +133,12 @@ def test_scenario_errors_name_file_key_and_problem(tmp_path, text, key, problem)
     assert err.source == str(path)
     assert err.key is not None and err.key.startswith(key), err.line()
     assert problem in err.problem, err.line()
-    assert err.line() == f"{path}: {err.key}: {err.problem}"
+    where = f"{path}:{err.lineno}" if err.lineno else str(path)
+    assert err.line() == f"{where}: {err.key}: {err.problem}"
+    if key not in ("links", "hosts", "gpus.X1."):  # keys a file sets on a line of their own have that line
+        assert err.lineno is not None, err.line()
+        assert key.rsplit(".", 1)[-1].split("[")[0] in path.read_text().splitlines()[err.lineno - 1] or "[" in \
+            path.read_text().splitlines()[err.lineno - 1], err.line()
 
 
 def test_bad_toml(tmp_path):
@@ -193,12 +199,13 @@ def params_error(tmp_path, text) -> GeosimError:
 
 
 def test_params_subset_overrides_the_defaults(tmp_path):
-    path = write(tmp_path, "[transport]\nwindow_mib = 8.0\n\n[compute.efficiency]\nT4 = 0.3\n", "params.toml")
+    path = write(tmp_path, "[transport]\nwindow_mib = 8.0\n\n[compute]\ngemm_fraction = 0.3\n\n"
+                 "[compute.efficiency]\nCPU = 0.05\n", "params.toml")
     params = load_params(path)
     defaults = default_params()
     assert params.window_bytes == 8 * 2**20
-    assert params.efficiency["T4"] == 0.3
-    assert params.efficiency["RTX6000"] == defaults.efficiency["RTX6000"]
+    assert params.gemm_fraction == 0.3 and params.efficiency == {"CPU": 0.05}
+    assert params.memory_fraction == defaults.memory_fraction
     assert params.streams == defaults.streams
     assert params.source == str(path)
 
@@ -216,6 +223,7 @@ def test_params_subset_overrides_the_defaults(tmp_path):
     ("[compute.efficiency]\nT4 = \"high\"\n", "compute.efficiency.T4", "must be a number"),
     ("[host.pcie_gbps]\nfour = 160\n", "host.pcie_gbps.four", "PCIe generation"),
     ("[compute]\nefficiency = 0.5\n", "compute.efficiency", "must be a table"),
+    ("[compute]\ngemm_fraction = 1.5\n", "compute.gemm_fraction", "must be"),
 ])
 def test_params_errors(tmp_path, text, key, problem):
     err = params_error(tmp_path, text)
@@ -285,7 +293,7 @@ def test_cli_predict_json_breakdowns_add_up(capsys):
 @pytest.mark.parametrize("argv,needle", [
     (["predict", "--scenario", "/nonexistent/x.toml"], "/nonexistent/x.toml: no such file"),
     (["predict", "--scenario", "utah-gpn", "--technique", "magic"], "unknown technique 'magic'"),
-    (["predict", "--scenario", "utah-gpn", "--rtt-ms", "-5"], "RTT must be >= 0"),
+    (["predict", "--scenario", "utah-gpn", "--rtt-ms", "-5"], "--rtt-ms: must be >= 0"),
     (["predict", "--scenario", "utah-gpn", "--model", "gpt5"], "unknown model 'gpt5'"),
     (["predict", "--scenario", "utah-gpn", "--global-batch", "8", "--microbatches", "3"],
      "microbatches (3) must divide global_batch (8)"),
@@ -306,14 +314,14 @@ def test_cli_bad_scenario_file_names_file_key_problem(tmp_path, capsys):
     path = write(tmp_path, VALID.replace("rtt_ms = 20.0", "rtt_ms = -1"))
     assert main(["predict", "--scenario", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"geosim predict: error: {path}: links[0].rtt_ms: must be >= 0, got -1"
+    assert err == f"geosim predict: error: {path}:15: links[0].rtt_ms: must be >= 0, got -1"
 
 
 def test_cli_bad_params_file(tmp_path, capsys):
     path = write(tmp_path, "[pipeshard]\nschedule = \"zigzag\"\n", "params.toml")
     assert main(["predict", "--scenario", "utah-gpn", "--params", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"geosim predict: error: {path}: pipeshard.schedule: must be one of")
+    assert err.startswith(f"geosim predict: error: {path}:2: pipeshard.schedule: must be one of")
 
 
 # --- the installed script, as a user runs it --------------------------------------

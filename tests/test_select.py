@@ -113,12 +113,16 @@ def case(name="utah-mass", model="gpt2L"):
     return scenario.cluster, get_model(model), scenario.workload(epochs=1), load_params()
 
 
-def test_predicted_gpt2L_single_vms_run_out_of_memory_so_zero2_is_chosen():
-    cluster, model, workload, params = case()
+def test_predicted_gpt2_xl_single_vms_run_out_of_memory_so_zero2_is_chosen():
+    # gpt2-xl (1.56 B parameters, 16 B each) fits neither one VM nor a two-stage pipeline; ZeRO-2's sharded
+    # states do. (gpt2L fits one VM under XLA's layout: Data on vm1 is chosen, below.)
+    cluster, model, workload, params = case(model="gpt2-xl")
     s = algorithm1(PredictedProbes(cluster, model, workload, params), "vm1", "vm2")
-    for name in ("Td1", "Ts1", "Td2", "Ts2"):
+    for name in ("Tp", "Td1", "Ts1", "Td2", "Ts2"):
         assert s.probes[name].tflops == 0 and s.probes[name].status == "out-of-memory"
-    assert s.probes["Tp"].tflops > 0 and s.technique == "zero2"
+    assert s.technique == "zero2" and s.probes["Tz2"].tflops > 0
+    s = algorithm1(PredictedProbes(*case()), "vm1", "vm2")
+    assert s.label == "Data on vm1" and s.probes["Td1"].status == "ok"
 
 
 def record(technique, hosts, status="ok", tflops=None, when="2026-01-01T00:00:00+00:00", **extra):
@@ -159,8 +163,10 @@ def test_study_measurements_do_not_suffice_for_algorithm1():
     cluster, model, workload, _ = case("utah-gpn", "gpt2m")
     source = MeasuredProbes(study_records(), cluster, "utah-gpn", model, workload, "study", record_hint="runs.jsonl")
     assert source.probe("pipeshard", ("vm1", "vm2")).tflops == 2.49  # the quoted figure
-    with pytest.raises(GeosimError, match="data on vm1"):
+    assert source.probe("data", ("vm1",)).status == "ok"  # the single-VM run the text quotes
+    with pytest.raises(GeosimError, match="shard on vm1") as err:
         algorithm1(source, "vm1", "vm2")
+    assert "data on vm1" not in err.value.line()
 
 
 # -- sweeps and the command --------------------------------------------------------------------
@@ -182,7 +188,7 @@ def test_sweep_bisects_to_the_flip():
 
 
 def test_select_command_json(capsys):
-    assert main(["select", "--scenario", "utah-mass", "--model", "gpt2L", "--json"]) == 0
+    assert main(["select", "--scenario", "utah-mass", "--model", "gpt2-xl", "--json"]) == 0
     (doc,) = json.loads(capsys.readouterr().out)
     assert doc["branch"] == "zero2" and doc["label"] == "ZeRO2 on vm1+vm2" and set(doc["probes"]) == set(PROBES)
 
@@ -196,4 +202,4 @@ def test_select_command_prints_every_probe_and_the_branch(capsys):
 
 def test_select_measured_study_explains_what_is_missing(capsys):
     assert main(["select", "--scenario", "utah-gpn", "--measured", "study"]) == 2
-    assert "data on vm1: `geosim live run --technique data --model gpt2m" in capsys.readouterr().err
+    assert "shard on vm1: `geosim live run --technique shard --model gpt2m" in capsys.readouterr().err

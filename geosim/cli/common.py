@@ -69,7 +69,12 @@ def workload_overrides(args) -> dict:
 
 
 def resolve_cluster(scenario: Scenario, args) -> Cluster:
+    from geosim.scenario import LINK_RANGES, check_number
+
     cluster = scenario.cluster
+    for flag in ("rtt_ms", "bandwidth_gbps"):  # argparse's float() takes 'nan' and 'inf'
+        if getattr(args, flag) is not None:
+            check_number(getattr(args, flag), f"--{flag.replace('_', '-')}", None, *LINK_RANGES[flag])
     if args.rtt_ms is not None:
         cluster = with_rtt(cluster, ms_to_s(args.rtt_ms))
     if args.bandwidth_gbps is not None:
@@ -82,7 +87,13 @@ def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Worklo
     for key, value in workload_overrides(args).items():
         if value is not None and not isinstance(value, str) and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")
-    workload = scenario.workload(**workload_overrides(args))
+    try:
+        workload = scenario.workload(**workload_overrides(args))
+    except GeosimError as exc:  # a command-line value out of range: name the flag
+        flag = (exc.key or "").removeprefix("workload.")
+        if workload_overrides(args).get(flag) is None:
+            raise
+        raise GeosimError(exc.problem, source=f"--{flag.replace('_', '-')}") from None
     model = get_model(args.model, scenario.models)
     return scenario, resolve_cluster(scenario, args), model, workload
 
@@ -96,7 +107,11 @@ def scenario_names(args) -> list[str]:
 
 
 def print_json(doc) -> None:
-    json.dump(doc, sys.stdout, indent=2, default=str, allow_nan=False)
+    try:  # never NaN or Infinity: they are not JSON
+        text = json.dumps(doc, indent=2, default=str, allow_nan=False)
+    except ValueError as exc:
+        raise GeosimError(f"a result is not a finite number ({exc}); please report this") from None
+    sys.stdout.write(text)
     sys.stdout.write("\n")
 
 

@@ -39,6 +39,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--measured", metavar="RUNS.jsonl",
                         help="rank measured runs instead ('study': the study's measurements)")
     add_sweep_rtt_argument(parser, "replan and show where the best option and Algorithm 1's choice flip")
+    parser.add_argument("--draws", type=int, metavar="N",
+                        help="re-rank the best options under N parameter draws from the fit's covariance and say "
+                             "how often the best one wins")
     add_json_argument(parser)
 
 
@@ -63,6 +66,8 @@ def run(args) -> int:
         raise GeosimError(f"must be > 0, got {args.max_gpus}", source="--max-gpus")
     if args.top <= 0:
         raise GeosimError(f"must be > 0, got {args.top}", source="--top")
+    if args.draws is not None and (args.draws < 1 or args.measured):
+        raise GeosimError("needs N >= 1 and predicted options (not --measured)", source="--draws")
     deadline = parse_duration(args.deadline) if args.deadline else None
     intra = INTRA_STAGES if args.intra_stage == "both" else ((args.intra_stage,) if args.intra_stage else None)
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
@@ -97,9 +102,20 @@ def run(args) -> int:
                 print_answer_vs_rtt(doc)
             continue
         plan = plan_at(case)
-        docs.append(plan.to_dict())
+        doc = plan.to_dict()
+        if args.draws:
+            from geosim.studies.plan import robustness
+            from geosim.studies.uncertainty import parameter_draws
+
+            doc["robustness"] = robustness(plan, parameter_draws(params, args.draws))
+        docs.append(doc)
         if not args.json:
             print_plan(plan, None if args.all else args.top)
+            if args.draws and plan.best:
+                r = doc["robustness"]
+                print(f"  robust: {plan.best.kind} wins in {r['share']:.0%} of {r['draws']} parameter draws "
+                      f"(re-ranking the best {r['contenders']})"
+                      + (f"; else {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())}" if r["others"] else ""))
     if args.json:
         print_json(docs)
     elif len(docs) > 1 and not args.sweep_rtt and not args.measured:

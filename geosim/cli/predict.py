@@ -9,9 +9,12 @@ time per epoch: they get a time-to-target table with their token efficiency.
 
 from __future__ import annotations
 
+import sys
+
 from geosim.case import Case
 from geosim.cli.common import (add_json_argument, add_technique_argument, add_workload_arguments, fmt_duration,
                                load_case, load_params_arg, print_json, scenario_names)
+from geosim.errors import GeosimError
 from geosim.sim.predict import Prediction, predict
 from geosim.studies.reference import attach_measurement
 from geosim.studies.whatif import wan_links
@@ -34,6 +37,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
                         help="override a technique's token efficiency (Data's tokens / its tokens, same loss); "
                              "repeatable")
+    parser.add_argument("--draws", type=int, metavar="N",
+                        help="also predict with N parameter draws from the fit's covariance and show the range")
     parser.add_argument("--loss-curves", metavar="FILE",
                         help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
 
@@ -57,6 +62,8 @@ def run(args) -> int:
     from geosim.studies.plan import make_plan
 
     params = load_params_arg(args)
+    if args.draws is not None and args.draws < 1:
+        raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
     synchronous, lowcomm = chosen_techniques(args)
     slices = []
     for name in scenario_names(args):
@@ -74,18 +81,24 @@ def run(args) -> int:
         plan = make_plan(case, keep=2, techniques=tuple(synchronous)) if synchronous else None
         targets = _time_to_target(args, params, model, workload, rows) if lowcomm else None
         slices.append((case, rows, plan, targets))
+    ranges = _ranges(args, params, slices)
+    for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
+        print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
     if args.json:
-        print_json({"params": params.source, "note": ESTIMATE_NOTE, "slices": [
+        print_json({"params": params.source, "note": ESTIMATE_NOTE,
+                    **({"params_warnings": list(params.fit_warnings)} if params.fit_warnings else {}), "slices": [
             {"scenario": c.cluster.name, "model": c.model.name,
              "verdict": plan.verdict("verdict") if plan else None, "best": plan.best.to_dict() if plan and plan.best else None,
              "runner_up": plan.options[1].to_dict() if plan and len(plan.options) > 1 else None,
              "algorithm1": plan.algorithm.label if plan and plan.algorithm else None,
              "why_algorithm1_differs": plan.why_algorithm1_differs() if plan else None}
             for c, _, plan, _ in slices],
-            "predictions": [r.to_dict() | _target_fields(r, targets) for _, rows, _, targets in slices for r in rows]})
+            "predictions": [r.to_dict() | _target_fields(r, targets)
+                            | ({"total_time_range_s": ranges[id(r)]} if ranges else {})
+                            for _, rows, _, targets in slices for r in rows]})
         return 0
     for case, rows, plan, targets in slices:
-        print_slice(case, plan, rows, targets)
+        print_slice(case, plan, rows, targets, ranges)
     return 0
 
 
@@ -106,13 +119,43 @@ def _time_to_target(args, params, model, workload, rows) -> dict[int, dict]:
     return {id(r): f for r, f in zip(picked, fields)}
 
 
+def _ranges(args, params, slices) -> dict[int, dict | None] | None:
+    """--draws N: each prediction's total time under N parameter draws (5th, 50th, 95th percentile)."""
+    if not args.draws:
+        return None
+    from geosim.studies.uncertainty import parameter_draws, spread
+
+    draws = parameter_draws(params, args.draws)
+    out: dict[int, dict | None] = {}
+    for case, rows, _, _ in slices:
+        for r in rows:
+            times = [p.total_time_s for p in (predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts))
+                                              for d in draws) if p.ok] if r.ok else []
+            if not times:
+                out[id(r)] = None
+                continue
+            rng = spread(times)
+            out[id(r)] = {"low": rng.low, "median": rng.median, "high": rng.high, "draws": rng.draws,
+                          "fits_in_draws": len(times) / len(draws)}
+    return out
+
+
+def print_ranges(rows, ranges) -> None:
+    drawn = [(r, ranges.get(id(r))) for r in rows if ranges.get(id(r))]
+    if not drawn:
+        return
+    print(f"  range over {drawn[0][1]['draws']} parameter draws from the fit's covariance (5th..95th percentile):")
+    for r, g in drawn:
+        print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(g['low']):>10} .. {fmt_duration(g['high']):<10} "
+              f"(median {fmt_duration(g['median'])})")
+
 def describe_cluster(cluster) -> str:
     hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
     rtts = sorted({s_to_ms(link.rtt_s) for link in wan_links(cluster)})
     return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms"
 
 
-def print_slice(case, plan, rows: list[Prediction], targets) -> None:
+def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> None:
     cluster, model, workload = case.cluster, case.model, case.workload
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     if plan is not None:
@@ -126,6 +169,8 @@ def print_slice(case, plan, rows: list[Prediction], targets) -> None:
     synchronous = [r for r in rows if not is_low_communication(r.technique)]
     if synchronous:
         print_table(cluster, workload, synchronous)
+        if ranges:
+            print_ranges(synchronous, ranges)
     if targets:
         print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan)
 
@@ -150,6 +195,8 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
         print(f"  {r.technique:<10} {vms:<8} {fmt_duration(r.total_time_s):>10} {fmt_duration(r.time_per_epoch_s):>10} "
               f"{r.tflops_per_gpu:>8.2f} {r.peak_memory_gib:>5.1f} GiB  "
               f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")
+        if r.memory_note:
+            print(f"  {'':<10} {'':<8} memory: {r.memory_note}")
 
 
 def print_targets(rows, plan) -> None:
@@ -169,6 +216,8 @@ def print_targets(rows, plan) -> None:
         source = t["token_efficiency_source"].replace(f"{r_params_source(t)} ", "")
         print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "
               f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
+        if r.memory_note:
+            print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
     failed = [r for r, _ in rows if not r.ok]
     if failed:
         print(f"    does not run: {', '.join(f'{r.technique} on {chr(43).join(r.hosts)}' for r in failed)}")

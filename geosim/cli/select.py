@@ -41,6 +41,9 @@ def add_arguments(parser) -> None:
     live.add_argument("--records", metavar="RUNS.jsonl", help="also append each live probe's run record here")
     live.add_argument("--live-args", default="", help="extra options for `geosim live run`, quoted")
     add_sweep_rtt_argument(parser, "redo the choice (predicted probes) and the ranking's best")
+    parser.add_argument("--draws", type=int, metavar="N",
+                        help="redo the choice (predicted probes) under N parameter draws from the fit's covariance "
+                             "and say how often it wins")
     add_json_argument(parser)
 
 
@@ -72,6 +75,10 @@ def run(args) -> int:
         raise GeosimError(f"must be > 0, got {args.probe_epochs}", source="--probe-epochs")
     if args.steps is not None and not args.live:
         raise GeosimError("only live probes take --steps", source="--steps")
+    if args.draws and (args.live or args.measured):
+        raise GeosimError("--draws varies the simulator's parameters, so it needs predicted probes", source="--draws")
+    if args.draws is not None and args.draws < 1:
+        raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
     if args.sweep_rtt and (args.live or args.measured):
         raise GeosimError("--sweep-rtt varies the simulated network, so it needs predicted probes", source="--sweep-rtt")
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
@@ -99,15 +106,34 @@ def run(args) -> int:
         else:
             plan = make_plan(case, keep=2, delta=args.delta, techniques=STUDY_ORDER)
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
-        docs.append({"scenario": cluster.name, "model": model.name, "verdict": verdict,
-                     "why_algorithm1_differs": why, **selection.to_dict()})
+        doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
+               **selection.to_dict()}
+        if args.draws:
+            doc["robustness"] = robustness_of(args, cluster, model, workload, params, v1, v2, selection.label)
+        docs.append(doc)
         if not args.json:
             print_selection(cluster, model, selection, verdict, why)
+            if args.draws:
+                r = doc["robustness"]
+                print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
+                      + (f" (else: {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())})" if r["others"] else ""))
     if args.json:
         print_json(docs)
     elif len(docs) > 1 and not rtts:
         print_summary(docs)
     return 0
+
+
+def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -> dict:
+    """The share of parameter draws (predicted probes) whose Algorithm 1 choice is `chosen`."""
+    from collections import Counter
+
+    from geosim.studies.uncertainty import parameter_draws, robustness
+
+    labels = [algorithm1(PredictedProbes(cluster, model, workload, d), v1, v2, args.delta).label
+              for d in parameter_draws(params, args.draws)]
+    others = {k: v / len(labels) for k, v in Counter(labels).most_common() if k != chosen}
+    return {"draws": len(labels), "share": robustness(labels, chosen), "others": others}
 
 
 def fmt_tflops(value: float) -> str:

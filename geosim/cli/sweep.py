@@ -114,6 +114,8 @@ def run(args) -> int:
     from geosim.studies.sweep.store import write_best, write_crossovers
     from geosim.techniques import technique_names
 
+    if args.jobs is not None and not 1 <= args.jobs <= 1024:
+        raise GeosimError(f"must be in 1..1024, got {args.jobs}", source="--jobs")
     grid = build_grid(args)
     ctx = make_context(grid, args.params, args.metric)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
@@ -137,7 +139,7 @@ def run(args) -> int:
     summary["orders"] = orders_at_ends(result.rows, axis, args.metric) if axis else []
     summary["best"] = best
     if args.json:
-        print(json.dumps(summary, indent=1))
+        print(json.dumps(summary, indent=1, allow_nan=False))
     else:
         print(format_summary(summary))
     return 0

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 from geosim.case import Case
 from geosim.cli.common import add_json_argument, add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json
 from geosim.sim.engine import run_schedule
 from geosim.errors import GeosimError
+from geosim.fileio import check_output_path, write_atomic
 from geosim.techniques import build_schedule
 
 HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
@@ -46,8 +45,9 @@ def trace_events(rows: list, devices) -> list[dict]:
 
 
 def run(args) -> int:
-    if args.iterations < 1:
-        raise GeosimError(f"must be >= 1, got {args.iterations}", source="--iterations")
+    if not 1 <= args.iterations <= 100:
+        raise GeosimError(f"must be in 1..100, got {args.iterations}", source="--iterations")
+    out = check_output_path(args.out, "--out")
     params = load_params_arg(args)
     scenario, cluster, model, workload = load_case(args.scenario, args)
     if args.hosts:
@@ -61,10 +61,7 @@ def run(args) -> int:
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
            "otherData": {"scenario": cluster.name, "technique": args.technique, "model": model.name,
                          "description": schedule.description, "iteration_end_s": result.iteration_end}}
-    out = Path(args.out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, out)
+    write_atomic(out, json.dumps(doc, allow_nan=False))
     if args.json:
         print_json({"out": str(out), "scenario": cluster.name, "technique": args.technique, "model": model.name,
                     "iterations_s": [result.iteration_time(i) for i in range(args.iterations)],

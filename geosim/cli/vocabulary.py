@@ -55,6 +55,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--name": ("one", "a name for what is written"),
     "--kind": ("one", "which variant"),
     "--quiet": ("flag", "no progress output"),
+    "--draws": ("int", "parameter draws from the fit's covariance: the range of an answer and how often it wins"),
 }
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from collections.abc import Callable
 
 from geosim.sim.schedule import Collective, Recv, Send
 
@@ -63,23 +62,36 @@ def tree(op: str, group: tuple[int, ...], pos: int, nbytes: float, tag: tuple) -
     return reduce_ops + bcast_ops
 
 
+@lru_cache(maxsize=256)
+def host_layout(group: tuple[int, ...], hosts: tuple[str, ...]) -> dict[int, tuple] | None:
+    """For a hierarchical collective: rank -> (its host's ranks, its position there, its peers
+    across hosts (same local position), its position among them); None where the hierarchy
+    does not apply (one host, or hosts holding different numbers of the group's GPUs).
+    Built once per group in O(p), so expanding every rank costs O(p) each, not O(p) more."""
+    by_host: dict[str, list[int]] = {}
+    for rank in group:
+        by_host.setdefault(hosts[rank], []).append(rank)
+    if len(by_host) == 1 or len({len(v) for v in by_host.values()}) != 1:
+        return None
+    locals_ = [tuple(v) for v in by_host.values()]
+    peers = [tuple(local[i] for local in locals_) for i in range(len(locals_[0]))]
+    layout = {}
+    for h, local in enumerate(locals_):
+        for i, rank in enumerate(local):
+            layout[rank] = (local, i, peers[i], h)
+    return layout
+
+
 def hierarchical(op: str, group: tuple[int, ...], pos: int, nbytes: float, tag: tuple,
-                 host_of: Callable[[int], str]) -> list:
+                 hosts: tuple[str, ...]) -> list:
     """Inside each host first, then across hosts among GPUs of the same local position,
     so only 1/g of the buffer crosses the slow links. Falls back to the ring when hosts
     hold different numbers of the group's GPUs."""
-    hosts: dict[str, list[int]] = {}
-    for rank in group:
-        hosts.setdefault(host_of(rank), []).append(rank)
-    sizes = {len(v) for v in hosts.values()}
-    if len(hosts) == 1 or len(sizes) != 1:
+    layout = host_layout(group, hosts)
+    if layout is None:
         return ring(op, group, pos, nbytes, tag)
-    me = group[pos]
-    local = tuple(hosts[host_of(me)])
-    local_pos = local.index(me)
+    local, local_pos, peers, peer_pos = layout[group[pos]]
     g = len(local)
-    peers = tuple(ranks[local_pos] for ranks in hosts.values())
-    peer_pos = peers.index(me)
     if op == "allreduce":
         return (ring("reduce_scatter", local, local_pos, nbytes, tag, "h1")
                 + ring("allreduce", peers, peer_pos, nbytes / g, tag, "h2")
@@ -91,18 +103,47 @@ def hierarchical(op: str, group: tuple[int, ...], pos: int, nbytes: float, tag: 
             + ring("all_gather", local, local_pos, nbytes, tag, "h3"))
 
 
+def ring_phases(coll: Collective, hosts: tuple[str, ...]) -> list[list[tuple[int, int]]] | None:
+    """The (sender, receiver) pairs of each ring phase of `coll`, in the order the phases run;
+    None for the tree. Every rank sends to one rank per phase, each step of the phase."""
+    group = coll.group
+    if coll.algorithm == "tree" and coll.op == "allreduce":
+        return None
+    if len(group) == 1:
+        return []
+    layout = host_layout(group, hosts) if coll.algorithm == "hierarchical" else None
+    if layout is None:
+        return [[(group[i], group[(i + 1) % len(group)]) for i in range(len(group))]]
+    rings = sorted({entry[0] for entry in layout.values()}), sorted({entry[2] for entry in layout.values()})
+    local = [(r[i], r[(i + 1) % len(r)]) for r in rings[0] if len(r) > 1 for i in range(len(r))]
+    across = [(r[i], r[(i + 1) % len(r)]) for r in rings[1] for i in range(len(r))]
+    phases = {"allreduce": [local, across, local], "reduce_scatter": [local, across],
+              "all_gather": [across, local]}[coll.op]
+    return [phase for phase in phases if phase]
+
+
 @lru_cache(maxsize=65536)
 def expand(coll: Collective, rank: int, hosts: tuple[str, ...]) -> tuple:
     """The ops `rank` runs for `coll`; hosts[r] is rank r's host. Cached: programs repeat."""
-    return tuple(_expand(coll, rank, hosts.__getitem__))
+    return tuple(_expand(coll, rank, hosts))
 
 
-def _expand(coll: Collective, rank: int, host_of: Callable[[int], str]) -> list:
-    pos = coll.group.index(rank)
+def position(group: tuple[int, ...], rank: int) -> int:
+    """rank's index in group, from a table built once per group (not group.index: O(p) each)."""
+    return _positions(group)[rank]
+
+
+@lru_cache(maxsize=256)
+def _positions(group: tuple[int, ...]) -> dict[int, int]:
+    return {r: i for i, r in enumerate(group)}
+
+
+def _expand(coll: Collective, rank: int, hosts: tuple[str, ...]) -> list:
+    pos = position(coll.group, rank)
     if coll.algorithm == "ring":
         return ring(coll.op, coll.group, pos, coll.nbytes, coll.tag)
     if coll.algorithm == "tree":
         return tree(coll.op, coll.group, pos, coll.nbytes, coll.tag)
     if coll.algorithm == "hierarchical":
-        return hierarchical(coll.op, coll.group, pos, coll.nbytes, coll.tag, host_of)
+        return hierarchical(coll.op, coll.group, pos, coll.nbytes, coll.tag, hosts)
     raise ValueError(f"unknown collective algorithm {coll.algorithm!r}")

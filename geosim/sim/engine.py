@@ -1,19 +1,22 @@
-"""The one engine: runs any technique's schedule on SimPy resources.
+"""The one engine: runs any technique's schedule on SimPy.
 
-Each GPU is a small generator process walking its program; each transfer is a
-process on the network's link resources. Nothing here knows what a technique is.
+Each GPU is a small generator process walking its program; what a transfer costs, and
+what a collective becomes, is the network model's answer (geosim.sim.network). Nothing
+here knows what a technique is or which network model runs.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 from dataclasses import dataclass, field
 
 import simpy
 
-from geosim.sim import collectives
-from geosim.sim.network.tcp import Network
-from geosim.sim.schedule import Collective, Compute, Recv, Repeat, Schedule, Send
+from geosim.sim.network import NetworkFactory
+from geosim.sim.network.tcp import TCPNetwork
+from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Schedule, Send
+from geosim.sim.compute import compute_model
 from geosim.specs import Cluster, Params, Workload
 
 
@@ -31,89 +34,180 @@ class RunResult:
         return self.iteration_end[i] - (self.iteration_end[i - 1] if i else 0.0)
 
 
-def _events_scheduled(env: simpy.Environment) -> int:
-    """SimPy numbers every scheduled event from an itertools.count; its repr is 'count(N)'.
-    Reading it costs nothing, where counting in step() slowed the engine by a sixth."""
-    return int(repr(env._eid)[6:-1])
-
-
 SIMULATED_REPETITIONS = 4  # of a Repeat block: the last one stands for the rest
 
 
 def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int, float]:
-    """Achieved FLOP/s per rank: peak for the workload's precision x the GPU type's efficiency."""
+    """A flat FLOP/s per rank, for a compute op without Work or a device with a flat efficiency
+    override: the peak for the workload's precision x that override, else x the GEMM fraction."""
     return {
-        d.rank: d.gpu.peak_tflops(workload.precision) * 1e12 * params.gpu_efficiency(d.gpu.name)
+        d.rank: d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency.get(d.gpu.name, params.gemm_fraction)
         for d in schedule.devices
     }
 
 
+def _deliver(arrived) -> None:
+    """The receiver got there first and waits on a plain event: the arrival triggers it."""
+    arrived.value.succeed()
+
+
+# Collection thresholds while a run is on: a run allocates millions of short-lived events but
+# few cycles worth finding: the default thresholds spent 12-20% of a large run collecting.
+RUN_GC_THRESHOLDS = (200_000, 50, 1000)
+
+
+def compute_timer(schedule: Schedule, params: Params, workload: Workload):
+    """seconds(rank, op) of a compute op: the op-level model for its Work on the rank's GPU (cached per
+    work and GPU), or its FLOPs at the flat rate where the op has no Work or the GPU a flat override."""
+    rate = gpu_rate(schedule, params, workload)
+    model = compute_model(params)
+    gpus = {d.rank: d.gpu for d in schedule.devices}
+    flat = {d.rank for d in schedule.devices if d.gpu.name in params.efficiency}
+    precision = workload.precision
+    cache: dict[tuple, float] = {}
+
+    def seconds(rank: int, op: Compute) -> float:
+        if op.work is None or rank in flat:
+            return op.flops / rate[rank]
+        key = (op.work, rank)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = model.seconds(op.work, gpus[rank], precision)
+        return hit
+
+    return seconds
+
+
 def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload: Workload,
-                 iterations: int = 3, ideal_network: bool = False, trace: bool = False,
+                 iterations: int = 3, network: NetworkFactory = TCPNetwork, trace: bool = False,
                  exact: bool = False) -> RunResult:
-    """Simulate `iterations` iterations. exact=True runs every repetition of Repeat blocks."""
+    """Simulate `iterations` iterations on the network model `network` builds (a factory called
+    as network(clock, cluster, params, devices, trace)). exact=True runs every repetition of
+    Repeat blocks."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*RUN_GC_THRESHOLDS)
+    try:
+        return _run(schedule, cluster, params, workload, iterations, network, trace, exact)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _run(schedule, cluster, params, workload, iterations, network, trace, exact) -> RunResult:
     env = simpy.Environment()
     trace_rows: list | None = [] if trace else None
-    net = Network(env, cluster, params, schedule.devices, trace=trace_rows)
-    rate = gpu_rate(schedule, params, workload)
-    hosts = tuple(d.host for d in schedule.devices)
+    net = network(env, cluster, params, schedule.devices, trace_rows)
+    compute_seconds = compute_timer(schedule, params, workload)
     mailbox: dict[tuple, simpy.Event] = {}
     barriers: dict[tuple, list] = {}
+    gathering: dict[tuple, list] = {}
     repeats: dict[tuple, tuple] = {}
-    sends_by: dict[int, int] = {}
+    events = [len(schedule.programs)]  # scheduled: each process's start, then every timeout and event
     ends = [[0.0] * len(schedule.devices) for _ in range(iterations)]
     compute = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
     overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
+    timeout, event, pop = env.timeout, env.event, mailbox.pop
+    send, collective_ops, may_shortcut = net.send, net.collective_ops, net.may_shortcut
+
+    def shortcut(op, ctx):
+        """Gather the collective's ranks that arrive at this instant; if all do, the network
+        may time the whole collective at once. Returns the event its end is, or None."""
+        key = (op.tag, ctx)
+        state = gathering.get(key)
+        if state is None:
+            events[0] += 1
+            state = gathering[key] = [0, timeout(0), False, None]  # arrived, decide, decided, done
+        elif state[2]:  # decided before this rank arrived: it runs the steps
+            state[0] += 1
+            if state[0] == len(op.group):
+                del gathering[key]
+            return None
+        state[0] += 1
+        yield state[1]
+        if not state[2]:
+            state[2] = True
+            if state[0] == len(op.group):
+                seconds = net.collective_time(op)
+                if seconds is not None:
+                    events[0] += 1
+                    state[3] = timeout(seconds)
+        if state[0] == len(op.group) and key in gathering:
+            del gathering[key]
+        return state[3]
 
     def run_ops(rank, ops, ctx):
         it = ctx[0]  # ctx: (iteration, then repeat tag and index for each enclosing Repeat)
         for op in ops:
             kind = type(op)
             if kind is Send:
-                sends_by[rank] = sends_by.get(rank, 0) + 1
                 key = (rank, op.dst, op.tag, ctx)
-                if ideal_network:
-                    delay = 0.0
-                    net.count(rank, op.nbytes)
-                else:
-                    delay = net.send(rank, op.dst, op.nbytes, op.p2p, label=op.tag[0])
-                arrived = env.timeout(delay)
-                waiting = mailbox.get(key)
+                delay = send(rank, op.dst, op.nbytes, op.p2p, op.tag[0])
+                waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
+                events[0] += 1
                 if waiting is None:
-                    mailbox[key] = arrived
-                else:  # the receiver got there first and waits on a plain event
-                    arrived.callbacks.append(lambda _, ev=waiting: ev.succeed())
+                    mailbox[key] = timeout(delay)
+                else:
+                    timeout(delay, waiting).callbacks.append(_deliver)
             elif kind is Recv:
                 key = (op.src, rank, op.tag, ctx)
-                event = mailbox.get(key)
-                if event is None:
-                    event = mailbox[key] = env.event()
-                yield event
-                del mailbox[key]
+                arrived = pop(key, None)
+                if arrived is None:
+                    events[0] += 1
+                    arrived = mailbox[key] = event()
+                    yield arrived
+                elif not arrived.processed:
+                    yield arrived
             elif kind is Compute:
-                seconds = op.seconds if op.kind == "overhead" else op.flops / rate[rank]
+                seconds = op.seconds if op.kind == "overhead" else compute_seconds(rank, op)
                 start = env.now
                 if seconds > 0:
-                    yield env.timeout(seconds)
+                    events[0] += 1
+                    yield timeout(seconds)
                 (overhead if op.kind == "overhead" else compute)[it][rank] += seconds
                 if trace_rows is not None:
                     trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
             elif kind is Collective:
                 start = env.now
-                if ideal_network:  # free communication: a collective is only a barrier of its group
-                    key = (op.tag, ctx)
-                    waiting = barriers.get(key)
-                    if waiting is None:
-                        waiting = barriers[key] = [0, env.event()]
-                    waiting[0] += 1
-                    if waiting[0] == len(op.group):
-                        del barriers[key]
-                        waiting[1].succeed()
-                    yield waiting[1]
+                done = (yield from shortcut(op, ctx)) if may_shortcut(op) else None
+                if done is not None:
+                    yield done
                 else:
-                    yield from run_ops(rank, collectives.expand(op, rank, hosts), ctx)
+                    # the steps run here rather than in a nested run_ops: a collective is most of a
+                    # run's events, and every level of generators is walked again at each resumption
+                    for step in collective_ops(op, rank):
+                        step_kind = type(step)
+                        if step_kind is Send:
+                            key = (rank, step.dst, step.tag, ctx)
+                            delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
+                            waiting = pop(key, None)
+                            events[0] += 1
+                            if waiting is None:
+                                mailbox[key] = timeout(delay)
+                            else:
+                                timeout(delay, waiting).callbacks.append(_deliver)
+                        elif step_kind is Recv:
+                            key = (step.src, rank, step.tag, ctx)
+                            arrived = pop(key, None)
+                            if arrived is None:
+                                events[0] += 1
+                                arrived = mailbox[key] = event()
+                                yield arrived
+                            elif not arrived.processed:
+                                yield arrived
+                        else:
+                            yield from run_ops(rank, (step,), ctx)
                 if trace_rows is not None:
                     trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
+            elif kind is Barrier:
+                key = (op.tag, ctx)
+                waiting = barriers.get(key)
+                if waiting is None:
+                    events[0] += 1
+                    waiting = barriers[key] = [0, event()]
+                waiting[0] += 1
+                if waiting[0] == op.size:
+                    del barriers[key]
+                    waiting[1].succeed()
+                yield waiting[1]
             elif kind is Repeat:
                 if exact or op.count <= SIMULATED_REPETITIONS:
                     for r in range(op.count):
@@ -123,7 +217,7 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
                 for r in range(SIMULATED_REPETITIONS - 1):
                     yield from run_ops(rank, op.ops, ctx + (op.tag, r))
                 last_start, busy, fixed = env.now, compute[it][rank], overhead[it][rank]
-                sent, sends = net.sent_by.get(rank, 0.0), sends_by.get(rank, 0)
+                sent, sends = net.sent(rank)
                 yield from run_ops(rank, op.ops, ctx + (op.tag, SIMULATED_REPETITIONS - 1))
                 own_end = env.now
                 # Collectives keep the group in lockstep: once warmed up, every member repeats with
@@ -133,7 +227,8 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
                 key = (op.tag, ctx)
                 state = repeats.get(key)
                 if state is None:
-                    state = repeats[key] = ([], env.event())
+                    events[0] += 1
+                    state = repeats[key] = ([], event())
                 state[0].append(own_end - last_start)
                 if len(state[0]) == len(op.group):
                     del repeats[key]
@@ -144,12 +239,12 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
                 compute[it][rank] += remaining * (compute[it][rank] - busy)
                 overhead[it][rank] += remaining * (overhead[it][rank] - fixed)
                 # the skipped repetitions send what the last one sent
-                last_sends = sends_by.get(rank, 0) - sends
-                net.count(rank, remaining * (net.sent_by.get(rank, 0.0) - sent), remaining * last_sends)
-                sends_by[rank] = sends_by.get(rank, 0) + remaining * last_sends
+                sent_now, sends_now = net.sent(rank)
+                net.count(rank, remaining * (sent_now - sent), remaining * (sends_now - sends))
                 net.shift_connections(rank, since=start, delta=skipped)
                 if own_end + skipped > env.now:
-                    yield env.timeout(own_end + skipped - env.now)
+                    events[0] += 1
+                    yield timeout(own_end + skipped - env.now)
                 if trace_rows is not None:
                     trace_rows.append(("coll", rank, f"{op.label} x{op.count}", start, env.now, 0.0))
             else:
@@ -168,7 +263,7 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
         unmatched = next(iter(mailbox))
         raise RuntimeError(f"schedule of {schedule.technique} left an unmatched send/recv: {unmatched}")
     return RunResult(
-        iteration_end=[max(e) for e in ends], compute_s=compute, overhead_s=overhead, events=_events_scheduled(env),
+        iteration_end=[max(e) for e in ends], compute_s=compute, overhead_s=overhead, events=events[0],
         bytes_sent=net.bytes_sent, transfers=net.transfers,
         trace=trace_rows or [],
     )

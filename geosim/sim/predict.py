@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from geosim.sim import memory_layout
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.ideal import IdealNetwork
 from geosim.errors import GeosimError
 from geosim.case import Case
 from geosim.specs import GIB
@@ -67,6 +69,7 @@ class Prediction:
     tflops_per_gpu: float | None = None
     tokens_per_s: float | None = None
     peak_memory_gib: float | None = None
+    memory_note: str | None = None  # "may not fit: ..." when the peak is within the layout model's margin
     memory: list[GpuMemory] = field(default_factory=list)
     iteration_breakdown: Breakdown | None = None
     run_breakdown: Breakdown | None = None
@@ -122,14 +125,18 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
     result.description = schedule.description
     result.activation_compression = schedule.activation_compression
     result.memory = _memory_report(schedule)
-    worst = max(result.memory, key=lambda m: m.need_gib - m.has_gib)
+    options = memory_layout.options_for(workload, params)
+    verdicts = [(memory_layout.verdict(m.need_gib * GIB, m.has_gib, options), m) for m in result.memory]
     result.peak_memory_gib = max(m.need_gib for m in result.memory)
-    if worst.need_gib > worst.has_gib:
+    worst, where = min(verdicts, key=lambda x: x[0].margin_bytes / x[0].usable_bytes)
+    place = f"{where.gpu} ({where.host} GPU {where.rank})"
+    if worst.status == memory_layout.OUT_OF_MEMORY:
         result.status = "out-of-memory"
-        result.reason = (f"out of memory on {worst.gpu} ({worst.host} GPU {worst.rank}): "
-                         f"needs {worst.need_gib:.1f} GiB, has {worst.has_gib:.0f} GiB")
+        result.reason = f"{worst.describe()} on {place}"
         result.wall_s = time.perf_counter() - started
         return result
+    if worst.status == memory_layout.MAY_NOT_FIT:
+        result.memory_note = f"{worst.describe()} on {place}"
 
     real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations)
     if simulated_iterations >= 3 and not _settled(real):
@@ -137,7 +144,7 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
         # iterations wander: average over more of them rather than trust the last two
         simulated_iterations = UNSETTLED_ITERATIONS
         real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations)
-    ideal = run_schedule(schedule, used, params, workload, iterations=1, ideal_network=True)
+    ideal = run_schedule(schedule, used, params, workload, iterations=1, network=IdealNetwork)
     last = simulated_iterations - 1
     steady = (real.iteration_end[last] - real.iteration_end[0]) / last if last else real.iteration_end[0]
     first = real.iteration_end[0]

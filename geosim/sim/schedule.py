@@ -27,6 +27,7 @@ class Compute(NamedTuple):
     label: str
     kind: str = "compute"  # compute | overhead (fixed seconds in `seconds`)
     seconds: float = 0.0
+    work: object = None  # geosim.sim.compute.Work: what the op-level compute model times
 
 
 class Send(NamedTuple):
@@ -68,7 +69,15 @@ class Repeat(NamedTuple):
     label: str = ""
 
 
-Op = Compute | Send | Recv | Collective | Repeat
+class Barrier(NamedTuple):
+    """Waits until `size` ranks have reached the barrier of this tag (a network model's form of a
+    collective where communication is free); techniques do not emit it."""
+
+    tag: tuple
+    size: int
+
+
+Op = Compute | Send | Recv | Collective | Repeat | Barrier
 
 
 @dataclass

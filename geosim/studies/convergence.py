@@ -17,6 +17,8 @@ There is no tokens-to-loss rule for an absolute loss here: the target is a token
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,8 +92,11 @@ def read_loss_curves(path: str | Path) -> dict[str, list[tuple[float, float]]]:
             raise GeosimError("a loss curve needs a technique", source=where, key="technique")
         try:
             points = [(float(t), float(loss)) for t, loss in curve]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise GeosimError("must be a list of [tokens, loss] pairs", source=where, key="loss_curve") from None
+        if not points or any(not (math.isfinite(t) and math.isfinite(v)) or t < 0 or v <= 0 for t, v in points):
+            raise GeosimError("must be a non-empty list of [tokens >= 0, loss > 0] pairs of finite numbers",
+                              source=where, key="loss_curve")
         curves.setdefault(doc["technique"], []).extend(points)
     if not curves:
         raise GeosimError("no loss curves (objects with 'technique' and 'loss_curve')", source=str(path))

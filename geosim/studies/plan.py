@@ -97,6 +97,25 @@ def floor_s(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, o
     return plan_floor_s(technique, case, hosts, workload, options)
 
 
+def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
+    """Re-rank the plan's best `contenders` options under each parameter draw (the ranking's rule):
+    how often its best option (by technique and VMs) still wins, and what wins otherwise."""
+    from collections import Counter
+
+    if plan.best is None:
+        return {"draws": 0, "share": 0.0, "others": {}}
+    top = plan.options[:contenders]
+    winners = []
+    for params in draws:
+        case = plan.case.with_(params=params)
+        ranked = rank([evaluate(case, o.technique, o.hosts, o.changes, o.options) for o in top], plan.deadline_s)
+        winners.append(ranked[0].kind if ranked else "none fits")
+    counts = Counter(winners)
+    best = plan.best.kind
+    return {"draws": len(winners), "contenders": len(top), "share": counts.get(best, 0) / len(winners),
+            "others": {k: v / len(winners) for k, v in counts.most_common() if k != best}}
+
+
 @dataclass
 class Search:
     simulated: list[Option]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from geosim.errors import GeosimError
+from geosim.sim.compute import Work
 from geosim.sim.schedule import Collective, Compute, Device, Repeat
 from geosim.specs import Cluster, Model, Params, Workload
 
@@ -23,6 +24,35 @@ def forward_flops(model: Model, workload: Workload, sequences: float, layers: in
     if with_head:
         flops += model.head_forward_flops(tokens)
     return flops
+
+
+def work(phase: str, model: Model, workload: Workload, sequences: float, layers: int, head: bool, embedding: bool,
+         tensor_parallel: int = 1, part: str = "block") -> Work:
+    """What the op-level compute model times for a forward or backward; the backward of a
+    checkpointed run recomputes its forward first."""
+    return Work(phase, model, float(sequences), workload.seq_len, layers, head, embedding, tensor_parallel,
+                remat=workload.checkpointing and phase == "backward", part=part)
+
+
+def pass_ops(model: Model, workload: Workload, sequences: float, layers: int, head: bool, embedding: bool,
+             label: str = "", tensor_parallel: int = 1) -> tuple[Compute, Compute]:
+    """(forward, backward) Compute ops of a microbatch through `layers` blocks (and embedding, head)."""
+    fwd = forward_flops(model, workload, sequences, layers, head) / tensor_parallel
+    return (Compute(fwd, f"forward{label}", work=work("forward", model, workload, sequences, layers, head, embedding,
+                                                       tensor_parallel)),
+            Compute(fwd * backward_multiplier(workload), f"backward{label}",
+                    work=work("backward", model, workload, sequences, layers, head, embedding, tensor_parallel)))
+
+
+def update_op(model: Model, params_held: float) -> Compute:
+    """Per microbatch: the 16-bit weight cast and the gradient accumulation (memory-bound)."""
+    return Compute(0.0, "cast+accumulate", work=Work("update", model, params=float(params_held)))
+
+
+def optimizer_op(model: Model, params_updated: float, flat_flops: float = 0.0) -> Compute:
+    """Per iteration: Adam's update of the parameters this GPU owns (memory-bound: the op-level model
+    times it by bytes). flat_flops is what a device on a flat FLOP rate is charged (live runs' CPUs)."""
+    return Compute(flat_flops, "optimizer", work=Work("optimizer", model, params=float(params_updated)))
 
 
 def backward_multiplier(workload: Workload) -> float:
@@ -56,8 +86,7 @@ def accumulation(model: Model, workload: Workload, sequences: float, group: tupl
                  after_each: tuple = ()) -> Repeat:
     """Forward and backward of every microbatch on a full replica (Alpa's num_micro_batches),
     each followed by the ops in after_each (ZeRO-2's reduce-scatter into the sharded accumulator)."""
-    fwd = forward_flops(model, workload, sequences, model.n_layer, with_head=True)
-    ops = (Compute(fwd, "forward"), Compute(fwd * backward_multiplier(workload), "backward")) + tuple(after_each)
+    ops = pass_ops(model, workload, sequences, model.n_layer, True, True) + (update_op(model, model.num_params),) + tuple(after_each)
     return Repeat(ops, workload.microbatches, group, ("microbatch",), "microbatches")
 
 

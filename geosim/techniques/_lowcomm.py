@@ -193,14 +193,17 @@ def sparse_gather_ops(replicas: list[Replica], payload_bytes, algorithm: str, de
 
 def assemble(technique: str, devices: list[Device], replicas: list[Replica], inner_steps: int,
              sync_ops: dict[int, list], description: str, activation_compression: float = 1.0) -> Schedule:
-    """H inner steps of every replica, then each rank's synchronization ops."""
+    """H inner steps of every replica, then each rank's synchronization ops.
+
+    The inner steps are one Repeat block per replica: a replica's steps are alike and its
+    traffic stays inside it, so the engine simulates a few and skips the rest as it does
+    for any other technique's repeated blocks (each step's tags are made unique by the
+    block's repetition index)."""
     programs = {}
     for rep in replicas:
         for rank in rep.ranks:
-            program = []
-            for h in range(inner_steps):
-                program += inner_step(rep, rank, h)
-            programs[rank] = program + sync_ops.get(rank, [])
+            steps = Repeat(tuple(rep.programs[rank]), inner_steps, rep.ranks, ("inner",), "inner steps")
+            programs[rank] = [steps] + sync_ops.get(rank, [])
     memory_parts = {r: parts for rep in replicas for r, parts in rep.memory_parts.items()}
     return Schedule(technique, devices, programs, {r: sum(p.values()) for r, p in memory_parts.items()}, memory_parts,
                     description, iterations_per_program=inner_steps,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.sim.memory import activation_bytes, gpu_memory
+from geosim.sim import memory_layout
 from geosim.sim.schedule import Schedule
 from geosim.case import Case
-from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
+from geosim.techniques._base import (accumulation, check_dims, combined, devices_of, microbatch_per_gpu, optimizer_op,
+                                     overhead_op)
 
 NAME = "data"
 LABEL = "Data"  # how tables and verdicts name it
@@ -33,14 +34,10 @@ def build(case: Case, settings: Settings) -> Schedule:
     group = tuple(d.rank for d in devices)
     allreduce = combined("allreduce", group, grad_bytes, params.collectives.get(NAME, "ring"), ("grads",),
                          "gradient all-reduce", params)
-    program = [accumulation(model, workload, per_gpu, group), allreduce, overhead_op(NAME, params)]
-    memory = {}
-    for d in devices:
-        memory[d.rank] = gpu_memory(
-            params_held=model.num_params, grads_held=model.num_params, optimizer_held=model.num_params,
-            activations=activation_bytes(model, workload, per_gpu, model.n_layer, with_head=True),
-            workload=workload, params=params,
-        )
+    program = [accumulation(model, workload, per_gpu, group), allreduce, optimizer_op(model, model.num_params),
+               overhead_op(NAME, params)]
+    layout = memory_layout.data_parallel(model, per_gpu, workload.seq_len, memory_layout.options_for(workload, params))
+    memory = {d.rank: dict(layout) for d in devices}
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"data parallel over {p} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences each, "

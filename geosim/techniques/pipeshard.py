@@ -1,6 +1,7 @@
 """Pipeline parallelism with intra-op parallelism inside each stage (alpa.PipeshardParallel).
 
-Stages sit on meshes (by default one mesh per host, as in the study), layers are
+Stages sit on meshes (by default one mesh per host, as in the study; on one host, one
+GPU per stage, as Alpa lays a single VM's two GPUs out), layers are
 split across stages (uniform like Alpa's default, balanced by GPU speed, or given
 explicitly), microbatches flow under 1F1B or GPipe, and activations and their
 gradients cross between stages point-to-point, one rendezvous per microbatch.
@@ -13,11 +14,12 @@ import math
 from dataclasses import dataclass
 
 from geosim.errors import GeosimError
-from geosim.sim.memory import activation_bytes, gpu_memory
-from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
+from geosim.sim import memory_layout
+from geosim.sim.compute import compute_model
+from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
-from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, forward_flops, overhead_op,
-                                     require_divisible)
+from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
+                                     require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import layers_ops
 
@@ -101,8 +103,12 @@ def build(case: Case, settings: Settings) -> Schedule:
     cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
     devices = devices_of(cluster)
-    mesh_hosts = settings.meshes or [[h.name] for h in cluster.hosts]
-    meshes: list[list[Device]] = [[d for d in devices if d.host in hosts] for hosts in mesh_hosts]
+    if settings.meshes:
+        meshes: list[list[Device]] = [[d for d in devices if d.host in hosts] for hosts in settings.meshes]
+    elif len(cluster.hosts) == 1 and len(devices) > 1:
+        meshes = [[d] for d in devices]  # Alpa's stages on one VM: one GPU each
+    else:
+        meshes = [[d for d in devices if d.host == h.name] for h in cluster.hosts]
     if any(not m for m in meshes):
         raise GeosimError("a pipeline mesh has no GPUs", key="meshes")
     S, M = len(meshes), workload.microbatches
@@ -111,14 +117,14 @@ def build(case: Case, settings: Settings) -> Schedule:
     for mesh in meshes:
         if intra == "data":
             require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh), "the GPUs of a mesh")
-    speed = [sum(d.gpu.peak_tflops(workload.precision) * params.gpu_efficiency(d.gpu.name) for d in m) for m in meshes]
-    head_in_layers = model.head_forward_flops(1) / model.layer_forward_flops(1, workload.seq_len)
-    layers = split_layers(model.n_layer, speed, settings.stage_split,
+    layer_s = [_mesh_seconds(case, mesh, b, 1, False, intra) for mesh in meshes]
+    head_in_layers = _mesh_seconds(case, meshes[-1], b, 0, True, intra) / layer_s[-1]
+    layers = split_layers(model.n_layer, [1.0 / t for t in layer_s], settings.stage_split,
                           list(settings.layer_split) if settings.layer_split is not None else None,
                           extra=[0.0] * (S - 1) + [head_in_layers])
     schedule_kind = settings.schedule
     per_layer = params.settings("shard").collectives_per_layer  # a sharded stage all-reduces as Shard does
-    bwd_mult = backward_multiplier(workload)
+    options = memory_layout.options_for(workload, params)
     compression = settings.activation_compression
     act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value * compression
     programs, memory = {}, {}
@@ -129,17 +135,27 @@ def build(case: Case, settings: Settings) -> Schedule:
         prev_mesh, next_mesh = (meshes[s - 1] if s else None), (meshes[s + 1] if not last else None)
         from_prev = _overlaps(len(prev_mesh), g) if prev_mesh else []
         to_next = _overlaps(g, len(next_mesh)) if next_mesh else []
+        first = s == 0
+        stage_params = layers[s] * model.params_per_layer + (model.embedding_params if first else 0) + (
+            model.vocab * model.n_embd if last and S > 1 else 0)
+        held = stage_params if intra == "data" else (
+            stage_params - layers[s] * 12 * model.n_embd ** 2 * (1 - 1 / g))
+        if intra == "data":
+            stage_fwd, stage_bwd = pass_ops(model, workload, b / g, layers[s], last, first)
+        else:
+            stage_fwd, stage_bwd = pass_ops(model, workload, b, 0, last, first, " head", tensor_parallel=g)
+        accumulate = update_op(model, held)
         for j, dev in enumerate(mesh):
             def forward(m, j=j):
                 ops = []
                 if prev_mesh:
                     ops += [Recv(prev_mesh[i].rank, ("act", s, m)) for i, k, _ in from_prev if k == j]
                 if intra == "data":
-                    ops.append(Compute(forward_flops(model, workload, b / g, layers[s], last), f"F{m}"))
+                    ops.append(stage_fwd._replace(label=f"F{m}"))
                 else:
                     ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pf", m), per_layer)[0])
-                    if last:
-                        ops.append(Compute(forward_flops(model, workload, b, 0, True) / g, f"F{m} head"))
+                    if last or first:
+                        ops.append(stage_fwd._replace(label=f"F{m} head"))
                 if next_mesh:
                     ops += [Send(next_mesh[k].rank, act_bytes * frac, ("act", s + 1, m))
                             for i, k, frac in to_next if i == j]
@@ -150,11 +166,12 @@ def build(case: Case, settings: Settings) -> Schedule:
                 if next_mesh:
                     ops += [Recv(next_mesh[k].rank, ("grad", s, m)) for i, k, _ in to_next if i == j]
                 if intra == "data":
-                    ops.append(Compute(bwd_mult * forward_flops(model, workload, b / g, layers[s], last), f"B{m}"))
+                    ops.append(stage_bwd._replace(label=f"B{m}"))
                 else:
-                    if last:
-                        ops.append(Compute(bwd_mult * forward_flops(model, workload, b, 0, True) / g, f"B{m} head"))
+                    if last or first:
+                        ops.append(stage_bwd._replace(label=f"B{m} head"))
                     ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pb", m), per_layer)[1])
+                ops.append(accumulate)
                 if prev_mesh:
                     ops += [Send(prev_mesh[i].rank, act_bytes * frac, ("grad", s - 1, m))
                             for i, k, frac in from_prev if k == j]
@@ -168,23 +185,40 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += forward(warmup + m) + backward(m)
             for m in range(M - warmup, M):
                 program += backward(m)
-            stage_params = layers[s] * model.params_per_layer + (model.embedding_params if s == 0 else 0) + (
-                model.vocab * model.n_embd if last and S > 1 else 0)
             if intra == "data" and g > 1:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
                                           params.collectives.get(NAME, "ring"), ("stage-grads", s), "stage gradient all-reduce"))
+            program.append(optimizer_op(model, held))
             program.append(overhead_op(NAME, params))
             programs[dev.rank] = program
             in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
-            held = stage_params if intra == "data" else stage_params / g
-            acts = activation_bytes(model, workload, b / g if intra == "data" else b, layers[s], last,
-                                    tensor_parallel=1 if intra == "data" else g)
-            memory[dev.rank] = gpu_memory(params_held=held, grads_held=held, optimizer_held=held,
-                                          activations=in_flight * acts, workload=workload, params=params)
+            memory[dev.rank] = memory_layout.pipeline_stage(
+                model, b / g if intra == "data" else b, workload.seq_len, layers[s], first, last, S, in_flight, options,
+                tensor_parallel=1 if intra == "data" else g)
     return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
                     f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""),
                     activation_compression=compression if S > 1 else 1.0)
+
+
+
+
+def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int, head: bool, intra: str) -> float:
+    """Forward + backward seconds of `layers` blocks (and the head) of one microbatch on a mesh's slowest
+    GPU: what a balanced split weighs stages by."""
+    model, workload, params = case.model, case.workload, case.params
+    g = len(mesh)
+    sequences, tp = (microbatch / g, 1) if intra == "data" else (microbatch, g)
+    times = []
+    for d in mesh:
+        if d.gpu.name in params.efficiency:  # a flat-rate device
+            flops = forward_flops(model, workload, sequences, layers, head) / tp * (4.0 if workload.checkpointing else 3.0)
+            times.append(flops / (d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency[d.gpu.name]))
+            continue
+        timer = compute_model(params)
+        times.append(sum(timer.seconds(work(phase, model, workload, sequences, layers, head, False, tp), d.gpu,
+                                        workload.precision) for phase in ("forward", "backward")))
+    return max(times)
 
 
 # -- what the planner tries (geosim.studies.plan) --------------------------------------------
@@ -220,9 +254,12 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
                 # intra-stage data parallelism splits each microbatch over a mesh's GPUs
                 if intra == "data" and any((batch // m) % gpus[h] for h in order):
                     continue
-                for split in layer_splits(case.model.n_layer, len(order)):
-                    yield {"microbatches": m}, {"meshes": [[h] for h in order], "intra_stage": intra,
-                                                "layer_split": split}
+                if len(order) == 1 and gpus[order[0]] > 1:  # one VM: one GPU per stage, as Alpa runs it
+                    shape = {"intra_stage": intra}
+                else:
+                    shape = {"meshes": [[h] for h in order], "intra_stage": intra}
+                for split in layer_splits(case.model.n_layer, len(stage_gpus(case, order, shape))):
+                    yield {"microbatches": m}, {**shape, "layer_split": split}
 
 
 def _order(hosts: tuple[str, ...], options: dict | None) -> tuple[str, ...]:
@@ -231,15 +268,27 @@ def _order(hosts: tuple[str, ...], options: dict | None) -> tuple[str, ...]:
 
 def option_kind(hosts: tuple[str, ...], options: dict | None = None) -> str:
     order = _order(hosts, options)
-    return f"{LABEL} {'>'.join(order)}" if len(order) > 1 else f"{LABEL} on {order[0]} (1 stage)"
+    if len(order) > 1:
+        return f"{LABEL} {'>'.join(order)}"
+    one_stage = bool(options and "meshes" in options)  # else Alpa's layout on one VM: a stage per GPU
+    return f"{LABEL} on {order[0]}" + (" (1 stage)" if one_stage else " (a stage per GPU)")
 
 
 def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str:
     order = _order(hosts, options)
-    split = f" layers {'/'.join(map(str, options['layer_split']))}" if options and len(order) > 1 else ""
+    split = (f" layers {'/'.join(map(str, options['layer_split']))}"
+             if options and len(options.get("layer_split") or ()) > 1 else "")
     intra = (options or {}).get("intra_stage")
-    return (f"{option_kind(order)}{split}, {workload.microbatches} microbatches"
+    return (f"{option_kind(order, options)}{split}, {workload.microbatches} microbatches"
             + (f", intra-stage {intra}" if intra else ""))
+
+
+def stage_gpus(case: Case, hosts: tuple[str, ...], options: dict) -> list[tuple]:
+    """The GPUs of each pipeline stage of an option: a VM's per stage, or one each on a lone VM."""
+    by_name = {h.name: h for h in case.cluster.hosts}
+    if "meshes" not in options:
+        return [(g,) for g in by_name[hosts[0]].gpus]
+    return [tuple(g for h in mesh for g in by_name[h].gpus) for mesh in options["meshes"]]
 
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
@@ -252,18 +301,24 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     """
     if not options or "layer_split" not in options:
         return 0.0
-    order = _order(hosts, options)
     w, params = workload, case.params
-    by_name = {h.name: h for h in case.cluster.hosts}
     layers = options["layer_split"]
+    stages = stage_gpus(case, hosts, options)
+    timer = compute_model(params)
     per_microbatch = []
-    for s, name in enumerate(order):
-        gpus = by_name[name].gpus
-        slowest = min(g.peak_tflops(w.precision) * 1e12 * params.gpu_efficiency(g.name) for g in gpus)  # engine.gpu_rate
+    for s, gpus in enumerate(stages):
         sequences = w.global_batch / w.microbatches / len(gpus)
-        flops = forward_flops(case.model, w, sequences, layers[s], s == len(order) - 1) * (1 + backward_multiplier(w))
-        per_microbatch.append(flops / slowest)
-    busiest = max(range(len(order)), key=per_microbatch.__getitem__)
+        first, last = s == 0, s == len(stages) - 1
+        times = []
+        for g in gpus:  # engine.compute_timer: a flat-rate device, else the op-level model
+            if g.name in params.efficiency:
+                flops = forward_flops(case.model, w, sequences, layers[s], last) * (4.0 if w.checkpointing else 3.0)
+                times.append(flops / (g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]))
+            else:
+                times.append(sum(timer.seconds(work(phase, case.model, w, sequences, layers[s], last, first), g,
+                                               w.precision) for phase in ("forward", "backward")))
+        per_microbatch.append(max(times))
+    busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
     iteration += params.iteration_overhead_s.get(NAME, 0.0)
     return params.startup_s.get(NAME, 0.0) + w.iterations_per_epoch * w.epochs * iteration

@@ -1,18 +1,20 @@
-"""Intra-operator sharding (alpa.ShardParallel): every weight split over all GPUs of
-the mesh (Megatron-style tensor parallelism), so every layer all-reduces its
-activations in forward and backward, for every microbatch: the cost grows with
-layers x microbatches x RTT."""
+"""Intra-operator sharding (alpa.ShardParallel): every block's weight matrices split over all
+GPUs of the mesh (Megatron-style tensor parallelism; the embedding, biases and layer norms stay
+replicated, as Alpa's solver lays them out: geosim.sim.memory_layout.auto_sharded), so every
+layer all-reduces its activations in forward and backward, for every microbatch: the cost
+grows with layers x microbatches x RTT."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.sim.memory import activation_bytes, gpu_memory
+from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.case import Case
 from geosim.specs import Model, Params, Workload
 from geosim.techniques._settings import tunable
-from geosim.techniques._base import backward_multiplier, check_dims, devices_of, overhead_op, require_divisible
+from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, optimizer_op, overhead_op, pass_ops,
+                                     require_divisible, update_op, work)
 
 NAME = "shard"
 LABEL = "Shard"  # how tables and verdicts name it
@@ -38,8 +40,12 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
     per_half = max(1, collectives_per_layer // 2)
     forward, backward = [], []
     for direction, ops, mult in (("fwd", forward, 1.0), ("bwd", backward, backward_multiplier(workload))):
-        for part, share in (("attn", attention_share), ("mlp", 1 - attention_share)):
-            ops.append(Compute(total * share * mult / p, f"{part} {direction}"))
+        phase = "forward" if direction == "fwd" else "backward"
+        # the backward runs the MLP half first
+        halves = (("attn", attention_share), ("mlp", 1 - attention_share))
+        for part, share in (halves if direction == "fwd" else halves[::-1]):
+            half = work(phase, model, workload, sequences, 1, False, False, p, "attention" if part == "attn" else "mlp")
+            ops.append(Compute(total * share * mult / p, f"{part} {direction}", work=half))
             for c in range(per_half // 2 if part == "attn" else per_half - per_half // 2):
                 ops.append(Collective("allreduce", group, act_bytes, algorithm, tag + (direction, part, c),
                                       f"{direction} all-reduce"))
@@ -63,21 +69,17 @@ def build(case: Case, settings: Settings) -> Schedule:
     group = tuple(d.rank for d in devices)
     require_divisible("global_batch", workload.global_batch, workload.microbatches, "microbatches")
     batch = workload.global_batch / workload.microbatches  # sequences per microbatch
-    head = 2.0 * batch * workload.seq_len * model.n_embd * model.vocab  # forward of the LM head
     forward, backward = layers_ops(model, workload, params, group, batch, model.n_layer,
                                    collectives_per_layer=settings.collectives_per_layer)
-    microbatch = (forward, Compute(head / p, "head fwd"), Compute(head * backward_multiplier(workload) / p, "head bwd"),
-                  backward)
+    # the embedding and the LM head (vocabulary split over the GPUs), around the sharded blocks
+    head_fwd, head_bwd = pass_ops(model, workload, batch, 0, True, True, " head", tensor_parallel=p)
+    held = memory_layout.auto_sharded_params(model, p)
+    microbatch = (forward, head_fwd, head_bwd, backward, update_op(model, held))
     # gradient accumulation, as Alpa's num_micro_batches
     program = [Repeat(microbatch, workload.microbatches, group, ("microbatch",), "microbatches"),
-               overhead_op(NAME, params)]
-    memory = {}
-    for d in devices:
-        memory[d.rank] = gpu_memory(
-            params_held=model.num_params / p, grads_held=model.num_params / p, optimizer_held=model.num_params / p,
-            activations=activation_bytes(model, workload, batch, model.n_layer, with_head=True, tensor_parallel=p),
-            workload=workload, params=params,
-        )
+               optimizer_op(model, held), overhead_op(NAME, params)]
+    layout = memory_layout.auto_sharded(model, batch, workload.seq_len, p, memory_layout.options_for(workload, params))
+    memory = {d.rank: dict(layout) for d in devices}
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"tensor parallel over {p} GPUs, {settings.collectives_per_layer} all-reduces per layer, "

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.sim.memory import activation_bytes, gpu_memory
-from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.sim import memory_layout
+from geosim.sim.schedule import Collective, Repeat, Schedule
 from geosim.case import Case
 from geosim.techniques._settings import tunable
-from geosim.techniques._base import accumulation, check_dims, combined, devices_of, microbatch_per_gpu, overhead_op
+from geosim.techniques._base import (accumulation, check_dims, combined, devices_of, microbatch_per_gpu, optimizer_op,
+                                     overhead_op)
 
 NAME = "zero2"
 LABEL = "ZeRO2"  # how tables and verdicts name it
@@ -48,19 +49,15 @@ def build(case: Case, settings: Settings) -> Schedule:
     buffer = grad_bytes / buffers
     program = [accumulation(model, workload, per_gpu, group, after_each=(scatter,))]
     # the optimizer updates only this GPU's shard: 1/p of Adam's ~10 FLOPs per parameter
-    program.append(Compute(10.0 * model.num_params / p, "optimizer"))
+    # Adam's ~10 FLOPs per parameter on a flat-rate device; bytes under the op-level model
+    program.append(optimizer_op(model, model.num_params / p, flat_flops=10.0 * model.num_params / p))
     # gathered in as many buffers as were scattered (the same tensors, maybe wider)
     gathered = buffer * settings.gather_bytes_per_param / workload.bytes_per_value
     program.append(Repeat((Collective("all_gather", group, gathered, algorithm, ("ag",), "parameter all-gather"),),
                           buffers, group, ("ag", "buffers"), f"parameter all-gather ({buffers} buffers)"))
     program.append(overhead_op(NAME, params))
-    memory = {}
-    for d in devices:
-        memory[d.rank] = gpu_memory(
-            params_held=model.num_params, grads_held=model.num_params / p, optimizer_held=model.num_params / p,
-            activations=activation_bytes(model, workload, per_gpu, model.n_layer, with_head=True),
-            workload=workload, params=params,
-        )
+    layout = memory_layout.zero2(model, per_gpu, workload.seq_len, p, memory_layout.options_for(workload, params))
+    memory = {d.rank: dict(layout) for d in devices}
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"ZeRO-2 over {p} GPUs, {buffers} buffers of {buffer / 2**20:.1f} MiB, "

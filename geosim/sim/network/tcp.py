@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from geosim.sim.network import CountingNetwork
+from geosim.sim.network.topology import Topology
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
 
@@ -44,46 +45,13 @@ class Connection:
     last_active: float = float("-inf")
 
 
-def build_topology(cluster: Cluster, params: Params) -> nx.Graph:
-    """Hosts and sites as nodes; scenario links plus a LAN edge from every host to its site."""
-    graph = nx.Graph()
-    for host in cluster.hosts:
-        # a host reaches its site's switch in a quarter of the LAN RTT each way
-        graph.add_edge(host.name, f"site:{host.site}", one_way_s=params.lan_rtt_s / 4,
-                       bandwidth_bps=params.lan_bandwidth_gbps * 1e9, link=None)
-    host_names = {h.name for h in cluster.hosts}
-    for link in cluster.links:
-        a = link.a if link.a in host_names else f"site:{link.a}"
-        b = link.b if link.b in host_names else f"site:{link.b}"
-        graph.add_edge(a, b, one_way_s=link.one_way_s, bandwidth_bps=link.bandwidth_bps, link=link)
-    return graph
-
-
-class Network:
-    def __init__(self, env, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
-        self.env = env
-        self.params = params
-        self.devices = devices
-        self.trace = trace
-        self.graph = build_topology(cluster, params)
-        self._intra_kind = {h.name: h.intra_host for h in cluster.hosts}
-        self._hop_index: dict[str, int] = {}
-        self.free_at: list[float] = []  # per hop: when its current reservation ends
+class TCPNetwork(CountingNetwork):
+    def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
+        super().__init__(clock, cluster, params, devices, trace)
+        self.topology = Topology(cluster, params, devices)
+        self.free_at = self.topology.free_at
         self._routes: dict[tuple[int, int], Route] = {}
         self.connections: dict[tuple[int, int], Connection] = {}
-        self.bytes_sent = 0.0
-        self.transfers = 0
-        self.sent_by: dict[int, float] = {}  # bytes per sending rank
-
-    def _hop(self, name: str) -> int:
-        if name not in self._hop_index:
-            self._hop_index[name] = len(self.free_at)
-            self.free_at.append(0.0)
-        return self._hop_index[name]
-
-    def _gpu_rate(self, device: Device, nvlink: bool) -> float:
-        gbps = self.params.nvlink_gbps if nvlink else self.params.pcie_gbps.get(device.gpu.pcie_gen, 80.0)
-        return gbps * 1e9 / 8
 
     def route(self, src: int, dst: int) -> Route:
         key = (src, dst)
@@ -91,22 +59,16 @@ class Network:
             return self._routes[key]
         a, b = self.devices[src], self.devices[dst]
         p = self.params
+        topo = self.topology
         names = [f"gpu{src}:out", f"gpu{dst}:in"]
         same_host = a.host == b.host
-        nvlink = same_host and self._intra_kind.get(a.host) == "nvlink"
-        rates = [self._gpu_rate(a, nvlink), self._gpu_rate(b, nvlink)]
+        nvlink = topo.same_host_nvlink(a, b)
+        rates = [topo.gpu_rate(a, nvlink), topo.gpu_rate(b, nvlink)]
         one_way = p.intra_host_latency_s
         window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
         if not same_host:
-            # a link the scenario draws between the two hosts is their path, even where the
-            # site LAN would be quicker (what-if edits of that link must take effect)
-            if self.graph.has_edge(a.host, b.host) and self.graph.edges[a.host, b.host]["link"] is not None:
-                path = [a.host, b.host]
-            else:
-                path = nx.shortest_path(self.graph, a.host, b.host, weight="one_way_s")
-            for u, v in zip(path, path[1:]):
-                edge = self.graph.edges[u, v]
-                names.append(f"{u}->{v}")
+            for u, v, edge in topo.path(a.host, b.host):
+                names.append(topo.hop_name(u, v, a, b))
                 rates.append(edge["bandwidth_bps"] / 8)
                 one_way += edge["one_way_s"]
                 link = edge["link"]
@@ -118,7 +80,7 @@ class Network:
                 window = hop_window if not tcp else min(window, hop_window)
                 tcp = True
         route = Route(
-            hops=tuple(self._hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
+            hops=tuple(topo.hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
             stream_rate=streams * p.stream_rate_gbps * 1e9 / 8, step_rtts=step_rtts,
         )
@@ -150,11 +112,6 @@ class Network:
         conn.cwnd = cwnd
         return elapsed
 
-    def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
-        self.transfers += transfers
-        self.bytes_sent += nbytes
-        self.sent_by[src] = self.sent_by.get(src, 0.0) + nbytes
-
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's connections stayed busy through them."""
         for (sender, _), conn in self.connections.items():
@@ -164,29 +121,36 @@ class Network:
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
         """Reserve the route for a transfer starting now; return the seconds until it has arrived."""
         self.count(src, nbytes)
-        p, now = self.params, self.env.now
-        route = self.route(src, dst)
-        conn = self.connections.get((src, dst))
+        p, now, key = self.params, self.env.now, (src, dst)
+        route = self._routes.get(key) or self.route(src, dst)
+        conn = self.connections.get(key)
         if conn is None:
-            conn = self.connections[(src, dst)] = Connection(cwnd=p.initial_window_bytes)
+            conn = self.connections[key] = Connection(cwnd=p.initial_window_bytes)
         # a p2p send waits for its rendezvous; a collective step over TCP for NCCL's flow
         # control (the receiver's credit for the step's buffer)
         sync_rtts = p.p2p_handshake_rtts if p2p else route.step_rtts
         ready = now + sync_rtts * route.rtt_s
-        start = max(ready, conn.last_active)  # one connection is one byte stream
+        last_active = conn.last_active
+        start = ready if ready >= last_active else last_active  # one connection is one byte stream
         serialize = nbytes / route.line_rate
         # Each hop serves its backlog first come, first served, at line rate. The backlog grows
         # by line time counted from the request, never from a later start, so a send waiting
         # for its rendezvous or its connection does not hold the line for anyone else.
         free_at = self.free_at
-        line_done = start + serialize
+        done = start + serialize
         for h in route.hops:
-            free_at[h] = max(free_at[h], now) + serialize
-            line_done = max(line_done, free_at[h])
-        # a window-limited flow trickles on after its line time without holding the line
-        done = max(line_done, start + self.flow_time(route, conn, nbytes, start))
+            busy = free_at[h]
+            busy = (busy if busy > now else now) + serialize
+            free_at[h] = busy
+            if busy > done:
+                done = busy
+        if route.tcp and route.rtt_s > 0:
+            # a window-limited flow trickles on after its line time without holding the line
+            done = max(done, start + self.flow_time(route, conn, nbytes, start))
         conn.last_active = done
         arrival = done + route.one_way_s + p.per_message_overhead_s
         if self.trace is not None:
             self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
         return arrival - now
+
+Network = TCPNetwork  # the name before network models had a protocol

@@ -27,6 +27,10 @@ WHATIF_AXES = {"scenario": "str", "technique": "str", "model": "str", "rtt_ms": 
 WORKLOAD_KINDS = {f.name: ("str" if f.name == "precision" else "bool" if f.name == "checkpointing" else "int")
                   for f in fields(Workload)}
 NATIVE_ALLOWED = {"rtt_ms", "bandwidth_gbps", "gpu"}
+MAX_RANGE_POINTS = 100_000
+# a grid's points are built in memory (~1 KB each) and every one is predicted: past this, a sweep
+# would run out of memory or time before it wrote anything useful
+MAX_GRID_POINTS = 1_000_000
 
 
 def _round(value: float) -> float:
@@ -105,6 +109,10 @@ class Grid:
             if not values:
                 raise GeosimError("no values", key=name)
         self.axes = {name: list(values) for name, values in axes.items()}
+        if len(self) > MAX_GRID_POINTS:
+            sizes = " x ".join(f"{len(v)} {k}" for k, v in self.axes.items() if len(v) > 1)
+            raise GeosimError(f"{len(self):,} points ({sizes}) is more than {MAX_GRID_POINTS:,}: "
+                              f"sweep fewer values, or split the grid over several --out directories", key="grid")
 
     def __len__(self) -> int:
         return math.prod(len(v) for v in self.axes.values())

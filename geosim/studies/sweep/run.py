@@ -65,9 +65,12 @@ def make_context(grid: Grid, params_path: str | None = None, metric: str = "tota
                 raise GeosimError(f"scenario {name} has no host {missing[0]!r}", source="--hosts")
         if any(v != NATIVE for v in grid.axes.get("rtt_ms", [])) and not sc.cluster.links:
             raise GeosimError("has no link between hosts whose RTT could change", source=name, key="--rtt-ms")
-    for v in grid.axes.get("bandwidth_gbps", []):
-        if v != NATIVE and v <= 0:
-            raise GeosimError(f"must be > 0, got {v:g}", source="--bandwidth-gbps")
+    from geosim.scenario import LINK_RANGES, check_number
+
+    for axis in ("rtt_ms", "bandwidth_gbps"):
+        for v in grid.axes.get(axis, []):
+            if v != NATIVE:
+                check_number(v, f"--{axis.replace('_', '-')}", None, *LINK_RANGES[axis])
     for g in grid.axes.get("gpu", []):
         if g != NATIVE:
             try:

@@ -5,6 +5,11 @@ results.jsonl is the source of truth. Each row is appended with one O_APPEND wri
 and the file is fsynced after every chunk, so an interrupted sweep keeps every row it
 reported. On reopening, a half-written last line (a kill mid-write) is cut off and
 results.csv is rebuilt from the JSONL rows, so the two never disagree.
+
+One sweep at a time writes a directory: ResultStore.open takes an exclusive lock
+(`DIR/.lock`, released when the sweep ends or dies) and a second sweep into the same
+directory fails at once with a one-line error instead of writing duplicate rows. The
+manifest keeps every grid run into the directory (`grids`), not only the last.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 from pathlib import Path
 
 from geosim.errors import GeosimError
+from geosim.fileio import locked, write_atomic
 
 SCHEMA = "geosim.studies.sweep.run/1"
 RESULTS = "results.jsonl"
@@ -50,9 +56,15 @@ def _csv_line(row: dict) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)
+
+
+def _load_json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise GeosimError(f"{what} is corrupt ({exc}); move the directory away to start afresh, or use --fresh",
+                          source=str(path)) from None
 
 
 def read_rows(out_dir: str | Path, *, repair: bool = False) -> list[dict]:
@@ -68,7 +80,7 @@ def read_rows(out_dir: str | Path, *, repair: bool = False) -> list[dict]:
                 f.truncate(keep)
         data = data[:keep]
     rows, seen = [], set()
-    for number, line in enumerate(data.decode().splitlines(), start=1):
+    for number, line in enumerate(data.decode(errors="replace").splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -76,6 +88,9 @@ def read_rows(out_dir: str | Path, *, repair: bool = False) -> list[dict]:
         except json.JSONDecodeError as exc:
             raise GeosimError(f"not valid JSON ({exc.msg}); move the file away to start afresh",
                               source=f"{path}:{number}") from None
+        if not isinstance(row, dict) or not isinstance(row.get("key"), str):
+            raise GeosimError("not a sweep row (no 'key'); move the file away to start afresh",
+                              source=f"{path}:{number}", key="key")
         if row["key"] not in seen:
             seen.add(row["key"])
             rows.append(row)
@@ -84,16 +99,25 @@ def read_rows(out_dir: str | Path, *, repair: bool = False) -> list[dict]:
 
 def read_manifest(out_dir: str | Path) -> dict | None:
     path = Path(out_dir) / MANIFEST
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    doc = _load_json(path, "the manifest")
+    if not isinstance(doc, dict) or not isinstance(doc.get("scenarios", {}), dict):
+        raise GeosimError("the manifest is not a sweep manifest; move the directory away or use --fresh",
+                          source=str(path))
+    return doc
 
 
 def read_crossovers(out_dir: str | Path) -> list[dict]:
     path = Path(out_dir) / CROSSOVERS
-    return json.loads(path.read_text()) if path.exists() else []
+    doc = _load_json(path, "the crossovers file") if path.exists() else []
+    if not isinstance(doc, list):
+        raise GeosimError("not a list of crossovers", source=str(path))
+    return doc
 
 
 def write_crossovers(out_dir: str | Path, crossovers: list[dict]) -> None:
-    _write_atomic(Path(out_dir) / CROSSOVERS, json.dumps(crossovers, indent=1) + "\n")
+    _write_atomic(Path(out_dir) / CROSSOVERS, json.dumps(crossovers, indent=1, allow_nan=False) + "\n")
 
 
 def read_best(out_dir: str | Path) -> list[dict]:
@@ -113,16 +137,33 @@ class ResultStore:
         self.rows: list[dict] = []
         self.done: set[str] = set()
         self._fds: list[int] = []
+        self._lock = None
 
     def open(self, manifest: dict, fresh: bool = False) -> "ResultStore":
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise GeosimError("exists and is not a directory", source=str(self.dir)) from None
+        self._lock = locked(self.dir, wait=False, what="sweep directory")
+        self._lock.__enter__()  # held until close(): a second sweep into this directory fails at once
+        try:
+            return self._open(manifest, fresh)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, manifest: dict, fresh: bool) -> "ResultStore":
         if fresh:
             for name in (RESULTS, CSV_FILE, MANIFEST, CROSSOVERS, BEST):
                 (self.dir / name).unlink(missing_ok=True)
         old = read_manifest(self.dir)
+        grids = list(old.get("grids", [old["grid"]] if "grid" in old else [])) if old else []
+        if manifest.get("grid") not in grids:
+            grids.append(manifest.get("grid"))
         if old is not None:
             self._check_compatible(old, manifest)
             manifest = {**old, **manifest, "scenarios": {**old.get("scenarios", {}), **manifest["scenarios"]}}
+        manifest["grids"] = grids  # every grid run into this directory; "grid" is the latest
         _write_atomic(self.dir / MANIFEST, json.dumps(manifest, indent=1, default=str) + "\n")
         self.rows = read_rows(self.dir, repair=True)
         self.done = {row["key"] for row in self.rows}
@@ -147,7 +188,7 @@ class ResultStore:
         for row in rows:
             if row["key"] in self.done:  # a point can come back twice only through a bug; never write it twice
                 continue
-            os.write(jsonl_fd, (json.dumps(row, separators=(",", ":")) + "\n").encode())
+            os.write(jsonl_fd, (json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n").encode())
             os.write(csv_fd, _csv_line(row).encode())
             self.done.add(row["key"])
             self.rows.append(row)
@@ -158,6 +199,9 @@ class ResultStore:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+        if self._lock is not None:
+            self._lock.__exit__(None, None, None)
+            self._lock = None
 
     def __enter__(self):
         return self

@@ -1,0 +1,381 @@
+"""How long a GPU takes to compute a piece of a GPT-2 training step, from its datasheet.
+
+An op-level roofline in the manner of Calculon (Isaev et al., SC'23): a transformer block's
+forward and backward are listed as the kernels XLA runs for them (Flax's GPT-2, as Alpa
+trains it), each either
+
+- a matrix multiply (M x N x K, possibly batched): its FLOPs at the GPU's tensor peak for
+  the precision x an attainable fraction for large GEMMs (one per architecture generation)
+  x a size-dependent saturation, or its bytes at the memory bandwidth, whichever is longer
+  (small or skinny GEMMs are memory-bound or cannot fill the GPU), or
+- a memory-bound kernel (layer norm, bias + GELU, softmax, dropout, residual adds, the
+  fp32 <-> fp16 casts, gradient accumulation, Adam's update): its bytes at the attainable
+  fraction of the memory bandwidth,
+
+each paying a kernel's launch gap. The speed of one GPU relative to another then follows
+from the catalog (tensor TFLOP/s and memory bandwidth) alone; the few global constants
+in Efficiency are what calibration may fit, with priors (docs/reference/params.md).
+
+Times are computed once per (Work, GPU) and cached: a Work is a small hashable tuple, so
+the engine's millions of Compute ops cost one dictionary look-up each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from geosim.specs import GPU, Model
+
+
+class Gemm(NamedTuple):
+    """C[M,N] = A[M,K] @ B[K,N], `batch` independent ones (attention's per-head products)."""
+
+    label: str
+    m: float
+    n: float
+    k: float
+    batch: float = 1.0
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    def bytes(self, value_bytes: int) -> float:
+        return (self.m * self.k + self.k * self.n + self.m * self.n) * self.batch * value_bytes
+
+
+class MemoryOp(NamedTuple):
+    """A memory-bound kernel: the bytes it reads and writes."""
+
+    label: str
+    nbytes: float
+
+
+KernelOp = Gemm | MemoryOp
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The compute model's global constants (priors and sources: docs/reference/params.md).
+
+    gemm_fraction: attainable fraction of the dense tensor (or fp32) peak for large GEMMs, the
+        same for every GPU, so that one GPU's speed relative to another's comes from the catalog.
+        by_architecture may override it for one generation (the word in parentheses in a catalog
+        GPU's name, lower case); calibration never frees those overrides.
+    gemm_half_s: a GEMM's size-dependent saturation: one of F FLOPs reaches
+        F / (F + R * gemm_half_s) of the large-GEMM rate R (tile and wave quantization, the
+        ramp of filling and draining the SMs). A GEMM of R * gemm_half_s FLOPs runs at half rate.
+    memory_fraction: attainable fraction of the memory bandwidth for streaming kernels.
+    kernel_s: launch gap per kernel (XLA launches its fused kernels one by one).
+    """
+
+    gemm_fraction: float = 0.7
+    gemm_half_s: float = 20e-6
+    memory_fraction: float = 0.8
+    kernel_s: float = 5e-6
+    by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, gemm fraction) overrides
+
+    def gemm_fraction_of(self, gpu: GPU) -> float:
+        if self.by_architecture:
+            return dict(self.by_architecture).get(architecture(gpu), self.gemm_fraction)
+        return self.gemm_fraction
+
+
+def architecture(gpu: GPU) -> str:
+    """The GPU's architecture generation, lower case ('turing'), from the catalog."""
+    return gpu.architecture
+
+
+def value_bytes(precision: str) -> int:
+    return 4 if precision == "fp32" else 2
+
+
+def sustained_tensor_tflops(gpu: GPU, precision: str) -> float:
+    """The datasheet peak for the precision, capped by board power for tensor precisions: a card cannot
+    sustain more tensor TFLOP/s per watt than its generation's least power-dense card of the built-in
+    catalog (whose datasheet peak is taken as sustainable). The T4's 65 TFLOP/s in 70 W is capped at
+    70 W x the RTX 6000's 130.5 / 295 TFLOP/s per W = 31 TFLOP/s: the T4 throttles its clock under
+    sustained tensor load. A card of a generation the catalog does not hold, or without tdp_w, is not capped."""
+    peak = gpu.peak_tflops(precision)
+    if precision == "fp32" or not gpu.tdp_w:
+        return peak
+    per_watt = _generation_tflops_per_watt().get(gpu.architecture)
+    return peak if per_watt is None else min(peak, gpu.tdp_w * per_watt)
+
+
+_PER_WATT: dict[str, float] = {}
+
+
+def _generation_tflops_per_watt() -> dict[str, float]:
+    if not _PER_WATT:
+        from geosim.scenario import gpu_catalog
+
+        for g in gpu_catalog().values():
+            if g.tdp_w:
+                ratio = g.fp16_tensor_tflops / g.tdp_w
+                _PER_WATT[g.architecture] = min(ratio, _PER_WATT.get(g.architecture, ratio))
+    return _PER_WATT
+
+
+def gemm_seconds(op: Gemm, gpu: GPU, precision: str, eff: Efficiency) -> float:
+    rate = sustained_tensor_tflops(gpu, precision) * 1e12 * eff.gemm_fraction_of(gpu)
+    bandwidth = gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction
+    flops = op.flops
+    # F / (rate * F / (F + rate * half)) = F / rate + half: saturation is a fixed ramp per GEMM
+    compute = flops / rate + eff.gemm_half_s
+    memory = op.bytes(value_bytes(precision)) / bandwidth
+    return max(compute, memory) + eff.kernel_s
+
+
+def memory_seconds(op: MemoryOp, gpu: GPU, eff: Efficiency) -> float:
+    return op.nbytes / (gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction) + eff.kernel_s
+
+
+def op_seconds(op: KernelOp, gpu: GPU, precision: str, eff: Efficiency) -> float:
+    if type(op) is Gemm:
+        return gemm_seconds(op, gpu, precision, eff)
+    return memory_seconds(op, gpu, eff)
+
+
+# --- the kernels of one training step ------------------------------------------------------
+
+# Passes over the attention-score tensor (batch x heads x S x S) besides the two products:
+# XLA's softmax is a max-reduce, an exp-sum reduce and a normalize (three reads, one write);
+# its backward reads P and dP twice (the row sum of dP * P, then dS) and writes dS.
+SOFTMAX_PASSES_FORWARD = 4
+SOFTMAX_PASSES_BACKWARD = 5
+
+
+def block_forward(model: Model, sequences: float, seq_len: int, precision: str, tensor_parallel: int = 1,
+                  dropout: bool = True) -> list[KernelOp]:
+    """One transformer block's forward for `sequences` sequences on one GPU of a `tensor_parallel`
+    split (Megatron's layout: heads and MLP columns split, layer norms and residuals replicated)."""
+    e, t = value_bytes(precision), tensor_parallel
+    s, h, a = seq_len, model.n_embd, model.n_head
+    tokens, d, heads = sequences * seq_len, h / a, a / t
+    drop = 1 if dropout else 0  # dropout writes a one-byte mask and the scaled values
+    scores = sequences * heads * s * s  # elements of the attention-score tensor
+    return [
+        MemoryOp("ln1", 2 * tokens * h * e),
+        Gemm("qkv", tokens, 3 * h / t, h),
+        MemoryOp("qkv bias", 2 * tokens * 3 * h / t * e),
+        Gemm("scores", s, s, d, sequences * heads),
+        MemoryOp("mask+softmax", SOFTMAX_PASSES_FORWARD * scores * e),
+        *([MemoryOp("attention dropout", scores * (2 * e + 1))] if dropout else []),
+        Gemm("probs@v", s, d, s, sequences * heads),
+        MemoryOp("merge heads", 2 * tokens * h / t * e),
+        Gemm("attention out", tokens, h, h / t),
+        MemoryOp("bias+dropout+residual", tokens * h * (3 * e + drop)),
+        MemoryOp("ln2", 2 * tokens * h * e),
+        Gemm("mlp in", tokens, 4 * h / t, h),
+        MemoryOp("bias+gelu", 2 * tokens * 4 * h / t * e),
+        Gemm("mlp out", tokens, h, 4 * h / t),
+        MemoryOp("bias+dropout+residual", tokens * h * (3 * e + drop)),
+    ]
+
+
+def _backward_gemms(op: Gemm) -> list[Gemm]:
+    """dA = dC @ B^T (M x K x N) and dB = A^T @ dC (K x N x M)."""
+    return [Gemm(op.label + " dgrad", op.m, op.k, op.n, op.batch), Gemm(op.label + " wgrad", op.k, op.n, op.m, op.batch)]
+
+
+def block_backward(model: Model, sequences: float, seq_len: int, precision: str, tensor_parallel: int = 1,
+                   dropout: bool = True) -> list[KernelOp]:
+    """The block's backward: two GEMMs per forward GEMM, and per memory-bound kernel one that reads
+    what it saved and the incoming gradient and writes the outgoing one (plus bias-gradient reduces)."""
+    e, t = value_bytes(precision), tensor_parallel
+    s, h, a = seq_len, model.n_embd, model.n_head
+    tokens, heads = sequences * seq_len, a / t
+    scores = sequences * heads * s * s
+    drop = 1 if dropout else 0
+    ops: list[KernelOp] = []
+    for op in reversed(block_forward(model, sequences, seq_len, precision, tensor_parallel, dropout)):
+        if type(op) is Gemm:
+            ops += _backward_gemms(op)
+            continue
+        label = op.label
+        if label == "bias+dropout+residual":  # dropout's grad, the residual's grad add, the bias reduce
+            ops.append(MemoryOp(label + " bwd", tokens * h * (4 * e + drop)))
+        elif label in ("ln1", "ln2"):  # read x, dy (and the residual branch's grad), write dx
+            ops.append(MemoryOp(label + " bwd", 4 * tokens * h * e))
+        elif label == "bias+gelu":  # read x and dy, write dx; the bias reduce rereads dx
+            ops.append(MemoryOp(label + " bwd", 4 * tokens * 4 * h / t * e))
+        elif label == "qkv bias":
+            ops.append(MemoryOp(label + " bwd", tokens * 3 * h / t * e))
+        elif label == "merge heads":
+            ops.append(MemoryOp(label + " bwd", 2 * tokens * h / t * e))
+        elif label == "mask+softmax":
+            ops.append(MemoryOp(label + " bwd", SOFTMAX_PASSES_BACKWARD * scores * e))
+        elif label == "attention dropout":
+            ops.append(MemoryOp(label + " bwd", scores * (2 * e + 1)))
+        else:  # pragma: no cover - every forward kernel has its backward above
+            raise ValueError(f"no backward for {label}")
+    return ops
+
+
+def head_forward(model: Model, sequences: float, seq_len: int, precision: str, tensor_parallel: int = 1) -> list[KernelOp]:
+    """Final layer norm, the tied LM head (vocabulary split over a tensor-parallel group) and the
+    softmax cross-entropy over the vocabulary (two reads of the logits: max, then sum of exp)."""
+    e, t = value_bytes(precision), tensor_parallel
+    tokens, h, v = sequences * seq_len, model.n_embd, model.vocab / tensor_parallel
+    return [MemoryOp("ln_f", 2 * tokens * h * e), Gemm("lm head", tokens, v, h),
+            MemoryOp("cross-entropy", 2 * tokens * v * e)]
+
+
+def head_backward(model: Model, sequences: float, seq_len: int, precision: str, tensor_parallel: int = 1) -> list[KernelOp]:
+    e = value_bytes(precision)
+    tokens, h, v = sequences * seq_len, model.n_embd, model.vocab / tensor_parallel
+    head = Gemm("lm head", tokens, v, h)
+    return [MemoryOp("cross-entropy bwd", 2 * tokens * v * e), *_backward_gemms(head),
+            MemoryOp("ln_f bwd", 4 * tokens * h * e)]
+
+
+def embedding_forward(model: Model, sequences: float, seq_len: int, precision: str, dropout: bool = True) -> list[KernelOp]:
+    e = value_bytes(precision)
+    tokens, h = sequences * seq_len, model.n_embd
+    return [MemoryOp("embedding gather+add+dropout", tokens * h * (3 * e + (1 if dropout else 0)))]
+
+
+def embedding_backward(model: Model, sequences: float, seq_len: int, precision: str) -> list[KernelOp]:
+    """The token embedding's gradient: zero a vocabulary x width buffer, scatter-add the tokens' rows."""
+    e = value_bytes(precision)
+    tokens, h = sequences * seq_len, model.n_embd
+    return [MemoryOp("embedding grad", model.vocab * h * e + 2 * tokens * h * e)]
+
+
+# bytes per parameter: mixed precision casts the fp32 master weights to 16 bits for every
+# microbatch (read 4, write 2) and adds the 16-bit gradient into an fp32 accumulator (read 2,
+# read 4, write 4); fp32 only accumulates (read 4, read 4, write 4). Adam (optax.adamw) reads
+# weight, gradient, m and v and writes weight, m and v in fp32 (28), plus the gradient-norm read.
+CAST_AND_ACCUMULATE_BYTES = {"mixed": 6.0 + 10.0, "fp32": 12.0}
+ADAM_BYTES = 32.0
+
+
+def accumulate_ops(params_held: float, precision: str) -> list[KernelOp]:
+    """Per microbatch, per GPU: the weight cast and the gradient accumulation for `params_held` parameters."""
+    kind = "fp32" if precision == "fp32" else "mixed"
+    return [MemoryOp("cast+accumulate", params_held * CAST_AND_ACCUMULATE_BYTES[kind])]
+
+
+def optimizer_ops(params_updated: float) -> list[KernelOp]:
+    """Per iteration, per GPU: Adam's update of the parameters this GPU owns."""
+    return [MemoryOp("adam", params_updated * ADAM_BYTES)]
+
+
+# --- what a Compute op carries ------------------------------------------------------------
+
+class Work(NamedTuple):
+    """A Compute op's work, in the terms the op model needs. Hashable, so the time of each
+    distinct Work is computed once per GPU type and cached.
+
+    phase: forward | backward (a microbatch through `layers` blocks, or only their attention or
+    MLP half, plus the embedding when `embedding`, plus the LM head and loss when `head`), update (per microbatch cast and
+    gradient accumulation of `params` parameters) or optimizer (Adam over `params` parameters).
+    remat: backward recomputes the forward first (Alpa's remat / activation checkpointing).
+    """
+
+    phase: str
+    model: Model
+    sequences: float = 0.0
+    seq_len: int = 0
+    layers: int = 0
+    head: bool = False
+    embedding: bool = False
+    tensor_parallel: int = 1
+    params: float = 0.0
+    remat: bool = False
+    dropout: bool = False  # Alpa's GPT benchmarks and release tests train with deterministic=True
+    part: str = "block"  # block | attention | mlp: a tensor-parallel block is timed in its two halves
+
+
+def kernels(work: Work, precision: str) -> list[KernelOp]:
+    m, b, s, t = work.model, work.sequences, work.seq_len, work.tensor_parallel
+    if work.phase == "update":
+        return accumulate_ops(work.params, precision)
+    if work.phase == "optimizer":
+        return optimizer_ops(work.params)
+    if work.phase not in ("forward", "backward"):
+        raise ValueError(f"unknown phase {work.phase!r}")
+    block_fwd = block_forward(m, b, s, precision, t, work.dropout)
+    block_bwd = block_backward(m, b, s, precision, t, work.dropout)
+    if work.part != "block":
+        block_fwd, block_bwd = _half(block_fwd, work.part), _half(block_bwd, work.part)
+    forward: list[KernelOp] = []
+    if work.embedding:
+        forward += embedding_forward(m, b, s, precision, work.dropout)
+    forward += block_fwd * work.layers
+    if work.head:
+        forward += head_forward(m, b, s, precision, t)
+    if work.phase == "forward":
+        return forward
+    backward: list[KernelOp] = list(forward) if work.remat else []
+    if work.head:
+        backward += head_backward(m, b, s, precision, t)
+    backward += block_bwd * work.layers
+    if work.embedding:
+        backward += embedding_backward(m, b, s, precision)
+    return backward
+
+
+def _half(ops: list[KernelOp], part: str) -> list[KernelOp]:
+    """The attention half of a block's kernels (layer norm 1 to the first residual add) or the MLP half."""
+    if part not in ("attention", "mlp"):
+        raise ValueError(f"unknown block part {part!r}")
+    backward = ops[0].label.endswith(" bwd")
+    # the forward's first residual add closes the attention half; in the backward it opens it
+    cut = [i for i, op in enumerate(ops) if op.label.startswith("bias+dropout+residual")]
+    split = cut[0] + 1 if not backward else cut[1]
+    first, second = ops[:split], ops[split:]
+    if backward:
+        return second if part == "attention" else first
+    return first if part == "attention" else second
+
+
+def kernel_flops(ops: list[KernelOp]) -> float:
+    return sum(op.flops for op in ops if type(op) is Gemm)
+
+
+class ComputeModel:
+    """Seconds of Work on a GPU, cached per (work, GPU, precision)."""
+
+    def __init__(self, efficiency: Efficiency | None = None):
+        self.efficiency = efficiency or Efficiency()
+        self._cache: dict[tuple, float] = {}
+
+    def seconds(self, work: Work, gpu: GPU, precision: str) -> float:
+        key = (work, gpu, precision)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._seconds(work, gpu, precision)
+        return hit
+
+    def _seconds(self, work: Work, gpu: GPU, precision: str) -> float:
+        # a block's kernels repeat `layers` times: time one block and multiply
+        if work.phase in ("forward", "backward") and work.layers > 1:
+            one = self._seconds(work._replace(layers=1, head=False, embedding=False), gpu, precision)
+            rest = self._seconds(work._replace(layers=0), gpu, precision)
+            return one * work.layers + rest
+        return sum(op_seconds(op, gpu, precision, self.efficiency) for op in kernels(work, precision))
+
+    def breakdown(self, work: Work, gpu: GPU, precision: str) -> dict[str, float]:
+        """Seconds per kernel label (summed over the blocks): what the time is made of."""
+        out: dict[str, float] = {}
+        for op in kernels(work, precision):
+            out[op.label] = out.get(op.label, 0.0) + op_seconds(op, gpu, precision, self.efficiency)
+        return out
+
+
+_MODELS: dict[Efficiency, ComputeModel] = {}
+
+
+def compute_model(params) -> ComputeModel:
+    """The compute model for a Params' constants, shared by every run with the same constants
+    (a fit re-simulates hundreds of cases with few distinct values)."""
+    efficiency = params.compute_efficiency()
+    found = _MODELS.get(efficiency)
+    if found is None:
+        if len(_MODELS) > 256:
+            _MODELS.clear()
+        found = _MODELS[efficiency] = ComputeModel(efficiency)
+    return found

@@ -1,0 +1,100 @@
+"""Network models: what a transfer costs, behind one small protocol the engine calls.
+
+The engine runs a schedule's ops and asks its network model two things: how long a
+send takes to arrive (`send`), and which ops a collective becomes for one rank
+(`collective_ops`: point-to-point steps, or a barrier where communication is free).
+A model may also offer a fast path for a whole collective (`collective_time`), and
+keeps the byte and transfer counts the engine reports. Models, one file each:
+
+  tcp.TCPNetwork               links, routes, TCP's window, slow start and per-message costs
+  alphabeta.AlphaBetaNetwork   latency + bytes / bandwidth per link, first-come-first-served
+                               links, no TCP; symmetric collectives simulated once
+  ideal.IdealNetwork           free communication: sends cost nothing, collectives are barriers
+
+A model is built per run by a factory called as
+    factory(clock, cluster, params, devices, trace) -> NetworkModel
+where clock has `.now` (the simulation's time) and trace is a list to append
+("link", name, label, start, end, bytes) rows to, or None. The model classes are
+their own factories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from geosim.sim import collectives
+from geosim.sim.schedule import Collective, Device
+from geosim.specs import Cluster, Params
+
+
+class NetworkModel(Protocol):
+    bytes_sent: float
+    transfers: int
+
+    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
+        """Start a transfer now (reserving what it holds); return the seconds until it has arrived."""
+
+    def collective_ops(self, coll: Collective, rank: int) -> tuple:
+        """The ops `rank` runs for `coll`: Sends and Recvs, or a Barrier of the group."""
+
+    def collective_time(self, coll: Collective) -> float | None:
+        """Fast path: when every rank of `coll` has reached it at this instant, the seconds it takes
+        for all of them (counting its bytes), or None to have the engine run collective_ops."""
+
+    def may_shortcut(self, coll: Collective) -> bool:
+        """Whether collective_time could answer for `coll` (the engine then gathers its ranks first)."""
+
+    def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
+        """Record traffic that was not simulated (repetitions the engine skipped)."""
+
+    def sent(self, rank: int) -> tuple[float, int]:
+        """(bytes, transfers) `rank` has sent so far."""
+
+    def shift_connections(self, src: int, since: float, delta: float) -> None:
+        """Repetitions of a block were skipped: src's transfer state active since `since` moves on by delta."""
+
+
+NetworkFactory = Callable[..., NetworkModel]
+
+
+class CountingNetwork:
+    """What every model shares: byte and transfer counts, collectives as point-to-point steps,
+    no fast path and no state to shift. Subclasses provide send()."""
+
+    def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
+        self.env = clock
+        self.cluster = cluster
+        self.params = params
+        self.devices = devices
+        self.trace = trace
+        self.hosts = tuple(d.host for d in devices)
+        self.bytes_sent = 0.0
+        self.transfers = 0
+        self._sent: dict[int, list] = {}  # rank -> [bytes, transfers]
+
+    def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
+        self.transfers += transfers
+        self.bytes_sent += nbytes
+        mine = self._sent.get(src)
+        if mine is None:
+            self._sent[src] = [nbytes, transfers]
+        else:
+            mine[0] += nbytes
+            mine[1] += transfers
+
+    def sent(self, rank: int) -> tuple[float, int]:
+        mine = self._sent.get(rank)
+        return (mine[0], mine[1]) if mine else (0.0, 0)
+
+    def collective_ops(self, coll: Collective, rank: int) -> tuple:
+        return collectives.expand(coll, rank, self.hosts)
+
+    def may_shortcut(self, coll: Collective) -> bool:
+        return False
+
+    def collective_time(self, coll: Collective) -> float | None:
+        return None
+
+    def shift_connections(self, src: int, since: float, delta: float) -> None:
+        return None

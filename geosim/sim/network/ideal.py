@@ -1,0 +1,18 @@
+"""The ideal network: communication is free. Sends arrive at once; a collective is only a
+barrier of its group (its ranks leave together once the last has arrived). The predictor
+runs it beside the real network to split a step into compute, bubble and exposed
+communication."""
+
+from __future__ import annotations
+
+from geosim.sim.network import CountingNetwork
+from geosim.sim.schedule import Barrier, Collective
+
+
+class IdealNetwork(CountingNetwork):
+    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
+        self.count(src, nbytes)
+        return 0.0
+
+    def collective_ops(self, coll: Collective, rank: int) -> tuple:
+        return (Barrier(coll.tag, len(coll.group)),)

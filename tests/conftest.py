@@ -1,0 +1,40 @@
+"""Hypothesis profiles: `default` (quick, fixed seed) for a developer's run, `ci` (fixed seed,
+1,000 property examples, 2,000 scenario fuzz examples) selected by HYPOTHESIS_PROFILE=ci, which
+.ci/run sets. Tests read their example counts from the loaded profile (tests/test_fuzz.py,
+tests/test_properties.py), so one variable sizes the whole suite."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+# calibrate/, live/ and scenarios/ install as geosim.calibrate, geosim.live, geosim.scenarios
+# (pyproject's package-dir). An editable install made from another checkout maps those names
+# to that checkout; the tests must exercise the checkout they live in, so map them here.
+ROOT = Path(__file__).resolve().parents[1]
+for _sub in ("calibrate", "live", "scenarios"):
+    _name, _dir = f"geosim.{_sub}", ROOT / _sub
+    if _name not in sys.modules and (_dir / "__init__.py").exists():
+        _spec = importlib.util.spec_from_file_location(_name, _dir / "__init__.py", submodule_search_locations=[str(_dir)])
+        _module = importlib.util.module_from_spec(_spec)
+        sys.modules[_name] = _module
+        _spec.loader.exec_module(_module)
+
+_COMMON = dict(deadline=None, derandomize=True, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+settings.register_profile("default", max_examples=12, **_COMMON)
+settings.register_profile("ci", max_examples=1000, **_COMMON)
+# searching for new counterexamples: random seeds, many examples (HYPOTHESIS_PROFILE=search)
+settings.register_profile("search", max_examples=1000, **{**_COMMON, "derandomize": False})
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# the fuzz suite's scenario examples by profile; other targets run a share of it (tests/test_fuzz.py)
+FUZZ_EXAMPLES = {"default": 150, "ci": 2000, "search": 2000}
+
+
+def fuzz_examples(share: float = 1.0) -> int:
+    return max(10, round(FUZZ_EXAMPLES.get(settings._current_profile, 150) * share))

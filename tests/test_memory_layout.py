@@ -1,0 +1,118 @@
+"""The Alpa/XLA memory layout against layouts counted by hand, one per technique."""
+
+from __future__ import annotations
+
+import pytest
+
+from geosim.scenario import model_catalog
+from geosim.sim.memory_layout import (FITS, MAY_NOT_FIT, OUT_OF_MEMORY, LayoutOptions, activations, auto_sharded,
+                                      block_residual_bytes_per_token, data_parallel, pipeline_stage, verdict, zero2)
+from geosim.specs import GIB
+
+GPT2M = model_catalog()["gpt2m"]
+GPT2L = model_catalog()["gpt2l"]
+MIXED = LayoutOptions(workspace_bytes=0.0)
+S = 1024
+
+
+def test_block_residuals_per_token_by_hand():
+    # gpt2m: 16 h-wide fp16 values and the softmax's 16 heads x 1024 fp16 values
+    assert block_residual_bytes_per_token(GPT2M, S, MIXED) == 16 * 1024 * 2 + 16 * 1024 * 2
+    # dropout: two one-byte h-wide masks, a one-byte mask and the dropped fp16 probabilities per score
+    with_dropout = LayoutOptions(dropout=True)
+    assert block_residual_bytes_per_token(GPT2M, S, with_dropout) == 16 * 1024 * 2 + 16 * 1024 * 2 + 2 * 1024 + 16 * 1024 * 3
+    # ... which is Korthikanti et al.'s 34*h + 5*a*S bytes per token exactly
+    assert block_residual_bytes_per_token(GPT2M, S, with_dropout) == 34 * 1024 + 5 * 16 * 1024
+
+
+def test_tensor_parallel_residuals_keep_the_layer_norms_whole():
+    # 4 of the 16 h-wide values replicated, 12 split four ways; the scores split by heads
+    assert block_residual_bytes_per_token(GPT2M, S, MIXED, tensor_parallel=4) == (4 + 12 / 4) * 1024 * 2 + 16 * 1024 * 2 / 4
+
+
+def test_data_parallel_layout_by_hand():
+    n, b = GPT2M.num_params, 4
+    parts = data_parallel(GPT2M, b, S, MIXED)
+    assert parts["weights"] == 2 * n and parts["master"] == 4 * n and parts["gradients"] == 2 * n
+    assert parts["optimizer"] == 8 * n
+    tokens = b * S
+    block = 16 * 1024 * 2 + 16 * 1024 * 2
+    head_residual = 2 * 1024 * 2 + 50257 * 2
+    assert parts["activations"] == pytest.approx(tokens * (24 * block + head_residual))
+    # the larger transient: the LM head's gradient (50257 fp16 values per token) beats a block's score gradients
+    assert parts["transient"] == pytest.approx(tokens * max(2 * 16 * 1024 * 2 + 8 * 1024 * 2, 50257 * 2))
+    assert parts["workspace"] == 0.0
+
+
+def test_fp32_has_no_master_copy():
+    parts = data_parallel(GPT2M, 1, S, LayoutOptions(precision="fp32", workspace_bytes=0.0))
+    n = GPT2M.num_params
+    assert (parts["weights"], parts["master"], parts["gradients"], parts["optimizer"]) == (4 * n, 0.0, 4 * n, 8 * n)
+
+
+def test_zero2_shards_master_gradients_and_moments_and_holds_a_whole_microbatch_gradient():
+    n = GPT2M.num_params
+    parts = zero2(GPT2M, 2, S, 4, MIXED)
+    assert parts["weights"] == 2 * n
+    assert parts["master"] == pytest.approx(4 * n / 4) and parts["gradients"] == pytest.approx(2 * n / 4)
+    assert parts["optimizer"] == pytest.approx(8 * n / 4)
+    assert parts["transient"] == pytest.approx(data_parallel(GPT2M, 2, S, MIXED)["transient"] + 2 * n)
+
+
+def test_auto_sharding_splits_the_block_matrices_and_replicates_the_rest():
+    n = GPT2M.num_params
+    matrices = 24 * 12 * 1024 ** 2
+    parts = auto_sharded(GPT2M, 8, S, 4, MIXED)
+    assert parts["optimizer"] == pytest.approx(8 * ((n - matrices) + matrices / 4))
+    # more than Megatron's perfect split, less than a replica
+    assert 8 * n / 4 < parts["optimizer"] < 8 * n
+    tokens = 8 * S
+    block = (4 + 12 / 4) * 1024 * 2 + 16 * 1024 * 2 / 4
+    head = 2 * 1024 * 2 + 50257 / 4 * 2
+    assert parts["activations"] == pytest.approx(tokens * (24 * block + head))
+
+
+def test_one_vm_pipeline_stages_are_one_gpu_each():
+    """gpt2m on one VM as Alpa runs it: two stages of 12 blocks, a microbatch of 8 sequences each,
+    1F1B keeps 2 microbatches in flight on the first stage and 1 on the last."""
+    first = pipeline_stage(GPT2M, 8, S, 12, True, False, 2, 2, MIXED)
+    last = pipeline_stage(GPT2M, 8, S, 12, False, True, 2, 1, MIXED)
+    layer = 12 * 1024 ** 2 + 13 * 1024
+    assert first["optimizer"] == 8 * (12 * layer + GPT2M.embedding_params)
+    assert last["optimizer"] == 8 * (12 * layer + 50257 * 1024 + 2 * 1024)
+    block = 16 * 1024 * 2 + 16 * 1024 * 2
+    assert first["activations"] == pytest.approx(2 * 8 * S * 12 * block)
+    assert last["activations"] == pytest.approx(8 * S * (12 * block + 2 * 1024 * 2 + 50257 * 2))
+    # 1F1B: the first stage's two microbatches of 12 blocks hold as much as one of 24; its states
+    # are half a replica's, so it needs less than a one-GPU Data replica of the same microbatch
+    replica = sum(data_parallel(GPT2M, 8, S, MIXED).values())
+    assert sum(first.values()) < 0.9 * replica and sum(last.values()) < 0.7 * replica
+
+
+def test_remat_keeps_only_block_inputs():
+    plain = activations(GPT2M, 4, S, 24, False, MIXED)
+    remat = activations(GPT2M, 4, S, 24, False, LayoutOptions(remat=True, workspace_bytes=0.0))
+    tokens = 4 * S
+    assert remat.residual == pytest.approx(tokens * 24 * 1024 * 2)
+    assert remat.transient == pytest.approx(plain.residual / 24 + plain.transient)
+
+
+def test_gpt2l_data_fits_where_the_study_ran_it():
+    """gpt2l data parallel: on one VM of two 24 GiB A30s (4 sequences per GPU per microbatch) it fits;
+    on four 16 GiB T4s (2 sequences per GPU) it is close to the edge: may not fit, not a flat no."""
+    options = LayoutOptions()
+    a30 = verdict(sum(data_parallel(GPT2L, 4, S, options).values()), 24, options)
+    assert a30.status == FITS, a30.describe()
+    t4 = verdict(sum(data_parallel(GPT2L, 2, S, options).values()), 16, options)
+    assert t4.status in (FITS, MAY_NOT_FIT), t4.describe()
+
+
+def test_verdict_bands():
+    options = LayoutOptions(usable_fraction=0.9, margin_fraction=0.1)
+    usable = 16 * GIB * 0.9
+    assert verdict(0.85 * usable, 16, options).status == FITS
+    near = verdict(0.95 * usable, 16, options)
+    assert near.status == MAY_NOT_FIT and "spare" in near.describe()
+    assert verdict(1.05 * usable, 16, options).status == MAY_NOT_FIT
+    assert "short" in verdict(1.05 * usable, 16, options).describe()
+    assert verdict(1.2 * usable, 16, options).status == OUT_OF_MEMORY
