@@ -90,7 +90,7 @@ def add_arguments(parser) -> None:
                         "techniques' cells extrapolate poorly to the fourth)")
     p.add_argument("--also", default=CROSSVAL_ALSO, metavar="KEYS",
                    help="comma-separated global scalars to fit as well (a technique's own only in folds that "
-                        "have its cells; default: none), e.g. zero2.gather_bytes_per_param")
+                        "have its cells; default: %(default)s), e.g. zero2.gather_bytes_per_param")
     p.add_argument("--overhead", choices=OVERHEAD_KINDS, default=CROSSVAL_OVERHEAD,
                    help=OVERHEAD_HELP + " (default %(default)s)")
     p.add_argument("--keep-links", action="store_true",

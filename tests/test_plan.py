@@ -103,7 +103,7 @@ def test_plan_command_measured_study(capsys):
     assert main(["plan", "--scenario", "utah-gpn", "--measured", "study"]) == 0
     out = capsys.readouterr().out
     assert "Pipeshard on vm1+vm2" in out and "Algorithm 1 cannot run on these measurements" in out
-    assert out.splitlines()[2].startswith("  verdict: use Pipeshard on vm1+vm2") and "measured" in out.splitlines()[2]
+    assert out.splitlines()[2].startswith("  verdict: use ") and " measured; runner-up " in out.splitlines()[2]
 
 
 def test_plan_sweep_rtt_finds_a_flip(capsys):

@@ -114,8 +114,8 @@ def run(args) -> int:
     from geosim.studies.sweep.store import write_best, write_crossovers
     from geosim.techniques import technique_names
 
-    if args.jobs is not None and not 1 <= args.jobs <= 1024:
-        raise GeosimError(f"must be in 1..1024, got {args.jobs}", source="--jobs")
+    if args.workers is not None and not 1 <= args.workers <= 1024:
+        raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     grid = build_grid(args)
     ctx = make_context(grid, args.params, args.metric)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)

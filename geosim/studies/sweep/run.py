@@ -3,7 +3,7 @@
 Work goes out in chunks of points (a prediction takes 1-70 ms, a task round trip
 ~1 ms on Ray and less in a process pool, so chunking amortizes it). Three executors
 share one interface, `imap(fn, items)` yielding results as they finish:
-  SerialExecutor   one process (tests, --jobs 1, and the baseline the bench compares to)
+  SerialExecutor   one process (tests, --workers 1, and the baseline the bench compares to)
   LocalExecutor    a multiprocessing pool over this machine's cores: the default, because
                    starting Ray costs ~2.5 s and ~700 MB, more than a default sweep takes
   RayExecutor      tasks on a Ray cluster (--ray-address); Ray does all the scheduling
