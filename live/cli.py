@@ -23,30 +23,32 @@ def add_arguments(parser):
     run = sub.add_parser("run", help="train a GPT-2 with one technique and record what was measured",
                          description="Train a GPT-2 with one technique and record what was measured. Without "
                                      "--ray-address or --coordinator it runs here, on this machine's CPU or GPUs.")
-    run.add_argument("--technique", default="data", help=f"one of {', '.join(TECHNIQUES + LOWCOMM)} (default data)")
-    run.add_argument("--model", default="tiny", help="a catalog model: tiny, gpt2m, gpt2l, gpt2L, gpt2, ... (default tiny)")
+    run.add_argument("--technique", default="data", help=f"one of {', '.join(TECHNIQUES + LOWCOMM)} (default %(default)s)")
+    run.add_argument("--model", default="tiny", help="a model from the catalog (`geosim models`) (default %(default)s)")
     run.add_argument("--backend", choices=("jax", "alpa"), default="jax", help="jax (default) or alpa (needs Alpa installed)")
     group = run.add_mutually_exclusive_group()
     group.add_argument("--steps", type=int, help="training steps (default 20 unless --epochs)")
     group.add_argument("--epochs", type=int, help="passes over the data set")
-    run.add_argument("--batch", type=int, default=8, help="global batch, sequences (default 8)")
+    run.add_argument("--global-batch", dest="batch", type=int, default=8,
+                     help="sequences per optimizer step, summed over all GPUs (default %(default)s)")
     run.add_argument("--microbatches", type=int, default=1, help="microbatches per step (pipeline; accumulation elsewhere)")
     run.add_argument("--stages", type=int, help="pipeshard stages (default: one per host; two on a single host)")
     run.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                      help="compute precision (auto: fp32 on CPU, bf16 on Ampere+, fp16 on older GPUs)")
     run.add_argument("--seq-len", type=int, help="sequence length (default: the model's context)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0, help="random seed of the initial weights and data order (default %(default)s)")
     run.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
     run.add_argument("--data", default="auto",
                      help="wikipedia (HF wikimedia/wikipedia 20231101.ace), generated (offline), a text file, "
                           "or auto: wikipedia when reachable, else generated")
-    run.add_argument("--tokenizer", choices=("auto", "gpt2", "bytes"), default="auto")
-    run.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default 2)")
+    run.add_argument("--tokenizer", choices=("auto", "gpt2", "bytes"), default="auto",
+                     help="auto: GPT-2's BPE when available, else bytes (default %(default)s)")
+    run.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default %(default)s)")
     run.add_argument("--log-every", type=int, default=10, help="a progress line every N steps")
     run.add_argument("--memory-limit-gib", type=float, help="per-device memory to allow (default: the device's)")
     run.add_argument("--cpu-devices", type=int, help="virtual CPU devices per process (default: this machine's cores)")
     run.add_argument("--scenario", help="scenario file describing the cluster (e.g. from `geosim live probe`)")
-    run.add_argument("--record", metavar="RUNS.jsonl", help="append the run record to this file")
+    run.add_argument("--records", dest="record", metavar="RUNS.jsonl", help="append the run record to this run-records file")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     low = run.add_argument_group("low-communication techniques (diloco, sparseloco; README: Live DiLoCo and SparseLoCo)")
     low.add_argument("--replicas", type=int, help="replicas (default: one per host; 2 on a single host)")
@@ -61,24 +63,26 @@ def add_arguments(parser):
                      help="steps between curve points (default: H for diloco/sparseloco, else 10; use one value for runs you compare)")
     dist = run.add_argument_group("multi-host")
     dist.add_argument("--ray-address", help="run one JAX process per node of this Ray cluster ('auto': the local one)")
-    dist.add_argument("--hosts", type=_hosts_value,
+    dist.add_argument("--nodes", dest="hosts", type=_hosts_value,
                       help="N: use only the first N Ray nodes; 'wan': one process per host of the emulated WAN "
                            "slice (`geosim live wan up`; root), the record carries the slice's RTT and bandwidth")
     dist.add_argument("--coordinator", help="HOST:PORT of process 0, to start processes by hand")
-    dist.add_argument("--num-processes", type=int, default=1)
-    dist.add_argument("--process-id", type=int, default=0)
+    dist.add_argument("--num-processes", type=int, default=1,
+                      help="processes in a hand-started run (with --coordinator; default %(default)s)")
+    dist.add_argument("--process-id", type=int, default=0,
+                      help="this process's index in a hand-started run (default %(default)s)")
     dist.add_argument("--gloo-interface", help="network interface for gloo (CPU collectives), e.g. enp7s0")
     dist.add_argument("--nccl-interface", help="sets NCCL_SOCKET_IFNAME on every host")
-    dist.add_argument("--timeout", type=float, default=3600, help="seconds to wait for a Ray run (default 3600)")
+    dist.add_argument("--timeout", type=float, default=3600, help="seconds to wait for a Ray run (default %(default)s)")
 
     probe = sub.add_parser("probe", help="measure RTT and TCP throughput between Ray nodes -> a scenario file")
-    probe.add_argument("--ray-address", default="auto")
+    probe.add_argument("--ray-address", default="auto", help="the Ray cluster to probe (default %(default)s: the local one)")
     probe.add_argument("--out", required=True, help="scenario file to write (TOML)")
     probe.add_argument("--name", help="scenario name (default: from the file name)")
-    probe.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput test (default 3)")
-    probe.add_argument("--streams", type=int, default=4, help="parallel streams for the multi-stream test (default 4)")
-    probe.add_argument("--pings", type=int, default=20, help="round trips for the RTT (default 20)")
-    probe.add_argument("--json", action="store_true")
+    probe.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput test (default %(default)s)")
+    probe.add_argument("--streams", type=int, default=4, help="parallel streams for the multi-stream test (default %(default)s)")
+    probe.add_argument("--pings", type=int, default=20, help="round trips for the RTT (default %(default)s)")
+    probe.add_argument("--json", action="store_true", help="print the results as JSON")
 
     validate = sub.add_parser("validate", help="runs on the emulated WAN at several RTTs vs the simulator's predictions",
                               description="Run the techniques on an emulated 2-host WAN slice at several RTTs (root), "
@@ -126,12 +130,12 @@ def _options(args):
     if args.memory_limit_gib is not None and not args.memory_limit_gib > 0:
         raise GeosimError(f"must be > 0, got {args.memory_limit_gib:g}", key="--memory-limit-gib")
     if args.batch % args.microbatches:
-        raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--batch")
+        raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--global-batch")
     if args.scenario:
         from geosim.scenario import load_scenario
 
         load_scenario(args.scenario)
-    for path, key in ((args.record, "--record"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
+    for path, key in ((args.record, "--records"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
         if path:
             check_appendable(path, key)
     return Options(technique=args.technique, model=args.model, steps=args.steps, epochs=args.epochs, batch=args.batch,
@@ -239,12 +243,12 @@ class _stdout_to_stderr:
 
 
 def _run_wan(args, opts) -> int:
-    """--hosts wan: one process per emulated host (live/experiments/wan_runs.py); process 0's record, on the slice."""
+    """--nodes wan: one process per emulated host (live/experiments/wan_runs.py); process 0's record, on the slice."""
     if args.ray_address or args.coordinator or args.backend != "jax":
-        raise GeosimError("--hosts wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
-                          key="--hosts")
+        raise GeosimError("--nodes wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
+                          key="--nodes")
     if args.scenario:
-        raise GeosimError("--hosts wan records the emulated slice itself: drop --scenario", key="--scenario")
+        raise GeosimError("--nodes wan records the emulated slice itself: drop --scenario", key="--scenario")
     from geosim.live.experiments import wan_runs
 
     try:
@@ -258,7 +262,7 @@ def _run_wan(args, opts) -> int:
     from geosim.records import validate
     from geosim.live.train.loop import Result
 
-    record = validate(run.record, "geosim live run --hosts wan")
+    record = validate(run.record, "geosim live run --nodes wan")
     per_host = [len(h["gpus"]) for h in record.cluster["hosts"]]
     result = Result(status=record.status, error=record.error, losses=run.losses, step_times=run.step_times,
                     devices={"platform": "cpu", "count": sum(per_host), "processes": len(per_host), "per_host": per_host})

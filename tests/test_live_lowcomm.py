@@ -97,9 +97,9 @@ out["diloco_bytes_per_replica"] = b.sync_bytes_per_replica()
 
 # 4. the CLI: a curve file convergence.py reads, naming the run
 from geosim.cli import main
-code = main(["live", "run", "--technique", "diloco", "--steps", "7", "--inner-steps", "3", "--batch", "8",
+code = main(["live", "run", "--technique", "diloco", "--steps", "7", "--inner-steps", "3", "--global-batch", "8",
              "--seq-len", "32", "--data", "generated", "--tokenizer", "bytes", "--log-every", "3",
-             "--record", sys.argv[1], "--loss-curve-out", sys.argv[2], "--loss-curve-window", "3"])
+             "--records", sys.argv[1], "--loss-curve-out", sys.argv[2], "--loss-curve-window", "3"])
 out["cli_code"] = code
 print(json.dumps(out))
 """

@@ -71,8 +71,8 @@ def test_four_techniques_train_to_the_same_losses():
 def test_each_technique_writes_a_record_calibration_reads(tmp_path):
     runs = tmp_path / "runs.jsonl"
     code = ("import sys; from geosim.cli import main\n"
-            "codes = [main(['live', 'run', '--technique', t, '--steps', '5', '--batch', '8', '--microbatches', '2',"
-            " '--record', sys.argv[1]]) for t in ('data', 'zero2', 'shard', 'pipeshard')]\n"
+            "codes = [main(['live', 'run', '--technique', t, '--steps', '5', '--global-batch', '8', '--microbatches', '2',"
+            " '--records', sys.argv[1]]) for t in ('data', 'zero2', 'shard', 'pipeshard')]\n"
             "sys.exit(max(codes))")
     proc = subprocess.run([sys.executable, "-c", code, str(runs)], env=FOUR_DEVICES, capture_output=True, text=True,
                           timeout=300)
@@ -94,8 +94,8 @@ def test_each_technique_writes_a_record_calibration_reads(tmp_path):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--technique", "shard", "--batch", "8", "--cpu-devices", "3"], "n_embd (64) must be divisible by devices (3)"),
-    (["--technique", "data", "--batch", "6", "--cpu-devices", "4"], "global batch (6) must be divisible by devices x microbatches (4)"),
+    (["--technique", "shard", "--global-batch", "8", "--cpu-devices", "3"], "n_embd (64) must be divisible by devices (3)"),
+    (["--technique", "data", "--global-batch", "6", "--cpu-devices", "4"], "global batch (6) must be divisible by devices x microbatches (4)"),
 ])
 def test_layouts_that_do_not_divide_are_user_errors(argv, needle):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -1,4 +1,4 @@
-"""Multi-host live runs over the emulated WAN (`geosim live run --hosts wan`).
+"""Multi-host live runs over the emulated WAN (`geosim live run --nodes wan`).
 
 One JAX process per emulated host, each started in its host's network namespace with
 `ip netns exec` as a `geosim live run --coordinator HOST0:PORT --num-processes N
@@ -26,7 +26,9 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import geosim
 from geosim.errors import GeosimError
 
 # With no bandwidth cap the link runs as fast as the forwarder moves frames: ~5.5 Gbit/s
@@ -34,7 +36,7 @@ from geosim.errors import GeosimError
 UNCAPPED_GBPS = 5.0
 OPTION_FLAGS = (  # live.train.Options field -> flag of `geosim live run`
     ("technique", "--technique"), ("model", "--model"), ("steps", "--steps"), ("epochs", "--epochs"),
-    ("batch", "--batch"), ("microbatches", "--microbatches"), ("stages", "--stages"), ("precision", "--precision"),
+    ("batch", "--global-batch"), ("microbatches", "--microbatches"), ("stages", "--stages"), ("precision", "--precision"),
     ("seq_len", "--seq-len"), ("seed", "--seed"), ("learning_rate", "--lr"), ("data", "--data"),
     ("tokenizer", "--tokenizer"), ("warmup", "--warmup"), ("log_every", "--log-every"),
     ("memory_limit_gib", "--memory-limit-gib"),
@@ -65,10 +67,10 @@ def require_wan(wan=None):
 
     wan = wan or current()
     if wan is None:
-        raise GeosimError("no WAN slice is up: start one with `geosim live wan up --rtt-ms 40 --hosts 2` "
-                          "(root), or set GEOSIM_WAN_STATE to its state file", key="--hosts")
+        raise GeosimError("no WAN slice is up: start one with `geosim live wan up --rtt-ms 40 --num-hosts 2` "
+                          "(root), or set GEOSIM_WAN_STATE to its state file", key="--nodes")
     if len(wan.hosts) < 2:
-        raise GeosimError("the WAN slice has fewer than 2 hosts", key="--hosts")
+        raise GeosimError("the WAN slice has fewer than 2 hosts", key="--nodes")
     return wan
 
 
@@ -160,7 +162,7 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
 
     wan = require_wan(wan)
     if os.geteuid() != 0:
-        raise GeosimError("running inside the WAN's namespaces needs root (ip netns exec)", key="--hosts")
+        raise GeosimError("running inside the WAN's namespaces needs root (ip netns exec)", key="--nodes")
     n = len(wan.hosts)
     port = port or random.randint(20000, 59999)
     coordinator = f"{wan.hosts[0].address}:{port}"
@@ -168,6 +170,10 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
 
     env = child_env({k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
     env["PYTHONUNBUFFERED"] = "1"
+    # the processes run from a temporary directory: let them import the geosim this one runs
+    # (a checkout or worktree first on sys.path), not whichever one is installed
+    here = str(Path(geosim.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     procs: list[subprocess.Popen] = []
     tails: list[list[str]] = [[] for _ in range(n)]
     pumps = []
@@ -236,7 +242,7 @@ def to_wan_record(doc: dict, wan) -> dict:
             + (f", jitter {wan.jitter_ms:g} ms" if wan.jitter_ms else "") + (f", loss {wan.loss:g}" if wan.loss else "")
             + (f", TCP window {wan.extra['tcp_window_kib']:g} KiB" if (wan.extra or {}).get("tcp_window_kib") else ""))
     doc["note"] = f"{doc['note']}; {note}" if doc.get("note") else note
-    validate(doc, "geosim live run --hosts wan")  # the record must be one calibrate can read
+    validate(doc, "geosim live run --nodes wan")  # the record must be one calibrate can read
     return doc
 
 

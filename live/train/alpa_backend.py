@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from geosim.errors import GeosimError
+from geosim.techniques import is_pipelined
 
 ALPA_MISSING = ("--backend alpa needs Alpa (Python 3.8/3.9, CUDA 11, jax 0.3.22; "
                 "see https://alpa.ai/install.html); use --backend jax on this installation")
@@ -33,7 +34,7 @@ def method_spec(technique: str, microbatches: int, n_layer: int, stages: int | N
         return "Zero2Parallel", {}
     if technique == "shard":
         return "ShardParallel", {}
-    if technique == "pipeshard":
+    if is_pipelined(technique):  # Alpa's PipeshardParallel
         layers = stages or 2
         if n_layer % layers:
             raise GeosimError(f"n_layer ({n_layer}) must be divisible by stages ({layers})", key="--stages")
@@ -82,7 +83,7 @@ def run_alpa(opts, ray_address: str | None):
             logits = state.apply_fn({"params": params}, batch[:, :-1])
             return cross_entropy(logits, batch[:, 1:])
 
-        grad_fn = alpa.value_and_grad if opts.technique == "pipeshard" else jax.value_and_grad
+        grad_fn = alpa.value_and_grad if is_pipelined(opts.technique) else jax.value_and_grad
         value, grads = grad_fn(loss)(state.params)
         return state.apply_gradients(grads=grads), value
 

@@ -163,7 +163,7 @@ def run(opts: Options, log=print) -> Result:
     if opts.epochs is not None and opts.epochs <= 0:
         raise GeosimError(f"must be > 0, got {opts.epochs}", key="--epochs")
     if opts.batch <= 0 or opts.microbatches <= 0:
-        raise GeosimError("--batch and --microbatches must be > 0", key="--batch")
+        raise GeosimError("--global-batch and --microbatches must be > 0", key="--global-batch")
     spec = get_model(opts.model)
     n_ctx = opts.seq_len or spec.n_ctx
     result = Result(devices=dict(UNKNOWN_DEVICES))

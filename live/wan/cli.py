@@ -20,16 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("up", help="bring up N emulated hosts joined by a WAN link",
                        description="Bring up N hosts (network namespaces) joined by an emulated WAN link. Needs root.")
-    p.add_argument("--rtt-ms", type=float, default=40.0, help="round-trip time between every pair of hosts (default 40)")
+    p.add_argument("--rtt-ms", type=float, default=40.0, help="round-trip time between every pair of hosts (default %(default)s)")
     p.add_argument("--rtt-matrix", metavar="ROWS",
                    help="per-pair RTTs in ms instead of --rtt-ms, rows separated by ';', e.g. '0,10,40;10,0,30;40,30,0'")
-    p.add_argument("--bandwidth-mbit", type=float, default=None,
-                   help="egress cap of each host in Mbit/s (tbf; TCP goodput is ~95%% of it); default: no cap")
+    p.add_argument("--bandwidth-gbps", type=float, default=None,
+                   help="egress cap of each host in Gbit/s (tbf; TCP goodput is ~95%% of it); default: no cap")
     p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- jitter on each one-way delay (no reordering)")
     p.add_argument("--loss", type=float, default=0.0, help="probability in [0, 1) that a frame is dropped")
-    p.add_argument("--hosts", type=int, default=2, help="number of emulated hosts (default 2)")
-    p.add_argument("--ttl-s", type=float, default=3600.0, help="tear down by itself after this many seconds (default 3600)")
-    p.add_argument("--mtu", type=int, default=1500, help="MTU of the emulated link (default 1500)")
+    p.add_argument("--num-hosts", dest="hosts", type=int, default=2, help="number of emulated hosts (default %(default)s)")
+    p.add_argument("--ttl-s", type=float, default=3600.0, help="tear down by itself after this many seconds (default %(default)s)")
+    p.add_argument("--mtu", type=int, default=1500, help="MTU of the emulated link (default %(default)s)")
     p.add_argument("--no-calibrate", action="store_true", help="do not take the path's own overhead off the delay")
     p.add_argument("--no-offload", action="store_true", help="no TCP segmentation offload on the TAPs (slower forwarder)")
     p.add_argument("--no-realtime", action="store_true", help="run the forwarder at normal priority, not SCHED_FIFO")
@@ -45,10 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the slice as JSON (null if none; leftovers go to stderr)")
 
     p = sub.add_parser("measure", help="measure RTT and TCP throughput between two hosts of the slice")
-    p.add_argument("--src", type=int, default=0, help="sending host (default 0)")
-    p.add_argument("--dst", type=int, default=1, help="receiving host (default 1)")
-    p.add_argument("--count", type=int, default=20, help="RTT samples (default 20)")
-    p.add_argument("--seconds", type=float, default=3.0, help="length of the TCP transfer (default 3; 0 skips it)")
+    p.add_argument("--src", type=int, default=0, help="sending host (default %(default)s)")
+    p.add_argument("--dst", type=int, default=1, help="receiving host (default %(default)s)")
+    p.add_argument("--count", type=int, default=20, help="RTT samples (default %(default)s)")
+    p.add_argument("--seconds", type=float, default=3.0, help="length of the TCP transfer (default %(default)s; 0 skips it)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     action = args.wan_command
     if action == "up":
         rtt = _matrix(args.rtt_matrix) if args.rtt_matrix else args.rtt_ms
-        wan = emulator.up(rtt, bandwidth_mbit=args.bandwidth_mbit, hosts=args.hosts, jitter_ms=args.jitter_ms,
+        mbit = args.bandwidth_gbps * 1000 if args.bandwidth_gbps else None  # the emulator's tbf takes Mbit/s
+        wan = emulator.up(rtt, bandwidth_mbit=mbit, hosts=args.hosts, jitter_ms=args.jitter_ms,
                           loss=args.loss, ttl_s=args.ttl_s, mtu=args.mtu, calibrate=not args.no_calibrate,
                           offload=False if args.no_offload else None,
                           realtime=not args.no_realtime, tcp_window_kib=args.tcp_window_kib)

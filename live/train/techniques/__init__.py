@@ -92,7 +92,7 @@ class Technique:
     # -- to define in each technique
     def check(self):
         self.divides(self.setup.global_batch, self.n * self.setup.microbatches,
-                     "global batch", "devices x microbatches", "--batch")
+                     "global batch", "devices x microbatches", "--global-batch")
 
     def build_mesh(self) -> Mesh: ...
     def init(self, params): ...  # -> (params, opt_state) placed on the devices
