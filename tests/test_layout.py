@@ -146,12 +146,13 @@ def test_a_technique_with_a_tunable_is_one_file(toy_technique, tmp_path):
 NAME_AS_DATA = {
     "geosim/report/plots.py": "colour table keyed by NAME",
     "calibrate/plot.py": "colour table keyed by NAME",
-    "live/validate.py": "the study's four (the default techniques) and a colour table keyed by NAME",
+    "live/experiments/validate.py": "the study's four (the default techniques) and a colour table keyed by NAME",
     "geosim/studies/reference.py": "the study's reference names -> NAME",
     "geosim/cli/trace.py": "the default technique to trace",
     "calibrate/importers.py": "Alpa's parallel configs -> the study's technique names",
     "live/cli.py": "the techniques live runs implement",
-    "live/techniques/__init__.py": "the techniques live runs implement",
+    "live/train/techniques/pipeshard.py": "the live Pipeshard's own name",
+    "live/train/techniques/__init__.py": "the techniques live runs implement",
     "live/techniques/pipeshard.py": "a live technique module: its own name",
 }
 BRANCH = ("==", "!=", "in", "not in")  # '"pipeshard" in x', 'x == "pipeshard"': a decision on the name

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+from geosim.techniques import is_pipelined
+
 GIB = 2**30
 
 
@@ -43,7 +45,7 @@ def estimate_gib(technique: str, *, n_layer: int, n_embd: int, n_head: int, voca
         state = 16 * p / n
         rows = global_batch / microbatches  # every device sees the whole (micro)batch
         tensor = n
-    elif technique == "pipeshard":
+    elif is_pipelined(technique):
         s = stages or min(2, n)
         state = 16 * p / n
         layers = n_layer / s

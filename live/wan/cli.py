@@ -88,7 +88,12 @@ def run(args: argparse.Namespace) -> int:
     action = args.wan_command
     if action == "up":
         rtt = _matrix(args.rtt_matrix) if args.rtt_matrix else args.rtt_ms
-        mbit = args.bandwidth_gbps * 1000 if args.bandwidth_gbps else None  # the emulator's tbf takes Mbit/s
+        mbit = None
+        if args.bandwidth_gbps is not None:  # the emulator's tbf takes Mbit/s: check in the unit the user typed
+            from geosim.scenario import check_number
+
+            mbit = 1000 * check_number(args.bandwidth_gbps, None, "--bandwidth-gbps", emulator.MIN_MBIT / 1000,
+                                       emulator.MAX_MBIT / 1000)
         wan = emulator.up(rtt, bandwidth_mbit=mbit, hosts=args.hosts, jitter_ms=args.jitter_ms,
                           loss=args.loss, ttl_s=args.ttl_s, mtu=args.mtu, calibrate=not args.no_calibrate,
                           offload=False if args.no_offload else None,

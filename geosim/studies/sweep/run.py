@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import random
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -183,7 +184,11 @@ class LocalExecutor:
 
     def __init__(self, ctx: SweepContext, workers: int):
         self.ctx, self.workers = ctx, workers
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        # fork is cheapest, but forking a process that has loaded a multithreaded runtime (JAX's,
+        # Ray's) can deadlock the child on a lock some thread held: start clean workers then
+        threaded = any(name in sys.modules for name in ("jax", "jaxlib", "ray"))
+        methods = multiprocessing.get_all_start_methods()
+        method = "fork" if "fork" in methods and not threaded else ("forkserver" if "forkserver" in methods else "spawn")
         self.pool = multiprocessing.get_context(method).Pool(workers, initializer=_init_worker, initargs=(ctx,))
 
     def imap(self, fn, items):
