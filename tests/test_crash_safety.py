@@ -52,9 +52,9 @@ def test_a_second_writer_of_a_sweep_directory_is_refused_at_once(tmp_path):
     assert read_manifest(tmp_path)["grids"] == [{"rtt_ms": [1]}, {"rtt_ms": [2]}]  # every writer's grid kept
 
 
-def sweep_cmd(out: Path, rtts: str = "0.1:150:120log") -> list[str]:
+def sweep_cmd(out: Path, rtts: str = "0.1:150:1.25") -> list[str]:
     return [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "zero2,data",
-            "--rtt-ms", rtts, "--out", str(out), "--jobs", "1", "--quiet", "--crossover-axis", "none", "--json"]
+            "--rtt-ms", rtts, "--out", str(out), "--workers", "1", "--quiet", "--crossover-axis", "none", "--json"]
 
 
 @pytest.mark.slow
@@ -74,7 +74,7 @@ def test_two_concurrent_sweeps_into_one_directory_write_no_duplicates(tmp_path):
 @pytest.mark.slow
 def test_four_small_sweeps_at_once_never_crash_or_duplicate(tmp_path):
     out = tmp_path / "sweep"
-    procs = [subprocess.Popen(sweep_cmd(out, "1:20:10"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    procs = [subprocess.Popen(sweep_cmd(out, "1:20:2"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(4)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     assert all(code in (0, 2) for code, _ in results), results
