@@ -261,7 +261,7 @@ def test_sigkilled_parent_takes_the_processes_on_the_slice_with_it(wan_slice, tm
     """SIGKILL leaves the parent no chance to stop its children: the kernel does (PR_SET_PDEATHSIG)."""
     make, state = wan_slice
     wan = make(rtt_ms=2)
-    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "100000",
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "100000",
                              "--data", "generated"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(ENV, GEOSIM_WAN_STATE=state))
     try:
