@@ -34,7 +34,8 @@ class RunResult:
         return self.iteration_end[i] - (self.iteration_end[i - 1] if i else 0.0)
 
 
-SIMULATED_REPETITIONS = 4  # of a Repeat block: the last one stands for the rest
+SIMULATED_REPETITIONS = 4  # of a Repeat block: the last MEASURED_REPETITIONS of them stand for the rest
+MEASURED_REPETITIONS = 3  # their mean period is the steady one (a ring over mixed GPUs can alternate)
 
 
 def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int, float]:
@@ -217,11 +218,12 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                         yield from run_ops(rank, op.ops, ctx + (op.tag, r))
                     continue
                 start = env.now
-                for r in range(SIMULATED_REPETITIONS - 1):
+                for r in range(SIMULATED_REPETITIONS - MEASURED_REPETITIONS):
                     yield from run_ops(rank, op.ops, ctx + (op.tag, r))
-                last_start, busy, fixed = env.now, compute[it][rank], overhead[it][rank]
+                measured_start, busy, fixed = env.now, compute[it][rank], overhead[it][rank]
                 sent, sends = net.sent(rank)
-                yield from run_ops(rank, op.ops, ctx + (op.tag, SIMULATED_REPETITIONS - 1))
+                for r in range(SIMULATED_REPETITIONS - MEASURED_REPETITIONS, SIMULATED_REPETITIONS):
+                    yield from run_ops(rank, op.ops, ctx + (op.tag, r))
                 own_end = env.now
                 # Collectives keep the group in lockstep: once warmed up, every member repeats with
                 # one common period. Take the group's median last repetition as that period (a
@@ -232,18 +234,19 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                 if state is None:
                     events[0] += 1
                     state = repeats[key] = ([], event())
-                state[0].append(own_end - last_start)
+                state[0].append((own_end - measured_start) / MEASURED_REPETITIONS)
                 if len(state[0]) == len(op.group):
                     del repeats[key]
                     state[1].succeed(statistics.median(state[0]))
                 period = yield state[1]
                 remaining = op.count - SIMULATED_REPETITIONS
                 skipped = remaining * period
-                compute[it][rank] += remaining * (compute[it][rank] - busy)
-                overhead[it][rank] += remaining * (overhead[it][rank] - fixed)
-                # the skipped repetitions send what the last one sent
+                share = remaining / MEASURED_REPETITIONS
+                compute[it][rank] += share * (compute[it][rank] - busy)
+                overhead[it][rank] += share * (overhead[it][rank] - fixed)
+                # the skipped repetitions send what the measured ones sent, on average
                 sent_now, sends_now = net.sent(rank)
-                net.count(rank, remaining * (sent_now - sent), remaining * (sends_now - sends))
+                net.count(rank, share * (sent_now - sent), round(share * (sends_now - sends)))
                 net.shift_connections(rank, since=start, delta=skipped)
                 if own_end + skipped > env.now:
                     events[0] += 1
