@@ -138,8 +138,10 @@ def print_targets(rows) -> None:
 
 def describe_cluster(cluster) -> str:
     hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
-    rtts = sorted({link.rtt_s * 1e3 for link in wan_links(cluster)})
-    return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms"
+    rtts = sorted({round(link.rtt_s * 1e3, 1) if link.rtt_estimated else link.rtt_s * 1e3
+                   for link in wan_links(cluster)})
+    estimated = any(link.rtt_estimated for link in wan_links(cluster))
+    return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms" + (" (estimated from distance)" if estimated else "")
 
 
 def print_table(cluster, model, workload, rows: list[Prediction], params_source: str) -> None:
