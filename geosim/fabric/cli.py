@@ -211,7 +211,7 @@ def _calibrate(args) -> int:
     options = CalibrateOptions(model=args.model, steps=args.steps, batch=args.global_batch,
                                techniques=_techniques(args.technique), cpu_devices=args.cpu_devices,
                                probe_seconds=args.probe_seconds, wheel=args.wheel)
-    calibration = Calibration(nodes, workdir, options, log=_log, dry_run=args.dry_run)
+    calibration = Calibration(nodes, workdir, options, log=_log, dry_run=args.dry_run, name=doc["slice"])
     state = calibration.calibrate(redo=tuple(args.redo), only=tuple(args.only) if args.only else None)
     if args.dry_run:
         if args.json:

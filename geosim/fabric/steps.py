@@ -59,6 +59,7 @@ class Calibration:
     options: CalibrateOptions = field(default_factory=CalibrateOptions)
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
     dry_run: bool = False
+    name: str = "slice"  # the slice's name: the probed scenario takes it
     planned: list[tuple[str, str]] = field(default_factory=list)  # (node, command) in a dry run
 
     def __post_init__(self):
@@ -113,6 +114,9 @@ class Calibration:
         for name in STEPS:
             if only and name not in only:
                 continue
+            if name == "ray" and name in state["done"] and not self.dry_run and self.ray_nodes_alive() < len(self.nodes):
+                self.log("step ray: done before, but Ray is not up on every node now: starting it again")
+                state["done"].pop("ray")
             if name in state["done"] and not self.dry_run:
                 self.log(f"step {name}: done at {state['done'][name]['when']}, skipped (--redo {name} runs it again)")
                 continue
@@ -149,6 +153,12 @@ class Calibration:
             self.run(node, self.geosim(node, "--version"), "check the install")
         return {"wheel": wheel.name}
 
+    @property
+    def tag(self) -> str:
+        import hashlib
+
+        return hashlib.sha1(str(self.workdir.resolve()).encode()).hexdigest()[:6]
+
     def head(self) -> str:
         return f"{self.nodes[0].address}:{self.options.ray_port}"
 
@@ -170,7 +180,8 @@ class Calibration:
         head = self.nodes[0]
         cpus = "--num-cpus 1 " if not head.gpus else ""
         for i, node in enumerate(self.nodes):
-            temp = f"--temp-dir /tmp/geosim-ray-{node.name} " if not node.owns_machine else ""
+            # nodes sharing a machine keep their Ray session apart; short: Ray's socket paths have a length limit
+            temp = f"--temp-dir /tmp/gray-{self.tag}-{i} " if not node.owns_machine else ""
             if node.owns_machine:  # a VM of its own: a clean start (never on a shared machine: see nodes.Node)
                 self.run(node, self._ray(node, "stop"), "stop an old Ray", check=False)
             if i == 0:
@@ -193,7 +204,7 @@ class Calibration:
         head = self.nodes[0]
         remote = f"{REMOTE_DIR}/run/probed.toml"
         self.run(head, self.geosim(head, f"live probe --ray-address {self.head()} --out {remote} --name "
-                                         f"{shlex.quote(self.workdir.name)} --seconds {self.options.probe_seconds}"),
+                                         f"{shlex.quote(self.name)} --seconds {self.options.probe_seconds}"),
                  "geosim live probe (RTT, throughput between the VMs)", timeout=600)
         if not self.dry_run:
             self._fetch(head, remote, self.workdir / "probed.toml")

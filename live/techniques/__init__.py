@@ -128,7 +128,7 @@ class Technique:
 def get(name: str, setup: Setup) -> Technique:
     if name not in TECHNIQUES + LOWCOMM:
         raise GeosimError(f"unknown technique {name!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
-    module = importlib.import_module(f"live.techniques.{name}")
+    module = importlib.import_module(f"geosim.live.techniques.{name}")
     return module.TECHNIQUE(setup)
 
 
