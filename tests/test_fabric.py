@@ -212,3 +212,12 @@ def test_without_the_extra_geosim_fabric_says_which_to_install(tmp_path):
     assert "pip install 'geosim[fabric]'" in out.stderr and out.stderr.strip().count("\n") == 0
     # the rest of geosim does not care
     assert geosim("sites", env=env).returncode == 0
+
+
+def test_plan_sites_lists_each_slice_once():
+    from geosim.fabric.choose import candidates
+    from geosim.fabric.sites import get_site
+
+    slices = candidates([get_site("GPN"), get_site("TACC")], vms=2, gpus_per_vm=2, gpu=None)
+    keys = [tuple(sorted(zip(c.sites, c.gpus))) for c in slices]
+    assert len(keys) == len(set(keys)) == 6  # GPN:T4 x2; TACC: T4+T4, RTX+T4, RTX+RTX; GPN+TACC with T4 or RTX

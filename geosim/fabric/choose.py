@@ -106,11 +106,15 @@ def candidates(sites: list[Site], vms: int, gpus_per_vm: int, gpu: str | None) -
     catalog = gpu_catalog()
     measured = measured_rtts()
     wanted = gpu_component(gpu) if gpu else None
-    out = []
+    out, seen = [], set()
     for combo in itertools.combinations_with_replacement(sites, vms):
         choices = [[c for c in s.gpus if wanted in (None, c)] for s in combo]
         for comps in itertools.product(*choices):
             models = tuple(GPU_COMPONENT_TO_MODEL[c] for c in comps)
+            same_slice = tuple(sorted(zip((s.name for s in combo), models)))  # VMs at one site, GPUs swapped: one slice
+            if same_slice in seen:
+                continue
+            seen.add(same_slice)
             names = _host_names(combo)
             hosts = tuple(Host(n, s.name, (catalog[m],) * gpus_per_vm) for n, s, m in zip(names, combo, models))
             rtts, links, services = {}, [], {}
