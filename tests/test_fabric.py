@@ -77,6 +77,8 @@ def test_a_link_without_rtt_between_fabric_sites_is_estimated_and_says_so(tmp_pa
     out = geosim("predict", "--scenario", str(path), "--technique", "data")
     assert out.returncode == 0, out.stderr
     assert "(estimated from distance)" in out.stdout
+    doc = json.loads(geosim("predict", "--scenario", str(path), "--technique", "data", "--json").stdout)
+    assert doc["estimated_rtts"][0]["between"] == ["a", "b"]
     # a measured RTT wins
     measured = load_scenario("utah-mass").cluster.links[0]
     assert not measured.rtt_estimated and measured.rtt_s == pytest.approx(0.0574)

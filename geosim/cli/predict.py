@@ -61,11 +61,16 @@ def run(args) -> int:
     for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
         print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
     if args.json:
-        print_json({"params": params.source,
-                    **({"params_warnings": list(params.fit_warnings)} if params.fit_warnings else {}),
-                    "predictions": [r.to_dict() | (targets[i] if targets else {})
-                                    | ({"total_time_range_s": ranges[i]} if ranges else {})
-                                    for i, r in enumerate(results)]})
+        doc = {"params": params.source,
+               **({"params_warnings": list(params.fit_warnings)} if params.fit_warnings else {}),
+               "predictions": [r.to_dict() | (targets[i] if targets else {})
+                               | ({"total_time_range_s": ranges[i]} if ranges else {})
+                               for i, r in enumerate(results)]}
+        estimated = [{"scenario": c.name, "between": [link.a, link.b], "rtt_ms": link.rtt_s * 1e3}
+                     for c, _, _ in headers for link in c.links if link.rtt_estimated]
+        if estimated:  # say which RTTs are estimates (geosim.fabric.sites), not measurements
+            doc["estimated_rtts"] = estimated
+        print_json(doc)
         return 0
     for cluster, model, workload in headers:
         rows = [(r, ranges[i] if ranges else None) for i, r in enumerate(results) if r.scenario == cluster.name]

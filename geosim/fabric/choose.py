@@ -102,7 +102,8 @@ def resolve_sites(text: str, gpu: str | None) -> tuple[list[Site], list[str]]:
     return sites, notes
 
 
-def candidates(sites: list[Site], vms: int, gpus_per_vm: int, gpu: str | None) -> list[Candidate]:
+def candidates(sites: list[Site], vms: int, gpus_per_vm: int, gpu: str | None,
+               bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS) -> list[Candidate]:
     catalog = gpu_catalog()
     measured = measured_rtts()
     wanted = gpu_component(gpu) if gpu else None
@@ -124,7 +125,7 @@ def candidates(sites: list[Site], vms: int, gpus_per_vm: int, gpu: str | None) -
                 key = (names[i], names[j])
                 rtts[key] = (rtt, estimated)
                 services[key] = network_service(a.name, b.name, distinct)
-                links.append(Link(names[i], names[j], rtt / 1e3, DEFAULT_BANDWIDTH_GBPS * 1e9, rtt_estimated=estimated))
+                links.append(Link(names[i], names[j], rtt / 1e3, bandwidth_gbps * 1e9, rtt_estimated=estimated))
             cluster = Cluster("+".join(names), hosts, tuple(links), source="--sites")
             out.append(Candidate(tuple(s.name for s in combo), models, cluster, rtts, services=services))
             if len(out) > MAX_CANDIDATES:
@@ -163,11 +164,12 @@ class SiteRanking:
 
 def rank_sites(sites: list[Site], model: Model, workload: Workload, params: Params, *, vms: int = 2,
                gpus_per_vm: int = 2, gpu: str | None = None, deadline_s: float | None = None,
-               techniques: tuple[str, ...] | None = None, notes: list[str] | None = None) -> SiteRanking:
+               techniques: tuple[str, ...] | None = None, notes: list[str] | None = None,
+               bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS) -> SiteRanking:
     if vms < 1 or gpus_per_vm < 1:
         raise GeosimError("must be >= 1", source="--vms" if vms < 1 else "--gpus-per-vm")
     key = rank_key(deadline_s)
-    cands = candidates(sites, vms, gpus_per_vm, gpu)
+    cands = candidates(sites, vms, gpus_per_vm, gpu, bandwidth_gbps)
     groups: dict[tuple, list[Candidate]] = {}
     for c in cands:
         groups.setdefault(c.signature(), []).append(c)

@@ -7,7 +7,7 @@ import sys
 
 from geosim.cli.common import fmt_duration, workload_overrides
 from geosim.errors import GeosimError
-from geosim.fabric.choose import rank_sites, resolve_sites
+from geosim.fabric.choose import DEFAULT_BANDWIDTH_GBPS, rank_sites, resolve_sites
 from geosim.fabric.sites import rtt_model
 from geosim.scenario import get_model, make_workload
 
@@ -26,14 +26,13 @@ def run_sites(args, params, deadline_s, techniques) -> int:
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")
     workload = make_workload({k: v for k, v in workload_overrides(args).items() if v is not None}, source="--sites")
     sites, notes = resolve_sites(args.sites, args.gpu)
-    if args.bandwidth_gbps is not None:
-        if args.bandwidth_gbps <= 0:
-            raise GeosimError(f"must be > 0, got {args.bandwidth_gbps}", source="--bandwidth-gbps")
-        from geosim.fabric import choose
-
-        choose.DEFAULT_BANDWIDTH_GBPS = args.bandwidth_gbps
+    bandwidth = DEFAULT_BANDWIDTH_GBPS if args.bandwidth_gbps is None else args.bandwidth_gbps
+    if bandwidth <= 0:
+        raise GeosimError(f"must be > 0, got {bandwidth}", source="--bandwidth-gbps")
+    if args.bandwidth_gbps is None:
+        notes.append(f"links: {bandwidth:g} Gbit/s (the study's scenarios' assumption; --bandwidth-gbps to change)")
     ranking = rank_sites(sites, model, workload, params, vms=args.vms, gpus_per_vm=args.gpus_per_vm, gpu=args.gpu,
-                         deadline_s=deadline_s, techniques=techniques, notes=notes)
+                         deadline_s=deadline_s, techniques=techniques, notes=notes, bandwidth_gbps=bandwidth)
     if args.json:
         doc = {"model": model.name, "vms": args.vms, "gpus_per_vm": args.gpus_per_vm, "gpu": args.gpu,
                "sites": [s.name for s in sites], **ranking.to_dict()}
