@@ -199,6 +199,7 @@ def test_calibrate_dry_run_prints_every_command(tmp_path):
     assert "start --address 192.168.50.1:6379 --node-ip-address 192.168.50.2" in text
     assert "'jax[cuda12]'" in text or "jax[cuda12]" in text
     assert text.count("live run --technique") == 2 and "--gloo-interface enp7s0" in text
+    assert "--nccl-interface enp7s0" in text  # the VMs have GPUs: NCCL over the data plane
     assert "live probe --ray-address 192.168.50.1:6379" in text
     assert not (tmp_path / "geosim-utah-mass-calibrate" / "calibrate-state.json").exists()  # a dry run records nothing
 

@@ -85,6 +85,10 @@ def _log(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+UNTESTED = ("note: this talks to the FABRIC testbed through fablib; geosim's submit/SSH path has not yet been run "
+            "against the real testbed (docs/guide/fabric.md, 'What has run where')")
+
+
 def run(args) -> int:
     if args.fabric_command == "calibrate":
         return _calibrate(args)
@@ -101,6 +105,7 @@ def run(args) -> int:
     from geosim.fabric import provision
     from geosim.fabric.request import online_fablib
 
+    _log(UNTESTED)
     doc = provision.create(request, online_fablib(), out, _log)
     _print_slice(doc, args.json)
     return 0
@@ -171,6 +176,7 @@ def _delete(args) -> int:
         return 0
     from geosim.fabric.request import online_fablib
 
+    _log(UNTESTED)
     provision.delete(online_fablib(), name, _log)
     return 0
 
@@ -201,6 +207,7 @@ def _calibrate(args) -> int:
     if doc["kind"] == "fablib" and not args.dry_run:
         from geosim.fabric.request import online_fablib
 
+        _log(UNTESTED)
         fablib = online_fablib()
     elif doc["kind"] == "fablib":
         from geosim.errors import require
