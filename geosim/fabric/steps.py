@@ -295,7 +295,9 @@ def build_wheel(workdir: Path, dry_run: bool = False) -> Path:
 
 def wheel_requirements(wheel: Path, extra: str) -> list[str]:
     """The wheel's own Requires-Dist: its base dependencies and those of `extra`, markers resolved."""
-    from packaging.requirements import Requirement
+    from geosim.errors import require
+
+    Requirement = require("packaging.requirements", extra="fabric", command="geosim fabric calibrate").Requirement
 
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
