@@ -109,7 +109,8 @@ def candidates(sites: list[Site], vms: int, gpus_per_vm: int, gpu: str | None,
     wanted = gpu_component(gpu) if gpu else None
     out, seen = [], set()
     for combo in itertools.combinations_with_replacement(sites, vms):
-        choices = [[c for c in s.gpus if wanted in (None, c)] for s in combo]
+        # a component the GPU catalog does not describe (A40 today) cannot be predicted: left out
+        choices = [[c for c in s.gpus if wanted in (None, c) and GPU_COMPONENT_TO_MODEL[c] in catalog] for s in combo]
         for comps in itertools.product(*choices):
             models = tuple(GPU_COMPONENT_TO_MODEL[c] for c in comps)
             same_slice = tuple(sorted(zip((s.name for s in combo), models)))  # VMs at one site, GPUs swapped: one slice
