@@ -84,7 +84,7 @@ def test_fabric_calibrate_on_the_emulated_slice(tmp_path):
         # window and step round trips as well, so those stay at their defaults here
         params = tmp_path / "params.toml"
         fit = geosim("calibrate", "fit", str(workdir / "runs.jsonl"), "--out", str(params), "--links", "none",
-                     "--step-rtts", "none", "--overhead", "shared", env=env, timeout=600)
+                     "--step-rtts", "none", "--overhead", "none", env=env, timeout=600)
         assert fit.returncode == 0, fit.stderr[-3000:] + fit.stdout[-3000:]
         assert "fitted" in fit.stdout and params.is_file()
         predicted = geosim("predict", "--scenario", str(workdir / "probed.toml"), "--params", str(params),
