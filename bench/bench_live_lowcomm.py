@@ -3,7 +3,7 @@ efficiency, and (root, emulated WAN) DiLoCo's step time at 0.1 ms vs 40 ms RTT.
 
     python bench/bench_live_lowcomm.py                       # data, diloco, sparseloco: 300 steps, seeds 0,1,2 (~7 min)
     python bench/bench_live_lowcomm.py --steps 100 --techniques data,diloco --seeds 0 --held-out 0
-    python bench/bench_live_lowcomm.py --wan                 # + the WAN timing (root; `geosim live run --hosts wan`)
+    python bench/bench_live_lowcomm.py --wan                 # + the WAN timing (root; `geosim live run --nodes wan`)
     python bench/bench_live_lowcomm.py --wan-only
 
 Every run is a `geosim live run` subprocess on the tiny model, the shipped generated corpus
@@ -11,7 +11,7 @@ Every run is a `geosim live run` subprocess on the tiny model, the shipped gener
 (DiLoCo's replicas split each of Data's batches between them). Each run appends its record
 to OUT/runs.jsonl and its loss-vs-tokens curve to OUT/curves-seed{S}.jsonl and, all seeds
 pooled, OUT/curves.jsonl (`--loss-curve-out`: the loss of the synchronized model every
---window steps; see live/token_efficiency.py); the plot goes to --plot, the figures (per
+--window steps; see live/experiments/token_efficiency.py); the plot goes to --plot, the figures (per
 seed, their mean, pooled) to OUT/summary.json. The token-efficiency factor is
 geosim.studies.convergence's: tokens Data needs to reach the lowest loss both curves reach / tokens
 the technique needs; `geosim predict --loss-curves OUT/curves.jsonl` uses it.
@@ -66,7 +66,7 @@ def lowcomm_flags(technique: str, args) -> list:
 
 
 def common_flags(args) -> list:
-    return ["--model", "tiny", "--batch", args.batch, "--lr", args.lr, "--seed", args.seed, "--data", "generated",
+    return ["--model", "tiny", "--global-batch", args.batch, "--lr", args.lr, "--seed", args.seed, "--data", "generated",
             "--tokenizer", "bytes", "--log-every", max(1, args.steps // 5)]
 
 
@@ -84,7 +84,7 @@ def train_curves(args, out: Path) -> dict:
         t0 = time.time()
         geosim("live", "run", "--technique", technique, "--steps", args.steps, *common_flags(args),
                "--cpu-devices", args.cpu_devices, *lowcomm_flags(technique, args),
-               "--record", runs, "--loss-curve-out", curves, "--loss-curve-window", args.window)
+               "--records", runs, "--loss-curve-out", curves, "--loss-curve-window", args.window)
         doc = last_line(curves)
         with open(out / "curves.jsonl", "a") as f:
             f.write(json.dumps(doc) + "\n")
@@ -119,11 +119,11 @@ def train_curves(args, out: Path) -> dict:
 EVAL_WORKER = r"""
 import json, sys, time
 import jax, numpy as np
-from geosim.live import corpus
-from geosim.live.model import GPTConfig, init_params, loss_fn, optimizer
-from geosim.live.techniques import Setup, get
-from geosim.live.techniques.diloco import DiLoCo
-from geosim.live.techniques.sparseloco import SparseLoCo
+from geosim.live.train import corpus
+from geosim.live.train.model import GPTConfig, init_params, loss_fn, optimizer
+from geosim.live.train.techniques import Setup, get
+from geosim.live.train.techniques.diloco import DiLoCo
+from geosim.live.train.techniques.sparseloco import SparseLoCo
 
 a = json.loads(sys.argv[1])
 data = corpus.load("generated", 64, "bytes", a["seed"])
@@ -155,7 +155,6 @@ def eval_curves(args, out: Path) -> dict:
     path = out / f"curves-eval-seed{args.seed}.jsonl"
     path.unlink(missing_ok=True)
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={args.cpu_devices}", "JAX_PLATFORMS": "cpu"}
-    env.pop("GEOSIM_LOWCOMM", None)
     for technique in args.techniques:
         cfg = {k: getattr(args, k) for k in ("steps", "batch", "lr", "seed", "inner_steps", "outer_lr", "outer_momentum",
                                              "topk", "bits", "sparse_outer_lr", "held_out")}
@@ -242,13 +241,13 @@ def wan_timing(args, out: Path) -> dict:
     rows = []
     wan_args = argparse.Namespace(**{**vars(args), "inner_steps": args.wan_inner_steps})
     for rtt in args.wan_rtts:
-        geosim("live", "wan", "up", "--rtt-ms", rtt, "--hosts", 2, "--ttl-s", 1800, env=env)
+        geosim("live", "wan", "up", "--rtt-ms", rtt, "--num-hosts", 2, "--ttl-s", 1800, env=env)
         try:
             for technique in args.wan_techniques:
                 t0 = time.time()
-                proc = geosim("live", "run", "--hosts", "wan", "--technique", technique, "--steps", args.wan_steps,
+                proc = geosim("live", "run", "--nodes", "wan", "--technique", technique, "--steps", args.wan_steps,
                               *common_flags(args), "--cpu-devices", 1, *lowcomm_flags(technique, wan_args),
-                              "--record", out / "wan-runs.jsonl", "--loss-curve-out", curves,
+                              "--records", out / "wan-runs.jsonl", "--loss-curve-out", curves,
                               "--loss-curve-window", args.wan_inner_steps, env=env, check=False)
                 if proc.returncode != 0:
                     print(f"rtt {rtt} ms {technique}: failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")

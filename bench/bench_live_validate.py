@@ -1,7 +1,7 @@
 """Benchmark: the whole live validation loop on the emulated WAN (root, /dev/net/tun).
 
     sudo /work/venv/bin/python bench/bench_live_validate.py [--out bench-validate] [--steps 12]
-         [--rtt-ms 0.1,10,40] [--techniques data,zero2,shard,pipeshard] [--records runs.jsonl]
+         [--rtt-ms 0.1,10,40] [--technique data,zero2,shard,pipeshard] [--records runs.jsonl]
 
 Runs `geosim live validate` with the issue's defaults (four techniques at RTT 0.1, 10
 and 40 ms, 2 emulated hosts with one CPU device each, 1000 Mbit/s per host, tiny GPT-2),
@@ -13,7 +13,7 @@ earlier runs without running anything (no root needed then).
 The window-limited configuration (README: "Window-limited runs"), where Data, ZeRO2 and
 Shard slow down more than Pipeshard as RTT grows, as in the study:
 
-    sudo /work/venv/bin/python bench/bench_live_validate.py --model small-wan --batch 8 \
+    sudo /work/venv/bin/python bench/bench_live_validate.py --model small-wan --global-batch 8 \
          --tcp-window-kib 128 --quick --timeout 240 --out bench-validate-window
 
 (2 layers x 256 wide, 32 tokens a sequence: 6.6 MB of gradients against 0.26 MB of
@@ -29,7 +29,7 @@ import time
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from geosim.live import validate
+    from geosim.live.experiments import validate
 
     validate.add_arguments(parser)
     parser.set_defaults(out="bench-validate")

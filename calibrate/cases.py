@@ -78,16 +78,17 @@ def _option_value(name: str, value, where: str):
     because the technique's Settings accept any object for them."""
     key = f"options.{name}"
     if name.endswith("_split"):
-        if not isinstance(value, list) or not value or not all(
+        if not isinstance(value, (list, tuple)) or not value or not all(
                 isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100_000 for v in value):
             raise GeosimError(f"must be a list of whole numbers >= 1, got {value!r:.60}", source=where, key=key)
         return tuple(value)
     if name in ("meshes", "replicas"):
-        if not isinstance(value, list) or not value or not all(
-                isinstance(group, list) and group and all(isinstance(h, str) and h for h in group) for group in value):
+        if not isinstance(value, (list, tuple)) or not value or not all(
+                isinstance(group, (list, tuple)) and group and all(isinstance(h, str) and h for h in group)
+                for group in value):
             raise GeosimError(f"must be a list of lists of host names, got {value!r:.60}", source=where, key=key)
         return tuple(tuple(group) for group in value)
-    if isinstance(value, (list, dict)):
+    if isinstance(value, (list, tuple, dict)):
         raise GeosimError(f"must be a number, a string or true/false, got {value!r:.60}", source=where, key=key)
     return value
 

@@ -47,11 +47,12 @@ def add_arguments(parser) -> None:
     p.add_argument("--append", action="store_true",
                    help="append to --out (under its lock) the records not already in it, instead of replacing it")
     p.add_argument("--scenario", help="the slice the Alpa runs ran on (built-in name or scenario file)")
-    p.add_argument("--hosts", help="comma-separated VMs used, if not all of the scenario's")
+    p.add_argument("--hosts", help="VMs of the slice the runs used, comma-separated names (default: all)")
     p.add_argument("--technique", help="alpa-log: the technique the run used")
     p.add_argument("--model", help="alpa-log: the model (catalog name)")
     p.add_argument("--global-batch", type=int, help="sequences per iteration, if the file does not say")
     p.add_argument("--microbatches", type=int, help="alpa-log: pipeline microbatches")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
 
     p = sub.add_parser("fit", help="fit parameters to run records; report fit quality and uncertainties")
     p.add_argument("records", help="run-records file (JSON Lines)")
@@ -68,35 +69,35 @@ def add_arguments(parser) -> None:
                    help="comma-separated global scalars to fit as well, e.g. "
                         "transport.p2p_handshake_rtts,zero2.gather_bytes_per_param")
     p.add_argument("--overhead", choices=OVERHEAD_KINDS, default="technique",
-                   help=OVERHEAD_HELP + " (default technique)")
+                   help=OVERHEAD_HELP + " (default %(default)s)")
     p.add_argument("--fit-workload", action="store_true",
                    help="also fit tokens per epoch where the records do not give it (reported as fitted)")
     p.add_argument("--scenarios-out", metavar="DIR", help="also write each fitted slice's scenario file with its "
                                                           "fitted link, for `geosim predict --scenario`")
-    p.add_argument("--max-evaluations", type=int, default=25, help="least-squares iterations (default 25)")
+    p.add_argument("--max-evaluations", type=int, default=25, help="least-squares iterations (default %(default)s)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
     p = sub.add_parser("crossval", help="leave-one-technique-out and leave-one-slice-out on the study's Table II")
     p.add_argument("records", nargs="?", help="run-records file (default: the study's measurements)")
     p.add_argument("--params", help="starting parameters (default: the shipped defaults)")
     p.add_argument("--kind", choices=("all", "both", "loto", "loso", "single-vm"), default="all",
-                   help="all: the three; both: loto and loso")
-    p.add_argument("--plot", default="crossval.png", help="PNG of predicted vs measured (default crossval.png; "
+                   help="all: the three; both: loto and loso (default %(default)s)")
+    p.add_argument("--plot", default="crossval.png", help="PNG of predicted vs measured (default %(default)s; "
                                                           "'' for none)")
     p.add_argument("--step-rtts", choices=("link", "global", "none"), default=CROSSVAL_STEP_RTTS,
-                   help="the round trips a collective step waits for: fitted globally (default: per-link values "
-                        "fitted on three techniques' cells extrapolate poorly to the fourth), per link as well, "
-                        "or not at all")
+                   help="the round trips a collective step waits for: fitted per link and globally (link), globally "
+                        "only (global), or not at all (default %(default)s: per-link values fitted on three "
+                        "techniques' cells extrapolate poorly to the fourth)")
     p.add_argument("--also", default=CROSSVAL_ALSO, metavar="KEYS",
                    help="comma-separated global scalars to fit as well (a technique's own only in folds that "
-                        "have its cells; default none), e.g. zero2.gather_bytes_per_param")
+                        "have its cells; default: %(default)s), e.g. zero2.gather_bytes_per_param")
     p.add_argument("--overhead", choices=OVERHEAD_KINDS, default=CROSSVAL_OVERHEAD,
-                   help=OVERHEAD_HELP + f" (default {CROSSVAL_OVERHEAD})")
+                   help=OVERHEAD_HELP + " (default %(default)s)")
     p.add_argument("--keep-links", action="store_true",
                    help="keep the scenario files' per-link window/step/bandwidth (by default they are stripped: "
                         "values inferred from the same measurements would leak the held-out cells)")
     p.add_argument("--workers", type=int, help="parallel fits (default: one per core)")
-    p.add_argument("--max-evaluations", type=int, default=25, help="least-squares iterations per fit (default 25)")
+    p.add_argument("--max-evaluations", type=int, default=25, help="least-squares iterations per fit (default %(default)s)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
 
@@ -156,6 +157,11 @@ def run_import(args) -> int:
     else:
         write_records(out, records)
         print(f"wrote {len(records)} record(s) to {out}")
+    if args.json:
+        print(json.dumps({"out": str(out), "written": len(records), "skipped": skipped,
+                          "records": [{"run_id": r.run_id, "technique": r.technique, "model": r.model,
+                                       "scenario": r.scenario, "status": r.status} for r in records]},
+                         indent=2, allow_nan=False))
     return 0
 
 

@@ -1,5 +1,9 @@
 import sys
 
-from geosim.cli import main
+try:
+    from geosim.cli import main
+except KeyboardInterrupt:  # Ctrl-C during start-up: nothing started yet, no traceback
+    print("geosim: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

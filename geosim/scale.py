@@ -14,6 +14,7 @@ import re
 
 from geosim.errors import GeosimError
 from geosim.scenario import Scenario, gpu_catalog
+from geosim.units import gbps_to_bps, ms_to_s
 from geosim.specs import Cluster, Host, Link
 
 PREFIX = "scale:"
@@ -50,10 +51,10 @@ def make_cluster(sites: int, vms_per_site: int, gpus_per_vm: int, gpu: str = DEF
     card = catalog[gpu]
     hosts = tuple(Host(f"s{s}v{v}", f"site{s}", (card,) * gpus_per_vm, intra_host)
                   for s in range(sites) for v in range(vms_per_site))
-    links = tuple(Link(f"site{a}", f"site{b}", rtt_ms / 1e3, bandwidth_gbps * 1e9)
+    links = tuple(Link(f"site{a}", f"site{b}", ms_to_s(rtt_ms), gbps_to_bps(bandwidth_gbps))
                   for a in range(sites) for b in range(a + 1, sites))
     if not links:  # one site: its VMs still talk over an explicit link the what-ifs can change
-        links = tuple(Link(hosts[0].name, h.name, rtt_ms / 1e3, bandwidth_gbps * 1e9) for h in hosts[1:])
+        links = tuple(Link(hosts[0].name, h.name, ms_to_s(rtt_ms), gbps_to_bps(bandwidth_gbps)) for h in hosts[1:])
     return Cluster(name=name or scale_name(sites, vms_per_site, gpus_per_vm, gpu, intra_host), hosts=hosts, links=links,
                    source=name or "<generated>")
 

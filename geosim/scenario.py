@@ -21,6 +21,7 @@ import networkx as nx
 
 from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
+from geosim.units import gbps_to_bps, ms_to_s
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
 PRECISIONS = ("fp16", "bf16", "fp32")
@@ -145,17 +146,49 @@ def gpu_catalog() -> dict[str, GPU]:
     return {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
 
 
+MODELS_TOML = "geosim/data/models.toml"
+CATALOG_ONLY_KEYS = {"aliases", "description"}  # a catalog entry's documentation, not the model's shape
+
+
+@cache
+def _catalog_doc() -> dict:
+    return _toml_text(resources.files("geosim.data").joinpath("models.toml").read_text(), MODELS_TOML)
+
+
+@cache
+def catalog_models() -> dict[str, Model]:
+    """Catalog name -> model, without the aliases (what `geosim models` lists)."""
+    return {name: _model_from_table(name, {k: v for k, v in t.items() if k not in CATALOG_ONLY_KEYS}, MODELS_TOML,
+                                    f"{name}.") for name, t in _catalog_doc().items()}
+
+
 @cache
 def model_catalog() -> dict[str, Model]:
-    doc = _toml_text(resources.files("geosim.data").joinpath("models.toml").read_text(), "geosim/data/models.toml")
-    return {name: _model_from_table(name, t, "geosim/data/models.toml", f"{name}.") for name, t in doc.items()}
+    """Every name a model loads by: the study's aliases first (what its records and Alpa's logs of
+    its runs are named), then the catalog's names. An alias's model carries the alias's name."""
+    canonical = catalog_models()
+    aliases = {alias: replace(canonical[name], name=alias) for alias, name in model_aliases().items()}
+    return {**aliases, **canonical}
+
+
+@cache
+def model_aliases() -> dict[str, str]:
+    """Alias -> catalog name (the study's names: gpt2m, gpt2L, gpt2l)."""
+    return {alias: name for name, t in _catalog_doc().items() for alias in t.get("aliases", [])}
+
+
+def model_description(name: str) -> str:
+    return _catalog_doc().get(model_aliases().get(name, name), {}).get("description", "")
 
 
 def get_model(name: str, extra: dict[str, Model] | None = None, source: str = "--model") -> Model:
+    """A model by catalog name, alias or the scenario's own; an alias keeps the name it was asked by
+    (the study's records say gpt2m, gpt2L)."""
     models = {**model_catalog(), **(extra or {})}
-    if name not in models:
-        raise GeosimError(f"unknown model {name!r} (known: {', '.join(models)})", source=source)
-    return models[name]
+    if name in models:
+        return models[name]
+    raise GeosimError(f"unknown model {name!r} (known: {', '.join(models)}; `geosim models` lists them)",
+                      source=source)
 
 
 def scenario_path(name_or_path: str) -> Path:
@@ -317,7 +350,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         estimated = "rtt_ms" not in number  # a measured RTT always wins over an estimate
         rtt_ms = _estimated_rtt_ms(ends, hosts, source, prefix) if estimated else number["rtt_ms"]
         links.append(Link(
-            a=ends[0], b=ends[1], rtt_s=rtt_ms / 1e3, bandwidth_bps=number["bandwidth_gbps"] * 1e9,
+            a=ends[0], b=ends[1], rtt_s=ms_to_s(number["rtt_ms"]), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
             window_bytes=None if window is None else window * 1024**2, streams=streams, step_rtts=step_rtts,
             rtt_estimated=estimated,
         ))

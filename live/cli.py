@@ -23,30 +23,32 @@ def add_arguments(parser):
     run = sub.add_parser("run", help="train a GPT-2 with one technique and record what was measured",
                          description="Train a GPT-2 with one technique and record what was measured. Without "
                                      "--ray-address or --coordinator it runs here, on this machine's CPU or GPUs.")
-    run.add_argument("--technique", default="data", help=f"one of {', '.join(TECHNIQUES + LOWCOMM)} (default data)")
-    run.add_argument("--model", default="tiny", help="a catalog model: tiny, gpt2m, gpt2l, gpt2L, gpt2, ... (default tiny)")
+    run.add_argument("--technique", default="data", help=f"one of {', '.join(TECHNIQUES + LOWCOMM)} (default %(default)s)")
+    run.add_argument("--model", default="tiny", help="a model from the catalog (`geosim models`) (default %(default)s)")
     run.add_argument("--backend", choices=("jax", "alpa"), default="jax", help="jax (default) or alpa (needs Alpa installed)")
     group = run.add_mutually_exclusive_group()
     group.add_argument("--steps", type=int, help="training steps (default 20 unless --epochs)")
     group.add_argument("--epochs", type=int, help="passes over the data set")
-    run.add_argument("--batch", type=int, default=8, help="global batch, sequences (default 8)")
+    run.add_argument("--global-batch", dest="batch", type=int, default=8,
+                     help="sequences per optimizer step, summed over all GPUs (default %(default)s)")
     run.add_argument("--microbatches", type=int, default=1, help="microbatches per step (pipeline; accumulation elsewhere)")
     run.add_argument("--stages", type=int, help="pipeshard stages (default: one per host; two on a single host)")
     run.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                      help="compute precision (auto: fp32 on CPU, bf16 on Ampere+, fp16 on older GPUs)")
     run.add_argument("--seq-len", type=int, help="sequence length (default: the model's context)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0, help="random seed of the initial weights and data order (default %(default)s)")
     run.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate")
     run.add_argument("--data", default="auto",
                      help="wikipedia (HF wikimedia/wikipedia 20231101.ace), generated (offline), a text file, "
                           "or auto: wikipedia when reachable, else generated")
-    run.add_argument("--tokenizer", choices=("auto", "gpt2", "bytes"), default="auto")
-    run.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default 2)")
+    run.add_argument("--tokenizer", choices=("auto", "gpt2", "bytes"), default="auto",
+                     help="auto: GPT-2's BPE when available, else bytes (default %(default)s)")
+    run.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default %(default)s)")
     run.add_argument("--log-every", type=int, default=10, help="a progress line every N steps")
     run.add_argument("--memory-limit-gib", type=float, help="per-device memory to allow (default: the device's)")
     run.add_argument("--cpu-devices", type=int, help="virtual CPU devices per process (default: this machine's cores)")
     run.add_argument("--scenario", help="scenario file describing the cluster (e.g. from `geosim live probe`)")
-    run.add_argument("--record", metavar="RUNS.jsonl", help="append the run record to this file")
+    run.add_argument("--records", dest="record", metavar="RUNS.jsonl", help="append the run record to this run-records file")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     low = run.add_argument_group("low-communication techniques (diloco, sparseloco; README: Live DiLoCo and SparseLoCo)")
     low.add_argument("--replicas", type=int, help="replicas (default: one per host; 2 on a single host)")
@@ -61,67 +63,63 @@ def add_arguments(parser):
                      help="steps between curve points (default: H for diloco/sparseloco, else 10; use one value for runs you compare)")
     dist = run.add_argument_group("multi-host")
     dist.add_argument("--ray-address", help="run one JAX process per node of this Ray cluster ('auto': the local one)")
-    dist.add_argument("--hosts", type=_hosts_value,
+    dist.add_argument("--nodes", dest="hosts", type=_hosts_value,
                       help="N: use only the first N Ray nodes; 'wan': one process per host of the emulated WAN "
                            "slice (`geosim live wan up`; root), the record carries the slice's RTT and bandwidth")
     dist.add_argument("--coordinator", help="HOST:PORT of process 0, to start processes by hand")
-    dist.add_argument("--num-processes", type=int, default=1)
-    dist.add_argument("--process-id", type=int, default=0)
+    dist.add_argument("--num-processes", type=int, default=1,
+                      help="processes in a hand-started run (with --coordinator; default %(default)s)")
+    dist.add_argument("--process-id", type=int, default=0,
+                      help="this process's index in a hand-started run (default %(default)s)")
     dist.add_argument("--gloo-interface", help="network interface for gloo (CPU collectives), e.g. enp7s0")
     dist.add_argument("--nccl-interface", help="sets NCCL_SOCKET_IFNAME on every host")
-    dist.add_argument("--timeout", type=float, default=3600, help="seconds to wait for a Ray run (default 3600)")
+    dist.add_argument("--timeout", type=float, default=3600, help="seconds to wait for a Ray run (default %(default)s)")
 
     probe = sub.add_parser("probe", help="measure RTT and TCP throughput between Ray nodes -> a scenario file")
-    probe.add_argument("--ray-address", default="auto")
+    probe.add_argument("--ray-address", default="auto", help="the Ray cluster to probe (default %(default)s: the local one)")
     probe.add_argument("--out", required=True, help="scenario file to write (TOML)")
     probe.add_argument("--name", help="scenario name (default: from the file name)")
-    probe.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput test (default 3)")
-    probe.add_argument("--streams", type=int, default=4, help="parallel streams for the multi-stream test (default 4)")
-    probe.add_argument("--pings", type=int, default=20, help="round trips for the RTT (default 20)")
-    probe.add_argument("--json", action="store_true")
+    probe.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput test (default %(default)s)")
+    probe.add_argument("--streams", type=int, default=4, help="parallel streams for the multi-stream test (default %(default)s)")
+    probe.add_argument("--pings", type=int, default=20, help="round trips for the RTT (default %(default)s)")
+    probe.add_argument("--json", action="store_true", help="print the results as JSON")
 
     validate = sub.add_parser("validate", help="runs on the emulated WAN at several RTTs vs the simulator's predictions",
                               description="Run the techniques on an emulated 2-host WAN slice at several RTTs (root), "
                                           "calibrate the simulator on the runs at all RTTs but one, predict the held-out "
                                           "RTT, print predicted vs measured with errors; writes records, the fitted "
                                           "parameters, a JSON report and a PNG plot to --out.")
-    from geosim.live import validate as validate_cmd
+    from geosim.live.experiments import validate as validate_cmd
 
     validate_cmd.add_arguments(validate)
 
-    try:
-        from geosim.live.wan import cli as wan_cli
-    except ModuleNotFoundError:
-        wan_cli = None
-    wan = sub.add_parser("wan", help="emulate a WAN between local network namespaces" if wan_cli else
-                         "emulate a WAN between network namespaces (not installed yet)")
-    if wan_cli:
-        wan_cli.add_arguments(wan)
-        wan.set_defaults(_wan_run=wan_cli.run)
+    from geosim.live.wan import cli as wan_cli
+
+    wan = sub.add_parser("wan", help="emulate a WAN between local network namespaces")
+    wan_cli.add_arguments(wan)
 
 
 def run(args) -> int:
     if args.live_command == "wan":
-        if not getattr(args, "_wan_run", None):
-            raise GeosimError("'geosim live wan' is not available in this installation (live/wan is missing)")
-        return args._wan_run(args)
+        from geosim.live.wan import cli as wan_cli
+
+        return wan_cli.run(args)
     if args.live_command == "probe":
         return _probe(args)
     if args.live_command == "validate":
-        from geosim.live import validate
+        from geosim.live.experiments import validate
 
         return validate.run(args)
     return _run(args)
 
 
 def _options(args):
-    from geosim.live.train import Options
+    from geosim.live.train import lowcomm
+    from geosim.live.train.loop import Options
 
     if args.technique not in TECHNIQUES + LOWCOMM:
         raise GeosimError(f"unknown technique {args.technique!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
-    from geosim.live import token_efficiency
-
-    token_efficiency.set_options_env({k: getattr(args, k, None) for k in token_efficiency.OPTION_KEYS})
+    options = lowcomm.given({k: getattr(args, k, None) for k in lowcomm.KEYS})
     from geosim.scenario import get_model
 
     get_model(args.model)
@@ -129,16 +127,41 @@ def _options(args):
         value = getattr(args, key)
         if value is not None and value != "wan" and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", key="--" + key.replace("_", "-"))
+    if args.memory_limit_gib is not None and not args.memory_limit_gib > 0:
+        raise GeosimError(f"must be > 0, got {args.memory_limit_gib:g}", key="--memory-limit-gib")
     if args.batch % args.microbatches:
-        raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--batch")
+        raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--global-batch")
     if args.scenario:
         from geosim.scenario import load_scenario
 
         load_scenario(args.scenario)
+    for path, key in ((args.record, "--records"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
+        if path:
+            check_appendable(path, key)
     return Options(technique=args.technique, model=args.model, steps=args.steps, epochs=args.epochs, batch=args.batch,
                    microbatches=args.microbatches, stages=args.stages, precision=args.precision, seq_len=args.seq_len,
                    seed=args.seed, learning_rate=args.lr, data=args.data, tokenizer=args.tokenizer, warmup=args.warmup,
-                   log_every=args.log_every, memory_limit_gib=args.memory_limit_gib)
+                   log_every=args.log_every, memory_limit_gib=args.memory_limit_gib,
+                   lowcomm=options if args.technique in LOWCOMM else {})
+
+
+def check_appendable(path: str, key: str) -> None:
+    """Before the run: can a line be appended to `path`? Tried for real (a temporary file in its
+    directory; the file itself opened for appending), as root passes every permission check."""
+    import tempfile
+
+    where = os.path.dirname(os.path.abspath(path))
+    try:
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "is a directory")
+        fd, tmp = tempfile.mkstemp(prefix=".geosim-check-", dir=where)
+        os.close(fd)
+        os.unlink(tmp)
+        if os.path.exists(path):
+            with open(path, "a"):
+                pass
+    except OSError as exc:
+        raise GeosimError(f"cannot append here ({exc.strerror or exc}): nothing was run", source=path, key=key) from None
 
 
 def _hosts_value(text: str):
@@ -153,30 +176,53 @@ def _hosts_value(text: str):
 
 
 def _run(args) -> int:
+    from geosim.live.train import interrupts
+
+    interrupts.install()  # from here on SIGINT/SIGTERM stop the run at a safe point, with a record
     opts = _options(args)
     if args.hosts == "wan":
         return _run_wan(args, opts)
     with _stdout_to_stderr():  # libraries (gloo, Ray) print to fd 1: keep stdout for the result
         result, impl, hosts, backend = _execute(args, opts)
     if result is None:  # a process other than 0 of a hand-started run: process 0 reports
+        if interrupts.hard_exit_needed():
+            interrupts.hard_exit(interrupts.exit_code())
         return 0
-    from geosim.live.record import build_record
-
-    from geosim.live.token_efficiency import options_note
+    from geosim.live.train import lowcomm
+    from geosim.live.train.record import build_record
 
     record = build_record(result, opts, backend=backend, collective_impl=impl, scenario=args.scenario, host_names=hosts,
-                          extra_note=options_note(opts.technique))
-    if args.record:
-        from geosim.records import append_record
+                          extra_note=lowcomm.note(opts.technique, opts.lowcomm))
+    _report(result, record, args)  # first: an unwritable file must not lose what was measured
+    _save(record, result, args, opts)
+    code = {"ok": 0, "interrupted": interrupts.exit_code()}.get(result.status, 1)
+    if interrupts.hard_exit_needed():  # a compilation still runs in its thread: no interpreter teardown
+        interrupts.hard_exit(code)
+    return code
 
-        append_record(args.record, record)
-    _report(result, record, args)
-    return {"ok": 0, "interrupted": 130}.get(result.status, 1)
+
+def _save(record, result, args, opts) -> None:
+    """Append the record (and the loss curve); a failure here is one line, the result is printed above."""
+    try:
+        if getattr(args, "loss_curve_out", None) and result.losses:
+            from geosim.live.experiments import token_efficiency
+
+            token_efficiency.append_curve(args.loss_curve_out, token_efficiency.curve_doc(
+                record, result.losses, result.step_times, args.loss_curve_window, opts.lowcomm))
+        if args.record:
+            from geosim.records import append_record
+
+            append_record(args.record, record)
+            print(f"  record          appended to {args.record} (run {record.run_id})",
+                  file=sys.stderr if args.json else sys.stdout)
+    except OSError as exc:
+        raise GeosimError(f"could not append the record ({exc.strerror or exc}); the result is printed above",
+                          source=args.record or args.loss_curve_out) from None
 
 
 def _execute(args, opts):
     if args.backend == "alpa":
-        from geosim.live.alpa_backend import run_alpa
+        from geosim.live.train.alpa_backend import run_alpa
 
         return run_alpa(opts, args.ray_address), "nccl", None, "alpa"
     if args.ray_address:
@@ -197,37 +243,38 @@ class _stdout_to_stderr:
 
 
 def _run_wan(args, opts) -> int:
-    """--hosts wan: one process per emulated host (live/wan_runs.py); process 0's record, on the slice."""
+    """--nodes wan: one process per emulated host (live/experiments/wan_runs.py); process 0's record, on the slice."""
     if args.ray_address or args.coordinator or args.backend != "jax":
-        raise GeosimError("--hosts wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
-                          key="--hosts")
+        raise GeosimError("--nodes wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
+                          key="--nodes")
     if args.scenario:
-        raise GeosimError("--hosts wan records the emulated slice itself: drop --scenario", key="--scenario")
-    from geosim.live import wan_runs
+        raise GeosimError("--nodes wan records the emulated slice itself: drop --scenario", key="--scenario")
+    from geosim.live.experiments import wan_runs
 
     try:
         run = wan_runs.run_on_wan(opts, cpu_devices=args.cpu_devices or 1, timeout_s=args.timeout,
                                   log=lambda line: print(line, file=sys.stderr))
-    except KeyboardInterrupt:
-        print("interrupted: the processes on the WAN slice were stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # nothing is half-written: process 0's record never reached us
+        from geosim.live.train import interrupts
+
+        print("interrupted: the processes on the WAN slice were stopped; no record written", file=sys.stderr)
+        return interrupts.exit_code()
     from geosim.records import validate
-    from geosim.live.train import Result
+    from geosim.live.train.loop import Result
 
-    record = validate(run.record, "geosim live run --hosts wan")
-    if args.record:
-        from geosim.records import append_record
-
-        append_record(args.record, record)
+    record = validate(run.record, "geosim live run --nodes wan")
     per_host = [len(h["gpus"]) for h in record.cluster["hosts"]]
     result = Result(status=record.status, error=record.error, losses=run.losses, step_times=run.step_times,
                     devices={"platform": "cpu", "count": sum(per_host), "processes": len(per_host), "per_host": per_host})
     _report(result, record, args)
-    return {"ok": 0, "interrupted": 130}.get(record.status, 1)
+    _save(record, result, args, opts)
+    from geosim.live.train import interrupts
+
+    return {"ok": 0, "interrupted": interrupts.exit_code()}.get(record.status, 1)
 
 
 def _run_here(args, opts):
-    from geosim.live import distributed
+    from geosim.live.train import distributed
 
     cpu_devices = args.cpu_devices
     if cpu_devices is None and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
@@ -240,11 +287,13 @@ def _run_here(args, opts):
         if not 0 <= args.process_id < args.num_processes:
             raise GeosimError(f"must be in 0..{args.num_processes - 1}", key="--process-id")
         distributed.initialize(args.coordinator, args.num_processes, args.process_id, args.gloo_interface)
-    from geosim.live.train import run
+    from geosim.live.train.loop import run
 
     log = (lambda line: print(line, file=sys.stderr)) if args.process_id == 0 else None
     result = run(opts, log=log)
-    if args.coordinator:
+    from geosim.live.train import interrupts
+
+    if args.coordinator and not interrupts.hard_exit_needed():  # (an abandoned compilation: the process just ends)
         import jax
 
         jax.distributed.shutdown()
@@ -253,46 +302,38 @@ def _run_here(args, opts):
 
 
 def _run_ray(args, opts):
-    from geosim.live import distributed
-    from geosim.live.train import Result
+    from geosim.live.train import distributed
+    from geosim.live.train.loop import UNKNOWN_DEVICES, Result
 
     env = {"NCCL_SOCKET_IFNAME": args.nccl_interface} if args.nccl_interface else {}
-    from geosim.live.token_efficiency import ENV
-
-    if os.environ.get(ENV):
-        env[ENV] = os.environ[ENV]  # the low-communication options, to every worker
     try:
         result_dict, hosts = distributed.run_on_ray(args.ray_address, opts, args.hosts, args.cpu_devices,
                                                     args.gloo_interface, env, args.timeout)
     except KeyboardInterrupt:
         # the workers are gone with their partial measurements; record that the run was cut short
         return Result(status="interrupted", error="interrupted before the workers reported",
-                      devices={"platform": "cpu", "kind": "unknown", "count": 1, "processes": 1}), None, None, "jax"
+                      devices=dict(UNKNOWN_DEVICES)), None, None, "jax"
     except GeosimError:
         raise
     except Exception as exc:  # a worker died (out of host memory, a lost node): record it
-        from geosim.live.train import is_out_of_memory
+        from geosim.live.train.loop import is_out_of_memory
 
         status = "out-of-memory" if is_out_of_memory(exc) else "failed"
         first = (str(exc).strip().splitlines() or [""])[-1]
         return Result(status=status, error=f"{type(exc).__name__}: {first}"[:500],
-                      devices={"platform": "cpu", "kind": "unknown", "count": 1, "processes": 1}), None, None, "jax"
+                      devices=dict(UNKNOWN_DEVICES)), None, None, "jax"
     result = Result(**result_dict)
     impl = distributed.collective_impl(result.devices["platform"], result.devices["processes"])
     return result, impl, hosts, "jax"
 
 
 def _report(result, record, args):
-    if getattr(args, "loss_curve_out", None) and result.losses:
-        from geosim.live import token_efficiency
-
-        token_efficiency.append_curve(args.loss_curve_out, token_efficiency.curve_doc(
-            record, result.losses, result.step_times, args.loss_curve_window))
     if args.json:
         doc = json.loads(record.to_json())
         doc["losses"] = result.losses
         doc["step_times_s"] = [round(t, 6) for t in result.step_times]
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(doc, indent=2, allow_nan=False))
+        sys.stdout.flush()
         return
     m = record.measured
     print(f"{record.technique} on {result.devices.get('count', '?')} {result.devices.get('platform', '?')} device(s), "
@@ -305,15 +346,15 @@ def _report(result, record, args):
         if key in m:
             print(f"  {label:<15} {fmt.format(m[key])}")
     print(f"  collectives     {record.collective_impl}")
-    if args.record:
-        print(f"  record          appended to {args.record} (run {record.run_id})")
+    sys.stdout.flush()
 
 
 def _probe(args) -> int:
-    from geosim.live.probe import probe, write_scenario
+    from geosim.live.wan.agent import probe, write_scenario
 
     if args.seconds <= 0 or args.streams <= 0 or args.pings <= 0:
         raise GeosimError("--seconds, --streams and --pings must be > 0")
+    check_appendable(args.out, "--out")
     result = probe(args.ray_address, seconds=args.seconds, streams=args.streams, pings=args.pings,
                    log=lambda line: print(line, file=sys.stderr))
     write_scenario(result, args.out, name=args.name)

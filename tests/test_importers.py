@@ -17,6 +17,7 @@ from geosim.calibrate.importers import alpa_benchmark_records
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import load_params
+from geosim.studies.reference import study_records
 from geosim.records import read_runs
 
 CONSOLE = Path(__file__).parent / "data" / "alpa-gpt-console.log"
@@ -145,7 +146,7 @@ def test_append_appends_and_skips_what_is_already_there(tmp_path, capsys):
     out = tmp_path / "runs.jsonl"
     assert main(["calibrate", "import", "study", "--out", str(out)]) == 0
     assert main(["calibrate", "import", "study", "--out", str(out), "--append"]) == 0
-    assert "appended 0 record(s)" in capsys.readouterr().out and len(read_runs(out)) == 20
+    assert "appended 0 record(s)" in capsys.readouterr().out and len(read_runs(out)) == len(study_records())
 
 
 @pytest.mark.parametrize("content,message", [

@@ -139,3 +139,37 @@ def test_a_technique_with_a_tunable_is_one_file(toy_technique, tmp_path):
     assert "toy.pause_s" not in [p.name for p in free]  # no toy run among the records
     toy_cases = [c.__class__(**{**c.__dict__, "technique": "toy"}) for c in cases]
     assert "toy.pause_s" in [p.name for p in default_free(toy_cases, case.params, extra=("toy.pause_s",))]
+
+
+# Lines outside geosim/techniques/ that may still spell a technique's name: data, not decisions.
+# file -> what the name is there (tests/test_layout.py: no module branches on a technique's name)
+NAME_AS_DATA = {
+    "geosim/report/plots.py": "colour table keyed by NAME",
+    "calibrate/plot.py": "colour table keyed by NAME",
+    "live/validate.py": "the study's four (the default techniques) and a colour table keyed by NAME",
+    "geosim/studies/reference.py": "the study's reference names -> NAME",
+    "geosim/cli/trace.py": "the default technique to trace",
+    "calibrate/importers.py": "Alpa's parallel configs -> the study's technique names",
+    "live/cli.py": "the techniques live runs implement",
+    "live/techniques/__init__.py": "the techniques live runs implement",
+    "live/techniques/pipeshard.py": "a live technique module: its own name",
+}
+BRANCH = ("==", "!=", "in", "not in")  # '"pipeshard" in x', 'x == "pipeshard"': a decision on the name
+
+
+def test_no_module_outside_the_techniques_branches_on_pipeshard():
+    """`grep -rn '"pipeshard"' geosim calibrate live --include=*.py` outside geosim/techniques/ finds only data."""
+    offenders = []
+    for folder in ("geosim", "calibrate", "live"):
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith("geosim/techniques/"):
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                if '"pipeshard"' not in line:
+                    continue
+                code = line.split("#", 1)[0]
+                branches = any(f'{op} "pipeshard"' in code or f'"pipeshard" {op}' in code for op in BRANCH)
+                if branches or rel not in NAME_AS_DATA:
+                    offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert offenders == []

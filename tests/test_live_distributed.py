@@ -3,6 +3,7 @@ two-node local Ray cluster running the probe and a run. Slow: marked."""
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -17,9 +18,11 @@ from geosim.records import read_records
 from geosim.scenario import load_scenario
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-# A loopback-only test cluster: without this, Ray >= 2.5x's token authentication makes a
-# second node started by hand fail to join (each `ray start` would need the head's token).
-ENV["RAY_AUTH_MODE"] = "disabled"
+# The test cluster keeps Ray's token authentication on (Ray >= 2.5x): every `ray start`, driver
+# and `geosim live` process gets the same token, and the nodes announce loopback addresses.
+# Ray's own servers still listen on every interface: disabling authentication would open them.
+ENV["RAY_AUTH_MODE"] = "token"
+ENV["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 pytestmark = pytest.mark.slow
 
 
@@ -34,7 +37,7 @@ def two_processes(technique, tmp_path):
     common = [sys.executable, "-m", "geosim", "live", "run", "--technique", technique, "--steps", "4", "--cpu-devices", "1",
               "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
     runs = tmp_path / f"{technique}.jsonl"
-    procs = [subprocess.Popen(common + ["--process-id", str(i)] + (["--json", "--record", str(runs)] if i == 0 else []),
+    procs = [subprocess.Popen(common + ["--process-id", str(i)] + (["--json", "--records", str(runs)] if i == 0 else []),
                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
     try:
         outs = [p.communicate(timeout=240) for p in procs]
@@ -67,7 +70,8 @@ def ray_cluster(tmp_path):
     procs = []
 
     def start(*args):
-        p = subprocess.Popen([ray_bin, "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *args], env=ENV,
+        p = subprocess.Popen([ray_bin, "start", "--block", "--num-cpus", "1", "--disable-usage-stats",
+                              "--node-ip-address", "127.0.0.1", *args], env=ENV,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         procs.append(p)
 
@@ -121,7 +125,7 @@ def test_ray_two_nodes_probe_and_run(ray_cluster, tmp_path):
 
     runs = tmp_path / "runs.jsonl"
     run = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--ray-address", ray_cluster, "--technique", "data",
-                          "--steps", "4", "--cpu-devices", "1", "--scenario", str(out), "--record", str(runs)],
+                          "--steps", "4", "--cpu-devices", "1", "--scenario", str(out), "--records", str(runs)],
                          env=ENV, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     (record,) = read_records(runs)

@@ -28,16 +28,15 @@ from geosim.studies import convergence
 from geosim.records import read_records
 
 FOUR_DEVICES = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
-FOUR_DEVICES.pop("GEOSIM_LOWCOMM", None)
 
 SCRIPT = r"""
 import json, sys, jax, numpy as np, optax
 from jax.flatten_util import ravel_pytree
-from geosim.live import corpus
-from geosim.live.model import GPTConfig, init_params, optimizer
-from geosim.live.techniques import Setup, get
-from geosim.live.techniques.diloco import DiLoCo
-from geosim.live.techniques.sparseloco import SparseLoCo, kept_per_chunk
+from geosim.live.train import corpus
+from geosim.live.train.model import GPTConfig, init_params, optimizer
+from geosim.live.train.techniques import Setup, get
+from geosim.live.train.techniques.diloco import DiLoCo
+from geosim.live.train.techniques.sparseloco import SparseLoCo, kept_per_chunk
 
 assert len(jax.devices()) == 4
 cfg = GPTConfig(n_layer=1, n_embd=32, n_head=2, vocab=257, n_ctx=32)
@@ -98,9 +97,9 @@ out["diloco_bytes_per_replica"] = b.sync_bytes_per_replica()
 
 # 4. the CLI: a curve file convergence.py reads, naming the run
 from geosim.cli import main
-code = main(["live", "run", "--technique", "diloco", "--steps", "7", "--inner-steps", "3", "--batch", "8",
+code = main(["live", "run", "--technique", "diloco", "--steps", "7", "--inner-steps", "3", "--global-batch", "8",
              "--seq-len", "32", "--data", "generated", "--tokenizer", "bytes", "--log-every", "3",
-             "--record", sys.argv[1], "--loss-curve-out", sys.argv[2], "--loss-curve-window", "3"])
+             "--records", sys.argv[1], "--loss-curve-out", sys.argv[2], "--loss-curve-window", "3"])
 out["cli_code"] = code
 print(json.dumps(out))
 """
@@ -116,6 +115,7 @@ def four_devices(tmp_path_factory):
     return json.loads(proc.stdout.strip().splitlines()[-1]), runs, curves
 
 
+@pytest.mark.slow
 def test_h1_diloco_with_sgd_inside_is_data_parallel_sgd(four_devices):
     out = four_devices[0]["one"]
     assert out["mesh"] == {"replica": 2, "data": 2} and out["replicas"] == 2
@@ -124,6 +124,7 @@ def test_h1_diloco_with_sgd_inside_is_data_parallel_sgd(four_devices):
     assert out["max_param_diff"] < 1e-5
 
 
+@pytest.mark.slow
 def test_sparseloco_sending_everything_is_diloco(four_devices):
     out = four_devices[0]["two"]
     assert out["diloco"][-1] < out["diloco"][0]
@@ -132,6 +133,7 @@ def test_sparseloco_sending_everything_is_diloco(four_devices):
     assert out["error_abs_max"] == 0.0  # nothing left unsent
 
 
+@pytest.mark.slow
 def test_error_feedback_keeps_the_unsent_mass(four_devices):
     checks = four_devices[0]["three"]
     assert len(checks) == 3  # syncs at steps 2, 4, 6
@@ -144,12 +146,14 @@ def test_error_feedback_keeps_the_unsent_mass(four_devices):
         assert c["error_norm"] > 0.5 * c["delta_norm"]  # most of the mass waits in the buffer at 1/64 density
 
 
+@pytest.mark.slow
 def test_sync_bytes(four_devices):
     out = four_devices[0]
     # 2-bit values + uint16 indices + a float32 scale per 1024-value chunk vs fp32 everything
     assert out["bytes_per_replica"] < out["diloco_bytes_per_replica"] / 50
 
 
+@pytest.mark.slow
 def test_cli_writes_a_curve_convergence_reads(four_devices):
     out, runs, curves = four_devices
     assert out["cli_code"] == 0
@@ -169,7 +173,7 @@ def test_cli_writes_a_curve_convergence_reads(four_devices):
 # ---------------------------------------------------------------- in this process
 
 def test_loss_curve_samples_every_window_steps_with_a_trailing_mean():
-    from geosim.live.token_efficiency import loss_curve, mean_step_time
+    from geosim.live.experiments.token_efficiency import loss_curve, mean_step_time
 
     losses = [10.0 - i for i in range(10)]  # 10, 9, ..., 1
     assert loss_curve(losses, 100, window=3, smooth=1) == [[0, 10.0], [300, 7.0], [600, 4.0], [900, 1.0]]
@@ -180,10 +184,11 @@ def test_loss_curve_samples_every_window_steps_with_a_trailing_mean():
 
 
 
+@pytest.mark.slow
 def test_compressor_topk_quantization_and_payload_bytes():
     import jax.numpy as jnp
 
-    from geosim.live.techniques.sparseloco import compress, decompress, pack, payload_bytes, unpack
+    from geosim.live.train.techniques.sparseloco import compress, decompress, pack, payload_bytes, unpack
 
     rng = np.random.default_rng(0)
     chunk, size, topk, bits = 4096, 4 * 4096, 1 / 64, 2

@@ -19,9 +19,9 @@ FOUR_DEVICES = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_cou
 SCRIPT = r"""
 import json, jax, numpy as np
 from jax.flatten_util import ravel_pytree
-from geosim.live import corpus
-from geosim.live.model import GPTConfig, init_params, loss_fn, optimizer
-from geosim.live.techniques import Setup, TECHNIQUES, get
+from geosim.live.train import corpus
+from geosim.live.train.model import GPTConfig, init_params, loss_fn, optimizer
+from geosim.live.train.techniques import Setup, TECHNIQUES, get
 
 assert len(jax.devices()) == 4
 cfg = GPTConfig(n_layer=2, n_embd=64, n_head=4, vocab=257, n_ctx=64)
@@ -50,6 +50,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_four_techniques_train_to_the_same_losses():
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=FOUR_DEVICES, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -66,11 +67,12 @@ def test_four_techniques_train_to_the_same_losses():
     assert any("'stage'" in s and "'model'" in s for s in out["pipeshard"]["specs"])
 
 
+@pytest.mark.slow
 def test_each_technique_writes_a_record_calibration_reads(tmp_path):
     runs = tmp_path / "runs.jsonl"
     code = ("import sys; from geosim.cli import main\n"
-            "codes = [main(['live', 'run', '--technique', t, '--steps', '5', '--batch', '8', '--microbatches', '2',"
-            " '--record', sys.argv[1]]) for t in ('data', 'zero2', 'shard', 'pipeshard')]\n"
+            "codes = [main(['live', 'run', '--technique', t, '--steps', '5', '--global-batch', '8', '--microbatches', '2',"
+            " '--records', sys.argv[1]]) for t in ('data', 'zero2', 'shard', 'pipeshard')]\n"
             "sys.exit(max(codes))")
     proc = subprocess.run([sys.executable, "-c", code, str(runs)], env=FOUR_DEVICES, capture_output=True, text=True,
                           timeout=300)
@@ -92,8 +94,8 @@ def test_each_technique_writes_a_record_calibration_reads(tmp_path):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--technique", "shard", "--batch", "8", "--cpu-devices", "3"], "n_embd (64) must be divisible by devices (3)"),
-    (["--technique", "data", "--batch", "6", "--cpu-devices", "4"], "global batch (6) must be divisible by devices x microbatches (4)"),
+    (["--technique", "shard", "--global-batch", "8", "--cpu-devices", "3"], "n_embd (64) must be divisible by devices (3)"),
+    (["--technique", "data", "--global-batch", "6", "--cpu-devices", "4"], "global batch (6) must be divisible by devices x microbatches (4)"),
 ])
 def test_layouts_that_do_not_divide_are_user_errors(argv, needle):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -22,8 +22,8 @@ import pytest
 from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
-from geosim.live import wan_runs
-from geosim.live import validate as live_validate
+from geosim.live.experiments import wan_runs
+from geosim.live.experiments import validate as live_validate
 from geosim.live.wan.emulator import Host, WanSlice
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -49,7 +49,7 @@ def fake_slice(rtt=20.0, bandwidth=500.0, hosts=2) -> WanSlice:
 
 def local_record_doc(per_host=(1, 1)) -> dict:
     """What process 0 of a 2-process run prints (live/record.py's inline cluster)."""
-    from geosim.live.record import inline_cluster
+    from geosim.live.train.record import inline_cluster
 
     devices = {"platform": "cpu", "kind": "cpu", "count": sum(per_host), "processes": len(per_host),
                "per_host": list(per_host)}
@@ -105,7 +105,7 @@ def test_record_host_count_must_match_the_slice():
 
 
 def test_child_argv_binds_gloo_to_the_namespace_interface():
-    from geosim.live.train import Options
+    from geosim.live.train.loop import Options
 
     argv = wan_runs.child_argv(Options(technique="pipeshard", steps=5, microbatches=2), coordinator="10.213.0.1:7000",
                                num_processes=2, process_id=1, cpu_devices=2, interface="wan0")
@@ -114,14 +114,19 @@ def test_child_argv_binds_gloo_to_the_namespace_interface():
                  "--num-processes 2", "--process-id 1", "--gloo-interface wan0", "--cpu-devices 2", "--json"):
         assert part in text
     assert "--epochs" not in text  # None options are left out
+    # the low-communication options travel as arguments, the same on every process
+    argv = wan_runs.child_argv(Options(technique="sparseloco", steps=5, lowcomm={"inner_steps": 4, "topk": 0.05}),
+                               coordinator="10.213.0.1:7000", num_processes=2, process_id=0, cpu_devices=1,
+                               interface="wan0")
+    assert "--inner-steps 4" in " ".join(argv) and "--topk 0.05" in " ".join(argv)
 
 
 def test_hosts_wan_without_a_slice_is_a_one_line_error(tmp_path):
     env = dict(ENV, GEOSIM_WAN_STATE=str(tmp_path / "none.json"))
-    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "2"],
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "2"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "no WAN slice is up" in proc.stderr
-    bad = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--hosts", "lan"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--nodes", "lan"], capture_output=True,
                          text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "'wan'" in bad.stderr
 
@@ -150,6 +155,7 @@ def simulated_records(rtts, per_step_extra=None):
     return records
 
 
+@pytest.mark.slow
 def test_validate_recovers_a_held_out_rtt_of_simulated_runs():
     records = simulated_records([0.1, 10, 40])
     rep, result = live_validate.validate_records(records, 10.0, max_nfev=40)
@@ -210,8 +216,8 @@ def test_live_run_hosts_wan_records_the_slice(wan_slice, tmp_path, technique):
     wan = make(rtt_ms=20, bandwidth_mbit=1000)
     runs = tmp_path / "wan.jsonl"
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--technique", technique,
-                           "--model", "tiny", "--steps", "5", "--data", "generated", "--record", str(runs)],
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--technique", technique,
+                           "--model", "tiny", "--steps", "5", "--data", "generated", "--records", str(runs)],
                           capture_output=True, text=True, env=dict(ENV, GEOSIM_WAN_STATE=state), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - started < 300
@@ -231,7 +237,7 @@ def test_live_run_hosts_wan_records_the_slice(wan_slice, tmp_path, technique):
 def test_ctrl_c_stops_the_processes_on_the_slice(wan_slice, tmp_path):
     make, state = wan_slice
     wan = make(rtt_ms=10)
-    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "100000",
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "100000",
                              "--data", "generated"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(ENV, GEOSIM_WAN_STATE=state))
     try:
@@ -251,6 +257,32 @@ def test_ctrl_c_stops_the_processes_on_the_slice(wan_slice, tmp_path):
 
 
 @needs_root
+def test_sigkilled_parent_takes_the_processes_on_the_slice_with_it(wan_slice, tmp_path):
+    """SIGKILL leaves the parent no chance to stop its children: the kernel does (PR_SET_PDEATHSIG)."""
+    make, state = wan_slice
+    wan = make(rtt_ms=2)
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "100000",
+                             "--data", "generated"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(ENV, GEOSIM_WAN_STATE=state))
+    try:
+        deadline = time.monotonic() + 120
+        while len(ns_pids(wan)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(ns_pids(wan)) >= 2, "the two training processes never started"
+        time.sleep(1)
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while ns_pids(wan) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ns_pids(wan) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@needs_root
 def test_validate_quick_loop(tmp_path):
     """The CI-sized loop with the defaults (small-wan model, 128 KiB TCP windows): two techniques
     at three RTTs, 6 steps each, fit on two, predict one."""
@@ -258,7 +290,7 @@ def test_validate_quick_loop(tmp_path):
     before = set(namespaces())
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "geosim", "live", "validate", "--quick", "--rtt-ms", "0.1,10,30",
-                           "--techniques", "data,pipeshard", "--out", str(out), "--json", "--timeout", "240"],
+                           "--technique", "data,pipeshard", "--out", str(out), "--json", "--timeout", "240"],
                           capture_output=True, text=True, env=ENV, timeout=900)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -8,8 +8,8 @@ from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.case import Case
-from geosim.studies.plan import (candidates, evaluate, floor_s, layer_splits, make_plan, parse_duration,
-                         search, twins)
+from geosim.studies.plan import candidates, evaluate, floor_s, make_plan, parse_duration, search, twins
+from geosim.techniques.pipeshard import layer_splits
 from geosim.scenario import get_model, load_scenario
 
 
@@ -69,12 +69,17 @@ def test_twin_vms_are_planned_once():
 
 def test_microbatches_only_vary_for_pipeshard():
     c = case("tacc-tacc", global_batch=8)
-    both = list(candidates(c, intra_stages=("data", "shard")))
-    assert {m for t, _, m, _ in both if t == "pipeshard"} == {1, 2, 4, 8}
-    assert {m for t, _, m, _ in both if t != "pipeshard"} == {None}
+    both = list(candidates(c, choices={"intra_stages": ("data", "shard")}))
+    assert {ch.get("microbatches") for t, _, ch, _ in both if t == "pipeshard"} == {1, 2, 4, 8}
+    assert {ch.get("microbatches") for t, _, ch, _ in both if t != "pipeshard"} == {None}
     # intra-stage data splits a microbatch over a VM's 2 GPUs: 8 microbatches of 1 sequence cannot
-    data_only = {m for t, _, m, o in candidates(c) if t == "pipeshard"}
+    data_only = {ch["microbatches"] for t, _, ch, o in candidates(c) if t == "pipeshard"}
     assert data_only == {1, 2, 4}
+
+
+def test_the_planner_ranks_synchronous_techniques_by_default():
+    techniques = {t for t, *_ in candidates(case("utah-mass"))}
+    assert techniques == {"data", "zero2", "shard", "pipeshard"}  # not diloco, sparseloco, hybrid
 
 
 def test_parse_duration():
@@ -98,6 +103,7 @@ def test_plan_command_measured_study(capsys):
     assert main(["plan", "--scenario", "utah-gpn", "--measured", "study"]) == 0
     out = capsys.readouterr().out
     assert "Pipeshard on vm1+vm2" in out and "Algorithm 1 cannot run on these measurements" in out
+    assert out.splitlines()[2].startswith("  verdict: use ") and " measured; runner-up " in out.splitlines()[2]
 
 
 def test_plan_sweep_rtt_finds_a_flip(capsys):

@@ -198,7 +198,7 @@ def _a30(name, site, gpu="A30"):
 
 def test_the_faster_gpu_anomaly_hypothesis_found_is_small_and_needs_a_shared_hop():
     def run(cluster, e):
-        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES}, default_efficiency=e,
+        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES},
                                     slow_start_after_idle=False)
         return total(cluster, "shard", params, model=GPT2, workload=SMALL_WORKLOAD)
 

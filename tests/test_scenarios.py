@@ -258,6 +258,7 @@ def test_params_round_trip(tmp_path):
 # --- the CLI, in process ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_predict_default_prints_the_five_slices(capsys):
     assert main(["predict"]) == 0
     out = capsys.readouterr().out
@@ -340,6 +341,7 @@ def run_cli(*args, cwd=None):
     return subprocess.run(geosim_command() + list(args), capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
 
 
+@pytest.mark.slow
 def test_script_predict_default(tmp_path):
     proc = run_cli("predict", cwd=tmp_path)  # outside the checkout: built-ins come from the package
     assert proc.returncode == 0, proc.stderr
@@ -379,7 +381,7 @@ def test_script_unknown_gpu_line(tmp_path):
     path.write_text(VALID.replace('"T4", "T4"', '"T4", "T5"'))
     proc = run_cli("predict", "--scenario", str(path), cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.startswith(f"geosim predict: error: {path}: hosts[1].gpus: unknown GPU 'T5'")
+    assert proc.stderr.startswith(f"geosim predict: error: {path}:11: hosts[1].gpus: unknown GPU 'T5'")
 
 
 def test_script_usage_error_exits_2(tmp_path):

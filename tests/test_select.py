@@ -10,8 +10,9 @@ from geosim.params import load_params
 from geosim.records import RunRecord, append_record
 from geosim.scenario import get_model, load_scenario
 from geosim.studies.reference import study_records
-from geosim.studies.select import (MeasuredProbes, PredictedProbes, Probe, algorithm1, parse_rtts,
-                           sweep_rtt)
+from geosim.studies.select import MeasuredProbes, PredictedProbes, Probe, algorithm1
+from geosim.studies.ranking import choice_vs_rtt
+from geosim.units import parse_numbers
 
 PROBES = {"Tp": ("pipeshard", ("v1", "v2")), "Td1": ("data", ("v1",)), "Ts1": ("shard", ("v1",)),
           "Td2": ("data", ("v2",)), "Ts2": ("shard", ("v2",)), "Tz2": ("zero2", ("v1", "v2"))}
@@ -172,15 +173,15 @@ def test_study_measurements_do_not_suffice_for_algorithm1():
 
 
 def test_parse_rtts():
-    assert parse_rtts("10,1,0.1") == [0.1, 1.0, 10.0]
-    assert parse_rtts("0:30:10") == [0.0, 10.0, 20.0, 30.0]
+    assert parse_numbers("10,1,0.1", "--sweep-rtt") == [0.1, 1.0, 10.0]
+    assert parse_numbers("0:30:10", "--sweep-rtt") == [0.0, 10.0, 20.0, 30.0]
     for bad in ("x", "5:1:1", "-1,2"):
         with pytest.raises(GeosimError):
-            parse_rtts(bad)
+            parse_numbers(bad, "--sweep-rtt")
 
 
 def test_sweep_bisects_to_the_flip():
-    rows, flips = sweep_rtt([0.0, 50.0, 100.0], lambda r: ("A" if r < 37.0 else "B", None), bisect_steps=12)
+    rows, flips = choice_vs_rtt([0.0, 50.0, 100.0], lambda r: ("A" if r < 37.0 else "B", None), rel_tol=1e-4)
     assert [label for _, label, _ in rows] == ["A", "B", "B"]
     (lo, hi, below, above), = flips
     assert lo < 37.0 <= hi and hi - lo < 0.02 and (below, above) == ("A", "B")

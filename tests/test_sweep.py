@@ -93,10 +93,11 @@ def test_resume_refuses_rows_from_other_parameters(tmp_path):
     assert run_sweep(GRID, other, tmp_path, SerialExecutor(other), progress=False, fresh=True).computed == len(GRID)
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_the_command_line_keeps_rows_and_a_rerun_finishes(tmp_path):
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "zero2",
-           "--rtt-ms", "0.1:150:150log", "--out", str(out), "--jobs", "2", "--quiet"]
+           "--rtt-ms", "0.1:150:x1.05", "--out", str(out), "--workers", "2", "--quiet", "--no-best"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
     while not (out / RESULTS).exists() or not (out / RESULTS).read_text():
@@ -116,10 +117,11 @@ def test_ctrl_c_on_the_command_line_keeps_rows_and_a_rerun_finishes(tmp_path):
     assert len(keys) == len(set(keys)) == 150
 
 
+@pytest.mark.slow
 def test_cli_sweep_and_report(tmp_path, capsys):
     out = tmp_path / "sw"
     rc = main(["sweep", "--scenario", "utah-gpn,tacc-tacc", "--technique", "data,pipeshard", "--model", "gpt2m,gpt2L",
-               "--rtt-ms", "native,1:100:3log", "--out", str(out), "--jobs", "1", "--json", "--quiet"])
+               "--rtt-ms", "native,1:100:x10", "--out", str(out), "--workers", "1", "--json", "--quiet", "--no-best"])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["points"] == 2 * 2 * 2 * 4

@@ -1,4 +1,5 @@
-"""Grid specs: lists, linear and log ranges, 'native', workload fields, and clear errors."""
+"""Grid specs: lists, START:STOP:STEP and START:STOP:xFACTOR ranges (the one syntax, geosim.units),
+'native', workload fields, and clear errors."""
 
 import math
 
@@ -18,28 +19,37 @@ def test_lists_and_single_values():
     assert parse_values("1,1,2", "int", "--batch") == [1, 2]  # repeats dropped, order kept
 
 
-def test_linear_range_includes_both_ends():
-    assert parse_values("0:100:5", "float", "x") == [0.0, 25.0, 50.0, 75.0, 100.0]
+def test_step_range_includes_stop_when_a_step_lands_on_it():
+    assert parse_values("0:100:25", "float", "x") == [0.0, 25.0, 50.0, 75.0, 100.0]
     assert parse_values("8:64:8", "int", "x") == [8, 16, 24, 32, 40, 48, 56, 64]
+    assert parse_values("0:10:4", "float", "x") == [0.0, 4.0, 8.0]
 
 
-def test_log_range():
-    values = parse_values("0.1:150:40log", "float", "--rtt-ms")
-    assert len(values) == 40 and values[0] == 0.1 and values[-1] == 150.0
+def test_factor_range():
+    values = parse_values("0.1:150:x1.2", "float", "--rtt-ms")
+    assert values[0] == 0.1 and values[-1] <= 150.0 < values[-1] * 1.2
     ratios = [b / a for a, b in zip(values, values[1:])]
     assert max(ratios) == pytest.approx(min(ratios), rel=1e-4)  # evenly spaced in log
-    assert parse_values("8:64:4log", "int", "--batch") == [8, 16, 32, 64]
+    assert parse_values("8:64:x2", "int", "--global-batch") == [8, 16, 32, 64]
+
+
+def test_one_range_syntax_in_select_plan_and_sweep():
+    from geosim.units import parse_numbers
+
+    # "0:100:10" used to mean 10 values to the sweep and a step of 10 to select: now a step everywhere
+    assert parse_values("0:100:10", "float", "--rtt-ms") == parse_numbers("0:100:10", "--sweep-rtt")
+    assert len(parse_numbers("0:100:10", "--sweep-rtt")) == 11
 
 
 def test_mixed_items_and_native():
-    values = parse_values("native,1:10:2,100", "float", "--rtt-ms", allow_native=True)
+    values = parse_values("native,1:10:9,100", "float", "--rtt-ms", allow_native=True)
     assert values == ["native", 1.0, 10.0, 100.0]
 
 
 def test_values_are_rounded_so_keys_are_stable():
-    v = parse_values("0.1:150:7log", "float", "x")
+    v = parse_values("0.1:150:x3", "float", "x")
     assert all(x == float(f"{x:.6g}") for x in v)
-    assert parse_values("0.1:150:7log", "float", "x") == v
+    assert parse_values("0.1:150:x3", "float", "x") == v
 
 
 @pytest.mark.parametrize("spec, kind, message", [
@@ -47,13 +57,14 @@ def test_values_are_rounded_so_keys_are_stable():
     ("1,,2", "float", "empty item"),
     ("abc", "float", "is not a number"),
     ("1.5", "int", "not a whole number"),
-    ("1:2", "float", "START:STOP:COUNT"),
-    ("1:2:3:4", "float", "START:STOP:COUNT"),
+    ("1:2", "float", "START:STOP:STEP"),
+    ("1:2:3:4", "float", "START:STOP:STEP"),
     ("10:1:3", "float", "START must not exceed STOP"),
-    ("0:10:5log", "float", "log range needs START > 0"),
-    ("1:10:0", "float", "COUNT must be a whole number >= 1"),
-    ("1:10:xlog", "float", "COUNT must be a whole number >= 1"),
-    ("1:10:1", "float", "one point cannot span"),
+    ("0:10:x2", "float", "needs FACTOR > 1 and START > 0"),
+    ("1:10:x1", "float", "needs FACTOR > 1 and START > 0"),
+    ("1:10:0", "float", "STEP must be > 0"),
+    ("1:10:5log", "float", "COUNTlog ranges are gone; use START:STOP:xFACTOR"),
+    ("1:10:abc", "float", "is not a number"),
     ("-5", "float", "must be >= 0"),
     ("inf", "float", "not a finite number"),
     ("native", "float", "'native' is not a value"),
@@ -97,8 +108,8 @@ def _args(*argv):
 
 
 def test_command_line_grid():
-    grid = build_grid(_args("--scenario", "utah-gpn", "--rtt-ms", "0.1:150:40log", "--bandwidth-gbps", "1,10,25",
-                            "--model", "gpt2m,gpt2L", "--batch", "8,16", "--set", "precision=fp16,bf16"))
+    grid = build_grid(_args("--scenario", "utah-gpn", "--rtt-ms", "10:400:10", "--bandwidth-gbps", "1,10,25",
+                            "--model", "gpt2m,gpt2L", "--global-batch", "8,16", "--set", "precision=fp16,bf16"))
     assert len(grid) == 1 * 4 * 2 * 40 * 3 * 2 * 2  # the study's four techniques by default
     assert grid.axes["precision"] == ["fp16", "bf16"]
     default = build_grid(_args())
@@ -106,7 +117,14 @@ def test_command_line_grid():
     assert default.axes["technique"] == ["data", "zero2", "shard", "pipeshard"]
     assert build_grid(_args("--technique", "all")).axes["technique"] == technique_names()
     with pytest.raises(GeosimError, match="must be > 0"):
-        build_grid(_args("--batch", "0,8"))
+        build_grid(_args("--global-batch", "0,8"))
+
+
+def test_technique_repeated_keeps_every_one():
+    # the bug: `--technique data --technique pipeshard` kept only the last
+    assert build_grid(_args("--technique", "data", "--technique", "pipeshard")).axes["technique"] == ["data", "pipeshard"]
+    assert build_grid(_args("--technique", "data,zero2", "--technique", "shard")).axes["technique"] == [
+        "data", "zero2", "shard"]
 
 
 def test_generated_scenarios_from_flags():

@@ -180,7 +180,7 @@ def test_cli_up_status_measure_down(tmp_path, monkeypatch, capsys):
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     try:
-        assert cli.run(parser.parse_args(["up", "--rtt-ms", "20", "--bandwidth-mbit", "100", "--ttl-s", "60"])) == 0
+        assert cli.run(parser.parse_args(["up", "--rtt-ms", "20", "--bandwidth-gbps", "0.1", "--ttl-s", "60"])) == 0
         assert "2 hosts, RTT 20 ms, 100 Mbit/s per host" in capsys.readouterr().out
         assert cli.run(parser.parse_args(["status", "--json"])) == 0
         state = json.loads(capsys.readouterr().out)

@@ -1,15 +1,18 @@
 """The one entry point, `geosim`, and its subcommands.
 
-Each subcommand is a module with HELP, add_arguments(parser) and run(args) -> int,
-registered under the entry-point group "geosim.commands" (pyproject.toml). The parts
-that live outside geosim/ (calibrate, live, fabric) register theirs the same way, so
-this package imports none of them by name. Modules import their heavy dependencies
+Each subcommand is a module with HELP, add_arguments(parser) and run(args) -> int. The
+core's are the modules of this package that define them (found by walking it, so a new
+one needs no reinstall); the parts that live outside geosim/ (calibrate, live, fabric)
+register theirs under the entry-point group "geosim.commands" (pyproject.toml), so this
+package imports none of them by name. Modules import their heavy dependencies
 inside run(), so `geosim predict` never loads jax or ray.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import sys
 from importlib.metadata import entry_points
 
@@ -18,17 +21,34 @@ from geosim.errors import GeosimError
 
 ENTRY_POINT_GROUP = "geosim.commands"
 # the order `geosim --help` lists them in; commands not named here follow alphabetically
-ORDER = ("predict", "select", "plan", "sweep", "report", "trace", "calibrate", "live")
+ORDER = ("predict", "select", "plan", "sweep", "report", "models", "trace", "calibrate", "live")
+
+
+def _core_commands() -> dict[str, str]:
+    """Subcommand name -> module, for this package's modules that are subcommands."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        found[info.name] = f"{__name__}.{info.name}"
+    return found
 
 
 def _available_commands():
-    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    names = [n for n in ORDER if n in found] + sorted(n for n in found if n not in ORDER)
+    core = _core_commands()
+    plugins = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in core}
+    names = [n for n in ORDER if n in core or n in plugins]
+    names += sorted(n for n in {**core, **plugins} if n not in ORDER)
     for name in names:
+        if name in core:
+            module = importlib.import_module(core[name])
+            if all(hasattr(module, attr) for attr in ("HELP", "add_arguments", "run")):  # else a shared helper
+                yield name, module
+            continue
         try:
-            yield name, found[name].load()
+            yield name, plugins[name].load()
         except ModuleNotFoundError as exc:
-            if exc.name != found[name].value:  # a real missing dependency inside the module: surface it
+            if exc.name != plugins[name].value:  # a real missing dependency inside the module: surface it
                 raise
 
 
@@ -48,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except KeyboardInterrupt:  # Ctrl-C while the subcommands load: nothing started yet
+        print("geosim: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)

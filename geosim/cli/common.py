@@ -6,31 +6,61 @@ import argparse
 import json
 import sys
 
+from geosim.cli.vocabulary import CommaList, meaning
 from geosim.errors import GeosimError
 from geosim.params import load_params
-from geosim.scenario import BUILTIN_SCENARIOS, Scenario, get_model, load_scenario
+from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
+from geosim.studies.ranking import fmt_time
+from geosim.units import RANGE_SYNTAX, gbps_to_bps, ms_to_s
+
+DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
+
+
+WORKLOAD_DEFAULTS = Workload()  # what a scenario without a [workload] table trains: help texts quote these
+
+
+def add_scenario_argument(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
+    if many:
+        parser.add_argument("--scenario", action=CommaList, metavar="NAME|FILE",
+                            help=f"scenario file or built-in name; repeatable and comma-separated (default: the "
+                                 f"study's five slices: {', '.join(BUILTIN_SCENARIOS)})")
+    else:
+        parser.add_argument("--scenario", default="utah-gpn", metavar="NAME|FILE",
+                            help="scenario file or built-in name (default: %(default)s)")
+
+
+def add_technique_argument(parser: argparse.ArgumentParser, default_help: str) -> None:
+    parser.add_argument("--technique", action=CommaList, metavar="NAME",
+                        help=f"technique(s); repeatable and comma-separated (default: {default_help})")
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: bool = True) -> None:
-    if many_scenarios:
-        parser.add_argument("--scenario", action="append", metavar="FILE_OR_NAME",
-                            help=f"scenario file or built-in name (repeatable; default: the study's five slices: "
-                                 f"{', '.join(BUILTIN_SCENARIOS)})")
-    else:
-        parser.add_argument("--scenario", default="utah-gpn", metavar="FILE_OR_NAME",
-                            help="scenario file or built-in name (default: utah-gpn)")
-    parser.add_argument("--model", default="gpt2m", help="model name from the catalog or the scenario (default: gpt2m)")
-    parser.add_argument("--params", metavar="FILE", help="parameters file (default: the shipped defaults)")
-    parser.add_argument("--rtt-ms", type=float, help="override the RTT of the links between sites (ms)")
-    parser.add_argument("--bandwidth-gbps", type=float, help="override the bandwidth of the links between sites")
-    parser.add_argument("--epochs", type=int, help="epochs to train (default 20, as in the study)")
-    parser.add_argument("--global-batch", type=int, help="sequences per iteration (default 8)")
-    parser.add_argument("--microbatches", type=int, help="pipeline microbatches (default 4)")
-    parser.add_argument("--tokens-per-epoch", type=int, help="dataset size in tokens (default 650000)")
-    parser.add_argument("--seq-len", type=int, help="sequence length (default 1024)")
-    parser.add_argument("--precision", choices=("fp16", "bf16", "fp32"), help="default fp16 (mixed precision)")
+    w = WORKLOAD_DEFAULTS
+    add_scenario_argument(parser, many=many_scenarios)
+    parser.add_argument("--model", default="gpt2m", help=f"{meaning('--model')} (default: %(default)s)")
+    parser.add_argument("--params", metavar="FILE", help=meaning("--params"))
+    parser.add_argument("--rtt-ms", type=float, metavar="MS",
+                        help="set the RTT of the links between sites, ms (default: the scenario's)")
+    parser.add_argument("--bandwidth-gbps", type=float, metavar="GBPS",
+                        help="set the bandwidth of the links between sites, Gbit/s (default: the scenario's)")
+    group = parser.add_argument_group("workload (default: the scenario's [workload], else the values shown)")
+    group.add_argument("--epochs", type=int, help=f"{meaning('--epochs')} (default {w.epochs}, as in the study)")
+    group.add_argument("--global-batch", type=int, help=f"{meaning('--global-batch')} (default {w.global_batch})")
+    group.add_argument("--microbatches", type=int, help=f"{meaning('--microbatches')} (default {w.microbatches})")
+    group.add_argument("--tokens-per-epoch", type=int, help=f"{meaning('--tokens-per-epoch')} (default {w.tokens_per_epoch})")
+    group.add_argument("--seq-len", type=int, help=f"{meaning('--seq-len')} (default {w.seq_len})")
+    group.add_argument("--precision", choices=PRECISIONS, help=f"{meaning('--precision')} (default {w.precision})")
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help=meaning("--json"))
+
+
+def add_sweep_rtt_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--sweep-rtt", nargs="?", const=DEFAULT_SWEEP_MS, metavar="MS",
+                        help=f"{what} at these RTTs: {RANGE_SYNTAX} (without a value: %(const)s)")
 
 
 def workload_overrides(args) -> dict:
@@ -46,9 +76,9 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
         if getattr(args, flag) is not None:
             check_number(getattr(args, flag), f"--{flag.replace('_', '-')}", None, *LINK_RANGES[flag])
     if args.rtt_ms is not None:
-        cluster = with_rtt(cluster, args.rtt_ms / 1e3)
+        cluster = with_rtt(cluster, ms_to_s(args.rtt_ms))
     if args.bandwidth_gbps is not None:
-        cluster = with_bandwidth(cluster, args.bandwidth_gbps * 1e9)
+        cluster = with_bandwidth(cluster, gbps_to_bps(args.bandwidth_gbps))
     return cluster
 
 
@@ -85,11 +115,4 @@ def print_json(doc) -> None:
     sys.stdout.write("\n")
 
 
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+fmt_duration = fmt_time  # one way to write a duration everywhere

@@ -5,18 +5,19 @@ from __future__ import annotations
 import sys
 import time
 
-from geosim.cli.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
-                                    scenario_names)
-from geosim.cli.predict import describe_cluster
-from geosim.cli.select import print_flips
-from geosim.errors import GeosimError
 from geosim.case import Case
-from geosim.studies.plan import INTRA_STAGES, Plan, make_plan, measured_plan, parse_duration, twins
+from geosim.cli.common import (add_json_argument, add_sweep_rtt_argument, add_technique_argument,
+                               add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
+                               scenario_names)
+from geosim.cli.predict import ESTIMATE_NOTE, describe_cluster
+from geosim.errors import GeosimError
 from geosim.records import read_records
+from geosim.studies.plan import Plan, answer_vs_rtt, make_plan, measured_plan, parse_duration, twins
 from geosim.studies.reference import study_records
-from geosim.studies.select import DEFAULT_DELTA, DEFAULT_SWEEP_MS, parse_rtts, sweep_rtt
+from geosim.studies.select import DEFAULT_DELTA
 from geosim.techniques import STUDY_ORDER, get_technique
-from geosim.studies.whatif import with_rtt
+from geosim.techniques.pipeshard import INTRA_STAGES
+from geosim.units import parse_numbers
 
 HELP = "rank every feasible option (technique x VMs x microbatches x layer split) and compare with Algorithm 1"
 
@@ -25,20 +26,19 @@ def add_arguments(parser) -> None:
     add_workload_arguments(parser)
     parser.add_argument("--deadline", metavar="TIME",
                         help="rank the options that finish within TIME (36h, 90min, 5400s) by GPU-hours")
-    parser.add_argument("--max-gpus", type=int, help="only options using at most this many GPUs")
-    parser.add_argument("--technique", action="append",
-                        help="techniques to plan with (repeatable; default: the study's four, data, zero2, shard "
-                             "and pipeshard, so the plan compares with Algorithm 1 like for like)")
-    parser.add_argument("--top", type=int, default=10, help="options to show (default 10)")
+    parser.add_argument("--max-gpus", type=int, help="only options using at most this many GPUs (default: no limit)")
+    add_technique_argument(parser, f"the study's four, {', '.join(STUDY_ORDER)}, so the plan compares with "
+                                   "Algorithm 1 like for like")
+    parser.add_argument("--top", type=int, default=10, help="options to show (default %(default)s)")
     parser.add_argument("--all", action="store_true", help="simulate every option (no pruning) and list them all")
     parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
-                        help="what a Pipeshard stage does across its GPUs (default: the parameters' choice, data; "
+                        help="what a Pipeshard stage does across its GPUs (default: the parameters file's pipeshard.intra_stage; "
                              "'both' also tries shard, ~40x slower to plan)")
-    parser.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="Algorithm 1's threshold (default 0.1)")
+    parser.add_argument("--delta", type=float, default=DEFAULT_DELTA,
+                        help="Algorithm 1's threshold: the relative TFLOP/s gap that decides (default %(default)s)")
     parser.add_argument("--measured", metavar="RUNS.jsonl",
-                        help="rank measured runs instead ('study': the paper's measurements)")
-    parser.add_argument("--sweep-rtt", nargs="?", const=DEFAULT_SWEEP_MS, metavar="MS",
-                        help=f"replan at these RTTs and show where the best plan flips (default {DEFAULT_SWEEP_MS})")
+                        help="rank measured runs instead ('study': the study's measurements)")
+    add_sweep_rtt_argument(parser, "replan and show where the best option and Algorithm 1's choice flip")
     parser.add_argument("--draws", type=int, metavar="N",
                         help="re-rank the best options under N parameter draws from the fit's covariance and say "
                              "how often the best one wins")
@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
     fabric.add_argument("--gpu", help="with --sites: only this GPU model (RTX6000, T4, A30, A40)")
     fabric.add_argument("--vms", type=int, default=2, help="with --sites: VMs per slice (default 2)")
     fabric.add_argument("--gpus-per-vm", type=int, default=2, help="with --sites: GPUs per VM (default 2, as FABRIC's study)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_argument(parser)
 
 
 class Progress:
@@ -77,6 +77,7 @@ def run(args) -> int:
         raise GeosimError("needs N >= 1 and predicted options (not --measured)", source="--draws")
     deadline = parse_duration(args.deadline) if args.deadline else None
     intra = INTRA_STAGES if args.intra_stage == "both" else ((args.intra_stage,) if args.intra_stage else None)
+    rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
     techniques = tuple(args.technique) if args.technique else STUDY_ORDER
     for name in techniques:
         get_technique(name)  # unknown names fail before any work
@@ -100,12 +101,16 @@ def run(args) -> int:
         def plan_at(c: Case, label=cluster.name, keep=None if args.all else args.top) -> Plan:
             progress = Progress(label)
             try:
-                return make_plan(c, deadline, args.max_gpus, args.delta, keep, intra, techniques, progress)
+                return make_plan(c, deadline, args.max_gpus, args.delta, keep, {"intra_stages": intra}, techniques,
+                                 progress)
             finally:
                 progress.close()
 
-        if args.sweep_rtt:
-            docs.append(sweep(args, case, plan_at))
+        if rtts:
+            doc = answer_vs_rtt(case, rtts, lambda c, r: plan_at(c, f"{cluster.name} at {r:g} ms", keep=2))
+            docs.append(doc)
+            if not args.json:
+                print_answer_vs_rtt(doc)
             continue
         plan = plan_at(case)
         doc = plan.to_dict()
@@ -133,8 +138,12 @@ def print_plan(plan: Plan, top: int | None) -> None:
     c = plan.case
     w = c.workload
     print(f"\n{c.cluster.name}  ({describe_cluster(c.cluster)})")
+    print(f"  {plan.verdict('verdict')}")
+    why = plan.why_algorithm1_differs()
+    if why:
+        print(f"  why Algorithm 1 differs: {why}")
     print(f"  {c.model.name}, {w.epochs} epochs of {w.tokens_per_epoch:,} tokens, batch {w.global_batch} x {w.seq_len}, "
-          f"{w.precision}; params: {c.params.source}")
+          f"{w.precision}; params: {c.params.source}; {ESTIMATE_NOTE}")
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
     limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
     failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))
@@ -169,6 +178,7 @@ def print_summary(docs: list[dict]) -> None:
 
 def print_measured(cluster, model, workload, doc: dict) -> None:
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
+    print(f"  {doc['verdict']}")
     print(f"  {model.name}, measured runs from {doc['measured']}, scaled to {workload.epochs} epochs")
     if not doc["options"]:
         print("  no measured run of this slice and model")
@@ -185,27 +195,20 @@ def print_measured(cluster, model, workload, doc: dict) -> None:
             print(f"    {run_line}")
 
 
-def sweep(args, case: Case, plan_at) -> dict:
-    def choose(rtt_ms):
-        plan = plan_at(Case(with_rtt(case.cluster, rtt_ms / 1e3), case.model, case.workload, case.params),
-                       f"{case.cluster.name} at {rtt_ms:g} ms", keep=1)  # only the best is shown
-        return (plan.best.kind if plan.best else "none"), plan
+def print_answer_vs_rtt(doc: dict) -> None:
+    """The best option and Algorithm 1's choice against RTT (plan and select --sweep-rtt print this)."""
+    print(f"\n{doc['scenario']}: the best option ({doc['model']}) against RTT, with Algorithm 1's choice")
+    print(f"  {'RTT ms':>8} {'best':>9}  {'option':<64} {'Alg. 1':>9}  Algorithm 1")
+    for row in doc["rows"]:
+        print(f"  {row['rtt_ms']:>8g} {fmt_duration(row['total_time_s']):>9}  {row['best_option'] or 'none':<64} "
+              f"{fmt_duration(row['algorithm1_total_time_s']):>9}  {row['algorithm1'] or '-'}")
+    print_flips("the best option", doc["flips"])
+    print_flips("Algorithm 1's choice", doc["algorithm1_flips"])
 
-    rows, flips = sweep_rtt(parse_rtts(args.sweep_rtt), choose)
-    doc = {"scenario": case.cluster.name, "model": case.model.name,
-           "rows": [{"rtt_ms": r, "best": label, "best_option": p.best.label if p.best else None, "total_time_s": p.best.total_time_s if p.best else None,
-                     "algorithm1": p.algorithm.label if p.algorithm else None,
-                     "algorithm1_total_time_s": p.algorithm_option.total_time_s
-                     if p.algorithm_option and p.algorithm_option.ok else None} for r, label, p in rows],
-           "flips": [{"between_ms": [lo, hi], "below": a, "above": b} for lo, hi, a, b in flips]}
-    if not args.json:
-        print(f"\n{case.cluster.name}: the planner's best ({case.model.name}) against RTT, with Algorithm 1's choice")
-        print(f"  {'RTT ms':>8} {'best':>9}  {'plan':<64} {'Alg. 1':>9}  Algorithm 1")
-        for r, _, p in rows:
-            label = p.best.label if p.best else "none"
-            a = p.algorithm_option
-            a_time = a.total_time_s if a is not None and a.ok else None
-            print(f"  {r:>8g} {fmt_duration(p.best.total_time_s if p.best else None):>9}  {label:<64} "
-                  f"{fmt_duration(a_time):>9}  {p.algorithm.label if p.algorithm else '-'}")
-        print_flips(flips)
-    return doc
+
+def print_flips(what: str, flips: list[dict]) -> None:
+    if not flips:
+        print(f"  {what} does not change over this range")
+    for f in flips:
+        lo, hi = f["between_ms"]
+        print(f"  {what} flips at {(lo + hi) / 2:.3g} ms (between {lo:.3g} and {hi:.3g}): {f['below']} -> {f['above']}")

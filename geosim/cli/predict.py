@@ -1,30 +1,42 @@
-"""geosim predict: time, throughput, memory and the why, per technique, for both VMs and each alone."""
+"""geosim predict: the verdict per slice, then time, throughput, memory and the why per technique.
+
+Each slice starts with one line (geosim.studies.ranking.verdict): what to use, where, how long,
+the runner-up and Algorithm 1 where it differs. The table below it holds the synchronous
+techniques (default: the study's four) on both VMs and each alone. Low-communication techniques
+(DiLoCo, SparseLoCo, the hybrid) need more tokens for the same loss, so they are never ranked on
+time per epoch: they get a time-to-target table with their token efficiency.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from geosim.cli.common import (add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
-                                    scenario_names)
 from geosim.case import Case
+from geosim.cli.common import (add_json_argument, add_technique_argument, add_workload_arguments, fmt_duration,
+                               load_case, load_params_arg, print_json, scenario_names)
 from geosim.errors import GeosimError
 from geosim.sim.predict import Prediction, predict
 from geosim.studies.reference import attach_measurement
-from geosim.techniques import get_technique, technique_names
 from geosim.studies.whatif import wan_links
+from geosim.techniques import STUDY_ORDER, get_technique, is_low_communication, label, technique_names
+from geosim.units import s_to_ms
 
-HELP = "predict time per epoch, TFLOP/s and memory of each technique on a slice (default: the study's five)"
+HELP = "predict the best option and each technique's time, TFLOP/s and memory on a slice (default: the study's five)"
+ESTIMATE_NOTE = "times are simulator estimates"
 
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser)
-    parser.add_argument("--technique", action="append", help="technique(s) to predict (default: all)")
+    add_technique_argument(parser, f"the study's four ({', '.join(STUDY_ORDER)}) in the table, and the "
+                                   "low-communication ones in the time-to-target table")
     parser.add_argument("--all-vms-only", action="store_true", help="skip the 'each VM alone' rows")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_argument(parser)
     parser.add_argument("--target-tokens", metavar="N|chinchilla",
-                        help="also predict the time to train as far as Data gets in N tokens (README: Low-communication techniques)")
+                        help="time-to-target table: the time to train as far as Data gets in N tokens "
+                             "(default: the workload's tokens, epochs x tokens per epoch)")
     parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
-                        help="override a technique's token efficiency (Data's tokens / its tokens, same loss)")
+                        help="override a technique's token efficiency (Data's tokens / its tokens, same loss); "
+                             "repeatable")
     parser.add_argument("--draws", type=int, metavar="N",
                         help="also predict with N parameter draws from the fit's covariance and show the range")
     parser.add_argument("--loss-curves", metavar="FILE",
@@ -38,90 +50,103 @@ def host_subsets(cluster, all_only: bool) -> list[tuple[str, ...]]:
     return [everything] + [(h,) for h in everything]
 
 
+def chosen_techniques(args) -> tuple[list[str], list[str]]:
+    """(synchronous techniques for the ranked table, low-communication ones for the time-to-target table)."""
+    names = args.technique or [t for t in technique_names() if t in STUDY_ORDER or is_low_communication(t)]
+    for name in names:
+        get_technique(name)  # unknown names fail before any work
+    return [n for n in names if not is_low_communication(n)], [n for n in names if is_low_communication(n)]
+
+
 def run(args) -> int:
+    from geosim.studies.plan import make_plan
+
     params = load_params_arg(args)
     if args.draws is not None and args.draws < 1:
         raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
-    techniques = args.technique or technique_names()
-    for name in techniques:
-        get_technique(name)  # unknown names fail before any work
-    results: list[Prediction] = []
-    headers = []
+    synchronous, lowcomm = chosen_techniques(args)
+    slices = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
-        headers.append((cluster, model, workload))
+        case = Case(cluster, model, workload, params)
+        rows: list[Prediction] = []
         for hosts in host_subsets(cluster, args.all_vms_only):
-            for technique in techniques:
-                prediction = predict(Case(cluster, model, workload, params), technique, hosts=hosts)
+            for technique in synchronous + lowcomm:
+                prediction = predict(case, technique, hosts=hosts)
                 if args.rtt_ms is None and args.bandwidth_gbps is None:
                     attach_measurement(prediction, cluster)
-                results.append(prediction)
-    targets = _time_to_target(args, params, results, headers)
-    ranges = _ranges(args, params, results, headers)
+                rows.append(prediction)
+        # the verdict ranks what the planner finds among the same techniques (its layer splits and
+        # microbatches included), so predict, select and plan name the same best option
+        plan = make_plan(case, keep=2, techniques=tuple(synchronous)) if synchronous else None
+        targets = _time_to_target(args, params, model, workload, rows) if lowcomm else None
+        slices.append((case, rows, plan, targets))
+    ranges = _ranges(args, params, slices)
     for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
         print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
     if args.json:
-        doc = {"params": params.source,
-               **({"params_warnings": list(params.fit_warnings)} if params.fit_warnings else {}),
-               "predictions": [r.to_dict() | (targets[i] if targets else {})
-                               | ({"total_time_range_s": ranges[i]} if ranges else {})
-                               for i, r in enumerate(results)]}
-        estimated = [{"scenario": c.name, "between": [link.a, link.b], "rtt_ms": link.rtt_s * 1e3}
-                     for c, _, _ in headers for link in c.links if link.rtt_estimated]
+        doc = {"params": params.source, "note": ESTIMATE_NOTE,
+                    **({"params_warnings": list(params.fit_warnings)} if params.fit_warnings else {}), "slices": [
+            {"scenario": c.cluster.name, "model": c.model.name,
+             "verdict": plan.verdict("verdict") if plan else None, "best": plan.best.to_dict() if plan and plan.best else None,
+             "runner_up": plan.options[1].to_dict() if plan and len(plan.options) > 1 else None,
+             "algorithm1": plan.algorithm.label if plan and plan.algorithm else None,
+             "why_algorithm1_differs": plan.why_algorithm1_differs() if plan else None}
+            for c, _, plan, _ in slices],
+            "predictions": [r.to_dict() | _target_fields(r, targets)
+                            | ({"total_time_range_s": ranges[id(r)]} if ranges else {})
+                            for _, rows, _, targets in slices for r in rows]}
+        estimated = [{"scenario": c.cluster.name, "between": [link.a, link.b], "rtt_ms": s_to_ms(link.rtt_s)}
+                     for c, _, _, _ in slices for link in c.cluster.links if link.rtt_estimated]
         if estimated:  # say which RTTs are estimates (geosim.fabric.sites), not measurements
             doc["estimated_rtts"] = estimated
         print_json(doc)
         return 0
-    for cluster, model, workload in headers:
-        rows = [(r, ranges[i] if ranges else None) for i, r in enumerate(results) if r.scenario == cluster.name]
-        print_table(cluster, model, workload, [r for r, _ in rows], params.source)
-        if ranges:
-            print_ranges(rows)
-        if targets:
-            print_targets([(r, t) for r, t in zip(results, targets) if r.scenario == cluster.name])
+    for case, rows, plan, targets in slices:
+        print_slice(case, plan, rows, targets, ranges)
     return 0
 
 
-def _time_to_target(args, params, results, headers) -> list[dict] | None:
-    """--target-tokens: time-to-target fields per prediction (geosim/convergence.py)."""
-    if not args.target_tokens:
-        return None
+def _target_fields(prediction: Prediction, targets) -> dict:
+    return targets.get(id(prediction), {}) if targets else {}
+
+
+def _time_to_target(args, params, model, workload, rows) -> dict[int, dict]:
+    """Time-to-target fields (geosim/studies/convergence.py) for the low-communication rows and Data."""
     from geosim.studies import convergence
 
-    models = {cluster.name: model for cluster, model, _ in headers}
+    tokens = (convergence.target_tokens(args.target_tokens, model) if args.target_tokens
+              else workload.iterations_per_epoch * workload.epochs * workload.tokens_per_iteration)
     overrides = convergence.parse_overrides(args.token_efficiency)
     measured = convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves)) if args.loss_curves else None
-    return convergence.annotate(results, params, lambda p: convergence.target_tokens(args.target_tokens, models[p.scenario]),
-                                overrides, measured)
+    picked = [r for r in rows if is_low_communication(r.technique) or r.technique == "data"]
+    fields = convergence.annotate(picked, params, lambda _: tokens, overrides, measured)
+    return {id(r): f for r, f in zip(picked, fields)}
 
 
-def _ranges(args, params, results, headers) -> list[dict | None] | None:
+def _ranges(args, params, slices) -> dict[int, dict | None] | None:
     """--draws N: each prediction's total time under N parameter draws (5th, 50th, 95th percentile)."""
     if not args.draws:
         return None
     from geosim.studies.uncertainty import parameter_draws, spread
 
     draws = parameter_draws(params, args.draws)
-    by_name = {cluster.name: (cluster, model, workload) for cluster, model, workload in headers}
-    out = []
-    for r in results:
-        if not r.ok:
-            out.append(None)
-            continue
-        cluster, model, workload = by_name[r.scenario]
-        times = [p.total_time_s for p in (predict(Case(cluster, model, workload, d), r.technique, hosts=tuple(r.hosts))
-                                          for d in draws) if p.ok]
-        if not times:
-            out.append(None)
-            continue
-        rng = spread(times)
-        out.append({"low": rng.low, "median": rng.median, "high": rng.high, "draws": rng.draws,
-                    "fits_in_draws": len(times) / len(draws)})
+    out: dict[int, dict | None] = {}
+    for case, rows, _, _ in slices:
+        for r in rows:
+            times = [p.total_time_s for p in (predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts))
+                                              for d in draws) if p.ok] if r.ok else []
+            if not times:
+                out[id(r)] = None
+                continue
+            rng = spread(times)
+            out[id(r)] = {"low": rng.low, "median": rng.median, "high": rng.high, "draws": rng.draws,
+                          "fits_in_draws": len(times) / len(draws)}
     return out
 
 
-def print_ranges(rows) -> None:
-    drawn = [(r, g) for r, g in rows if g]
+def print_ranges(rows, ranges) -> None:
+    drawn = [(r, ranges.get(id(r))) for r in rows if ranges.get(id(r))]
     if not drawn:
         return
     print(f"  range over {drawn[0][1]['draws']} parameter draws from the fit's covariance (5th..95th percentile):")
@@ -129,30 +154,35 @@ def print_ranges(rows) -> None:
         print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(g['low']):>10} .. {fmt_duration(g['high']):<10} "
               f"(median {fmt_duration(g['median'])})")
 
-
-def print_targets(rows) -> None:
-    if not rows:
-        return
-    print(f"  time to target ({rows[0][1]['target_tokens']:.3g} tokens of Data's progress): "
-          f"tokens / token efficiency / tokens per s + start-up")
-    ok = sorted((x for x in rows if x[0].ok), key=lambda x: (len(x[0].hosts), x[1]["time_to_target_s"]))
-    for r, t in ok:
-        print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "
-              f"efficiency {t['token_efficiency']:.3g} ({t['token_efficiency_source']})")
-
-
 def describe_cluster(cluster) -> str:
     hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
-    rtts = sorted({round(link.rtt_s * 1e3, 1) if link.rtt_estimated else link.rtt_s * 1e3
+    rtts = sorted({round(s_to_ms(link.rtt_s), 1) if link.rtt_estimated else s_to_ms(link.rtt_s)
                    for link in wan_links(cluster)})
     estimated = any(link.rtt_estimated for link in wan_links(cluster))
     return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms" + (" (estimated from distance)" if estimated else "")
 
 
-def print_table(cluster, model, workload, rows: list[Prediction], params_source: str) -> None:
+def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> None:
+    cluster, model, workload = case.cluster, case.model, case.workload
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
+    if plan is not None:
+        print(f"  {plan.verdict('verdict')}")
+        why = plan.why_algorithm1_differs()
+        if why:
+            print(f"  why Algorithm 1 differs: {why}")
     print(f"  {model.name}, {workload.epochs} epochs of {workload.tokens_per_epoch:,} tokens, batch {workload.global_batch} "
-          f"x {workload.seq_len}, {workload.microbatches} microbatches, {workload.precision}; params: {params_source}")
+          f"x {workload.seq_len}, {workload.microbatches} microbatches, {workload.precision}; params: "
+          f"{case.params.source}; {ESTIMATE_NOTE}")
+    synchronous = [r for r in rows if not is_low_communication(r.technique)]
+    if synchronous:
+        print_table(cluster, workload, synchronous)
+        if ranges:
+            print_ranges(synchronous, ranges)
+    if targets:
+        print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan)
+
+
+def print_table(cluster, workload, rows: list[Prediction]) -> None:
     head = (f"  {'technique':<10} {'VMs':<8} {'total':>10} {'per epoch':>10} {'TFLOP/s':>8} {'mem/GPU':>9}  "
             f"{'compute':>7} {'comm':>5} {'bubble':>6} {'ovhd':>5}  measured")
     print(head)
@@ -174,3 +204,46 @@ def print_table(cluster, model, workload, rows: list[Prediction], params_source:
               f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")
         if r.memory_note:
             print(f"  {'':<10} {'':<8} memory: {r.memory_note}")
+
+
+def print_targets(rows, plan) -> None:
+    """Low-communication techniques on time to target, beside Data and the verdict's best."""
+    if not rows:
+        return
+    tokens = rows[0][1]["target_tokens"]
+    print(f"  time to target ({tokens:.3g} tokens of Data's progress = tokens / token efficiency / tokens per s "
+          f"+ start-up; an estimate: efficiencies are assumed unless measured)")
+    best = plan.best if plan else None
+    ok = sorted((x for x in rows if x[0].ok), key=lambda x: (-len(x[0].hosts), x[1]["time_to_target_s"]))
+    same = _same_as(ok)
+    print(f"    {'technique':<10} {'VMs':<8} {'to target':>10}  {'efficiency':>10}  {'vs verdict':>10}  efficiency from")
+    for r, t in ok:
+        versus = f"{t['time_to_target_s'] / best.total_time_s:.2f}x" if best else "-"
+        twin = f"; the same run as {label(same[id(r)])} here" if id(r) in same else ""
+        source = t["token_efficiency_source"].replace(f"{r_params_source(t)} ", "")
+        print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "
+              f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
+        if r.memory_note:
+            print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
+    failed = [r for r, _ in rows if not r.ok]
+    if failed:
+        print(f"    does not run: {', '.join(f'{r.technique} on {chr(43).join(r.hosts)}' for r in failed)}")
+
+
+def r_params_source(fields: dict) -> str:
+    """The parameters file's path at the start of an efficiency's source: the header names it already."""
+    source = fields["token_efficiency_source"]
+    return source.split(" [", 1)[0] if " [" in source else ""
+
+
+def _same_as(rows) -> dict[int, str]:
+    """Rows whose run is the same as an earlier row's (the hybrid is SparseLoCo where every VM holds
+    a replica): say so instead of leaving two identical lines unexplained."""
+    seen, same = {}, {}
+    for r, t in rows:
+        key = (tuple(r.hosts), round(r.total_time_s, 6), r.peak_memory_gib, t["token_efficiency"])
+        if key in seen:
+            same[id(r)] = seen[key]
+        else:
+            seen[key] = r.technique
+    return same

@@ -5,15 +5,19 @@ from __future__ import annotations
 import shlex
 import sys
 
-from geosim.cli.common import (add_workload_arguments, load_case, load_params_arg, print_json,
-                                    scenario_names)
+from dataclasses import replace
+
+from geosim.case import Case
+from geosim.cli.common import (add_json_argument, add_sweep_rtt_argument, add_workload_arguments, load_case,
+                               load_params_arg, print_json, scenario_names)
+from geosim.cli.plan import print_answer_vs_rtt
 from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
 from geosim.records import read_records
 from geosim.studies.reference import study_records
-from geosim.studies.select import (DEFAULT_DELTA, DEFAULT_SWEEP_MS, TECHNIQUE_LABEL, LiveProbes, MeasuredProbes,
-                           PredictedProbes, Selection, algorithm1, parse_rtts, sweep_rtt)
-from geosim.studies.whatif import with_rtt
+from geosim.studies.select import DEFAULT_DELTA, LiveProbes, MeasuredProbes, PredictedProbes, Selection, algorithm1
+from geosim.techniques import STUDY_ORDER, label
+from geosim.units import parse_numbers
 
 HELP = "choose a technique with the study's Algorithm 1 (probes predicted, measured or run live)"
 PROBE_NAMES = ("Tp", "Td1", "Ts1", "Td2", "Ts2", "Tz2")
@@ -21,34 +25,32 @@ PROBE_NAMES = ("Tp", "Td1", "Ts1", "Td2", "Ts2", "Tz2")
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser)
-    for action in parser._actions:  # here --epochs is the algorithm's epsilon: how long each probe trains
-        if action.dest == "epochs":
-            action.help = "epochs each probe trains (the algorithm's epsilon; default 1)"
+    parser.add_argument("--probe-epochs", type=int, default=1,
+                        help="epochs each probe trains (the algorithm's epsilon; default %(default)s); --epochs is "
+                             "the workload the verdict's time is for")
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA,
-                        help=f"relative TFLOP/s gap that decides (default {DEFAULT_DELTA})")
+                        help="relative TFLOP/s gap that decides (default %(default)s)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--measured", metavar="RUNS.jsonl",
-                        help="probe values from run records ('study': the paper's measurements)")
+                        help="probe values from run records ('study': the study's measurements)")
     source.add_argument("--live", action="store_true", help="run the probes for real with `geosim live run`")
     live = parser.add_argument_group("live probes")
-    live.add_argument("--steps", type=int, help="steps per live probe, instead of --epochs")
+    live.add_argument("--steps", type=int, help="steps per live probe, instead of --probe-epochs")
     live.add_argument("--devices-per-vm", type=int, default=2,
-                      help="CPU devices standing for one VM on this machine (default 2)")
-    live.add_argument("--record", metavar="RUNS.jsonl", help="also append each live probe's run record here")
+                      help="CPU devices standing for one VM on this machine (default %(default)s)")
+    live.add_argument("--records", metavar="RUNS.jsonl", help="also append each live probe's run record here")
     live.add_argument("--live-args", default="", help="extra options for `geosim live run`, quoted")
-    parser.add_argument("--sweep-rtt", nargs="?", const=DEFAULT_SWEEP_MS, metavar="MS",
-                        help=f"redo the choice at these RTTs (predicted probes), e.g. 0:100:10 "
-                             f"(default {DEFAULT_SWEEP_MS})")
+    add_sweep_rtt_argument(parser, "redo the choice (predicted probes) and the ranking's best")
     parser.add_argument("--draws", type=int, metavar="N",
                         help="redo the choice (predicted probes) under N parameter draws from the fit's covariance "
                              "and say how often it wins")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_argument(parser)
 
 
 def make_source(args, scenario_name, cluster, model, workload, params):
     if args.live:
         return LiveProbes(model.name, workload.global_batch, workload.microbatches, epochs=workload.epochs,
-                          steps=args.steps, devices_per_vm=args.devices_per_vm, record=args.record,
+                          steps=args.steps, devices_per_vm=args.devices_per_vm, record=args.records,
                           extra_args=tuple(shlex.split(args.live_args)), log=lambda line: print(line, file=sys.stderr))
     if args.measured:
         study = args.measured == "study"
@@ -67,8 +69,10 @@ def two_vms(cluster) -> tuple[str, str]:
 
 
 def run(args) -> int:
-    if args.epochs is None:
-        args.epochs = 1
+    from geosim.studies.plan import answer_vs_rtt, make_plan, measured_plan
+
+    if args.probe_epochs <= 0:
+        raise GeosimError(f"must be > 0, got {args.probe_epochs}", source="--probe-epochs")
     if args.steps is not None and not args.live:
         raise GeosimError("only live probes take --steps", source="--steps")
     if args.draws and (args.live or args.measured):
@@ -77,28 +81,45 @@ def run(args) -> int:
         raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
     if args.sweep_rtt and (args.live or args.measured):
         raise GeosimError("--sweep-rtt varies the simulated network, so it needs predicted probes", source="--sweep-rtt")
+    rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
     params = load_params_arg(args)
     docs = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         v1, v2 = two_vms(cluster)
-        if args.sweep_rtt:
-            docs.append(sweep(args, cluster, model, workload, params, v1, v2))
+        case = Case(cluster, model, workload, params)
+        if rtts:
+            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, techniques=STUDY_ORDER))
+            docs.append(doc)
+            if not args.json:
+                print_answer_vs_rtt(doc)
             continue
-        selection = algorithm1(make_source(args, name, cluster, model, workload, params), v1, v2, args.delta)
-        doc = {"scenario": cluster.name, "model": model.name, **selection.to_dict()}
+        probe_workload = replace(workload, epochs=args.probe_epochs)
+        selection = algorithm1(make_source(args, name, cluster, model, probe_workload, params), v1, v2, args.delta)
+        # the verdict: the same ranking predict and plan use, Algorithm 1's choice beside it
+        if args.live:
+            verdict, why = (f"verdict: Algorithm 1 on live probes picks {selection.label} (live probes measure "
+                            f"TFLOP/s, not whole runs, so nothing is ranked)"), None
+        elif args.measured:
+            verdict, why = measured_plan(study_records() if args.measured == "study" else read_records(args.measured),
+                                         name, cluster, model, workload, args.delta, args.measured)["verdict"], None
+        else:
+            plan = make_plan(case, keep=2, delta=args.delta, techniques=STUDY_ORDER)
+            verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
+        doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
+               **selection.to_dict()}
         if args.draws:
             doc["robustness"] = robustness_of(args, cluster, model, workload, params, v1, v2, selection.label)
         docs.append(doc)
         if not args.json:
-            print_selection(cluster, model, selection)
+            print_selection(cluster, model, selection, verdict, why)
             if args.draws:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
                       + (f" (else: {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())})" if r["others"] else ""))
     if args.json:
         print_json(docs)
-    elif len(docs) > 1 and not args.sweep_rtt:
+    elif len(docs) > 1 and not rtts:
         print_summary(docs)
     return 0
 
@@ -119,8 +140,11 @@ def fmt_tflops(value: float) -> str:
     return f"{value:.3f}" if value else "0"
 
 
-def print_selection(cluster, model, s: Selection) -> None:
+def print_selection(cluster, model, s: Selection, verdict: str, why: str | None) -> None:
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
+    print(f"  {verdict}")
+    if why:
+        print(f"  why Algorithm 1 differs: {why}")
     print(f"  {model.name}, Algorithm 1 on {s.source} probes, delta {s.delta:g}")
     print(f"  {'probe':<5} {'technique':<10} {'VMs':<8} {'TFLOP/s/GPU':>11}  status")
     for name in PROBE_NAMES:
@@ -129,7 +153,7 @@ def print_selection(cluster, model, s: Selection) -> None:
         p = s.probes[name]
         status = p.status if p.status != "ok" else "ok"
         detail = f": {p.detail}" if p.detail and p.status != "ok" else (f"  ({p.detail})" if p.detail else "")
-        print(f"  {name:<5} {TECHNIQUE_LABEL[p.technique]:<10} {'+'.join(p.hosts):<8} {fmt_tflops(p.tflops):>11}  "
+        print(f"  {name:<5} {label(p.technique):<10} {'+'.join(p.hosts):<8} {fmt_tflops(p.tflops):>11}  "
               f"{status}{detail}")
         if name == "Ts2":
             print(f"  {'Tz':<5} {'max(Td1..Ts2)':<19} {fmt_tflops(s.tz):>11}")
@@ -146,29 +170,3 @@ def print_summary(docs: list[dict]) -> None:
         tz2 = d["probes"].get("Tz2")
         print(f"  {d['scenario']:<10} {fmt_tflops(d['probes']['Tp']['tflops']):>7} {fmt_tflops(d['tz']):>7} "
               f"{fmt_tflops(tz2['tflops']) if tz2 else '-':>7}  {d['branch']:<9}  {d['label']}")
-
-
-def sweep(args, cluster, model, workload, params, v1, v2) -> dict:
-    def choose(rtt_ms):
-        s = algorithm1(PredictedProbes(with_rtt(cluster, rtt_ms / 1e3), model, workload, params), v1, v2, args.delta)
-        return s.label, s
-
-    rows, flips = sweep_rtt(parse_rtts(args.sweep_rtt), choose)
-    doc = {"scenario": cluster.name, "model": model.name, "delta": args.delta,
-           "rows": [{"rtt_ms": r, "choice": label, "tp": s.probes["Tp"].tflops, "tz": s.tz,
-                     "branch": s.branch} for r, label, s in rows],
-           "flips": [{"between_ms": [lo, hi], "below": a, "above": b} for lo, hi, a, b in flips]}
-    if not args.json:
-        print(f"\n{cluster.name}: Algorithm 1 ({model.name}, predicted probes, delta {args.delta:g}) against RTT")
-        print(f"  {'RTT ms':>8} {'Tp':>7} {'Tz':>7}  {'branch':<9}  choice")
-        for r, label, s in rows:
-            print(f"  {r:>8g} {fmt_tflops(s.probes['Tp'].tflops):>7} {fmt_tflops(s.tz):>7}  {s.branch:<9}  {label}")
-        print_flips(flips)
-    return doc
-
-
-def print_flips(flips) -> None:
-    if not flips:
-        print("  the choice does not change over this range")
-    for lo, hi, below, above in flips:
-        print(f"  flips at {(lo + hi) / 2:.3g} ms (between {lo:.3g} and {hi:.3g}): {below} -> {above}")

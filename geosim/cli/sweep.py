@@ -7,47 +7,62 @@ import sys
 import time
 from pathlib import Path
 
+from geosim.cli.common import WORKLOAD_DEFAULTS, add_json_argument
+from geosim.cli.vocabulary import CommaList, meaning
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
+from geosim.units import RANGE_SYNTAX
 
 HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
 
-DEFAULT_RTT = "native,0.1:150:16log"
+DEFAULT_RTT = "native,0.1,0.2,0.5,1,2,5,10,20,50,100,150"
 METRICS = ("total_time_s", "time_per_epoch_s")
 
 
 def add_arguments(p) -> None:
-    g = p.add_argument_group("grid (each takes a comma list; numbers also START:STOP:COUNT or START:STOP:COUNTlog)")
-    g.add_argument("--scenario", action="append", metavar="NAME|FILE",
-                   help=f"built-in scenario or scenario file; repeat or comma-separate (default: {', '.join(BUILTIN_SCENARIOS)})")
+    g = p.add_argument_group(f"grid (each takes a comma list; numbers also ranges: {RANGE_SYNTAX})")
+    g.add_argument("--scenario", action=CommaList, metavar="NAME|FILE",
+                   help=f"built-in scenario or scenario file; repeatable and comma-separated "
+                        f"(default: {', '.join(BUILTIN_SCENARIOS)})")
     g.add_argument("--sites", metavar="N", help="generate N-site clusters (with --vms-per-site, --gpus-per-vm)")
-    g.add_argument("--vms-per-site", metavar="M", default="1", help="VMs per site of generated clusters (default 1)")
-    g.add_argument("--gpus-per-vm", metavar="G", default="8", help="GPUs per VM of generated clusters (default 8)")
-    g.add_argument("--scale-gpu", metavar="GPU", default="A30", help="GPU type of generated clusters (default A30)")
-    g.add_argument("--rtt-ms", metavar="SPEC", default=None,
-                   help=f"WAN round-trip times in ms; 'native' = the scenario's own (default {DEFAULT_RTT})")
-    g.add_argument("--bandwidth-gbps", metavar="SPEC", default="native", help="WAN bandwidths in Gbit/s (default native)")
-    g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2L (default gpt2m)")
-    g.add_argument("--technique", metavar="SPEC", default=None,
-                   help="techniques, or 'all' (default: the study's data,zero2,shard,pipeshard)")
-    g.add_argument("--gpu", metavar="SPEC", default="native", help="replace every GPU by these types, e.g. A30,H100")
-    g.add_argument("--hosts", metavar="SPEC", default="all", help="VM subsets, e.g. all,vm1,vm2 or vm1+vm2 (default all)")
-    g.add_argument("--batch", metavar="SPEC", help="global batch sizes (sequences per iteration)")
-    g.add_argument("--microbatches", metavar="SPEC", help="pipeline microbatches")
-    g.add_argument("--epochs", metavar="SPEC", help="epochs per prediction (default: the scenario's, 20)")
+    g.add_argument("--vms-per-site", metavar="M", default="1", help="VMs per site of generated clusters (default %(default)s)")
+    g.add_argument("--gpus-per-vm", metavar="G", default="8", help="GPUs per VM of generated clusters (default %(default)s)")
+    g.add_argument("--scale-gpu", metavar="GPU", default="A30", help="GPU type of generated clusters (default %(default)s)")
+    g.add_argument("--rtt-ms", metavar="SPEC", default=DEFAULT_RTT,
+                   help="WAN round-trip times in ms; 'native' = the scenario's own (default %(default)s)")
+    g.add_argument("--bandwidth-gbps", metavar="SPEC", default="native",
+                   help="WAN bandwidths in Gbit/s; 'native' = the scenario's own (default %(default)s)")
+    g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2-large (default %(default)s)")
+    g.add_argument("--technique", action=CommaList, metavar="NAME",
+                   help="techniques, or 'all'; repeatable and comma-separated (default: the study's "
+                        "data,zero2,shard,pipeshard)")
+    g.add_argument("--gpu", metavar="SPEC", default="native",
+                   help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
+    g.add_argument("--subsets", metavar="SPEC", default="all",
+                   help="VM subsets to sweep, e.g. all,vm1,vm2 or vm1+vm2 (default %(default)s)")
+    g.add_argument("--global-batch", metavar="SPEC",
+                   help=f"{meaning('--global-batch')} (default: the scenario's, else {WORKLOAD_DEFAULTS.global_batch})")
+    g.add_argument("--microbatches", metavar="SPEC",
+                   help=f"{meaning('--microbatches')} (default: the scenario's, else {WORKLOAD_DEFAULTS.microbatches})")
+    g.add_argument("--epochs", metavar="SPEC",
+                   help=f"{meaning('--epochs')} (default: the scenario's, else {WORKLOAD_DEFAULTS.epochs})")
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     r = p.add_argument_group("run")
-    r.add_argument("--out", default="sweep", metavar="DIR", help="results directory; a rerun resumes it (default ./sweep)")
+    r.add_argument("--out", default="sweep", metavar="DIR", help="results directory; a rerun resumes it (default ./%(default)s)")
     r.add_argument("--fresh", action="store_true", help="discard rows already in --out instead of resuming")
-    r.add_argument("--params", metavar="FILE", help="simulator parameters file (default: shipped defaults)")
-    r.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: all cores)")
+    r.add_argument("--params", metavar="FILE", help=meaning("--params"))
+    r.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
     r.add_argument("--ray-address", metavar="ADDR", help="run on a Ray cluster: 'auto', ray://host:10001, or 'local'")
-    r.add_argument("--metric", choices=METRICS, default="total_time_s", help="what crossovers compare (default total_time_s)")
-    r.add_argument("--crossover-axis", choices=("auto", "rtt_ms", "bandwidth_gbps", "none"), default="auto")
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    r.add_argument("--metric", choices=METRICS, default="total_time_s", help="what crossovers compare (default %(default)s)")
+    r.add_argument("--crossover-axis", choices=("auto", "rtt_ms", "bandwidth_gbps", "none"), default="auto",
+                   help="the axis to find crossovers on; auto: RTT if the grid varies it, else bandwidth "
+                        "(default %(default)s)")
+    r.add_argument("--no-best", action="store_true",
+                   help="skip the best option at each RTT (the planner's ranking, as `geosim plan` gives it)")
+    r.add_argument("--quiet", action="store_true", help=meaning("--quiet"))
+    add_json_argument(p)
 
 
 def build_grid(args) -> Grid:
@@ -64,14 +79,14 @@ def build_grid(args) -> Grid:
         "scenario": scenarios,
         "technique": _techniques(args.technique),
         "model": parse_values(args.model, "str", "--model"),
-        "rtt_ms": parse_values(args.rtt_ms or DEFAULT_RTT, "float", "--rtt-ms", allow_native=True),
+        "rtt_ms": parse_values(args.rtt_ms, "float", "--rtt-ms", allow_native=True),
         "bandwidth_gbps": parse_values(args.bandwidth_gbps, "float", "--bandwidth-gbps", allow_native=True),
         "gpu": parse_values(args.gpu, "str", "--gpu", allow_native=True),
-        "hosts": parse_values(args.hosts, "str", "--hosts"),
+        "hosts": parse_values(args.subsets, "str", "--subsets"),
     }
-    for flag, name in (("batch", "global_batch"), ("microbatches", "microbatches"), ("epochs", "epochs")):
-        if getattr(args, flag):
-            axes[name] = parse_values(getattr(args, flag), "int", f"--{flag}")
+    for name in ("global_batch", "microbatches", "epochs"):
+        if getattr(args, name):
+            axes[name] = parse_values(getattr(args, name), "int", f"--{name.replace('_', '-')}")
     for text in args.set:
         name, values = parse_assignment(text)
         axes[name] = values
@@ -81,31 +96,35 @@ def build_grid(args) -> Grid:
     return Grid(axes)
 
 
-def _techniques(spec: str | None) -> list[str]:
-    from geosim.techniques import STUDY_ORDER, technique_names
+def _techniques(names: list[str] | None) -> list[str]:
+    from geosim.techniques import STUDY_ORDER, get_technique, technique_names
 
-    if spec is None:
+    if not names:
         return [t for t in STUDY_ORDER if t in technique_names()]
-    names = parse_values(spec, "str", "--technique")
-    return list(dict.fromkeys(t for n in names for t in (technique_names() if n == "all" else [n])))
+    found = list(dict.fromkeys(t for n in names for t in (technique_names() if n == "all" else [n])))
+    for name in found:
+        get_technique(name)  # unknown names fail before any work
+    return found
 
 
 def run(args) -> int:
     from geosim.studies.crossover import crossovers, orders_at_ends, pick_axis
     from geosim.studies.sweep.run import make_context, make_executor, run_sweep
-    from geosim.studies.sweep.store import write_crossovers
+    from geosim.studies.sweep.best import best_vs_rtt
+    from geosim.studies.sweep.store import write_best, write_crossovers
     from geosim.techniques import technique_names
 
-    if args.jobs is not None and not 1 <= args.jobs <= 1024:
-        raise GeosimError(f"must be in 1..1024, got {args.jobs}", source="--jobs")
+    if args.workers is not None and not 1 <= args.workers <= 1024:
+        raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     grid = build_grid(args)
     ctx = make_context(grid, args.params, args.metric)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
     started = time.perf_counter()
-    executor = make_executor(ctx, args.jobs, args.ray_address)
+    executor = make_executor(ctx, args.workers, args.ray_address)
     try:
         result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=not args.quiet and sys.stderr.isatty())
         found = crossovers(result.rows, ctx, executor, axis, technique_names()) if axis else []
+        best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.rows, ctx, executor)
     except KeyboardInterrupt:
         from geosim.studies.sweep.store import read_rows
 
@@ -115,8 +134,10 @@ def run(args) -> int:
     finally:
         executor.close()
     write_crossovers(args.out, found)
+    write_best(args.out, best)
     summary = _summary(grid, result, found, axis, executor.name, executor.workers, time.perf_counter() - started, args)
     summary["orders"] = orders_at_ends(result.rows, axis, args.metric) if axis else []
+    summary["best"] = best
     if args.json:
         print(json.dumps(summary, indent=1, allow_nan=False))
     else:
@@ -157,12 +178,40 @@ def format_summary(s: dict) -> str:
             lines += _table(("where", "low end", "order", "high end", "order"),
                             [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"]), f"{o['high']['at']:g} {unit}",
                               _order(o["high"])) for o in s["orders"]])
+    lines += format_best(s.get("best", []))
     lines += ["", f"plots and report: geosim report {s['out']}"]
     return "\n".join(lines)
 
 
+def format_best(best: list[dict]) -> list[str]:
+    """The best option at each RTT by the planner's ranking: what `geosim plan --sweep-rtt` says too."""
+    from geosim.cli.common import fmt_duration
+    from geosim.studies.crossover import describe
+
+    if not best:
+        return []
+    lines = ["", "Best option against RTT (the planner's ranking over the swept techniques, single VMs and "
+                 "Pipeshard's splits included; the same as `geosim plan --sweep-rtt`):"]
+    for doc in best:
+        where = describe({**doc["point"], "technique": "", "rtt_ms": ""}, "rtt_ms")
+        if doc.get("skipped"):
+            lines.append(f"  {where}: not planned ({doc['skipped']})")
+            continue
+        rows = doc["rows"]
+        first, last = rows[0], rows[-1]
+        lines.append(f"  {where}: {first['best']} at {first['rtt_ms']:g} ms ({fmt_duration(first['total_time_s'])})"
+                     + (f", {last['best']} at {last['rtt_ms']:g} ms ({fmt_duration(last['total_time_s'])})"
+                        if len(rows) > 1 else ""))
+        for f in doc["flips"]:
+            lo, hi = f["between_ms"]
+            lines.append(f"    flips between {lo:g} and {hi:g} ms: {f['below']} -> {f['above']}")
+    return lines
+
+
 def _order(end: dict) -> str:
     text = " < ".join(end["order"]) or "-"
+    if end.get("low_communication"):
+        text += f"  (not ranked on time per epoch: {', '.join(end['low_communication'])})"
     return text + "".join(f"  ({t}: {status})" for t, status in end["not_running"].items())
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from geosim.case import Case
-from geosim.cli.common import add_workload_arguments, fmt_duration, load_case, load_params_arg
+from geosim.cli.common import add_json_argument, add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json
 from geosim.sim.engine import run_schedule
 from geosim.errors import GeosimError
 from geosim.fileio import check_output_path, write_atomic
@@ -16,10 +16,11 @@ HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per l
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser, many_scenarios=False)
-    parser.add_argument("--technique", default="pipeshard", help="technique to trace (default: pipeshard)")
-    parser.add_argument("--hosts", help="comma-separated VMs to use (default: all)")
-    parser.add_argument("--iterations", type=int, default=2, help="iterations to simulate; the first is cold (default 2)")
-    parser.add_argument("--out", default="trace.json", help="output file (default: trace.json)")
+    parser.add_argument("--technique", default="pipeshard", help="technique to trace (default: %(default)s)")
+    parser.add_argument("--hosts", help="VMs of the slice to use, comma-separated names (default: all)")
+    parser.add_argument("--iterations", type=int, default=2, help="iterations to simulate; the first is cold (default %(default)s)")
+    parser.add_argument("--out", default="trace.json", help="trace file to write (default: %(default)s)")
+    add_json_argument(parser)
 
 
 def trace_events(rows: list, devices) -> list[dict]:
@@ -61,6 +62,11 @@ def run(args) -> int:
            "otherData": {"scenario": cluster.name, "technique": args.technique, "model": model.name,
                          "description": schedule.description, "iteration_end_s": result.iteration_end}}
     write_atomic(out, json.dumps(doc, allow_nan=False))
+    if args.json:
+        print_json({"out": str(out), "scenario": cluster.name, "technique": args.technique, "model": model.name,
+                    "iterations_s": [result.iteration_time(i) for i in range(args.iterations)],
+                    "events": len(doc["traceEvents"]), "description": schedule.description})
+        return 0
     times = ", ".join(fmt_duration(result.iteration_time(i)) for i in range(args.iterations))
     print(f"wrote {out}: {args.technique} on {cluster.name}, {args.iterations} iteration(s) ({times}), "
           f"{len(doc['traceEvents'])} events; open it in https://ui.perfetto.dev")

@@ -14,7 +14,8 @@ from geosim.studies.crossover import describe
 from geosim.errors import GeosimError
 from geosim.report.plots import EFFECTIVE, breakdown_rows, panel_key, panel_title, plot_breakdown, plot_time_vs_axis
 from geosim.studies.sweep.grid import NATIVE
-from geosim.studies.sweep.store import read_crossovers, read_manifest, read_rows
+from geosim.studies.sweep.store import read_best, read_crossovers, read_manifest, read_rows
+from geosim.units import s_to_ms
 
 
 def study_points(rows: list[dict], axis: str, metric: str) -> list[dict]:
@@ -66,7 +67,7 @@ def record_points(rows: list[dict], records_path: str, axis: str, metric: str) -
             y = time_s / epochs
         else:
             y = time_s * match["epochs"] / epochs if epochs else time_s
-        x = max(link.rtt_s for link in wan_links(resolve_scenario(rec.scenario).cluster)) * 1e3
+        x = s_to_ms(max(link.rtt_s for link in wan_links(resolve_scenario(rec.scenario).cluster)))
         out.append({"panel": panel_key(match, axis), "technique": rec.technique, "x": x, "y": y, "source": rec.run_id})
     return out
 
@@ -113,10 +114,57 @@ def build_report(out_dir: str | Path, records: str | None = None) -> dict:
                                    crossovers=crossovers, measured=measured)
     files += plot_breakdown(rows, plots / "breakdown", axis=axis or "rtt_ms",
                             measured=measured if metric == "total_time_s" else ())  # bars are whole runs
-    page = _html(out_dir, manifest, rows, crossovers, measured, axis, metric, [f for f in files if f.suffix == ".png"])
+    beside = predicted_at_measured(rows, measured, manifest, axis, metric)
+    page = _html(out_dir, manifest, rows, crossovers, measured, axis, metric, [f for f in files if f.suffix == ".png"],
+                 beside, read_best(out_dir))
     (out_dir / "report.html").write_text(page)
     return {"report": str(out_dir / "report.html"), "plots": [str(f) for f in files], "rows": len(rows),
             "crossovers": sum(1 for c in crossovers if c.get("at") is not None), "measured_points": len(measured)}
+
+
+SAME_RTT = 1e-3  # relative: a grid point this close to a measurement's RTT is at it
+
+
+def predicted_at_measured(rows: list[dict], measured: list[dict], manifest: dict, axis: str | None,
+                          metric: str) -> list[dict]:
+    """Each measurement beside the prediction at the same RTT: a grid row at it, else a prediction made
+    now for the same point at the measured RTT (with the sweep's parameters when they are at hand)."""
+    out = []
+    ctx = None
+    for m in measured:
+        candidates = [r for r in rows if panel_key(r, axis) == m["panel"] and r["technique"] == m["technique"]]
+        if not candidates:
+            continue
+        at = [r for r in candidates if abs(r[EFFECTIVE[axis]] - m["x"]) <= SAME_RTT * max(m["x"], 1e-9)]
+        row, how = (at[0], "grid point") if at else (None, "")
+        if row is None:
+            ctx = ctx or _context(manifest, rows)
+            if ctx is None:
+                continue  # the sweep's parameters are not at hand: no like-for-like figure to show
+            from geosim.studies.sweep.run import evaluate_row
+
+            row = evaluate_row({**candidates[0]["point"], axis: float(f"{m['x']:.6g}")}, ctx)
+            how = "predicted now at the measured RTT"
+        out.append({"row": row, "measured": m, "how": how, "predicted": row.get(metric)})
+    return out
+
+
+def _context(manifest: dict, rows: list[dict]):
+    """The sweep's context again (its parameters and scenarios), or None if its parameters are not
+    the ones this install would load: a prediction must not silently use other parameters."""
+    from geosim.params import load_params
+    from geosim.studies.sweep.run import SweepContext, resolve_scenario
+    from geosim.studies.sweep.store import fingerprint
+
+    source = manifest.get("params_source")
+    try:
+        params = load_params(source if source and Path(source).exists() else None)
+    except GeosimError:
+        return None
+    if fingerprint(params) != manifest.get("params"):
+        return None
+    scenarios = {name: resolve_scenario(name) for name in dict.fromkeys(r["point"]["scenario"] for r in rows)}
+    return SweepContext(params, scenarios, manifest.get("metric", "total_time_s"))
 
 
 def _in_grid_order(rows: list[dict], grid: dict) -> list[dict]:
@@ -142,7 +190,7 @@ def _swept_axis(grid: dict) -> str | None:
     return None
 
 
-def _html(out_dir, manifest, rows, crossovers, measured, axis, metric, pngs) -> str:
+def _html(out_dir, manifest, rows, crossovers, measured, axis, metric, pngs, beside, best) -> str:
     unit = {"rtt_ms": "ms", "bandwidth_gbps": "Gbit/s"}.get(axis, "")
     statuses: dict[str, int] = {}
     for r in rows:
@@ -168,16 +216,33 @@ def _html(out_dir, manifest, rows, crossovers, measured, axis, metric, pngs) -> 
                             [[describe(c["point"], axis), f"{c['a']} / {c['b']}", f"{c['at']:.4g}", c["faster_below"],
                               c["faster_above"], c["steps"]] for c in flips])
                      if flips else "<p>No technique pair changes order inside the grid's range.</p>")
+    if best:
+        parts.append("<h2 id='best'>Best option against RTT</h2>")
+        parts.append("<p class='note'>The planner's ranking over the swept techniques (single VMs and Pipeshard's "
+                     "layer splits and microbatches included): what <code>geosim plan --sweep-rtt</code> says.</p>")
+        table = []
+        for doc in best:
+            for row in doc.get("rows", []):
+                table.append([describe({**doc["point"], "technique": "", "rtt_ms": ""}, "rtt_ms"), f"{row['rtt_ms']:g}",
+                              row["best_option"] or "none", _fmt_time(row["total_time_s"]), row["algorithm1"] or ""])
+        parts.append(_table(["where", "RTT (ms)", "best option", "predicted", "Algorithm 1 picks"], table))
+    if beside:
+        parts.append("<h2 id='measured'>Predicted beside measured, at the measured RTT</h2>")
+        parts.append(_table(["panel", f"at ({unit})", "technique", "predicted", "measured", "predicted / measured",
+                             "prediction from", "measurement"],
+                            [[panel_title(b["row"], axis), f"{b['measured']['x']:.3g}", b["row"]["technique"],
+                              _fmt_time(b["predicted"]), _fmt_time(b["measured"]["y"]),
+                              f"{b['predicted'] / b['measured']['y']:.2f}" if b["predicted"] else "",
+                              b["how"], b["measured"]["source"]] for b in beside]))
     parts.append("<h2>Per technique at each panel's native (or middle) point</h2>")
     table = []
     for key, picks in breakdown_rows(rows, axis or "rtt_ms").items():
         for r in picks:
-            m = next((m for m in measured if m["panel"] == key and m["technique"] == r["technique"]), None)
             table.append([panel_title(r, axis or "rtt_ms"), f"{r[EFFECTIVE.get(axis or 'rtt_ms')]:.3g}", r["technique"],
-                          r["status"], _fmt_time(r.get(metric)), _fmt_time(m["y"]) if m else "",
+                          r["status"], _fmt_time(r.get(metric)),
                           f"{r['tflops_per_gpu']:.2f}" if r.get("tflops_per_gpu") else "",
                           f"{r['peak_memory_gib']:.1f}" if r.get("peak_memory_gib") else "", r.get("reason") or ""])
-    parts.append(_table(["panel", unit or "x", "technique", "status", "predicted", "measured", "TFLOP/s per GPU",
+    parts.append(_table(["panel", unit or "x", "technique", "status", "predicted", "TFLOP/s per GPU",
                          "peak GiB", "why not"], table))
     parts.append("<p class='note'>Rows: results.jsonl / results.csv in this directory. Plots as SVG: plots/.</p></body></html>")
     return "\n".join(parts)

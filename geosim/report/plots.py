@@ -20,6 +20,12 @@ PARTS = (("run_compute_s", "compute", "#4c72b0"), ("run_exposed_comm_s", "expose
 AXIS_LABELS = {"rtt_ms": "WAN round-trip time (ms)", "bandwidth_gbps": "WAN bandwidth (Gbit/s)"}
 EFFECTIVE = {"rtt_ms": "wan_rtt_ms", "bandwidth_gbps": "wan_bandwidth_gbps"}
 MAX_PANELS = 12
+DPI = 150  # with panels >= 4.6 in wide and at least two columns' width, figures are >= 1200 px wide
+MIN_WIDTH_IN = 8.5  # 1275 px at DPI
+# series that lie on top of each other (the hybrid is SparseLoCo where every VM holds a replica)
+# stay distinguishable by line style and marker as well as colour
+STYLES = (("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (3, 2)), "P"),
+          ((0, (1, 1)), "X"))
 
 
 def _pyplot():
@@ -44,6 +50,35 @@ def _color(technique: str) -> str:
     return EXTRA_COLORS[index % len(EXTRA_COLORS)]
 
 
+def _style(technique: str) -> tuple:
+    """(line style, marker) per technique, fixed across figures like its colour."""
+    from geosim.techniques import technique_names
+
+    names = technique_names()
+    index = names.index(technique) if technique in names else len(names)
+    return STYLES[index % len(STYLES)]
+
+
+def _label(technique: str) -> str:
+    from geosim.techniques import get_technique, label
+
+    try:
+        get_technique(technique)
+    except Exception:  # a sweep directory from a technique this install does not have
+        return technique
+    return label(technique)
+
+
+def _low_communication(technique: str) -> bool:
+    from geosim.techniques import get_technique, is_low_communication
+
+    try:
+        get_technique(technique)
+    except Exception:
+        return False
+    return is_low_communication(technique)
+
+
 def panel_key(row: dict, axis: str) -> tuple:
     """What one panel holds: every point field but technique and the swept axis."""
     p = row["point"]
@@ -58,17 +93,22 @@ def panel_title(row: dict, axis: str) -> str:
     return " ".join([row["cluster"], row["model"], f"{row.get('num_gpus', '?')} GPUs"] + extra)
 
 
-def _save(fig, base: Path) -> list[Path]:
+def _save(fig, base: Path, legend=None) -> list[Path]:
+    """PNG and SVG; bbox_inches="tight" with the legend as an extra artist grows the canvas to hold
+    the legend outside the axes instead of clipping it."""
     paths = [base.with_suffix(".png"), base.with_suffix(".svg")]
-    fig.savefig(paths[0], dpi=110)  # the layout is already tight (tight_layout): no second pass
-    fig.savefig(paths[1])
+    extra = [legend] if legend is not None else []
+    fig.savefig(paths[0], dpi=DPI, bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
+    fig.savefig(paths[1], bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
     return paths
 
 
 def _grid(plt, n: int, width=4.6, height=3.4):
     cols = min(n, 3)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig_width = max(MIN_WIDTH_IN, width * cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(fig_width, max(height, fig_width / cols * 0.75) * rows),
+                             squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, list(axes.flat)
@@ -98,7 +138,9 @@ def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", met
             # the scenario as given is a marker, not part of the line: its other links may differ from the what-if's
             ok = [(x, r[metric] / scale) for x, r in pts if r["status"] == "ok" and r["point"][axis] != NATIVE]
             if ok:
-                ax.plot(*zip(*ok), "-o", ms=3, lw=1.5, color=_color(tech), label=tech)
+                ls, marker = _style(tech)
+                ax.plot(*zip(*ok), ls=ls, marker=marker, ms=4, lw=1.6, color=_color(tech), label=_label(tech),
+                        mfc="none" if ls != "-" else _color(tech))
             for x, r in pts:
                 if r["status"] == "ok" and r["point"][axis] == NATIVE:
                     ax.plot([x], [r[metric] / scale], "o", mfc="none", mec=_color(tech), ms=8, mew=1.5)
@@ -110,14 +152,14 @@ def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", met
         flips: list[list] = []  # [x, labels]: flips within 3% of each other share one line
         for c in sorted((c for c in crossovers if c.get("at") is not None
                          and panel_key({"point": c["point"]}, axis) == key), key=lambda c: c["at"]):
-            label = f"{c['a'][:2]}/{c['b'][:2]}"
+            label = f"{_label(c['a'])} / {_label(c['b'])}"
             if flips and c["at"] < flips[-1][0] * 1.03:
                 flips[-1][1].append(label)
             else:
                 flips.append([c["at"], [label]])
         for x, labels in flips:
             ax.axvline(x, color="grey", lw=0.8, ls=":")
-            ax.text(x, 0.97, " " + ", ".join(labels), transform=bottom, fontsize=7, va="top", rotation=90)
+            ax.text(x, 0.97, " " + "; ".join(labels), transform=bottom, fontsize=7, va="top", rotation=90)
         for m in measured:
             if m["panel"] == key:
                 ax.plot([m["x"]], [m["y"] / scale], "D", color=_color(m["technique"]), mec="black", ms=6, zorder=5)
@@ -139,17 +181,19 @@ def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", met
         ax.set_ylabel(f"predicted time, {ylabel}", fontsize=8)
         ax.grid(True, which="both", alpha=0.25)
         ax.tick_params(labelsize=7)
-    handles = [Line2D([], [], color=_color(t), marker="o", ms=3, label=t)
+    handles = [Line2D([], [], color=_color(t), ls=_style(t)[0], marker=_style(t)[1], ms=4,
+                      mfc="none" if _style(t)[0] != "-" else _color(t),
+                      label=_label(t) + (" (needs more tokens)" if _low_communication(t) else ""))
                for t in dict.fromkeys(r["technique"] for r in rows)]
     extra = {"native": Line2D([], [], ls="", marker="o", mfc="none", mec="black", label="scenario as given"),
              "out-of-memory": Line2D([], [], ls="", marker="x", color="black", mew=2, label="out of memory"),
              "infeasible": Line2D([], [], ls="", marker="|", color="black", mew=2, label="infeasible"),
              "measured": Line2D([], [], ls="", marker="D", color="white", mec="black", label="measured")}
     handles += [h for k, h in extra.items() if k in seen_marks]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    paths = _save(fig, base)
+    fig.tight_layout()
+    legend = fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.98), fontsize=8, frameon=False,
+                        title="predicted")
+    paths = _save(fig, base, legend)
     plt.close(fig)
     return paths
 
@@ -181,7 +225,7 @@ def plot_breakdown(rows: list[dict], base: Path, *, axis: str = "rtt_ms", measur
     fig, axes = _grid(plt, len(keys), width=4.0, height=3.2)
     for ax, key in zip(axes, keys):
         picks = panels[key]
-        names = [r["technique"] for r in picks]
+        names = [_label(r["technique"]) for r in picks]
         bottoms = [0.0] * len(picks)
         for field, label, color in PARTS:
             heights = [(r.get(field) or 0.0) / 3600 for r in picks]
@@ -200,12 +244,13 @@ def plot_breakdown(rows: list[dict], base: Path, *, axis: str = "rtt_ms", measur
         ax.set_title(f"{panel_title(picks[0], axis)} @ {x:.3g} {unit}", fontsize=8)
         ax.set_ylabel("hours, whole run", fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.tick_params(axis="x", labelrotation=30)
         ax.grid(True, axis="y", alpha=0.25)
     handles, labels = axes[0].get_legend_handles_labels()
     if measured:
         handles.append(Line2D([], [], ls="", marker="_", color="black", ms=14, mew=2.5, label="measured"))
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    paths = _save(fig, base)
+    fig.tight_layout()
+    legend = fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.98), fontsize=8, frameon=False)
+    paths = _save(fig, base, legend)
     plt.close(fig)
     return paths

@@ -67,13 +67,16 @@ def compute_timer(schedule: Schedule, params: Params, workload: Workload):
     cache: dict[tuple, float] = {}
 
     def seconds(rank: int, op: Compute) -> float:
-        if op.work is None or rank in flat:
+        work = op.work
+        if work is None or rank in flat:
             return op.flops / rate[rank]
-        key = (op.work, rank)
+        # keyed by the Work object's identity: a schedule's ops share a few Work objects for the whole
+        # run, and hashing one (its Model dataclass field by field) would cost more than the look-up saves
+        key = (id(work), rank)
         hit = cache.get(key)
         if hit is None:
-            hit = cache[key] = model.seconds(op.work, gpus[rank], precision)
-        return hit
+            hit = cache[key] = (model.seconds(work, gpus[rank], precision), work)
+        return hit[0]
 
     return seconds
 

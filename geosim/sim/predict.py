@@ -74,6 +74,7 @@ class Prediction:
     iteration_breakdown: Breakdown | None = None
     run_breakdown: Breakdown | None = None
     bytes_per_iteration: float | None = None
+    activation_compression: float = 1.0  # the schedule's: < 1 when pipeline stages send compressed activations
     measured: dict | None = None
     simulated_events: int = 0
     wall_s: float = 0.0
@@ -122,6 +123,7 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
         result.status, result.reason = "infeasible", exc.problem
         return result
     result.description = schedule.description
+    result.activation_compression = schedule.activation_compression
     result.memory = _memory_report(schedule)
     options = memory_layout.options_for(workload, params)
     verdicts = [(memory_layout.verdict(m.need_gib * GIB, m.has_gib, options), m) for m in result.memory]

@@ -94,6 +94,9 @@ class Schedule:
     # program is a whole outer round of H inner steps (DiLoCo, SparseLoCo); the
     # predictor divides by it so per-iteration figures mean one optimizer step.
     iterations_per_program: int = 1
+    # Bytes sent between pipeline stages x this: < 1 when a pipelined run sends its activations
+    # compressed (what convergence.py prices in tokens); 1 for uncompressed or no pipeline.
+    activation_compression: float = 1.0
 
     @property
     def num_gpus(self) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 from geosim.errors import GeosimError
 from geosim.records import json_lines
 from geosim.specs import Model, Params
+from geosim.techniques import get_technique, technique_names
 
 CHINCHILLA_TOKENS_PER_PARAM = 20
 # Hoffmann et al. 2022 (Chinchilla), approach 3: L(N, D) = E + A / N^alpha + B / D^beta
@@ -145,14 +146,16 @@ def token_efficiency(technique: str, params: Params, *, compressed_pipeline: boo
     if measured and technique in measured:
         return Efficiency(measured[technique], "measured (loss curves)")
     table = params.token_efficiency
-    if technique == "hybrid" and not compressed_pipeline and "sparseloco" in table:
-        # every host holds a full replica: the hybrid is SparseLoCo
-        return Efficiency(table["sparseloco"], f"{params.source} [convergence.token_efficiency] sparseloco "
-                                               "(no pipelined replica)")
+    module = get_technique(technique) if technique in technique_names() else None
+    same_as = getattr(module, "WITHOUT_PIPELINE_IS", None)
+    if same_as and not compressed_pipeline and same_as in table:
+        # every host holds a full replica: the run is that technique's (the hybrid is SparseLoCo)
+        return Efficiency(table[same_as], f"{params.source} [convergence.token_efficiency] {same_as} "
+                                          "(no pipelined replica)")
     if technique not in table:
         return Efficiency(1.0, "assumed 1.0 (no [convergence.token_efficiency] entry)")
     value, source = table[technique], f"{params.source} [convergence.token_efficiency]"
-    if compressed_pipeline and technique != "hybrid":  # the hybrid's entry already counts its compression
+    if compressed_pipeline and not getattr(module, "EFFICIENCY_COUNTS_COMPRESSION", False):
         value *= params.compressed_activation_efficiency
         source += " x compressed_activation_efficiency"
     return Efficiency(value, source)
@@ -163,10 +166,9 @@ def time_to_target_s(tokens: float, efficiency: float, tokens_per_s: float, star
 
 
 def uses_compressed_pipeline(prediction, params: Params) -> bool:
-    """Whether a prediction's run sends compressed activations between pipeline stages."""
-    if prediction.technique == "pipeshard":
-        return params.settings("pipeshard").activation_compression < 1
-    return prediction.technique == "hybrid" and " pipelined " in prediction.description
+    """Whether a prediction's run sends compressed activations between pipeline stages
+    (the schedule says so: Prediction.activation_compression)."""
+    return prediction.activation_compression < 1
 
 
 def annotate(predictions: list, params: Params, tokens_for, overrides=None, measured=None) -> list[dict]:

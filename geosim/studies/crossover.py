@@ -10,9 +10,10 @@ between two grid values looks unchanged to the grid and is missed: a finer grid 
 from __future__ import annotations
 
 import itertools
-import math
 
 from geosim.studies.sweep.run import SweepContext, metric_of
+from geosim.techniques import is_low_communication
+from geosim.units import bisect, middle
 from geosim.studies.sweep.grid import NATIVE
 
 AXES = ("rtt_ms", "bandwidth_gbps")
@@ -20,7 +21,7 @@ REL_TOL = 1e-3
 
 
 def bisect_flip(f, lo: float, hi: float, *, rel_tol: float = REL_TOL, log: bool = True, max_steps: int = 100):
-    """A root of f between lo and hi, where f(lo) and f(hi) differ in sign.
+    """A root of f between lo and hi, where f(lo) and f(hi) differ in sign (geosim.units.bisect).
 
     Returns (x, steps): x is the middle of the last bracket, whose width is at most
     rel_tol * x. f may return None (the point does not run): that is an error here.
@@ -32,21 +33,27 @@ def bisect_flip(f, lo: float, hi: float, *, rel_tol: float = REL_TOL, log: bool 
         return lo, 0
     if f_hi == 0:
         return hi, 0
-    log = log and lo > 0
-    steps = 0
-    while hi - lo > rel_tol * (lo + hi) / 2 and steps < max_steps:
-        mid = math.sqrt(lo * hi) if log else (lo + hi) / 2
-        f_mid = f(mid)
-        steps += 1
-        if f_mid is None:
-            raise ValueError(f"f is undefined at {mid:g} inside the bracket")
-        if f_mid == 0:
-            return mid, steps
-        if (f_mid > 0) == (f_lo > 0):
-            lo, f_lo = mid, f_mid
-        else:
-            hi = mid
-    return (math.sqrt(lo * hi) if log else (lo + hi) / 2), steps
+    exact, calls = [], [0]
+
+    def same_sign_as_low(x: float) -> bool:
+        calls[0] += 1
+        value = f(x)
+        if value is None:
+            raise ValueError(f"f is undefined at {x:g} inside the bracket")
+        if value == 0:
+            exact.append(x)
+            raise _Exact
+        return (value > 0) == (f_lo > 0)
+
+    try:
+        lo, hi, steps = bisect(same_sign_as_low, lo, hi, rel_tol=rel_tol, log=log, max_steps=max_steps)
+    except _Exact:
+        return exact[0], calls[0]
+    return middle(lo, hi, log), steps
+
+
+class _Exact(Exception):
+    """f is exactly 0 at a midpoint: that is the crossing."""
 
 
 def _group_key(point: dict, axis: str) -> str:
@@ -70,6 +77,8 @@ def find_brackets(rows: list[dict], axis: str, metric: str, order: list[str]) ->
     for key, by_tech in groups.items():
         techs = [t for t in order if t in by_tech] + sorted(t for t in by_tech if t not in order)
         for a, b in itertools.combinations(techs, 2):
+            if is_low_communication(a) != is_low_communication(b):
+                continue  # time per epoch does not compare training that needs more tokens for the same loss
             xs = sorted(x for x in by_tech[a] if by_tech[a][x] is not None and by_tech[b].get(x) is not None)
             if not xs:
                 continue
@@ -127,7 +136,8 @@ def orders_at_ends(rows: list[dict], axis: str, metric: str) -> list[dict]:
         for end, x in (("low", min(group["by_x"])), ("high", max(group["by_x"]))):
             at = group["by_x"][x]
             ok = sorted((r for r in at if r["status"] == "ok"), key=lambda r: r[metric])
-            ends[end] = {"at": x, "order": [r["technique"] for r in ok],
+            ends[end] = {"at": x, "order": [r["technique"] for r in ok if not is_low_communication(r["technique"])],
+                         "low_communication": [r["technique"] for r in ok if is_low_communication(r["technique"])],
                          "not_running": {r["technique"]: r["status"] for r in at if r["status"] != "ok"}}
         out.append({"where": group["where"], **ends})
     return out

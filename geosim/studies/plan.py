@@ -9,8 +9,8 @@ schedule and checks memory before it simulates anything.
 
 from __future__ import annotations
 
+import inspect
 import itertools
-import math
 import re
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -18,90 +18,21 @@ from typing import Callable
 from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.sim.predict import Prediction, predict
-from geosim.studies.select import TECHNIQUE_LABEL, MeasuredProbes, PredictedProbes, Selection, algorithm1
-from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques import technique_names
-from geosim.sim.compute import compute_model
-from geosim.techniques._base import backward_multiplier, forward_flops, work
-
-MAX_SPLITS = 400  # per pipeline shape; beyond it (3+ stages of a deep model) only near-even splits
-from geosim.techniques.pipeshard import INTRA_STAGES  # how a Pipeshard stage uses its mesh's GPUs
-
-
-@dataclass
-class Option:
-    """One way to train: what the simulator was asked, and what it predicted."""
-
-    technique: str
-    hosts: tuple[str, ...]  # for Pipeshard, in stage order
-    microbatches: int | None  # Pipeshard only; the others take the whole batch at once
-    options: dict | None  # passed to predict() (Pipeshard: meshes, layer_split, intra_stage)
-    prediction: Prediction
-
-    @property
-    def ok(self) -> bool:
-        return self.prediction.ok
-
-    @property
-    def gpus(self) -> int:
-        return len(self.prediction.gpus)
-
-    @property
-    def total_time_s(self) -> float:
-        return self.prediction.total_time_s
-
-    @property
-    def gpu_hours(self) -> float:
-        return self.total_time_s * self.gpus / 3600
-
-    @property
-    def label(self) -> str:
-        if self.technique != "pipeshard":
-            return self.kind
-        split = "/".join(map(str, self.options["layer_split"]))
-        stages = f" layers {split}" if len(self.options["layer_split"]) > 1 else ""
-        return f"{self.kind}{stages}, {self.microbatches} microbatches, intra-stage {self.options['intra_stage']}"
-
-    @property
-    def kind(self) -> str:
-        """Technique and VMs only: what a change of latency flips between (not the split's details)."""
-        name = TECHNIQUE_LABEL.get(self.technique, self.technique)
-        if self.technique == "pipeshard" and len(self.hosts) > 1:
-            return f"{name} {'>'.join(self.hosts)}"
-        one_stage = self.technique == "pipeshard" and self.options and "meshes" in self.options
-        return f"{name} on {'+'.join(self.hosts)}" + (" (1 stage)" if one_stage else
-                                                       " (a stage per GPU)" if self.technique == "pipeshard" else "")
-
-    def to_dict(self) -> dict:
-        p = self.prediction
-        return {"label": self.label, "kind": self.kind, "technique": self.technique, "hosts": list(self.hosts),
-                "microbatches": self.microbatches, "options": self.options, "status": p.status, "reason": p.reason,
-                "gpus": self.gpus, "total_time_s": p.total_time_s, "time_per_epoch_s": p.time_per_epoch_s,
-                "tflops_per_gpu": p.tflops_per_gpu, "peak_memory_gib": p.peak_memory_gib,
-                "gpu_hours": self.gpu_hours if self.ok else None}
+from geosim.studies.ranking import (MeasuredOption, Option, choice_vs_rtt, rank, rank_key, verdict,
+                                   why_algorithm1_differs)
+from geosim.studies.whatif import with_rtt
+from geosim.units import ms_to_s
+from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
+from geosim.specs import Cluster, Model, Workload
+from geosim.techniques import (get_technique, is_low_communication, label, plan_floor_s, plan_variants,
+                               technique_names)
 
 
-def layer_splits(n_layer: int, stages: int) -> list[list[int]]:
-    """Every way to give each stage >= 1 layer, or near-even ones only when there are too many."""
-    if stages == 1:
-        return [[n_layer]]
-    if math.comb(n_layer - 1, stages - 1) <= MAX_SPLITS:
-        cuts = itertools.combinations(range(1, n_layer), stages - 1)
-    else:
-        even = n_layer / stages
-        cuts = (c for c in itertools.combinations(range(1, n_layer), stages - 1)
-                if all(abs(c[i] - even * (i + 1)) <= 2 for i in range(len(c))))
-    return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
-
-
-def shapes(case: Case, max_gpus: int | None = None, intra_stages: tuple[str, ...] | None = None,
-           techniques: tuple[str, ...] | None = None):
-    """(technique, hosts, microbatches, predict options) for each option, the layer split left out."""
+def shapes(case: Case, max_gpus: int | None = None, techniques: tuple[str, ...] | None = None):
+    """(technique, hosts) for each technique on each subset of the VMs (twins planned once)."""
     hosts = [h.name for h in case.cluster.hosts]
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
     signature = _signature(case.cluster)
-    batch = case.workload.global_batch
-    intra_stages = intra_stages or (case.params.settings("pipeshard").intra_stage,)
     seen = set()
     for size in range(1, len(hosts) + 1):
         for subset in itertools.combinations(hosts, size):
@@ -112,43 +43,33 @@ def shapes(case: Case, max_gpus: int | None = None, intra_stages: tuple[str, ...
             if size <= 2 and tuple(sorted(map(signature, subset))) in seen:
                 continue
             seen.add(tuple(sorted(map(signature, subset))))
-            for technique in techniques or technique_names():
-                if technique != "pipeshard":
-                    yield technique, subset, None, None
-                    continue
-                # stage order matters: the first stage holds the embeddings, the last the LM head
-                orders = itertools.permutations(subset)
-                if size == 2 and signature(subset[0]) == signature(subset[1]):
-                    orders = [subset]
-                for order in orders:
-                    for m in (m for m in range(1, batch + 1) if batch % m == 0):
-                        for intra in intra_stages:
-                            # intra-stage data parallelism splits each microbatch over a mesh's GPUs
-                            if intra == "data" and any((batch // m) % gpus[h] for h in order):
-                                continue
-                            if size == 1 and gpus[order[0]] > 1:  # one VM: one GPU per stage, as Alpa runs it
-                                yield technique, order, m, {"intra_stage": intra}
-                            else:
-                                yield technique, order, m, {"meshes": [[h] for h in order], "intra_stage": intra}
+            for technique in techniques or synchronous_techniques():
+                yield technique, subset
 
 
-def candidates(case: Case, max_gpus: int | None = None, intra_stages: tuple[str, ...] | None = None,
+def synchronous_techniques() -> list[str]:
+    """What the planner ranks by default: low-communication techniques trade tokens for time,
+    so their time per epoch is not comparable (convergence.py ranks them on time to a target)."""
+    return [t for t in technique_names() if not is_low_communication(t)]
+
+
+def candidates(case: Case, max_gpus: int | None = None, choices: dict | None = None,
                techniques: tuple[str, ...] | None = None):
-    """Every option: (technique, hosts, microbatches, predict options), each layer split of each shape."""
-    for technique, hosts, m, options in shapes(case, max_gpus, intra_stages, techniques):
-        if technique != "pipeshard":
-            yield technique, hosts, m, options
-            continue
-        for split in layer_splits(case.model.n_layer, len(stage_gpus(case, hosts, options))):
-            yield technique, hosts, m, {**options, "layer_split": split}
+    """Every option: (technique, hosts, workload changes, predict options). A technique's variants
+    (Pipeshard: stage order x microbatches x intra-stage x layer split) come from its module's
+    plan_variants(); `choices` go to it as keyword arguments (e.g. intra_stages)."""
+    for technique, hosts in shapes(case, max_gpus, techniques):
+        for changes, options in plan_variants(technique, case, hosts, **_choices_for(technique, choices)):
+            yield technique, hosts, changes, options
 
 
-def stage_gpus(case: Case, hosts: tuple[str, ...], options: dict) -> list[tuple]:
-    """The GPUs of each pipeline stage of an option: a VM's per stage, or one each on a lone VM."""
-    by_name = {h.name: h for h in case.cluster.hosts}
-    if "meshes" not in options:
-        return [(g,) for g in by_name[hosts[0]].gpus]
-    return [tuple(g for h in mesh for g in by_name[h].gpus) for mesh in options["meshes"]]
+def _choices_for(technique: str, choices: dict | None) -> dict:
+    """The planner's choices a technique's plan_variants() takes (by its signature)."""
+    module = get_technique(technique)
+    if not choices or not hasattr(module, "plan_variants"):
+        return {}
+    accepted = inspect.signature(module.plan_variants).parameters
+    return {k: v for k, v in choices.items() if k in accepted and v is not None}
 
 
 def _signature(cluster: Cluster):
@@ -164,78 +85,35 @@ def twins(cluster: Cluster) -> list[list[str]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def evaluate(case: Case, technique: str, hosts: tuple[str, ...], microbatches: int | None,
-             options: dict | None) -> Option:
-    workload = case.workload if microbatches is None else replace(case.workload, microbatches=microbatches)
+def evaluate(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None) -> Option:
+    workload = replace(case.workload, **changes) if changes else case.workload
     prediction = predict(case.with_(workload=workload), technique, hosts=hosts, options=options)
-    return Option(technique, tuple(hosts), microbatches, options, prediction)
+    return Option(technique, tuple(hosts), dict(changes), options, prediction, workload)
+
+
+def floor_s(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None) -> float:
+    """A floor under an option's predicted total time (its module's plan_floor_s; 0 if it has none)."""
+    workload = replace(case.workload, **changes) if changes else case.workload
+    return plan_floor_s(technique, case, hosts, workload, options)
 
 
 def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
-    """Re-rank the plan's best `contenders` options under each parameter draw: how often its best
-    option (by technique and VMs) still wins, and what wins otherwise."""
+    """Re-rank the plan's best `contenders` options under each parameter draw (the ranking's rule):
+    how often its best option (by technique and VMs) still wins, and what wins otherwise."""
     from collections import Counter
 
     if plan.best is None:
         return {"draws": 0, "share": 0.0, "others": {}}
-    key = rank_key(plan.deadline_s)
     top = plan.options[:contenders]
     winners = []
     for params in draws:
         case = plan.case.with_(params=params)
-        tried = [evaluate(case, o.technique, o.hosts, o.microbatches, o.options) for o in top]
-        ok = [o for o in tried if o.ok]
-        winners.append(min(ok, key=lambda o: key(o.total_time_s, o.gpus)).kind if ok else "none fits")
+        ranked = rank([evaluate(case, o.technique, o.hosts, o.changes, o.options) for o in top], plan.deadline_s)
+        winners.append(ranked[0].kind if ranked else "none fits")
     counts = Counter(winners)
     best = plan.best.kind
     return {"draws": len(winners), "contenders": len(top), "share": counts.get(best, 0) / len(winners),
             "others": {k: v / len(winners) for k, v in counts.most_common() if k != best}}
-
-
-def floor_s(case: Case, technique: str, hosts: tuple[str, ...], microbatches: int | None,
-            options: dict | None) -> float:
-    """A floor under a Pipeshard option's predicted total time, from compute alone (0 for the others).
-
-    Each GPU runs its ops one after another, so an iteration takes at least the busiest
-    stage's M microbatches plus the stages before it filling and draining the pipeline
-    (network and intra-stage collectives only add to that). Cheap: no schedule is built.
-    tests/test_plan.py checks the floor stays under the prediction.
-    """
-    if technique != "pipeshard":
-        return 0.0
-    w, params = case.workload, case.params
-    layers = options["layer_split"]
-    stages = stage_gpus(case, hosts, options)
-    model = compute_model(params)
-    per_microbatch = []
-    for s, gpus in enumerate(stages):
-        sequences = w.global_batch / microbatches / len(gpus)
-        first, last = s == 0, s == len(stages) - 1
-        times = []
-        for g in gpus:  # engine.compute_timer: a flat-rate device, else the op-level model
-            if g.name in params.efficiency:
-                flops = forward_flops(case.model, w, sequences, layers[s], last) * (1 + backward_multiplier(w))
-                times.append(flops / (g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]))
-            else:
-                times.append(sum(model.seconds(work(phase, case.model, w, sequences, layers[s], last, first), g,
-                                               w.precision) for phase in ("forward", "backward")))
-        per_microbatch.append(max(times))
-    busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
-    iteration = microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
-    iteration += case.params.iteration_overhead_s.get(technique, 0.0)
-    iterations = w.iterations_per_epoch * w.epochs
-    return case.params.startup_s.get(technique, 0.0) + iterations * iteration
-
-
-def rank_key(deadline_s: float | None):
-    """Sort key of a (time, GPUs) pair: fastest first; with a deadline, the cheapest that meets it first."""
-    def key(seconds: float, gpus: int) -> tuple:
-        if deadline_s is None:
-            return (0, seconds, seconds * gpus)
-        if seconds <= deadline_s:
-            return (0, seconds * gpus, seconds)
-        return (1, seconds, seconds * gpus)
-    return key
 
 
 @dataclass
@@ -246,13 +124,13 @@ class Search:
 
 
 def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadline_s: float | None = None,
-           intra_stages: tuple[str, ...] | None = None, techniques: tuple[str, ...] | None = None,
+           choices: dict | None = None, techniques: tuple[str, ...] | None = None,
            progress: Callable[[int, int], None] | None = None) -> Search:
     """Simulate candidates in order of their floor; stop once no floor can reach the top `keep`.
     The floor only ever underestimates, so nothing that belongs in the top `keep` is skipped;
     keep=None simulates everything."""
     key = rank_key(deadline_s)
-    todo = [(floor_s(case, *args), args) for args in candidates(case, max_gpus, intra_stages, techniques)]
+    todo = [(floor_s(case, *args), args) for args in candidates(case, max_gpus, choices, techniques)]
     todo.sort(key=lambda fa: key(fa[0], _gpus_of(case, fa[1][1])))
     best: list[tuple] = []  # keys of the best feasible options so far, sorted, at most `keep`
     simulated = []
@@ -303,6 +181,19 @@ class Plan:
             return self.options
         return [o for o in self.options if o.total_time_s <= self.deadline_s]
 
+    def verdict(self, where: str | None = None, estimate: str = "predicted") -> str:
+        """The one line a slice's answer starts with (geosim.studies.ranking.verdict)."""
+        return verdict(where or self.case.cluster.name, self.options, estimate=estimate,
+                       algorithm=self.algorithm.label if self.algorithm else None,
+                       algorithm_option=self.algorithm_option)
+
+    def why_algorithm1_differs(self) -> str | None:
+        """Why Algorithm 1's choice is not the planner's best, in one sentence (None when they agree)."""
+        if self.best is None or self.algorithm is None:
+            return None
+        hosts = [h.name for h in self.case.cluster.hosts]
+        return why_algorithm1_differs(self.best, self.algorithm, self.algorithm_option, algorithm1_kinds(*hosts))
+
     def comparison(self) -> str:
         """One sentence: how Algorithm 1's choice compares with the planner's best."""
         best, algo, chosen = self.best, self.algorithm, self.algorithm_option
@@ -324,7 +215,8 @@ class Plan:
                 "best": self.best.to_dict() if self.best else None,
                 "algorithm1": self.algorithm.to_dict() if self.algorithm else None,
                 "algorithm1_option": self.algorithm_option.to_dict() if self.algorithm_option else None,
-                "comparison": self.comparison(), "options": [o.to_dict() for o in self.options]}
+                "comparison": self.comparison(), "verdict": self.verdict("verdict"),
+                "why_algorithm1_differs": self.why_algorithm1_differs(), "options": [o.to_dict() for o in self.options]}
 
 
 def _hours(seconds: float) -> str:
@@ -339,21 +231,20 @@ def algorithm_choice(case: Case, delta: float) -> tuple[Selection | None, Option
     selection = algorithm1(PredictedProbes(case.cluster, case.model, case.workload, case.params), *hosts, delta=delta)
     if selection.technique is None:
         return selection, None
-    return selection, evaluate(case, selection.technique, selection.hosts, None, None)
+    return selection, evaluate(case, selection.technique, selection.hosts, {}, None)
 
 
 def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None = None, delta: float = 0.1,
-              keep: int | None = 10, intra_stages: tuple[str, ...] | None = None,
+              keep: int | None = 10, choices: dict | None = None,
               techniques: tuple[str, ...] | None = None, progress: Callable[[int, int], None] | None = None) -> Plan:
-    found = search(case, max_gpus, keep, deadline_s, intra_stages, techniques, progress)
+    """Rank every option (geosim.studies.ranking's rule) and put Algorithm 1's choice beside the best.
+    `choices` go to the techniques' plan_variants() (Pipeshard: intra_stages)."""
+    found = search(case, max_gpus, keep, deadline_s, choices, techniques, progress)
     failed: dict[str, int] = {}
     for o in found.simulated:
         if not o.ok:
             failed[o.prediction.status] = failed.get(o.prediction.status, 0) + 1
-    key = rank_key(deadline_s)
-    # equal times (e.g. microbatches that only change memory): the one with more memory to spare first
-    ok = sorted((o for o in found.simulated if o.ok),
-                key=lambda o: (key(o.total_time_s, o.gpus), o.prediction.peak_memory_gib))
+    ok = rank(found.simulated, deadline_s)
     selection, chosen = algorithm_choice(case, delta)
     return Plan(case, ok, failed, deadline_s, max_gpus, selection, chosen,
                 considered=found.considered, pruned=found.pruned)
@@ -377,7 +268,7 @@ def measured_plan(records, scenario: str, cluster: Cluster, model: Model, worklo
     for (technique, hosts), r in latest.items():
         seconds = _measured_total(r, workload)
         gpus = cluster.subset(hosts).num_gpus
-        rows.append({"label": f"{TECHNIQUE_LABEL.get(technique, technique)} on {'+'.join(hosts)}", "status": r.status,
+        rows.append({"label": f"{label(technique)} on {'+'.join(hosts)}", "status": r.status,
                      "technique": technique, "hosts": list(hosts), "gpus": gpus, "total_time_s": seconds,
                      "gpu_hours": seconds * gpus / 3600 if seconds else None, "record": r.run_id})
     rows.sort(key=lambda d: (d["total_time_s"] is None, d["total_time_s"] or 0))
@@ -385,7 +276,11 @@ def measured_plan(records, scenario: str, cluster: Cluster, model: Model, worklo
         algorithm, missing = algorithm1(source, *[h.name for h in cluster.hosts], delta=delta).to_dict(), None
     except GeosimError as exc:
         algorithm, missing = None, exc.problem
-    return {"scenario": cluster.name, "model": model.name, "measured": path, "options": rows,
+    ranked = [MeasuredOption(d["label"], d["label"], d["gpus"], d["total_time_s"]) for d in rows if d["total_time_s"]]
+    chosen = next((o for o in ranked if algorithm and o.label == algorithm["label"]), None)
+    line = verdict("verdict", ranked, estimate="measured", algorithm=algorithm["label"] if algorithm else None,
+                   algorithm_option=chosen)
+    return {"scenario": cluster.name, "model": model.name, "measured": path, "options": rows, "verdict": line,
             "best": rows[0] if rows and rows[0]["total_time_s"] else None,
             "algorithm1": algorithm, "algorithm1_missing": missing}
 
@@ -400,3 +295,32 @@ def _measured_total(record, workload: Workload) -> float | None:
     if "time_per_iteration_s" in m:
         return m["time_per_iteration_s"] * workload.iterations_per_epoch * workload.epochs
     return None
+
+
+# -- the answer against RTT ------------------------------------------------------------------
+
+
+def answer_vs_rtt(case: Case, rtts_ms: list[float], plan_at: Callable[[Case, float], Plan],
+                  algorithm1_flips: bool = True, locate: bool = True) -> dict:
+    """The planner's best and Algorithm 1's choice at each RTT, and where each flips (the same
+    bisection for both; locate=False leaves flips bracketed by the RTTs given). plan_at(case at the RTT, rtt_ms) -> Plan. What plan and select
+    --sweep-rtt print, so the two commands give one answer."""
+    plans: dict[float, Plan] = {}
+
+    def at(rtt_ms: float) -> Plan:
+        if rtt_ms not in plans:
+            plans[rtt_ms] = plan_at(case.with_(cluster=with_rtt(case.cluster, ms_to_s(rtt_ms))), rtt_ms)
+        return plans[rtt_ms]
+
+    rows, flips = choice_vs_rtt(rtts_ms, lambda r: ((at(r).best.kind if at(r).best else "none"), at(r)), locate=locate)
+    algorithm_flips = choice_vs_rtt(rtts_ms, lambda r: ((at(r).algorithm.label if at(r).algorithm else "-"), None))[1] \
+        if algorithm1_flips else []
+    return {"scenario": case.cluster.name, "model": case.model.name,
+            "rows": [{"rtt_ms": r, "best": kind, "best_option": p.best.label if p.best else None,
+                      "total_time_s": p.best.total_time_s if p.best else None,
+                      "algorithm1": p.algorithm.label if p.algorithm else None,
+                      "algorithm1_total_time_s": p.algorithm_option.total_time_s
+                      if p.algorithm_option and p.algorithm_option.ok else None,
+                      "verdict": p.verdict(f"{r:g} ms")} for r, kind, p in rows],
+            "flips": [{"between_ms": [lo, hi], "below": a, "above": b} for lo, hi, a, b in flips],
+            "algorithm1_flips": [{"between_ms": [lo, hi], "below": a, "above": b} for lo, hi, a, b in algorithm_flips]}

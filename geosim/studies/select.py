@@ -3,7 +3,7 @@
 A probe trains the model briefly with one technique on some VMs and returns the
 average TFLOP/s per GPU, 0 when the run fails. Where the number comes from is a
 ProbeSource: the simulator (geosim.studies.select.PredictedProbes), run records
-(MeasuredProbes) or real runs (geosim.select_live.LiveProbes). Algorithm 1 itself
+(MeasuredProbes) or real runs (LiveProbes). Algorithm 1 itself
 only sees the numbers, so it is written once, exactly as the reference restates it.
 """
 
@@ -17,10 +17,12 @@ from geosim.case import Case
 from geosim.sim.predict import predict
 from geosim.records import RunRecord
 from geosim.specs import Cluster, Model, Params, Workload
+from geosim.techniques import data, is_pipelined, label, option_kind, pipeshard, shard, zero2
 
 DEFAULT_DELTA = 0.1
 NO_CHOICE = "none: more GPU memory needed"
-TECHNIQUE_LABEL = {"data": "Data", "zero2": "ZeRO2", "shard": "Shard", "pipeshard": "Pipeshard"}
+# the study's algorithm names the study's techniques (through their modules' NAME constants)
+DATA, ZERO2, SHARD, PIPESHARD = data.NAME, zero2.NAME, shard.NAME, pipeshard.NAME
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class Selection:
     def label(self) -> str:
         if self.technique is None:
             return NO_CHOICE
-        return f"{TECHNIQUE_LABEL.get(self.technique, self.technique)} on {'+'.join(self.hosts)}"
+        return f"{label(self.technique)} on {'+'.join(self.hosts)}"
 
     def to_dict(self) -> dict:
         doc = asdict(self)
@@ -80,8 +82,8 @@ def algorithm1(source: ProbeSource, v1: str, v2: str, delta: float = DEFAULT_DEL
     """Algorithm 1, step for step. Ties go to V1 and to Data, as in the restatement (>=)."""
     if not 0 < delta <= 1:
         raise GeosimError(f"must be in (0, 1], got {delta:g}", source="--delta")
-    wanted = {"Tp": ("pipeshard", (v1, v2)), "Td1": ("data", (v1,)), "Ts1": ("shard", (v1,)),
-              "Td2": ("data", (v2,)), "Ts2": ("shard", (v2,))}
+    wanted = {"Tp": (PIPESHARD, (v1, v2)), "Td1": (DATA, (v1,)), "Ts1": (SHARD, (v1,)),
+              "Td2": (DATA, (v2,)), "Ts2": (SHARD, (v2,))}
     probes, missing = {}, []
     for name, (technique, hosts) in wanted.items():
         try:
@@ -98,13 +100,13 @@ def algorithm1(source: ProbeSource, v1: str, v2: str, delta: float = DEFAULT_DEL
     gain_z = f"(Tz - Tp) / Tp = {_ratio(tz, tp)}"
 
     if tz > 0 and (tp - tz) / tz > delta:
-        return Selection("pipeshard", (v1, v2), "pipeshard", f"{gain_p} > delta {delta:g}", **pick)
+        return Selection(PIPESHARD, (v1, v2), PIPESHARD, f"{gain_p} > delta {delta:g}", **pick)
     if tp > 0 and (tz - tp) / tp > delta:
         reason = f"{gain_z} > delta {delta:g}: one VM beats the pipeline"
         if max(td1, ts1) >= max(td2, ts2):
-            technique, vm = ("data" if td1 >= ts1 else "shard"), v1
+            technique, vm = (DATA if td1 >= ts1 else SHARD), v1
         else:
-            technique, vm = ("data" if td2 >= ts2 else "shard"), v2
+            technique, vm = (DATA if td2 >= ts2 else SHARD), v2
         return Selection(technique, (vm,), "single-vm", reason, **pick)
 
     if tz == 0 and tp == 0:
@@ -115,15 +117,21 @@ def algorithm1(source: ProbeSource, v1: str, v2: str, delta: float = DEFAULT_DEL
         why = f"Tp = 0 (Pipeshard failed), so the single-VM test needs Tp > 0; {gain_p} <= delta"
     else:
         why = f"|gap| within delta {delta:g}: {gain_p}, {gain_z}"
-    probes["Tz2"] = tz2 = _one(source, "zero2", (v1, v2))
+    probes["Tz2"] = tz2 = _one(source, ZERO2, (v1, v2))
     notes = []
     if tz == 0 < tp:
         notes.append("Pipeshard ran (Tp > 0) but Algorithm 1 returns it only when some single-VM probe ran too")
     if tp == 0 < tz:
         notes.append("a single VM ran (Tz > 0) but Algorithm 1 returns one only when Pipeshard ran too")
     if tz2.tflops > 0:
-        return Selection("zero2", (v1, v2), "zero2", f"{why}; Tz2 > 0", notes=notes, **pick)
+        return Selection(ZERO2, (v1, v2), ZERO2, f"{why}; Tz2 > 0", notes=notes, **pick)
     return Selection(None, (), "none", f"{why}; Tz2 = 0", notes=notes, **pick)
+
+
+def algorithm1_kinds(v1: str, v2: str) -> set[str]:
+    """The technique-and-VMs choices Algorithm 1 can return."""
+    return {option_kind(PIPESHARD, (v1, v2)), option_kind(ZERO2, (v1, v2))} | {
+        option_kind(t, (v,)) for t in (DATA, SHARD) for v in (v1, v2)}
 
 
 def _one(source: ProbeSource, technique: str, hosts: tuple[str, ...]) -> Probe:
@@ -215,7 +223,7 @@ def record_tflops(record: RunRecord, model: Model, workload: Workload, gpus: int
 def live_command(technique: str, model: str, hosts: tuple[str, ...], epochs: int, scenario: str, path: str) -> str:
     # `geosim live run` records no VM names yet, so say where to run and what the record must hold
     return (f"`geosim live run --technique {technique} --model {model} --epochs {epochs} --scenario {scenario} "
-            f"--record {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
+            f"--records {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
 
 
 class LiveProbes:
@@ -241,12 +249,12 @@ class LiveProbes:
         import sys
 
         cmd = [sys.executable, "-m", "geosim", "live", "run", "--technique", technique, "--model", self.model,
-               "--batch", str(self.batch), "--cpu-devices", str(self.devices_per_vm * len(hosts)), "--json"]
+               "--global-batch", str(self.batch), "--cpu-devices", str(self.devices_per_vm * len(hosts)), "--json"]
         cmd += ["--steps", str(self.steps)] if self.steps else ["--epochs", str(self.epochs or 1)]
-        if technique == "pipeshard":
+        if is_pipelined(technique):
             cmd += ["--microbatches", str(self.microbatches)]
         if self.record:
-            cmd += ["--record", self.record]
+            cmd += ["--records", self.record]
         return cmd + list(self.extra_args)
 
     def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:
@@ -267,46 +275,3 @@ class LiveProbes:
         if doc.get("status") != "ok":
             return Probe(technique, hosts, 0.0, doc.get("status", "failed"), f"{where}: {doc.get('error', '')}")
         return Probe(technique, hosts, float(doc.get("measured", {}).get("tflops_per_gpu", 0.0)), "ok", where)
-
-
-# -- how the choice moves with latency --------------------------------------------------------
-
-
-DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
-
-
-def parse_rtts(text: str) -> list[float]:
-    """'0.1,1,10' or 'START:STOP:STEP' (ms, STOP included) -> sorted RTTs in ms."""
-    try:
-        if ":" in text:
-            start, stop, step = (float(x) for x in text.split(":"))
-            if step <= 0 or stop < start:
-                raise ValueError
-            values = [start + i * step for i in range(int((stop - start) / step + 1e-9) + 1)]
-        else:
-            values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise GeosimError(f"expected ms values like 0.1,1,10,100 or 0:100:10, got {text!r}", source="--sweep-rtt") from None
-    if not values or min(values) < 0:
-        raise GeosimError(f"needs RTTs >= 0 ms, got {text!r}", source="--sweep-rtt")
-    return sorted(set(values))
-
-
-def sweep_rtt(rtts_ms: list[float], choose, bisect_steps: int = 8) -> tuple[list, list]:
-    """choose(rtt_ms) -> (label, row) at each RTT; where the label changes between two
-    neighbouring RTTs, bisect to locate the flip. Returns (rows, flips) with rows as
-    (rtt_ms, label, row) and flips as (low_ms, high_ms, label_below, label_above)."""
-    rows = [(r, *choose(r)) for r in rtts_ms]
-    flips = []
-    for (lo, below, _), (hi, above, _) in zip(rows, rows[1:]):
-        if below == above:
-            continue
-        for _ in range(bisect_steps):
-            mid = (lo + hi) / 2
-            label = choose(mid)[0]
-            if label == below:
-                lo = mid
-            else:  # keep what is chosen just above the flip (a third choice may lie between)
-                hi, above = mid, label
-        flips.append((lo, hi, below, above))
-    return rows, flips

@@ -12,6 +12,7 @@ from dataclasses import replace
 from geosim.errors import GeosimError
 from geosim.scenario import gpu_catalog
 from geosim.specs import Cluster
+from geosim.units import bps_to_gbps, s_to_ms
 
 
 def wan_links(cluster: Cluster) -> list:
@@ -32,13 +33,13 @@ def _edit_wan_links(cluster: Cluster, what: str, **changes) -> Cluster:
 
 def with_rtt(cluster: Cluster, rtt_s: float) -> Cluster:
     if not math.isfinite(rtt_s) or rtt_s < 0 or rtt_s > 100.0:
-        raise GeosimError(f"RTT must be in [0, 100000] ms, got {rtt_s * 1e3:g} ms", key="rtt_ms")
+        raise GeosimError(f"RTT must be in [0, 100000] ms, got {s_to_ms(rtt_s):g} ms", key="rtt_ms")
     return _edit_wan_links(cluster, "RTT", rtt_s=rtt_s, rtt_estimated=False)
 
 
 def with_bandwidth(cluster: Cluster, bandwidth_bps: float) -> Cluster:
     if not math.isfinite(bandwidth_bps) or not 1e3 <= bandwidth_bps <= 1e14:
-        raise GeosimError(f"bandwidth must be in [1e-06, 100000] Gbit/s, got {bandwidth_bps / 1e9:g} Gbit/s",
+        raise GeosimError(f"bandwidth must be in [1e-06, 100000] Gbit/s, got {bps_to_gbps(bandwidth_bps):g} Gbit/s",
                           key="bandwidth_gbps")
     return _edit_wan_links(cluster, "bandwidth", bandwidth_bps=bandwidth_bps)
 

@@ -3,9 +3,15 @@
 A technique module defines NAME, DESCRIPTION, a frozen `Settings` dataclass of its tunables
 (geosim.techniques._settings; may be empty) and build(case, settings) -> Schedule. Optional
 module attributes say what other modules need to know without naming it:
+  LABEL            its name in tables and verdicts (default: NAME)
+  LOW_COMMUNICATION  it synchronizes every H steps and needs more tokens for the same loss:
+                   ranked on time to a target, never on time per epoch against synchronous training
   PIPELINED        its stages exchange activations point to point (pipeline bubbles, rendezvous)
   BUILDS_ON        techniques whose schedules it reuses (their settings affect it too)
-  plan_variants()  the planner's per-technique choices (stage orders, microbatches, splits)
+  plan_variants(case, hosts, **choices)  the planner's per-technique choices (stage orders,
+                   microbatches, splits) as (workload changes, options) pairs; default: one, ({}, None)
+  plan_floor_s(case, hosts, workload, options)  a floor under the predicted total time (default 0)
+  variant_label(hosts, workload, options) / option_kind(hosts, options)  how the planner names an option
 Modules whose names start with an underscore are shared helpers, not techniques.
 """
 
@@ -76,6 +82,43 @@ def is_pipelined(name: str) -> bool:
 
 def builds_on(name: str) -> tuple[str, ...]:
     return tuple(getattr(get_technique(name), "BUILDS_ON", ()))
+
+
+def label(name: str) -> str:
+    return getattr(get_technique(name), "LABEL", name)
+
+
+def is_low_communication(name: str) -> bool:
+    return bool(getattr(get_technique(name), "LOW_COMMUNICATION", False))
+
+
+def option_kind(name: str, hosts: tuple[str, ...], options: dict | None = None) -> str:
+    """Technique and VMs only: what a change of latency flips between (not a variant's details)."""
+    module = get_technique(name)
+    if hasattr(module, "option_kind"):
+        return module.option_kind(tuple(hosts), options)
+    return f"{label(name)} on {'+'.join(hosts)}"
+
+
+def variant_label(name: str, hosts: tuple[str, ...], workload, options: dict | None) -> str:
+    module = get_technique(name)
+    if hasattr(module, "variant_label"):
+        return module.variant_label(tuple(hosts), workload, options)
+    return option_kind(name, hosts)
+
+
+def plan_variants(name: str, case, hosts: tuple[str, ...], **choices):
+    """(workload changes, predict options) for each way the planner should try `name` on `hosts`."""
+    module = get_technique(name)
+    if hasattr(module, "plan_variants"):
+        yield from module.plan_variants(case, tuple(hosts), **choices)
+    else:
+        yield {}, None
+
+
+def plan_floor_s(name: str, case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    module = get_technique(name)
+    return module.plan_floor_s(case, tuple(hosts), workload, options) if hasattr(module, "plan_floor_s") else 0.0
 
 
 def build_schedule(name: str, case, options: dict | None = None):

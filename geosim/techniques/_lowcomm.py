@@ -192,7 +192,7 @@ def sparse_gather_ops(replicas: list[Replica], payload_bytes, algorithm: str, de
 
 
 def assemble(technique: str, devices: list[Device], replicas: list[Replica], inner_steps: int,
-             sync_ops: dict[int, list], description: str) -> Schedule:
+             sync_ops: dict[int, list], description: str, activation_compression: float = 1.0) -> Schedule:
     """H inner steps of every replica, then each rank's synchronization ops.
 
     The inner steps are one Repeat block per replica: a replica's steps are alike and its
@@ -206,4 +206,5 @@ def assemble(technique: str, devices: list[Device], replicas: list[Replica], inn
             programs[rank] = [steps] + sync_ops.get(rank, [])
     memory_parts = {r: parts for rep in replicas for r, parts in rep.memory_parts.items()}
     return Schedule(technique, devices, programs, {r: sum(p.values()) for r, p in memory_parts.items()}, memory_parts,
-                    description, iterations_per_program=inner_steps)
+                    description, iterations_per_program=inner_steps,
+                    activation_compression=activation_compression)

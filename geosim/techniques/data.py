@@ -15,6 +15,7 @@ from geosim.techniques._base import (accumulation, check_dims, combined, devices
                                      overhead_op)
 
 NAME = "data"
+LABEL = "Data"  # how tables and verdicts name it
 DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
 
 

@@ -29,6 +29,8 @@ from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM,
                                         single_host_replicas)
 
 NAME = "diloco"
+LOW_COMMUNICATION = True  # more tokens for the same loss: ranked on time to a target
+LABEL = "DiLoCo"  # how tables and verdicts name it
 DESCRIPTION = "replica per host, H local steps, then an all-reduce of pseudo-gradients and a Nesterov outer step"
 
 

@@ -32,10 +32,16 @@ from geosim.techniques._lowcomm import (add_outer_state, assemble, build_replica
                                         sparse_gather_ops)
 
 NAME = "hybrid"
+LOW_COMMUNICATION = True  # more tokens for the same loss: ranked on time to a target
+LABEL = "Hybrid"  # how tables and verdicts name it
 DESCRIPTION = ("full replicas where memory allows, compressed pipelines of the other hosts, "
                "SparseLoCo between replicas")
 BUILDS_ON = ("data", "pipeshard", "sparseloco")
 PIPELINED = True  # where it pools hosts into a pipelined replica
+# for convergence.py: where every host holds a full replica the run is SparseLoCo's (its token
+# efficiency is SparseLoCo's), and this technique's own entry already counts its compression
+WITHOUT_PIPELINE_IS = sparseloco.NAME
+EFFICIENCY_COUNTS_COMPRESSION = True
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                              devices)
     kinds = ", ".join(("+".join(r.hosts) + (f" pipelined x{compression:g}" if r.kind == "pipeline" else " full"))
                       for r in replicas)
+    pipelined = any(r.kind == "pipeline" and len(r.hosts) > 1 for r in replicas)
     return assemble(NAME, devices, replicas, s.inner_steps, sync,
                     f"{len(replicas)} replicas ({kinds}), H={s.inner_steps}, SparseLoCo top-{s.topk_fraction:g} "
-                    f"x {s.bits}-bit")
+                    f"x {s.bits}-bit", activation_compression=compression if pipelined else 1.0)

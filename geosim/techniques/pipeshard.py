@@ -9,6 +9,8 @@ gradients cross between stages point-to-point, one rendezvous per microbatch.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 from geosim.errors import GeosimError
@@ -22,6 +24,7 @@ from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import layers_ops
 
 NAME = "pipeshard"
+LABEL = "Pipeshard"  # how tables and verdicts name it
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
 PIPELINED = True
 BUILDS_ON = ("shard",)  # a stage sharded over its mesh runs Shard's layers
@@ -194,7 +197,10 @@ def build(case: Case, settings: Settings) -> Schedule:
                 tensor_parallel=1 if intra == "data" else g)
     return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
-                    f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""))
+                    f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""),
+                    activation_compression=compression if S > 1 else 1.0)
+
+
 
 
 def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int, head: bool, intra: str) -> float:
@@ -213,3 +219,106 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
         times.append(sum(timer.seconds(work(phase, model, workload, sequences, layers, head, False, tp), d.gpu,
                                         workload.precision) for phase in ("forward", "backward")))
     return max(times)
+
+
+# -- what the planner tries (geosim.studies.plan) --------------------------------------------
+
+MAX_SPLITS = 400  # per pipeline shape; beyond it (3+ stages of a deep model) only near-even splits
+
+
+def layer_splits(n_layer: int, stages: int) -> list[list[int]]:
+    """Every way to give each stage >= 1 layer, or near-even ones only when there are too many."""
+    if stages == 1:
+        return [[n_layer]]
+    if math.comb(n_layer - 1, stages - 1) <= MAX_SPLITS:
+        cuts = itertools.combinations(range(1, n_layer), stages - 1)
+    else:
+        even = n_layer / stages
+        cuts = (c for c in itertools.combinations(range(1, n_layer), stages - 1)
+                if all(abs(c[i] - even * (i + 1)) <= 2 for i in range(len(c))))
+    return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
+
+
+def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None):
+    """Stage order x microbatches x intra-stage parallelism x layer split, as (workload changes,
+    options). Stage order matters (the first stage holds the embeddings, the last the LM head),
+    except between two VMs with the same GPUs."""
+    gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
+    same = {h.name: (tuple(g.name for g in h.gpus), h.intra_host) for h in case.cluster.hosts}
+    batch = case.workload.global_batch
+    intra_stages = intra_stages or (case.params.settings(NAME).intra_stage,)
+    orders = [hosts] if len(hosts) == 2 and same[hosts[0]] == same[hosts[1]] else itertools.permutations(hosts)
+    for order in orders:
+        for m in (m for m in range(1, batch + 1) if batch % m == 0):
+            for intra in intra_stages:
+                # intra-stage data parallelism splits each microbatch over a mesh's GPUs
+                if intra == "data" and any((batch // m) % gpus[h] for h in order):
+                    continue
+                if len(order) == 1 and gpus[order[0]] > 1:  # one VM: one GPU per stage, as Alpa runs it
+                    shape = {"intra_stage": intra}
+                else:
+                    shape = {"meshes": [[h] for h in order], "intra_stage": intra}
+                for split in layer_splits(case.model.n_layer, len(stage_gpus(case, order, shape))):
+                    yield {"microbatches": m}, {**shape, "layer_split": split}
+
+
+def _order(hosts: tuple[str, ...], options: dict | None) -> tuple[str, ...]:
+    return tuple(m[0] for m in options["meshes"]) if options and options.get("meshes") else hosts
+
+
+def option_kind(hosts: tuple[str, ...], options: dict | None = None) -> str:
+    order = _order(hosts, options)
+    if len(order) > 1:
+        return f"{LABEL} {'>'.join(order)}"
+    one_stage = bool(options and "meshes" in options)  # else Alpa's layout on one VM: a stage per GPU
+    return f"{LABEL} on {order[0]}" + (" (1 stage)" if one_stage else " (a stage per GPU)")
+
+
+def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str:
+    order = _order(hosts, options)
+    split = (f" layers {'/'.join(map(str, options['layer_split']))}"
+             if options and len(options.get("layer_split") or ()) > 1 else "")
+    intra = (options or {}).get("intra_stage")
+    return (f"{option_kind(order, options)}{split}, {workload.microbatches} microbatches"
+            + (f", intra-stage {intra}" if intra else ""))
+
+
+def stage_gpus(case: Case, hosts: tuple[str, ...], options: dict) -> list[tuple]:
+    """The GPUs of each pipeline stage of an option: a VM's per stage, or one each on a lone VM."""
+    by_name = {h.name: h for h in case.cluster.hosts}
+    if "meshes" not in options:
+        return [(g,) for g in by_name[hosts[0]].gpus]
+    return [tuple(g for h in mesh for g in by_name[h].gpus) for mesh in options["meshes"]]
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """A floor under the predicted total time, from compute alone.
+
+    Each GPU runs its ops one after another, so an iteration takes at least the busiest
+    stage's M microbatches plus the stages before it filling and draining the pipeline
+    (network and intra-stage collectives only add to that). Cheap: no schedule is built.
+    tests/test_plan.py checks the floor stays under the prediction.
+    """
+    if not options or "layer_split" not in options:
+        return 0.0
+    w, params = workload, case.params
+    layers = options["layer_split"]
+    stages = stage_gpus(case, hosts, options)
+    timer = compute_model(params)
+    per_microbatch = []
+    for s, gpus in enumerate(stages):
+        sequences = w.global_batch / w.microbatches / len(gpus)
+        first, last = s == 0, s == len(stages) - 1
+        times = []
+        for g in gpus:  # engine.compute_timer: a flat-rate device, else the op-level model
+            if g.name in params.efficiency:
+                flops = forward_flops(case.model, w, sequences, layers[s], last) * (4.0 if w.checkpointing else 3.0)
+                times.append(flops / (g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]))
+            else:
+                times.append(sum(timer.seconds(work(phase, case.model, w, sequences, layers[s], last, first), g,
+                                               w.precision) for phase in ("forward", "backward")))
+        per_microbatch.append(max(times))
+    busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
+    iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
+    iteration += params.iteration_overhead_s.get(NAME, 0.0)
+    return params.startup_s.get(NAME, 0.0) + w.iterations_per_epoch * w.epochs * iteration

@@ -17,6 +17,7 @@ from geosim.techniques._base import (backward_multiplier, check_dims, devices_of
                                      require_divisible, update_op, work)
 
 NAME = "shard"
+LABEL = "Shard"  # how tables and verdicts name it
 DESCRIPTION = "tensor parallelism over all GPUs: activation all-reduces inside every layer"
 COLLECTIVES_PER_LAYER = 4  # Megatron-style: two all-reduces forward, two backward
 

@@ -29,6 +29,8 @@ from geosim.techniques._lowcomm import (ERROR_FEEDBACK_BYTES, OUTER_COPY_BYTES, 
                                         sparse_gather_ops)
 
 NAME = "sparseloco"
+LOW_COMMUNICATION = True  # more tokens for the same loss: ranked on time to a target
+LABEL = "SparseLoCo"  # how tables and verdicts name it
 DESCRIPTION = "replica per host, H local steps, then an all-gather of top-k, 2-bit pseudo-gradients with error feedback"
 
 

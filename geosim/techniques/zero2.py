@@ -24,6 +24,7 @@ from geosim.techniques._base import (accumulation, check_dims, combined, devices
                                      overhead_op)
 
 NAME = "zero2"
+LABEL = "ZeRO2"  # how tables and verdicts name it
 DESCRIPTION = "data parallel, gradients reduce-scattered every microbatch, sharded optimizer, parameters all-gathered"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 HELP = "emulate a geo-distributed slice on this machine: hosts in network namespaces joined by a delayed WAN link (root)"
@@ -19,16 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("up", help="bring up N emulated hosts joined by a WAN link",
                        description="Bring up N hosts (network namespaces) joined by an emulated WAN link. Needs root.")
-    p.add_argument("--rtt-ms", type=float, default=40.0, help="round-trip time between every pair of hosts (default 40)")
+    p.add_argument("--rtt-ms", type=float, default=40.0, help="round-trip time between every pair of hosts (default %(default)s)")
     p.add_argument("--rtt-matrix", metavar="ROWS",
                    help="per-pair RTTs in ms instead of --rtt-ms, rows separated by ';', e.g. '0,10,40;10,0,30;40,30,0'")
-    p.add_argument("--bandwidth-mbit", type=float, default=None,
-                   help="egress cap of each host in Mbit/s (tbf; TCP goodput is ~95%% of it); default: no cap")
+    p.add_argument("--bandwidth-gbps", type=float, default=None,
+                   help="egress cap of each host in Gbit/s (tbf; TCP goodput is ~95%% of it); default: no cap")
     p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- jitter on each one-way delay (no reordering)")
     p.add_argument("--loss", type=float, default=0.0, help="probability in [0, 1) that a frame is dropped")
-    p.add_argument("--hosts", type=int, default=2, help="number of emulated hosts (default 2)")
-    p.add_argument("--ttl-s", type=float, default=3600.0, help="tear down by itself after this many seconds (default 3600)")
-    p.add_argument("--mtu", type=int, default=1500, help="MTU of the emulated link (default 1500)")
+    p.add_argument("--num-hosts", dest="hosts", type=int, default=2, help="number of emulated hosts (default %(default)s)")
+    p.add_argument("--ttl-s", type=float, default=3600.0, help="tear down by itself after this many seconds (default %(default)s)")
+    p.add_argument("--mtu", type=int, default=1500, help="MTU of the emulated link (default %(default)s)")
     p.add_argument("--no-calibrate", action="store_true", help="do not take the path's own overhead off the delay")
     p.add_argument("--no-offload", action="store_true", help="no TCP segmentation offload on the TAPs (slower forwarder)")
     p.add_argument("--no-realtime", action="store_true", help="run the forwarder at normal priority, not SCHED_FIFO")
@@ -37,17 +38,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "a flow then moves about a window per round trip; default: sized for the bandwidth-delay product")
     p.add_argument("--json", action="store_true", help="print the slice as JSON")
 
-    p = sub.add_parser("down", help="tear the slice down now (idempotent)")
+    p = sub.add_parser("down", help="tear the slice down now, and whatever dead slices left behind (idempotent)")
     p.add_argument("--all", action="store_true", help="tear down every geosim WAN slice on this machine")
 
-    p = sub.add_parser("status", help="show the slice that is up (exit 1 if none)")
-    p.add_argument("--json", action="store_true", help="print the slice as JSON (null if none)")
+    p = sub.add_parser("status", help="show the slice that is up and any leftovers (exit 1 if none is up)")
+    p.add_argument("--json", action="store_true", help="print the slice as JSON (null if none; leftovers go to stderr)")
 
     p = sub.add_parser("measure", help="measure RTT and TCP throughput between two hosts of the slice")
-    p.add_argument("--src", type=int, default=0, help="sending host (default 0)")
-    p.add_argument("--dst", type=int, default=1, help="receiving host (default 1)")
-    p.add_argument("--count", type=int, default=20, help="RTT samples (default 20)")
-    p.add_argument("--seconds", type=float, default=3.0, help="length of the TCP transfer (default 3; 0 skips it)")
+    p.add_argument("--src", type=int, default=0, help="sending host (default %(default)s)")
+    p.add_argument("--dst", type=int, default=1, help="receiving host (default %(default)s)")
+    p.add_argument("--count", type=int, default=20, help="RTT samples (default %(default)s)")
+    p.add_argument("--seconds", type=float, default=3.0, help="length of the TCP transfer (default %(default)s; 0 skips it)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -87,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     action = args.wan_command
     if action == "up":
         rtt = _matrix(args.rtt_matrix) if args.rtt_matrix else args.rtt_ms
-        wan = emulator.up(rtt, bandwidth_mbit=args.bandwidth_mbit, hosts=args.hosts, jitter_ms=args.jitter_ms,
+        mbit = args.bandwidth_gbps * 1000 if args.bandwidth_gbps else None  # the emulator's tbf takes Mbit/s
+        wan = emulator.up(rtt, bandwidth_mbit=mbit, hosts=args.hosts, jitter_ms=args.jitter_ms,
                           loss=args.loss, ttl_s=args.ttl_s, mtu=args.mtu, calibrate=not args.no_calibrate,
                           offload=False if args.no_offload else None,
                           realtime=not args.no_realtime, tcp_window_kib=args.tcp_window_kib)
@@ -98,15 +100,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"WAN slice {', '.join(done)} down" if done else "no WAN slice was up")
         return 0
     if action == "status":
-        wan = emulator.current()
-        if args.json:
-            print(json.dumps(wan.to_dict() if wan else None, indent=2))
-        else:
-            print(_describe(wan) if wan else "no WAN slice is up")
-        return 0 if wan else 1
+        return _status(args)
     if action == "measure":
         return _measure(args)
     raise AssertionError(action)
+
+
+def _status(args: argparse.Namespace) -> int:
+    """The slice that is up, and what dead slices left behind (named, for `down` to remove)."""
+    from geosim.live.wan import emulator
+
+    try:
+        wan = emulator.current()
+    except emulator.BrokenState:
+        wan = None  # leftovers() reports the file
+    found = emulator.leftovers()
+    lines = emulator.describe_leftovers(found)
+    print(json.dumps(wan.to_dict() if wan else None, indent=2) if args.json else
+          _describe(wan) if wan else "no WAN slice is up")
+    if lines:  # on stderr with --json, so stdout stays the slice alone
+        print("left over from a slice whose forwarder is gone (`geosim live wan down` removes them):\n"
+              + "\n".join("  " + line for line in lines), file=sys.stderr if args.json else sys.stdout)
+    return 0 if wan else 1
 
 
 def _measure(args: argparse.Namespace) -> int:

@@ -5,10 +5,14 @@
         for ns, addr, ifname, host in wan.hosts: ...
         subprocess.run(wan.exec_argv(0, ["python", "train.py"]))
 
-`up` starts a detached forwarder process (live.wan.forwarder) that owns the slice for
+`up` starts a detached forwarder process (live/wan/forwarder.py) that owns the slice for
 its whole life: it builds it, forwards frames, and tears it down after the TTL or when
 `down` signals it. The state file (GEOSIM_WAN_STATE, default /run/geosim-wan/state.json)
 lets other processes find the slice.
+
+When the forwarder dies without its teardown (SIGKILL, OOM killer), what it made stays:
+namespaces, /etc/netns entries, TAPs, processes inside, the state file. `leftovers()`
+finds them from their names alone, `status` lists them and `down` removes them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
@@ -30,6 +35,7 @@ from geosim.live.wan import netns
 from geosim.live.wan.forwarder import remove_state
 
 DEFAULT_STATE = "/run/geosim-wan/state.json"
+MIN_MBIT, MAX_MBIT = 0.1, 100_000.0
 SOURCE = "geosim live wan up"
 _children: dict[str, subprocess.Popen] = {}  # forwarders started by this process, reaped by down()
 
@@ -70,7 +76,7 @@ class WanSlice:
         return forwarder_alive(self.forwarder_pid, self.id)
 
     def down(self, timeout_s: float = 15.0) -> None:
-        _down(self.id, self.forwarder_pid, self.state_path, timeout_s)
+        _down(self.id, self.forwarder_pid, self.state_path, timeout_s, self.log_path)
 
     def __enter__(self) -> WanSlice:
         return self
@@ -91,32 +97,100 @@ class WanSlice:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+FORWARDER_MODULE = "geosim.live.wan.forwarder"
+_FORWARDER_NAMES = (FORWARDER_MODULE.encode(), b"live.wan.forwarder")
+
+
 def forwarder_alive(pid: int, slice_id: str) -> bool:
     """The pid is running and is the forwarder of this slice (guards against pid reuse)."""
     if not pid:
         return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read()
-    except OSError:
-        return False
-    return b"live.wan.forwarder" in cmd and f'"id": "{slice_id}"'.encode() in cmd
+    return any(p == pid for p, sid, _ in _all_forwarders([pid]) if sid == slice_id)
+
+
+class BrokenState(GeosimError):
+    """The state file exists but cannot be read as a slice (`geosim live wan down` removes it)."""
 
 
 def read_state(path: str | None = None) -> WanSlice | None:
+    """The slice of the state file; None without one; BrokenState if it cannot be read."""
+    path = state_path(path)
     try:
-        with open(state_path(path)) as f:
+        with open(path) as f:
             return WanSlice.from_dict(json.load(f))
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError, KeyError) as exc:
-        raise GeosimError(f"unreadable state file: {exc}", source=state_path(path)) from exc
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise BrokenState(f"unreadable state file ({type(exc).__name__}: {exc}); "
+                          "`geosim live wan down` removes it and whatever it left", source=path) from None
 
 
 def current(path: str | None = None) -> WanSlice | None:
-    """The slice recorded in the state file if its forwarder is running, else None."""
+    """The slice recorded in the state file if its forwarder is running, else None
+    (BrokenState if the file cannot be read)."""
     s = read_state(path)
     return s if s is not None and s.alive() else None
+
+
+def leftovers(path: str | None = None) -> dict:
+    """Everything of a geosim WAN slice on this machine that no running forwarder owns, and
+    the state file's condition: {"namespaces", "etc_netns", "taps", "processes" (pid, namespace),
+    "forwarders" (pid, id, state path: running ones not recorded in this state file),
+    "state_file" (None, or {"path", "id", "problem"})}. Empty lists: nothing left over."""
+    path = state_path(path)
+    running = _all_forwarders()
+    live_ids = {sid for _, sid, _ in running}
+    found = {"namespaces": [], "etc_netns": [], "taps": [], "processes": [], "forwarders": [], "state_file": None}
+    for ns in netns.namespaces():
+        sid = ns.removeprefix(netns.PREFIX).split("-")[0]
+        if sid in live_ids:
+            continue
+        if os.path.exists(os.path.join(netns.NETNS_RUN, ns)):
+            found["namespaces"].append(ns)
+            found["processes"] += [(pid, ns) for pid in netns.pids_in(ns)]
+        if os.path.isdir(os.path.join(netns.NETNS_ETC, ns)):
+            found["etc_netns"].append(ns)
+    found["taps"] = [t for t in netns.tap_links() if t[2:8] not in live_ids]
+    try:
+        recorded = read_state(path)
+        problem = None
+    except BrokenState as exc:
+        recorded, problem = None, exc.problem
+    if problem:
+        found["state_file"] = {"path": path, "id": None, "problem": problem}
+    elif recorded is not None and not recorded.alive():
+        found["state_file"] = {"path": path, "id": recorded.id, "problem": "its forwarder is not running"}
+    mine = recorded.id if recorded is not None else None
+    found["forwarders"] = [(pid, sid, sp) for pid, sid, sp in running if sid != mine and sp == path]
+    return found
+
+
+def describe_leftovers(found: dict) -> list[str]:
+    lines = []
+    if found["state_file"]:
+        sf = found["state_file"]
+        lines.append(f"state file {sf['path']}" + (f" (slice {sf['id']})" if sf["id"] else "") + f": {sf['problem']}")
+    for pid, sid, sp in found["forwarders"]:
+        lines.append(f"forwarder process {pid} of slice {sid} is running but not in the state file")
+    if found["namespaces"]:
+        lines.append("namespaces: " + ", ".join(found["namespaces"]))
+    extra_etc = [x for x in found["etc_netns"] if x not in found["namespaces"]]
+    if found["etc_netns"]:
+        lines.append(f"/etc/netns entries: {', '.join(found['etc_netns'])}" if extra_etc or not found["namespaces"]
+                     else f"/etc/netns entries of those namespaces ({len(found['etc_netns'])})")
+    if found["taps"]:
+        lines.append("TAP devices: " + ", ".join(found["taps"]))
+    for pid, ns in found["processes"]:
+        lines.append(f"process {pid} ({_comm(pid)}) still running in {ns}")
+    return lines
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
 
 
 def _number(value, key: str, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> float:
@@ -139,8 +213,16 @@ def _rtt_matrix(rtt_ms, hosts: int) -> list[list[float]]:
     rows = [list(row) for row in rtt_ms]
     if len(rows) != hosts or any(len(row) != hosts for row in rows):
         raise GeosimError(f"the RTT matrix must be {hosts}x{hosts} (one row per host)", source=SOURCE, key="--rtt-matrix")
-    return [[0.0 if i == j else _number(v, "--rtt-matrix", 0, 60_000) for j, v in enumerate(row)]
-            for i, row in enumerate(rows)]
+    matrix = [[0.0 if i == j else _number(v, "--rtt-matrix", 0, 60_000) for j, v in enumerate(row)]
+              for i, row in enumerate(rows)]
+    for i in range(hosts):
+        for j in range(i + 1, hosts):
+            if not math.isclose(matrix[i][j], matrix[j][i], rel_tol=1e-9, abs_tol=1e-9):
+                # a round trip crosses both directions: i->j->i and j->i->j are the same trip
+                raise GeosimError(f"must be symmetric: a round trip is the same both ways, but row {i} column {j} "
+                                  f"is {matrix[i][j]:g} ms and row {j} column {i} is {matrix[j][i]:g} ms",
+                                  source=SOURCE, key="--rtt-matrix")
+    return matrix
 
 
 def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None = None, hosts: int = 2,
@@ -163,12 +245,12 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
     per round trip, as between hosts with stock buffers on a long path. None: buffers sized
     for the bandwidth-delay product (4 x BDP, 6-64 MB).
     """
-    if isinstance(hosts, bool) or int(_number(hosts, "--hosts", 2, netns.MAX_HOSTS)) != float(hosts):
-        raise GeosimError(f"must be a whole number of hosts, got {hosts!r}", source=SOURCE, key="--hosts")
+    if isinstance(hosts, bool) or int(_number(hosts, "--num-hosts", 2, netns.MAX_HOSTS)) != float(hosts):
+        raise GeosimError(f"must be a whole number of hosts, got {hosts!r}", source=SOURCE, key="--num-hosts")
     hosts = int(hosts)
     matrix = _rtt_matrix(rtt_ms, hosts)
-    if bandwidth_mbit is not None:
-        bandwidth_mbit = _number(bandwidth_mbit, "--bandwidth-mbit", 0, 1e6, lo_open=True)
+    if bandwidth_mbit is not None:  # tbf's range, and what a forwarder in Python could carry
+        bandwidth_mbit = _number(bandwidth_mbit, "--bandwidth-mbit", MIN_MBIT, MAX_MBIT)
     jitter_ms = _number(jitter_ms, "--jitter-ms", 0, 60_000)
     min_one_way = min(matrix[i][j] for i in range(hosts) for j in range(hosts) if i != j) / 2
     if jitter_ms > min_one_way:
@@ -188,7 +270,7 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
         raise GeosimError("--bandwidth-mbit needs the 'tc' command (iproute2)", source=SOURCE)
 
     path = state_path(state)
-    old = read_state(path)
+    old = read_state(path)  # BrokenState: reported, `down` clears it
     if old is not None:
         if old.alive():
             raise GeosimError(f"a WAN slice is already up (id {old.id}, {len(old.hosts)} hosts, state {path}); "
@@ -198,7 +280,9 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
 
     sid = secrets.token_hex(3)
     now = time.time()
-    log_path = path + ".log"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    # a log of its own (not a fixed name someone could have linked elsewhere); `down` removes it
+    log_fd, log_path = tempfile.mkstemp(prefix=f"forwarder-{sid}-", suffix=".log", dir=os.path.dirname(path) or ".")
     wan = WanSlice(
         id=sid, hosts=[Host(netns.ns_name(sid, i), netns.address(i), netns.IFNAME, netns.hostname(i)) for i in range(hosts)],
         rtt_ms=matrix, bandwidth_mbit=bandwidth_mbit, jitter_ms=jitter_ms, loss=loss, mtu=mtu, ttl_s=ttl_s,
@@ -211,8 +295,7 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
            "bandwidth_mbit": bandwidth_mbit, "mtu": mtu, "ttl_s": ttl_s, "seed": seed,
            "offload": offload, "realtime": realtime, "window_bytes": window_bytes,
            "rmem_max": int(min(64 << 20, max(6 << 20, 4 * bdp))), "state_path": path, "state": wan.to_dict()}
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    proc = _spawn_forwarder(cfg, log_path)
+    proc = _spawn_forwarder(cfg, log_fd)
     _children[sid] = proc
     line = _wait_ready(proc, timeout_s)
     if line != "ok":
@@ -262,17 +345,15 @@ def _which(cmd: str) -> bool:
     return shutil.which(cmd) is not None
 
 
-def _spawn_forwarder(cfg: dict, log_path: str) -> subprocess.Popen:
+def _spawn_forwarder(cfg: dict, log_fd: int) -> subprocess.Popen:
     r, w = os.pipe()
     cr, cw = os.pipe()  # control: up() -> forwarder (calibration), closed when up() returns
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    with open(log_path, "wb") as log:
+    with os.fdopen(log_fd, "wb") as log:
         # Its own session: the slice outlives the `geosim live wan up` that started it,
         # and a Ctrl-C in that terminal does not reach it.
-        proc = subprocess.Popen([sys.executable, "-m", "live.wan.forwarder", json.dumps(cfg), str(w), str(cr)],
+        proc = subprocess.Popen([sys.executable, "-m", FORWARDER_MODULE, json.dumps(cfg), str(w), str(cr)],
                                 pass_fds=(w, cr), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd="/", env=env, start_new_session=True)
+                                cwd="/", env=netns.child_env(), start_new_session=True)
     os.close(w)
     os.close(cr)
     proc._ctl_fd = cw  # type: ignore[attr-defined]
@@ -298,7 +379,7 @@ def _wait_ready(proc: subprocess.Popen, timeout_s: float) -> str:
     return buf.decode(errors="replace").strip()
 
 
-def _down(sid: str, pid: int, path: str, timeout_s: float = 15.0) -> None:
+def _down(sid: str, pid: int, path: str, timeout_s: float = 15.0, log_path: str | None = None) -> None:
     proc = _children.pop(sid, None)
     if forwarder_alive(pid, sid):
         os.kill(pid, signal.SIGTERM)  # the forwarder tears its slice down itself
@@ -316,32 +397,52 @@ def _down(sid: str, pid: int, path: str, timeout_s: float = 15.0) -> None:
             pass
     netns.teardown(sid)  # idempotent; covers a forwarder that was killed or crashed
     remove_state(path, sid)
+    if log_path:
+        try:
+            os.unlink(log_path)
+        except OSError:
+            pass
 
 
 def down(state: str | None = None, *, everything: bool = False, timeout_s: float = 15.0) -> list[str]:
-    """Tear down the slice of this state file (everything=True: every geosim WAN slice).
+    """Tear down the slice of this state file and every leftover no running forwarder owns
+    (namespaces, /etc/netns entries, TAPs, the processes inside them, a dead or unreadable
+    state file); everything=True: also every other running geosim WAN slice.
 
-    Idempotent: returns the ids torn down, [] when nothing was up.
+    Idempotent: returns the ids torn down (and "state file" for an unreadable one), [] when
+    nothing was there.
     """
     netns.check_host()
     path = state_path(state)
     done = []
-    s = read_state(path)
+    try:
+        s = read_state(path)
+    except BrokenState:
+        s = None
+        os.unlink(path)
+        done.append("state file")
     if s is not None:
-        _down(s.id, s.forwarder_pid, path, timeout_s)
+        _down(s.id, s.forwarder_pid, path, timeout_s, s.log_path)
         done.append(s.id)
-    if everything:
-        for pid, sid in _all_forwarders():
-            _down(sid, pid, path, timeout_s)
+    for pid, sid, sp in _all_forwarders():
+        if everything or (sp == path and sid not in done):  # a forwarder of this state file it no longer names
+            _down(sid, pid, sp, timeout_s)
             done.append(sid)
-        leftovers = netns.teardown(None)
-        done += sorted({x.removeprefix(netns.PREFIX).split("-")[0] for x in leftovers if x.startswith(netns.PREFIX)})
+    # what dead forwarders left: nothing running owns these names any more
+    live_ids = {sid for _, sid, _ in _all_forwarders()}
+    orphans = {x.removeprefix(netns.PREFIX).split("-")[0] for x in netns.namespaces()}
+    orphans |= {t[2:8] for t in netns.tap_links()}
+    for sid in sorted(orphans - live_ids):
+        netns.teardown(sid)
+        done.append(sid)
     return sorted(set(done))
 
 
-def _all_forwarders() -> list[tuple[int, str]]:
+def _all_forwarders(pids: list[int] | None = None) -> list[tuple[int, str, str]]:
+    """Running forwarders: (pid, slice id, state path), from their command lines."""
     found = []
-    for entry in os.listdir("/proc"):
+    for entry in pids if pids is not None else os.listdir("/proc"):
+        entry = str(entry)
         if not entry.isdigit():
             continue
         try:
@@ -349,9 +450,16 @@ def _all_forwarders() -> list[tuple[int, str]]:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"live.wan.forwarder" in argv and len(argv) > 3:
+        # also "live.wan.forwarder": slices brought up by an older geosim are running slices too
+        at = next((i for i, a in enumerate(argv) if a in _FORWARDER_NAMES), None)
+        if at is not None and len(argv) > at + 1 and not _zombie(int(entry)):
             try:
-                found.append((int(entry), json.loads(argv[argv.index(b"live.wan.forwarder") + 1])["id"]))
-            except (ValueError, KeyError, IndexError):
+                cfg = json.loads(argv[at + 1])
+                found.append((int(entry), cfg["id"], cfg.get("state_path", "")))
+            except (ValueError, KeyError, TypeError):
                 pass
     return found
+
+
+def _zombie(pid: int) -> bool:
+    return netns._zombie(pid)

@@ -1,6 +1,6 @@
 """The forwarder: the one process that owns a slice, from setup to teardown.
 
-Run as `python -m live.wan.forwarder CONFIG_JSON READY_FD CTL_FD` by `emulator.up()`. It opens
+Run as `python -m geosim.live.wan.forwarder CONFIG_JSON READY_FD CTL_FD` by `emulator.up()`. It opens
 one TAP per host, builds the namespaces around them, writes the state file, reports
 "ok" (or the error) on READY_FD, then switches frames between the TAPs: each frame is
 held for the one-way delay of its (source, destination) pair, optionally with jitter
@@ -161,11 +161,12 @@ def _tune_process(realtime: bool) -> None:
 
 
 def write_state(path: str, state: dict) -> None:
+    """Atomically (geosim.fileio: a unique temporary file beside it, renamed over it): readers
+    never see half a file, and no fixed temporary name can be linked elsewhere."""
+    from geosim.fileio import write_atomic
+
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(state, f, indent=2)
-    os.replace(tmp, path)  # readers never see half a file
+    write_atomic(path, json.dumps(state, indent=2))
 
 
 def remove_state(path: str, slice_id: str) -> None:

@@ -1,36 +1,27 @@
 """Measure a slice from the inside: RTT (UDP echo) and TCP throughput between two hosts.
 
-Both run the probes of live.wan.probe in the hosts' namespaces, as separate processes,
-the way training processes will run there.
+Both run the probes of live/wan/probe.py in the hosts' namespaces, as separate processes,
+the way training processes will run there. `wan` is an emulator.WanSlice (this module does
+not import the emulator, which uses it to calibrate a new slice).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import select
 import statistics
 import subprocess
 import sys
 
 from geosim.errors import GeosimError
-from geosim.live.wan.emulator import WanSlice, current
+from geosim.live.wan import netns
 
 SOURCE = "geosim live wan measure"
 
 
-def _slice(wan: WanSlice | None) -> WanSlice:
-    wan = wan or current()
-    if wan is None:
-        raise GeosimError("no WAN slice is up; start one with `geosim live wan up`", source=SOURCE)
-    return wan
-
-
-def _probe(wan: WanSlice, i: int, *args: str) -> subprocess.Popen:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    return subprocess.Popen(wan.exec_argv(i, [sys.executable, "-m", "live.wan.probe", *args]),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def _probe(wan, i: int, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(wan.exec_argv(i, [sys.executable, "-m", "geosim.live.wan.probe", *args]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=netns.child_env())
 
 
 def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
@@ -43,8 +34,8 @@ def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
     return line.strip()
 
 
-def _server(wan: WanSlice, i: int, role: str) -> tuple[subprocess.Popen, int]:
-    proc = _probe(wan, i, role)
+def _server(wan, i: int, role: str) -> tuple[subprocess.Popen, int]:
+    proc = _probe(wan, i, role, wan.hosts[i].address)  # listens on the host's address only
     try:
         line = _readline(proc, 15)
     except BaseException:
@@ -62,11 +53,10 @@ def _stop(*procs: subprocess.Popen) -> None:
             f.close()
 
 
-def measure_rtt(wan: WanSlice | None = None, *, src: int = 0, dst: int = 1, count: int = 20,
+def measure_rtt(wan, *, src: int = 0, dst: int = 1, count: int = 20,
                 interval_s: float = 0.02, timeout_s: float | None = None) -> dict:
     """Round trips of a 56-byte UDP datagram from host src to host dst, in milliseconds.
     A ping without an echo within timeout_s (default max(0.25 s, 4 x RTT + jitter)) is lost."""
-    wan = _slice(wan)
     if timeout_s is None:
         timeout_s = max(0.25, 4 * wan.rtt_ms[src][dst] / 1000 + 2 * wan.jitter_ms / 1000)
     server, port = _server(wan, dst, "echo")
@@ -88,11 +78,10 @@ def measure_rtt(wan: WanSlice | None = None, *, src: int = 0, dst: int = 1, coun
             "max_ms": max(rtts), "samples_ms": rtts}
 
 
-def measure_throughput(wan: WanSlice | None = None, *, src: int = 0, dst: int = 1, seconds: float = 3.0,
+def measure_throughput(wan, *, src: int = 0, dst: int = 1, seconds: float = 3.0,
                        warmup_s: float | None = None) -> dict:
     """One TCP stream from src to dst for `seconds`; the rate after `warmup_s` is the
     steady-state figure (default: skip max(0.5 s, 15 RTTs) of slow start)."""
-    wan = _slice(wan)
     rtt_s = wan.rtt_ms[src][dst] / 1000
     if warmup_s is None:
         warmup_s = min(max(0.5, 15 * rtt_s), seconds / 2)

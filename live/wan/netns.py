@@ -40,6 +40,18 @@ VNET_HDR_LEN = 10  # struct virtio_net_hdr, the kernel's default size for a TAP
 SOURCE = "geosim live wan"
 
 
+def child_env(base: dict | None = None) -> dict:
+    """An environment whose `python -m geosim...` imports this same geosim: from a source
+    checkout its root goes first on PYTHONPATH (children run with another working directory)."""
+    import geosim
+
+    env = dict(os.environ if base is None else base)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(geosim.__file__)))
+    if os.path.isfile(os.path.join(root, "pyproject.toml")):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def ns_name(slice_id: str, i: int) -> str:
     return f"{PREFIX}{slice_id}-h{i}"
 

@@ -1,13 +1,18 @@
-"""Tiny network probes run inside a slice's namespaces by live.wan.measure.
+"""Network probes: the measuring ends used inside a slice's namespaces (live.wan.measure)
+and by the Ray probe agent between real hosts (live.wan.agent).
 
-    python -m live.wan.probe echo                      # UDP echo server: prints "ready PORT"
-    python -m live.wan.probe ping ADDR PORT COUNT INTERVAL_S TIMEOUT_S
-    python -m live.wan.probe sink                      # TCP receiver: prints "ready PORT"
-    python -m live.wan.probe source ADDR PORT SECONDS
+In a namespace, as separate processes:
 
-Results are one JSON line on stdout. Pure standard library so the measurement does not
-depend on ping or iperf3 being installed. Every wait is bounded: a probe left behind
-exits by itself within IDLE_S.
+    python -m geosim.live.wan.probe echo BIND_ADDR       # UDP echo server: prints "ready PORT"
+    python -m geosim.live.wan.probe ping ADDR PORT COUNT INTERVAL_S TIMEOUT_S
+    python -m geosim.live.wan.probe sink BIND_ADDR       # TCP receiver: prints "ready PORT"
+    python -m geosim.live.wan.probe source ADDR PORT SECONDS
+
+Results are one JSON line on stdout. Between Ray nodes, in the agent's process: TcpServer
+(echo and byte sink on one port), tcp_rtt_ms and tcp_gbps. Servers bind the address they
+are given, never all interfaces. Pure standard library so the measurement does not depend
+on ping or iperf3 being installed. Every wait is bounded: a probe left behind exits by
+itself within IDLE_S.
 """
 
 from __future__ import annotations
@@ -15,17 +20,19 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import struct
 import sys
+import threading
 import time
 
 IDLE_S = 30.0
 _PING = struct.Struct("!Id")  # sequence number, send time
 
 
-def echo() -> None:
+def echo(bind: str) -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("0.0.0.0", 0))
+    s.bind((bind, 0))
     s.settimeout(IDLE_S)
     print(f"ready {s.getsockname()[1]}", flush=True)
     while True:
@@ -70,10 +77,10 @@ def ping(addr: str, port: int, count: int, interval_s: float, timeout_s: float) 
     print(json.dumps({"rtt_ms": rtts, "lost": lost}), flush=True)
 
 
-def sink() -> None:
+def sink(bind: str) -> None:
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("0.0.0.0", 0))
+    srv.bind((bind, 0))
     srv.listen(1)
     srv.settimeout(IDLE_S)
     print(f"ready {srv.getsockname()[1]}", flush=True)
@@ -110,6 +117,94 @@ def source(addr: str, port: int, seconds: float) -> None:
     print(json.dumps({"bytes": total}), flush=True)
 
 
+# ----------------------------------------------------------------- between Ray nodes (the agent)
+CHUNK = 1 << 20
+
+
+def recv_exact(conn, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        part = conn.recv(n - len(data))
+        if not part:
+            raise ConnectionError("peer closed")
+        data += part
+    return data
+
+
+class TcpServer:
+    """One TCP port on `bind`: a client's first byte picks echo (b"p": 64-byte messages sent
+    back) or sink (anything else: bytes counted until EOF, the count sent back)."""
+
+    def __init__(self, bind: str):
+        self.socket = socket.create_server((bind, 0), backlog=64)
+        self.port = self.socket.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.socket.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn):
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            mode = recv_exact(conn, 1)
+            if mode == b"p":  # echo fixed-size messages until the client closes
+                while True:
+                    try:
+                        conn.sendall(recv_exact(conn, 64))
+                    except ConnectionError:
+                        return
+            else:  # sink: count bytes until EOF, answer with the count
+                total = 0
+                while part := conn.recv(CHUNK):
+                    total += len(part)
+                conn.sendall(struct.pack("!Q", total))
+
+    def close(self):
+        self.socket.close()
+
+
+def tcp_rtt_ms(ip: str, port: int, count: int) -> float:
+    """Median of `count` 64-byte request/response round trips (TCP_NODELAY) to a TcpServer."""
+    with socket.create_connection((ip, port), timeout=30) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(b"p")
+        rtts, msg = [], b"x" * 64
+        for _ in range(count + 2):
+            t = time.perf_counter()
+            s.sendall(msg)
+            recv_exact(s, 64)
+            rtts.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(rtts[2:])  # the first round trips include connection warm-up
+
+
+def tcp_gbps(ip: str, port: int, streams: int, seconds: float) -> float:
+    """Gbit/s that arrived at a TcpServer over `streams` parallel connections sending for `seconds`."""
+    totals = [0] * streams
+    payload = b"\0" * CHUNK
+
+    def send(i):
+        with socket.create_connection((ip, port), timeout=60) as s:
+            s.sendall(b"s")
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            totals[i] = struct.unpack("!Q", recv_exact(s, 8))[0]  # bytes that arrived
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(totals) * 8 / (time.perf_counter() - start) / 1e9
+
+
 def main(argv: list[str]) -> int:
     role, args = argv[1], argv[2:]
     try:  # measure the emulated link, not how long a busy 2-core machine takes to schedule us
@@ -117,11 +212,11 @@ def main(argv: list[str]) -> int:
     except (OSError, AttributeError):
         pass
     if role == "echo":
-        echo()
+        echo(args[0])
     elif role == "ping":
         ping(args[0], int(args[1]), int(args[2]), float(args[3]), float(args[4]))
     elif role == "sink":
-        sink()
+        sink(args[0])
     elif role == "source":
         source(args[0], int(args[1]), float(args[2]))
     else:

@@ -1,4 +1,4 @@
-"""What a sweep covers: value specs ("0.1:150:40log", "1,10,25"), axes, and the points of their grid.
+"""What a sweep covers: value specs ("0.1:150:x2", "0:100:10", "1,10,25"), axes, and the points of their grid.
 
 A point is a small plain dict (picklable, JSON-able) naming a scenario, technique,
 model, what-if settings and workload overrides. Its key is its canonical JSON, so
@@ -16,6 +16,7 @@ from dataclasses import fields
 
 from geosim.errors import GeosimError
 from geosim.specs import Workload
+from geosim.units import parse_range
 
 NATIVE = "native"  # the scenario as its file says: no what-if edit on this axis
 ALL_HOSTS = "all"
@@ -51,33 +52,8 @@ def _number(text: str, kind: str, source: str):
 
 
 def _range(item: str, kind: str, source: str) -> list:
-    """'a:b:n' -> n evenly spaced values from a to b inclusive; 'a:b:nlog' -> n log-spaced."""
-    parts = item.split(":")
-    if len(parts) != 3:
-        raise GeosimError(f"range {item!r} must be START:STOP:COUNT or START:STOP:COUNTlog", source=source)
-    start, stop = (_number(p.strip(), "float", source) for p in parts[:2])
-    count_text = parts[2].strip().lower()
-    log = count_text.endswith("log")
-    count_text = count_text[:-3] if log else count_text
-    if not count_text.isdigit() or int(count_text) < 1:
-        raise GeosimError(f"range {item!r}: COUNT must be a whole number >= 1, got {parts[2]!r}", source=source)
-    count = int(count_text)
-    if count > MAX_RANGE_POINTS:
-        raise GeosimError(f"range {item!r}: {count} points is more than {MAX_RANGE_POINTS}", source=source)
-    if start > stop:
-        raise GeosimError(f"range {item!r}: START must not exceed STOP", source=source)
-    if count == 1 and start != stop:
-        raise GeosimError(f"range {item!r}: one point cannot span {start:g}..{stop:g} (use COUNT >= 2)", source=source)
-    if log and start <= 0:
-        raise GeosimError(f"range {item!r}: a log range needs START > 0", source=source)
-    if count == 1:
-        values = [start]
-    elif log:
-        ratio = math.log(stop / start) / (count - 1)
-        values = [start * math.exp(ratio * i) for i in range(count)]
-        values[-1] = stop
-    else:
-        values = [start + (stop - start) * i / (count - 1) for i in range(count)]
+    """START:STOP:STEP or START:STOP:xFACTOR (geosim.units, the one range syntax of every command)."""
+    values = parse_range(item, source)
     if kind == "int":
         return list(dict.fromkeys(int(round(v)) for v in values))  # rounding may merge neighbours
     return list(dict.fromkeys(_round(v) for v in values))

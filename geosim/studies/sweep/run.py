@@ -3,7 +3,7 @@
 Work goes out in chunks of points (a prediction takes 1-70 ms, a task round trip
 ~1 ms on Ray and less in a process pool, so chunking amortizes it). Three executors
 share one interface, `imap(fn, items)` yielding results as they finish:
-  SerialExecutor   one process (tests, --jobs 1, and the baseline the bench compares to)
+  SerialExecutor   one process (tests, --workers 1, and the baseline the bench compares to)
   LocalExecutor    a multiprocessing pool over this machine's cores: the default, because
                    starting Ray costs ~2.5 s and ~700 MB, more than a default sweep takes
   RayExecutor      tasks on a Ray cluster (--ray-address); Ray does all the scheduling
@@ -31,6 +31,7 @@ from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint
 from geosim.techniques import technique_names
 from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
+from geosim.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
 
 
 @dataclass
@@ -93,9 +94,9 @@ def evaluate(point: dict, ctx: SweepContext):
     if point["gpu"] != NATIVE:
         cluster = with_gpu(cluster, point["gpu"])
     if point["rtt_ms"] != NATIVE:
-        cluster = with_rtt(cluster, point["rtt_ms"] / 1e3)
+        cluster = with_rtt(cluster, ms_to_s(point["rtt_ms"]))
     if point["bandwidth_gbps"] != NATIVE:
-        cluster = with_bandwidth(cluster, point["bandwidth_gbps"] * 1e9)
+        cluster = with_bandwidth(cluster, gbps_to_bps(point["bandwidth_gbps"]))
     try:  # combinations of axes (batch x microbatches) may be invalid where each value alone is fine
         workload = sc.workload(**point["workload"])
     except GeosimError as exc:
@@ -123,8 +124,8 @@ def evaluate_row(point: dict, ctx: SweepContext) -> dict:
     wan = wan_links(cluster)
     row = {"scenario": point["scenario"], "cluster": cluster.name, "technique": point["technique"], "model": point["model"],
            "rtt_ms": point["rtt_ms"], "bandwidth_gbps": point["bandwidth_gbps"], "gpu": point["gpu"], "hosts": point["hosts"],
-           "wan_rtt_ms": max((l.rtt_s for l in wan), default=0.0) * 1e3,
-           "wan_bandwidth_gbps": min((l.bandwidth_bps for l in wan), default=0.0) / 1e9,
+           "wan_rtt_ms": s_to_ms(max((l.rtt_s for l in wan), default=0.0)),
+           "wan_bandwidth_gbps": bps_to_gbps(min((l.bandwidth_bps for l in wan), default=0.0)),
            "reference_slice": cluster.reference_slice}
     if pred is None:
         row.update(status="infeasible", reason=reason, num_gpus=cluster.num_gpus)

@@ -29,6 +29,7 @@ RESULTS = "results.jsonl"
 CSV_FILE = "results.csv"
 MANIFEST = "manifest.json"
 CROSSOVERS = "crossovers.json"
+BEST = "best.json"  # the planner's best option at each RTT of each panel (studies/sweep/best.py)
 
 # CSV columns, in order; the JSONL rows carry the same keys plus the point itself.
 COLUMNS = (
@@ -119,6 +120,15 @@ def write_crossovers(out_dir: str | Path, crossovers: list[dict]) -> None:
     _write_atomic(Path(out_dir) / CROSSOVERS, json.dumps(crossovers, indent=1, allow_nan=False) + "\n")
 
 
+def read_best(out_dir: str | Path) -> list[dict]:
+    path = Path(out_dir) / BEST
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def write_best(out_dir: str | Path, best: list[dict]) -> None:
+    _write_atomic(Path(out_dir) / BEST, json.dumps(best, indent=1, allow_nan=False) + "\n")
+
+
 class ResultStore:
     """Append-only rows of one sweep directory; knows which points are done."""
 
@@ -144,7 +154,7 @@ class ResultStore:
 
     def _open(self, manifest: dict, fresh: bool) -> "ResultStore":
         if fresh:
-            for name in (RESULTS, CSV_FILE, MANIFEST, CROSSOVERS):
+            for name in (RESULTS, CSV_FILE, MANIFEST, CROSSOVERS, BEST):
                 (self.dir / name).unlink(missing_ok=True)
         old = read_manifest(self.dir)
         grids = list(old.get("grids", [old["grid"]] if "grid" in old else [])) if old else []

@@ -1,0 +1,199 @@
+"""One rule for "which is best", used by predict, select, plan, sweep and report.
+
+The rule: the option that trains the workload in the least predicted time is best; equal times
+go to the one with fewer GPU-hours, then to the one with more memory to spare. With a deadline,
+the options that meet it come first, cheapest (GPU-hours) first. Low-communication techniques
+(DiLoCo, SparseLoCo, the hybrid) need more tokens for the same loss, so their time per epoch is
+never ranked against synchronous training: they are ranked on time to a target (convergence.py).
+
+The verdict is the one line every predict/select/plan output starts each slice with: what to use,
+where, how long, and the runner-up with its margin. verdict() takes ranked options, so a caller
+can add to the line (an uncertainty range) without re-ranking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from geosim.sim.predict import Prediction
+from geosim.techniques import option_kind, variant_label
+from geosim.units import bisect
+
+SAME_TIME = 1e-9  # relative: closer than this, two times are equal and the cheaper option wins
+
+
+def rank_key(deadline_s: float | None = None):
+    """Sort key of a (time, GPUs) pair: fastest first; with a deadline, the cheapest that meets it first."""
+    def key(seconds: float, gpus: int) -> tuple:
+        if deadline_s is None:
+            return (0, seconds, seconds * gpus)
+        if seconds <= deadline_s:
+            return (0, seconds * gpus, seconds)
+        return (1, seconds, seconds * gpus)
+    return key
+
+
+@dataclass
+class Option:
+    """One way to train: a technique on some VMs, a variant of it, and what the simulator predicted."""
+
+    technique: str
+    hosts: tuple[str, ...]  # for a pipeline, in stage order
+    changes: dict  # workload changes of this variant (Pipeshard: microbatches)
+    options: dict | None  # passed to predict() (Pipeshard: meshes, layer_split, intra_stage)
+    prediction: Prediction
+    workload: object = field(repr=False, default=None)  # the workload it was predicted for
+
+    @property
+    def ok(self) -> bool:
+        return self.prediction.ok
+
+    @property
+    def microbatches(self) -> int | None:
+        return self.changes.get("microbatches")
+
+    @property
+    def gpus(self) -> int:
+        return len(self.prediction.gpus)
+
+    @property
+    def total_time_s(self) -> float:
+        return self.prediction.total_time_s
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.total_time_s * self.gpus / 3600
+
+    @property
+    def kind(self) -> str:
+        """Technique and VMs only: what a change of latency flips between (not a variant's details)."""
+        return option_kind(self.technique, self.hosts, self.options)
+
+    @property
+    def label(self) -> str:
+        if self.options is None and not self.changes:
+            return self.kind
+        return variant_label(self.technique, self.hosts, self.workload, self.options)
+
+    def to_dict(self) -> dict:
+        p = self.prediction
+        return {"label": self.label, "kind": self.kind, "technique": self.technique, "hosts": list(self.hosts),
+                "microbatches": self.microbatches, "options": self.options, "status": p.status, "reason": p.reason,
+                "gpus": self.gpus, "total_time_s": p.total_time_s, "time_per_epoch_s": p.time_per_epoch_s,
+                "tflops_per_gpu": p.tflops_per_gpu, "peak_memory_gib": p.peak_memory_gib,
+                "gpu_hours": self.gpu_hours if self.ok else None}
+
+
+@dataclass
+class MeasuredOption:
+    """A measured run ranked by the same rule: what verdict() needs of an option."""
+
+    label: str
+    kind: str
+    gpus: int
+    total_time_s: float
+    ok: bool = True
+
+
+def rank(options: list[Option], deadline_s: float | None = None) -> list[Option]:
+    """The feasible options, best first (the module's rule)."""
+    key = rank_key(deadline_s)
+    return sorted((o for o in options if o.ok),
+                  key=lambda o: (key(o.total_time_s, o.gpus), o.prediction.peak_memory_gib or 0.0))
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def margin(slower_s: float, faster_s: float) -> str:
+    """'+0.4%', '1.93x': how much longer the slower takes."""
+    ratio = slower_s / faster_s
+    return f"+{100 * (ratio - 1):.1f}%" if ratio < 1.5 else f"{ratio:.2f}x"
+
+
+def verdict(where: str, ranked: list[Option], *, estimate: str = "predicted", algorithm: str | None = None,
+            algorithm_option: Option | None = None) -> str:
+    """One line: use what, where, how long; the runner-up and its margin; Algorithm 1 where it differs.
+
+    `estimate` says what the time is ("predicted": a simulator estimate; "measured")."""
+    if not ranked:
+        line = f"{where}: none of the ranked options runs (each is out of memory or infeasible)"
+        return line + (f"; Algorithm 1 picks {algorithm}" if algorithm else "")
+    best = ranked[0]
+    line = f"{where}: use {best.label} ({best.gpus} GPUs): {fmt_time(best.total_time_s)} {estimate}"
+    if len(ranked) > 1:
+        second = ranked[1]
+        line += f"; runner-up {second.label}, {fmt_time(second.total_time_s)} ({margin(second.total_time_s, best.total_time_s)})"
+    else:
+        line += "; no runner-up runs"
+    if algorithm is not None:
+        line += "; " + algorithm_agreement(best, algorithm, algorithm_option)
+    return line
+
+
+def algorithm_agreement(best: Option, algorithm: str, chosen: Option | None) -> str:
+    """Algorithm 1's pick beside the ranking's best, and by how much it trails."""
+    if chosen is None or not chosen.ok:
+        return f"Algorithm 1 picks {algorithm} (does not run for this workload)"
+    if chosen.kind == best.kind and chosen.total_time_s <= best.total_time_s * (1 + SAME_TIME):
+        return f"Algorithm 1 agrees ({algorithm})"
+    if chosen.kind == best.kind:
+        return (f"Algorithm 1 picks {algorithm} too, at its default settings "
+                f"({margin(chosen.total_time_s, best.total_time_s)})")
+    return f"Algorithm 1 picks {algorithm} ({margin(chosen.total_time_s, best.total_time_s)})"
+
+
+def why_algorithm1_differs(best: Option, selection, chosen: Option | None, probed_kinds: set[str]) -> str | None:
+    """Why Algorithm 1 (the study's rule on TFLOP/s probes) lands elsewhere than the ranking, or None."""
+    if selection is None or chosen is None or not chosen.ok:
+        return None
+    if chosen.kind == best.kind and chosen.total_time_s <= best.total_time_s * (1 + SAME_TIME):
+        return None
+    reasons = []
+    if best.kind not in probed_kinds:
+        reasons.append(f"it never probes {best.kind} (it tries Pipeshard on both VMs, Data and Shard on each VM "
+                       f"alone, then ZeRO2 on both)")
+    elif best.label != best.kind:
+        reasons.append(f"it probes {best.kind} only at the default layer split and microbatches, where the ranking "
+                       f"also tries {best.label.removeprefix(best.kind).lstrip(', ')}")
+    if chosen.kind != best.kind:
+        reasons.append(f"it decides on TFLOP/s per GPU against delta {selection.delta:g}, not on time to train "
+                       f"({selection.branch} branch: {selection.reason})")
+    return "; ".join(reasons) or None
+
+
+# -- how the choice moves with latency -------------------------------------------------------
+
+
+def choice_vs_rtt(rtts_ms: list[float], choose: Callable[[float], tuple[str, object]],
+                  rel_tol: float = 1e-2, locate: bool = True) -> tuple[list, list]:
+    """choose(rtt_ms) -> (label, row) at each RTT; where the label changes between two neighbouring
+    RTTs, bisect (geosim.units.bisect) to locate the flip to rel_tol (locate=False: leave it bracketed
+    by the two RTTs). Returns (rows, flips) with rows as (rtt_ms, label, row) and flips as
+    (low_ms, high_ms, label_below, label_above)."""
+    rows = [(r, *choose(r)) for r in rtts_ms]
+    flips = []
+    for (lo, below, _), (hi, above, _) in zip(rows, rows[1:]):
+        if below == above:
+            continue
+        if not locate:
+            flips.append((lo, hi, below, above))
+            continue
+        seen = {}
+
+        def same_as_low(x: float, below=below) -> bool:
+            seen[x] = choose(x)[0]
+            return seen[x] == below
+
+        lo, hi, _ = bisect(same_as_low, lo, hi, rel_tol=rel_tol)
+        # keep what is chosen just above the flip (a third choice may lie between)
+        flips.append((lo, hi, below, seen.get(hi, above)))
+    return rows, flips

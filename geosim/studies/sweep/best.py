@@ -1,0 +1,64 @@
+"""The best option at each RTT of a sweep, by the planner's ranking (geosim.studies.ranking).
+
+A sweep's rows compare techniques on all VMs at their default settings; the answer to "what
+should I use at this RTT" also weighs single VMs and Pipeshard's layer splits and microbatches.
+That answer is the planner's, so the sweep asks the planner (studies/plan.answer_vs_rtt) for
+each panel, in the sweep's workers: `geosim sweep` and `geosim plan --sweep-rtt` cannot disagree.
+"""
+
+from __future__ import annotations
+
+from geosim.case import Case
+from geosim.scenario import get_model
+from geosim.studies.sweep.grid import NATIVE
+from geosim.studies.sweep.run import SweepContext
+from geosim.studies.whatif import with_bandwidth, with_gpu
+from geosim.techniques import is_low_communication
+from geosim.units import gbps_to_bps
+
+MAX_PLANNED_HOSTS = 4  # the planner enumerates VM subsets: beyond a few VMs that is the scale sweep's job
+
+
+def best_jobs(rows: list[dict]) -> list[dict]:
+    """One job per panel of all-VM rows that vary RTT: the RTTs and the synchronous techniques swept."""
+    groups: dict[str, dict] = {}
+    for row in rows:
+        p = row["point"]
+        if p["hosts"] != "all" or p["rtt_ms"] == NATIVE:
+            continue
+        template = {k: v for k, v in p.items() if k not in ("technique", "rtt_ms")}
+        job = groups.setdefault(repr(sorted(template.items(), key=lambda kv: kv[0])),
+                                {"point": template, "rtts": set(), "techniques": []})
+        job["rtts"].add(p["rtt_ms"])
+        if not is_low_communication(p["technique"]) and p["technique"] not in job["techniques"]:
+            job["techniques"].append(p["technique"])
+    return [{**job, "rtts": sorted(job["rtts"])} for job in groups.values() if job["techniques"]]
+
+
+def solve_best(ctx: SweepContext, job: dict) -> dict:
+    """The planner's best (and Algorithm 1's choice) at each of the job's RTTs (runs in a worker)."""
+    from geosim.studies.plan import answer_vs_rtt, make_plan
+
+    p = job["point"]
+    sc = ctx.scenarios[p["scenario"]]
+    cluster = sc.cluster
+    if len(cluster.hosts) > MAX_PLANNED_HOSTS:
+        return {"point": p, "skipped": f"{len(cluster.hosts)} VMs: more than the planner enumerates here "
+                                       f"({MAX_PLANNED_HOSTS})"}
+    if p["gpu"] != NATIVE:
+        cluster = with_gpu(cluster, p["gpu"])
+    if p["bandwidth_gbps"] != NATIVE:
+        cluster = with_bandwidth(cluster, gbps_to_bps(p["bandwidth_gbps"]))
+    case = Case(cluster, get_model(p["model"], sc.models), sc.workload(**p["workload"]), ctx.params)
+    techniques = tuple(job["techniques"])
+    # flips stay bracketed by the grid's RTTs: bisecting each on the planner would cost ~7 plans a flip
+    # (`geosim plan --sweep-rtt` locates them); the crossover table bisects technique pairs already
+    doc = answer_vs_rtt(case, job["rtts"], lambda c, _: make_plan(c, keep=1, techniques=techniques),
+                        algorithm1_flips=False, locate=False)
+    return {"point": p, "techniques": list(techniques), **doc}
+
+
+def best_vs_rtt(rows: list[dict], ctx: SweepContext, executor) -> list[dict]:
+    jobs = best_jobs(rows)
+    order = [repr(job["point"]) for job in jobs]
+    return sorted(executor.imap(solve_best, jobs), key=lambda d: order.index(repr(d["point"])))  # grid order

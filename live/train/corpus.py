@@ -1,0 +1,153 @@
+"""Training data: text -> tokens -> sequences packed to the model's context.
+
+Sources:
+  wikipedia  the study's dump, Hugging Face wikimedia/wikipedia config 20231101.ace
+             (needs the `datasets` package and internet, or its local cache)
+  generated  a small deterministic encyclopedia-like corpus made here: offline runs and tests
+  PATH       a local UTF-8 text file (documents separated by blank lines)
+Tokenizer: GPT-2's BPE when transformers/tokenizers and its files are available
+locally (no hub download is attempted), else bytes (vocab 257: 256 bytes + end-of-text).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from geosim.errors import GeosimError
+
+WIKIPEDIA = ("wikimedia/wikipedia", "20231101.ace")
+
+
+# ---------------------------------------------------------------- text sources
+def wikipedia_texts(limit: int | None = None) -> list[str]:
+    from geosim.errors import require
+
+    datasets = require("datasets", extra="live", command="geosim live run --data wikipedia")
+    ds = datasets.load_dataset(*WIKIPEDIA, split="train")
+    texts = ds["text"] if limit is None else ds.select(range(min(limit, len(ds))))["text"]
+    return [t for t in texts if t.strip()]
+
+
+_SUBJECTS = ["The river", "The village", "The festival", "The language", "The mountain", "The school",
+             "The museum", "The island", "The market", "The kingdom", "The mosque", "The harbour"]
+_VERBS = ["is located near", "was founded by", "is known for", "lies to the north of", "was rebuilt after",
+          "is celebrated in", "borders", "was described by", "trades with", "is older than"]
+_OBJECTS = ["the coast", "a fishing town", "the old capital", "the province", "the eastern hills",
+            "the great mosque", "a local poet", "the rice fields", "the northern road", "the sultanate"]
+_TAILS = ["in the sixteenth century", "during the rainy season", "according to local records",
+          "since the war", "for many generations", "by the people of the region"]
+
+
+def generated_texts(n_docs: int = 400, seed: int = 0) -> list[str]:
+    """A deterministic corpus with real structure (a grammar over a small lexicon), so a
+    model's loss falls visibly within a few dozen steps."""
+    rng = random.Random(seed)
+    docs = []
+    for d in range(n_docs):
+        title = f"Article {d}: {rng.choice(_SUBJECTS)[4:]} of {rng.choice(_OBJECTS)[4:]}"
+        sentences = [f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_TAILS)}."
+                     for _ in range(rng.randint(3, 9))]
+        docs.append(title + "\n" + " ".join(sentences))
+    return docs
+
+
+def file_texts(path: str) -> list[str]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GeosimError(f"cannot read ({exc.strerror})", source=path, key="--data") from None
+    docs = [d for d in text.split("\n\n") if d.strip()]
+    if not docs:
+        raise GeosimError("no text in file", source=path, key="--data")
+    return docs
+
+
+# ---------------------------------------------------------------- tokenizers
+class ByteTokenizer:
+    name = "bytes"
+    vocab = 257
+    eot = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+
+class GPT2Tokenizer:
+    name = "gpt2"
+    vocab = 50257
+    eot = 50256
+
+    def __init__(self, tok):
+        self._tok = tok
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text)
+
+
+def get_tokenizer(kind: str = "auto"):
+    """'auto': GPT-2's tokenizer if it is installed with its files cached locally, else bytes."""
+    if kind == "bytes":
+        return ByteTokenizer()
+    try:
+        from transformers import GPT2TokenizerFast  # noqa: PLC0415
+
+        return GPT2Tokenizer(GPT2TokenizerFast.from_pretrained("gpt2", local_files_only=True))
+    except Exception:  # not installed, or files not cached: no hub download from here
+        if kind == "gpt2":
+            raise GeosimError("the GPT-2 tokenizer needs transformers and its files cached locally", key="--tokenizer") from None
+        return ByteTokenizer()
+
+
+# ---------------------------------------------------------------- packing and batches
+@dataclass
+class Dataset:
+    sequences: np.ndarray  # int32 [N, n_ctx + 1]: inputs are [:, :-1], targets [:, 1:]
+    source: str
+    tokenizer: str
+    vocab: int
+
+    def steps_per_epoch(self, global_batch: int) -> int:
+        return max(1, self.sequences.shape[0] // global_batch)
+
+    def batch(self, step: int, global_batch: int, seed: int = 0) -> np.ndarray:
+        """The same batch on every process for a given step (each process then keeps its shard).
+        A fresh permutation per epoch; batches larger than the corpus wrap around."""
+        n = self.sequences.shape[0]
+        per_epoch = self.steps_per_epoch(global_batch)
+        epoch, within = divmod(step, per_epoch)
+        order = np.random.default_rng((seed, epoch)).permutation(n)
+        rows = order[(within * global_batch + np.arange(global_batch)) % n]
+        return self.sequences[rows]
+
+
+def pack(token_lists, n_ctx: int, eot: int) -> np.ndarray:
+    """Concatenate documents (separated by end-of-text) and cut into rows of n_ctx + 1 tokens."""
+    stream = np.fromiter((t for toks in token_lists for t in (*toks, eot)), dtype=np.int32)
+    rows = len(stream) // (n_ctx + 1)
+    if rows == 0:
+        raise GeosimError(f"corpus too small: {len(stream)} tokens for one sequence of {n_ctx + 1}", key="--data")
+    return stream[: rows * (n_ctx + 1)].reshape(rows, n_ctx + 1)
+
+
+def load(source: str, n_ctx: int, tokenizer: str = "auto", seed: int = 0) -> Dataset:
+    tok = get_tokenizer(tokenizer)
+    texts = None
+    if source == "auto":  # the study's data when it can be had, else the offline corpus
+        try:
+            texts, label = wikipedia_texts(), "/".join(WIKIPEDIA)
+        except Exception:  # datasets missing, no internet, no cache
+            source = "generated"
+    if texts is not None:
+        pass
+    elif source == "wikipedia":
+        texts = wikipedia_texts()
+        label = "/".join(WIKIPEDIA)
+    elif source == "generated":
+        texts, label = generated_texts(seed=seed), "generated"
+    else:
+        texts, label = file_texts(source), source
+    return Dataset(pack((tok.encode(t) for t in texts), n_ctx, tok.eot), label, tok.name, tok.vocab)

@@ -1,0 +1,141 @@
+"""One vocabulary: a flag name means the same thing in every subcommand, every option says what it
+does, and a default a help text quotes is the code's (geosim/cli/vocabulary.py keeps the table)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+
+import pytest
+
+from geosim.cli import build_parser
+from geosim.cli.vocabulary import FLAGS, CommaList
+from geosim.specs import Workload
+
+WORKLOAD_DEFAULTS = {f"--{f.name.replace('_', '-')}": f.default for f in dataclasses.fields(Workload)}
+
+
+def subcommands(parser: argparse.ArgumentParser, path: str = "geosim"):
+    """(path, parser) for every parser under `parser`: predict, calibrate fit, live wan up, ..."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield f"{path} {name}", sub
+                yield from subcommands(sub, f"{path} {name}")
+
+
+def options(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if action.option_strings and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield action
+
+
+def signature(action: argparse.Action) -> str:
+    """What kind of value an option takes, as FLAGS's kinds name it."""
+    if isinstance(action, CommaList):
+        return "list"
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        return "flag"
+    if action.type is int:
+        return "int"
+    if action.type is float:
+        return "float"
+    if isinstance(action, argparse._AppendAction):
+        return "append"
+    return "one" if action.type in (None, str) else getattr(action.type, "__name__", "custom")
+
+
+def kinds(flag: str) -> set[str]:
+    return {"one" if k == "spec" else k for k in FLAGS[flag][0].split("|")}
+
+
+ALL = [(path, p) for path, p in subcommands(build_parser())]
+
+
+def test_the_walk_reaches_every_registered_subcommand():
+    paths = {path for path, _ in ALL}
+    for expected in ("geosim predict", "geosim select", "geosim plan", "geosim sweep", "geosim report",
+                     "geosim trace", "geosim models", "geosim calibrate import", "geosim calibrate fit",
+                     "geosim live run", "geosim live wan up"):
+        assert expected in paths
+
+
+def test_a_flag_means_one_thing_everywhere():
+    uses: dict[str, list[tuple[str, str]]] = {}
+    for path, parser in ALL:
+        for action in options(parser):
+            for flag in action.option_strings:
+                if flag.startswith("--"):
+                    uses.setdefault(flag, []).append((path, signature(action)))
+    problems = []
+    for flag, where in uses.items():
+        commands = {path for path, _ in where}
+        if flag not in FLAGS:
+            if len(commands) > 1:
+                problems.append(f"{flag} is used by {sorted(commands)} but has no entry in vocabulary.FLAGS")
+            continue
+        for path, sig in where:
+            if sig not in kinds(flag):
+                problems.append(f"{path} {flag} takes {sig}; vocabulary.FLAGS says {FLAGS[flag][0]} "
+                                f"({FLAGS[flag][1]})")
+    assert problems == []
+
+
+def test_every_option_has_help():
+    missing = [f"{path} {action.option_strings[-1]}" for path, parser in ALL for action in options(parser)
+               if not action.help or action.help == argparse.SUPPRESS]
+    assert missing == []
+
+
+def test_help_defaults_are_the_codes():
+    problems = []
+    for path, parser in ALL:
+        for action in options(parser):
+            text, flag = action.help or "", action.option_strings[-1]
+            quoted = re.search(r"default:? ([-\w.]+)", text)
+            if action.default not in (None, False, "", argparse.SUPPRESS, []) and quoted and "%(default)s" not in text:
+                problems.append(f"{path} {flag}: help quotes a default by hand ({quoted.group(0)!r}); "
+                                f"use %(default)s (the code's is {action.default!r})")
+            said = re.search(r"\(default[^)]*\)", text)
+            if flag in WORKLOAD_DEFAULTS and action.default is None and said and re.search(r"\d", said.group(0)):
+                if str(WORKLOAD_DEFAULTS[flag]) not in re.findall(r"[\w.]+", said.group(0)):
+                    problems.append(f"{path} {flag}: help says {said.group(0)}, the workload's default is "
+                                    f"{WORKLOAD_DEFAULTS[flag]}")
+    assert problems == []
+
+
+def test_help_renders_for_every_subcommand():
+    for path, parser in ALL:
+        assert parser.format_help()  # a bad %(...)s in any help text raises here
+
+
+@pytest.mark.parametrize("path", ["geosim predict", "geosim select", "geosim plan", "geosim sweep", "geosim report",
+                                  "geosim trace", "geosim models", "geosim calibrate import", "geosim calibrate fit",
+                                  "geosim calibrate crossval"])
+def test_commands_that_print_results_take_json(path):
+    parser = dict(ALL)[path]
+    assert "--json" in {f for a in options(parser) for f in a.option_strings}
+
+
+def test_technique_is_repeatable_and_comma_separated_where_a_command_takes_several():
+    for path in ("geosim predict", "geosim plan", "geosim sweep", "geosim live validate"):
+        parser = dict(ALL)[path]
+        action = next(a for a in options(parser) if "--technique" in a.option_strings)
+        assert isinstance(action, CommaList), path
+        args = [a for a in ("--technique", "data,zero2", "--technique", "shard")]
+        namespace = argparse.Namespace(**{action.dest: None})
+        for flag, value in zip(args[::2], args[1::2]):
+            action(parser, namespace, value, flag)
+        assert getattr(namespace, action.dest) == ["data", "zero2", "shard"]
+
+
+def test_the_cli_reference_is_generated_from_these_definitions():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "tools" / "cli_reference.py"), "--check"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr

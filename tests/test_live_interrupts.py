@@ -1,0 +1,144 @@
+"""`geosim live run` stopped at any moment: a record flagged interrupted, or nothing at all
+(never half a line, never a crash on the way out); the record path checked before the run;
+the memory checked before any weight exists."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from geosim.records import read_records
+
+ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, ENV.get("PYTHONPATH")) if p)
+EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def start(tmp_path, *extra):
+    runs = tmp_path / "runs.jsonl"
+    argv = [sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "100000",
+            "--log-every", "1", "--cpu-devices", "2", "--record", str(runs), *extra]
+    proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, runs
+
+
+def wait_for(proc, prefix, timeout=180):
+    deadline = time.time() + timeout
+    for line in proc.stderr:
+        if line.startswith(prefix):
+            return
+        if time.time() > deadline:
+            break
+    pytest.fail(f"no line starting {prefix!r} on stderr")
+
+
+def finish(proc):
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return out, err
+
+
+def whole_lines(path):
+    text = path.read_text()
+    assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())  # never half a line
+    return read_records(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("delay_s", [0.3, 1.5])
+def test_signal_during_start_up_leaves_a_record_or_nothing(tmp_path, sig, delay_s):
+    proc, runs = start(tmp_path)
+    time.sleep(delay_s)
+    proc.send_signal(sig)
+    out, err = finish(proc)
+    assert proc.returncode in (EXIT[sig], -sig), err[-2000:]
+    assert "Traceback" not in err and "not installed" not in err
+    if runs.exists():
+        (record,) = whole_lines(runs)
+        assert record.status == "interrupted" and record.measured["steps"] == 0
+        assert "interrupted" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_compilation_records_an_interrupted_run(tmp_path, sig):
+    proc, runs = start(tmp_path)
+    wait_for(proc, "compiling ")
+    time.sleep(0.3)  # inside XLA's compiler
+    proc.send_signal(sig)
+    out, err = finish(proc)
+    assert proc.returncode == EXIT[sig], err[-2000:]  # not -11: no crash on the way out
+    (record,) = whole_lines(runs)
+    assert record.status == "interrupted" and record.error == f"stopped by {sig.name}"
+    assert record.measured["steps"] <= 1 and "interrupted" in out
+
+
+@pytest.mark.slow
+def test_sigterm_during_steps_keeps_what_was_measured(tmp_path):
+    proc, runs = start(tmp_path)
+    wait_for(proc, "step 5/")
+    proc.send_signal(signal.SIGTERM)
+    out, err = finish(proc)
+    assert proc.returncode == 143, err[-2000:]
+    (record,) = whole_lines(runs)
+    assert record.status == "interrupted" and record.measured["steps"] >= 5
+    assert record.measured["time_per_iteration_s"] > 0
+    # the result is printed (stdout) before the record is written
+    assert out.index("interrupted") < out.index("record          appended")
+
+
+@pytest.mark.slow
+def test_a_second_signal_exits_at_once_without_a_record(tmp_path):
+    proc, runs = start(tmp_path)
+    wait_for(proc, "compiling ")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc)
+    assert proc.returncode == 130 and "exiting without a record" in err
+    assert not runs.exists() or runs.read_text() == ""
+
+
+@pytest.mark.parametrize("record", ["missing-dir/runs.jsonl", "."])
+def test_unwritable_record_path_is_refused_before_the_run(tmp_path, record):
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--steps", "2", "--record", record],
+                          env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "--record" in proc.stderr and "nothing was run" in proc.stderr
+    assert "Traceback" not in proc.stderr and "compiling" not in proc.stderr
+    assert time.monotonic() - started < 30  # no JAX run happened
+
+
+def test_memory_is_checked_before_any_weight_exists(tmp_path):
+    """gpt2-xl's weights alone are 6 GiB: with a 1 GiB limit the run must stop before
+    allocating them (it was killed by the kernel, exit 137, without a record)."""
+    runs = tmp_path / "runs.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--model", "gpt2-xl", "--memory-limit-gib",
+                           "1", "--steps", "2", "--record", str(runs)], env=ENV, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (record,) = whole_lines(runs)
+    assert record.status == "out-of-memory" and "before allocating" in record.error
+    assert record.measured["steps"] == 0 and record.measured["peak_memory_gib"] < 1.0
+
+
+def test_estimate_orders_techniques_by_what_they_keep_per_device():
+    from geosim.live.train.memory import estimate_gib, num_params
+
+    dims = dict(n_layer=24, n_embd=1024, n_head=16, vocab=50257, n_ctx=1024, precision="fp32", global_batch=8,
+                microbatches=1, devices=4)
+    est = {t: estimate_gib(t, **dims) for t in ("data", "zero2", "shard", "pipeshard", "diloco")}
+    assert est["zero2"] < est["data"] < est["diloco"] and max(est["shard"], est["pipeshard"]) < est["data"]
+    assert est["data"] > 20 * num_params(24, 1024, 50257, 1024) / 2**30  # at least the replicated state
+    half = estimate_gib("data", **{**dims, "precision": "bf16"})
+    assert half < est["data"]
