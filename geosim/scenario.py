@@ -329,7 +329,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         prefix = f"links[{i}]."
         table = _table(table, source, f"links[{i}]")
         _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service"},
-                   {"between", "rtt_ms", "bandwidth_gbps"}, source, prefix)
+                   {"between", "bandwidth_gbps"}, source, prefix)
         ends = table["between"]
         if (not isinstance(ends, list) or len(ends) != 2 or not all(isinstance(e, str) for e in ends)
                 or ends[0] == ends[1]):
@@ -347,11 +347,27 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         number = {k: check_number(table[k], source, prefix + k, *LINK_RANGES[k], integer=k == "streams")
                   for k in LINK_RANGES if k in table}
         window, streams, step_rtts = number.get("window_mib"), number.get("streams"), number.get("step_rtts")
+        estimated = "rtt_ms" not in number  # a measured RTT always wins over an estimate
+        rtt_ms = _estimated_rtt_ms(ends, hosts, source, prefix) if estimated else number["rtt_ms"]
         links.append(Link(
             a=ends[0], b=ends[1], rtt_s=ms_to_s(number["rtt_ms"]), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
             window_bytes=None if window is None else window * 1024**2, streams=streams, step_rtts=step_rtts,
+            rtt_estimated=estimated,
         ))
     return links
+
+
+def _estimated_rtt_ms(ends: list[str], hosts: list[Host], source: str, prefix: str) -> float:
+    """A link without rtt_ms between two FABRIC sites: the RTT estimated from their distance."""
+    from geosim.fabric.sites import estimate_rtt_ms, find_site
+
+    by_host = {h.name: h.site for h in hosts}
+    sites = [find_site(by_host.get(end, end)) for end in ends]
+    if None in sites:
+        unknown = [by_host.get(end, end) for end, site in zip(ends, sites) if site is None]
+        raise GeosimError(f"missing, and it cannot be estimated: {', '.join(map(repr, unknown))} is not a FABRIC site "
+                          f"(`geosim sites` lists them)", source=source, key=prefix + "rtt_ms")
+    return estimate_rtt_ms(*sites)
 
 
 def check_connected(cluster: Cluster) -> None:

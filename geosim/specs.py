@@ -61,6 +61,7 @@ class Link:
     window_bytes: float | None = None
     streams: int | None = None
     step_rtts: float | None = None  # NCCL flow-control round trips per collective step
+    rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.fabric.sites), not measured
 
     @property
     def one_way_s(self) -> float:

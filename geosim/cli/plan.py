@@ -42,6 +42,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--draws", type=int, metavar="N",
                         help="re-rank the best options under N parameter draws from the fit's covariance and say "
                              "how often the best one wins")
+    fabric = parser.add_argument_group("choosing FABRIC sites (instead of --scenario; README and docs/guide/fabric.md)")
+    fabric.add_argument("--sites", metavar="SITE,SITE,...|all",
+                        help="rank every slice these FABRIC sites allow (site pairs x GPU models) by the planner's "
+                             "best option on it; 'all': every site whose GPUs are known")
+    fabric.add_argument("--gpu", help="with --sites: only this GPU model (RTX6000, T4, A30, A40)")
+    fabric.add_argument("--vms", type=int, default=2, help="with --sites: VMs per slice (default 2)")
+    fabric.add_argument("--gpus-per-vm", type=int, default=2, help="with --sites: GPUs per VM (default 2, as FABRIC's study)")
     add_json_argument(parser)
 
 
@@ -75,6 +82,10 @@ def run(args) -> int:
     for name in techniques:
         get_technique(name)  # unknown names fail before any work
     params = load_params_arg(args)
+    if args.sites:
+        from geosim.fabric.choose_command import run_sites
+
+        return run_sites(args, params, deadline, techniques)
     docs = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)

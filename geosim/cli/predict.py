@@ -85,7 +85,7 @@ def run(args) -> int:
     for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
         print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
     if args.json:
-        print_json({"params": params.source, "note": ESTIMATE_NOTE,
+        doc = {"params": params.source, "note": ESTIMATE_NOTE,
                     **({"params_warnings": list(params.fit_warnings)} if params.fit_warnings else {}), "slices": [
             {"scenario": c.cluster.name, "model": c.model.name,
              "verdict": plan.verdict("verdict") if plan else None, "best": plan.best.to_dict() if plan and plan.best else None,
@@ -95,7 +95,12 @@ def run(args) -> int:
             for c, _, plan, _ in slices],
             "predictions": [r.to_dict() | _target_fields(r, targets)
                             | ({"total_time_range_s": ranges[id(r)]} if ranges else {})
-                            for _, rows, _, targets in slices for r in rows]})
+                            for _, rows, _, targets in slices for r in rows]}
+        estimated = [{"scenario": c.cluster.name, "between": [link.a, link.b], "rtt_ms": s_to_ms(link.rtt_s)}
+                     for c, _, _, _ in slices for link in c.cluster.links if link.rtt_estimated]
+        if estimated:  # say which RTTs are estimates (geosim.fabric.sites), not measurements
+            doc["estimated_rtts"] = estimated
+        print_json(doc)
         return 0
     for case, rows, plan, targets in slices:
         print_slice(case, plan, rows, targets, ranges)
@@ -151,8 +156,10 @@ def print_ranges(rows, ranges) -> None:
 
 def describe_cluster(cluster) -> str:
     hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
-    rtts = sorted({s_to_ms(link.rtt_s) for link in wan_links(cluster)})
-    return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms"
+    rtts = sorted({round(s_to_ms(link.rtt_s), 1) if link.rtt_estimated else s_to_ms(link.rtt_s)
+                   for link in wan_links(cluster)})
+    estimated = any(link.rtt_estimated for link in wan_links(cluster))
+    return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms" + (" (estimated from distance)" if estimated else "")
 
 
 def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> None:

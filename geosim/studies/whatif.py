@@ -34,7 +34,7 @@ def _edit_wan_links(cluster: Cluster, what: str, **changes) -> Cluster:
 def with_rtt(cluster: Cluster, rtt_s: float) -> Cluster:
     if not math.isfinite(rtt_s) or rtt_s < 0 or rtt_s > 100.0:
         raise GeosimError(f"RTT must be in [0, 100000] ms, got {s_to_ms(rtt_s):g} ms", key="rtt_ms")
-    return _edit_wan_links(cluster, "RTT", rtt_s=rtt_s)
+    return _edit_wan_links(cluster, "RTT", rtt_s=rtt_s, rtt_estimated=False)
 
 
 def with_bandwidth(cluster: Cluster, bandwidth_bps: float) -> Cluster:
