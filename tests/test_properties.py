@@ -11,6 +11,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from geosim.case import Case
+from geosim.errors import GeosimError
 from geosim.sim.collectives import expand
 from geosim.sim.engine import run_schedule
 from geosim.params import default_params
@@ -168,46 +169,63 @@ def test_time_does_not_rise_as_bandwidth_grows_on_random_clusters(cluster, techn
     assert_not_increasing(t1, t2, f"{technique} on {cluster}, bandwidth {b1!r} -> {b2!r} Gbit/s")
 
 
-# How much slower faster GPUs may make a run where three or more GPUs share network hops
-# (docs/reference/properties.md): GPUs that finish sooner send sooner, so the order in which
-# transfers take a shared hop changes and a collective step can wait behind another's bytes,
-# a list-scheduling anomaly (Graham 1969). Hypothesis found +0.079% (3 hosts, Shard); the bound
-# leaves room for other layouts. With two hosts (no shared hop) the property holds exactly.
-GPU_ANOMALY = 0.005
-
-
 @PROPERTY
 @given(cluster=small_clusters(), technique=techniques, e1=efficiency, e2=efficiency)
 def test_faster_gpus_are_not_slower_on_random_clusters(cluster, technique, e1, e2):
+    """With TCP's idle restart off, as on the study slice (its own effect is bounded below)."""
     e1, e2 = sorted((e1, e2))
 
     def params(e):
-        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES})
+        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}, slow_start_after_idle=False)
 
     t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD)
     assume(t1 is not None)
     t2 = total(cluster, technique, params(e2), model=GPT2, workload=SMALL_WORKLOAD)
-    assert t2 <= t1 * (1 + GPU_ANOMALY), f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}: {t1!r} -> {t2!r}"
-    if len(cluster.hosts) == 2:  # no hop shared by transfers of different GPUs: exactly monotone
-        assert_not_increasing(t1, t2, f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}")
+    assert_not_increasing(t1, t2, f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}")
+
+
+# How far the engine's shortcut for a long Repeat block (simulate a few repetitions, extrapolate
+# the mean period of the last ones) may land from simulating every repetition (exact=True).
+REPEAT_SHORTCUT = 0.01
+
+
+@PROPERTY
+@example(cluster=Cluster("ring", (Host("h0", "A", (gpu_catalog()["A30"],)),
+                                  Host("h1", "B", (gpu_catalog()["A100-40GB"],)),
+                                  Host("h2", "C", (gpu_catalog()["RTX6000"],))),
+                         (Link("A", "B", 0.0, 1e9), Link("B", "C", 0.029, 1e9))),
+         technique="shard", e=0.5)  # CI's counterexample: one measured repetition erred 2% here
+@given(cluster=small_clusters(), technique=techniques, e=efficiency)
+def test_skipping_repetitions_agrees_with_simulating_them_all(cluster, technique, e):
+    params = PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}, slow_start_after_idle=False)
+    case = Case(cluster, GPT2, SMALL_WORKLOAD, params)
+    try:
+        schedule = build_schedule(technique, case)
+    except GeosimError:
+        assume(False)
+    shortcut, exact = (run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=2, exact=x).iteration_time(1)
+                       for x in (False, True))
+    assert abs(shortcut - exact) <= REPEAT_SHORTCUT * exact, f"{technique} on {cluster}: {shortcut!r} vs {exact!r}"
 
 
 def _a30(name, site, gpu="A30"):
     return Host(name, site, (gpu_catalog()[gpu],))
 
 
-def test_the_faster_gpu_anomaly_hypothesis_found_is_small_and_needs_a_shared_hop():
+def test_the_faster_gpu_counterexamples_were_the_repeat_shortcut():
+    """Two counterexamples hypothesis found (faster GPUs, Shard slower by 0.079% and 0.65% with three
+    hosts) came from extrapolating a Repeat block from its last repetition alone; with the mean of
+    the last three they are monotone, as simulating every repetition always was."""
     def run(cluster, e):
-        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES},
-                                    slow_start_after_idle=False)
+        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES}, slow_start_after_idle=False)
         return total(cluster, "shard", params, model=GPT2, workload=SMALL_WORKLOAD)
 
     three = Cluster("three", (_a30("h0", "A"), _a30("h1", "B"), _a30("h2", "A", "RTX6000")),
                     (Link("A", "B", 0.005, 3e9),))
-    slow, fast = run(three, 0.25), run(three, 0.5)
-    assert slow < fast <= slow * (1 + GPU_ANOMALY)  # the anomaly is real in the model, and bounded
-    two = Cluster("two", three.hosts[:2], three.links)
-    assert run(two, 0.5) < run(two, 0.25)
+    assert run(three, 0.5) < run(three, 0.25)
+    ring = Cluster("ring", (_a30("h0", "A"), _a30("h1", "B", "A100-40GB"), _a30("h2", "C", "RTX6000")),
+                   (Link("A", "B", 0.0, 1e9), Link("B", "C", 0.029, 1e9)))
+    assert run(ring, 0.5) < run(ring, 0.0625)
 
 
 def test_a_tie_between_paths_does_not_make_a_longer_rtt_faster():

@@ -128,7 +128,7 @@ def test_technique_repeated_keeps_every_one():
 
 
 def test_generated_scenarios_from_flags():
-    grid = build_grid(_args("--sites", "2,16", "--vms-per-site", "8", "--gpus-per-vm", "8"))
+    grid = build_grid(_args("--num-sites", "2,16", "--vms-per-site", "8", "--gpus-per-vm", "8"))
     assert grid.axes["scenario"] == ["scale:2x8x8:A30", "scale:16x8x8:A30"]
     big = scale_scenario("scale:16x8x8:A30")
     assert big.cluster.num_gpus == 1024

@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
     g.add_argument("--scenario", action=CommaList, metavar="NAME|FILE",
                    help=f"built-in scenario or scenario file; repeatable and comma-separated "
                         f"(default: {', '.join(BUILTIN_SCENARIOS)})")
-    g.add_argument("--sites", metavar="N", help="generate N-site clusters (with --vms-per-site, --gpus-per-vm)")
+    g.add_argument("--num-sites", metavar="N", help="generate N-site clusters (with --vms-per-site, --gpus-per-vm)")
     g.add_argument("--vms-per-site", metavar="M", default="1", help="VMs per site of generated clusters (default %(default)s)")
     g.add_argument("--gpus-per-vm", metavar="G", default="8", help="GPUs per VM of generated clusters (default %(default)s)")
     g.add_argument("--scale-gpu", metavar="GPU", default="A30", help="GPU type of generated clusters (default %(default)s)")
@@ -69,9 +69,9 @@ def build_grid(args) -> Grid:
     from geosim.scale import scale_name
 
     scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
-    if args.sites:
+    if args.num_sites:
         scenarios = [] if not args.scenario else scenarios
-        for s in parse_values(args.sites, "int", "--sites"):
+        for s in parse_values(args.num_sites, "int", "--num-sites"):
             for v in parse_values(args.vms_per_site, "int", "--vms-per-site"):
                 for g in parse_values(args.gpus_per_vm, "int", "--gpus-per-vm"):
                     scenarios.append(scale_name(s, v, g, args.scale_gpu))

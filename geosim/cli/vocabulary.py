@@ -55,6 +55,11 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--name": ("one", "a name for what is written"),
     "--kind": ("one", "which variant"),
     "--quiet": ("flag", "no progress output"),
+    "--dry-run": ("flag", "print what would be requested and run; do nothing"),
+    "--gpu": ("one", "a GPU model from the catalog (sweep: a GPU spec)"),
+    "--sites": ("one", "FABRIC sites, comma-separated, or 'all'"),
+    "--gpus-per-vm": ("int|spec", "GPUs per VM (a list or range where a command sweeps)"),
+    "--image": ("one", "the VMs' operating-system image"),
     "--draws": ("int", "parameter draws from the fit's covariance: the range of an answer and how often it wins"),
 }
 

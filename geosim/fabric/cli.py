@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from geosim.cli.common import add_json_argument, add_technique_argument
 from geosim.errors import GeosimError
 
 HELP = "provision a FABRIC slice from a scenario (fablib), calibrate on it, bring the run records home"
@@ -36,7 +37,7 @@ def add_arguments(parser) -> None:
     _request_arguments(create)
     create.add_argument("--dry-run", action="store_true", help="print the request fablib would submit; submit nothing")
     create.add_argument("--graphml", metavar="FILE", help="also write the request as FABRIC's GraphML (dry run too)")
-    create.add_argument("--json", action="store_true")
+    add_json_argument(create)
 
     emulate = slice_sub.add_parser("emulate", help="a slice file for the WAN emulator's hosts (rehearse calibrate)",
                                    description="Write a slice file whose VMs are the hosts of an emulated WAN "
@@ -45,13 +46,13 @@ def add_arguments(parser) -> None:
     emulate.add_argument("scenario", metavar="SCENARIO")
     _request_arguments(emulate)
     emulate.add_argument("--wan-state", default="/run/geosim-wan/state.json",
-                         help="the emulator's state file (default /run/geosim-wan/state.json)")
+                         help="the emulator's state file (default: %(default)s)")
     emulate.add_argument("--homes", help="directory for the emulated VMs' home directories (default: OUT.homes)")
-    emulate.add_argument("--json", action="store_true")
+    add_json_argument(emulate)
 
     delete = slice_sub.add_parser("delete", help="delete a slice (by slice file or name)")
     delete.add_argument("slice", metavar="SLICE", help="slice file, realised scenario, or the slice's name")
-    delete.add_argument("--dry-run", action="store_true")
+    delete.add_argument("--dry-run", action="store_true", help="print what would be deleted; delete nothing")
 
     cal = sub.add_parser("calibrate", help="install geosim on the slice, start Ray, probe, run each technique, "
                                            "bring the records home",
@@ -60,23 +61,22 @@ def add_arguments(parser) -> None:
                                      "WORKDIR/runs.jsonl, ready for `geosim calibrate fit`.")
     cal.add_argument("slice", metavar="SLICE", help="slice file (or the realised scenario beside it)")
     cal.add_argument("--workdir", help="where state and records go (default: SLICE's directory/<slice>-calibrate)")
-    cal.add_argument("--model", default="tiny", help="model for the runs (default tiny; gpt2m on real GPUs)")
-    cal.add_argument("--steps", type=int, default=20, help="training steps per run (default 20)")
-    cal.add_argument("--global-batch", type=int, default=8, help="sequences per step (default 8)")
-    cal.add_argument("--technique", action="append",
-                     help="techniques to run (repeatable, comma-separated; default data,zero2,shard,pipeshard)")
+    cal.add_argument("--model", default="tiny", help="model for the runs (default: %(default)s; gpt2m on real GPUs)")
+    cal.add_argument("--steps", type=int, default=20, help="training steps per run (default: %(default)s)")
+    cal.add_argument("--global-batch", type=int, default=8, help="sequences per step (default: %(default)s)")
+    add_technique_argument(cal, "data,zero2,shard,pipeshard")
     cal.add_argument("--cpu-devices", type=int, help="JAX CPU devices per process (VMs without GPUs)")
-    cal.add_argument("--probe-seconds", type=float, default=3.0, help="seconds per throughput test (default 3)")
+    cal.add_argument("--probe-seconds", type=float, default=3.0, help="seconds per throughput test (default: %(default)s)")
     cal.add_argument("--wheel", help="geosim wheel to install (default: built from this checkout)")
     cal.add_argument("--redo", action="append", default=[], metavar="STEP", help="run STEP again even if done")
     cal.add_argument("--only", action="append", metavar="STEP", help="run only these steps")
     cal.add_argument("--dry-run", action="store_true", help="print every command each node would run; run nothing")
-    cal.add_argument("--json", action="store_true")
+    add_json_argument(cal)
 
 
 def _request_arguments(p) -> None:
     p.add_argument("--name", help="slice name (default geosim-<scenario name>)")
-    p.add_argument("--model", default="gpt2m", help="the model the VMs are sized for (default gpt2m)")
+    p.add_argument("--model", default="gpt2m", help="the model the VMs are sized for (default: %(default)s)")
     p.add_argument("--image", help="VM image (default default_ubuntu_24: Python 3.12)")
     p.add_argument("--out", help="realised scenario to write (default ./<slice name>.toml; the slice file beside it)")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from geosim.cli.common import add_json_argument
 from geosim.fabric.sites import COMPONENT_GPU, estimate_rtt_ms, get_site, gpu_component, rtt_model, site_catalog, sources
 
 HELP = "list FABRIC's sites (city, coordinates, GPU components) and the RTTs estimated between them"
@@ -13,7 +14,7 @@ HELP = "list FABRIC's sites (city, coordinates, GPU components) and the RTTs est
 def add_arguments(parser) -> None:
     parser.add_argument("--gpu", help=f"only sites known to offer this GPU ({', '.join(COMPONENT_GPU.values())})")
     parser.add_argument("--rtt-from", metavar="SITE", help="add a column: the RTT estimated from this site (ms)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_argument(parser)
 
 
 def run(args) -> int:

@@ -34,8 +34,8 @@ class RunResult:
         return self.iteration_end[i] - (self.iteration_end[i - 1] if i else 0.0)
 
 
-SIMULATED_REPETITIONS = 4  # of a Repeat block: the last MEASURED_REPETITIONS of them stand for the rest
-MEASURED_REPETITIONS = 3  # their mean period is the steady one (a ring over mixed GPUs can alternate)
+SIMULATED_REPETITIONS = 5  # of a Repeat block: the first two warm up, the last MEASURED_REPETITIONS stand for the rest
+MEASURED_REPETITIONS = 3  # their mean period is the steady one (a ring over mixed GPUs settles irregularly)
 
 
 def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int, float]:
