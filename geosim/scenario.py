@@ -350,7 +350,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         estimated = "rtt_ms" not in number  # a measured RTT always wins over an estimate
         rtt_ms = _estimated_rtt_ms(ends, hosts, source, prefix) if estimated else number["rtt_ms"]
         links.append(Link(
-            a=ends[0], b=ends[1], rtt_s=ms_to_s(number["rtt_ms"]), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
+            a=ends[0], b=ends[1], rtt_s=ms_to_s(rtt_ms), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
             window_bytes=None if window is None else window * 1024**2, streams=streams, step_rtts=step_rtts,
             rtt_estimated=estimated,
         ))

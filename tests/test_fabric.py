@@ -224,3 +224,15 @@ def test_plan_sites_lists_each_slice_once():
     slices = candidates([get_site("GPN"), get_site("TACC")], vms=2, gpus_per_vm=2, gpu=None)
     keys = [tuple(sorted(zip(c.sites, c.gpus))) for c in slices]
     assert len(keys) == len(set(keys)) == 6  # GPN:T4 x2; TACC: T4+T4, RTX+T4, RTX+RTX; GPN+TACC with T4 or RTX
+
+
+def test_a_derived_slice_is_labelled_in_its_own_hosts_names():
+    """A slice whose best is derived from the one-VM plan (not searched) printed a traceback: the
+    renamed option lost its workload. Its label now names its own site."""
+    out = geosim("plan", "--sites", "MASS,STAR,TACC", "--gpu", "RTX6000", "--model", "gpt2m", "--json")
+    assert out.returncode == 0, out.stderr
+    ranked = json.loads(out.stdout)["ranked"]
+    derived = [c for c in ranked if c["derived_from"]]
+    assert derived, "no derived slice: the case this test is about did not arise"
+    for c in derived:
+        assert c["best"]["label"].startswith("Data on ") and c["best"]["label"].split()[-1] in c["sites"]

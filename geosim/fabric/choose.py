@@ -15,7 +15,7 @@ Two things keep `--sites all` fast, both exact rather than heuristic:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from geosim.case import Case
 from geosim.errors import GeosimError
@@ -212,4 +212,4 @@ def _renamed(option: Option | None, source: Candidate, target: Candidate) -> Opt
     options = option.options
     if options and "meshes" in options:
         options = {**options, "meshes": [[mapping[h] for h in mesh] for mesh in options["meshes"]]}
-    return Option(option.technique, hosts, option.microbatches, options, option.prediction)
+    return replace(option, hosts=hosts, options=options)
