@@ -41,12 +41,16 @@ LINK_PRIOR_SIGMA = 2.0
 NOT_IDENTIFIABLE = math.log(100.0)
 # scalars only some techniques' schedules use: a p2p send's rendezvous is paid by pipeline stages only
 P2P_SCALARS = ("transport.p2p_handshake_rtts",)
+# A message's fixed cost (NCCL's proxy hand-off, the socket calls, a chunk's copy to the host) is
+# tens to hundreds of microseconds; 20 ms is a generous ceiling. Without one a fit explained runs
+# 40 s slower than their compute by 0.87 s per message, a fixed per-iteration cost in disguise.
+MAX_PER_MESSAGE_US = 2e4
 # (lowest, highest) a global transport scalar may be fitted to, in its file unit; a technique's own
 # fittable settings come with their ranges from its Settings (tunable(..., fit=(low, high)))
 SCALAR_RANGES = {"transport.collective_step_rtts": (0.02, 20.0), "transport.p2p_handshake_rtts": (0.1, 50.0),
                  "transport.window_mib": (1 / 16, 512.0), "compute.gemm_fraction": (0.05, 1.0),
                  "compute.memory_fraction": (0.05, 1.0),
-                 "transport.per_message_overhead_us": (1.0, 1e6), "transport.stream_rate_gbps": (0.1, 100.0)}
+                 "transport.per_message_overhead_us": (1.0, MAX_PER_MESSAGE_US), "transport.stream_rate_gbps": (0.1, 100.0)}
 
 
 def fittable_settings() -> dict[str, tuple[float, float]]:
@@ -356,6 +360,7 @@ def fit(cases: list[RunCase], free: list[FreeParam], base: Params, *, progress=N
         elif f.param.kind == "tokens_per_epoch":
             workload["tokens_per_epoch"] = max(1, round(f.value))
     warnings.extend(overhead_warnings(ev, timed, values, params))
+    warnings[:0] = misfit_warnings(results, fitted)
     params, memory = fit_memory(cases, params)
     assumed = sorted({k for c in timed for k in c.assumed_workload})
     if assumed:
@@ -445,6 +450,28 @@ def overhead_warnings(ev, timed: list[RunCase], values, params: Params) -> list[
             f"{share:.0%} of an iteration ({label}): the fit explains these runs by a fixed cost, so predictions "
             f"for other slices, models or batches are unreliable"
             for technique, (share, label) in sorted(worst.items()) if share >= OVERHEAD_WARN_SHARE]
+
+
+MISFIT_MEDIAN = 0.25  # a median |error| beyond this on the fitted records themselves: the model misses them
+
+
+def misfit_warnings(results: list[CaseResult], fitted: list["Fitted"]) -> list[str]:
+    """One loud warning when the best fit within physical bounds still misses the records it was fitted
+    on: their times hold a cost the model does not have (or the records are wrong)."""
+    if not results:
+        return []
+    errors = [c.error for c in results]
+    median = float(np.median([abs(e) for e in errors]))
+    if median <= MISFIT_MEDIAN:
+        return []
+    worst = max(errors, key=abs)
+    side = "slower" if np.median(errors) < 0 else "faster"
+    held = [f.param.name for f in fitted if f.note.startswith("at its")]
+    why = (f"with {', '.join(held)} held at their physical bounds" if held else "within the parameters' physical bounds")
+    return [f"MODEL MISSES THE RECORDS: the best fit {why} is off by a median {median:.0%} (worst {worst:+.0%}) on "
+            f"the records it was fitted to; the measured runs are {side} than anything the model explains (a cost "
+            f"it does not have, such as a per-iteration overhead beyond {OVERHEAD_RANGE[1]:g} s, or records in the "
+            f"wrong unit): check them; predictions from these parameters are unreliable"]
 
 
 def uncertainties(free: list[FreeParam], values, jac, residuals, active, warnings: list[str]) -> list[Fitted]:

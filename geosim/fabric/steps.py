@@ -23,9 +23,10 @@ from typing import Callable
 
 from geosim.errors import GeosimError
 from geosim.fabric.nodes import Node, Result
+from geosim.techniques import STUDY_ORDER
 
 STEPS = ("bootstrap", "install", "ray", "probe", "runs", "fetch")
-TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
+TECHNIQUES = STUDY_ORDER  # what a calibration runs by default: the study's four
 RAY_PORT = 6379
 REMOTE_DIR = "~/geosim"  # on every node: dist/ (the wheel), lib/ (geosim), run/ (probe, records, logs)
 # Ray >= 2.5x authenticates with a token each joining node would need; the cluster binds the
