@@ -2,7 +2,7 @@
 efficiency, and (root, emulated WAN) DiLoCo's step time at 0.1 ms vs 40 ms RTT.
 
     python bench/bench_live_lowcomm.py                       # data, diloco, sparseloco: 300 steps, seeds 0,1,2 (~7 min)
-    python bench/bench_live_lowcomm.py --steps 100 --techniques data,diloco --seeds 0 --held-out 0
+    python bench/bench_live_lowcomm.py --steps 100 --technique data,diloco --seeds 0 --held-out 0
     python bench/bench_live_lowcomm.py --wan                 # + the WAN timing (root; `geosim live run --nodes wan`)
     python bench/bench_live_lowcomm.py --wan-only
 
@@ -278,9 +278,10 @@ def wan_timing(args, out: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--techniques", default="data,diloco,sparseloco")
+    parser.add_argument("--technique", dest="techniques", default="data,diloco,sparseloco",
+                        help="techniques, comma-separated (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--global-batch", dest="batch", type=int, default=8, help="sequences per step (default: %(default)s)")
     parser.add_argument("--lr", type=float, default=1e-3, help="inner (and Data's) AdamW learning rate")
     parser.add_argument("--seeds", default="0,1,2", help="seeds (initialization and data order), one run each")
     parser.add_argument("--cpu-devices", type=int, default=4, help="devices of the single-process runs (2 replicas x 2)")

@@ -195,6 +195,7 @@ def _run(args) -> int:
                           extra_note=lowcomm.note(opts.technique, opts.lowcomm))
     _report(result, record, args)  # first: an unwritable file must not lose what was measured
     _save(record, result, args, opts)
+    interrupts.mark_recorded()
     code = {"ok": 0, "interrupted": interrupts.exit_code()}.get(result.status, 1)
     if interrupts.hard_exit_needed():  # a compilation still runs in its thread: no interpreter teardown
         interrupts.hard_exit(code)

@@ -41,7 +41,7 @@ def add_arguments(parser) -> None:
 
     emulate = slice_sub.add_parser("emulate", help="a slice file for the WAN emulator's hosts (rehearse calibrate)",
                                    description="Write a slice file whose VMs are the hosts of an emulated WAN "
-                                               "(`geosim live wan up --hosts N --rtt-ms R`, root), so `geosim fabric "
+                                               "(`geosim live wan up --num-hosts N --rtt-ms R`, root), so `geosim fabric "
                                                "calibrate` runs its steps there, command for command.")
     emulate.add_argument("scenario", metavar="SCENARIO")
     _request_arguments(emulate)
@@ -145,7 +145,7 @@ def _emulate(args, request, out: Path) -> int:
     try:
         wan = json.loads(Path(args.wan_state).read_text())
     except FileNotFoundError:
-        raise GeosimError("no emulated WAN is up (`geosim live wan up --hosts N --rtt-ms R`, as root)",
+        raise GeosimError("no emulated WAN is up (`geosim live wan up --num-hosts N --rtt-ms R`, as root)",
                           source=args.wan_state) from None
     homes = Path(args.homes) if args.homes else out.with_name(out.stem + ".homes")
     doc = write_emulated_slice(request, wan, out, sys.executable, homes.resolve())

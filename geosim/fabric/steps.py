@@ -219,9 +219,9 @@ class Calibration:
             if technique in done and not self.dry_run:
                 self.log(f"run {technique}: done ({done[technique]}), skipped")
                 continue
-            args = (f"live run --technique {technique} --model {o.model} --steps {o.steps} --batch {o.batch} "
+            args = (f"live run --technique {technique} --model {o.model} --steps {o.steps} --global-batch {o.batch} "
                     f"--ray-address {self.head()} --scenario {REMOTE_DIR}/run/probed.toml "
-                    f"--record {REMOTE_DIR}/run/runs-{technique}.jsonl --gloo-interface {head.interface} "
+                    f"--records {REMOTE_DIR}/run/runs-{technique}.jsonl --gloo-interface {head.interface} "
                     f"--timeout {o.run_timeout_s:g}"
                     + (f" --cpu-devices {o.cpu_devices}" if o.cpu_devices else "")
                     + (f" --nccl-interface {head.interface}" if head.gpus else "")  # NCCL over the data plane

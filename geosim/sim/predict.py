@@ -103,9 +103,10 @@ def _memory_report(schedule) -> list[GpuMemory]:
 
 
 def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, options: dict | None = None,
-            simulated_iterations: int = SIMULATED_ITERATIONS) -> Prediction:
+            simulated_iterations: int = SIMULATED_ITERATIONS, exact: bool = False) -> Prediction:
     """Predict `technique` on the case's slice (or the VMs `hosts` of it), with per-run options
-    (the technique's option fields, e.g. Pipeshard's layer_split)."""
+    (the technique's option fields, e.g. Pipeshard's layer_split). exact=True simulates every
+    repetition of every repeated block (geosim.sim.engine's shortcut off: slower, the model itself)."""
     started = time.perf_counter()
     cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     on = case.on(hosts)
@@ -138,13 +139,13 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
     if worst.status == memory_layout.MAY_NOT_FIT:
         result.memory_note = f"{worst.describe()} on {place}"
 
-    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations)
+    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
     if simulated_iterations >= 3 and not _settled(real):
         # TCP windows that never settle (idle restarts against heterogeneous GPUs) make
         # iterations wander: average over more of them rather than trust the last two
         simulated_iterations = UNSETTLED_ITERATIONS
-        real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations)
-    ideal = run_schedule(schedule, used, params, workload, iterations=1, network=IdealNetwork)
+        real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
+    ideal = run_schedule(schedule, used, params, workload, iterations=1, network=IdealNetwork, exact=exact)
     last = simulated_iterations - 1
     steady = (real.iteration_end[last] - real.iteration_end[0]) / last if last else real.iteration_end[0]
     first = real.iteration_end[0]

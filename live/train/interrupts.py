@@ -14,13 +14,14 @@ import os
 import signal
 import sys
 
-_state = {"signal": None, "installed": False, "abandoned": False}
+_state = {"signal": None, "installed": False, "abandoned": False, "recorded": False}
 
 
 def _handler(signum, frame):
     if _state["signal"] is not None:  # the second one: stop now, write nothing more
         try:
-            sys.stderr.write("interrupted again: exiting without a record\n")
+            sys.stderr.write("interrupted again: exiting now (the record is written)\n" if _state["recorded"]
+                             else "interrupted again: exiting without a record\n")
             sys.stderr.flush()
         finally:
             os._exit(128 + signum)
@@ -31,6 +32,11 @@ def _handler(signum, frame):
         sys.stderr.flush()
     except Exception:
         pass
+
+
+def mark_recorded() -> None:
+    """The run's record is on disk: a second signal from now on loses nothing."""
+    _state["recorded"] = True
 
 
 def install() -> None:
