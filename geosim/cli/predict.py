@@ -15,7 +15,7 @@ from geosim.case import Case
 from geosim.cli.common import (add_json_argument, add_technique_argument, add_workload_arguments, fmt_duration,
                                load_case, load_params_arg, print_json, scenario_names)
 from geosim.errors import GeosimError
-from geosim.sim.predict import Prediction, predict
+from geosim.sim.predict import Prediction, predict, shared_predictions
 from geosim.studies.reference import attach_measurement
 from geosim.studies.whatif import wan_links
 from geosim.techniques import STUDY_ORDER, get_technique, is_low_communication, label, technique_names
@@ -59,6 +59,12 @@ def chosen_techniques(args) -> tuple[list[str], list[str]]:
 
 
 def run(args) -> int:
+    # the table's rows, the planner's options and Algorithm 1's probes ask some of the same questions
+    with shared_predictions():
+        return _run(args)
+
+
+def _run(args) -> int:
     from geosim.studies.plan import make_plan
 
     params = load_params_arg(args)

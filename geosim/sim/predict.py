@@ -7,7 +7,10 @@ simulates a few and the rest are extrapolated from the steady state
 
 from __future__ import annotations
 
+import copy
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 
 from geosim.sim import memory_layout
@@ -102,11 +105,64 @@ def _memory_report(schedule) -> list[GpuMemory]:
     return report
 
 
+# question -> (the case it was asked about, its answer) while shared_predictions() is on
+_shared: ContextVar[dict | None] = ContextVar("shared_predictions", default=None)
+
+
+@contextmanager
+def shared_predictions():
+    """Within the block, predict() answers a question it was already asked (the same case objects,
+    technique, VMs and options) with a copy of its first answer instead of simulating again: a
+    prediction is a pure function of them, and one command often asks twice (`geosim predict`'s
+    table rows, the planner's options and Algorithm 1's probes overlap). In memory only, for the
+    block's lifetime."""
+    token = _shared.set({})
+    try:
+        yield
+    finally:
+        _shared.reset(token)
+
+
+def _frozen(value):
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _question(case: Case, technique: str, hosts, options, simulated_iterations: int):
+    workload = case.workload
+    try:
+        hash(workload)
+    except TypeError:  # a field that is a dict or list: by identity, as the others
+        workload = id(workload)
+    # the cluster, model and params by identity: hashing them field by field costs more than a
+    # repeat is worth, and the case is kept with the answer, so no id is reused meanwhile
+    return (id(case.cluster), id(case.model), id(case.params), workload, technique,
+            tuple(hosts) if hosts is not None else None, _frozen(options), simulated_iterations)
+
+
 def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, options: dict | None = None,
             simulated_iterations: int = SIMULATED_ITERATIONS, exact: bool = False) -> Prediction:
     """Predict `technique` on the case's slice (or the VMs `hosts` of it), with per-run options
     (the technique's option fields, e.g. Pipeshard's layer_split). exact=True simulates every
     repetition of every repeated block (geosim.sim.engine's shortcut off: slower, the model itself)."""
+    shared = _shared.get()
+    if shared is None:
+        return _predict(case, technique, hosts, options, simulated_iterations, exact)
+    key = _question(case, technique, hosts, options, simulated_iterations) + (exact,)
+    known = shared.get(key)
+    if known is None:
+        answer = _predict(case, technique, hosts, options, simulated_iterations, exact)
+        # the caller may annotate its answer (reference.attach_measurement): keep a copy apart
+        shared[key] = known = (case, copy.deepcopy(answer))
+        return answer
+    return copy.deepcopy(known[1])
+
+
+def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options: dict | None,
+             simulated_iterations: int, exact: bool) -> Prediction:
     started = time.perf_counter()
     cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     on = case.on(hosts)
