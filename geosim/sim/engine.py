@@ -1,4 +1,4 @@
-"""The one engine: runs any technique's schedule on SimPy.
+"""The one engine: runs any technique's schedule on a discrete-event clock (SimPy's semantics).
 
 Each GPU is a small generator process walking its program; what a transfer costs, and
 what a collective becomes, is the network model's answer (geosim.sim.network). Nothing
@@ -11,12 +11,11 @@ import gc
 import statistics
 from dataclasses import dataclass, field
 
-import simpy
-
 from geosim.sim.network import NetworkFactory
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.sim.compute import compute_model
+from geosim.sim.kernel import Clock, Event
 from geosim.specs import Cluster, Params, Workload
 
 
@@ -45,11 +44,6 @@ def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int
         d.rank: d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency.get(d.gpu.name, params.gemm_fraction)
         for d in schedule.devices
     }
-
-
-def _deliver(arrived) -> None:
-    """The receiver got there first and waits on a plain event: the arrival triggers it."""
-    arrived.value.succeed()
 
 
 # Collection thresholds while a run is on: a run allocates millions of short-lived events but
@@ -97,11 +91,11 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
 
 
 def _run(schedule, cluster, params, workload, iterations, network, trace, exact) -> RunResult:
-    env = simpy.Environment()
+    env = Clock()
     trace_rows: list | None = [] if trace else None
     net = network(env, cluster, params, schedule.devices, trace_rows)
     compute_seconds = compute_timer(schedule, params, workload)
-    mailbox: dict[tuple, simpy.Event] = {}
+    mailbox: dict[tuple, Event] = {}
     barriers: dict[tuple, list] = {}
     gathering: dict[tuple, list] = {}
     repeats: dict[tuple, tuple] = {}
@@ -109,7 +103,11 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
     ends = [[0.0] * len(schedule.devices) for _ in range(iterations)]
     compute = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
     overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
-    timeout, event, pop = env.timeout, env.event, mailbox.pop
+    timeout, event, succeed, pop = env.timeout, env.event, env.succeed, mailbox.pop
+
+    def deliver(arrived) -> None:
+        """The receiver got there first and waits on a plain event: the arrival triggers it."""
+        succeed(arrived.value)
     send, collective_ops, may_shortcut = net.send, net.collective_ops, net.may_shortcut
 
     def shortcut(op, ctx):
@@ -150,7 +148,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                 if waiting is None:
                     mailbox[key] = timeout(delay)
                 else:
-                    timeout(delay, waiting).callbacks.append(_deliver)
+                    timeout(delay, waiting).callbacks.append(deliver)
             elif kind is Recv:
                 key = (op.src, rank, op.tag, ctx)
                 arrived = pop(key, None)
@@ -158,7 +156,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                     events[0] += 1
                     arrived = mailbox[key] = event()
                     yield arrived
-                elif not arrived.processed:
+                elif arrived.callbacks is not None:  # not yet arrived
                     yield arrived
             elif kind is Compute:
                 seconds = op.seconds if op.kind == "overhead" else compute_seconds(rank, op)
@@ -187,7 +185,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                             if waiting is None:
                                 mailbox[key] = timeout(delay)
                             else:
-                                timeout(delay, waiting).callbacks.append(_deliver)
+                                timeout(delay, waiting).callbacks.append(deliver)
                         elif step_kind is Recv:
                             key = (step.src, rank, step.tag, ctx)
                             arrived = pop(key, None)
@@ -195,7 +193,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                                 events[0] += 1
                                 arrived = mailbox[key] = event()
                                 yield arrived
-                            elif not arrived.processed:
+                            elif arrived.callbacks is not None:
                                 yield arrived
                         else:
                             yield from run_ops(rank, (step,), ctx)
@@ -210,7 +208,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                 waiting[0] += 1
                 if waiting[0] == op.size:
                     del barriers[key]
-                    waiting[1].succeed()
+                    succeed(waiting[1])
                 yield waiting[1]
             elif kind is Repeat:
                 if exact or op.count <= SIMULATED_REPETITIONS:
@@ -237,7 +235,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                 state[0].append((own_end - measured_start) / MEASURED_REPETITIONS)
                 if len(state[0]) == len(op.group):
                     del repeats[key]
-                    state[1].succeed(statistics.median(state[0]))
+                    succeed(state[1], statistics.median(state[0]))
                 period = yield state[1]
                 remaining = op.count - SIMULATED_REPETITIONS
                 skipped = remaining * period
