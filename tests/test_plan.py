@@ -36,6 +36,25 @@ def test_floor_never_exceeds_the_prediction():
     assert checked > 50
 
 
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_round_trip_floor_stays_under_the_prediction_across_a_wan(schedule):
+    """Across 100+ ms of WAN the floor counts each microbatch's least crossing delays (pipeshard.plan_floor_s):
+    still never above the prediction, and close enough to prune pipelines a compute-only floor kept."""
+    c = case("bris-star")
+    ratios = []
+    for technique, hosts, changes, options in candidates(c):
+        if technique != "pipeshard" or len(options.get("meshes") or ()) < 2:
+            continue
+        options = {**options, "schedule": schedule}
+        option = evaluate(c, technique, hosts, changes, options)
+        if option.ok:
+            floor = floor_s(c, technique, hosts, changes, options)
+            assert floor <= option.total_time_s
+            ratios.append(floor / option.total_time_s)
+    assert len(ratios) > 20
+    assert max(ratios) > 0.5  # the network part binds: compute alone is under a quarter of these runs
+
+
 @pytest.mark.parametrize("deadline", [None, 3600.0])
 def test_pruned_search_keeps_the_same_top_options_as_simulating_everything(deadline):
     c = case("utah-gpn", "gpt2L")

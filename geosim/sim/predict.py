@@ -155,10 +155,11 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
     known = shared.get(key)
     if known is None:
         answer = _predict(case, technique, hosts, options, simulated_iterations, exact)
-        # the caller may annotate its answer (reference.attach_measurement): keep a copy apart
-        shared[key] = known = (case, copy.deepcopy(answer))
+        # callers set fields of their answer (reference.attach_measurement sets `measured`) but never
+        # change what the fields hold: a shallow copy keeps the first answer apart
+        shared[key] = (case, copy.copy(answer))
         return answer
-    return copy.deepcopy(known[1])
+    return copy.copy(known[1])
 
 
 def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options: dict | None,

@@ -20,7 +20,7 @@ from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
-from geosim.techniques._settings import option, tunable
+from geosim.techniques._settings import option, tunable, with_options
 from geosim.techniques.shard import layers_ops
 
 NAME = "pipeshard"
@@ -292,12 +292,17 @@ def stage_gpus(case: Case, hosts: tuple[str, ...], options: dict) -> list[tuple]
 
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
-    """A floor under the predicted total time, from compute alone.
+    """A floor under the predicted total time: the larger of two paths through an iteration that
+    every run takes, whatever the network does beyond its best case.
 
-    Each GPU runs its ops one after another, so an iteration takes at least the busiest
-    stage's M microbatches plus the stages before it filling and draining the pipeline
-    (network and intra-stage collectives only add to that). Cheap: no schedule is built.
-    tests/test_plan.py checks the floor stays under the prediction.
+    Compute alone: each GPU runs its ops one after another, so an iteration takes at least the
+    busiest stage's M microbatches plus the stages before it filling and draining the pipeline.
+    Round trips (intra-stage data parallelism): microbatch k's forward crosses every stage and
+    its backward comes back before stage 0 runs B(k); under 1F1B stage 0's next op after B(k) is
+    F(k + S), so the iteration holds ceil(M / S) such round trips back to back (GPipe: one), each
+    costing every stage's forward and backward and each crossing's least delay on the network
+    predict() runs (TCPNetwork.least_delay_s: idle hops, the largest window).
+    Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
     if not options or "layer_split" not in options:
         return 0.0
@@ -305,20 +310,51 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     layers = options["layer_split"]
     stages = stage_gpus(case, hosts, options)
     timer = compute_model(params)
-    per_microbatch = []
+    per_microbatch, forward_s, backward_s = [], [], []
     for s, gpus in enumerate(stages):
         sequences = w.global_batch / w.microbatches / len(gpus)
         first, last = s == 0, s == len(stages) - 1
         times = []
         for g in gpus:  # engine.compute_timer: a flat-rate device, else the op-level model
             if g.name in params.efficiency:
-                flops = forward_flops(case.model, w, sequences, layers[s], last) * (4.0 if w.checkpointing else 3.0)
-                times.append(flops / (g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]))
+                flops = forward_flops(case.model, w, sequences, layers[s], last)
+                rate = g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]
+                times.append((flops / rate, flops * (3.0 if w.checkpointing else 2.0) / rate))
             else:
-                times.append(sum(timer.seconds(work(phase, case.model, w, sequences, layers[s], last, first), g,
-                                               w.precision) for phase in ("forward", "backward")))
-        per_microbatch.append(max(times))
+                times.append(tuple(timer.seconds(work(phase, case.model, w, sequences, layers[s], last, first), g,
+                                                 w.precision) for phase in ("forward", "backward")))
+        per_microbatch.append(max(f + b for f, b in times))
+        forward_s.append(min(f for f, _ in times))  # a path runs through one GPU of each stage
+        backward_s.append(min(b for _, b in times))
     busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
+    settings = with_options(params.settings(NAME), options, NAME)
+    if len(stages) > 1 and settings.intra_stage == "data":
+        trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
+        crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
+        iteration = max(iteration, trips * (sum(forward_s) + sum(backward_s) + crossings))
     iteration += params.iteration_overhead_s.get(NAME, 0.0)
-    return params.startup_s.get(NAME, 0.0) + w.iterations_per_epoch * w.epochs * iteration
+    # 1e-9: the engine adds the same terms in another order, a rounding apart
+    return (params.startup_s.get(NAME, 0.0) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+
+
+def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:
+    """Seconds a microbatch's activations take at least to cross every stage boundary forward, plus
+    its gradients back: per boundary the least delay of any of its sends (build()'s sends)."""
+    from geosim.sim.kernel import Clock
+    from geosim.sim.network.tcp import TCPNetwork  # the model predict() runs
+
+    on = case.on(hosts).cluster
+    devices = devices_of(on)
+    meshes = ([[d for d in devices if d.host in mesh] for mesh in options["meshes"]] if "meshes" in options
+              else [[d] for d in devices])
+    network = TCPNetwork(Clock(), on, case.params, devices)
+    act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
+    total = 0.0
+    for before, after in zip(meshes, meshes[1:]):
+        pairs = _overlaps(len(before), len(after))
+        total += min(network.least_delay_s(before[j].rank, after[k].rank, act_bytes * frac, True)
+                     for j, k, frac in pairs)
+        total += min(network.least_delay_s(after[k].rank, before[j].rank, act_bytes * frac, True)
+                     for j, k, frac in pairs)
+    return total

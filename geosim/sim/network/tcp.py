@@ -112,6 +112,20 @@ class TCPNetwork(CountingNetwork):
         conn.cwnd = cwnd
         return elapsed
 
+    def least_delay_s(self, src: int, dst: int, nbytes: float, p2p: bool) -> float:
+        """The fewest seconds send() can take for these bytes: every hop idle and the window at its
+        largest. send() only adds to it (queueing, slow start, waiting for the connection); a floor
+        the planner prunes with."""
+        route = self._routes.get((src, dst)) or self.route(src, dst)
+        p = self.params
+        line = nbytes / route.line_rate
+        if route.tcp and route.rtt_s > 0:
+            # a flow moves at most its largest window per round trip (flow_time)
+            w_max = min(route.window_bytes, route.line_rate * route.rtt_s, route.stream_rate * route.rtt_s)
+            line = max(line, nbytes * route.rtt_s / w_max)
+        sync_rtts = p.p2p_handshake_rtts if p2p else route.step_rtts
+        return sync_rtts * route.rtt_s + line + route.one_way_s + p.per_message_overhead_s
+
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's connections stayed busy through them."""
         for (sender, _), conn in self.connections.items():
