@@ -5,7 +5,8 @@ core's are the modules of this package that define them (found by walking it, so
 one needs no reinstall); the parts that live outside geosim/ (calibrate, live, fabric)
 register theirs under the entry-point group "geosim.commands" (pyproject.toml), so this
 package imports none of them by name. Modules import their heavy dependencies
-inside run(), so `geosim predict` never loads jax or ray.
+inside run(), so `geosim predict` never loads jax or ray; and a run imports only its own
+subcommand's module (`geosim --help` imports them all to list them).
 """
 
 from __future__ import annotations
@@ -34,11 +35,20 @@ def _core_commands() -> dict[str, str]:
     return found
 
 
-def _available_commands():
+def _available_commands(only: str | None = None):
+    """(name, module) of every subcommand, or of `only` alone when it is one of this package's: a
+    run imports its own subcommand's module, not the others' (the help lists them all)."""
     core = _core_commands()
+    if only in core:
+        module = importlib.import_module(core[only])
+        if all(hasattr(module, attr) for attr in ("HELP", "add_arguments", "run")):
+            yield only, module
+            return
     plugins = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in core}
     names = [n for n in ORDER if n in core or n in plugins]
     names += sorted(n for n in {**core, **plugins} if n not in ORDER)
+    if only in plugins:
+        names = [only]
     for name in names:
         if name in core:
             module = importlib.import_module(core[name])
@@ -52,7 +62,8 @@ def _available_commands():
                 raise
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of `command` alone (what a run of it needs)."""
     parser = argparse.ArgumentParser(
         prog="geosim",
         description="Predict, measure and choose parallel training techniques for geo-distributed GPU slices.",
@@ -60,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"geosim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, module in _available_commands():
+    for name, module in _available_commands(command):
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
@@ -68,8 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_given = sys.argv[1:] if argv is None else argv
+    # the subcommand named first (options before it are --help/--version: they need every command)
+    command = args_given[0] if args_given and not args_given[0].startswith("-") else None
     try:
-        parser = build_parser()
+        parser = build_parser(command)
     except KeyboardInterrupt:  # Ctrl-C while the subcommands load: nothing started yet
         print("geosim: interrupted", file=sys.stderr)
         return 130

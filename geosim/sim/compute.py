@@ -353,8 +353,9 @@ class ComputeModel:
     def _seconds(self, work: Work, gpu: GPU, precision: str) -> float:
         # a block's kernels repeat `layers` times: time one block and multiply
         if work.phase in ("forward", "backward") and work.layers > 1:
-            one = self._seconds(work._replace(layers=1, head=False, embedding=False), gpu, precision)
-            rest = self._seconds(work._replace(layers=0), gpu, precision)
+            # through the cache: a planner times one block shape in many layer counts
+            one = self.seconds(work._replace(layers=1, head=False, embedding=False), gpu, precision)
+            rest = self.seconds(work._replace(layers=0), gpu, precision)
             return one * work.layers + rest
         return sum(op_seconds(op, gpu, precision, self.efficiency) for op in kernels(work, precision))
 

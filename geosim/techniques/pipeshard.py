@@ -338,17 +338,28 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     return (params.startup_s.get(NAME, 0.0) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
 
 
+# (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the
+# same VMs for hundreds of options; holding the cluster and params keeps their ids from being reused
+_NETWORKS: dict[tuple, tuple] = {}
+
+
 def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:
     """Seconds a microbatch's activations take at least to cross every stage boundary forward, plus
     its gradients back: per boundary the least delay of any of its sends (build()'s sends)."""
     from geosim.sim.kernel import Clock
     from geosim.sim.network.tcp import TCPNetwork  # the model predict() runs
 
-    on = case.on(hosts).cluster
-    devices = devices_of(on)
+    key = (id(case.cluster), id(case.params), hosts)
+    known = _NETWORKS.get(key)
+    if known is None or known[0] is not case.cluster or known[1] is not case.params:
+        if len(_NETWORKS) >= 64:
+            _NETWORKS.clear()
+        on = case.on(hosts).cluster
+        devices = devices_of(on)
+        known = _NETWORKS[key] = (case.cluster, case.params, devices, TCPNetwork(Clock(), on, case.params, devices))
+    _, _, devices, network = known
     meshes = ([[d for d in devices if d.host in mesh] for mesh in options["meshes"]] if "meshes" in options
               else [[d] for d in devices])
-    network = TCPNetwork(Clock(), on, case.params, devices)
     act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
     total = 0.0
     for before, after in zip(meshes, meshes[1:]):
