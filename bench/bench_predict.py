@@ -2,11 +2,16 @@
 
     python bench/bench_predict.py            # everything (about a minute on 2 cores)
     python bench/bench_predict.py --runs 3   # fewer repetitions
+    python bench/bench_predict.py --quick --json   # 1 and 2 only, as JSON (the other lines go to stderr)
+
+It times the geosim it imports: run it from a tree's root (e.g. an export of an older commit, with
+PYTHONPATH=. ) to time that tree, its `geosim predict` subprocesses included.
 
 Prints min / median / max wall time of:
   1. one 20-epoch prediction per technique on UTAH-GPN (target: median <= 10 ms);
-  2. the default `geosim predict` (five slices, four techniques, both VMs and each alone),
-     in process with stdout suppressed, and as a fresh subprocess (cold start) (<= 1 s);
+  2. the default `geosim predict` (five slices, every technique, both VMs and each alone, and
+     the planner's verdict per slice), in process with stdout suppressed, and as a fresh
+     subprocess (<= 1 s), with the bytecode cache on as an installed geosim has it;
   3. one simulated iteration of a 1,024-GPU cluster: 64 hosts x 16 A100-80GB at 8 sites,
      Pipeshard with 8 stages (one per site) and data parallel inside each     (<= 10 s);
 plus simulated events per second, and
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import statistics
 import subprocess
@@ -29,13 +35,17 @@ from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 
+import geosim
 from geosim.case import Case
 from geosim.cli import main as geosim_main
 from geosim.sim.engine import run_schedule
 from geosim.params import default_params
 from geosim.sim.predict import SIMULATED_ITERATIONS, predict
 from geosim.scenario import BUILTIN_SCENARIOS, get_model, gpu_catalog, load_scenario
-from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
+from geosim.techniques import STUDY_ORDER, is_low_communication, technique_names
+
+# the study's four, then the low-communication techniques (DiLoCo, SparseLoCo, the hybrid)
+TECHNIQUE_NAMES = (*STUDY_ORDER, *(t for t in technique_names() if is_low_communication(t)))
 from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 
@@ -44,6 +54,17 @@ AGREEMENT = 0.005
 
 
 CPU_S: list[float] = []  # the last timed() call's CPU seconds per run (this process only)
+FIGURES: dict = {}  # what --json prints
+OUT = sys.stdout  # the human-readable lines: stderr under --json
+
+
+def say(*parts) -> None:
+    print(*parts, file=OUT)
+
+
+def figures(walls: list[float], **extra) -> dict:
+    return {"median_s": statistics.median(walls), "min_s": min(walls), "max_s": max(walls), "runs": len(walls),
+            **({"cpu_median_s": statistics.median(CPU_S)} if len(CPU_S) == len(walls) else {}), **extra}
 
 
 def timed(fn, runs: int):
@@ -71,13 +92,13 @@ def row(name: str, walls: list[float], target: float | None = None, extra: str =
     verdict = ""
     if target is not None:
         verdict = f"{'ok  ' if med <= target else 'SLOW'} (target <= {fmt_s(target).strip()})"
-    print(f"  {name:<44} {fmt_s(min(walls))} {fmt_s(med)} {fmt_s(max(walls))}  {verdict} {extra}".rstrip())
+    say(f"  {name:<44} {fmt_s(min(walls))} {fmt_s(med)} {fmt_s(max(walls))}  {verdict} {extra}".rstrip())
 
 
 def header(title: str) -> None:
     if title:
-        print(f"\n{title}")
-    print(f"  {'':<44} {'min':>11} {'median':>11} {'max':>11}")
+        say(f"\n{title}")
+    say(f"  {'':<44} {'min':>11} {'median':>11} {'max':>11}")
 
 
 # --- 1. one prediction per technique ---------------------------------------------
@@ -94,6 +115,8 @@ def bench_predictions(runs: int) -> tuple[int, float]:
         wall += sum(walls)
         row(f"{technique} ({r.simulated_events:,} events)", walls, TARGETS["prediction"],
             f"{cpu_note()} -> {r.total_time_s / 3600:.2f} h")
+        FIGURES.setdefault("prediction", {})[technique] = figures(walls, events=r.simulated_events,
+                                                                  target_s=TARGETS["prediction"])
     return int(events), wall
 
 
@@ -109,21 +132,24 @@ def bench_default_predict(runs: int) -> None:
 
     walls, _ = timed(in_process, runs)
     row("in process, main(['predict'])", walls, TARGETS["default predict"], cpu_note())
-    script = Path(sys.executable).parent / "geosim"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "geosim"]
+    FIGURES["default_predict_in_process"] = figures(walls, target_s=TARGETS["default predict"])
+    # `python -m geosim` from the root of the tree this process imported, so the subprocess runs the
+    # same code; with the bytecode cache on (an installed geosim has its .pyc files): a first run writes it
+    root = Path(geosim.__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "geosim"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
-    def cold():
-        proc = subprocess.run(command + ["predict"], capture_output=True, text=True, cwd="/")
+    def child(*args):
+        proc = subprocess.run(command + list(args), capture_output=True, text=True, cwd=root, env=env)
         assert proc.returncode == 0, proc.stderr
 
-    walls, _ = timed(cold, max(3, runs // 2))
-    row("subprocess `geosim predict` (cold start)", walls, TARGETS["default predict"])
-
-    def version():
-        subprocess.run(command + ["--version"], capture_output=True, check=True, cwd="/")
-
-    walls, _ = timed(version, 3)
+    child("predict")
+    walls, _ = timed(lambda: child("predict"), runs)
+    row("subprocess `geosim predict` (a fresh process)", walls, TARGETS["default predict"])
+    FIGURES["default_predict_subprocess"] = figures(walls, target_s=TARGETS["default predict"])
+    walls, _ = timed(lambda: child("--version"), runs)
     row("subprocess `geosim --version` (start-up alone)", walls)
+    FIGURES["version_subprocess"] = figures(walls)
 
 
 # --- 3. a 1,024-GPU cluster --------------------------------------------------------------
@@ -140,8 +166,8 @@ def big_cluster(sites: int = 8, hosts_per_site: int = 8, gpus_per_host: int = 16
 
 
 def bench_big(runs: int) -> tuple[int, float]:
-    print("\n3. one iteration of a 1,024-GPU cluster: 64 hosts x 16 A100-80GB at 8 sites, Pipeshard,")
-    print("   8 stages (one site's 8 hosts = 128 GPUs each, data parallel inside), gpt2m, 8 microbatches")
+    say("\n3. one iteration of a 1,024-GPU cluster: 64 hosts x 16 A100-80GB at 8 sites, Pipeshard,")
+    say("   8 stages (one site's 8 hosts = 128 GPUs each, data parallel inside), gpt2m, 8 microbatches")
     header("")
     cluster = big_cluster()
     model, params = get_model("gpt2m"), default_params()
@@ -159,6 +185,7 @@ def bench_big(runs: int) -> tuple[int, float]:
     r = results[-1]
     row(f"simulate one iteration ({r.events:,} events)", walls, TARGETS["1,024-GPU iteration"],
         f"-> {r.iteration_end[0]:.2f} s simulated, {r.transfers:,} transfers")
+    FIGURES["iteration_1024_gpus"] = figures(walls, events=r.events, target_s=TARGETS["1,024-GPU iteration"])
     walls_p, p = timed(lambda: predict(Case(cluster, model, workload, params), "pipeshard", options=options), 1)
     row(f"whole predict() ({SIMULATED_ITERATIONS} real + 1 ideal iteration)", walls_p, None,
         f"-> {p.status}, {p.iteration_time_s:.2f} s/iteration" if p.ok else f"-> {p.status}: {p.reason}")
@@ -169,11 +196,11 @@ def bench_big(runs: int) -> tuple[int, float]:
 
 
 def check_extrapolation(slices: list[str], iterations_per_epoch: int, epochs: int) -> bool:
-    print(f"\n4. extrapolation: predict() ({SIMULATED_ITERATIONS} simulated iterations, the rest extrapolated) vs "
+    say(f"\n4. extrapolation: predict() ({SIMULATED_ITERATIONS} simulated iterations, the rest extrapolated) vs "
           f"simulating all {iterations_per_epoch * epochs} iterations")
-    print(f"   ({epochs} epochs x {iterations_per_epoch} iterations, gpt2m, the default batch; run time excludes startup; "
+    say(f"   ({epochs} epochs x {iterations_per_epoch} iterations, gpt2m, the default batch; run time excludes startup; "
           f"must agree within {AGREEMENT:.1%})")
-    print(f"  {'slice':<10} {'technique':<10} {'extrapolated':>13} {'every iter':>13} {'rel diff':>9}  "
+    say(f"  {'slice':<10} {'technique':<10} {'extrapolated':>13} {'every iter':>13} {'rel diff':>9}  "
           f"{'wall':>7}  verdict")
     model, params = get_model("gpt2m"), default_params()
     all_ok = True
@@ -185,7 +212,7 @@ def check_extrapolation(slices: list[str], iterations_per_epoch: int, epochs: in
         for technique in TECHNIQUE_NAMES:
             r = predict(Case(scenario.cluster, model, workload, params), technique)
             if not r.ok:
-                print(f"  {scenario.cluster.name:<10} {technique:<10} {r.status}")
+                say(f"  {scenario.cluster.name:<10} {technique:<10} {r.status}")
                 continue
             extrapolated = r.total_time_s - r.startup_s
             schedule = build_schedule(technique, Case(scenario.cluster, model, workload, params))
@@ -201,7 +228,7 @@ def check_extrapolation(slices: list[str], iterations_per_epoch: int, epochs: in
                 steady = [full.iteration_time(i) for i in range(1, n)]
                 spread = (f"  iterations 2..{n}: {min(steady):.3f}-{max(steady):.3f} s, "
                           f"mean {statistics.fmean(steady):.3f} s; extrapolated from {r.iteration_time_s:.3f} s")
-            print(f"  {scenario.cluster.name:<10} {technique:<10} {extrapolated:>11.1f} s {every:>11.1f} s "
+            say(f"  {scenario.cluster.name:<10} {technique:<10} {extrapolated:>11.1f} s {every:>11.1f} s "
                   f"{diff:>+9.3%}  {wall:>5.1f} s  {'ok' if ok else 'DISAGREE'}{spread}")
     return all_ok
 
@@ -213,18 +240,30 @@ def main(argv=None) -> int:
                         help="slices for the extrapolation check (default: all five)")
     parser.add_argument("--iterations-per-epoch", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--quick", action="store_true",
+                        help="only 1 and 2 (predictions and the default predict), the speed targets")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON (the table goes to stderr)")
     args = parser.parse_args(argv)
+    global OUT
+    OUT = sys.stderr if args.json else sys.stdout
 
-    print(f"geosim benchmark: python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-          f"{args.runs} runs per timing; params {default_params().source}; load average {os.getloadavg()[0]:.1f}")
+    load = os.getloadavg()[0]
+    say(f"geosim benchmark: {Path(geosim.__file__).resolve().parent}, python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs, {args.runs} runs per timing; params {default_params().source}; load average {load:.1f}")
+    FIGURES.update(geosim=str(Path(geosim.__file__).resolve().parent), cpus=os.cpu_count(), load_average=load)
     events1, wall1 = bench_predictions(args.runs)
-    bench_default_predict(max(3, args.runs - 2))
-    events3, wall3 = bench_big(max(3, args.runs - 2))
-    print("\nsimulated events per second")
-    print(f"  UTAH-GPN predictions (all four techniques): {events1 / wall1:>12,.0f} events/s")
-    print(f"  1,024-GPU iteration:                        {events3 / wall3:>12,.0f} events/s")
-    agree = check_extrapolation(args.slices.split(","), args.iterations_per_epoch, args.epochs)
-    print(f"\nextrapolation within {AGREEMENT:.1%} everywhere: {'yes' if agree else 'NO'}")
+    bench_default_predict(max(5, args.runs - 2))
+    agree = True
+    if not args.quick:
+        events3, wall3 = bench_big(max(3, args.runs - 2))
+        say("\nsimulated events per second")
+        say(f"  UTAH-GPN predictions (every technique): {events1 / wall1:>12,.0f} events/s")
+        say(f"  1,024-GPU iteration:                    {events3 / wall3:>12,.0f} events/s")
+        agree = check_extrapolation(args.slices.split(","), args.iterations_per_epoch, args.epochs)
+        say(f"\nextrapolation within {AGREEMENT:.1%} everywhere: {'yes' if agree else 'NO'}")
+        FIGURES["extrapolation_agrees"] = agree
+    if args.json:
+        print(json.dumps(FIGURES, indent=2, allow_nan=False))
     return 0 if agree else 1
 
 
