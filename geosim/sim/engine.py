@@ -136,8 +136,19 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
             del gathering[key]
         return state[3]
 
-    def run_ops(rank, ops, ctx):
-        it = ctx[0]  # ctx: (iteration, then repeat tag and index for each enclosing Repeat)
+    # A context numbers where an op runs: the iteration, then each enclosing Repeat's tag and
+    # repetition. Messages, barriers and blocks are matched on (..., tag, context number): an int
+    # hashes at once, where the nested tuple it stands for was hashed again at every message.
+    contexts: dict[tuple, int] = {}
+
+    def context(parent: int, tag, index: int) -> int:
+        key = (parent, tag, index)
+        number = contexts.get(key)
+        if number is None:
+            number = contexts[key] = len(contexts) + 1
+        return number
+
+    def run_ops(rank, ops, ctx, it):
         for op in ops:
             kind = type(op)
             if kind is Send:
@@ -196,7 +207,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
                             elif arrived.callbacks is not None:
                                 yield arrived
                         else:
-                            yield from run_ops(rank, (step,), ctx)
+                            yield from run_ops(rank, (step,), ctx, it)
                 if trace_rows is not None:
                     trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
             elif kind is Barrier:
@@ -213,15 +224,15 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
             elif kind is Repeat:
                 if exact or op.count <= SIMULATED_REPETITIONS:
                     for r in range(op.count):
-                        yield from run_ops(rank, op.ops, ctx + (op.tag, r))
+                        yield from run_ops(rank, op.ops, context(ctx, op.tag, r), it)
                     continue
                 start = env.now
                 for r in range(SIMULATED_REPETITIONS - MEASURED_REPETITIONS):
-                    yield from run_ops(rank, op.ops, ctx + (op.tag, r))
+                    yield from run_ops(rank, op.ops, context(ctx, op.tag, r), it)
                 measured_start, busy, fixed = env.now, compute[it][rank], overhead[it][rank]
                 sent, sends = net.sent(rank)
                 for r in range(SIMULATED_REPETITIONS - MEASURED_REPETITIONS, SIMULATED_REPETITIONS):
-                    yield from run_ops(rank, op.ops, ctx + (op.tag, r))
+                    yield from run_ops(rank, op.ops, context(ctx, op.tag, r), it)
                 own_end = env.now
                 # Collectives keep the group in lockstep: once warmed up, every member repeats with
                 # one common period. Take the group's median last repetition as that period (a
@@ -257,14 +268,20 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact)
     def gpu(rank):
         program = schedule.programs[rank]
         for it in range(iterations):
-            yield from run_ops(rank, program, (it,))
+            yield from run_ops(rank, program, context(0, "iteration", it), it)
             ends[it][rank] = env.now
 
     for rank in schedule.programs:
         env.process(gpu(rank))
     env.run()
     if mailbox:
-        unmatched = next(iter(mailbox))
+        src, dst, tag, number = next(iter(mailbox))
+        where = {n: key for key, n in contexts.items()}
+        path = []
+        while number in where:  # the context's chain: iteration, then each enclosing Repeat
+            number, label, index = where[number]
+            path.insert(0, (label, index))
+        unmatched = (src, dst, tag, tuple(path))
         raise RuntimeError(f"schedule of {schedule.technique} left an unmatched send/recv: {unmatched}")
     return RunResult(
         iteration_end=[max(e) for e in ends], compute_s=compute, overhead_s=overhead, events=events[0],
