@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import statistics
 from dataclasses import dataclass, field
+from typing import Callable
 
 from geosim.sim.network import NetworkFactory
 from geosim.sim.network.tcp import TCPNetwork
@@ -78,20 +79,20 @@ def compute_timer(schedule: Schedule, params: Params, workload: Workload):
 
 def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload: Workload,
                  iterations: int = 3, network: NetworkFactory = TCPNetwork, trace: bool = False,
-                 exact: bool = False) -> RunResult:
+                 exact: bool = False, clock: Callable[[], Clock] = Clock) -> RunResult:
     """Simulate `iterations` iterations on the network model `network` builds (a factory called
     as network(clock, cluster, params, devices, trace)). exact=True runs every repetition of
-    Repeat blocks."""
+    Repeat blocks. `clock` makes the event kernel (tests/test_kernel.py hands it SimPy's)."""
     thresholds = gc.get_threshold()
     gc.set_threshold(*RUN_GC_THRESHOLDS)
     try:
-        return _run(schedule, cluster, params, workload, iterations, network, trace, exact)
+        return _run(schedule, cluster, params, workload, iterations, network, trace, exact, clock)
     finally:
         gc.set_threshold(*thresholds)
 
 
-def _run(schedule, cluster, params, workload, iterations, network, trace, exact) -> RunResult:
-    env = Clock()
+def _run(schedule, cluster, params, workload, iterations, network, trace, exact, clock) -> RunResult:
+    env = clock()
     trace_rows: list | None = [] if trace else None
     net = network(env, cluster, params, schedule.devices, trace_rows)
     compute_seconds = compute_timer(schedule, params, workload)
