@@ -17,8 +17,6 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-import networkx as nx
-
 from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
 from geosim.units import gbps_to_bps, ms_to_s
@@ -372,12 +370,17 @@ def _estimated_rtt_ms(ends: list[str], hosts: list[Host], source: str, prefix: s
 
 def check_connected(cluster: Cluster) -> None:
     """Hosts at different sites need a link path between them; same-site hosts share a LAN."""
-    graph = nx.Graph()
-    for h in cluster.hosts:
-        graph.add_edge(h.name, h.site)
-    for link in cluster.links:
-        graph.add_edge(link.a, link.b)
+    neighbors: dict[str, set[str]] = {}
+    for a, b in [(h.name, h.site) for h in cluster.hosts] + [(link.a, link.b) for link in cluster.links]:
+        neighbors.setdefault(a, set()).add(b)
+        neighbors.setdefault(b, set()).add(a)
     hosts = [h.name for h in cluster.hosts]
+    reached, frontier = {hosts[0]}, [hosts[0]]
+    while frontier:
+        for node in neighbors.get(frontier.pop(), ()):
+            if node not in reached:
+                reached.add(node)
+                frontier.append(node)
     for other in hosts[1:]:
-        if not nx.has_path(graph, hosts[0], other):
+        if other not in reached:
             raise GeosimError(f"host {other!r} has no link path to {hosts[0]!r}", source=cluster.source, key="links")

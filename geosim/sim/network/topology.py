@@ -12,7 +12,7 @@ each lane at the link's full bandwidth, and only the links between sites are sha
 
 from __future__ import annotations
 
-import networkx as nx
+from heapq import heappop, heappush
 
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
@@ -22,9 +22,47 @@ from geosim.specs import Cluster, Params
 TIE_BREAK_S = 1e-15
 
 
-def build_topology(cluster: Cluster, params: Params) -> nx.Graph:
+# two paths whose weights are this close (relative) count as tied: networkx then picks (see _lowest_latency_path)
+NEAR_TIE = 1e-9
+
+
+class Graph:
+    """An undirected graph as networkx.Graph holds one (adjacency in insertion order, one attribute
+    dict per edge, a repeated edge updating it), with the little the routes need: importing
+    networkx costs a tenth of a second, a tenth of what the default `geosim predict` may take."""
+
+    def __init__(self):
+        self.adj: dict[str, dict[str, dict]] = {}
+        self.added: list[tuple[str, str, dict]] = []  # to rebuild it in networkx, call for call
+
+    def add_edge(self, u: str, v: str, **attributes) -> None:
+        self.added.append((u, v, attributes))
+        edge = self.adj.setdefault(u, {}).get(v, {})
+        edge.update(attributes)
+        self.adj[u][v] = edge
+        self.adj.setdefault(v, {})[u] = edge
+
+    def has_edge(self, u: str, v: str) -> bool:
+        return v in self.adj.get(u, ())
+
+    def edge(self, u: str, v: str) -> dict:
+        return self.adj[u][v]
+
+    def neighbors(self, u: str) -> list[str]:
+        return list(self.adj[u])
+
+    def to_networkx(self):
+        import networkx as nx
+
+        graph = nx.Graph()
+        for u, v, attributes in self.added:
+            graph.add_edge(u, v, **attributes)
+        return graph
+
+
+def build_topology(cluster: Cluster, params: Params) -> Graph:
     """Hosts and sites as nodes; scenario links plus a LAN edge from every host to its site."""
-    graph = nx.Graph()
+    graph = Graph()
     for host in cluster.hosts:
         # a host reaches its site's switch in a quarter of the LAN RTT each way
         graph.add_edge(host.name, f"site:{host.site}", one_way_s=params.lan_rtt_s / 4,
@@ -74,15 +112,15 @@ class Topology:
             graph = self.graph
             # a link the scenario draws between the two hosts is their path, even where the
             # site LAN would be quicker (what-if edits of that link must take effect)
-            if graph.has_edge(a, b) and graph.edges[a, b]["link"] is not None:
+            if graph.has_edge(a, b) and graph.edge(a, b)["link"] is not None:
                 nodes = [a, b]
-            elif graph.degree(a) == 1 and graph.degree(b) == 1 and next(iter(graph[a])) == next(iter(graph[b])):
+            elif len(graph.adj[a]) == 1 and len(graph.adj[b]) == 1 and graph.neighbors(a) == graph.neighbors(b):
                 # two hosts whose only edge is to the same site's switch: no other path exists
                 # (and a search per pair would cost O(hosts) each on a large site)
-                nodes = [a, next(iter(graph[a])), b]
+                nodes = [a, graph.neighbors(a)[0], b]
             else:
                 nodes = self._lowest_latency_path(a, b)
-            edges = self._paths[key] = [(u, v, graph.edges[u, v]) for u, v in zip(nodes, nodes[1:])]
+            edges = self._paths[key] = [(u, v, graph.edge(u, v)) for u, v in zip(nodes, nodes[1:])]
         return edges
 
     def _lowest_latency_path(self, a: str, b: str) -> list[str]:
@@ -98,10 +136,17 @@ class Topology:
                 return None  # no transit through another VM
             return edge["one_way_s"] + TIE_BREAK_S * 1e9 / edge["bandwidth_bps"]
 
+        nodes = _unique_shortest_path(self.graph, a, b, weight)
+        if nodes is not None:
+            return nodes
+        # two paths (nearly) tied, or none without transit: networkx decides, as it always has
+        import networkx as nx
+
+        graph = self.graph.to_networkx()
         try:
-            return nx.shortest_path(self.graph, a, b, weight=weight)
+            return nx.shortest_path(graph, a, b, weight=weight)
         except nx.NetworkXNoPath:  # hosts linked only through other hosts: the path must cross one
-            return nx.shortest_path(self.graph, a, b, weight="one_way_s")
+            return nx.shortest_path(graph, a, b, weight="one_way_s")
 
     def hop_name(self, u: str, v: str, src: Device, dst: Device) -> str:
         """A link direction; with per-GPU NICs, the sending or receiving GPU's own lane of it."""
@@ -111,3 +156,39 @@ class Topology:
         if v == dst.host and v in self.per_gpu_nic:
             name += f"@{dst.local_index}"
         return name
+
+
+def _unique_shortest_path(graph: Graph, a: str, b: str, weight) -> list[str] | None:
+    """The shortest path from a to b (Dijkstra; weight(u, v, edge) None hides an edge) when it is the
+    only one, every other path longer by more than NEAR_TIE: then any shortest-path search, whatever
+    order it adds in, finds this one. None when two paths are that close, or no path exists."""
+    dist = {a: 0.0}
+    done: set[str] = set()
+    heap = [(0.0, 0, a)]
+    pushed = 1
+    while heap:
+        d, _, u = heappop(heap)
+        if u in done:
+            continue
+        done.add(u)
+        if u == b:
+            break
+        for v, edge in graph.adj[u].items():
+            w = weight(u, v, edge)
+            if w is None or v in done:
+                continue
+            if d + w < dist.get(v, float("inf")):
+                dist[v] = d + w
+                heappush(heap, (d + w, pushed, v))
+                pushed += 1
+    if b not in done:
+        return None
+    path = [b]
+    while path[-1] != a:
+        v = path[-1]
+        tight = [u for u, edge in graph.adj[v].items() if u in dist and (w := weight(u, v, edge)) is not None
+                 and abs(dist[u] + w - dist[v]) <= NEAR_TIE * max(dist[v], 1e-300)]
+        if len(tight) != 1:
+            return None
+        path.append(tight[0])
+    return path[::-1]
