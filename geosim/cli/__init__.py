@@ -15,7 +15,6 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from importlib.metadata import entry_points
 
 from geosim import __version__
 from geosim.errors import GeosimError
@@ -44,6 +43,8 @@ def _available_commands(only: str | None = None):
         if all(hasattr(module, attr) for attr in ("HELP", "add_arguments", "run")):
             yield only, module
             return
+    from importlib.metadata import entry_points  # 25 ms: only where a plugin may be wanted
+
     plugins = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in core}
     names = [n for n in ORDER if n in core or n in plugins]
     names += sorted(n for n in {**core, **plugins} if n not in ORDER)
