@@ -209,7 +209,7 @@ def check_extrapolation(slices: list[str], iterations_per_epoch: int, epochs: in
         base = scenario.workload()
         workload = scenario.workload(tokens_per_epoch=base.tokens_per_iteration * iterations_per_epoch, epochs=epochs)
         n = workload.iterations_per_epoch * workload.epochs
-        for technique in TECHNIQUE_NAMES:
+        for technique in STUDY_ORDER:  # one program per iteration (a low-communication program is H of them)
             r = predict(Case(scenario.cluster, model, workload, params), technique)
             if not r.ok:
                 say(f"  {scenario.cluster.name:<10} {technique:<10} {r.status}")
