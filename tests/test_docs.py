@@ -46,12 +46,6 @@ COMMAND_FENCES = {"console", "sh", "shell", "bash"}
 DIRECTIVE = re.compile(r"^<!--\s*docs-test:(.*?)-->\s*$")
 NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?"
 DEFAULT_TIMEOUT_S = 300
-# Pages other branches are writing now; the README links to them. Until they land a link to
-# one of them is not an error; once it exists its commands are run like every other page's.
-PENDING_PAGES = {
-    "docs/guide/live.md", "docs/guide/wan-emulator.md",
-    "docs/guide/select-plan.md", "docs/guide/predict.md", "docs/reference/cli.md",
-}
 
 
 @dataclass
@@ -281,7 +275,7 @@ def test_links_between_pages_resolve():
     for page in docs:
         for target in markdown_links(page):
             path = (page.parent / target).resolve()
-            if not path.exists() and str(path.relative_to(ROOT)) not in PENDING_PAGES:
+            if not path.exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, "links to nothing:\n" + "\n".join(broken)
 
