@@ -24,6 +24,7 @@ Folds are independent fits, so they run in a process pool (one per core).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -104,6 +105,13 @@ class Report:
         }
 
 
+def fitted_summary(fitted) -> dict:
+    """A fold's fitted values for its report; an unknown 1-sigma (not identifiable, at a bound) is None,
+    never NaN: the report is printed as JSON."""
+    return {f.param.name: {"value": f.value, "sigma_log": f.sigma_log if math.isfinite(f.sigma_log) else None,
+                           "unit": f.param.unit, "note": f.note} for f in fitted}
+
+
 def folds(cases: list[RunCase], kinds: tuple[str, ...]) -> list[tuple[str, str, str, list[int], list[int]]]:
     """(name, kind, held out, train indices, test indices)."""
     out = []
@@ -153,9 +161,7 @@ def run_fold(cases: list[RunCase], params_path: str | None, name: str, kind: str
     predicted = predict_with(result, [cases[i] for i in test])
     cells = [Cell(r.case.slice_key, r.case.label.partition("/")[2], r.measured, r.predicted, name, r.case.metric)
              for r in predicted]
-    fitted = {f.param.name: {"value": f.value, "sigma_log": f.sigma_log, "unit": f.param.unit, "note": f.note}
-              for f in result.fitted}
-    return FoldResult(name, kind, held_out, cells, result.rms_log_error, fitted, result.warnings,
+    return FoldResult(name, kind, held_out, cells, result.rms_log_error, fitted_summary(result.fitted), result.warnings,
                       time.perf_counter() - started)
 
 

@@ -368,3 +368,22 @@ def test_a_fraction_only_the_prior_pins_is_flagged_loudly():
     result = fit(cases, free, base, max_nfev=8)
     assert any(w.startswith("PINNED BY ITS PRIOR: compute.gemm_fraction") for w in result.warnings), result.warnings
     assert not any("PINNED BY ITS PRIOR: transport" in w for w in result.warnings)
+
+
+def test_a_folds_unknown_sigma_is_null_in_the_json_report():
+    """A fold with a parameter at a bound (sigma NaN, or infinite when not identifiable) crashed
+    `calibrate crossval --json` (allow_nan=False): the report says null instead."""
+    import json
+    import math
+
+    from geosim.calibrate.crossval import fitted_summary
+    from geosim.calibrate.fit import FreeParam, Fitted
+
+    def param(key):
+        return FreeParam("scalar", key, 1.0, 0.1, 10.0, "")
+
+    summary = fitted_summary([Fitted(param("a"), 10.0, math.nan, "at its upper bound"), Fitted(param("b"), 2.0, math.inf),
+                              Fitted(param("c"), 3.0, 0.3)])
+    report = json.loads(json.dumps(summary, allow_nan=False))
+    assert [report[k]["sigma_log"] for k in "abc"] == [None, None, 0.3]
+    assert report["a"]["note"] == "at its upper bound" and report["a"]["value"] == 10.0
