@@ -75,6 +75,12 @@ COMPUTE_PRIORS = {"compute.gemm_fraction": (0.7, 0.5), "compute.memory_fraction"
 # A per-iteration overhead is launch, host sync and the driver's bookkeeping: a tenth of a second,
 # not the seconds a fit would otherwise move into it to stand in for slow compute.
 OVERHEAD_PRIOR = (0.1, 1.0)
+# A message's fixed cost over NCCL's socket transport (the proxy thread's hand-off, the socket
+# calls, a chunk's copy through host memory) is tens to hundreds of microseconds: (centre in us,
+# 1-sigma of its log). Without it, a fold without Shard moved the other techniques' misfit into
+# ~8 ms per message, and Shard's thousands of small all-reduces came out twice too slow on a LAN.
+PER_MESSAGE_PRIOR = {"transport.per_message_overhead_us": (100.0, 1.0)}
+SCALAR_PRIORS = {**COMPUTE_PRIORS, **PER_MESSAGE_PRIOR}
 OVERHEAD_RANGE = (1e-4, 1.0)  # s: physical bounds of a per-iteration overhead
 DATA_NOISE = 0.2
 SHARED = "shared"  # the target of an overhead every technique has (fitted once, predicts a technique never seen)
@@ -205,8 +211,8 @@ class Evaluator:
         globals_ = {p.target: j for j, p in enumerate(free) if p.kind == "scalar"}
         self.priors = [(j, globals_.get(LINK_GLOBALS.get(p.kind), p.initial), LINK_PRIOR_SIGMA)
                        for j, p in enumerate(free) if p.kind in LINK_KINDS]
-        self.priors += [(j, COMPUTE_PRIORS[p.target][0], COMPUTE_PRIORS[p.target][1] / DATA_NOISE)
-                        for j, p in enumerate(free) if p.kind == "scalar" and p.target in COMPUTE_PRIORS]
+        self.priors += [(j, SCALAR_PRIORS[p.target][0], SCALAR_PRIORS[p.target][1] / DATA_NOISE)
+                        for j, p in enumerate(free) if p.kind == "scalar" and p.target in SCALAR_PRIORS]
         self.priors += [(j, OVERHEAD_PRIOR[0], OVERHEAD_PRIOR[1] / DATA_NOISE)
                         for j, p in enumerate(free) if p.kind == "iteration_overhead"]
 
@@ -402,15 +408,17 @@ def pinned_by_prior(ev: "Evaluator", jac, values) -> list[str]:
     data_rows = len(ev.cases)
     for j, _, sigma in ev.priors:
         p = ev.free[j]
-        if p.target not in COMPUTE_PRIORS:
+        if p.target not in SCALAR_PRIORS:
             continue
         from_data = float(np.sum(jac[:data_rows, j] ** 2))
         from_prior = 1.0 / sigma ** 2
         if from_data < from_prior:
-            centre, spread = COMPUTE_PRIORS[p.target]
+            centre, spread = SCALAR_PRIORS[p.target]
+            runs = ("paced by compute (one VM, a LAN)" if p.target in COMPUTE_PRIORS
+                    else "paced by many small messages (Shard on a LAN)")
             out.append(f"PINNED BY ITS PRIOR: {p.name} = {values[j]:.3g} is set by its prior ({centre:g} x/ "
                        f"{math.exp(spread):.2f}), not by the records: they carry {from_data / from_prior:.0%} of the "
-                       f"prior's information on it. Add runs that are paced by compute (one VM, a LAN).")
+                       f"prior's information on it. Add runs that are {runs}.")
     return out
 
 

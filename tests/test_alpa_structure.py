@@ -4,7 +4,8 @@
   channels), but ZeRO-2's reduce-scatter feeds a sharded accumulator and so runs every
   microbatch: per iteration ZeRO-2 moves (m+1)/2 times Data's bytes.
 - XLA's combiner packs gradient collectives into buffers of at most 30 MiB.
-- Leave-one-technique-out on Table II: median error <= 15%, order right on all five slices.
+- ZeRO-2 all-gathers fp16 parameters (2 B each), cast from the sharded fp32 master copy.
+- Leave-one-technique-out on Table II: the measured level is guarded (issue 12's target is not met yet).
 """
 
 from __future__ import annotations
@@ -126,10 +127,24 @@ def test_single_vm_runs_predicted_from_table_ii_alone():
 @pytest.mark.slow
 def test_leave_one_technique_out_on_table_ii_does_not_regress():
     """The issue's target (median <= 10%, worst <= 40%, order 5/5) is NOT met with compute on the datasheet:
-    measured 24.4% median, order right on 4 of 5 slices (docs/results/2026-11-23-crossval.md).
-    This guards the measured level, not the target."""
+    measured 16.8-17.7% median, order right on 4 of 5 slices (docs/results/2026-11-24-crossval.md).
+    This guards the measured level, not the target; and Shard on TACC-TACC's LAN, which a fold without
+    Shard predicted +116% before the per-message overhead had its prior."""
     report = _crossval(("loto",))["loto"]
     assert len(report.cells) == 20
-    assert report.median_abs_error <= 0.30, [(c.slice, c.technique, round(c.error, 3))
+    assert report.median_abs_error <= 0.20, [(c.slice, c.technique, round(c.error, 3))
                                                           for c in report.cells]
     assert sum(report.order_right().values()) >= 4, report.order_right()
+    (tacc_shard,) = [c for c in report.cells if (c.slice, c.technique) == ("TACC-TACC", "shard")]
+    assert abs(tacc_shard.error) <= 0.40, tacc_shard
+
+
+def test_zero2_gathers_fp16_parameters_by_default():
+    """Alpa's TrainState with a master copy casts the updated fp32 master to fp16 before it becomes the
+    replicated parameters, so the all-gather moves 2 bytes per parameter, as Data's fp16 gradients do."""
+    scenario = load_scenario("utah-mass")
+    case = Case(scenario.cluster, get_model("gpt2m"), scenario.workload(), load_params())
+    program = build_schedule("zero2", case).programs[0]
+    gathered = sum(n * k for op, n, k in collectives_in(program) if op == "all_gather")
+    assert load_params().settings("zero2").gather_bytes_per_param == 2.0
+    assert gathered == pytest.approx(case.model.num_params * 2)

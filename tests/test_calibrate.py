@@ -243,6 +243,26 @@ def test_per_link_step_rtts_free_params_and_their_effect():
     assert after[prior] == pytest.approx(math.log(3.0) / LINK_PRIOR_SIGMA)
 
 
+def test_the_per_message_overhead_has_a_prior_centred_on_a_sockets_fixed_cost():
+    """A fold without Shard once fitted ~8 ms per message to the others' misfit, and Shard's thousands of small
+    all-reduces came out twice too slow on TACC-TACC's LAN: the prior keeps the value near NCCL's proxy and
+    socket costs (100 us x/ e) unless the records say otherwise."""
+    from geosim.calibrate.fit import DATA_NOISE, PER_MESSAGE_PRIOR, Evaluator, default_free
+
+    base = load_params()
+    cases = [c for c in cases_from_records(study_records(), "s") if c.technique == "data" and not c.hosts]
+    free = default_free(cases, base, step_rtts=None)
+    j = [p.name for p in free].index("transport.per_message_overhead_us")
+    ev = Evaluator(cases, free, base)
+    centre, sigma = PER_MESSAGE_PRIOR["transport.per_message_overhead_us"]
+    assert (centre, sigma) == (100.0, 1.0)
+    (row,) = [k for k, (jj, _, _) in enumerate(ev.priors) if jj == j]
+    x = np.zeros(len(free))
+    x[j] = math.log(centre * math.e / free[j].initial)  # one sigma above the centre
+    # a prior is weighed as one record whose log error has a 1-sigma of DATA_NOISE
+    assert ev.residuals(x)[len(cases) + row] == pytest.approx(DATA_NOISE / sigma, rel=1e-9)
+
+
 def test_uncertainty_range_of_an_unidentifiable_value_does_not_overflow():
     from geosim.calibrate.fit import Fitted
 

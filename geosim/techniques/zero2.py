@@ -1,7 +1,9 @@
 """ZeRO stage 2 (alpa.Zero2Parallel): data parallel, but gradients are reduce-scattered
-and the optimizer state is sharded; updated parameters are all-gathered (in the
-precision settings.gather_bytes_per_param says: 4 when the fp32 master shards are
-gathered and cast afterwards). XLA's combiner packs the gradients into buffers of
+and the optimizer state is sharded; updated parameters are all-gathered in the
+precision settings.gather_bytes_per_param says: 2 by default, because Alpa's mixed-precision
+TrainState.apply_gradients casts the updated fp32 master copy to fp16 before it becomes the
+replicated parameters, so the cast runs on each shard and the gather moves 16-bit values.
+XLA's combiner packs the gradients into buffers of
 params.combine_bytes; collectives go buffer by buffer, each paying the link's latency.
 
 The reduce-scatter runs once per microbatch, not once per iteration: the gradient
@@ -30,8 +32,9 @@ DESCRIPTION = "data parallel, gradients reduce-scattered every microbatch, shard
 
 @dataclass(frozen=True)
 class Settings:
-    # 2: a 16-bit copy is gathered; 4: Alpa gathers the updated fp32 master shards, then casts
-    gather_bytes_per_param: float = tunable(4.0, "bytes per parameter the all-gather moves", low=1.0, high=16.0,
+    # 2: the fp16 parameters cast from each fp32 master shard (Alpa's TrainState with a master copy);
+    # 4: a run without a master copy that keeps fp32 parameters
+    gather_bytes_per_param: float = tunable(2.0, "bytes per parameter the all-gather moves", low=1.0, high=16.0,
                                             fit=(1.0, 16.0))
 
 
