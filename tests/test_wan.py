@@ -103,7 +103,7 @@ def test_forward_loss_rate_and_jitter_never_reorders():
     (dict(loss=-0.1), "--loss"),
     (dict(hosts=1), "--num-hosts"),
     (dict(hosts=2.5), "--num-hosts"),
-    (dict(bandwidth_mbit=0), "--bandwidth-mbit"),
+    (dict(bandwidth_mbit=0), "bandwidth_mbit"),
     (dict(ttl_s=0), "--ttl-s"),
     (dict(rtt_ms=10, jitter_ms=6), "--jitter-ms"),
     (dict(rtt_ms=[[0, 10], [10, 0], [1, 1]]), "--rtt-matrix"),

@@ -250,7 +250,8 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
     hosts = int(hosts)
     matrix = _rtt_matrix(rtt_ms, hosts)
     if bandwidth_mbit is not None:  # tbf's range, and what a forwarder in Python could carry
-        bandwidth_mbit = _number(bandwidth_mbit, "--bandwidth-mbit", MIN_MBIT, MAX_MBIT)
+        # named as the caller of this function passed it; the CLI checks --bandwidth-gbps first
+        bandwidth_mbit = _number(bandwidth_mbit, "bandwidth_mbit", MIN_MBIT, MAX_MBIT)
     jitter_ms = _number(jitter_ms, "--jitter-ms", 0, 60_000)
     min_one_way = min(matrix[i][j] for i in range(hosts) for j in range(hosts) if i != j) / 2
     if jitter_ms > min_one_way:
@@ -267,7 +268,7 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
         raise GeosimError("offload drops whole 64 KB super-frames: use it without --loss", source=SOURCE, key="--loss")
     netns.check_host()
     if bandwidth_mbit is not None and not _which("tc"):
-        raise GeosimError("--bandwidth-mbit needs the 'tc' command (iproute2)", source=SOURCE)
+        raise GeosimError("a bandwidth cap (--bandwidth-gbps) needs the 'tc' command (iproute2)", source=SOURCE)
 
     path = state_path(state)
     old = read_state(path)  # BrokenState: reported, `down` clears it
