@@ -104,12 +104,30 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
     ends = [[0.0] * len(schedule.devices) for _ in range(iterations)]
     compute = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
     overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
-    timeout, event, succeed, pop = env.timeout, env.event, env.succeed, mailbox.pop
+    timeout, event, succeed, succeed_at, pop = env.timeout, env.event, env.succeed, env.succeed_at, mailbox.pop
 
     def deliver(arrived) -> None:
         """The receiver got there first and waits on a plain event: the arrival triggers it."""
         succeed(arrived.value)
-    send, collective_ops, may_shortcut = net.send, net.collective_ops, net.may_shortcut
+    send, collective_ops, may_shortcut, may_precompute = net.send, net.collective_ops, net.may_shortcut, net.may_precompute
+    net.prepare(schedule.programs)
+    holding: dict[tuple, dict] = {}  # (tag, context) -> {rank: (arrival, its release event)}
+
+    def hold(op, ctx, rank) -> Event:
+        """A collective the network times by arithmetic: hold the rank until the last one arrives,
+        then have each released when its steps would have ended. Returns the rank's release."""
+        key = (op.tag, ctx)
+        arrived = holding.get(key)
+        if arrived is None:
+            arrived = holding[key] = {}
+        release = arrived[rank] = (env.now, event())
+        events[0] += 1
+        if len(arrived) == len(op.group):
+            del holding[key]
+            ends = net.collective_ends(op, {r: at for r, (at, _) in arrived.items()})
+            for r, (_, released) in arrived.items():
+                succeed_at(released, ends[r])
+        return release[1]
 
     def shortcut(op, ctx):
         """Gather the collective's ranks that arrive at this instant; if all do, the network
@@ -181,7 +199,10 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
                     trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
             elif kind is Collective:
                 start = env.now
-                done = (yield from shortcut(op, ctx)) if may_shortcut(op) else None
+                if may_precompute(op):
+                    done = hold(op, ctx, rank)
+                else:
+                    done = (yield from shortcut(op, ctx)) if may_shortcut(op) else None
                 if done is not None:
                     yield done
                 else:

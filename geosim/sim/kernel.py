@@ -57,6 +57,16 @@ class Clock:
         event.value = value
         heappush(self._queue, (self.now, next(self._ids), event))
 
+    def succeed_at(self, event: Event, time: float, value=None) -> None:
+        """succeed(), processed at `time` (not before now): for a time computed ahead, which
+        now + (time - now) would round (the engine's arithmetic collectives)."""
+        if event.value is not PENDING:
+            raise RuntimeError("event already triggered")
+        if time < self.now:
+            raise ValueError(f"event scheduled in the past: {time} < {self.now}")
+        event.value = value
+        heappush(self._queue, (time, next(self._ids), event))
+
     def process(self, generator) -> None:
         """Run a generator that yields events, from the start of run()."""
         self._starting.append(generator)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from geosim.sim.network import CountingNetwork
+from geosim.sim.network.exclusive import ExclusiveLinks
 from geosim.sim.network.topology import Topology
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
@@ -45,9 +46,14 @@ class Connection:
     last_active: float = float("-inf")
 
 
-class TCPNetwork(CountingNetwork):
-    def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
+class TCPNetwork(ExclusiveLinks, CountingNetwork):
+    """precompute=False: every collective step runs as events, even where every link has one
+    sender (what tests/test_exclusive_links.py compares the arithmetic against)."""
+
+    def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None,
+                 precompute: bool = True):
         super().__init__(clock, cluster, params, devices, trace)
+        self.precompute = precompute
         self.topology = Topology(cluster, params, devices)
         self.free_at = self.topology.free_at
         self._routes: dict[tuple[int, int], Route] = {}
@@ -134,8 +140,14 @@ class TCPNetwork(CountingNetwork):
 
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
         """Reserve the route for a transfer starting now; return the seconds until it has arrived."""
+        now = self.env.now
+        return self.send_at(src, dst, nbytes, p2p, label, now) - now
+
+    def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
+        """send() started at `now` (collective_ends times a collective's steps ahead of the clock):
+        the time the transfer has arrived."""
         self.count(src, nbytes)
-        p, now, key = self.params, self.env.now, (src, dst)
+        p, key = self.params, (src, dst)
         route = self._routes.get(key) or self.route(src, dst)
         conn = self.connections.get(key)
         if conn is None:
@@ -165,6 +177,6 @@ class TCPNetwork(CountingNetwork):
         arrival = done + route.one_way_s + p.per_message_overhead_s
         if self.trace is not None:
             self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
-        return arrival - now
+        return arrival
 
 Network = TCPNetwork  # the name before network models had a protocol
