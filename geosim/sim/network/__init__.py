@@ -84,21 +84,18 @@ class CountingNetwork:
         self.hosts = tuple(d.host for d in devices)
         self.bytes_sent = 0.0
         self.transfers = 0
-        self._sent: dict[int, list] = {}  # rank -> [bytes, transfers]
+        self._sent = {d.rank: [0.0, 0] for d in devices}  # rank -> [bytes, transfers] it has sent
 
     def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
         self.transfers += transfers
         self.bytes_sent += nbytes
-        mine = self._sent.get(src)
-        if mine is None:
-            self._sent[src] = [nbytes, transfers]
-        else:
-            mine[0] += nbytes
-            mine[1] += transfers
+        mine = self._sent[src]
+        mine[0] += nbytes
+        mine[1] += transfers
 
     def sent(self, rank: int) -> tuple[float, int]:
-        mine = self._sent.get(rank)
-        return (mine[0], mine[1]) if mine else (0.0, 0)
+        mine = self._sent[rank]
+        return mine[0], mine[1]
 
     def collective_ops(self, coll: Collective, rank: int) -> tuple:
         return collectives.expand(coll, rank, self.hosts)

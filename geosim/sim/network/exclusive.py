@@ -22,32 +22,35 @@ from geosim.sim import collectives
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
 
 
-def sender_pairs(programs: dict[int, list], hosts: tuple[str, ...]) -> set[tuple[int, int]]:
-    """Every (sender, receiver) pair the programs can send over: point-to-point sends and
-    each collective's steps, inside Repeat blocks too."""
-    pairs: set[tuple[int, int]] = set()
+def sender_pairs(programs: dict[int, list], hosts: tuple[str, ...]):
+    """Every (sender, receiver) pair the programs can send over, each once, as they are met:
+    point-to-point sends and each collective's steps, inside Repeat blocks too."""
+    seen_pairs: set[tuple[int, int]] = set()
     seen_collectives: set[tuple] = set()
     seen_blocks: set[tuple[int, int]] = set()  # (rank, id of an op list): programs share blocks
-
-    def walk(rank: int, ops) -> None:
-        if (rank, id(ops)) in seen_blocks:
-            return
-        seen_blocks.add((rank, id(ops)))
-        for op in ops:
-            kind = type(op)
-            if kind is Send:
-                pairs.add((rank, op.dst))
-            elif kind is Repeat:
-                walk(rank, op.ops)
-            elif kind is Collective:
-                key = (op.op, op.group, op.algorithm)
-                if key not in seen_collectives:
-                    seen_collectives.add(key)
-                    pairs.update(collective_pairs(op, hosts))
-
     for rank, program in programs.items():
-        walk(rank, program)
-    return pairs
+        pending = [program]
+        while pending:
+            ops = pending.pop()
+            if (rank, id(ops)) in seen_blocks:
+                continue
+            seen_blocks.add((rank, id(ops)))
+            for op in ops:
+                kind = type(op)
+                if kind is Send:
+                    found = ((rank, op.dst),)
+                elif kind is Repeat:
+                    pending.append(op.ops)
+                    continue
+                elif kind is Collective and (op.op, op.group, op.algorithm) not in seen_collectives:
+                    seen_collectives.add((op.op, op.group, op.algorithm))
+                    found = collective_pairs(op, hosts)
+                else:
+                    continue
+                for pair in found:
+                    if pair not in seen_pairs:
+                        seen_pairs.add(pair)
+                        yield pair
 
 
 def collective_pairs(coll: Collective, hosts: tuple[str, ...]) -> set[tuple[int, int]]:
@@ -59,7 +62,8 @@ def collective_pairs(coll: Collective, hosts: tuple[str, ...]) -> set[tuple[int,
 
 
 def one_sender_per_hop(pairs, route) -> bool:
-    """Whether no hop is held by the routes of two different senders."""
+    """Whether no hop is held by the routes of two different senders (stops at the first that is:
+    most runs that have one find it early)."""
     sender_of: dict[int, int] = {}
     for src, dst in pairs:
         for hop in route(src, dst).hops:
