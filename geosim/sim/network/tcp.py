@@ -72,6 +72,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         self.free_at = self.topology.free_at
         self._routes: dict[tuple[int, int], Route] = {}
         self.connections: dict[tuple[int, int], Connection] = {}
+        self._pairs: dict[tuple[int, int], tuple[Route, Connection]] = {}  # what send() looks up
 
     def route(self, src: int, dst: int) -> Route:
         key = (src, dst)
@@ -165,10 +166,13 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         mine[0] += nbytes
         mine[1] += 1
         p, key = self.params, (src, dst)
-        route = self._routes.get(key) or self.route(src, dst)
-        conn = self.connections.get(key)
-        if conn is None:
-            conn = self.connections[key] = Connection(cwnd=p.initial_window_bytes)
+        pair = self._pairs.get(key)  # one look-up for the route and the connection
+        if pair is None:
+            conn = self.connections.get(key)
+            if conn is None:
+                conn = self.connections[key] = Connection(cwnd=p.initial_window_bytes)
+            pair = self._pairs[key] = (self.route(src, dst), conn)
+        route, conn = pair
         # a p2p send waits for its rendezvous; a collective step over TCP for NCCL's flow
         # control (the receiver's credit for the step's buffer)
         ready = now + (route.handshake_s if p2p else route.credit_s)
@@ -188,7 +192,9 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
                 done = busy
         if route.windowed:
             # a window-limited flow trickles on after its line time without holding the line
-            done = max(done, start + self.flow_time(route, conn, nbytes, start))
+            flow_done = start + self.flow_time(route, conn, nbytes, start)
+            if flow_done > done:
+                done = flow_done
         conn.last_active = done
         arrival = done + route.one_way_s + p.per_message_overhead_s
         if self.trace is not None:
