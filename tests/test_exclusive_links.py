@@ -138,3 +138,20 @@ def test_techniques_run_the_same_either_way(scenario, technique, arithmetic):
     ahead, events, used = both_ways(build_schedule(technique, case), s.cluster, iterations=3)
     assert_same_run(ahead, events)
     assert used == arithmetic
+
+
+def test_two_groups_under_one_tag_keep_every_step_an_event():
+    """DiLoCo's replicas all-reduce their gradients under one tag, each replica its own group.
+    The engine holds a collective's ranks by tag: it would gather both replicas as one group."""
+    gpu = CATALOG["A30"]
+    cluster = Cluster("one host", (Host("h0", "s0", (gpu,) * 4, "nvlink", "per-gpu"),), ())
+    devices = devices_of(cluster)
+    programs = {}
+    for rank in range(4):
+        group = (0, 1) if rank < 2 else (2, 3)
+        programs[rank] = [Compute(0.0, "work", kind="overhead", seconds=0.01 * rank),
+                          Collective("allreduce", group, 3e6, "ring", ("grads",))]
+    schedule = Schedule("replicas", devices, programs, dict.fromkeys(range(4), 0.0))
+    ahead, events, used = both_ways(schedule, cluster)
+    assert not used
+    assert_same_run(ahead, events)

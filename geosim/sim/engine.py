@@ -1,16 +1,17 @@
 """The one engine: runs any technique's schedule on a discrete-event clock (SimPy's semantics).
 
-Each GPU is a small generator process walking its program; what a transfer costs, and
-what a collective becomes, is the network model's answer (geosim.sim.network). Nothing
-here knows what a technique is or which network model runs.
+Each GPU is a small generator process walking its program, flattened (Repeat blocks laid
+out in line); what a transfer costs, and what a collective becomes, is the network model's
+answer (geosim.sim.network), which may also time a whole collective itself. Nothing here
+knows what a technique is or which network model runs.
 """
 
 from __future__ import annotations
 
 import gc
 import statistics
-from itertools import islice
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Callable, NamedTuple
 
 from geosim.sim.network import NetworkFactory
@@ -56,7 +57,8 @@ class RepeatEnd(NamedTuple):
 
 def flatten(ops, flat: list | None = None) -> list:
     """A program with its Repeat blocks (nested ones too) laid out in line, each between a
-    RepeatStart and a RepeatEnd, so the engine walks one list with one index."""
+    RepeatStart and a RepeatEnd, so the engine walks one list, going back to a block's first
+    op for each repetition."""
     flat = [] if flat is None else flat
     for op in ops:
         if type(op) is Repeat:
@@ -141,7 +143,9 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
     def deliver(arrived) -> None:
         """The receiver got there first and waits on a plain event: the arrival triggers it."""
         succeed(arrived.value)
-    send, collective_ops, may_shortcut, may_precompute = net.send, net.collective_ops, net.may_shortcut, net.may_precompute
+
+    send, collective_ops = net.send, net.collective_ops
+    may_shortcut, may_precompute = net.may_shortcut, net.may_precompute
     net.prepare(schedule.programs)
     holding: dict[tuple, dict] = {}  # (tag, context) -> {rank: (arrival, its release event)}
 
@@ -275,7 +279,8 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
                             numbers = repetitions[(ctx, op.repeat.tag)] = []
                         # repetitions done, to simulate; the enclosing context; skips the rest; start;
                         # measured from; the repetitions' context numbers
-                        blocks.append([0, SIMULATED_REPETITIONS if skips else count, ctx, skips, env.now, None, numbers])
+                        blocks.append([0, SIMULATED_REPETITIONS if skips else count, ctx, skips, env.now, None,
+                                       numbers])
                         ctx = repetition(numbers, ctx, op.repeat.tag, 0)
                         continue
                     else:

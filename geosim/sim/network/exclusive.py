@@ -9,8 +9,8 @@ Then a collective can be held until its last rank arrives and timed all at once,
 starting from its own arrival time (ranks on mixed GPUs arrive apart): the same send()
 arithmetic per step, the same state left behind, and each rank released at the very
 instant its last receive would have completed. Other runs (a hop with two senders: GPUs
-sharing a NIC into one ring, point-to-point sends into a ring's port, a trace wanted) run
-every step as events.
+sharing a NIC into one ring, point-to-point sends into a ring's port; two groups'
+collectives under one tag; a trace wanted) run every step as events.
 
 `ExclusiveLinks` gives a model this, given its `route(src, dst).hops` and a
 `send_at(src, dst, nbytes, p2p, label, now)` that is its send() started at `now`.
@@ -24,9 +24,12 @@ from geosim.sim.schedule import Collective, Recv, Repeat, Send
 
 def sender_pairs(programs: dict[int, list], hosts: tuple[str, ...]):
     """Every (sender, receiver) pair the programs can send over, each once, as they are met:
-    point-to-point sends and each collective's steps, inside Repeat blocks too."""
+    point-to-point sends and each collective's steps, inside Repeat blocks too. Raises
+    SharedTag where two groups' collectives carry one tag (the engine holds a collective's
+    ranks by tag and context: it would gather both groups' ranks as one)."""
     seen_pairs: set[tuple[int, int]] = set()
     seen_collectives: set[tuple] = set()
+    group_of: dict[tuple, tuple] = {}  # a collective's tag -> its group
     seen_blocks: set[tuple[int, int]] = set()  # (rank, id of an op list): programs share blocks
     for rank, program in programs.items():
         pending = [program]
@@ -42,7 +45,12 @@ def sender_pairs(programs: dict[int, list], hosts: tuple[str, ...]):
                 elif kind is Repeat:
                     pending.append(op.ops)
                     continue
-                elif kind is Collective and (op.op, op.group, op.algorithm) not in seen_collectives:
+                elif kind is Collective:
+                    group = group_of.setdefault(op.tag, op.group)
+                    if group is not op.group and group != op.group:
+                        raise SharedTag(op.tag)
+                    if (op.op, op.group, op.algorithm) in seen_collectives:
+                        continue
                     seen_collectives.add((op.op, op.group, op.algorithm))
                     found = collective_pairs(op, hosts)
                 else:
@@ -51,6 +59,10 @@ def sender_pairs(programs: dict[int, list], hosts: tuple[str, ...]):
                     if pair not in seen_pairs:
                         seen_pairs.add(pair)
                         yield pair
+
+
+class SharedTag(Exception):
+    """Collectives of two different groups carry this tag."""
 
 
 def collective_pairs(coll: Collective, hosts: tuple[str, ...]) -> set[tuple[int, int]]:
@@ -159,7 +171,10 @@ class ExclusiveLinks:
     def prepare(self, programs: dict[int, list]) -> None:
         self._rounds: dict[Collective, list | None] = {}
         if self.precompute and self.trace is None:  # a trace lists transfers in the order they start
-            self._one_sender_per_hop = one_sender_per_hop(sender_pairs(programs, self.hosts), self.route)
+            try:
+                self._one_sender_per_hop = one_sender_per_hop(sender_pairs(programs, self.hosts), self.route)
+            except SharedTag:
+                self._one_sender_per_hop = False
 
     def may_precompute(self, coll: Collective) -> bool:
         return self._one_sender_per_hop
@@ -168,7 +183,8 @@ class ExclusiveLinks:
         rounds = self._rounds.get(coll, False)
         if rounds is False:
             # a run meets the same collective ops again and again (repetitions, iterations)
-            rounds = self._rounds[coll] = lockstep_rounds(coll.group, [self.collective_ops(coll, r) for r in coll.group])
+            steps = [self.collective_ops(coll, rank) for rank in coll.group]
+            rounds = self._rounds[coll] = lockstep_rounds(coll.group, steps)
         if rounds is None:
             ends = collective_ends(lambda rank: self.collective_ops(coll, rank), arrivals, self.send_at)
         else:
