@@ -177,7 +177,7 @@ class ExclusiveLinks:
                 self._one_sender_per_hop = False
 
     def may_precompute(self, coll: Collective) -> bool:
-        return self._one_sender_per_hop
+        return self._one_sender_per_hop and len(coll.group) > 1  # a group of one has no steps to save
 
     def collective_ends(self, coll: Collective, arrivals: dict[int, float]) -> dict[int, float]:
         rounds = self._rounds.get(coll, False)
