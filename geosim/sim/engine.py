@@ -252,7 +252,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
                             steps = ()
                         else:
                             steps = collective_ops(op, rank)
-                    elif kind is Send or kind is Recv:
+                    elif kind is Send or kind is Recv or kind is Barrier:
                         steps, start = (op,), None
                     elif kind is RepeatEnd:
                         block = blocks[-1]
@@ -285,7 +285,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
                         continue
                     else:
                         raise TypeError(f"unknown op {op!r}")
-                    # point-to-point steps: a collective's, or the program's own send or receive
+                    # point-to-point steps (or a barrier): a collective's, or the program's own op
                     for step in steps:
                         step_kind = type(step)
                         if step_kind is Send:

@@ -11,7 +11,9 @@ This keeps SimPy's semantics exactly, so every prediction is the same to the las
 - a processed event hands its callbacks its value in the order they were added;
 - a process that yields an event already processed goes on at once with its value.
 
-Nothing fails here: the engine never fails an event, so there is no failure path.
+Nothing fails here: the engine never fails an event, so there is no failure path. One thing
+SimPy lacks: `succeed_at`, an event processed at a given time rather than at now + a delay
+(which would round), for ranks released from a collective the network timed ahead.
 """
 
 from __future__ import annotations
