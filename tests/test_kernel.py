@@ -1,8 +1,11 @@
 """The engine's event kernel (geosim/sim/kernel.py) against SimPy, whose semantics it keeps:
 the same schedules run on both give the same times, to the last bit, and the same event counts."""
 
+from heapq import heappush
+
 import pytest
 import simpy
+from simpy.events import NORMAL
 
 from geosim.case import Case
 from geosim.params import default_params
@@ -28,6 +31,12 @@ class SimPyClock:
 
     def succeed(self, event, value=None):
         event.succeed(value)
+
+    def succeed_at(self, event, time, value=None):
+        """SimPy has no absolute-time trigger (env.schedule adds a delay to now, which rounds):
+        queue the event at `time` as its schedule() would."""
+        event._ok, event._value = True, value
+        heappush(self.env._queue, (time, NORMAL, next(self.env._eid), event))
 
     def process(self, generator):
         self.env.process(generator)

@@ -1,8 +1,9 @@
 """The one engine: runs any technique's schedule on a discrete-event clock (SimPy's semantics).
 
-Each GPU is a small generator process walking its program; what a transfer costs, and
-what a collective becomes, is the network model's answer (geosim.sim.network). Nothing
-here knows what a technique is or which network model runs.
+Each GPU is a small generator process walking its program, flattened (Repeat blocks laid
+out in line); what a transfer costs, and what a collective becomes, is the network model's
+answer (geosim.sim.network), which may also time a whole collective itself. Nothing here
+knows what a technique is or which network model runs.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import gc
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable
+from itertools import islice
+from typing import Callable, NamedTuple
 
 from geosim.sim.network import NetworkFactory
 from geosim.sim.network.tcp import TCPNetwork
@@ -36,6 +38,38 @@ class RunResult:
 
 SIMULATED_REPETITIONS = 5  # of a Repeat block: the first two warm up, the last MEASURED_REPETITIONS stand for the rest
 MEASURED_REPETITIONS = 3  # their mean period is the steady one (a ring over mixed GPUs settles irregularly)
+WARM_UP_REPETITIONS = SIMULATED_REPETITIONS - MEASURED_REPETITIONS
+
+
+class RepeatStart(NamedTuple):
+    """Where a Repeat block's ops begin in a flat program; `end` is the index just past its RepeatEnd."""
+
+    repeat: Repeat
+    end: int
+
+
+class RepeatEnd(NamedTuple):
+    """Where a Repeat block's ops end in a flat program; `body` is the index of its first op."""
+
+    repeat: Repeat
+    body: int
+
+
+def flatten(ops, flat: list | None = None) -> list:
+    """A program with its Repeat blocks (nested ones too) laid out in line, each between a
+    RepeatStart and a RepeatEnd, so the engine walks one list, going back to a block's first
+    op for each repetition."""
+    flat = [] if flat is None else flat
+    for op in ops:
+        if type(op) is Repeat:
+            at = len(flat)
+            flat.append(None)  # its RepeatStart, once the end is known
+            flatten(op.ops, flat)
+            flat.append(RepeatEnd(op, at + 1))
+            flat[at] = RepeatStart(op, len(flat))
+        else:
+            flat.append(op)
+    return flat
 
 
 def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int, float]:
@@ -104,12 +138,32 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
     ends = [[0.0] * len(schedule.devices) for _ in range(iterations)]
     compute = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
     overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
-    timeout, event, succeed, pop = env.timeout, env.event, env.succeed, mailbox.pop
+    timeout, event, succeed, succeed_at, pop = env.timeout, env.event, env.succeed, env.succeed_at, mailbox.pop
 
     def deliver(arrived) -> None:
         """The receiver got there first and waits on a plain event: the arrival triggers it."""
         succeed(arrived.value)
-    send, collective_ops, may_shortcut = net.send, net.collective_ops, net.may_shortcut
+
+    send, collective_ops = net.send, net.collective_ops
+    may_shortcut, may_precompute = net.may_shortcut, net.may_precompute
+    net.prepare(schedule.programs)
+    holding: dict[tuple, dict] = {}  # (tag, context) -> {rank: (arrival, its release event)}
+
+    def hold(op, ctx, rank) -> Event:
+        """A collective the network times by arithmetic: hold the rank until the last one arrives,
+        then have each released when its steps would have ended. Returns the rank's release."""
+        key = (op.tag, ctx)
+        arrived = holding.get(key)
+        if arrived is None:
+            arrived = holding[key] = {}
+        release = arrived[rank] = (env.now, event())
+        events[0] += 1
+        if len(arrived) == len(op.group):
+            del holding[key]
+            ends = net.collective_ends(op, {r: at for r, (at, _) in arrived.items()})
+            for r, (_, released) in arrived.items():
+                succeed_at(released, ends[r])
+        return release[1]
 
     def shortcut(op, ctx):
         """Gather the collective's ranks that arrive at this instant; if all do, the network
@@ -149,50 +203,95 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
             number = contexts[key] = len(contexts) + 1
         return number
 
-    def run_ops(rank, ops, ctx, it):
-        for op in ops:
-            kind = type(op)
-            if kind is Send:
-                key = (rank, op.dst, op.tag, ctx)
-                delay = send(rank, op.dst, op.nbytes, op.p2p, op.tag[0])
-                waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
-                events[0] += 1
-                if waiting is None:
-                    mailbox[key] = timeout(delay)
-                else:
-                    timeout(delay, waiting).callbacks.append(deliver)
-            elif kind is Recv:
-                key = (op.src, rank, op.tag, ctx)
-                arrived = pop(key, None)
-                if arrived is None:
-                    events[0] += 1
-                    arrived = mailbox[key] = event()
-                    yield arrived
-                elif arrived.callbacks is not None:  # not yet arrived
-                    yield arrived
-            elif kind is Compute:
-                seconds = op.seconds if op.kind == "overhead" else compute_seconds(rank, op)
-                start = env.now
-                if seconds > 0:
-                    events[0] += 1
-                    yield timeout(seconds)
-                (overhead if op.kind == "overhead" else compute)[it][rank] += seconds
-                if trace_rows is not None:
-                    trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
-            elif kind is Collective:
-                start = env.now
-                done = (yield from shortcut(op, ctx)) if may_shortcut(op) else None
-                if done is not None:
-                    yield done
-                else:
-                    # the steps run here rather than in a nested run_ops: a collective is most of a
-                    # run's events, and every level of generators is walked again at each resumption
-                    for step in collective_ops(op, rank):
+    # (enclosing context, a Repeat's tag) -> the context number of each repetition met so far:
+    # a block looks its list up once, then each repetition's number by index, not by hashing the tag
+    repetitions: dict[tuple, list[int]] = {}
+
+    def repetition(numbers: list[int], parent: int, tag, index: int) -> int:
+        if index < len(numbers):
+            return numbers[index]
+        number = context(parent, tag, index)  # every rank runs a block's repetitions in order
+        numbers.append(number)
+        return number
+
+    flat_programs: dict[int, list] = {}  # id(program) -> its flat form: ranks often share one program
+
+    def gpu(rank):
+        """The rank's whole run as one generator walking its flat program (Repeat blocks laid out in
+        line): a generator nested per block would be walked through again at every resumption."""
+        program = schedule.programs[rank]
+        flat = flat_programs.get(id(program))
+        if flat is None:
+            flat = flat_programs[id(program)] = flatten(program)
+        for it in range(iterations):
+            ctx = context(0, "iteration", it)
+            blocks = []  # the Repeat blocks the rank is inside, innermost last
+            ops = iter(flat)
+            while ops is not None:
+                # a for loop over the program, started again where a repetition jumps back to: it
+                # costs nothing per op, where an index kept by hand cost the engine 3-5%
+                for op in ops:
+                    kind = type(op)
+                    if kind is Compute:
+                        seconds = op.seconds if op.kind == "overhead" else compute_seconds(rank, op)
+                        start = env.now
+                        if seconds > 0:
+                            events[0] += 1
+                            yield timeout(seconds)
+                        (overhead if op.kind == "overhead" else compute)[it][rank] += seconds
+                        if trace_rows is not None:
+                            trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
+                        continue
+                    if kind is Collective:
+                        start = env.now
+                        if may_precompute(op):
+                            yield hold(op, ctx, rank)  # the network timed it whole
+                            steps = ()
+                        elif may_shortcut(op) and (done := (yield from shortcut(op, ctx))) is not None:
+                            yield done
+                            steps = ()
+                        else:
+                            steps = collective_ops(op, rank)
+                    elif kind is Send or kind is Recv or kind is Barrier:
+                        steps, start = (op,), None
+                    elif kind is RepeatEnd:
+                        block = blocks[-1]
+                        block[0] += 1
+                        if block[0] < block[1]:  # another repetition to simulate: back to the block's start
+                            if block[0] == WARM_UP_REPETITIONS and block[3]:
+                                block[5] = (env.now, compute[it][rank], overhead[it][rank], *net.sent(rank))
+                            ctx = repetition(block[6], block[2], op.repeat.tag, block[0])
+                            ops = islice(flat, op.body, None)
+                            break
+                        blocks.pop()
+                        ctx = block[2]
+                        if block[3]:
+                            yield from skip_repetitions(rank, op.repeat, ctx, it, block[4], block[5])
+                        continue
+                    elif kind is RepeatStart:
+                        count = op.repeat.count
+                        if count <= 0:
+                            ops = islice(flat, op.end, None)
+                            break
+                        skips = not exact and count > SIMULATED_REPETITIONS
+                        numbers = repetitions.get((ctx, op.repeat.tag))
+                        if numbers is None:
+                            numbers = repetitions[(ctx, op.repeat.tag)] = []
+                        # repetitions done, to simulate; the enclosing context; skips the rest; start;
+                        # measured from; the repetitions' context numbers
+                        blocks.append([0, SIMULATED_REPETITIONS if skips else count, ctx, skips, env.now, None,
+                                       numbers])
+                        ctx = repetition(numbers, ctx, op.repeat.tag, 0)
+                        continue
+                    else:
+                        raise TypeError(f"unknown op {op!r}")
+                    # point-to-point steps (or a barrier): a collective's, or the program's own op
+                    for step in steps:
                         step_kind = type(step)
                         if step_kind is Send:
                             key = (rank, step.dst, step.tag, ctx)
                             delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
-                            waiting = pop(key, None)
+                            waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
                             events[0] += 1
                             if waiting is None:
                                 mailbox[key] = timeout(delay)
@@ -205,72 +304,59 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
                                 events[0] += 1
                                 arrived = mailbox[key] = event()
                                 yield arrived
-                            elif arrived.callbacks is not None:
+                            elif arrived.callbacks is not None:  # not yet arrived
                                 yield arrived
+                        elif step_kind is Barrier:
+                            key = (step.tag, ctx)
+                            waiting = barriers.get(key)
+                            if waiting is None:
+                                events[0] += 1
+                                waiting = barriers[key] = [0, event()]
+                            waiting[0] += 1
+                            if waiting[0] == step.size:
+                                del barriers[key]
+                                succeed(waiting[1])
+                            yield waiting[1]
                         else:
-                            yield from run_ops(rank, (step,), ctx, it)
-                if trace_rows is not None:
-                    trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
-            elif kind is Barrier:
-                key = (op.tag, ctx)
-                waiting = barriers.get(key)
-                if waiting is None:
-                    events[0] += 1
-                    waiting = barriers[key] = [0, event()]
-                waiting[0] += 1
-                if waiting[0] == op.size:
-                    del barriers[key]
-                    succeed(waiting[1])
-                yield waiting[1]
-            elif kind is Repeat:
-                if exact or op.count <= SIMULATED_REPETITIONS:
-                    for r in range(op.count):
-                        yield from run_ops(rank, op.ops, context(ctx, op.tag, r), it)
-                    continue
-                start = env.now
-                for r in range(SIMULATED_REPETITIONS - MEASURED_REPETITIONS):
-                    yield from run_ops(rank, op.ops, context(ctx, op.tag, r), it)
-                measured_start, busy, fixed = env.now, compute[it][rank], overhead[it][rank]
-                sent, sends = net.sent(rank)
-                for r in range(SIMULATED_REPETITIONS - MEASURED_REPETITIONS, SIMULATED_REPETITIONS):
-                    yield from run_ops(rank, op.ops, context(ctx, op.tag, r), it)
-                own_end = env.now
-                # Collectives keep the group in lockstep: once warmed up, every member repeats with
-                # one common period. Take the group's median last repetition as that period (a
-                # member still warming up does not set it), and let each member skip the rest on
-                # its own clock; the wait for the others hides inside the skipped time.
-                key = (op.tag, ctx)
-                state = repeats.get(key)
-                if state is None:
-                    events[0] += 1
-                    state = repeats[key] = ([], event())
-                state[0].append((own_end - measured_start) / MEASURED_REPETITIONS)
-                if len(state[0]) == len(op.group):
-                    del repeats[key]
-                    succeed(state[1], statistics.median(state[0]))
-                period = yield state[1]
-                remaining = op.count - SIMULATED_REPETITIONS
-                skipped = remaining * period
-                share = remaining / MEASURED_REPETITIONS
-                compute[it][rank] += share * (compute[it][rank] - busy)
-                overhead[it][rank] += share * (overhead[it][rank] - fixed)
-                # the skipped repetitions send what the measured ones sent, on average
-                sent_now, sends_now = net.sent(rank)
-                net.count(rank, share * (sent_now - sent), round(share * (sends_now - sends)))
-                net.shift_connections(rank, since=start, delta=skipped)
-                if own_end + skipped > env.now:
-                    events[0] += 1
-                    yield timeout(own_end + skipped - env.now)
-                if trace_rows is not None:
-                    trace_rows.append(("coll", rank, f"{op.label} x{op.count}", start, env.now, 0.0))
-            else:
-                raise TypeError(f"unknown op {op!r}")
-
-    def gpu(rank):
-        program = schedule.programs[rank]
-        for it in range(iterations):
-            yield from run_ops(rank, program, context(0, "iteration", it), it)
+                            raise TypeError(f"unknown step {step!r}")
+                    if trace_rows is not None and kind is Collective:
+                        trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
+                else:
+                    ops = None  # the program's end
             ends[it][rank] = env.now
+
+    def skip_repetitions(rank, op, ctx, it, start, measured):
+        """The last MEASURED_REPETITIONS of a Repeat block stand for the ones not simulated.
+        Collectives keep the group in lockstep: once warmed up, every member repeats with one
+        common period. Take the group's median measured period as that period (a member still
+        warming up does not set it), and let each member skip the rest on its own clock; the
+        wait for the others hides inside the skipped time."""
+        own_end = env.now
+        measured_start, busy, fixed, sent, sends = measured
+        key = (op.tag, ctx)
+        state = repeats.get(key)
+        if state is None:
+            events[0] += 1
+            state = repeats[key] = ([], event())
+        state[0].append((own_end - measured_start) / MEASURED_REPETITIONS)
+        if len(state[0]) == len(op.group):
+            del repeats[key]
+            succeed(state[1], statistics.median(state[0]))
+        period = yield state[1]
+        remaining = op.count - SIMULATED_REPETITIONS
+        skipped = remaining * period
+        share = remaining / MEASURED_REPETITIONS
+        compute[it][rank] += share * (compute[it][rank] - busy)
+        overhead[it][rank] += share * (overhead[it][rank] - fixed)
+        # the skipped repetitions send what the measured ones sent, on average
+        sent_now, sends_now = net.sent(rank)
+        net.count(rank, share * (sent_now - sent), round(share * (sends_now - sends)))
+        net.shift_connections(rank, since=start, delta=skipped)
+        if own_end + skipped > env.now:
+            events[0] += 1
+            yield timeout(own_end + skipped - env.now)
+        if trace_rows is not None:
+            trace_rows.append(("coll", rank, f"{op.label} x{op.count}", start, env.now, 0.0))
 
     for rank in schedule.programs:
         env.process(gpu(rank))

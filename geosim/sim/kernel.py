@@ -11,7 +11,9 @@ This keeps SimPy's semantics exactly, so every prediction is the same to the las
 - a processed event hands its callbacks its value in the order they were added;
 - a process that yields an event already processed goes on at once with its value.
 
-Nothing fails here: the engine never fails an event, so there is no failure path.
+Nothing fails here: the engine never fails an event, so there is no failure path. One thing
+SimPy lacks: `succeed_at`, an event processed at a given time rather than at now + a delay
+(which would round), for ranks released from a collective the network timed ahead.
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ class Clock:
             raise RuntimeError("event already triggered")
         event.value = value
         heappush(self._queue, (self.now, next(self._ids), event))
+
+    def succeed_at(self, event: Event, time: float, value=None) -> None:
+        """succeed(), processed at `time` (not before now): for a time computed ahead, which
+        now + (time - now) would round (the engine's arithmetic collectives)."""
+        if event.value is not PENDING:
+            raise RuntimeError("event already triggered")
+        if time < self.now:
+            raise ValueError(f"event scheduled in the past: {time} < {self.now}")
+        event.value = value
+        heappush(self._queue, (time, next(self._ids), event))
 
     def process(self, generator) -> None:
         """Run a generator that yields events, from the start of run()."""

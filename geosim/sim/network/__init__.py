@@ -3,10 +3,12 @@
 The engine runs a schedule's ops and asks its network model two things: how long a
 send takes to arrive (`send`), and which ops a collective becomes for one rank
 (`collective_ops`: point-to-point steps, or a barrier where communication is free).
-A model may also offer a fast path for a whole collective (`collective_time`), and
-keeps the byte and transfer counts the engine reports. Models, one file each:
+A model may also offer a fast path for a whole collective (`collective_time` when its
+ranks arrive together, `collective_ends` whenever they arrive), and keeps the byte and
+transfer counts the engine reports. Models, one file each:
 
-  tcp.TCPNetwork               links, routes, TCP's window, slow start and per-message costs
+  tcp.TCPNetwork               links, routes, TCP's window, slow start and per-message costs;
+                               collectives timed by arithmetic where links have one sender each
   alphabeta.AlphaBetaNetwork   latency + bytes / bandwidth per link, first-come-first-served
                                links, no TCP; symmetric collectives simulated once
   ideal.IdealNetwork           free communication: sends cost nothing, collectives are barriers
@@ -45,6 +47,17 @@ class NetworkModel(Protocol):
     def may_shortcut(self, coll: Collective) -> bool:
         """Whether collective_time could answer for `coll` (the engine then gathers its ranks first)."""
 
+    def prepare(self, programs: dict[int, list]) -> None:
+        """Called once before the run with every rank's program (a model may study its routes)."""
+
+    def may_precompute(self, coll: Collective) -> bool:
+        """Whether collective_ends times `coll`: the engine then holds each rank that reaches it
+        until the last one has, whenever they arrive, instead of running its steps."""
+
+    def collective_ends(self, coll: Collective, arrivals: dict[int, float]) -> dict[int, float]:
+        """All of `coll`'s transfers, each rank starting at its arrival time (rank -> time), with
+        every state the steps would leave; each rank's end time, exactly as the steps' events."""
+
     def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
         """Record traffic that was not simulated (repetitions the engine skipped)."""
 
@@ -60,7 +73,7 @@ NetworkFactory = Callable[..., NetworkModel]
 
 class CountingNetwork:
     """What every model shares: byte and transfer counts, collectives as point-to-point steps,
-    no fast path and no state to shift. Subclasses provide send()."""
+    no fast path (collective_ends is never asked) and no state to shift. Subclasses provide send()."""
 
     def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
         self.env = clock
@@ -71,21 +84,18 @@ class CountingNetwork:
         self.hosts = tuple(d.host for d in devices)
         self.bytes_sent = 0.0
         self.transfers = 0
-        self._sent: dict[int, list] = {}  # rank -> [bytes, transfers]
+        self._sent = {d.rank: [0.0, 0] for d in devices}  # rank -> [bytes, transfers] it has sent
 
     def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
         self.transfers += transfers
         self.bytes_sent += nbytes
-        mine = self._sent.get(src)
-        if mine is None:
-            self._sent[src] = [nbytes, transfers]
-        else:
-            mine[0] += nbytes
-            mine[1] += transfers
+        mine = self._sent[src]
+        mine[0] += nbytes
+        mine[1] += transfers
 
     def sent(self, rank: int) -> tuple[float, int]:
-        mine = self._sent.get(rank)
-        return (mine[0], mine[1]) if mine else (0.0, 0)
+        mine = self._sent[rank]
+        return mine[0], mine[1]
 
     def collective_ops(self, coll: Collective, rank: int) -> tuple:
         return collectives.expand(coll, rank, self.hosts)
@@ -95,6 +105,12 @@ class CountingNetwork:
 
     def collective_time(self, coll: Collective) -> float | None:
         return None
+
+    def prepare(self, programs: dict[int, list]) -> None:
+        return None
+
+    def may_precompute(self, coll: Collective) -> bool:
+        return False  # so collective_ends is never asked
 
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         return None

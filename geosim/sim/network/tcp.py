@@ -19,12 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from geosim.sim.network import CountingNetwork
+from geosim.sim.network.exclusive import ExclusiveLinks
 from geosim.sim.network.topology import Topology
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
 
 
-@dataclass
+@dataclass(slots=True)
 class Route:
     hops: tuple[int, ...]  # indices of the link directions held while the bytes serialize
     name: str
@@ -35,9 +36,23 @@ class Route:
     stream_rate: float  # bytes/s all of the connection's sockets can move, host-side
     step_rtts: float  # round trips a collective step waits for the receiver's credit (TCP paths)
     tcp: bool
+    # what every send over the route would compute again (the same products, so the same bits)
+    windowed: bool = False  # a TCP flow whose window may limit it (tcp and a round trip > 0)
+    max_window: float = 0.0  # bytes: the window, capped by the bandwidth-delay product and the copy rate
+    restart_after_s: float = 0.0  # idle longer than this restarts slow start (Linux: RTO >= RTT + 200 ms)
+    initial_window: float = 0.0  # bytes a restarted or new flow starts from
+    handshake_s: float = 0.0  # a point-to-point send's rendezvous
+    credit_s: float = 0.0  # a collective step's wait for the receiver's credit
+
+    def __post_init__(self) -> None:
+        self.windowed = self.tcp and self.rtt_s > 0
+        # a window beyond the path's bandwidth-delay product buys nothing, and each socket is
+        # also capped by the host's copy rate (NCCL's socket proxy threads)
+        self.max_window = min(self.window_bytes, self.line_rate * self.rtt_s, self.stream_rate * self.rtt_s)
+        self.credit_s = self.step_rtts * self.rtt_s
 
 
-@dataclass
+@dataclass(slots=True)
 class Connection:
     """TCP state of one sender->receiver connection: survives across iterations."""
 
@@ -45,13 +60,19 @@ class Connection:
     last_active: float = float("-inf")
 
 
-class TCPNetwork(CountingNetwork):
-    def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
+class TCPNetwork(ExclusiveLinks, CountingNetwork):
+    """precompute=False: every collective step runs as events, even where every link has one
+    sender (what tests/test_exclusive_links.py compares the arithmetic against)."""
+
+    def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None,
+                 precompute: bool = True):
         super().__init__(clock, cluster, params, devices, trace)
+        self.precompute = precompute
         self.topology = Topology(cluster, params, devices)
         self.free_at = self.topology.free_at
         self._routes: dict[tuple[int, int], Route] = {}
         self.connections: dict[tuple[int, int], Connection] = {}
+        self._pairs: dict[tuple[int, int], tuple[Route, Connection]] = {}  # what send() looks up
 
     def route(self, src: int, dst: int) -> Route:
         key = (src, dst)
@@ -84,24 +105,24 @@ class TCPNetwork(CountingNetwork):
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
             stream_rate=streams * p.stream_rate_gbps * 1e9 / 8, step_rtts=step_rtts,
         )
+        route.restart_after_s = route.rtt_s + p.idle_restart_s
+        route.initial_window = min(route.max_window, p.initial_window_bytes)
+        route.handshake_s = p.p2p_handshake_rtts * route.rtt_s
         self._routes[key] = route
         return route
 
     def flow_time(self, route: Route, conn: Connection, nbytes: float, start: float) -> float:
         """Seconds the TCP flow needs for nbytes, window- and slow-start-limited (no queueing)."""
-        if not route.tcp or route.rtt_s <= 0:
+        if not route.windowed:
             return 0.0
-        p = self.params
-        # a window beyond the path's bandwidth-delay product buys nothing, and each socket is
-        # also capped by the host's copy rate (NCCL's socket proxy threads)
-        w_max = min(route.window_bytes, route.line_rate * route.rtt_s, route.stream_rate * route.rtt_s)
-        cwnd = min(conn.cwnd, w_max)
+        w_max = route.max_window
+        cwnd = conn.cwnd if conn.cwnd < w_max else w_max
         idle = start - conn.last_active
-        rto = route.rtt_s + p.idle_restart_s  # Linux: RTO >= RTT + 200 ms
-        if p.slow_start_after_idle and idle > rto:
+        rto = route.restart_after_s
+        if idle > rto and self.params.slow_start_after_idle:
             # Linux (tcp_cwnd_restart) halves the window for each RTO of idleness after the
             # first, down to the initial window; halving continuously keeps the model monotonic
-            initial = min(w_max, p.initial_window_bytes)
+            initial = route.initial_window
             cwnd = max(initial, cwnd * 2.0 ** (1.0 - idle / rto)) if idle != float("inf") else initial
         elapsed, sent = 0.0, 0.0
         while cwnd < w_max and sent + cwnd < nbytes:  # slow start: one window per round trip, doubling
@@ -119,12 +140,10 @@ class TCPNetwork(CountingNetwork):
         route = self._routes.get((src, dst)) or self.route(src, dst)
         p = self.params
         line = nbytes / route.line_rate
-        if route.tcp and route.rtt_s > 0:
+        if route.windowed:
             # a flow moves at most its largest window per round trip (flow_time)
-            w_max = min(route.window_bytes, route.line_rate * route.rtt_s, route.stream_rate * route.rtt_s)
-            line = max(line, nbytes * route.rtt_s / w_max)
-        sync_rtts = p.p2p_handshake_rtts if p2p else route.step_rtts
-        return sync_rtts * route.rtt_s + line + route.one_way_s + p.per_message_overhead_s
+            line = max(line, nbytes * route.rtt_s / route.max_window)
+        return (route.handshake_s if p2p else route.credit_s) + line + route.one_way_s + p.per_message_overhead_s
 
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's connections stayed busy through them."""
@@ -134,16 +153,29 @@ class TCPNetwork(CountingNetwork):
 
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
         """Reserve the route for a transfer starting now; return the seconds until it has arrived."""
-        self.count(src, nbytes)
-        p, now, key = self.params, self.env.now, (src, dst)
-        route = self._routes.get(key) or self.route(src, dst)
-        conn = self.connections.get(key)
-        if conn is None:
-            conn = self.connections[key] = Connection(cwnd=p.initial_window_bytes)
+        now = self.env.now
+        return self.send_at(src, dst, nbytes, p2p, label, now) - now
+
+    def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
+        """send() started at `now` (collective_ends times a collective's steps ahead of the clock):
+        the time the transfer has arrived."""
+        # count(src, nbytes), written out: a call per transfer was 2% of a run
+        self.transfers += 1
+        self.bytes_sent += nbytes
+        mine = self._sent[src]
+        mine[0] += nbytes
+        mine[1] += 1
+        p, key = self.params, (src, dst)
+        pair = self._pairs.get(key)  # one look-up for the route and the connection
+        if pair is None:
+            conn = self.connections.get(key)
+            if conn is None:
+                conn = self.connections[key] = Connection(cwnd=p.initial_window_bytes)
+            pair = self._pairs[key] = (self.route(src, dst), conn)
+        route, conn = pair
         # a p2p send waits for its rendezvous; a collective step over TCP for NCCL's flow
         # control (the receiver's credit for the step's buffer)
-        sync_rtts = p.p2p_handshake_rtts if p2p else route.step_rtts
-        ready = now + sync_rtts * route.rtt_s
+        ready = now + (route.handshake_s if p2p else route.credit_s)
         last_active = conn.last_active
         start = ready if ready >= last_active else last_active  # one connection is one byte stream
         serialize = nbytes / route.line_rate
@@ -158,13 +190,15 @@ class TCPNetwork(CountingNetwork):
             free_at[h] = busy
             if busy > done:
                 done = busy
-        if route.tcp and route.rtt_s > 0:
+        if route.windowed:
             # a window-limited flow trickles on after its line time without holding the line
-            done = max(done, start + self.flow_time(route, conn, nbytes, start))
+            flow_done = start + self.flow_time(route, conn, nbytes, start)
+            if flow_done > done:
+                done = flow_done
         conn.last_active = done
         arrival = done + route.one_way_s + p.per_message_overhead_s
         if self.trace is not None:
             self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
-        return arrival - now
+        return arrival
 
 Network = TCPNetwork  # the name before network models had a protocol

@@ -1,0 +1,196 @@
+"""Collectives timed by arithmetic instead of events, where every link is one sender's own.
+
+A collective's steps cost most of a run's events: each step is a send (a timeout) and a
+receive (a wait) on every rank. When no hop (link direction, GPU port) of the whole run is
+ever used by two senders, the order in which different senders' transfers are started
+cannot change any of them: a hop's backlog and a connection's window move only with their
+own sender's transfers, and each sender's transfers still happen in its program's order.
+Then a collective can be held until its last rank arrives and timed all at once, each rank
+starting from its own arrival time (ranks on mixed GPUs arrive apart): the same send()
+arithmetic per step, the same state left behind, and each rank released at the very
+instant its last receive would have completed. Other runs (a hop with two senders: GPUs
+sharing a NIC into one ring, point-to-point sends into a ring's port; two groups'
+collectives under one tag; a trace wanted) run every step as events.
+
+`ExclusiveLinks` gives a model this, given its `route(src, dst).hops` and a
+`send_at(src, dst, nbytes, p2p, label, now)` that is its send() started at `now`.
+"""
+
+from __future__ import annotations
+
+from geosim.sim import collectives
+from geosim.sim.schedule import Collective, Recv, Repeat, Send
+
+
+def sender_pairs(programs: dict[int, list], hosts: tuple[str, ...]):
+    """Every (sender, receiver) pair the programs can send over, each once, as they are met:
+    point-to-point sends and each collective's steps, inside Repeat blocks too. Raises
+    SharedTag where two groups' collectives carry one tag (the engine holds a collective's
+    ranks by tag and context: it would gather both groups' ranks as one)."""
+    seen_pairs: set[tuple[int, int]] = set()
+    seen_collectives: set[tuple] = set()
+    group_of: dict[tuple, tuple] = {}  # a collective's tag -> its group
+    seen_blocks: set[tuple[int, int]] = set()  # (rank, id of an op list): programs share blocks
+    for rank, program in programs.items():
+        pending = [program]
+        while pending:
+            ops = pending.pop()
+            if (rank, id(ops)) in seen_blocks:
+                continue
+            seen_blocks.add((rank, id(ops)))
+            for op in ops:
+                kind = type(op)
+                if kind is Send:
+                    found = ((rank, op.dst),)
+                elif kind is Repeat:
+                    pending.append(op.ops)
+                    continue
+                elif kind is Collective:
+                    group = group_of.setdefault(op.tag, op.group)
+                    if group is not op.group and group != op.group:
+                        raise SharedTag(op.tag)
+                    if (op.op, op.group, op.algorithm) in seen_collectives:
+                        continue
+                    seen_collectives.add((op.op, op.group, op.algorithm))
+                    found = collective_pairs(op, hosts)
+                else:
+                    continue
+                for pair in found:
+                    if pair not in seen_pairs:
+                        seen_pairs.add(pair)
+                        yield pair
+
+
+class SharedTag(Exception):
+    """Collectives of two different groups carry this tag."""
+
+
+def collective_pairs(coll: Collective, hosts: tuple[str, ...]) -> set[tuple[int, int]]:
+    phases = collectives.ring_phases(coll, hosts)
+    if phases is not None:  # O(p): the ring forms' pairs without expanding every rank
+        return {pair for phase in phases for pair in phase}
+    return {(rank, op.dst) for rank in coll.group for op in collectives.expand(coll, rank, hosts)
+            if type(op) is Send}
+
+
+def one_sender_per_hop(pairs, route) -> bool:
+    """Whether no hop is held by the routes of two different senders (stops at the first that is:
+    most runs that have one find it early)."""
+    sender_of: dict[int, int] = {}
+    for src, dst in pairs:
+        for hop in route(src, dst).hops:
+            if sender_of.setdefault(hop, src) != src:
+                return False
+    return True
+
+
+def collective_ends(steps_of, arrivals: dict[int, float], send_at) -> dict[int, float]:
+    """Each rank's end time for a collective whose ranks reached it at `arrivals` (rank -> time),
+    walking every rank's steps (steps_of(rank): Sends and Recvs) as the engine would run them:
+    a send starts at the rank's time and arrives at `now + (arrival - now)` (the clock's own
+    sum, so the times are the event run's to the last bit); a receive waits for its message.
+    send_at(src, dst, nbytes, p2p, label, now) -> arrival time does the send's bookkeeping.
+    The order senders are visited in is free: no two share a hop or a connection."""
+    clock = dict(arrivals)
+    position = dict.fromkeys(arrivals, 0)
+    steps = {rank: steps_of(rank) for rank in arrivals}
+    messages: dict[tuple, float] = {}  # (src, dst, tag) -> when it has arrived
+    running = list(arrivals)
+    while running:
+        blocked, progressed = [], False
+        for rank in running:
+            ops, i, now = steps[rank], position[rank], clock[rank]
+            start = i
+            while i < len(ops):
+                op = ops[i]
+                if type(op) is Send:
+                    messages[(rank, op.dst, op.tag)] = now + (send_at(rank, op.dst, op.nbytes, op.p2p, op.tag[0], now)
+                                                             - now)
+                else:
+                    arrived = messages.pop((op.src, rank, op.tag), None)
+                    if arrived is None:
+                        break
+                    if arrived > now:
+                        now = arrived
+                i += 1
+            position[rank], clock[rank] = i, now
+            progressed = progressed or i > start
+            if i < len(ops):
+                blocked.append(rank)
+        if not progressed:  # a full pass sent nothing new: nothing ever will
+            raise RuntimeError(f"collective steps wait on each other: ranks {sorted(blocked)}")
+        running = blocked
+    return clock
+
+
+def lockstep_rounds(group: tuple[int, ...], steps: list[tuple]) -> list[tuple] | None:
+    """A collective whose every rank runs the same number of (Send, Recv) pairs, the k-th Recv
+    taking the k-th Send of its sender (rings, and the phases of the hierarchical form), as
+    rounds: per round, each rank's send (rank, dst, nbytes, p2p, label) and the index of the
+    rank whose send it receives. None for any other shape (the tree: collective_ends walks it)."""
+    index = {rank: i for i, rank in enumerate(group)}
+    length = len(steps[0])
+    if length % 2 or any(len(ops) != length for ops in steps):
+        return None
+    rounds = []
+    for k in range(0, length, 2):
+        sends, sources = [], []
+        for i, rank in enumerate(group):
+            send, recv = steps[i][k], steps[i][k + 1]
+            if type(send) is not Send or type(recv) is not Recv or recv.src not in index:
+                return None
+            source = index[recv.src]
+            theirs = steps[source][k]
+            if type(theirs) is not Send or theirs.dst != rank or theirs.tag != recv.tag:
+                return None
+            sends.append((rank, send.dst, send.nbytes, send.p2p, send.tag[0]))
+            sources.append(source)
+        rounds.append((sends, sources))
+    return rounds
+
+
+def lockstep_ends(group: tuple[int, ...], rounds: list[tuple], arrivals: dict[int, float], send_at) -> dict[int, float]:
+    """collective_ends for lockstep_rounds: round by round, every rank sends at its own time
+    (the end of its previous receive) and then waits for its source's message of the round."""
+    clock = [arrivals[rank] for rank in group]
+    for sends, sources in rounds:
+        arrived = [now + (send_at(rank, dst, nbytes, p2p, label, now) - now)
+                   for now, (rank, dst, nbytes, p2p, label) in zip(clock, sends)]
+        clock = [message if message > now else now for now, message in zip(clock, [arrived[j] for j in sources])]
+    return dict(zip(group, clock))
+
+
+class ExclusiveLinks:
+    """Mixin for a routed model (route(src, dst).hops, send_at(...)): collectives timed by
+    collective_ends when the run's routes give every hop one sender. `precompute=False` on the
+    model (self.precompute) keeps every step an event, for the tests that compare the two."""
+
+    precompute = True
+    _one_sender_per_hop = False  # until prepare() has seen the run's programs
+
+    def prepare(self, programs: dict[int, list]) -> None:
+        self._rounds: dict[Collective, list | None] = {}
+        if self.precompute and self.trace is None:  # a trace lists transfers in the order they start
+            try:
+                self._one_sender_per_hop = one_sender_per_hop(sender_pairs(programs, self.hosts), self.route)
+            except SharedTag:
+                self._one_sender_per_hop = False
+
+    def may_precompute(self, coll: Collective) -> bool:
+        return self._one_sender_per_hop and len(coll.group) > 1  # a group of one has no steps to save
+
+    def collective_ends(self, coll: Collective, arrivals: dict[int, float]) -> dict[int, float]:
+        rounds = self._rounds.get(coll, False)
+        if rounds is False:
+            # a run meets the same collective ops again and again (repetitions, iterations)
+            steps = [self.collective_ops(coll, rank) for rank in coll.group]
+            rounds = self._rounds[coll] = lockstep_rounds(coll.group, steps)
+        if rounds is None:
+            ends = collective_ends(lambda rank: self.collective_ops(coll, rank), arrivals, self.send_at)
+        else:
+            ends = lockstep_ends(coll.group, rounds, arrivals, self.send_at)
+        if min(ends.values()) < max(arrivals.values()):
+            # the event run would have let that rank go on before the last one arrived: holding
+            # it was wrong. Every form here (ring, hierarchical, tree) ends after all have arrived.
+            raise RuntimeError(f"a rank's share of {coll.op} ended before every rank had arrived")
+        return ends
