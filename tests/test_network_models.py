@@ -121,6 +121,21 @@ def test_the_ideal_network_makes_a_collective_a_barrier():
     assert run.bytes_sent == 0
 
 
+def test_the_ideal_networks_barrier_keeps_two_groups_under_one_tag_apart():
+    """DiLoCo's replicas run their outer all-reduces under one tag: a barrier keyed by the tag alone
+    let rank 0 and rank 2 (of different replicas, both early) release each other at once."""
+    cluster = lan_hosts(2, 2)
+    devices = devices_of(cluster)
+    first, second = (Collective("allreduce", g, 1e6, "ring", ("outer",)) for g in ((0, 1), (2, 3)))
+    programs = {0: [first, Compute(0.0, "after", kind="overhead", seconds=0.5)],
+                1: [Compute(0.0, "late", kind="overhead", seconds=1.0), first],
+                2: [second, Compute(0.0, "after", kind="overhead", seconds=0.5)],
+                3: [Compute(0.0, "late", kind="overhead", seconds=1.0), second]}
+    schedule = Schedule("two replicas", devices, programs, dict.fromkeys(programs, 0.0))
+    run = run_schedule(schedule, cluster, default_params(), WORKLOAD, iterations=1, network=IdealNetwork)
+    assert run.iteration_end[0] == pytest.approx(1.5, rel=REL)  # the early ranks wait for their own group
+
+
 # --- alpha-beta against hand formulas -----------------------------------------------------
 
 def alpha_beta_params(**changes):

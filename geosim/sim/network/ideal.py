@@ -15,4 +15,6 @@ class IdealNetwork(CountingNetwork):
         return 0.0
 
     def collective_ops(self, coll: Collective, rank: int) -> tuple:
-        return (Barrier(coll.tag, len(coll.group)),)
+        # keyed by the group too: DiLoCo's replicas run their outer all-reduces under one tag, and a
+        # barrier keyed by the tag alone would let ranks of different replicas release each other
+        return (Barrier(coll.tag + (coll.group,), len(coll.group)),)
