@@ -172,6 +172,17 @@ def test_custom_gpu_and_model_in_a_scenario(tmp_path):
     assert scenario.models["small"].n_layer == 4
 
 
+def test_the_header_of_a_slice_without_a_wan_link_says_so():
+    from dataclasses import replace
+
+    from geosim.cli.predict import describe_cluster
+
+    cluster = load_scenario("utah-gpn").cluster
+    assert describe_cluster(cluster).endswith("; RTT 20.2 ms")
+    one_vm = replace(cluster, hosts=cluster.hosts[:1], links=())
+    assert describe_cluster(one_vm) == "vm1: 2x RTX6000 @UTAH; no WAN link"  # not "RTT  ms"
+
+
 def test_a_mesh_that_does_not_fit_the_hosts_is_infeasible():
     scenario = load_scenario("utah-gpn")
     r = predict(Case(scenario.cluster, model_catalog()["gpt2m"], scenario.workload(), default_params()), "pipeshard", options={"meshes": [["vm1"], ["vm3"]]})
