@@ -52,6 +52,7 @@ DEFAULT_TIMEOUT_S = 300
 class Command:
     text: str
     shown_output: list[str] = field(default_factory=list)
+    shown_at: list[int] = field(default_factory=list)  # where each shown line stands in the fence's body
 
 
 @dataclass
@@ -118,7 +119,7 @@ def fences(page: Path):
 def split_commands(body: list[str]) -> list[Command]:
     commands: list[Command] = []
     continuing = False
-    for line in body:
+    for i, line in enumerate(body):
         if continuing:
             commands[-1].text += "\n" + line
             continuing = line.rstrip().endswith("\\")
@@ -127,7 +128,15 @@ def split_commands(body: list[str]) -> list[Command]:
             continuing = line.rstrip().endswith("\\")
         elif commands:
             commands[-1].shown_output.append(line)
+            commands[-1].shown_at.append(i)
     return commands
+
+
+def run_command(block: Block, command: Command, cwd: Path) -> subprocess.CompletedProcess:
+    """One command of a block as a reader would run it (a leading `sudo ` dropped: the block is `root`)."""
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command.text.removeprefix("sudo ")], cwd=cwd,
+                          env=environment(), capture_output=True, text=True,
+                          timeout=block.options.get("timeout", DEFAULT_TIMEOUT_S))
 
 
 def blocks() -> list[Block]:
@@ -212,10 +221,7 @@ def test_command_block(block: Block, tmp_path: Path):
     expected_exit = block.options.get("exit", 0)
     output = ""
     for command in block.commands:
-        text = command.text.removeprefix("sudo ")
-        result = subprocess.run(["bash", "-o", "pipefail", "-c", text], cwd=tmp_path, env=environment(),
-                                capture_output=True, text=True,
-                                timeout=block.options.get("timeout", DEFAULT_TIMEOUT_S))
+        result = run_command(block, command, tmp_path)
         printed = result.stdout + result.stderr
         assert result.returncode == expected_exit, (
             f"{block.name}: `{command.text}` exited {result.returncode}, not {expected_exit}:\n{printed[-3000:]}")

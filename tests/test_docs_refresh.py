@@ -30,8 +30,9 @@ def test_shown_output_is_refreshed_in_the_pages_shape(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(PAGE)
     told = []
-    assert refresh.refresh_page(page, told.append) == 2
-    lines = page.read_text().splitlines()
+    text, changed = refresh.refresh_page(page, told.append)
+    assert changed == 2 and page.read_text() == PAGE  # the caller writes it
+    lines = text.splitlines()
     body = lines[lines.index("```console") + 1:]
     assert body[:6] == ["$ printf 'head\\nvalue 1\\nmiddle\\nvalue 2 is long\\ntail 3\\n'", "head", "value 1", "...",
                         "value 8 is ...", "tail 3"]  # the cut line stays cut; the stretch after '...' is aligned
@@ -41,4 +42,6 @@ def test_shown_output_is_refreshed_in_the_pages_shape(tmp_path):
 
 def test_stretches_split_at_ellipsis_lines_per_command():
     body = ["$ a", "x", "...", "y", "z", "$ b \\", "  --flag", "w"]
-    assert refresh.shown_stretches(body) == [(0, [[1], [3, 4]]), (1, [[7]])]
+    first, second = refresh.docs.split_commands(body)
+    assert second.text == "b \\\n  --flag"
+    assert refresh.shown_stretches(first) == [[1], [3, 4]] and refresh.shown_stretches(second) == [[7]]

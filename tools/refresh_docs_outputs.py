@@ -9,13 +9,13 @@ only checks each command's first shown line, numbers matching anything. This run
 as that test does (a fresh directory with the page's files, this checkout's geosim) and puts
 today's lines in place of the shown ones, keeping the page's shape: a shown stretch between
 `...` lines is aligned on its first line and keeps its length, a line cut short with `...` is
-kept as it is, and a stretch whose first line no longer appears is left alone and reported. Blocks marked `skip` or needing root are not run.
+kept as it is, and a stretch whose first line no longer appears is left alone and reported.
+Blocks marked `skip` or needing root are not run.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,46 +26,31 @@ sys.path.insert(0, str(ROOT / "tests"))
 import test_docs as docs  # noqa: E402  (the docs test's own parser and environment)
 
 
-def shown_stretches(body: list[str]) -> list[tuple[int, list[int]]]:
-    """Per command of a fence body: (command index, body indices of its shown lines), the shown
-    lines split into stretches at `...` lines, each stretch a list of body indices."""
-    out, command, continuing = [], -1, False
-    for i, line in enumerate(body):
-        if continuing:
-            continuing = line.rstrip().endswith("\\")
-        elif line.startswith("$ "):
-            command += 1
-            continuing = line.rstrip().endswith("\\")
-            out.append((command, [[]]))
-        elif out:
-            stretches = out[-1][1]
-            if line.strip() == "...":
-                stretches.append([])
-            else:
-                stretches[-1].append(i)
-    return [(c, [s for s in stretches if s]) for c, stretches in out]
+def shown_stretches(command: docs.Command) -> list[list[int]]:
+    """A command's shown lines as body indices, split into stretches at `...` lines."""
+    stretches: list[list[int]] = [[]]
+    for line, i in zip(command.shown_output, command.shown_at):
+        if line.strip() == "...":
+            stretches.append([])
+        else:
+            stretches[-1].append(i)
+    return [s for s in stretches if s]
 
 
 def run_block(block: docs.Block) -> list[list[str]]:
     """What each command of the block prints (stdout, then stderr), as lines."""
-    printed = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in docs.page_files(block.page).items():
             (Path(tmp) / name).write_text(text)
-        for command in block.commands:
-            result = subprocess.run(["bash", "-o", "pipefail", "-c", command.text], cwd=tmp, env=docs.environment(),
-                                    capture_output=True, text=True,
-                                    timeout=block.options.get("timeout", docs.DEFAULT_TIMEOUT_S))
-            printed.append((result.stdout + result.stderr).splitlines())
-    return printed
+        return [(r.stdout + r.stderr).splitlines() for r in (docs.run_command(block, c, Path(tmp)) for c in block.commands)]
 
 
 def _name(page: Path) -> str:
     return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
 
 
-def refresh_page(page: Path, say) -> int:
-    """Rewrite one page in place; the number of shown lines that changed."""
+def refresh_page(page: Path, say) -> tuple[str, int]:
+    """The page's text with today's shown outputs, and the number of shown lines that changed."""
     lines = page.read_text().splitlines()
     changed = 0
     for start, language, body, options in docs.fences(page):
@@ -76,9 +61,9 @@ def refresh_page(page: Path, say) -> int:
             continue
         indent = lines[start - 1][:len(lines[start - 1]) - len(lines[start - 1].lstrip())]
         printed = run_block(docs.Block(page, start, commands, options))
-        for command, stretches in shown_stretches(body):
-            new, cursor = printed[command], 0
-            for stretch in stretches:
+        for command, new in zip(commands, printed):
+            cursor = 0
+            for stretch in shown_stretches(command):
                 first = next((i for i in stretch if body[i].strip()), None)
                 if first is None:
                     continue
@@ -99,9 +84,7 @@ def refresh_page(page: Path, say) -> int:
                         lines[line_no] = fresh
                         changed += 1
                 cursor = at + len(stretch)
-    if changed:
-        page.write_text("\n".join(lines) + "\n")
-    return changed
+    return "\n".join(lines) + "\n", changed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,10 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"not a docs-tested page: {', '.join(map(str, unknown))}")
     total = 0
     for page in pages:
-        before = page.read_text()
-        n = refresh_page(page, lambda text: print(text, file=sys.stderr))
-        if args.check and n:
-            page.write_text(before)
+        text, n = refresh_page(page, lambda line: print(line, file=sys.stderr))
+        if n and not args.check:
+            page.write_text(text)
         print(f"{_name(page)}: {n} shown line(s) {'would change' if args.check else 'changed'}")
         total += n
     return 1 if args.check and total else 0
