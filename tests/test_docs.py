@@ -334,3 +334,36 @@ def test_parameters_reference_names_every_key():
                 missing.append(name)
     missing += [f"{technique}.{leaf}" for technique, leaf in setting_keys() if f"`{technique}.{leaf}`" not in text]
     assert not missing, "docs/reference/params.md lacks: " + ", ".join(missing)
+
+
+def test_parameters_reference_shows_the_shipped_values():
+    """A row's default column, where it is one value (or one value 'for each technique'), is the
+    shipped file's: the page drifted from the file across refits before this test."""
+    import re
+    import tomllib
+
+    from geosim.params import _flatten
+
+    text = (ROOT / "docs" / "reference" / "params.md").read_text()
+    shipped = _flatten(tomllib.loads((ROOT / "geosim" / "data" / "params-default.toml").read_text()))
+    checked, wrong = 0, []
+    for key, shown in re.findall(r"^\| `([a-z0-9_.]+|[a-z0-9_.]+\.NAME)` \| ([^|]+?) \|", text, re.M):
+        value = shipped.get(key.removesuffix(".NAME"))
+        if value is None:
+            continue
+        first = shown.removesuffix(" for each technique").strip()
+        values = set(value.values()) if isinstance(value, dict) else {value}
+        if first in ("true", "false"):
+            expected = {first == "true"}
+        else:
+            try:
+                expected = {float(first)}
+            except ValueError:
+                continue  # a row that lists several values in words
+        if isinstance(value, dict) and not shown.endswith("for each technique"):
+            continue
+        checked += 1
+        if {float(v) if not isinstance(v, bool) else v for v in values} != expected:
+            wrong.append(f"{key}: page {shown!r}, file {sorted(values)}")
+    assert checked >= 10, f"only {checked} rows checked: the table's shape changed"
+    assert not wrong, "docs/reference/params.md shows stale defaults: " + "; ".join(wrong)
