@@ -55,6 +55,21 @@ class RepeatEnd(NamedTuple):
     body: int
 
 
+class OpenBlock:
+    """A Repeat block a rank is inside while it walks its flat program."""
+
+    __slots__ = ("done", "simulated", "outer", "skips", "start", "measured", "numbers")
+
+    def __init__(self, simulated: int, outer: int, skips: bool, start: float, numbers: list[int]):
+        self.done = 0  # repetitions finished
+        self.simulated = simulated  # repetitions to simulate
+        self.outer = outer  # the enclosing context number
+        self.skips = skips  # whether the measured repetitions stand for the rest
+        self.start = start
+        self.measured = None  # (time, compute, overhead, bytes sent, sends) when measuring began
+        self.numbers = numbers  # the repetitions' context numbers
+
+
 def flatten(ops, flat: list | None = None) -> list:
     """A program with its Repeat blocks (nested ones too) laid out in line, each between a
     RepeatStart and a RepeatEnd, so the engine walks one list, going back to a block's first
@@ -256,17 +271,17 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
                         steps, start = (op,), None
                     elif kind is RepeatEnd:
                         block = blocks[-1]
-                        block[0] += 1
-                        if block[0] < block[1]:  # another repetition to simulate: back to the block's start
-                            if block[0] == WARM_UP_REPETITIONS and block[3]:
-                                block[5] = (env.now, compute[it][rank], overhead[it][rank], *net.sent(rank))
-                            ctx = repetition(block[6], block[2], op.repeat.tag, block[0])
+                        block.done += 1
+                        if block.done < block.simulated:  # another repetition to simulate: back to the block's start
+                            if block.done == WARM_UP_REPETITIONS and block.skips:
+                                block.measured = (env.now, compute[it][rank], overhead[it][rank], *net.sent(rank))
+                            ctx = repetition(block.numbers, block.outer, op.repeat.tag, block.done)
                             ops = islice(flat, op.body, None)
                             break
                         blocks.pop()
-                        ctx = block[2]
-                        if block[3]:
-                            yield from skip_repetitions(rank, op.repeat, ctx, it, block[4], block[5])
+                        ctx = block.outer
+                        if block.skips:
+                            yield from skip_repetitions(rank, op.repeat, ctx, it, block.start, block.measured)
                         continue
                     elif kind is RepeatStart:
                         count = op.repeat.count
@@ -277,10 +292,8 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
                         numbers = repetitions.get((ctx, op.repeat.tag))
                         if numbers is None:
                             numbers = repetitions[(ctx, op.repeat.tag)] = []
-                        # repetitions done, to simulate; the enclosing context; skips the rest; start;
-                        # measured from; the repetitions' context numbers
-                        blocks.append([0, SIMULATED_REPETITIONS if skips else count, ctx, skips, env.now, None,
-                                       numbers])
+                        simulated = SIMULATED_REPETITIONS if skips else count
+                        blocks.append(OpenBlock(simulated, ctx, skips, env.now, numbers))
                         ctx = repetition(numbers, ctx, op.repeat.tag, 0)
                         continue
                     else:
