@@ -351,6 +351,8 @@ def test_parameters_reference_shows_the_shipped_values():
         value = shipped.get(key.removesuffix(".NAME"))
         if value is None:
             continue
+        if isinstance(value, dict) and not shown.endswith(" for each technique"):
+            continue  # a table whose entries differ is written out in words
         first = shown.removesuffix(" for each technique").strip()
         values = set(value.values()) if isinstance(value, dict) else {value}
         if first in ("true", "false"):
@@ -360,8 +362,6 @@ def test_parameters_reference_shows_the_shipped_values():
                 expected = {float(first)}
             except ValueError:
                 continue  # a row that lists several values in words
-        if isinstance(value, dict) and not shown.endswith("for each technique"):
-            continue
         checked += 1
         if {float(v) if not isinstance(v, bool) else v for v in values} != expected:
             wrong.append(f"{key}: page {shown!r}, file {sorted(values)}")
