@@ -1,6 +1,6 @@
 """Benchmark: the full cross-validation on the study's Table II (4 LOTO + 5 LOSO fits).
 
-    /work/venv/bin/python bench/bench_calibrate.py [--workers N] [--plot crossval.png]
+    .venv/bin/python bench/bench_calibrate.py [--workers N] [--plot crossval.png]
         [--step-rtts global|link|none] [--also zero2.gather_bytes_per_param,...]
         [--overhead technique|shared|none]
 

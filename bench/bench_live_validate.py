@@ -1,19 +1,19 @@
 """Benchmark: the whole live validation loop on the emulated WAN (root, /dev/net/tun).
 
-    sudo /work/venv/bin/python bench/bench_live_validate.py [--out bench-validate] [--steps 12]
+    sudo .venv/bin/python bench/bench_live_validate.py [--out bench-validate] [--steps 12]
          [--rtt-ms 0.1,10,40] [--technique data,zero2,shard,pipeshard] [--records runs.jsonl]
 
 Runs `geosim live validate` with the issue's defaults (four techniques at RTT 0.1, 10
 and 40 ms, 2 emulated hosts with one CPU device each, 1000 Mbit/s per host, tiny GPT-2),
 i.e. one 2-process gloo run per technique and RTT, then the fit on two RTTs and the
 prediction of the third (and of each other RTT in turn). Prints the table and the wall
-time of each phase; the numbers are what README: Real runs on the emulated WAN reports. `--records` re-fits
-earlier runs without running anything (no root needed then).
+time of each phase; docs/results/2026-11-22-live-validate.md logs its figures. `--records`
+re-fits earlier runs without running anything (no root needed then).
 
-The window-limited configuration (README: "Window-limited runs"), where Data, ZeRO2 and
-Shard slow down more than Pipeshard as RTT grows, as in the study:
+The window-limited configuration (that page's "Window-limited runs"), where each ms of RTT
+costs Data, ZeRO2 and Shard more than Pipeshard, as in the study:
 
-    sudo /work/venv/bin/python bench/bench_live_validate.py --model small-wan --global-batch 8 \
+    sudo .venv/bin/python bench/bench_live_validate.py --model small-wan --global-batch 8 \
          --tcp-window-kib 128 --quick --timeout 240 --out bench-validate-window
 
 (2 layers x 256 wide, 32 tokens a sequence: 6.6 MB of gradients against 0.26 MB of

@@ -170,6 +170,32 @@ def test_validate_recovers_a_held_out_rtt_of_simulated_runs():
     assert set(rep.slowdown) == {"data", "zero2", "shard", "pipeshard"} and all(s > 1 for s in rep.slowdown.values())
 
 
+def test_latency_costs_judge_added_seconds():
+    """The CI run of 2026-11-24 that failed the old check: Pipeshard's LAN step was 2x faster than
+    Data's, so its slowdown ratio (x29.6) came near Data's (x36.3), though Data paid 2.4x its added
+    seconds. The verdict is on added seconds per second of RTT; the ratios are still reported."""
+    Row = live_validate.Row
+    measured_rtt = {0.1: 0.42, 10: 10.2, 30: 30.1}
+    step = {(0.1, "data"): 0.0835, (0.1, "pipeshard"): 0.0435, (10, "data"): 0.7517, (10, "pipeshard"): 0.34,
+            (30, "data"): 2.5827, (30, "pipeshard"): 1.0745}
+    rows = [Row(rtt, t, s, s, "fit", measured_rtt_ms=measured_rtt[rtt]) for (rtt, t), s in step.items()]
+    slowdown, round_trips, reproduced = live_validate.latency_costs(rows)
+    assert slowdown == pytest.approx({"data": 2.5827 / 0.0835, "pipeshard": 1.0745 / 0.0435})
+    added_rtt_s = (30.1 - 0.42) / 1e3
+    assert round_trips == pytest.approx({"data": (2.5827 - 0.0835) / added_rtt_s,
+                                         "pipeshard": (1.0745 - 0.0435) / added_rtt_s})
+    assert reproduced is True
+    # Pipeshard paying more added seconds than Data is the finding not reproduced, whatever the ratios
+    flipped = [Row(x.rtt_ms, x.technique, x.measured_s * (3 if x.technique == "pipeshard" and x.rtt_ms == 30 else 1),
+                   x.predicted_s, x.role, measured_rtt_ms=x.measured_rtt_ms) for x in rows]
+    assert live_validate.latency_costs(flipped)[2] is False
+    # without a measured RTT the ratios decide; without a pipelined technique there is no verdict
+    bare = [Row(x.rtt_ms, x.technique, x.measured_s, x.predicted_s, x.role) for x in rows]
+    assert live_validate.latency_costs(bare)[1:] == ({}, True)
+    assert live_validate.latency_costs([x for x in rows if x.technique == "data"])[2] is None
+    assert live_validate.latency_costs([]) == ({}, {}, None)
+
+
 def test_validate_needs_runs_at_the_held_out_rtt():
     with pytest.raises(GeosimError, match="held-out RTT"):
         live_validate.fit_and_predict(simulated_records([0.1, 40]), 10.0)
@@ -304,9 +330,12 @@ def test_validate_quick_loop(tmp_path):
     at = {t: {r["rtt_ms"]: r["measured_s"] for r in rows if r["technique"] == t} for t in ("data", "pipeshard")}
     for t in at:  # the WAN's latency is in the measurements
         assert at[t][30] > at[t][0.1] + 0.03, at
-    # the study's result: behind windows smaller than its gradients, Data slows down far more than Pipeshard
-    slowdown = {t: at[t][30] / at[t][0.1] for t in at}
-    assert slowdown["data"] > 1.3 * slowdown["pipeshard"], slowdown
+    # the study's result: behind windows smaller than its gradients, each ms of RTT costs Data far more
+    # than Pipeshard (measured 2.3-2.4x in added seconds; the slowdown ratio is not compared, its
+    # denominator is a noisy LAN step: see test_latency_costs_judge_added_seconds)
+    round_trips = report["round_trips_per_step"]
+    assert round_trips["data"] > 1.5 * round_trips["pipeshard"], round_trips
+    assert report["qualitative_reproduced"] is True
     assert set(report["other_holdouts"]) == {"0.1", "30"}
     assert (out / "validate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len((out / "runs.jsonl").read_text().splitlines()) == 6

@@ -320,6 +320,33 @@ def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
     return result, out
 
 
+def latency_costs(rows) -> tuple[dict, dict, bool | None]:
+    """What latency costs each technique, measured between the smallest and the largest RTT:
+    (slowdown = time ratio, round trips per step = added seconds per second of RTT, and whether
+    the study's finding holds: every other technique pays more than the pipeline; None when
+    there is not exactly one pipelined technique to compare with)."""
+    measured = {(x.rtt_ms, x.technique): x.measured_s for x in rows if x.measured_s}
+    rtts = sorted({k[0] for k in measured})
+    if not rtts:
+        return {}, {}, None
+    both = [t for t in TECHNIQUES if (rtts[0], t) in measured and (rtts[-1], t) in measured]
+    slowdown = {t: measured[(rtts[-1], t)] / measured[(rtts[0], t)] for t in both}
+    rtt_of = {x.rtt_ms: x.measured_rtt_ms for x in rows if x.measured_rtt_ms is not None}
+    round_trips = {}
+    if rtts[0] in rtt_of and rtts[-1] in rtt_of and rtt_of[rtts[-1]] > rtt_of[rtts[0]]:
+        added_rtt_s = (rtt_of[rtts[-1]] - rtt_of[rtts[0]]) / 1e3
+        round_trips = {t: (measured[(rtts[-1], t)] - measured[(rtts[0], t)]) / added_rtt_s for t in both}
+    # Judged on round trips per step (added seconds), not on the slowdown ratio: its denominator
+    # is a LAN step of tens of ms that two busy cores move by 30%, so a faster LAN step alone
+    # made Pipeshard's ratio look like Data's (CI, 2026-11-24: x29.6 against x36.3, while Data
+    # paid 2.3x Pipeshard's added seconds).
+    cost = round_trips or slowdown
+    pipelined = [t for t in cost if is_pipelined(t)]
+    if len(pipelined) != 1 or len(cost) < 2:
+        return slowdown, round_trips, None
+    return slowdown, round_trips, all(cost[t] > cost[pipelined[0]] for t in cost if t != pipelined[0])
+
+
 def validate_records(records, held_out: float, *, max_nfev: int = 40):
     """(report, fit result) for one held-out RTT."""
     started = time.perf_counter()
@@ -336,24 +363,7 @@ def validate_records(records, held_out: float, *, max_nfev: int = 40):
     within = all(abs(x.error) <= TARGET for x in held) if held else None
     fitted = {f.param.name: {"value": f.value, "unit": f.param.unit, "sigma_log": None if not math.isfinite(f.sigma_log)
                              else f.sigma_log, "note": f.note} for f in result.fitted}
-    # the qualitative result: time at the largest RTT / time at the smallest, per technique
-    measured = {(x.rtt_ms, x.technique): x.measured_s for x in rows if x.measured_s}
-    rtts = sorted({k[0] for k in measured})
-    slowdown = {}
-    for t in TECHNIQUES:
-        if (rtts[0], t) in measured and (rtts[-1], t) in measured:
-            slowdown[t] = measured[(rtts[-1], t)] / measured[(rtts[0], t)]
-    # what the latency costs: added seconds per second of RTT = round trips per step
-    rtt_of = {x.rtt_ms: x.measured_rtt_ms for x in rows if x.measured_rtt_ms is not None}
-    round_trips = {}
-    for t in TECHNIQUES:
-        if (rtts[0], t) in measured and (rtts[-1], t) in measured and rtt_of[rtts[-1]] > rtt_of[rtts[0]]:
-            round_trips[t] = ((measured[(rtts[-1], t)] - measured[(rtts[0], t)])
-                              / ((rtt_of[rtts[-1]] - rtt_of[rtts[0]]) / 1e3))
-    qualitative = None
-    pipelined = [t for t in slowdown if is_pipelined(t)]
-    if len(pipelined) == 1 and len(slowdown) > 1:  # the study's finding: the pipeline is slowed least
-        qualitative = all(slowdown[t] > slowdown[pipelined[0]] for t in slowdown if t != pipelined[0])
+    slowdown, round_trips, qualitative = latency_costs(rows)
     if any(r.technique == "shard" for r in records):
         fitted["shard.collectives_per_layer"] = {"value": float(result.params.settings("shard").collectives_per_layer), "unit": "",
                                                  "sigma_log": None, "note": "profiled on a grid"}
@@ -411,7 +421,7 @@ def print_report(rep: Report, file=sys.stdout) -> None:
             w("round trips per step (added time / added RTT, measured): "
               + ", ".join(f"{t} {n:.1f}" for t, n in rep.round_trips.items()))
         if rep.qualitative is not None:
-            w("the study's result (Data, ZeRO2, Shard slow down more than Pipeshard as RTT grows): "
+            w("the study's result (each added ms of RTT costs Data, ZeRO2 and Shard more than Pipeshard): "
               + ("reproduced" if rep.qualitative else "NOT reproduced"))
     w("fitted: " + ", ".join(f"{k} = {v['value']:.4g}{' ' + v['unit'] if v['unit'] else ''}"
                              + (f" ({v['note']})" if v['note'] else "") for k, v in rep.fitted.items()))
