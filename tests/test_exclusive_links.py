@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from geosim.case import Case
 from geosim.params import default_params
 from geosim.scenario import get_model, gpu_catalog, load_scenario
-from geosim.sim.engine import flatten, run_schedule
+from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.specs import Cluster, Host, Link, Workload
@@ -94,10 +94,19 @@ def both_ways(schedule: Schedule, cluster: Cluster, iterations: int = 2):
     return ahead, events, built[0]._one_sender_per_hop
 
 
+def every_op(ops):
+    """The ops of a program, those inside Repeat blocks (nested ones too) included."""
+    for op in ops:
+        if type(op) is Repeat:
+            yield from every_op(op.ops)
+        else:
+            yield op
+
+
 def has_steps(schedule: Schedule) -> bool:
     """Whether some collective has two ranks or more (one of one rank is no steps at all)."""
     return any(type(op) is Collective and len(op.group) > 1
-               for program in schedule.programs.values() for op in flatten(program))
+               for program in schedule.programs.values() for op in every_op(program))
 
 
 def assert_same_run(ahead, events):

@@ -1,9 +1,9 @@
 """The one engine: runs any technique's schedule on a discrete-event clock (SimPy's semantics).
 
-Each GPU is a small generator process walking its program, flattened (Repeat blocks laid
-out in line); what a transfer costs, and what a collective becomes, is the network model's
-answer (geosim.sim.network), which may also time a whole collective itself. Nothing here
-knows what a technique is or which network model runs.
+Each GPU is a small generator process walking its program (a Repeat block is walked by a
+nested generator); what a transfer costs, and what a collective becomes, is the network
+model's answer (geosim.sim.network), which may also time a whole collective itself. Nothing
+here knows what a technique is or which network model runs.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from __future__ import annotations
 import gc
 import statistics
 from dataclasses import dataclass, field
-from itertools import islice
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from geosim.sim.network import NetworkFactory
 from geosim.sim.network.tcp import TCPNetwork
@@ -39,52 +38,6 @@ class RunResult:
 SIMULATED_REPETITIONS = 5  # of a Repeat block: the first two warm up, the last MEASURED_REPETITIONS stand for the rest
 MEASURED_REPETITIONS = 3  # their mean period is the steady one (a ring over mixed GPUs settles irregularly)
 WARM_UP_REPETITIONS = SIMULATED_REPETITIONS - MEASURED_REPETITIONS
-
-
-class RepeatStart(NamedTuple):
-    """Where a Repeat block's ops begin in a flat program; `end` is the index just past its RepeatEnd."""
-
-    repeat: Repeat
-    end: int
-
-
-class RepeatEnd(NamedTuple):
-    """Where a Repeat block's ops end in a flat program; `body` is the index of its first op."""
-
-    repeat: Repeat
-    body: int
-
-
-class OpenBlock:
-    """A Repeat block a rank is inside while it walks its flat program."""
-
-    __slots__ = ("done", "simulated", "outer", "skips", "start", "measured", "numbers")
-
-    def __init__(self, simulated: int, outer: int, skips: bool, start: float, numbers: list[int]):
-        self.done = 0  # repetitions finished
-        self.simulated = simulated  # repetitions to simulate
-        self.outer = outer  # the enclosing context number
-        self.skips = skips  # whether the measured repetitions stand for the rest
-        self.start = start
-        self.measured = None  # (time, compute, overhead, bytes sent, sends) when measuring began
-        self.numbers = numbers  # the repetitions' context numbers
-
-
-def flatten(ops, flat: list | None = None) -> list:
-    """A program with its Repeat blocks (nested ones too) laid out in line, each between a
-    RepeatStart and a RepeatEnd, so the engine walks one list, going back to a block's first
-    op for each repetition."""
-    flat = [] if flat is None else flat
-    for op in ops:
-        if type(op) is Repeat:
-            at = len(flat)
-            flat.append(None)  # its RepeatStart, once the end is known
-            flatten(op.ops, flat)
-            flat.append(RepeatEnd(op, at + 1))
-            flat[at] = RepeatStart(op, len(flat))
-        else:
-            flat.append(op)
-    return flat
 
 
 def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int, float]:
@@ -229,113 +182,100 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
         numbers.append(number)
         return number
 
-    flat_programs: dict[int, list] = {}  # id(program) -> its flat form: ranks often share one program
+    def run_ops(rank, ops, ctx, it):
+        """Walk ops in order, a Repeat block through run_repeat. A nested generator per block is no
+        slower than a flat walk: CPython passes a resumption down a `yield from` chain in C, and
+        Shard nests three deep at most (docs/results/2026-11-24-speed.md, "Flat programs")."""
+        for op in ops:
+            kind = type(op)
+            if kind is Compute:
+                seconds = op.seconds if op.kind == "overhead" else compute_seconds(rank, op)
+                start = env.now
+                if seconds > 0:
+                    events[0] += 1
+                    yield timeout(seconds)
+                (overhead if op.kind == "overhead" else compute)[it][rank] += seconds
+                if trace_rows is not None:
+                    trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
+                continue
+            if kind is Collective:
+                start = env.now
+                if may_precompute(op):
+                    yield hold(op, ctx, rank)  # the network timed it whole
+                    steps = ()
+                elif may_shortcut(op) and (done := (yield from shortcut(op, ctx))) is not None:
+                    yield done
+                    steps = ()
+                else:
+                    steps = collective_ops(op, rank)
+            elif kind is Send or kind is Recv or kind is Barrier:
+                steps, start = (op,), None
+            elif kind is Repeat:
+                yield from run_repeat(rank, op, ctx, it)
+                continue
+            else:
+                raise TypeError(f"unknown op {op!r}")
+            # point-to-point steps (or a barrier): a collective's, or the program's own op. They run
+            # here rather than in a nested generator: a collective's steps are most of a run's events
+            for step in steps:
+                step_kind = type(step)
+                if step_kind is Send:
+                    key = (rank, step.dst, step.tag, ctx)
+                    delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
+                    waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
+                    events[0] += 1
+                    if waiting is None:
+                        mailbox[key] = timeout(delay)
+                    else:
+                        timeout(delay, waiting).callbacks.append(deliver)
+                elif step_kind is Recv:
+                    key = (step.src, rank, step.tag, ctx)
+                    arrived = pop(key, None)
+                    if arrived is None:
+                        events[0] += 1
+                        arrived = mailbox[key] = event()
+                        yield arrived
+                    elif arrived.callbacks is not None:  # not yet arrived
+                        yield arrived
+                elif step_kind is Barrier:
+                    key = (step.tag, ctx)
+                    waiting = barriers.get(key)
+                    if waiting is None:
+                        events[0] += 1
+                        waiting = barriers[key] = [0, event()]
+                    waiting[0] += 1
+                    if waiting[0] == step.size:
+                        del barriers[key]
+                        succeed(waiting[1])
+                    yield waiting[1]
+                else:
+                    raise TypeError(f"unknown step {step!r}")
+            if trace_rows is not None and kind is Collective:
+                trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
+
+    def run_repeat(rank, block, ctx, it):
+        """A Repeat block: every repetition, or, for a long one (unless exact), the first
+        SIMULATED_REPETITIONS, the last MEASURED_REPETITIONS of which stand for the rest."""
+        numbers = repetitions.get((ctx, block.tag))
+        if numbers is None:
+            numbers = repetitions[(ctx, block.tag)] = []
+        if exact or block.count <= SIMULATED_REPETITIONS:
+            for r in range(block.count):
+                yield from run_ops(rank, block.ops, repetition(numbers, ctx, block.tag, r), it)
+            return
+        start = env.now
+        for r in range(WARM_UP_REPETITIONS):
+            yield from run_ops(rank, block.ops, repetition(numbers, ctx, block.tag, r), it)
+        measured = (env.now, compute[it][rank], overhead[it][rank], *net.sent(rank))
+        for r in range(WARM_UP_REPETITIONS, SIMULATED_REPETITIONS):
+            yield from run_ops(rank, block.ops, repetition(numbers, ctx, block.tag, r), it)
+        yield from skip_repetitions(rank, block, ctx, it, start, measured)
 
     def gpu(rank):
-        """The rank's whole run as one generator walking its flat program (Repeat blocks laid out in
-        line): a generator nested per block would be walked through again at every resumption."""
+        """The rank's whole run: its program once per iteration."""
         program = schedule.programs[rank]
-        flat = flat_programs.get(id(program))
-        if flat is None:
-            flat = flat_programs[id(program)] = flatten(program)
         for it in range(iterations):
-            ctx = context(0, "iteration", it)
-            blocks = []  # the Repeat blocks the rank is inside, innermost last
-            ops = iter(flat)
-            while ops is not None:
-                # a for loop over the program, started again where a repetition jumps back to: it
-                # costs nothing per op, where an index kept by hand cost the engine 3-5%
-                for op in ops:
-                    kind = type(op)
-                    if kind is Compute:
-                        seconds = op.seconds if op.kind == "overhead" else compute_seconds(rank, op)
-                        start = env.now
-                        if seconds > 0:
-                            events[0] += 1
-                            yield timeout(seconds)
-                        (overhead if op.kind == "overhead" else compute)[it][rank] += seconds
-                        if trace_rows is not None:
-                            trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
-                        continue
-                    if kind is Collective:
-                        start = env.now
-                        if may_precompute(op):
-                            yield hold(op, ctx, rank)  # the network timed it whole
-                            steps = ()
-                        elif may_shortcut(op) and (done := (yield from shortcut(op, ctx))) is not None:
-                            yield done
-                            steps = ()
-                        else:
-                            steps = collective_ops(op, rank)
-                    elif kind is Send or kind is Recv or kind is Barrier:
-                        steps, start = (op,), None
-                    elif kind is RepeatEnd:
-                        block = blocks[-1]
-                        block.done += 1
-                        if block.done < block.simulated:  # another repetition to simulate: back to the block's start
-                            if block.done == WARM_UP_REPETITIONS and block.skips:
-                                block.measured = (env.now, compute[it][rank], overhead[it][rank], *net.sent(rank))
-                            ctx = repetition(block.numbers, block.outer, op.repeat.tag, block.done)
-                            ops = islice(flat, op.body, None)
-                            break
-                        blocks.pop()
-                        ctx = block.outer
-                        if block.skips:
-                            yield from skip_repetitions(rank, op.repeat, ctx, it, block.start, block.measured)
-                        continue
-                    elif kind is RepeatStart:
-                        count = op.repeat.count
-                        if count <= 0:
-                            ops = islice(flat, op.end, None)
-                            break
-                        skips = not exact and count > SIMULATED_REPETITIONS
-                        numbers = repetitions.get((ctx, op.repeat.tag))
-                        if numbers is None:
-                            numbers = repetitions[(ctx, op.repeat.tag)] = []
-                        simulated = SIMULATED_REPETITIONS if skips else count
-                        blocks.append(OpenBlock(simulated, ctx, skips, env.now, numbers))
-                        ctx = repetition(numbers, ctx, op.repeat.tag, 0)
-                        continue
-                    else:
-                        raise TypeError(f"unknown op {op!r}")
-                    # point-to-point steps (or a barrier): a collective's, or the program's own op
-                    for step in steps:
-                        step_kind = type(step)
-                        if step_kind is Send:
-                            key = (rank, step.dst, step.tag, ctx)
-                            delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
-                            waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
-                            events[0] += 1
-                            if waiting is None:
-                                mailbox[key] = timeout(delay)
-                            else:
-                                timeout(delay, waiting).callbacks.append(deliver)
-                        elif step_kind is Recv:
-                            key = (step.src, rank, step.tag, ctx)
-                            arrived = pop(key, None)
-                            if arrived is None:
-                                events[0] += 1
-                                arrived = mailbox[key] = event()
-                                yield arrived
-                            elif arrived.callbacks is not None:  # not yet arrived
-                                yield arrived
-                        elif step_kind is Barrier:
-                            key = (step.tag, ctx)
-                            waiting = barriers.get(key)
-                            if waiting is None:
-                                events[0] += 1
-                                waiting = barriers[key] = [0, event()]
-                            waiting[0] += 1
-                            if waiting[0] == step.size:
-                                del barriers[key]
-                                succeed(waiting[1])
-                            yield waiting[1]
-                        else:
-                            raise TypeError(f"unknown step {step!r}")
-                    if trace_rows is not None and kind is Collective:
-                        trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
-                else:
-                    ops = None  # the program's end
+            yield from run_ops(rank, program, context(0, "iteration", it), it)
             ends[it][rank] = env.now
 
     def skip_repetitions(rank, op, ctx, it, start, measured):
