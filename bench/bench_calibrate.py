@@ -19,7 +19,8 @@ import time
 from geosim.calibrate.cases import cases_from_records
 from geosim.calibrate.cli import CROSSVAL_ALSO, CROSSVAL_OVERHEAD, CROSSVAL_STEP_RTTS, print_report
 from geosim.calibrate.crossval import crossval, nominal_links
-from geosim.calibrate.fit import default_free, fit
+from geosim.calibrate.fit import fit
+from geosim.calibrate.free import default_free
 from geosim.studies.reference import study_records
 from geosim.params import load_params
 

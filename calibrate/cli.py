@@ -170,7 +170,8 @@ def run_import(args) -> int:
 def run_fit(args) -> int:
     require("scipy", "calibrate", "geosim calibrate fit")
     from geosim.calibrate.cases import load_cases
-    from geosim.calibrate.fit import default_free, fit
+    from geosim.calibrate.fit import fit
+    from geosim.calibrate.free import default_free
     from geosim.params import load_params
 
     from geosim.fileio import check_output_path

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from geosim.calibrate.cases import RunCase
-from geosim.calibrate.fit import default_free, fit, predict_with
+from geosim.calibrate.fit import fit, predict_with
+from geosim.calibrate.free import default_free
 from geosim.params import load_params
 from geosim.techniques import STUDY_ORDER
 

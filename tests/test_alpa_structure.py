@@ -17,7 +17,7 @@ import pytest
 
 from geosim.case import Case
 from geosim.calibrate.cases import cases_from_records
-from geosim.calibrate.fit import SHARED, apply_params, default_free
+from geosim.calibrate.free import SHARED, apply_params, default_free
 from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.sim.predict import predict

@@ -17,7 +17,8 @@ pytest.importorskip("scipy")
 
 from geosim.case import Case
 from geosim.calibrate.cases import RunCase, cases_from_records, load_cases, read_runs, to_case
-from geosim.calibrate.fit import FreeParam, apply_params, fit, fit_memory, predict_with
+from geosim.calibrate.fit import fit, fit_memory, predict_with
+from geosim.calibrate.free import FreeParam, apply_params
 from geosim.calibrate.importers import alpa_benchmark_records, alpa_log_record
 from geosim.studies.reference import study_records
 from geosim.cli import main
@@ -207,7 +208,8 @@ def test_fit_flags_what_the_data_cannot_determine():
 
 def test_per_link_step_rtts_free_params_and_their_effect():
     from geosim.calibrate.crossval import nominal_links
-    from geosim.calibrate.fit import Evaluator, LINK_PRIOR_SIGMA, default_free
+    from geosim.calibrate.fit import Evaluator
+    from geosim.calibrate.free import LINK_PRIOR_SIGMA, default_free
 
     base = load_params()
     cases = nominal_links([c for c in cases_from_records(study_records(), "s") if c.technique == "zero2"])
@@ -247,7 +249,8 @@ def test_the_per_message_overhead_has_a_prior_centred_on_a_sockets_fixed_cost():
     """A fold without Shard once fitted ~8 ms per message to the others' misfit, and Shard's thousands of small
     all-reduces came out twice too slow on TACC-TACC's LAN: the prior keeps the value near NCCL's proxy and
     socket costs (100 us x/ e) unless the records say otherwise."""
-    from geosim.calibrate.fit import DATA_NOISE, PER_MESSAGE_PRIOR, Evaluator, default_free
+    from geosim.calibrate.fit import Evaluator
+    from geosim.calibrate.free import DATA_NOISE, PER_MESSAGE_PRIOR, default_free
 
     base = load_params()
     cases = [c for c in cases_from_records(study_records(), "s") if c.technique == "data" and not c.hosts]
@@ -264,7 +267,7 @@ def test_the_per_message_overhead_has_a_prior_centred_on_a_sockets_fixed_cost():
 
 
 def test_uncertainty_range_of_an_unidentifiable_value_does_not_overflow():
-    from geosim.calibrate.fit import Fitted
+    from geosim.calibrate.diagnostics import Fitted
 
     f = Fitted(FreeParam("scalar", "transport.per_message_overhead_us", 50.0, 1.0, 1e6, "us"), 53.0, 844.0)
     assert (f.low, f.high) == (0.0, math.inf)
@@ -397,7 +400,8 @@ def test_a_folds_unknown_sigma_is_null_in_the_json_report():
     import math
 
     from geosim.calibrate.crossval import fitted_summary
-    from geosim.calibrate.fit import FreeParam, Fitted
+    from geosim.calibrate.diagnostics import Fitted
+    from geosim.calibrate.free import FreeParam
 
     def param(key):
         return FreeParam("scalar", key, 1.0, 0.1, 10.0, "")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import geosim.techniques as techniques
-from geosim.calibrate.fit import default_free
+from geosim.calibrate.free import default_free
 from geosim.calibrate.cases import cases_from_records
 from geosim.case import Case
 from geosim.params import load_params, params_to_toml, write_params

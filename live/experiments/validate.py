@@ -252,7 +252,7 @@ FLAT_EFFICIENCY_START = 0.1
 
 
 def free_params(cases, base):
-    from geosim.calibrate.fit import FreeParam
+    from geosim.calibrate.free import FreeParam
 
     free = []
     for gpu in sorted({g for c in cases if c.metric for g in c.gpus}):

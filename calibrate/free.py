@@ -1,0 +1,260 @@
+"""What a fit may move, and how far: the free parameters (FreeParam), their physical ranges and
+written priors, the default set for a list of records (default_free), and how a set of values
+becomes the simulator's parameters and a case's links and workload (apply_params, apply_case).
+
+Every free parameter is fitted as x = log(value / initial): values stay positive and the
+bounds are multiplicative (calibrate/fit.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from geosim.calibrate import OVERHEAD_KINDS
+from geosim.calibrate.cases import RunCase
+from geosim.errors import GeosimError
+from geosim.params import SCALARS
+from geosim.specs import Cluster, Params
+from geosim.techniques import is_pipelined
+
+SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
+# A per-link value is a slice's deviation from the global transport (window) or from the scenario's
+# nominal capacity (bandwidth). A weak prior, log(value / reference) ~ N(0, LINK_PRIOR_SIGMA), keeps a
+# link the data cannot see (a LAN link's window, a WAN link's idle line rate) at its reference, and
+# makes the global window the typical slice's: what a slice never measured is predicted with.
+LINK_PRIOR_SIGMA = 2.0
+# scalars only some techniques' schedules use: a p2p send's rendezvous is paid by pipeline stages only
+P2P_SCALARS = ("transport.p2p_handshake_rtts",)
+# A message's fixed cost (NCCL's proxy hand-off, the socket calls, a chunk's copy to the host) is
+# tens to hundreds of microseconds; 20 ms is a generous ceiling. Without one a fit explained runs
+# 40 s slower than their compute by 0.87 s per message, a fixed per-iteration cost in disguise.
+MAX_PER_MESSAGE_US = 2e4
+# (lowest, highest) a global transport scalar may be fitted to, in its file unit; a technique's own
+# fittable settings come with their ranges from its Settings (tunable(..., fit=(low, high)))
+SCALAR_RANGES = {"transport.collective_step_rtts": (0.02, 20.0), "transport.p2p_handshake_rtts": (0.1, 50.0),
+                 "transport.window_mib": (1 / 16, 512.0), "compute.gemm_fraction": (0.05, 1.0),
+                 "compute.memory_fraction": (0.05, 1.0),
+                 "transport.per_message_overhead_us": (1.0, MAX_PER_MESSAGE_US), "transport.stream_rate_gbps": (0.1, 100.0)}
+
+
+def fittable_settings() -> dict[str, tuple[float, float]]:
+    """TECHNIQUE.SETTING -> the range the fitter may move it in, for every technique's fittable tunables."""
+    from geosim.techniques import settings_class, technique_names
+    from geosim.techniques._settings import tunables
+
+    return {f"{name}.{leaf}": t.fit for name in technique_names()
+            for leaf, t in tunables(settings_class(name)).items() if t.fit is not None}
+
+
+def _uses(technique: str, owner: str) -> bool:
+    """Whether `technique`'s schedules are built with `owner`'s (so its settings affect them)."""
+    from geosim.techniques import builds_on
+
+    return technique == owner or any(_uses(t, owner) for t in builds_on(technique))
+
+
+STEP_SCALARS = ("transport.collective_step_rtts",)
+# The compute model's global constants: (prior centre, 1-sigma of log(value)), sources in
+# docs/reference/params.md. A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
+# weighed against the records as if each record's log error had a 1-sigma of DATA_NOISE.
+COMPUTE_PRIORS = {"compute.gemm_fraction": (0.7, 0.5), "compute.memory_fraction": (0.8, 0.4)}
+# A per-iteration overhead is launch, host sync and the driver's bookkeeping: a tenth of a second,
+# not the seconds a fit would otherwise move into it to stand in for slow compute.
+OVERHEAD_PRIOR = (0.1, 1.0)
+# A message's fixed cost over NCCL's socket transport (the proxy thread's hand-off, the socket
+# calls, a chunk's copy through host memory) is tens to hundreds of microseconds: (centre in us,
+# 1-sigma of its log). Without it, a fold without Shard moved the other techniques' misfit into
+# ~8 ms per message, and Shard's thousands of small all-reduces came out twice too slow on a LAN.
+PER_MESSAGE_PRIOR = {"transport.per_message_overhead_us": (100.0, 1.0)}
+SCALAR_PRIORS = {**COMPUTE_PRIORS, **PER_MESSAGE_PRIOR}
+OVERHEAD_RANGE = (1e-4, 1.0)  # s: physical bounds of a per-iteration overhead
+DATA_NOISE = 0.2
+SHARED = "shared"  # the target of an overhead every technique has (fitted once, predicts a technique never seen)
+LINK_KINDS = ("link_bandwidth", "link_window", "link_step_rtts")
+# the key a per-link value has in a scenario's [[links]] table and in [fitted].links
+LINK_KEYS = {"link_bandwidth": "bandwidth_gbps", "link_window": "window_mib", "link_step_rtts": "step_rtts"}
+# the global a per-link value deviates from (its prior's centre when that global is fitted too)
+LINK_GLOBALS = {"link_window": "transport.window_mib", "link_step_rtts": "transport.collective_step_rtts"}
+
+
+@dataclass(frozen=True)
+class FreeParam:
+    """One fitted quantity. kind: scalar | setting (a technique's) | efficiency | iteration_overhead | startup |
+    link_bandwidth | link_window | link_step_rtts | tokens_per_epoch; target: the TOML key, GPU, technique or slice it applies to."""
+
+    kind: str
+    target: str
+    initial: float  # in the unit below
+    lower: float
+    upper: float
+    unit: str
+
+    @property
+    def name(self) -> str:
+        return {
+            "scalar": self.target,
+            "setting": self.target,
+            "efficiency": f"compute.efficiency.{self.target}",
+            "iteration_overhead": f"overhead.iteration_s.{self.target}",
+            "startup": f"overhead.startup_s.{self.target}",
+            "link_bandwidth": f"link.{self.target}.bandwidth_gbps",
+            "link_window": f"link.{self.target}.window_mib",
+            "link_step_rtts": f"link.{self.target}.step_rtts",
+            "tokens_per_epoch": "workload.tokens_per_epoch",
+        }[self.kind]
+
+    def affects(self, case: RunCase) -> bool:
+        if self.kind == "efficiency":
+            return self.target in case.gpus
+        if self.kind in ("iteration_overhead", "startup"):
+            return self.target in (case.technique, SHARED)
+        if self.kind in LINK_KINDS:
+            return case.networked and self.target == case.slice_key
+        if self.kind == "tokens_per_epoch":
+            return "tokens_per_epoch" in case.assumed_workload
+        if self.kind == "setting":
+            return _uses(case.technique, self.target.partition(".")[0])
+        if self.target in P2P_SCALARS and not is_pipelined(case.technique):
+            return False
+        if self.target.startswith(("transport.", "host.lan")):
+            return case.networked
+        return True
+
+
+def apply_params(base: Params, free: list[FreeParam], values) -> Params:
+    """The global parameters (not per-link, not workload) set to values."""
+    efficiency, iteration, startup = dict(base.efficiency), dict(base.iteration_overhead_s), dict(base.startup_s)
+    changes: dict = {}
+    for p, v in zip(free, values):
+        if p.kind == "efficiency":
+            efficiency[p.target] = float(v)
+        elif p.kind == "iteration_overhead":
+            for technique in (iteration if p.target == SHARED else (p.target,)):
+                iteration[technique] = float(v)
+        elif p.kind == "startup":
+            startup[p.target] = float(v)
+        elif p.kind == "scalar":
+            name, scale = SCALAR_FIELDS[p.target]
+            changes[name] = max(1, round(v)) if scale is int else float(v) * scale
+        elif p.kind == "setting":
+            technique, _, leaf = p.target.partition(".")
+            kind = type(getattr(base.settings(technique), leaf))
+            base = base.with_settings(technique, **{leaf: max(1, round(v)) if kind is int else float(v)})
+    return replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup, **changes)
+
+
+def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
+    """(cluster, workload) of a case with the per-link and workload values that apply to it."""
+    workload = case.workload
+    for p, v in zip(free, values):
+        if not p.affects(case):
+            continue
+        if p.kind in LINK_KINDS:
+            cluster = with_link(cluster, bandwidth_bps=v * 1e9 if p.kind == "link_bandwidth" else None,
+                                window_bytes=v * 2**20 if p.kind == "link_window" else None,
+                                step_rtts=v if p.kind == "link_step_rtts" else None)
+        elif p.kind == "tokens_per_epoch":
+            workload = replace(workload, tokens_per_epoch=max(1, round(v)))
+    return cluster, workload
+
+
+def with_link(cluster: Cluster, bandwidth_bps: float | None = None, window_bytes: float | None = None,
+              step_rtts: float | None = None) -> Cluster:
+    """The slice with its links between sites given a fitted bandwidth, window or collective step round trips."""
+    from geosim.studies.whatif import wan_links
+
+    change = set(map(id, wan_links(cluster)))
+    links = []
+    for link in cluster.links:
+        if id(link) in change:
+            if bandwidth_bps is not None:
+                link = replace(link, bandwidth_bps=bandwidth_bps)
+            if window_bytes is not None:
+                link = replace(link, window_bytes=window_bytes)
+            if step_rtts is not None:
+                link = replace(link, step_rtts=step_rtts)
+        links.append(link)
+    return replace(cluster, links=tuple(links))
+
+
+def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | None = None, link_kind: str = "auto",
+                 fit_workload: bool = False, techniques: set[str] | None = None, step_rtts: str | None = "link",
+                 extra: tuple[str, ...] = (), overhead: str = "technique") -> list[FreeParam]:
+    """The modest default set: the compute model's GEMM and memory-bandwidth fractions (one each for
+    every GPU, with priors), the transport's window and per-message
+    overhead, a fixed per-iteration overhead per technique, a link value for each slice in fit_links
+    (those whose capacity is unknown) and, if asked, the epoch's length in tokens.
+
+    overhead: "technique" (one per-iteration overhead per technique), "shared" (one for all techniques:
+    what predicts a technique the records never ran) or "none" (the parameters' values stand).
+
+    step_rtts: also the round trips a collective step waits for NCCL's flow control: "global"
+    (transport.collective_step_rtts), "link" (that and one per window-bound link in fit_links: what
+    differs between slices, each slice's hosts and path) or None (neither). extra: more global scalars to fit (keys of SCALAR_RANGES,
+    e.g. transport.p2p_handshake_rtts, zero2.gather_bytes_per_param); one no record uses is left out."""
+    from geosim.studies.whatif import wan_links
+
+    timed = [c for c in cases if c.metric is not None]
+    free: list[FreeParam] = []
+    settings_ranges = fittable_settings()
+
+    def scalar(key: str) -> FreeParam:
+        if key in settings_ranges:
+            technique, _, leaf = key.partition(".")
+            lower, upper = settings_ranges[key]
+            value = float(getattr(base.settings(technique), leaf))
+            return FreeParam("setting", key, min(max(value, lower), upper), lower, upper,
+                             "B/param" if key.endswith("per_param") else "")
+        name, scale = SCALAR_FIELDS[key]
+        value = getattr(base, name) / scale
+        lower, upper = SCALAR_RANGES[key]
+        unit = {"window_mib": "MiB", "overhead_us": "us", "rate_gbps": "Gbit/s", "per_param": "B/param", "rtts": "RTT"}
+        return FreeParam("scalar", key, max(value, lower), lower, upper,
+                         next((u for k, u in unit.items() if key.endswith(k)), ""))
+
+    if timed:  # every GPU's speed from the datasheet and these two, with priors (COMPUTE_PRIORS)
+        free.extend(scalar(k) for k in COMPUTE_PRIORS)
+    networked = any(c.networked for c in timed)
+    if networked:
+        free.append(scalar("transport.window_mib"))
+        free.append(scalar("transport.per_message_overhead_us"))
+        if step_rtts:
+            free.extend(scalar(k) for k in STEP_SCALARS)
+    for key in extra:
+        if key not in SCALAR_RANGES and key not in settings_ranges:
+            raise GeosimError(f"cannot fit {key!r} (can: {', '.join([*SCALAR_RANGES, *settings_ranges])})",
+                              key="extra")
+        p = scalar(key)
+        if p not in free and any(p.affects(c) for c in timed):
+            free.append(p)
+    if overhead not in OVERHEAD_KINDS:
+        raise GeosimError(f"overhead must be one of {', '.join(OVERHEAD_KINDS)}, got {overhead!r}", key="overhead")
+    if overhead == "shared" and timed:
+        first = min(base.iteration_overhead_s.values(), default=0.05)
+        free.append(FreeParam("iteration_overhead", SHARED, min(max(first, 1e-3), OVERHEAD_RANGE[1]), *OVERHEAD_RANGE, "s"))
+    elif overhead == "technique":
+        for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})):
+            free.append(FreeParam("iteration_overhead", technique,
+                                  min(max(base.iteration_overhead_s.get(technique, 0.05), 1e-3), OVERHEAD_RANGE[1]),
+                                  *OVERHEAD_RANGE, "s"))
+    seen = set()
+    for c in timed:
+        if not c.networked or c.slice_key in seen or (fit_links is not None and c.slice_key not in fit_links):
+            continue
+        seen.add(c.slice_key)
+        link = wan_links(c.cluster)[0]
+        window = (link.window_bytes or base.window_bytes) * (link.streams or base.streams)
+        # fit what limits the link's rate: the line on a LAN, the TCP window over a WAN (rate = window / RTT)
+        window_bound = link.rtt_s > 0 and window / link.rtt_s < link.bandwidth_bps / 8
+        kind = link_kind if link_kind != "auto" else ("window" if window_bound else "bandwidth")
+        if kind == "bandwidth":
+            free.append(FreeParam("link_bandwidth", c.slice_key, link.bandwidth_bps / 1e9, 0.005, 400.0, "Gbit/s"))
+        else:
+            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / 2**20,
+                                  1 / 64, 512.0, "MiB"))
+        if step_rtts == "link" and window_bound:  # on a LAN a step's round trip is lost in its transfer time
+            initial = link.step_rtts if link.step_rtts is not None else base.collective_step_rtts
+            free.append(FreeParam("link_step_rtts", c.slice_key, max(initial, 0.02), 0.02, 20.0, "RTT"))
+    if fit_workload and any("tokens_per_epoch" in c.assumed_workload for c in timed):
+        initial = next(c.workload.tokens_per_epoch for c in timed if "tokens_per_epoch" in c.assumed_workload)
+        free.append(FreeParam("tokens_per_epoch", "workload", float(initial), 1e3, 1e9, "tokens"))
+    return free
