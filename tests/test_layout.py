@@ -146,7 +146,7 @@ def test_a_technique_with_a_tunable_is_one_file(toy_technique, tmp_path):
 NAME_AS_DATA = {
     "geosim/report/plots.py": "colour table keyed by NAME",
     "calibrate/plot.py": "colour table keyed by NAME",
-    "live/experiments/validate.py": "the study's four (the default techniques) and a colour table keyed by NAME",
+    "live/experiments/validate_report.py": "the study's four (the default techniques) and a colour table keyed by NAME",
     "geosim/studies/reference.py": "the study's reference names -> NAME",
     "geosim/cli/trace.py": "the default technique to trace",
     "calibrate/importers.py": "Alpa's parallel configs -> the study's technique names",

@@ -24,6 +24,7 @@ from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
 from geosim.live.experiments import wan_runs
 from geosim.live.experiments import validate as live_validate
+from geosim.live.experiments import validate_report
 from geosim.live.wan.emulator import Host, WanSlice
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -174,12 +175,12 @@ def test_latency_costs_judge_added_seconds():
     """The CI run of 2026-11-24 that failed the old check: Pipeshard's LAN step was 2x faster than
     Data's, so its slowdown ratio (x29.6) came near Data's (x36.3), though Data paid 2.4x its added
     seconds. The verdict is on added seconds per second of RTT; the ratios are still reported."""
-    Row = live_validate.Row
+    Row = validate_report.Row
     measured_rtt = {0.1: 0.42, 10: 10.2, 30: 30.1}
     step = {(0.1, "data"): 0.0835, (0.1, "pipeshard"): 0.0435, (10, "data"): 0.7517, (10, "pipeshard"): 0.34,
             (30, "data"): 2.5827, (30, "pipeshard"): 1.0745}
     rows = [Row(rtt, t, s, s, "fit", measured_rtt_ms=measured_rtt[rtt]) for (rtt, t), s in step.items()]
-    slowdown, round_trips, reproduced = live_validate.latency_costs(rows)
+    slowdown, round_trips, reproduced = validate_report.latency_costs(rows)
     assert slowdown == pytest.approx({"data": 2.5827 / 0.0835, "pipeshard": 1.0745 / 0.0435})
     added_rtt_s = (30.1 - 0.42) / 1e3
     assert round_trips == pytest.approx({"data": (2.5827 - 0.0835) / added_rtt_s,
@@ -188,12 +189,12 @@ def test_latency_costs_judge_added_seconds():
     # Pipeshard paying more added seconds than Data is the finding not reproduced, whatever the ratios
     flipped = [Row(x.rtt_ms, x.technique, x.measured_s * (3 if x.technique == "pipeshard" and x.rtt_ms == 30 else 1),
                    x.predicted_s, x.role, measured_rtt_ms=x.measured_rtt_ms) for x in rows]
-    assert live_validate.latency_costs(flipped)[2] is False
+    assert validate_report.latency_costs(flipped)[2] is False
     # without a measured RTT the ratios decide; without a pipelined technique there is no verdict
     bare = [Row(x.rtt_ms, x.technique, x.measured_s, x.predicted_s, x.role) for x in rows]
-    assert live_validate.latency_costs(bare)[1:] == ({}, True)
-    assert live_validate.latency_costs([x for x in rows if x.technique == "data"])[2] is None
-    assert live_validate.latency_costs([]) == ({}, {}, None)
+    assert validate_report.latency_costs(bare)[1:] == ({}, True)
+    assert validate_report.latency_costs([x for x in rows if x.technique == "data"])[2] is None
+    assert validate_report.latency_costs([]) == ({}, {}, None)
 
 
 def test_validate_needs_runs_at_the_held_out_rtt():
