@@ -34,6 +34,29 @@ SCALAR_RANGES = {"transport.collective_step_rtts": (0.02, 20.0), "transport.p2p_
                  "transport.window_mib": (1 / 16, 512.0), "compute.gemm_fraction": (0.05, 1.0),
                  "compute.memory_fraction": (0.05, 1.0),
                  "transport.per_message_overhead_us": (1.0, MAX_PER_MESSAGE_US), "transport.stream_rate_gbps": (0.1, 100.0)}
+# the round trips a collective step waits for NCCL's flow control (fitted unless step_rtts=None)
+STEP_SCALARS = ("transport.collective_step_rtts",)
+# The compute model's global constants: (prior centre, 1-sigma of log(value)), sources in
+# docs/reference/params.md. A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
+# weighed against the records as if each record's log error had a 1-sigma of DATA_NOISE.
+COMPUTE_PRIORS = {"compute.gemm_fraction": (0.7, 0.5), "compute.memory_fraction": (0.8, 0.4)}
+# A per-iteration overhead is launch, host sync and the driver's bookkeeping: a tenth of a second,
+# not the seconds a fit would otherwise move into it to stand in for slow compute.
+OVERHEAD_PRIOR = (0.1, 1.0)
+# A message's fixed cost over NCCL's socket transport (the proxy thread's hand-off, the socket
+# calls, a chunk's copy through host memory) is tens to hundreds of microseconds: (centre in us,
+# 1-sigma of its log). Without it, a fold without Shard moved the other techniques' misfit into
+# ~8 ms per message, and Shard's thousands of small all-reduces came out twice too slow on a LAN.
+PER_MESSAGE_PRIOR = {"transport.per_message_overhead_us": (100.0, 1.0)}
+SCALAR_PRIORS = {**COMPUTE_PRIORS, **PER_MESSAGE_PRIOR}
+OVERHEAD_RANGE = (1e-4, 1.0)  # s: physical bounds of a per-iteration overhead
+DATA_NOISE = 0.2  # the 1-sigma of a record's log error a prior is weighed against
+SHARED = "shared"  # the target of an overhead every technique has (fitted once, predicts a technique never seen)
+LINK_KINDS = ("link_bandwidth", "link_window", "link_step_rtts")
+# the key a per-link value has in a scenario's [[links]] table and in [fitted].links
+LINK_KEYS = {"link_bandwidth": "bandwidth_gbps", "link_window": "window_mib", "link_step_rtts": "step_rtts"}
+# the global a per-link value deviates from (its prior's centre when that global is fitted too)
+LINK_GLOBALS = {"link_window": "transport.window_mib", "link_step_rtts": "transport.collective_step_rtts"}
 
 
 def fittable_settings() -> dict[str, tuple[float, float]]:
@@ -50,30 +73,6 @@ def _uses(technique: str, owner: str) -> bool:
     from geosim.techniques import builds_on
 
     return technique == owner or any(_uses(t, owner) for t in builds_on(technique))
-
-
-STEP_SCALARS = ("transport.collective_step_rtts",)
-# The compute model's global constants: (prior centre, 1-sigma of log(value)), sources in
-# docs/reference/params.md. A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
-# weighed against the records as if each record's log error had a 1-sigma of DATA_NOISE.
-COMPUTE_PRIORS = {"compute.gemm_fraction": (0.7, 0.5), "compute.memory_fraction": (0.8, 0.4)}
-# A per-iteration overhead is launch, host sync and the driver's bookkeeping: a tenth of a second,
-# not the seconds a fit would otherwise move into it to stand in for slow compute.
-OVERHEAD_PRIOR = (0.1, 1.0)
-# A message's fixed cost over NCCL's socket transport (the proxy thread's hand-off, the socket
-# calls, a chunk's copy through host memory) is tens to hundreds of microseconds: (centre in us,
-# 1-sigma of its log). Without it, a fold without Shard moved the other techniques' misfit into
-# ~8 ms per message, and Shard's thousands of small all-reduces came out twice too slow on a LAN.
-PER_MESSAGE_PRIOR = {"transport.per_message_overhead_us": (100.0, 1.0)}
-SCALAR_PRIORS = {**COMPUTE_PRIORS, **PER_MESSAGE_PRIOR}
-OVERHEAD_RANGE = (1e-4, 1.0)  # s: physical bounds of a per-iteration overhead
-DATA_NOISE = 0.2
-SHARED = "shared"  # the target of an overhead every technique has (fitted once, predicts a technique never seen)
-LINK_KINDS = ("link_bandwidth", "link_window", "link_step_rtts")
-# the key a per-link value has in a scenario's [[links]] table and in [fitted].links
-LINK_KEYS = {"link_bandwidth": "bandwidth_gbps", "link_window": "window_mib", "link_step_rtts": "step_rtts"}
-# the global a per-link value deviates from (its prior's centre when that global is fitted too)
-LINK_GLOBALS = {"link_window": "transport.window_mib", "link_step_rtts": "transport.collective_step_rtts"}
 
 
 @dataclass(frozen=True)
