@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("scipy")
 
 from geosim.case import Case
-from geosim.calibrate.cases import RunCase, cases_from_records, load_cases, read_runs, to_case
+from geosim.calibrate.cases import cases_from_records, load_cases, read_runs, to_case
 from geosim.calibrate.fit import fit, fit_memory, predict_with
 from geosim.calibrate.free import FreeParam, apply_params
 from geosim.calibrate.importers import alpa_benchmark_records, alpa_log_record
