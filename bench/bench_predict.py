@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 

@@ -4,8 +4,6 @@ GPU speed grows, and every byte sent is received."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st

@@ -22,7 +22,7 @@ the engine's millions of Compute ops cost one dictionary look-up each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from geosim.specs import GPU, Model
@@ -217,7 +217,7 @@ def block_backward(model: Model, sequences: float, seq_len: int, precision: str,
 def head_forward(model: Model, sequences: float, seq_len: int, precision: str, tensor_parallel: int = 1) -> list[KernelOp]:
     """Final layer norm, the tied LM head (vocabulary split over a tensor-parallel group) and the
     softmax cross-entropy over the vocabulary (two reads of the logits: max, then sum of exp)."""
-    e, t = value_bytes(precision), tensor_parallel
+    e = value_bytes(precision)
     tokens, h, v = sequences * seq_len, model.n_embd, model.vocab / tensor_parallel
     return [MemoryOp("ln_f", 2 * tokens * h * e), Gemm("lm head", tokens, v, h),
             MemoryOp("cross-entropy", 2 * tokens * v * e)]

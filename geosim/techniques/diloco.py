@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.errors import GeosimError
 from geosim.sim.schedule import Collective, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.techniques._base import check_dims, combined, devices_of
