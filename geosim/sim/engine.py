@@ -183,9 +183,9 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
         return number
 
     def run_ops(rank, ops, ctx, it):
-        """Walk ops in order, a Repeat block through run_repeat. A nested generator per block is no
-        slower than a flat walk: CPython passes a resumption down a `yield from` chain in C, and
-        Shard nests three deep at most (docs/results/2026-11-24-speed.md, "Flat programs")."""
+        """Walk ops in order, a Repeat block through run_repeat. A nested generator per block costs
+        a few percent at most against a flat walk: CPython passes a resumption down a `yield from`
+        chain in C, and Shard nests three deep at most (docs/results/2026-11-24-speed.md)."""
         for op in ops:
             kind = type(op)
             if kind is Compute:
