@@ -76,8 +76,8 @@ def latency_costs(rows) -> tuple[dict, dict, bool | None]:
         round_trips = {t: (measured[(rtts[-1], t)] - measured[(rtts[0], t)]) / added_rtt_s for t in both}
     # Judged on round trips per step (added seconds), not on the slowdown ratio: its denominator
     # is a LAN step of tens of ms that two busy cores move by 30%, so a faster LAN step alone
-    # made Pipeshard's ratio look like Data's (CI, 2026-11-24: x29.6 against x36.3, while Data
-    # paid 2.3x Pipeshard's added seconds).
+    # made Pipeshard's ratio look like Data's (CI, 2026-11-24: x29.6 against x36.3; reruns of the
+    # same loop: ratios 1.25x and 1.31x apart, while Data paid 2.42x and 2.31x Pipeshard's added seconds).
     cost = round_trips or slowdown
     pipelined = [t for t in cost if is_pipelined(t)]
     if len(pipelined) != 1 or len(cost) < 2:
