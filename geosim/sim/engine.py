@@ -255,7 +255,11 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
 
     def run_repeat(rank, block, ctx, it):
         """A Repeat block: every repetition, or, for a long one (unless exact), the first
-        SIMULATED_REPETITIONS, the last MEASURED_REPETITIONS of which stand for the rest."""
+        SIMULATED_REPETITIONS, the last MEASURED_REPETITIONS of which stand for the rest.
+        Collectives keep the group in lockstep: once warmed up, every member repeats with one
+        common period. Take the group's median measured period as that period (a member still
+        warming up does not set it), and let each member skip the rest on its own clock; the
+        wait for the others hides inside the skipped time."""
         numbers = repetitions.get((ctx, block.tag))
         if numbers is None:
             numbers = repetitions[(ctx, block.tag)] = []
@@ -266,37 +270,22 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
         start = env.now
         for r in range(WARM_UP_REPETITIONS):
             yield from run_ops(rank, block.ops, repetition(numbers, ctx, block.tag, r), it)
-        measured = (env.now, compute[it][rank], overhead[it][rank], *net.sent(rank))
+        measured_start, busy, fixed = env.now, compute[it][rank], overhead[it][rank]
+        sent, sends = net.sent(rank)
         for r in range(WARM_UP_REPETITIONS, SIMULATED_REPETITIONS):
             yield from run_ops(rank, block.ops, repetition(numbers, ctx, block.tag, r), it)
-        yield from skip_repetitions(rank, block, ctx, it, start, measured)
-
-    def gpu(rank):
-        """The rank's whole run: its program once per iteration."""
-        program = schedule.programs[rank]
-        for it in range(iterations):
-            yield from run_ops(rank, program, context(0, "iteration", it), it)
-            ends[it][rank] = env.now
-
-    def skip_repetitions(rank, op, ctx, it, start, measured):
-        """The last MEASURED_REPETITIONS of a Repeat block stand for the ones not simulated.
-        Collectives keep the group in lockstep: once warmed up, every member repeats with one
-        common period. Take the group's median measured period as that period (a member still
-        warming up does not set it), and let each member skip the rest on its own clock; the
-        wait for the others hides inside the skipped time."""
         own_end = env.now
-        measured_start, busy, fixed, sent, sends = measured
-        key = (op.tag, ctx)
+        key = (block.tag, ctx)
         state = repeats.get(key)
         if state is None:
             events[0] += 1
             state = repeats[key] = ([], event())
         state[0].append((own_end - measured_start) / MEASURED_REPETITIONS)
-        if len(state[0]) == len(op.group):
+        if len(state[0]) == len(block.group):
             del repeats[key]
             succeed(state[1], statistics.median(state[0]))
         period = yield state[1]
-        remaining = op.count - SIMULATED_REPETITIONS
+        remaining = block.count - SIMULATED_REPETITIONS
         skipped = remaining * period
         share = remaining / MEASURED_REPETITIONS
         compute[it][rank] += share * (compute[it][rank] - busy)
@@ -309,7 +298,14 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
             events[0] += 1
             yield timeout(own_end + skipped - env.now)
         if trace_rows is not None:
-            trace_rows.append(("coll", rank, f"{op.label} x{op.count}", start, env.now, 0.0))
+            trace_rows.append(("coll", rank, f"{block.label} x{block.count}", start, env.now, 0.0))
+
+    def gpu(rank):
+        """The rank's whole run: its program once per iteration."""
+        program = schedule.programs[rank]
+        for it in range(iterations):
+            yield from run_ops(rank, program, context(0, "iteration", it), it)
+            ends[it][rank] = env.now
 
     for rank in schedule.programs:
         env.process(gpu(rank))
