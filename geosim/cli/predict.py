@@ -162,11 +162,11 @@ def print_ranges(rows, ranges) -> None:
 
 def describe_cluster(cluster) -> str:
     hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
-    rtts = sorted({round(s_to_ms(link.rtt_s), 1) if link.rtt_estimated else s_to_ms(link.rtt_s)
-                   for link in wan_links(cluster)})
-    if not rtts:  # one VM, or VMs of one site: nothing crosses a WAN
+    links = wan_links(cluster)
+    if not links:  # one VM, or VMs of one site: nothing crosses a WAN
         return f"{hosts}; no WAN link"
-    estimated = any(link.rtt_estimated for link in wan_links(cluster))
+    rtts = sorted({round(s_to_ms(link.rtt_s), 1) if link.rtt_estimated else s_to_ms(link.rtt_s) for link in links})
+    estimated = any(link.rtt_estimated for link in links)
     return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms" + (" (estimated from distance)" if estimated else "")
 
 
