@@ -47,6 +47,8 @@ def add_arguments(p) -> None:
                    help=f"{meaning('--microbatches')} (default: the scenario's, else {WORKLOAD_DEFAULTS.microbatches})")
     g.add_argument("--epochs", metavar="SPEC",
                    help=f"{meaning('--epochs')} (default: the scenario's, else {WORKLOAD_DEFAULTS.epochs})")
+    g.add_argument("--remat", action="store_true", help=f"{meaning('--remat')} (default: the scenario's "
+                                                        f"checkpointing, else off; --set checkpointing=true,false sweeps both)")
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     r = p.add_argument_group("run")
@@ -87,6 +89,8 @@ def build_grid(args) -> Grid:
     for name in ("global_batch", "microbatches", "epochs"):
         if getattr(args, name):
             axes[name] = parse_values(getattr(args, name), "int", f"--{name.replace('_', '-')}")
+    if args.remat:
+        axes["checkpointing"] = [True]
     for text in args.set:
         name, values = parse_assignment(text)
         axes[name] = values

@@ -196,6 +196,100 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
                    acts, in_flight, options)
 
 
+# --- live's program: Flax GPT-2 and optax AdamW as `geosim live` compiles them ---------------------
+#
+# The same parts, laid out as XLA lays out live's step (live/train/model.py, live/train/techniques/),
+# counted from its ops and checked against XLA's own buffer assignment of that step
+# (bench/bench_memory.py; docs/results/2026-11-25-memory-xla.md). Where it differs from Alpa's:
+# - the weights stay fp32 whatever the precision (no 16-bit copy, no master): 4 B/param, Adam 8;
+# - the gradients (fp32) are born in the backward as the residuals die, so they share the
+#   activations' memory: the step's temporaries are the larger of the forward/backward turn and
+#   the update (gradients, their flat copy for the one all-reduce, Adam's updates);
+# - the turn holds every block's residuals, the loss's logits twice in fp32 (the head casts to
+#   fp32: the logits and their softmax), and the tied embedding's gradient, which the head's
+#   backward makes first;
+# - the GELU is the tanh form: its backward keeps the tanh (4h) besides its input and output.
+
+JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, fc out, GELU's tanh and out (4h each)
+JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
+JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
+JAX_LOGIT_VALUES = 2.0  # per vocabulary entry, fp32: the logits and their softmax (the loss's gradient)
+JAX_UPDATE_COPIES = 3.0  # at the update, per parameter held: the gradient, its flat copy, Adam's update (fp32)
+
+
+def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions, tensor_parallel: int = 1) -> float:
+    """One block's residuals per token in live's step (see above), on one GPU of a tensor-parallel group."""
+    e, t, h = options.value_bytes, tensor_parallel, model.n_embd
+    replicated = JAX_REPLICATED_H_VALUES
+    h_values = (replicated + (JAX_BLOCK_H_VALUES - replicated) / t) * h * e
+    scores = model.n_head * seq_len / t * (JAX_SCORE_FP32_VALUES * 4.0 if options.precision == "fp32"
+                                           else 4.0 + e)  # 16-bit: the fp32 softmax and its 16-bit cast
+    return h_values + scores
+
+
+def jax_activations(model: Model, sequences: float, seq_len: int, layers: int, options: LayoutOptions,
+                    tensor_parallel: int = 1) -> float:
+    """Residuals of one microbatch of `sequences` through `layers` blocks (remat: the block inputs and
+    one block rebuilt)."""
+    tokens = sequences * seq_len
+    block = jax_block_bytes_per_token(model, seq_len, options, tensor_parallel)
+    if options.remat and layers:
+        return tokens * (layers * model.n_embd * options.value_bytes + block)
+    return tokens * layers * block
+
+
+def jax_head_bytes(model: Model, sequences: float, seq_len: int, options: LayoutOptions, copies: float = 1.0,
+                   tensor_parallel: int = 1) -> float:
+    """The loss at the turn: the logits and their softmax in fp32 for every token, the final layer norm's
+    input and output (`copies` sets of them), and the tied embedding's gradient (fp32, split as the
+    embedding is)."""
+    tokens = sequences * seq_len
+    return (copies * tokens * (JAX_LOGIT_VALUES * model.vocab * 4.0 + 2 * model.n_embd * options.value_bytes)
+            + model.vocab * model.n_embd * 4.0 / tensor_parallel)
+
+
+def live_step(technique: str, model: Model, global_batch: int, microbatches: int, devices: int, seq_len: int,
+              options: LayoutOptions, stages: int | None = None) -> dict[str, float]:
+    """Bytes one device holds at the peak of live's training step, by part (see above). `stages`:
+    pipeshard's stage count (default: two, or one for one device)."""
+    n, p, mb = max(devices, 1), model.num_params, max(microbatches, 1)
+    tensor, held, grad_held, extra_state = 1, float(p), float(p), 0.0
+    if technique in ("data", "diloco", "sparseloco"):
+        # in flight: live accumulates the first microbatch before a scan over the rest, and XLA
+        # gives the scan's body buffers of its own: two microbatches' worth once there are two
+        rows, layers, in_flight = global_batch / n / mb, model.n_layer, min(mb, 2)
+        if technique != "data":
+            extra_state = 8.0 * p  # the outer parameters and the outer momentum, fp32
+    elif technique == "zero2":
+        rows, layers, in_flight = global_batch / n / mb, model.n_layer, min(mb, 2)
+        grad_held = p / n
+        extra_state = -8.0 * p * (1 - 1 / n)  # Adam's moments are sharded
+    elif technique == "shard":
+        tensor, rows, layers, in_flight = n, global_batch / mb, model.n_layer, min(mb, 2)
+        held = grad_held = p / n
+    elif technique == "pipeshard":
+        s = stages or min(2, n)
+        tensor = max(1, n // s)
+        layers = model.n_layer / s
+        rows, in_flight = global_batch / mb, mb + s - 1  # GPipe in a scan: every tick's residuals are kept
+        held = grad_held = (layers * model.params_per_layer + model.embedding_params) / tensor
+    else:
+        raise ValueError(f"no memory layout for technique {technique!r}")
+    parts = {"weights": 4.0 * held, "master": 0.0, "optimizer": 8.0 * held + extra_state}
+    turn = in_flight * jax_activations(model, rows, seq_len, layers, options, tensor)
+    # the head: with each microbatch in flight, except the pipeline's, which runs it on the whole batch
+    if technique == "pipeshard":
+        head = jax_head_bytes(model, global_batch, seq_len, options, 1, tensor)
+    else:
+        head = jax_head_bytes(model, rows, seq_len, options, in_flight, tensor)
+    update = JAX_UPDATE_COPIES * 4.0 * grad_held
+    parts["activations"] = turn
+    parts["transient"] = head
+    parts["gradients"] = max(0.0, update - turn - head)  # what the update needs beyond the freed activations
+    parts["workspace"] = options.workspace_bytes
+    return parts
+
+
 # --- verdict --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

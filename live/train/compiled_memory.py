@@ -89,8 +89,9 @@ def compile_case(case: dict, devices: list) -> dict:
     from geosim.live.train import techniques
     from geosim.live.train.model import GPT, GPTConfig, optimizer
     from geosim.scenario import get_model
+    from geosim.specs import Model
 
-    spec = get_model(case["model"])
+    spec = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
     n_ctx = case.get("seq_len") or spec.n_ctx
     cfg = GPTConfig(spec.n_layer, spec.n_embd, spec.n_head, spec.vocab, n_ctx, case["precision"],
                     remat=bool(case.get("remat")))
