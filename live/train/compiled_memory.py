@@ -144,3 +144,49 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- beside geosim's model ------------------------------------------------------------------------
+
+def geosim_bytes(case: dict, devices: int) -> dict[str, float]:
+    """geosim's memory model for the same case, by part, without the workspace (XLA's figure does not
+    hold the CUDA context or the allocator's slack either)."""
+    from geosim.scenario import get_model
+    from geosim.sim.memory_layout import LayoutOptions, live_step
+    from geosim.specs import Model
+
+    model = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
+    options = LayoutOptions(precision=case["precision"], remat=bool(case.get("remat")), workspace_bytes=0.0)
+    return live_step(case["technique"], model, case["global_batch"], case["microbatches"], devices,
+                     case.get("seq_len") or model.n_ctx, options, case.get("stages"))
+
+
+def cpu_correction(case: dict, devices: int) -> float:
+    """Bytes the CPU backend's layout holds beyond the GPU's, added to geosim's figure when comparing with
+    a CPU compile (the model itself is the GPU's). Only for fp32 cases: the CPU widens 16-bit dots to
+    fp32, which no correction per part captures, so 16-bit cases are compared on the GPU compiler only.
+    ZeRO-2: the CPU has no reduce-scatter; it all-reduces the whole flat gradient and slices it, so the
+    whole reduced gradient (fp32) is live beside the slice."""
+    from geosim.scenario import get_model
+    from geosim.specs import Model
+
+    if case["precision"] != "fp32":
+        raise ValueError("16-bit cases are compared on XLA's GPU compiler only (the CPU widens them to fp32)")
+    model = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
+    if case["technique"] == "zero2" and devices > 1:
+        return 4.0 * model.num_params * (1 - 1 / devices)
+    return 0.0
+
+
+def run_cases(backend: str, devices: int, cases: list[dict], timeout_s: float = 3600.0) -> list[dict]:
+    """Compile `cases` in a fresh process with `devices` devices of `backend`; XLA's figures per case
+    (or {"error": ...}). The device count is fixed when JAX starts, hence the process."""
+    import subprocess
+
+    text = "".join(json.dumps(c) + "\n" for c in cases)
+    done = subprocess.run([sys.executable, "-m", "geosim.live.train.compiled_memory", backend, str(devices)],
+                          input=text, capture_output=True, text=True, timeout=timeout_s)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode and not rows:
+        raise RuntimeError(f"compile process failed ({done.returncode}): {done.stderr[-500:]}")
+    return rows
