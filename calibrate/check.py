@@ -88,7 +88,7 @@ def check(cases: list[RunCase], params: Params, progress=None) -> list[Checked]:
         if result.peak_memory_gib is not None:
             predicted["peak_memory_gib"] = result.peak_memory_gib
         rows.append(Checked(
-            where=case.where, label=case.label, model=case.model.name, gpus=len(case.gpus) or cluster.num_gpus,
+            where=case.where, label=case.label, model=case.model.name, gpus=cluster.num_gpus,
             measured_status=case.record.status, predicted_status=result.status, memory_verdict=_verdict(result),
             measured=_measured(case), predicted={k: v for k, v in predicted.items() if v is not None},
             note=result.reason or result.memory_note or ""))

@@ -6,7 +6,8 @@ import pytest
 
 from geosim.scenario import model_catalog
 from geosim.sim.memory_layout import (FITS, MAY_NOT_FIT, OUT_OF_MEMORY, LayoutOptions, activations, auto_sharded,
-                                      block_residual_bytes_per_token, data_parallel, pipeline_stage, verdict, zero2)
+                                      block_residual_bytes_per_token, data_parallel, live_step, pipeline_stage, verdict,
+                                      zero2)
 from geosim.specs import GIB
 
 GPT2M = model_catalog()["gpt2m"]
@@ -111,8 +112,62 @@ def test_verdict_bands():
     options = LayoutOptions(usable_fraction=0.9, margin_fraction=0.1)
     usable = 16 * GIB * 0.9
     assert verdict(0.85 * usable, 16, options).status == FITS
+    assert verdict(0.85 * usable, 16, options).describe() == "fits: needs 12.2 of 14.4 GiB usable"
     near = verdict(0.95 * usable, 16, options)
-    assert near.status == MAY_NOT_FIT and "spare" in near.describe()
+    assert near.status == MAY_NOT_FIT
+    assert near.describe() == "may not fit: needs 13.7 of 14.4 GiB usable, within the model's 10% error"
     assert verdict(1.05 * usable, 16, options).status == MAY_NOT_FIT
-    assert "short" in verdict(1.05 * usable, 16, options).describe()
     assert verdict(1.2 * usable, 16, options).status == OUT_OF_MEMORY
+    assert verdict(1.2 * usable, 16, options).describe() == "does not fit: needs 17.3 of 14.4 GiB usable"
+    # the band is the model's error: a wider one turns a near miss into "may not fit"
+    assert verdict(1.15 * usable, 16, LayoutOptions(margin_fraction=0.2)).status == MAY_NOT_FIT
+
+
+# --- live's step (the layout XLA gives `geosim live`'s program), by hand --------------------------
+
+GPT2 = model_catalog()["gpt2"]
+
+
+def test_live_data_step_by_hand():
+    """gpt2, one sequence per device, fp32: weights and Adam fp32 (12 B/param), the residuals of 12 blocks
+    (20 h-wide values and 2 fp32 scores per token and block), the loss's fp32 logits twice and the tied
+    embedding's gradient; the gradients live in the freed activations (no part of their own)."""
+    parts = live_step("data", GPT2, 4, 1, 4, 1024, LayoutOptions(precision="fp32", workspace_bytes=0.0))
+    n, tokens = GPT2.num_params, 1024
+    assert parts["weights"] == 4 * n and parts["optimizer"] == 8 * n and parts["master"] == 0.0
+    assert parts["activations"] == pytest.approx(tokens * 12 * (20 * 768 * 4 + 2 * 12 * 1024 * 4))
+    assert parts["transient"] == pytest.approx(tokens * (2 * 50257 * 4 + 2 * 768 * 4) + 50257 * 768 * 4)
+    assert parts["gradients"] == 0.0
+    # XLA's GPU buffer assignment of this very step (2 A100s, compiled ahead of time): 4041.5 MB
+    assert sum(parts.values()) == pytest.approx(4041.5e6, rel=0.01)
+
+
+def test_live_gradients_show_when_the_activations_are_small():
+    """With remat and a short sequence the update (gradient, flat copy, Adam's update: 12 B/param)
+    outgrows the turn, and the part beyond it shows as gradients."""
+    parts = live_step("data", GPT2, 1, 1, 1, 16, LayoutOptions(precision="fp32", remat=True, workspace_bytes=0.0))
+    turn = parts["activations"] + parts["transient"]
+    assert parts["gradients"] == pytest.approx(12 * GPT2.num_params - turn)
+
+
+def test_live_zero2_shards_adam_and_shard_splits_everything():
+    o = LayoutOptions(precision="bf16", workspace_bytes=0.0)
+    data, zero2 = live_step("data", GPT2, 8, 1, 4, 1024, o), live_step("zero2", GPT2, 8, 1, 4, 1024, o)
+    assert zero2["optimizer"] == pytest.approx(data["optimizer"] / 4) and zero2["weights"] == data["weights"]
+    shard = live_step("shard", GPT2, 8, 1, 4, 1024, o)
+    assert shard["weights"] == pytest.approx(4 * GPT2.num_params / 4)
+    # every device of a tensor-parallel group sees all 8 sequences, split by heads and columns
+    assert shard["activations"] > data["activations"]
+
+
+def test_live_accumulation_and_pipeline_in_flight():
+    o = LayoutOptions(precision="fp32", workspace_bytes=0.0)
+    one = live_step("data", GPT2, 8, 1, 4, 1024, o)["activations"]
+    # two microbatches of half the rows: live's first microbatch outside the scan and the scan's own
+    # buffers are not shared, so two halves are in flight; more microbatches keep two
+    assert live_step("data", GPT2, 8, 2, 4, 1024, o)["activations"] == pytest.approx(one)
+    assert live_step("data", GPT2, 8, 4, 4, 1024, o)["activations"] == pytest.approx(one / 2)
+    # the pipeline (2 stages): M + S - 1 ticks of a microbatch through 6 blocks, 2 more held by the nested scan
+    pipe = live_step("pipeshard", GPT2, 8, 4, 2, 1024, o)["activations"]
+    block = 20 * 768 * 4 + 2 * 12 * 1024 * 4
+    assert pipe == pytest.approx((4 + 2 - 1 + 2) * 2 * 1024 * 6 * block)

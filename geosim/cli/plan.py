@@ -154,6 +154,7 @@ def print_plan(plan: Plan, top: int | None) -> None:
     for i, o in enumerate(plan.options[:top], start=1):
         p = o.prediction
         late = "  (misses deadline)" if plan.deadline_s and o.total_time_s > plan.deadline_s else ""
+        late += "  (may not fit)" if p.memory_verdict == "may not fit" else ""
         print(f"  {i:>3} {fmt_duration(o.total_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB  {o.label}{late}")
     for group in twins(c.cluster):

@@ -214,6 +214,7 @@ JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, f
 JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
 JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
 JAX_LOGIT_VALUES = 2.0  # per vocabulary entry, fp32: the logits and their softmax (the loss's gradient)
+JAX_NESTED_SCAN_TICKS = 2.0  # pipeshard: ticks' worth of residuals held by the nested layer scan's own buffers
 JAX_UPDATE_COPIES = 3.0  # at the update, per parameter held: the gradient, its flat copy, Adam's update (fp32)
 
 
@@ -271,7 +272,10 @@ def live_step(technique: str, model: Model, global_batch: int, microbatches: int
         s = stages or min(2, n)
         tensor = max(1, n // s)
         layers = model.n_layer / s
-        rows, in_flight = global_batch / mb, mb + s - 1  # GPipe in a scan: every tick's residuals are kept
+        # GPipe in a scan over M + S - 1 ticks: every tick's residuals are kept, and the scan over the
+        # stage's layers nested in it keeps one tick's worth more in its own loop buffers, forward and
+        # backward (XLA does not write a nested loop's stack in place into the outer one)
+        rows, in_flight = global_batch / mb, mb + s - 1 + JAX_NESTED_SCAN_TICKS
         held = grad_held = (layers * model.params_per_layer + model.embedding_params) / tensor
     else:
         raise ValueError(f"no memory layout for technique {technique!r}")
@@ -297,20 +301,22 @@ class Verdict:
     status: str  # fits | may not fit | out-of-memory
     need_bytes: float
     usable_bytes: float
+    margin_fraction: float = 0.10  # the model's error band (its spread against XLA's buffer assignment)
 
     @property
     def margin_bytes(self) -> float:
         return self.usable_bytes - self.need_bytes
 
+    @property
+    def word(self) -> str:
+        """The band in words, the same in every command: fits, may not fit, does not fit."""
+        return {FITS: "fits", MAY_NOT_FIT: "may not fit"}.get(self.status, "does not fit")
+
     def describe(self) -> str:
-        margin = self.margin_bytes / GIB
-        if self.status == FITS:
-            return f"fits ({margin:.1f} GiB to spare of {self.usable_bytes / GIB:.1f} usable)"
+        needs = f"needs {self.need_bytes / GIB:.1f} of {self.usable_bytes / GIB:.1f} GiB usable"
         if self.status == MAY_NOT_FIT:
-            side = "spare" if margin >= 0 else "short"
-            return (f"may not fit: {abs(margin):.1f} GiB {side} of {self.usable_bytes / GIB:.1f} usable, "
-                    f"within the model's 10% margin")
-        return f"out of memory: needs {self.need_bytes / GIB:.1f} GiB of {self.usable_bytes / GIB:.1f} usable"
+            return f"may not fit: {needs}, within the model's {self.margin_fraction:.0%} error"
+        return f"{self.word}: {needs}"
 
 
 def verdict(need_bytes: float, memory_gib: float, options: LayoutOptions) -> Verdict:
@@ -322,7 +328,7 @@ def verdict(need_bytes: float, memory_gib: float, options: LayoutOptions) -> Ver
         status = MAY_NOT_FIT
     else:
         status = OUT_OF_MEMORY
-    return Verdict(status, need_bytes, usable)
+    return Verdict(status, need_bytes, usable, options.margin_fraction)
 
 
 def options_for(workload, params) -> LayoutOptions:

@@ -82,6 +82,7 @@ class Option:
                 "microbatches": self.microbatches, "options": self.options, "status": p.status, "reason": p.reason,
                 "gpus": self.gpus, "total_time_s": p.total_time_s, "time_per_epoch_s": p.time_per_epoch_s,
                 "tflops_per_gpu": p.tflops_per_gpu, "peak_memory_gib": p.peak_memory_gib,
+                "memory": p.memory_verdict,
                 "gpu_hours": self.gpu_hours if self.ok else None}
 
 
@@ -99,8 +100,10 @@ class MeasuredOption:
 def rank(options: list[Option], deadline_s: float | None = None) -> list[Option]:
     """The feasible options, best first (the module's rule)."""
     key = rank_key(deadline_s)
+    # an option that may not fit (within the memory model's error of the GPU's memory) after those that fit
     return sorted((o for o in options if o.ok),
-                  key=lambda o: (key(o.total_time_s, o.gpus), o.prediction.peak_memory_gib or 0.0))
+                  key=lambda o: (o.prediction.memory_verdict == "may not fit", key(o.total_time_s, o.gpus),
+                                 o.prediction.peak_memory_gib or 0.0))
 
 
 def fmt_time(seconds: float | None) -> str:
