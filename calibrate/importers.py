@@ -256,7 +256,7 @@ def _row_record(row: dict, where: str, scenario: str, *, batch: int | None, host
     measured = {} if failed else {"time_per_iteration_s": mean, "tflops_per_gpu": tflops, "peak_memory_gib": peak}
     record = RunRecord(
         technique=parallel.technique, model=model, status="out-of-memory" if failed else "ok",
-        scenario=None if cluster else scenario, cluster=cluster, hosts=None if cluster else hosts, model_dims=dims, workload=workload, measured=measured, source=source,
+        scenario=scenario, cluster=cluster, hosts=None if cluster else hosts, model_dims=dims, workload=workload, measured=measured, source=source,
         backend="alpa", collective_impl="nccl", options=parallel.options or None,
         error="Alpa wrote -1 (the case failed; treated as out of memory)" if failed else None,
         note=f"{where}: {pname}, {gpus} GPUs, {parallel.layout}, use_remat={parallel.use_remat}, "
