@@ -124,8 +124,14 @@ def main() -> int:
           f"{len(todo)} to compile; load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} cores)", flush=True)
     started = time.perf_counter()
     if todo:
+        def keep(row: dict) -> None:  # progress, and XLA's figures on disk as they come
+            print(f"  compiled {label(row)} in {row.get('compile_s', '?')} s", flush=True)
+            if args.xla and "technique" in row:
+                with open(args.xla, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
         try:
-            fresh = run_cases(args.backend, DEVICES, todo, timeout_s=3 * 3600)
+            fresh = run_cases(args.backend, DEVICES, todo, timeout_s=3 * 3600, each=keep)
         except subprocess.TimeoutExpired:
             print("compiles timed out", file=sys.stderr)
             return 1
@@ -134,8 +140,6 @@ def main() -> int:
             return 3
         for row in fresh:
             known[key({k: row[k] for k in cases[0] if k in row})] = row
-        if args.xla:
-            Path(args.xla).write_text("".join(json.dumps(r) + "\n" for r in known.values()))
     rows = compared([known[key(c)] for c in cases if key(c) in known], args.backend)
     compile_s = sum(r.get("compile_s", 0) for r in rows)
     print_table(rows, args.backend)

@@ -178,15 +178,34 @@ def cpu_correction(case: dict, devices: int) -> float:
     return 0.0
 
 
-def run_cases(backend: str, devices: int, cases: list[dict], timeout_s: float = 3600.0) -> list[dict]:
+def run_cases(backend: str, devices: int, cases: list[dict], timeout_s: float = 3600.0, each=None) -> list[dict]:
     """Compile `cases` in a fresh process with `devices` devices of `backend`; XLA's figures per case
-    (or {"error": ...}). The device count is fixed when JAX starts, hence the process."""
+    (or {"error": ...}), each also handed to `each` as it comes. The device count is fixed when JAX
+    starts, hence the process."""
     import subprocess
+    import tempfile
 
-    text = "".join(json.dumps(c) + "\n" for c in cases)
-    done = subprocess.run([sys.executable, "-m", "geosim.live.train.compiled_memory", backend, str(devices)],
-                          input=text, capture_output=True, text=True, timeout=timeout_s)
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode and not rows:
-        raise RuntimeError(f"compile process failed ({done.returncode}): {done.stderr[-500:]}")
+    rows = []
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([sys.executable, "-m", "geosim.live.train.compiled_memory", backend, str(devices)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True)
+        try:
+            proc.stdin.write("".join(json.dumps(c) + "\n" for c in cases))
+            proc.stdin.close()
+            started = time.monotonic()
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    rows.append(json.loads(line))
+                    if each is not None:
+                        each(rows[-1])
+                if time.monotonic() - started > timeout_s:
+                    raise subprocess.TimeoutExpired(proc.args, timeout_s)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if proc.returncode and not rows:
+            errors.seek(0)
+            raise RuntimeError(f"compile process failed ({proc.returncode}): {errors.read()[-500:]}")
     return rows
