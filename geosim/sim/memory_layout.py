@@ -204,7 +204,8 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
 # - the weights stay fp32 whatever the precision (no 16-bit copy, no master): 4 B/param, Adam 8;
 # - the gradients (fp32) are born in the backward as the residuals die, so they share the
 #   activations' memory: the step's temporaries are the larger of the forward/backward turn and
-#   the update (gradients, their flat copy for the one all-reduce, Adam's updates);
+#   the update (the gradients and their flat copy for the one all-reduce; Adam writes into the
+#   donated state);
 # - the turn holds every block's residuals, the loss's logits twice in fp32 (the head casts to
 #   fp32: the logits and their softmax), and the tied embedding's gradient, which the head's
 #   backward makes first;
@@ -215,7 +216,7 @@ JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream e
 JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
 JAX_LOGIT_VALUES = 2.0  # per vocabulary entry, fp32: the logits and their softmax (the loss's gradient)
 JAX_NESTED_SCAN_TICKS = 2.0  # pipeshard: ticks' worth of residuals held by the nested layer scan's own buffers
-JAX_UPDATE_COPIES = 3.0  # at the update, per parameter held: the gradient, its flat copy, Adam's update (fp32)
+JAX_UPDATE_COPIES = 2.0  # at the update, per parameter held: the gradient and its flat copy for the one reduction (fp32)
 
 
 def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions, tensor_parallel: int = 1) -> float:
@@ -257,7 +258,8 @@ def live_step(technique: str, model: Model, global_batch: int, microbatches: int
     tensor, held, grad_held, extra_state = 1, float(p), float(p), 0.0
     if technique in ("data", "diloco", "sparseloco"):
         # in flight: live accumulates the first microbatch before a scan over the rest, and XLA
-        # gives the scan's body buffers of its own: two microbatches' worth once there are two
+        # gives the scan's body buffers of its own: two microbatches' block residuals once there
+        # are two (the logits are one set)
         rows, layers, in_flight = global_batch / n / mb, model.n_layer, min(mb, 2)
         if technique != "data":
             extra_state = 8.0 * p  # the outer parameters and the outer momentum, fp32
@@ -280,16 +282,25 @@ def live_step(technique: str, model: Model, global_batch: int, microbatches: int
     else:
         raise ValueError(f"no memory layout for technique {technique!r}")
     parts = {"weights": 4.0 * held, "master": 0.0, "optimizer": 8.0 * held + extra_state}
+    accumulator = 0.0
+    if options.remat and technique != "pipeshard":
+        # remat: the turn is the head's (the blocks keep only their inputs, a block is rebuilt only once
+        # the logits are gone) on one microbatch, beside the fp32 gradient sum carried from the earlier
+        # ones; the head's embedding gradient is added into that sum in place where it is a tree like
+        # the parameters (not ZeRO-2's flat shard)
+        in_flight = 1
+        accumulator = 4.0 * grad_held if mb > 1 else 0.0
     turn = in_flight * jax_activations(model, rows, seq_len, layers, options, tensor)
-    # the head: with each microbatch in flight, except the pipeline's, which runs it on the whole batch
-    if technique == "pipeshard":
-        head = jax_head_bytes(model, global_batch, seq_len, options, 1, tensor)
-    else:
-        head = jax_head_bytes(model, rows, seq_len, options, in_flight, tensor)
+    # the head: once (the pipeline's on the whole batch at once)
+    head = jax_head_bytes(model, global_batch if technique == "pipeshard" else rows, seq_len, options, 1, tensor)
+    if options.remat and technique != "pipeshard":
+        turn -= rows * seq_len * jax_block_bytes_per_token(model, seq_len, options, tensor)  # not yet rebuilt
+        if accumulator and technique != "zero2":
+            head -= model.vocab * model.n_embd * 4.0 / tensor
     update = JAX_UPDATE_COPIES * 4.0 * grad_held
     parts["activations"] = turn
     parts["transient"] = head
-    parts["gradients"] = max(0.0, update - turn - head)  # what the update needs beyond the freed activations
+    parts["gradients"] = max(accumulator, update - turn - head)  # the carried sum, or what the update needs beyond
     parts["workspace"] = options.workspace_bytes
     return parts
 
