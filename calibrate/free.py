@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from geosim.calibrate import OVERHEAD_KINDS
 from geosim.calibrate.cases import RunCase
 from geosim.errors import GeosimError
+from geosim.parameters import TABLE_BY_KEY, fittable, priors
 from geosim.params import SCALARS
 from geosim.specs import Cluster, Params
 from geosim.techniques import is_pipelined
@@ -24,32 +25,30 @@ SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 LINK_PRIOR_SIGMA = 2.0
 # scalars only some techniques' schedules use: a p2p send's rendezvous is paid by pipeline stages only
 P2P_SCALARS = ("transport.p2p_handshake_rtts",)
-# A message's fixed cost (NCCL's proxy hand-off, the socket calls, a chunk's copy to the host) is
-# tens to hundreds of microseconds; 20 ms is a generous ceiling. Without one a fit explained runs
-# 40 s slower than their compute by 0.87 s per message, a fixed per-iteration cost in disguise.
-MAX_PER_MESSAGE_US = 2e4
-# (lowest, highest) a global transport scalar may be fitted to, in its file unit; a technique's own
-# fittable settings come with their ranges from its Settings (tunable(..., fit=(low, high)))
-SCALAR_RANGES = {"transport.collective_step_rtts": (0.02, 20.0), "transport.p2p_handshake_rtts": (0.1, 50.0),
-                 "transport.window_mib": (1 / 16, 512.0), "compute.gemm_fraction": (0.05, 1.0),
-                 "compute.memory_fraction": (0.05, 1.0),
-                 "transport.per_message_overhead_us": (1.0, MAX_PER_MESSAGE_US), "transport.stream_rate_gbps": (0.1, 100.0)}
+# (lowest, highest) a global scalar may be fitted to, in its file unit: declared with the parameter
+# (geosim/parameters.py, `fit`, e.g. a message's fixed cost within [1 us, 20 ms]: without a ceiling a
+# fit explained runs 40 s slower than their compute by 0.87 s per message, a per-iteration cost in
+# disguise); a technique's own fittable settings come with their ranges from its Settings
+# (tunable(..., fit=(low, high)))
+SCALAR_RANGES = {key: p.fit for key, p in fittable().items()}
+MAX_PER_MESSAGE_US = SCALAR_RANGES["transport.per_message_overhead_us"][1]
 # the round trips a collective step waits for NCCL's flow control (fitted unless step_rtts=None)
 STEP_SCALARS = ("transport.collective_step_rtts",)
-# The compute model's global constants: (prior centre, 1-sigma of log(value)), sources in
-# docs/reference/params.md. A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
+# Priors, (centre, 1-sigma of log(value)), are declared with each parameter (geosim/parameters.py,
+# sources in docs/reference/params.md). A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
 # weighed against the records as if each record's log error had a 1-sigma of DATA_NOISE.
-COMPUTE_PRIORS = {"compute.gemm_fraction": (0.7, 0.5), "compute.memory_fraction": (0.8, 0.4)}
+SCALAR_PRIORS = priors()
+# the compute model's global constants: every GPU's speed from its datasheet and these (always freed)
+COMPUTE_PRIORS = {k: v for k, v in SCALAR_PRIORS.items() if k.startswith("compute.")}
+# A message's fixed cost over NCCL's socket transport is tens to hundreds of microseconds. Without its
+# prior, a fold without Shard moved the other techniques' misfit into ~8 ms per message, and Shard's
+# thousands of small all-reduces came out twice too slow on a LAN.
+PER_MESSAGE_PRIOR = {k: v for k, v in SCALAR_PRIORS.items() if k == "transport.per_message_overhead_us"}
 # A per-iteration overhead is launch, host sync and the driver's bookkeeping: a tenth of a second,
-# not the seconds a fit would otherwise move into it to stand in for slow compute.
-OVERHEAD_PRIOR = (0.1, 1.0)
-# A message's fixed cost over NCCL's socket transport (the proxy thread's hand-off, the socket
-# calls, a chunk's copy through host memory) is tens to hundreds of microseconds: (centre in us,
-# 1-sigma of its log). Without it, a fold without Shard moved the other techniques' misfit into
-# ~8 ms per message, and Shard's thousands of small all-reduces came out twice too slow on a LAN.
-PER_MESSAGE_PRIOR = {"transport.per_message_overhead_us": (100.0, 1.0)}
-SCALAR_PRIORS = {**COMPUTE_PRIORS, **PER_MESSAGE_PRIOR}
-OVERHEAD_RANGE = (1e-4, 1.0)  # s: physical bounds of a per-iteration overhead
+# not the seconds a fit would otherwise move into it to stand in for slow compute (declared with
+# overhead.iteration_s: its prior and its physical bounds, s).
+OVERHEAD_PRIOR = TABLE_BY_KEY["overhead.iteration_s"].prior
+OVERHEAD_RANGE = TABLE_BY_KEY["overhead.iteration_s"].fit
 DATA_NOISE = 0.2  # the 1-sigma of a record's log error a prior is weighed against
 SHARED = "shared"  # the target of an overhead every technique has (fitted once, predicts a technique never seen)
 LINK_KINDS = ("link_bandwidth", "link_window", "link_step_rtts")
@@ -206,9 +205,8 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
         name, scale = SCALAR_FIELDS[key]
         value = getattr(base, name) / scale
         lower, upper = SCALAR_RANGES[key]
-        unit = {"window_mib": "MiB", "overhead_us": "us", "rate_gbps": "Gbit/s", "per_param": "B/param", "rtts": "RTT"}
-        return FreeParam("scalar", key, max(value, lower), lower, upper,
-                         next((u for k, u in unit.items() if key.endswith(k)), ""))
+        unit = fittable()[key].unit
+        return FreeParam("scalar", key, max(value, lower), lower, upper, "" if unit == "fraction" else unit)
 
     if timed:  # every GPU's speed from the datasheet and these two, with priors (COMPUTE_PRIORS)
         free.extend(scalar(k) for k in COMPUTE_PRIORS)

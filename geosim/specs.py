@@ -158,7 +158,10 @@ class Workload:
 
 @dataclass(frozen=True)
 class Params:
-    """Every tunable constant of the simulator, in SI units.
+    """Every tunable constant of the simulator, in SI units (seconds, bytes, bit/s).
+
+    Each is declared once, with its file key, unit, range, prior and source, in
+    geosim/parameters.py; the parameters file converts its units to these at the boundary.
 
     The shipped values live in one file, geosim/data/params-default.toml (read by
     geosim.params.load_params); a user's --params file overrides any subset.
@@ -169,23 +172,23 @@ class Params:
     efficiency: dict[str, float]
     window_bytes: float  # TCP in-flight window per stream
     streams: int  # sockets NCCL opens per connection
-    stream_rate_gbps: float  # what one socket can move, host-side (copies through host memory)
+    stream_rate_bps: float  # what one socket can move, host-side (copies through host memory), bit/s
     per_message_overhead_s: float
     p2p_handshake_rtts: float  # extra round trips per point-to-point send (rendezvous)
     collective_step_rtts: float  # round trips each collective step waits for flow control
     slow_start_after_idle: bool
     initial_window_bytes: float
     idle_restart_s: float  # idle time after which TCP restarts from the initial window
-    pcie_gbps: dict[int, float]
-    nvlink_gbps: float
+    pcie_bps: dict[int, float]  # PCIe generation -> GPU-to-host rate, bit/s
+    nvlink_bps: float
     intra_host_latency_s: float
     lan_rtt_s: float
-    lan_bandwidth_gbps: float
+    lan_bandwidth_bps: float
     collectives: dict[str, str]  # technique -> ring | tree | hierarchical
     combine_bytes: float  # XLA's collective combiner: gradient collectives go in buffers of at most this
     iteration_overhead_s: dict[str, float]
     startup_s: dict[str, float]
-    workspace_gib: float
+    workspace_bytes: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
     # (names, matrix): the covariance of the logs of the fitted global parameters, for parameter draws

@@ -65,8 +65,8 @@ def test_one_microbatch_is_the_sum_of_stages_and_transfers(kind, rtt_s):
     act = workload.global_batch * workload.seq_len * model.n_embd * workload.bytes_per_value
     one_way = params.intra_host_latency_s + rtt_s / 2
     rtt = 2 * one_way
-    beta = 1 / min(params.pcie_gbps[3] * 1e9 / 8, bw / 8, params.window_bytes * params.streams / rtt,
-                   params.streams * params.stream_rate_gbps * 1e9 / 8)
+    beta = 1 / min(params.pcie_bps[3] / 8, bw / 8, params.window_bytes * params.streams / rtt,
+                   params.streams * params.stream_rate_bps / 8)
     transfer = params.p2p_handshake_rtts * rtt + one_way + params.per_message_overhead_s + act * beta
     overhead = params.iteration_overhead_s["pipeshard"]
     expected = f0 + transfer + 3 * f1 + transfer + 2 * f0 + overhead

@@ -103,7 +103,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         route = Route(
             hops=tuple(topo.hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
-            stream_rate=streams * p.stream_rate_gbps * 1e9 / 8, step_rtts=step_rtts,
+            stream_rate=streams * p.stream_rate_bps / 8, step_rtts=step_rtts,
         )
         route.restart_after_s = route.rtt_s + p.idle_restart_s
         route.initial_window = min(route.max_window, p.initial_window_bytes)
