@@ -231,7 +231,7 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
     elif overhead == "technique":
         for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})):
             free.append(FreeParam("iteration_overhead", technique,
-                                  min(max(base.iteration_overhead_s.get(technique, 0.05), 1e-3), OVERHEAD_RANGE[1]),
+                                  min(max(base.for_technique("iteration_overhead_s", technique), 1e-3), OVERHEAD_RANGE[1]),
                                   *OVERHEAD_RANGE, "s"))
     seen = set()
     for c in timed:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from geosim.parameters import missing_value
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -227,6 +229,11 @@ class Params:
     def with_settings(self, technique: str, **changes) -> "Params":
         updated = replace(self.settings(technique), **changes)
         return replace(self, technique_settings={**self.technique_settings, technique: updated})
+
+    def for_technique(self, field: str, technique: str):
+        """A technique-keyed table's value (iteration_overhead_s, startup_s, collectives, ...): a technique
+        the table does not name (a new file, an older parameters file) gets the declared default, never 0."""
+        return getattr(self, field).get(technique, missing_value(field))
 
     def with_values(self, **changes) -> "Params":
         return replace(self, **changes)

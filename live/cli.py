@@ -10,10 +10,12 @@ import os
 import sys
 
 from geosim.errors import GeosimError
+from geosim.live.registry import check_live, low_communication, synchronous
 
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
-TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
-LOWCOMM = ("diloco", "sparseloco")  # low-communication techniques (README: Live DiLoCo and SparseLoCo)
+# the techniques live runs implement: the one registry's (geosim/live/registry.py)
+TECHNIQUES = synchronous()
+LOWCOMM = low_communication()  # low-communication techniques (README: Live DiLoCo and SparseLoCo)
 
 
 def add_arguments(parser):
@@ -117,8 +119,7 @@ def _options(args):
     from geosim.live.train import lowcomm
     from geosim.live.train.loop import Options
 
-    if args.technique not in TECHNIQUES + LOWCOMM:
-        raise GeosimError(f"unknown technique {args.technique!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
+    check_live(args.technique)
     options = lowcomm.given({k: getattr(args, k, None) for k in lowcomm.KEYS})
     from geosim.scenario import get_model
 

@@ -142,35 +142,44 @@ def test_a_technique_with_a_tunable_is_one_file(toy_technique, tmp_path):
 
 
 # Lines outside geosim/techniques/ that may still spell a technique's name: data, not decisions.
-# file -> what the name is there (tests/test_layout.py: no module branches on a technique's name)
+# file -> what the name is there (no module branches on a technique's name)
 NAME_AS_DATA = {
     "geosim/report/plots.py": "colour table keyed by NAME",
     "calibrate/plot.py": "colour table keyed by NAME",
-    "live/experiments/validate_report.py": "the study's four (the default techniques) and a colour table keyed by NAME",
+    "live/experiments/validate_report.py": "a colour table keyed by NAME",
     "geosim/studies/reference.py": "the study's reference names -> NAME",
     "geosim/cli/trace.py": "the default technique to trace",
     "calibrate/importers.py": "Alpa's parallel configs -> the study's technique names",
-    "live/cli.py": "the techniques live runs implement",
-    "live/train/techniques/pipeshard.py": "the live Pipeshard's own name",
-    "live/train/techniques/__init__.py": "the techniques live runs implement",
-    "live/techniques/pipeshard.py": "a live technique module: its own name",
+    "geosim/studies/convergence.py": "the default baseline of token efficiencies",
+    "live/cli.py": "the default technique of a live run",
+    "live/train/loop.py": "the default technique of a live run",
+    "live/experiments/token_efficiency.py": "the default baseline, an example record",
+    "live/experiments/wan_runs.py": "'data' here is the --data flag's field, not the technique",
+    "live/train/lowcomm.py": "per-technique default options keyed by NAME",
+    "live/experiments/validate.py": "the settings profiled on a grid, keyed by NAME.SETTING",
 }
+# decisions on a name still to be moved: the memory helper replaces live/train/memory.py by the
+# simulator's memory model (issue 23)
+PENDING = {"live/train/memory.py"}
 BRANCH = ("==", "!=", "in", "not in")  # '"pipeshard" in x', 'x == "pipeshard"': a decision on the name
 
 
-def test_no_module_outside_the_techniques_branches_on_pipeshard():
-    """`grep -rn '"pipeshard"' geosim calibrate live --include=*.py` outside geosim/techniques/ finds only data."""
+def test_no_module_outside_the_techniques_branches_on_a_technique_name():
+    """No `x == "shard"`, `"data" in names` outside geosim/techniques/: what a technique is, its module says."""
+    names = techniques.technique_names()
     offenders = []
     for folder in ("geosim", "calibrate", "live"):
         for path in (ROOT / folder).rglob("*.py"):
             rel = path.relative_to(ROOT).as_posix()
-            if rel.startswith("geosim/techniques/"):
+            if rel.startswith(("geosim/techniques/", "live/train/techniques/")) or rel in PENDING:
                 continue
             for number, line in enumerate(path.read_text().splitlines(), start=1):
-                if '"pipeshard"' not in line:
-                    continue
                 code = line.split("#", 1)[0]
-                branches = any(f'{op} "pipeshard"' in code or f'"pipeshard" {op}' in code for op in BRANCH)
-                if branches or rel not in NAME_AS_DATA:
-                    offenders.append(f"{rel}:{number}: {line.strip()}")
+                for name in names:
+                    quoted = f'"{name}"'
+                    if quoted not in code:
+                        continue
+                    branches = any(f"{op} {quoted}" in code or f"{quoted} {op}" in code for op in BRANCH)
+                    if branches or rel not in NAME_AS_DATA:
+                        offenders.append(f"{rel}:{number}: {line.strip()}")
     assert offenders == []

@@ -35,8 +35,8 @@ def add_arguments(p) -> None:
                    help="WAN bandwidths in Gbit/s; 'native' = the scenario's own (default %(default)s)")
     g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2-large (default %(default)s)")
     g.add_argument("--technique", action=CommaList, metavar="NAME",
-                   help="techniques, or 'all'; repeatable and comma-separated (default: the study's "
-                        "data,zero2,shard,pipeshard)")
+                   help="techniques, or 'all'; repeatable and comma-separated (default: every synchronous "
+                        "technique found, today the study's data,zero2,shard,pipeshard)")
     g.add_argument("--gpu", metavar="SPEC", default="native",
                    help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
     g.add_argument("--subsets", metavar="SPEC", default="all",
@@ -97,10 +97,10 @@ def build_grid(args) -> Grid:
 
 
 def _techniques(names: list[str] | None) -> list[str]:
-    from geosim.techniques import STUDY_ORDER, get_technique, technique_names
+    from geosim.techniques import default_techniques, get_technique, technique_names
 
     if not names:
-        return [t for t in STUDY_ORDER if t in technique_names()]
+        return default_techniques(synchronous=True)
     found = list(dict.fromkeys(t for n in names for t in (technique_names() if n == "all" else [n])))
     for name in found:
         get_technique(name)  # unknown names fail before any work

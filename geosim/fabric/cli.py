@@ -183,14 +183,14 @@ def _delete(args) -> int:
 
 def _techniques(values) -> tuple[str, ...]:
     from geosim.fabric.steps import TECHNIQUES
+    from geosim.techniques import technique_names
 
     if not values:
         return TECHNIQUES
     names = tuple(t.strip() for v in values for t in v.split(",") if t.strip())
     for t in names:
-        if t not in TECHNIQUES + ("diloco", "sparseloco"):
-            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(TECHNIQUES)}, diloco, sparseloco)",
-                              source="--technique")
+        if t not in technique_names():  # the one registry: a technique found by its module
+            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(technique_names())})", source="--technique")
     return names
 
 

@@ -218,7 +218,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     # has n / k programs, and per-iteration figures are a program's divided by k
     k = schedule.iterations_per_program
     programs = max(1.0, result.iterations / k)
-    startup = params.startup_s.get(technique, 0.0)
+    startup = params.for_technique("startup_s", technique)
     run_time = first + (programs - 1) * steady
     run_breakdown = breakdown.scaled(programs)
     run_breakdown.exposed_comm_s += first - steady  # the cold first iteration: connections still warming

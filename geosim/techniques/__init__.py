@@ -55,6 +55,17 @@ def technique_names() -> list[str]:
     return [n for n in STUDY_ORDER if n in names] + sorted(n for n in names if n not in STUDY_ORDER)
 
 
+def default_techniques(*, synchronous: bool = False) -> list[str]:
+    """What a command runs when no --technique is given: every technique found (a new file included),
+    or only the synchronous ones (ranked on time per epoch: plan, select, sweep)."""
+    return [n for n in technique_names() if not (synchronous and is_low_communication(n))]
+
+
+def is_baseline(name: str) -> bool:
+    """The technique token efficiencies are measured against (Data: BASELINE = True in its module)."""
+    return bool(getattr(get_technique(name), "BASELINE", False))
+
+
 def get_technique(name: str) -> ModuleType:
     modules = _modules()
     if name not in modules:

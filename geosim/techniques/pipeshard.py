@@ -25,6 +25,7 @@ from geosim.techniques.shard import layers_ops
 
 NAME = "pipeshard"
 LABEL = "Pipeshard"  # how tables and verdicts name it
+ALPA_METHOD = "PipeshardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
 PIPELINED = True
 BUILDS_ON = ("shard",)  # a stage sharded over its mesh runs Shard's layers
@@ -187,7 +188,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += backward(m)
             if intra == "data" and g > 1:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
-                                          params.collectives.get(NAME, "ring"), ("stage-grads", s), "stage gradient all-reduce"))
+                                          params.for_technique("collectives", NAME), ("stage-grads", s), "stage gradient all-reduce"))
             program.append(optimizer_op(model, held))
             program.append(overhead_op(NAME, params))
             programs[dev.rank] = program
@@ -333,9 +334,9 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
         iteration = max(iteration, trips * (sum(forward_s) + sum(backward_s) + crossings))
-    iteration += params.iteration_overhead_s.get(NAME, 0.0)
+    iteration += params.for_technique("iteration_overhead_s", NAME)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
-    return (params.startup_s.get(NAME, 0.0) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+    return (params.for_technique("startup_s", NAME) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
 
 
 # (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the

@@ -45,6 +45,7 @@ START_POINTS = ({}, {"transport.collective_step_rtts": 3.0, "transport.p2p_hands
 # whole number (a stepped residual a finite-difference fit cannot follow), so it is profiled:
 # fitted on a coarse grid, then refined around the best.
 SHARD_GRID = (4, 8, 16, 32, 64, 128)
+PROFILED = {"shard.collectives_per_layer": SHARD_GRID}  # whole-number settings fitted on a grid
 
 
 def add_arguments(parser) -> None:
@@ -259,16 +260,18 @@ def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
                 best = candidate
         return best
 
-    if "shard" not in techniques:
+    profiled = [key for key in PROFILED if key.partition(".")[0] in techniques]
+    if not profiled:
         result = best_fit(base)
     else:
+        technique, _, leaf = profiled[0].partition(".")
         tried = {}
-        for k in SHARD_GRID:
-            tried[k] = best_fit(base.with_settings("shard", collectives_per_layer=k))
+        for k in PROFILED[profiled[0]]:
+            tried[k] = best_fit(base.with_settings(technique, **{leaf: k}))
         k0 = min(tried, key=lambda k: tried[k].rms_log_error)
         for k in sorted({max(1, round(k0 / 1.4)), max(1, round(k0 * 1.4)), max(1, round(k0 / 1.18)),
                          max(1, round(k0 * 1.18))} - set(tried)):
-            tried[k] = best_fit(base.with_settings("shard", collectives_per_layer=k))
+            tried[k] = best_fit(base.with_settings(technique, **{leaf: k}))
         result = min(tried.values(), key=lambda r: r.rms_log_error)
     out = [(c.case.record, c.predicted, "fit") for c in result.cases]
     out += [(c.case.record, c.predicted, "held out") for c in predict_with(result, per_iteration_cases(test, "test"))]
@@ -292,9 +295,11 @@ def validate_records(records, held_out: float, *, max_nfev: int = 40):
     fitted = {f.param.name: {"value": f.value, "unit": f.param.unit, "sigma_log": None if not math.isfinite(f.sigma_log)
                              else f.sigma_log, "note": f.note} for f in result.fitted}
     slowdown, round_trips, qualitative = latency_costs(rows)
-    if any(r.technique == "shard" for r in records):
-        fitted["shard.collectives_per_layer"] = {"value": float(result.params.settings("shard").collectives_per_layer), "unit": "",
-                                                 "sigma_log": None, "note": "profiled on a grid"}
+    for key in PROFILED:
+        technique, _, leaf = key.partition(".")
+        if any(r.technique == technique for r in records):
+            fitted[key] = {"value": float(getattr(result.params.settings(technique), leaf)), "unit": "",
+                           "sigma_log": None, "note": "profiled on a grid"}
     report = Report(rows, held_out, fitted, list(result.warnings), slowdown, qualitative, within,
                     round_trips=round_trips)
     report.fit_seconds = time.perf_counter() - started
