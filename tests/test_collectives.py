@@ -21,6 +21,7 @@ from itertools import combinations
 import pytest
 
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.network.tcp import Network
 from dataclasses import replace
 
@@ -102,6 +103,7 @@ def lan_alpha_beta(params, gpu=GPU):
 
 
 def simulate(schedule, cluster, params, iterations=1, **kw):
+    kw.setdefault("network", TCPNetwork)
     return run_schedule(schedule, cluster, params, WORKLOAD, iterations=iterations, **kw)
 
 

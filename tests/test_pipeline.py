@@ -72,7 +72,7 @@ def test_one_microbatch_is_the_sum_of_stages_and_transfers(kind, rtt_s):
     expected = f0 + transfer + 3 * f1 + transfer + 2 * f0 + overhead
 
     schedule = build_schedule("pipeshard", Case(cluster, model, workload, params))
-    result = run_schedule(schedule, cluster, params, workload, iterations=1)
+    result = run_schedule(schedule, cluster, params, workload, iterations=1, network=TCPNetwork)
     assert result.iteration_end[0] == pytest.approx(expected, rel=REL)
     assert result.bytes_sent == pytest.approx(2 * act, rel=REL)
 
@@ -98,7 +98,7 @@ def test_one_microbatch_on_a_study_slice_with_an_ideal_network():
     expected = 3 * f0 + 3 * f1 + params.iteration_overhead_s["pipeshard"]
     assert result.iteration_end[0] == pytest.approx(expected, rel=REL)
     # with the real network it can only take longer
-    real = run_schedule(schedule, cluster, params, workload, iterations=1)
+    real = run_schedule(schedule, cluster, params, workload, iterations=1, network=TCPNetwork)
     assert real.iteration_end[0] > expected
 
 

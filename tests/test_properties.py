@@ -12,6 +12,7 @@ from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.sim.collectives import expand
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
 from geosim.sim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
@@ -219,7 +220,7 @@ def test_skipping_repetitions_agrees_with_simulating_them_all(cluster, technique
         schedule = build_schedule(technique, case)
     except GeosimError:
         assume(False)
-    shortcut, exact = (run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=2, exact=x).iteration_time(1)
+    shortcut, exact = (run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=2, network=TCPNetwork, exact=x).iteration_time(1)
                        for x in (False, True))
     assert abs(shortcut - exact) <= REPEAT_SHORTCUT * exact, f"{technique} on {cluster}: {shortcut!r} vs {exact!r}"
 
@@ -293,7 +294,8 @@ def test_bytes_sent_equal_bytes_received(cluster, technique, iterations, algorit
     assert len(received) == len(set(received)), "two receives wait for one send"
     assert set(received) == set(sent), "a send without its receive or a receive without its send"
     received_bytes = sum(sent[key] for key in received)
-    result = run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=iterations, trace=True, exact=True)
+    result = run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=iterations, network=TCPNetwork, trace=True,
+                          exact=True)
     assert result.bytes_sent == pytest.approx(iterations * received_bytes, rel=1e-12)
     assert result.transfers == iterations * len(received)
     links = [row for row in result.trace if row[0] == "link"]
@@ -310,7 +312,7 @@ def test_bytes_sent_equal_bytes_received_on_study_slices(technique, scenario):
     schedule = build_schedule(technique, Case(sc.cluster, GPT2M, workload, PARAMS))
     sent, received = sends_and_recvs(schedule)
     assert sorted(received, key=repr) == sorted(sent, key=repr)
-    result = run_schedule(schedule, sc.cluster, PARAMS, workload, iterations=2, exact=True)
+    result = run_schedule(schedule, sc.cluster, PARAMS, workload, iterations=2, network=TCPNetwork, exact=True)
     assert result.bytes_sent == pytest.approx(2 * sum(sent.values()), rel=1e-12)
 
 

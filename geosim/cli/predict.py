@@ -74,7 +74,7 @@ def _run(args) -> int:
     slices = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
         rows: list[Prediction] = []
         for hosts in host_subsets(cluster, args.all_vms_only):
             for technique in synchronous + lowcomm:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from geosim.sim import memory_layout
 from geosim.sim.engine import run_schedule
+from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.errors import GeosimError
 from geosim.case import Case
@@ -196,12 +197,14 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     if worst.status == memory_layout.MAY_NOT_FIT:
         result.memory_note = f"{worst.describe()} on {place}"
 
-    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
+    network = network_model(case.network)
+    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network, exact=exact)
     if simulated_iterations >= 3 and not _settled(real):
         # TCP windows that never settle (idle restarts against heterogeneous GPUs) make
         # iterations wander: average over more of them rather than trust the last two
         simulated_iterations = UNSETTLED_ITERATIONS
-        real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
+        real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network,
+                            exact=exact)
     ideal = run_schedule(schedule, used, params, workload, iterations=1, network=IdealNetwork, exact=exact)
     last = simulated_iterations - 1
     steady = (real.iteration_end[last] - real.iteration_end[0]) / last if last else real.iteration_end[0]
