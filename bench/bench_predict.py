@@ -40,7 +40,7 @@ from geosim.cli import main as geosim_main
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
-from geosim.sim.predict import SIMULATED_ITERATIONS, predict
+from geosim.predict import SIMULATED_ITERATIONS, predict
 from geosim.scenario import BUILTIN_SCENARIOS, get_model, gpu_catalog, load_scenario
 from geosim.techniques import STUDY_ORDER, is_low_communication, technique_names
 

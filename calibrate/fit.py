@@ -26,7 +26,7 @@ from geosim.calibrate.free import (DATA_NOISE, LINK_GLOBALS, LINK_KEYS, LINK_KIN
                                    SCALAR_PRIORS, FreeParam, apply_case, apply_params)
 from geosim.case import Case as SimCase
 from geosim.errors import GeosimError
-from geosim.sim.predict import Prediction, predict
+from geosim.predict import Prediction, predict
 from geosim.specs import GIB, Cluster, Params
 from geosim.techniques import build_schedule
 

@@ -16,6 +16,9 @@ from geosim.parameters import TABLE_BY_KEY, fittable, priors
 from geosim.params import SCALARS
 from geosim.specs import Cluster, Params
 from geosim.techniques import is_pipelined
+from geosim.studies.whatif import wan_links
+from geosim.techniques import builds_on, settings_class, technique_names
+from geosim.techniques._settings import tunables
 
 SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 # A per-link value is a slice's deviation from the global transport (window) or from the scenario's
@@ -60,8 +63,6 @@ LINK_GLOBALS = {"link_window": "transport.window_mib", "link_step_rtts": "transp
 
 def fittable_settings() -> dict[str, tuple[float, float]]:
     """TECHNIQUE.SETTING -> the range the fitter may move it in, for every technique's fittable tunables."""
-    from geosim.techniques import settings_class, technique_names
-    from geosim.techniques._settings import tunables
 
     return {f"{name}.{leaf}": t.fit for name in technique_names()
             for leaf, t in tunables(settings_class(name)).items() if t.fit is not None}
@@ -69,7 +70,6 @@ def fittable_settings() -> dict[str, tuple[float, float]]:
 
 def _uses(technique: str, owner: str) -> bool:
     """Whether `technique`'s schedules are built with `owner`'s (so its settings affect them)."""
-    from geosim.techniques import builds_on
 
     return technique == owner or any(_uses(t, owner) for t in builds_on(technique))
 
@@ -158,7 +158,6 @@ def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
 def with_link(cluster: Cluster, bandwidth_bps: float | None = None, window_bytes: float | None = None,
               step_rtts: float | None = None) -> Cluster:
     """The slice with its links between sites given a fitted bandwidth, window or collective step round trips."""
-    from geosim.studies.whatif import wan_links
 
     change = set(map(id, wan_links(cluster)))
     links = []
@@ -189,7 +188,6 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
     (transport.collective_step_rtts), "link" (that and one per window-bound link in fit_links: what
     differs between slices, each slice's hosts and path) or None (neither). extra: more global scalars to fit (keys of SCALAR_RANGES,
     e.g. transport.p2p_handshake_rtts, zero2.gather_bytes_per_param); one no record uses is left out."""
-    from geosim.studies.whatif import wan_links
 
     timed = [c for c in cases if c.metric is not None]
     free: list[FreeParam] = []

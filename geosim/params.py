@@ -12,6 +12,9 @@ from geosim.parameters import SCALARS as DECLARED_SCALARS
 from geosim.parameters import TABLES as DECLARED_TABLES
 from geosim.specs import Params
 from geosim.techniques._settings import check_value, file_tunables
+from geosim.fileio import write_atomic
+from geosim.scenario import _toml_text, check_number, read_text
+from geosim.techniques import settings_class, settings_parent, technique_names
 
 # Every simulator-wide parameter is declared once, in geosim/parameters.py (key, unit, range,
 # prior, fit range, source); the tables below are views of that declaration for reading and
@@ -43,7 +46,6 @@ def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
 
 
 def _check_number(value, source: str, key: str, bounds: tuple = DEFAULT_RANGE, *, integer: bool = False):
-    from geosim.scenario import check_number
 
     return check_number(value, source, key, *bounds, integer=integer)
 
@@ -143,14 +145,12 @@ def _read_covariance(table, source: str) -> tuple:
 
 
 def _is_registered_technique(name: str) -> bool:
-    from geosim.techniques import technique_names
 
     return name in technique_names()
 
 
 def _technique_tunables(name: str) -> dict | None:
     """A technique's tunables as its table in the parameters file holds them; None: no such technique."""
-    from geosim.techniques import settings_class, settings_parent, technique_names
 
     if name not in technique_names():
         return None
@@ -164,7 +164,6 @@ def _merge_settings(current: dict, changes: dict[str, dict[str, object]]) -> dic
     Settings takes the inherited values from that one's table."""
     import dataclasses
 
-    from geosim.techniques import settings_class, settings_parent, technique_names
 
     merged = {}
     for name in technique_names():
@@ -181,13 +180,11 @@ def _merge_settings(current: dict, changes: dict[str, dict[str, object]]) -> dic
 
 def setting_keys() -> list[tuple[str, str]]:
     """(technique, field) of every tunable any parameters file may hold, in technique order."""
-    from geosim.techniques import technique_names
 
     return [(name, leaf) for name in technique_names() for leaf in _technique_tunables(name)]
 
 
 def _read_toml(path: Path) -> tuple[dict, str]:
-    from geosim.scenario import _toml_text, read_text
 
     text = read_text(path)
     return _toml_text(text, str(path)), text
@@ -244,6 +241,5 @@ def write_params(params: Params, path: str | Path, fitted: dict | None = None) -
     """Write atomically: a reader never sees a half-written parameters file."""
     import tomli_w
 
-    from geosim.fileio import write_atomic
 
     write_atomic(Path(path), tomli_w.dumps(params_to_toml(params, fitted)))

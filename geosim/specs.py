@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from geosim.errors import GeosimError
 from geosim.parameters import missing_value
 
 GIB = 1024**3
@@ -26,6 +27,9 @@ class GPU:
     bf16_tensor_tflops: float | None = None  # None: no bf16 (Turing)
     architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the compute model's overrides
     tdp_w: float | None = None  # board power: caps a power-dense card's sustained tensor rate (sim/compute.py)
+    # the least tensor TFLOP/s per watt of its generation's cards in the catalog (geosim.scenario sets it):
+    # what a power-dense card of that generation sustains per watt of tdp_w; None: no cap
+    generation_tflops_per_watt: float | None = None
 
     def peak_tflops(self, precision: str) -> float:
         if precision == "fp32":
@@ -211,19 +215,13 @@ class Params:
     usable_memory_fraction: float = 0.9  # of a GPU's memory, what JAX's allocator preallocates
     memory_margin_fraction: float = 0.1  # within this of the usable memory: "may not fit"
 
-    def compute_efficiency(self):
-        from geosim.sim.compute import Efficiency
-
-        return Efficiency(self.gemm_fraction, self.gemm_half_s, self.memory_fraction, self.kernel_s,
-                          tuple(sorted(self.gemm_fraction_by_architecture.items())))
-
     def settings(self, technique: str):
-        """The technique's Settings: from the parameters file, else its defaults."""
+        """The technique's Settings, as the parameters file built them (geosim.params: every technique
+        found, its Settings' defaults overridden by its [NAME] table)."""
         found = self.technique_settings.get(technique)
         if found is None:
-            from geosim.techniques import settings_class
-
-            found = settings_class(technique)()
+            raise GeosimError(f"no settings for technique {technique!r} in these parameters (it was not found "
+                              "when they were read)", source=self.source, key=technique)
         return found
 
     def with_settings(self, technique: str, **changes) -> "Params":

@@ -11,6 +11,9 @@ import sys
 
 from geosim.errors import GeosimError
 from geosim.live.registry import check_live, low_communication, synchronous
+from geosim.errors import require
+from geosim.records import append_record, validate
+from geosim.scenario import get_model, load_scenario
 
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
 # the techniques live runs implement: the one registry's (geosim/live/registry.py)
@@ -121,7 +124,6 @@ def _options(args):
 
     check_live(args.technique)
     options = lowcomm.given({k: getattr(args, k, None) for k in lowcomm.KEYS})
-    from geosim.scenario import get_model
 
     get_model(args.model)
     for key in ("steps", "epochs", "batch", "microbatches", "stages", "seq_len", "cpu_devices", "num_processes", "hosts"):
@@ -133,7 +135,6 @@ def _options(args):
     if args.batch % args.microbatches:
         raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--global-batch")
     if args.scenario:
-        from geosim.scenario import load_scenario
 
         load_scenario(args.scenario)
     for path, key in ((args.record, "--records"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
@@ -212,7 +213,6 @@ def _save(record, result, args, opts) -> None:
             token_efficiency.append_curve(args.loss_curve_out, token_efficiency.curve_doc(
                 record, result.losses, result.step_times, args.loss_curve_window, opts.lowcomm))
         if args.record:
-            from geosim.records import append_record
 
             append_record(args.record, record)
             print(f"  record          appended to {args.record} (run {record.run_id})",
@@ -261,7 +261,6 @@ def _run_wan(args, opts) -> int:
 
         print("interrupted: the processes on the WAN slice were stopped; no record written", file=sys.stderr)
         return interrupts.exit_code()
-    from geosim.records import validate
     from geosim.live.train.loop import Result
 
     record = validate(run.record, "geosim live run --nodes wan")
@@ -281,7 +280,6 @@ def _run_here(args, opts):
     cpu_devices = args.cpu_devices
     if cpu_devices is None and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
         cpu_devices = os.cpu_count() or 1
-    from geosim.errors import require
 
     require("jax", extra="live", command="geosim live run")
     distributed.configure_cpu_devices(cpu_devices)

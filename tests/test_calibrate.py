@@ -24,7 +24,7 @@ from geosim.studies.reference import study_records
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import load_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.records import RunRecord, validate, write_records
 from geosim.scenario import get_model, load_scenario
 

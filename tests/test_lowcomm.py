@@ -14,7 +14,7 @@ from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.errors import GeosimError
 from geosim.params import default_params, load_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.sim.schedule import Collective, Repeat
 from geosim.specs import Cluster, Host, Link, Workload

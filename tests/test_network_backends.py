@@ -13,7 +13,7 @@ from geosim.scenario import get_model, load_scenario
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import least_delay, network_model, network_names
 from geosim.sim.network.tcp import Settings, TCPNetwork
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.techniques import plan_floor_s, plan_variants
 
 

@@ -13,7 +13,7 @@ from geosim.sim.engine import run_schedule
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule

@@ -14,7 +14,7 @@ from geosim.sim.collectives import expand
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
@@ -24,7 +24,7 @@ from geosim.studies.whatif import with_bandwidth, with_rtt
 
 SLACK = 1e-9  # float rounding in the simulated clock
 # On random clusters of mixed GPUs: a prediction extrapolates from a few simulated iterations and
-# repetitions (geosim.sim.engine, geosim.sim.predict). Where they alternate (a ring's iterations at
+# repetitions (geosim.sim.engine, geosim.predict). Where they alternate (a ring's iterations at
 # 115.22, 115.12, ... s) the extrapolation moves by up to ~1e-5 of the total when a GPU gets faster
 # or a link slower, although every simulated iteration gets faster (docs/reference/properties.md).
 EXTRAPOLATION = 1e-4

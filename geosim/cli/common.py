@@ -16,6 +16,7 @@ from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies.ranking import fmt_time
 from geosim.units import RANGE_SYNTAX, gbps_to_bps, ms_to_s
+from geosim.scenario import LINK_RANGES, check_number
 
 DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
 
@@ -73,7 +74,6 @@ def workload_overrides(args) -> dict:
 
 
 def resolve_cluster(scenario: Scenario, args) -> Cluster:
-    from geosim.scenario import LINK_RANGES, check_number
 
     cluster = scenario.cluster
     for flag in ("rtt_ms", "bandwidth_gbps"):  # argparse's float() takes 'nan' and 'inf'

@@ -15,7 +15,7 @@ from geosim.case import Case
 from geosim.cli.common import (add_json_argument, add_technique_argument, add_workload_arguments, fmt_duration,
                                load_case, load_params_arg, print_json, scenario_names)
 from geosim.errors import GeosimError
-from geosim.sim.predict import Prediction, predict, shared_predictions
+from geosim.predict import Prediction, predict, shared_predictions
 from geosim.studies.reference import attach_measurement
 from geosim.studies.whatif import wan_links
 from geosim.techniques import default_techniques, get_technique, is_baseline, is_low_communication, label

@@ -13,6 +13,9 @@ from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 from geosim.units import RANGE_SYNTAX
+from geosim.cli.common import fmt_duration
+from geosim.scale import scale_name
+from geosim.techniques import default_techniques, get_technique, technique_names
 
 HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
 
@@ -66,7 +69,6 @@ def add_arguments(p) -> None:
 
 
 def build_grid(args) -> Grid:
-    from geosim.scale import scale_name
 
     scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
     if args.num_sites:
@@ -97,7 +99,6 @@ def build_grid(args) -> Grid:
 
 
 def _techniques(names: list[str] | None) -> list[str]:
-    from geosim.techniques import default_techniques, get_technique, technique_names
 
     if not names:
         return default_techniques(synchronous=True)
@@ -112,7 +113,6 @@ def run(args) -> int:
     from geosim.studies.sweep.run import make_context, make_executor, run_sweep
     from geosim.studies.sweep.best import best_vs_rtt
     from geosim.studies.sweep.store import write_best, write_crossovers
-    from geosim.techniques import technique_names
 
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
@@ -185,7 +185,6 @@ def format_summary(s: dict) -> str:
 
 def format_best(best: list[dict]) -> list[str]:
     """The best option at each RTT by the planner's ranking: what `geosim plan --sweep-rtt` says too."""
-    from geosim.cli.common import fmt_duration
     from geosim.studies.crossover import describe
 
     if not best:

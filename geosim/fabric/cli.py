@@ -16,6 +16,8 @@ from pathlib import Path
 
 from geosim.cli.common import add_json_argument, add_technique_argument
 from geosim.errors import GeosimError
+from geosim.errors import require
+from geosim.techniques import technique_names
 
 HELP = "provision a FABRIC slice from a scenario (fablib), calibrate on it, bring the run records home"
 
@@ -183,7 +185,6 @@ def _delete(args) -> int:
 
 def _techniques(values) -> tuple[str, ...]:
     from geosim.fabric.steps import TECHNIQUES
-    from geosim.techniques import technique_names
 
     if not values:
         return TECHNIQUES
@@ -210,7 +211,6 @@ def _calibrate(args) -> int:
         _log(UNTESTED)
         fablib = online_fablib()
     elif doc["kind"] == "fablib":
-        from geosim.errors import require
 
         require("fabrictestbed_extensions", extra="fabric", command="geosim fabric calibrate")
     nodes = nodes_from_slice_file(doc, fablib)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from geosim.errors import require
 from geosim.studies.sweep.grid import NATIVE
+from geosim.techniques import get_technique, is_low_communication, label, technique_names
 
 COLORS = {"data": "#1f77b4", "zero2": "#ff7f0e", "shard": "#2ca02c", "pipeshard": "#d62728"}
 PARTS = (("run_compute_s", "compute", "#4c72b0"), ("run_exposed_comm_s", "exposed communication", "#dd8452"),
@@ -43,7 +44,6 @@ def _color(technique: str) -> str:
     """The study's four keep fixed colours; other techniques take the rest in name order."""
     if technique in COLORS:
         return COLORS[technique]
-    from geosim.techniques import technique_names
 
     others = [t for t in technique_names() if t not in COLORS]
     index = others.index(technique) if technique in others else len(others)
@@ -52,7 +52,6 @@ def _color(technique: str) -> str:
 
 def _style(technique: str) -> tuple:
     """(line style, marker) per technique, fixed across figures like its colour."""
-    from geosim.techniques import technique_names
 
     names = technique_names()
     index = names.index(technique) if technique in names else len(names)
@@ -60,7 +59,6 @@ def _style(technique: str) -> tuple:
 
 
 def _label(technique: str) -> str:
-    from geosim.techniques import get_technique, label
 
     try:
         get_technique(technique)
@@ -70,7 +68,6 @@ def _label(technique: str) -> str:
 
 
 def _low_communication(technique: str) -> bool:
-    from geosim.techniques import get_technique, is_low_communication
 
     try:
         get_technique(technique)

@@ -25,6 +25,7 @@ from types import ModuleType
 
 from geosim.errors import GeosimError
 from geosim.techniques._settings import file_tunables, tunables, with_options
+from geosim.parameters import number_text
 
 STUDY_ORDER = ("data", "zero2", "shard", "pipeshard")  # the study's four, in its order
 
@@ -142,7 +143,6 @@ def build_schedule(name: str, case, options: dict | None = None):
 def reference_table() -> str:
     """The parameters reference's table of every technique's tunables (docs/reference/params.md), from
     each module's Settings: a new technique's row appears with its file."""
-    from geosim.parameters import number_text
 
     rows = ["| key | default | range | fit range | meaning |", "|---|---|---|---|---|"]
     for name in technique_names():

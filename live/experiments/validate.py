@@ -25,6 +25,10 @@ from geosim.cli.vocabulary import CommaList
 from geosim.errors import GeosimError
 from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, Row, latency_costs, plot, print_report
 from geosim.techniques import is_pipelined
+from geosim.fileio import write_atomic
+from geosim.params import load_params, write_params
+from geosim.records import read_records
+from geosim.scenario import get_model
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
 # Parameters fitted for CPU "GPUs" talking gloo over TCP (see README: Real runs on the emulated WAN): the CPU's
@@ -236,7 +240,6 @@ def free_params(cases, base):
 def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
     """Fit on the records at every RTT but held_out; (fit result, [(record, predicted, role)])."""
     from geosim.calibrate.fit import fit, predict_with
-    from geosim.params import load_params
 
     base = base or load_params(None)
     ok = [r for r in records if r.status == "ok" and "time_per_iteration_s" in r.measured]
@@ -342,7 +345,6 @@ def run(args) -> int:
     for key, value in (("--seq-len", args.seq_len), ("--tcp-window-kib", args.tcp_window_kib)):
         if value is not None and not value > 0:
             raise GeosimError(f"must be > 0, got {value}", key=key)
-    from geosim.scenario import get_model
 
     get_model(args.model)
     out = Path(args.out)
@@ -372,7 +374,6 @@ def run(args) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
     run_seconds = time.monotonic() - started
-    from geosim.records import read_records
 
     records = [r for r in read_records(runs) if r.technique in techniques]
     rtts_seen = sorted({requested_rtt(r) for r in records})
@@ -385,7 +386,6 @@ def run(args) -> int:
     rep, result = validate_records(records, held_out, max_nfev=args.max_evaluations)
     rep.other_holdouts = other_holdouts(records, held_out, args.max_evaluations)
     rep.runs_path, rep.run_seconds = str(runs), run_seconds
-    from geosim.params import write_params
 
     rep.params_path = str(out / "fitted.toml")
     write_params(result.params, rep.params_path, fitted={"on": sorted({f"live:wan-rtt{requested_rtt(r):g}ms/{r.technique}"
@@ -395,7 +395,6 @@ def run(args) -> int:
     if plot_path:
         plot(rep, Path(plot_path))
         rep.plot_path = plot_path
-    from geosim.fileio import write_atomic
 
     write_atomic(out / "validate.json", json.dumps(rep.to_dict(), indent=2, allow_nan=False))
     if args.json:

@@ -13,6 +13,7 @@ import time
 
 from geosim.errors import GeosimError
 from geosim.techniques import get_technique, is_pipelined
+from geosim.scenario import get_model
 
 ALPA_MISSING = ("--backend alpa needs Alpa (Python 3.8/3.9, CUDA 11, jax 0.3.22; "
                 "see https://alpa.ai/install.html); use --backend jax on this installation")
@@ -58,7 +59,6 @@ def run_alpa(opts, ray_address: str | None):
     import jax.numpy as jnp
     from flax.training import train_state
 
-    from geosim.scenario import get_model
     from geosim.live.train import corpus
     from geosim.live.train.model import GPT, GPTConfig, alpa_flops_per_iter, cross_entropy, optimizer
     from geosim.live.train.loop import Result, is_out_of_memory, resolve_precision

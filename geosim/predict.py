@@ -1,5 +1,8 @@
 """One prediction: spec -> technique schedule -> engine -> time, throughput, memory and why.
 
+It sits above the techniques (it asks the registry for a schedule) and the simulator core
+(geosim/sim/: the engine, the network models), which know nothing of it.
+
 A run's iterations are alike once TCP connections have warmed, so the engine
 simulates a few and the rest are extrapolated from the steady state
 (bench/bench_predict.py checks this against simulating every iteration).
