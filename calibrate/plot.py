@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from geosim.errors import require
@@ -49,14 +47,9 @@ def plot_predicted_vs_measured(series: dict[str, list[tuple[str, str, float, flo
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=path.name, suffix=".tmp.png")
-    os.close(fd)
+    from geosim.fileio import save_figure
+
     try:
-        fig.savefig(tmp, dpi=120)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a plot is for sharing
-        os.replace(tmp, path)
+        save_figure(fig, path, dpi=120, format="png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

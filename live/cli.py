@@ -13,6 +13,8 @@ from geosim.errors import GeosimError
 
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
 TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
+DEFAULT_STEPS = 20  # live/train/loop.py's, when neither --steps nor --epochs is given
+DEFAULT_WARMUP = 2  # a shorter run times what is left after the first step (live/train/loop.py)
 LOWCOMM = ("diloco", "sparseloco")  # low-communication techniques (README: Live DiLoCo and SparseLoCo)
 
 
@@ -43,7 +45,8 @@ def add_arguments(parser):
                           "or auto: wikipedia when reachable, else generated")
     run.add_argument("--tokenizer", choices=("auto", "gpt2", "bytes"), default="auto",
                      help="auto: GPT-2's BPE when available, else bytes (default %(default)s)")
-    run.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default %(default)s)")
+    run.add_argument("--warmup", type=int, help=f"steps after the first excluded from timing (default {DEFAULT_WARMUP}; "
+                                                "fewer on a shorter run)")
     run.add_argument("--log-every", type=int, default=10, help="a progress line every N steps")
     run.add_argument("--memory-limit-gib", type=float, help="per-device memory to allow (default: the device's)")
     run.add_argument("--cpu-devices", type=int, help="virtual CPU devices per process (default: this machine's cores)")
@@ -131,6 +134,7 @@ def _options(args):
         raise GeosimError(f"must be > 0, got {args.memory_limit_gib:g}", key="--memory-limit-gib")
     if args.batch % args.microbatches:
         raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--global-batch")
+    _check_combinations(args)
     if args.scenario:
         from geosim.scenario import load_scenario
 
@@ -140,9 +144,30 @@ def _options(args):
             check_appendable(path, key)
     return Options(technique=args.technique, model=args.model, steps=args.steps, epochs=args.epochs, batch=args.batch,
                    microbatches=args.microbatches, stages=args.stages, precision=args.precision, seq_len=args.seq_len,
-                   seed=args.seed, learning_rate=args.lr, data=args.data, tokenizer=args.tokenizer, warmup=args.warmup,
+                   seed=args.seed, learning_rate=args.lr, data=args.data, tokenizer=args.tokenizer,
+                   warmup=DEFAULT_WARMUP if args.warmup is None else args.warmup,
                    log_every=args.log_every, memory_limit_gib=args.memory_limit_gib,
                    lowcomm=options if args.technique in LOWCOMM else {})
+
+
+def _check_combinations(args) -> None:
+    """What the flags' own bounds (geosim/validate.py) cannot see: values checked against each other,
+    here, before JAX starts (a refusal after compiling costs 10-16 s)."""
+    from geosim.validate import check_number
+
+    if isinstance(args.hosts, int):
+        check_number(args.hosts, "--nodes", None, 1, 4096, integer=True)
+    steps = args.steps if args.steps is not None else (None if args.epochs else DEFAULT_STEPS)
+    if args.warmup is not None and steps is not None and args.warmup >= steps:  # asked for: no step left to time
+        raise GeosimError(f"must be fewer than the steps ({steps}): no step would be timed, got {args.warmup}",
+                          key="--warmup")
+    if not args.coordinator and (args.process_id != 0 or args.num_processes != 1):
+        # without a coordinator there is no run to join: this process would train alone and, not
+        # being process 0, write no record
+        raise GeosimError("--process-id and --num-processes start processes by hand: they need --coordinator "
+                          "HOST:PORT (process 0's address)", key="--process-id" if args.process_id else "--num-processes")
+    if args.coordinator and not 0 <= args.process_id < args.num_processes:
+        raise GeosimError(f"must be in 0..{args.num_processes - 1}, got {args.process_id}", key="--process-id")
 
 
 def check_appendable(path: str, key: str) -> None:

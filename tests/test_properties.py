@@ -178,18 +178,23 @@ def test_time_does_not_rise_as_bandwidth_grows_on_random_clusters(cluster, techn
 @example(cluster=Cluster("alternating", tuple(Host(f"h{i}", site, (gpu_catalog()["A30"],) * 2) for i, site in enumerate("ABA")),
                          (Link("A", "B", 0.071, 1e9),)),
          technique="shard", e1=0.0625, e2=0.5)  # +1.4e-5 even with every repetition simulated
+@example(cluster=Cluster("random", tuple(Host(f"h{i}", site, (gpu_catalog()["A30"],) * 2) for i, site in enumerate("ABC")),
+                         (Link("A", "B", 0.008, 2e9), Link("B", "C", 0.005, 3e9))),
+         technique="zero2", e1=0.25, e2=0.5)  # +0.024% with the Repeat shortcut, -0.008% with every repetition
 @given(cluster=small_clusters(), technique=techniques, e1=efficiency, e2=efficiency)
 def test_faster_gpus_are_not_slower_on_random_clusters(cluster, technique, e1, e2):
     """With TCP's idle restart off, as on the study slice (its own effect is bounded below); up to
-    the extrapolation's resolution (EXTRAPOLATION)."""
+    the extrapolation's resolution (EXTRAPOLATION), with every repetition simulated (exact): the
+    engine's Repeat shortcut errs by up to REPEAT_SHORTCUT (bounded below), more than the effect
+    of a faster GPU on some slices (the example above: ZeRO-2 on three A30 hosts)."""
     e1, e2 = sorted((e1, e2))
 
     def params(e):
         return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}, slow_start_after_idle=False)
 
-    t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD)
+    t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD, exact=True)
     assume(t1 is not None)
-    t2 = total(cluster, technique, params(e2), model=GPT2, workload=SMALL_WORKLOAD)
+    t2 = total(cluster, technique, params(e2), model=GPT2, workload=SMALL_WORKLOAD, exact=True)
     assert_not_increasing(t1, t2, f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}", slack=EXTRAPOLATION)
 
 

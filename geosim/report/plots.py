@@ -98,8 +98,10 @@ def _save(fig, base: Path, legend=None) -> list[Path]:
     the legend outside the axes instead of clipping it."""
     paths = [base.with_suffix(".png"), base.with_suffix(".svg")]
     extra = [legend] if legend is not None else []
-    fig.savefig(paths[0], dpi=DPI, bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
-    fig.savefig(paths[1], bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
+    from geosim.fileio import save_figure
+
+    save_figure(fig, paths[0], dpi=DPI, bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
+    save_figure(fig, paths[1], bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
     return paths
 
 
