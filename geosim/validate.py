@@ -237,10 +237,11 @@ def regular_input(path: str | Path, source: str | None = None, *, stdin: bool = 
 def inside(directory: str | Path, name: str, what: str, source: str | None = None) -> Path:
     """directory/name, refused unless it stays inside `directory` (a name with '..' or '/' that
     becomes a path must not write elsewhere)."""
-    base = Path(directory).resolve()
-    target = (base / name).resolve()
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name \
-            or target.parent != base:
+    bad = not name or name in (".", "..") or any(c in name for c in "/\\\0")
+    if not bad:
+        base = Path(directory).resolve()
+        bad = (base / name).resolve().parent != base
+    if bad:
         raise GeosimError(f"{what} {name!r} cannot name a file: it must not hold '/', '..' or be empty",
                           source=source)
     return Path(directory) / name

@@ -142,6 +142,7 @@ def _options(args):
     for path, key in ((args.record, "--records"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
         if path:
             check_appendable(path, key)
+    check_reachable(args.ray_address, "--ray-address")
     return Options(technique=args.technique, model=args.model, steps=args.steps, epochs=args.epochs, batch=args.batch,
                    microbatches=args.microbatches, stages=args.stages, precision=args.precision, seq_len=args.seq_len,
                    seed=args.seed, learning_rate=args.lr, data=args.data, tokenizer=args.tokenizer,
@@ -168,6 +169,23 @@ def _check_combinations(args) -> None:
                           "HOST:PORT (process 0's address)", key="--process-id" if args.process_id else "--num-processes")
     if args.coordinator and not 0 <= args.process_id < args.num_processes:
         raise GeosimError(f"must be in 0..{args.num_processes - 1}, got {args.process_id}", key="--process-id")
+
+
+def check_reachable(address: str | None, key: str, timeout_s: float = 5.0) -> None:
+    """A Ray address given as HOST:PORT (or ray://HOST:PORT) must accept a connection now: Ray itself
+    retries an address that does not answer for minutes, and may fall back to another cluster."""
+    import socket
+
+    if not address or address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise GeosimError(f"expected HOST:PORT, 'auto' or ray://HOST:PORT, got {address!r}", key=key)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise GeosimError(f"nothing answers at {address} ({exc.strerror or exc}): is the Ray head running there?",
+                          key=key) from None
 
 
 def check_appendable(path: str, key: str) -> None:
@@ -378,9 +396,8 @@ def _report(result, record, args):
 def _probe(args) -> int:
     from geosim.live.wan.agent import probe, write_scenario
 
-    if args.seconds <= 0 or args.streams <= 0 or args.pings <= 0:
-        raise GeosimError("--seconds, --streams and --pings must be > 0")
-    check_appendable(args.out, "--out")
+    check_appendable(args.out, "--out")  # (--seconds, --streams, --pings: geosim/validate.py's bounds)
+    check_reachable(args.ray_address, "--ray-address")
     result = probe(args.ray_address, seconds=args.seconds, streams=args.streams, pings=args.pings,
                    log=lambda line: print(line, file=sys.stderr))
     write_scenario(result, args.out, name=args.name)

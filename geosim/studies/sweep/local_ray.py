@@ -10,7 +10,9 @@ uses needs neither:
   imported, so it is set before the import, and in the module if Ray was imported already;
   Ray's processes inherit it.
 - include_dashboard=False: no dashboard HTTP server.
-- _temp_dir: a directory made by mkdtemp (mode 0700, an unpredictable name), removed at shutdown.
+- _temp_dir: a directory inside one made by mkdtemp (mode 0700, an unpredictable name), removed
+  at shutdown. Inside, because Ray makes its temp directory world-writable (0777): the private
+  parent keeps other users out of it.
 
 A cluster meant to be reached from other machines is started deliberately with `ray start`
 (docs/guide/sweeps.md, "A Ray cluster"); geosim then only attaches to it (--ray-address HOST:PORT).
@@ -41,7 +43,7 @@ def init_local(ray, num_cpus: int | None = None) -> str:
     temp = tempfile.mkdtemp(prefix="geosim-ray-")  # short: Ray's socket paths have a length limit
     kwargs = {"num_cpus": num_cpus} if num_cpus else {}
     try:
-        ray.init(address="local", include_dashboard=False, log_to_driver=False, _temp_dir=temp,
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, _temp_dir=os.path.join(temp, "r"),
                  _node_ip_address="127.0.0.1", **kwargs)
     except BaseException:
         remove_temp_dir(temp)
