@@ -14,7 +14,8 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from geosim.calibrate.cases import RunCase
-from geosim.sim.predict import Prediction
+from geosim.case import Case
+from geosim.predict import Prediction, predict
 from geosim.specs import Params
 
 METRICS = ("time_per_iteration_s", "tflops_per_gpu", "peak_memory_gib")
@@ -72,9 +73,6 @@ def _verdict(result: Prediction) -> str:
 
 
 def check(cases: list[RunCase], params: Params, progress=None) -> list[Checked]:
-    from geosim.case import Case
-    from geosim.sim.predict import predict
-
     rows = []
     for i, case in enumerate(cases):
         if progress:

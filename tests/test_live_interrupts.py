@@ -142,6 +142,7 @@ def test_memory_is_checked_before_any_weight_exists(tmp_path):
 
 def test_estimate_is_the_simulators_memory_model_and_orders_what_techniques_keep():
     from geosim.live.train.memory import estimate_gib
+    from geosim.live.train.techniques import data as data_technique
     from geosim.sim.memory_layout import LayoutOptions, live_step
     from geosim.specs import Model
 
@@ -149,9 +150,10 @@ def test_estimate_is_the_simulators_memory_model_and_orders_what_techniques_keep
     dims = dict(n_layer=24, n_embd=1024, n_head=16, vocab=50257, n_ctx=1024, precision="fp32", global_batch=8,
                 microbatches=1, devices=4)
     est = {t: estimate_gib(t, **dims) for t in ("data", "zero2", "shard", "pipeshard", "diloco")}
-    for t, gib in est.items():  # one model: live's check is the simulator's layout of live's step
-        parts = live_step(t, model, 8, 1, 4, 1024, LayoutOptions(precision="fp32", workspace_bytes=0.0))
-        assert gib == pytest.approx(sum(parts.values()) / 2**30)
+    # one model: live's check is the simulator's layout of the technique's placement
+    parts = live_step(model, data_technique.placement(model, 8, 1, 4), 1024, 1,
+                      LayoutOptions(precision="fp32", workspace_bytes=0.0))
+    assert est["data"] == pytest.approx(sum(parts.values()) / 2**30)
     # ZeRO-2 shards Adam's moments; DiLoCo adds its outer parameters and momentum to a replica
     assert est["zero2"] < est["data"] < est["diloco"]
     assert est["data"] > 12 * model.num_params / 2**30  # at least the replicated fp32 weights and moments

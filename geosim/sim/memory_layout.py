@@ -215,7 +215,6 @@ JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, f
 JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
 JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
 JAX_LOGIT_VALUES = 2.0  # per vocabulary entry, fp32: the logits and their softmax (the loss's gradient)
-JAX_NESTED_SCAN_TICKS = 2.0  # pipeshard: ticks' worth of residuals held by the nested layer scan's own buffers
 JAX_UPDATE_COPIES = 2.0  # at the update, per parameter held: the gradient and its flat copy for the one reduction (fp32)
 
 
@@ -230,14 +229,14 @@ def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions
 
 
 def jax_activations(model: Model, sequences: float, seq_len: int, layers: int, options: LayoutOptions,
-                    tensor_parallel: int = 1) -> float:
-    """Residuals of one microbatch of `sequences` through `layers` blocks (remat: the block inputs and
-    one block rebuilt)."""
+                    tensor_parallel: int = 1) -> tuple[float, float]:
+    """(kept, rebuilt) bytes of one microbatch of `sequences` through `layers` blocks: the residuals kept
+    for the backward, and under remat, besides the block inputs kept, the one block rebuilt at a time."""
     tokens = sequences * seq_len
     block = jax_block_bytes_per_token(model, seq_len, options, tensor_parallel)
     if options.remat and layers:
-        return tokens * (layers * model.n_embd * options.value_bytes + block)
-    return tokens * layers * block
+        return tokens * layers * model.n_embd * options.value_bytes, tokens * block
+    return tokens * layers * block, 0.0
 
 
 def jax_head_bytes(model: Model, sequences: float, seq_len: int, options: LayoutOptions, copies: float = 1.0,
@@ -250,54 +249,48 @@ def jax_head_bytes(model: Model, sequences: float, seq_len: int, options: Layout
             + model.vocab * model.n_embd * 4.0 / tensor_parallel)
 
 
-def live_step(technique: str, model: Model, global_batch: int, microbatches: int, devices: int, seq_len: int,
-              options: LayoutOptions, stages: int | None = None) -> dict[str, float]:
-    """Bytes one device holds at the peak of live's training step, by part (see above). `stages`:
-    pipeshard's stage count (default: two, or one for one device)."""
-    n, p, mb = max(devices, 1), model.num_params, max(microbatches, 1)
-    tensor, held, grad_held, extra_state = 1, float(p), float(p), 0.0
-    if technique in ("data", "diloco", "sparseloco"):
-        # in flight: live accumulates the first microbatch before a scan over the rest, and XLA
-        # gives the scan's body buffers of its own: two microbatches' block residuals once there
-        # are two (the logits are one set)
-        rows, layers, in_flight = global_batch / n / mb, model.n_layer, min(mb, 2)
-        if technique != "data":
-            extra_state = 8.0 * p  # the outer parameters and the outer momentum, fp32
-    elif technique == "zero2":
-        rows, layers, in_flight = global_batch / n / mb, model.n_layer, min(mb, 2)
-        grad_held = p / n
-        extra_state = -8.0 * p * (1 - 1 / n)  # Adam's moments are sharded
-    elif technique == "shard":
-        tensor, rows, layers, in_flight = n, global_batch / mb, model.n_layer, min(mb, 2)
-        held = grad_held = p / n
-    elif technique == "pipeshard":
-        s = stages or min(2, n)
-        tensor = max(1, n // s)
-        layers = model.n_layer / s
-        # GPipe in a scan over M + S - 1 ticks: every tick's residuals are kept, and the scan over the
-        # stage's layers nested in it keeps one tick's worth more in its own loop buffers, forward and
-        # backward (XLA does not write a nested loop's stack in place into the outer one)
-        rows, in_flight = global_batch / mb, mb + s - 1 + JAX_NESTED_SCAN_TICKS
-        held = grad_held = (layers * model.params_per_layer + model.embedding_params) / tensor
-    else:
-        raise ValueError(f"no memory layout for technique {technique!r}")
-    parts = {"weights": 4.0 * held, "master": 0.0, "optimizer": 8.0 * held + extra_state}
-    accumulator = 0.0
-    if options.remat and technique != "pipeshard":
+@dataclass(frozen=True)
+class LivePlacement:
+    """How one of live's techniques places a step on a device (each live technique module says it:
+    live/train/techniques/<name>.py, placement())."""
+
+    rows: float  # sequences of one microbatch that this device computes
+    layers: float  # blocks it runs
+    params_held: float  # parameters whose fp32 weights and Adam moments it holds
+    grads_held: float  # parameters whose gradient sum it keeps (ZeRO-2: its flat shard)
+    microbatch_grads: float  # parameters whose whole gradient a microbatch's backward makes on it
+    in_flight: float  # microbatches' block residuals held at the turn
+    tensor_parallel: int = 1
+    head_rows: float | None = None  # sequences whose logits it holds at once (default: rows)
+    extra_state_bytes: float = 0.0  # e.g. DiLoCo's outer parameters and momentum
+    optimizer_held: float | None = None  # parameters whose Adam moments it holds (default: params_held)
+    tree_accumulator: bool = True  # the gradient sum is shaped like the parameters (not a flat shard)
+    accumulates: bool = True  # microbatches are summed in a carried gradient (not a pipeline's schedule)
+
+
+def live_step(model: Model, placement: LivePlacement, seq_len: int, microbatches: int,
+              options: LayoutOptions) -> dict[str, float]:
+    """Bytes one device holds at the peak of live's training step, by part (see above)."""
+    pl, mb = placement, max(microbatches, 1)
+    tensor = pl.tensor_parallel
+    optimizer_held = pl.params_held if pl.optimizer_held is None else pl.optimizer_held
+    parts = {"weights": 4.0 * pl.params_held, "master": 0.0, "optimizer": 8.0 * optimizer_held + pl.extra_state_bytes}
+    in_flight, accumulator = pl.in_flight, 0.0
+    if options.remat and pl.accumulates:
         # remat: the turn is the head's (the blocks keep only their inputs, a block is rebuilt only once
         # the logits are gone) on one microbatch, beside the fp32 gradient sum carried from the earlier
         # ones; the head's embedding gradient is added into that sum in place where it is a tree like
         # the parameters (not ZeRO-2's flat shard)
         in_flight = 1
-        accumulator = 4.0 * grad_held if mb > 1 else 0.0
-    turn = in_flight * jax_activations(model, rows, seq_len, layers, options, tensor)
-    # the head: once (the pipeline's on the whole batch at once)
-    head = jax_head_bytes(model, global_batch if technique == "pipeshard" else rows, seq_len, options, 1, tensor)
-    if options.remat and technique != "pipeshard":
-        turn -= rows * seq_len * jax_block_bytes_per_token(model, seq_len, options, tensor)  # not yet rebuilt
-        if accumulator and technique != "zero2":
-            head -= model.vocab * model.n_embd * 4.0 / tensor
-    update = JAX_UPDATE_COPIES * 4.0 * grad_held
+        accumulator = 4.0 * pl.grads_held if mb > 1 else 0.0
+    kept, rebuilt = jax_activations(model, pl.rows, seq_len, pl.layers, options, tensor)
+    turn = in_flight * kept + (0.0 if pl.accumulates else rebuilt)  # remat: a block is rebuilt once the logits are gone
+    head = jax_head_bytes(model, pl.rows if pl.head_rows is None else pl.head_rows, seq_len, options, 1, tensor)
+    if accumulator and pl.tree_accumulator:
+        head -= model.vocab * model.n_embd * 4.0 / tensor
+    # the update: a microbatch's whole gradient (fp32) and its flat copy for the one reduction, beside
+    # a flat shard's carried sum (ZeRO-2 scatters every microbatch's whole gradient into it)
+    update = JAX_UPDATE_COPIES * 4.0 * pl.microbatch_grads + (0.0 if pl.tree_accumulator else 4.0 * pl.grads_held)
     parts["activations"] = turn
     parts["transient"] = head
     parts["gradients"] = max(accumulator, update - turn - head)  # the carried sum, or what the update needs beyond

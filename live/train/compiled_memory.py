@@ -151,14 +151,15 @@ if __name__ == "__main__":
 def geosim_bytes(case: dict, devices: int) -> dict[str, float]:
     """geosim's memory model for the same case, by part, without the workspace (XLA's figure does not
     hold the CUDA context or the allocator's slack either)."""
+    from geosim.live.train.memory import layout
     from geosim.scenario import get_model
-    from geosim.sim.memory_layout import LayoutOptions, live_step
     from geosim.specs import Model
 
     model = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
-    options = LayoutOptions(precision=case["precision"], remat=bool(case.get("remat")), workspace_bytes=0.0)
-    return live_step(case["technique"], model, case["global_batch"], case["microbatches"], devices,
-                     case.get("seq_len") or model.n_ctx, options, case.get("stages"))
+    return layout(case["technique"], n_layer=model.n_layer, n_embd=model.n_embd, n_head=model.n_head,
+                  vocab=model.vocab, n_ctx=case.get("seq_len") or model.n_ctx, precision=case["precision"],
+                  global_batch=case["global_batch"], microbatches=case["microbatches"], devices=devices,
+                  stages=case.get("stages"), remat=bool(case.get("remat")))
 
 
 def cpu_correction(case: dict, devices: int) -> float:
@@ -172,9 +173,13 @@ def cpu_correction(case: dict, devices: int) -> float:
 
     if case["precision"] != "fp32":
         raise ValueError("16-bit cases are compared on XLA's GPU compiler only (the CPU widens them to fp32)")
+    import importlib
+
     model = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
-    if case["technique"] == "zero2" and devices > 1:
-        return 4.0 * model.num_params * (1 - 1 / devices)
+    module = importlib.import_module(f"geosim.live.train.techniques.{case['technique']}")
+    placement = module.placement(model, case["global_batch"], case["microbatches"], devices, case.get("stages"))
+    if not placement.tree_accumulator and devices > 1:  # a reduce-scatter into a flat shard, on GPUs
+        return 4.0 * placement.microbatch_grads * (1 - 1 / devices)
     return 0.0
 
 

@@ -16,18 +16,20 @@ GIB = 2**30
 def layout(technique: str, *, n_layer: int, n_embd: int, n_head: int, vocab: int, n_ctx: int, precision: str,
            global_batch: int, microbatches: int, devices: int, stages: int | None = None, remat: bool = False,
            replicas: int | None = None) -> dict[str, float]:
-    """Bytes one device holds at the step's peak, by part (weights, optimizer, activations, ...).
-    `replicas` is accepted for the low-communication techniques' callers; their replicas are data
-    parallel, which is how the model lays them out."""
-    from geosim.params import default_params
+    """Bytes one device holds at the step's peak, by part (weights, optimizer, activations, ...): the
+    technique's placement (live/train/techniques/<name>.py) through the simulator's memory model.
+    `replicas` is accepted for the low-communication techniques' callers (their replicas train data
+    parallel, which is how their placement lays them out)."""
+    import importlib
+
     from geosim.sim.memory_layout import LayoutOptions, live_step
     from geosim.specs import Model
 
     model = Model(name="live", n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab=vocab, n_ctx=n_ctx)
-    params = default_params()
-    options = LayoutOptions(precision=precision, remat=remat, workspace_bytes=0.0,
-                            margin_fraction=params.memory_margin_fraction)
-    return live_step(technique, model, global_batch, microbatches, devices, n_ctx, options, stages)
+    module = importlib.import_module(f"geosim.live.train.techniques.{technique}")
+    placement = module.placement(model, global_batch, microbatches, devices, stages)
+    return live_step(model, placement, n_ctx, microbatches, LayoutOptions(precision=precision, remat=remat,
+                                                                         workspace_bytes=0.0))
 
 
 def estimate_gib(technique: str, **dims) -> float:

@@ -54,3 +54,15 @@ class Data(Technique):
 
 
 TECHNIQUE = Data
+
+
+def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
+    """How this technique places a step on a device, for the memory model (geosim.sim.memory_layout):
+    a whole replica, 1/n of each microbatch. live accumulates the first microbatch before a scan over
+    the rest, and XLA gives the scan's body buffers of its own: two microbatches' block residuals are
+    held once there are two."""
+    from geosim.sim.memory_layout import LivePlacement
+
+    return LivePlacement(rows=global_batch / devices / microbatches, layers=model.n_layer,
+                         params_held=model.num_params, grads_held=model.num_params,
+                         microbatch_grads=model.num_params, in_flight=min(microbatches, 2))

@@ -71,3 +71,13 @@ class Shard(Technique):
 
 
 TECHNIQUE = Shard
+
+
+def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
+    """Every weight (embeddings included) split over the n devices; each sees every sequence of a
+    microbatch, split by heads and columns (see data.placement for the microbatches in flight)."""
+    from geosim.sim.memory_layout import LivePlacement
+
+    held = model.num_params / devices
+    return LivePlacement(rows=global_batch / microbatches, layers=model.n_layer, params_held=held, grads_held=held, microbatch_grads=held,
+                         in_flight=min(microbatches, 2), tensor_parallel=devices)
