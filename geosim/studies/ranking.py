@@ -1,7 +1,8 @@
 """One rule for "which is best", used by predict, select, plan, sweep and report.
 
 The rule: the option that trains the workload in the least predicted time is best; equal times
-go to the one with fewer GPU-hours, then to the one with more memory to spare. With a deadline,
+go to the one with fewer GPU-hours, then to the one with more memory to spare. An option that may
+not fit (its peak within the memory model's error of the GPU's memory) comes after all that fit. With a deadline,
 the options that meet it come first, cheapest (GPU-hours) first. Low-communication techniques
 (DiLoCo, SparseLoCo, the hybrid) need more tokens for the same loss, so their time per epoch is
 never ranked against synchronous training: they are ranked on time to a target (convergence.py).
