@@ -266,6 +266,7 @@ class LivePlacement:
     optimizer_held: float | None = None  # parameters whose Adam moments it holds (default: params_held)
     tree_accumulator: bool = True  # the gradient sum is shaped like the parameters (not a flat shard)
     accumulates: bool = True  # microbatches are summed in a carried gradient (not a pipeline's schedule)
+    heads_in_flight: float = 1  # microbatches whose logits are held at once
 
 
 def live_step(model: Model, placement: LivePlacement, seq_len: int, microbatches: int,
@@ -285,7 +286,8 @@ def live_step(model: Model, placement: LivePlacement, seq_len: int, microbatches
         accumulator = 4.0 * pl.grads_held if mb > 1 else 0.0
     kept, rebuilt = jax_activations(model, pl.rows, seq_len, pl.layers, options, tensor)
     turn = in_flight * kept + (0.0 if pl.accumulates else rebuilt)  # remat: a block is rebuilt once the logits are gone
-    head = jax_head_bytes(model, pl.rows if pl.head_rows is None else pl.head_rows, seq_len, options, 1, tensor)
+    head = jax_head_bytes(model, pl.rows if pl.head_rows is None else pl.head_rows, seq_len, options,
+                          min(in_flight, pl.heads_in_flight), tensor)
     if accumulator and pl.tree_accumulator:
         head -= model.vocab * model.n_embd * 4.0 / tensor
     # the update: a microbatch's whole gradient (fp32) and its flat copy for the one reduction, beside
