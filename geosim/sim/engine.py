@@ -9,7 +9,10 @@ here knows what a technique is or which network model runs.
 from __future__ import annotations
 
 import gc
+import math
 import statistics
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -18,6 +21,7 @@ from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.sim.compute import compute_model
 from geosim.sim.kernel import Clock, Event
+from geosim.sim.symmetry import find_symmetry
 from geosim.specs import Cluster, Params, Workload
 
 
@@ -30,6 +34,7 @@ class RunResult:
     bytes_sent: float
     transfers: int
     trace: list = field(default_factory=list)
+    simulated_ranks: int = 0  # ranks whose programs ran: fewer than the ranks where a symmetry was proven
 
     def iteration_time(self, i: int) -> float:
         return self.iteration_end[i] - (self.iteration_end[i - 1] if i else 0.0)
@@ -47,6 +52,20 @@ def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int
         d.rank: d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency.get(d.gpu.name, params.gemm_fraction)
         for d in schedule.devices
     }
+
+
+_symmetry_on: ContextVar[bool] = ContextVar("symmetry_on", default=True)
+
+
+@contextmanager
+def every_rank():
+    """Within the block, runs simulate every rank even where a symmetry is proven (the full
+    simulation, for tests and benches that compare it with the reduced one)."""
+    token = _symmetry_on.set(False)
+    try:
+        yield
+    finally:
+        _symmetry_on.reset(token)
 
 
 # Collection thresholds while a run is on: a run allocates millions of short-lived events but
@@ -81,14 +100,19 @@ def compute_timer(schedule: Schedule, params: Params, workload: Workload):
 
 def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload: Workload,
                  iterations: int = 3, network: NetworkFactory = TCPNetwork, trace: bool = False,
-                 exact: bool = False, clock: Callable[[], Clock] = Clock) -> RunResult:
+                 exact: bool = False, clock: Callable[[], Clock] = Clock, symmetry: bool | None = None) -> RunResult:
     """Simulate `iterations` iterations on the network model `network` builds (a factory called
     as network(clock, cluster, params, devices, trace)). exact=True runs every repetition of
-    Repeat blocks. `clock` makes the event kernel (tests/test_kernel.py hands it SimPy's)."""
+    Repeat blocks. `clock` makes the event kernel (tests/test_kernel.py hands it SimPy's).
+    Ranks a proven symmetry makes alike run once (geosim.sim.symmetry; the same answers to the
+    bit, fewer events); symmetry=False runs every rank (what the tests compare that against), as
+    does every run inside `with every_rank():`."""
+    if symmetry is None:
+        symmetry = _symmetry_on.get()
     thresholds = gc.get_threshold()
     gc.set_threshold(*RUN_GC_THRESHOLDS)
     try:
-        return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run()
+        return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run(symmetry)
     finally:
         gc.set_threshold(*thresholds)
 
@@ -145,22 +169,39 @@ class EngineRun:
         self.ends = [[0.0] * len(schedule.devices) for _ in range(iterations)]  # per iteration, per rank
         self.compute = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
         self.overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
+        self.canonical = None  # under a symmetry (run()), the renaming that files a send for a representative
+        self.copies = 1  # ranks each running rank stands for
 
-    def run(self) -> RunResult:
+    def run(self, symmetry: bool = True) -> RunResult:
         env, net, schedule = self.env, self.net, self.schedule
         net.prepare(schedule.programs)
+        found = find_symmetry(schedule, net) if symmetry and self.trace_rows is None else None
+        ranks = list(schedule.programs)
+        if found is not None:  # run the representatives alone; each answers for its copies
+            net.reduce_to(found)
+            ranks, self.copies, self.canonical = found.representatives(), found.copies, found.canonical
+            self.events -= len(schedule.programs) - len(ranks)
         # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
         self.loop = (env, env.timeout, env.event, env.succeed, self.mailbox, self.mailbox.pop, net.send,
                      net.collective_ops, net.may_shortcut, net.may_precompute, self.compute_seconds, self.deliver,
-                     self.trace_rows)
-        for rank in schedule.programs:
+                     self.trace_rows, self.canonical, self.copies)
+        for rank in ranks:
             env.process(self.gpu(rank))
         env.run()
         if self.mailbox:
             raise RuntimeError(f"schedule of {schedule.technique} left an unmatched send/recv: {self.unmatched()}")
+        rep = found.representative if found is not None else (lambda rank: rank)
+        if found is not None:  # every copy's figures are its representative's
+            for per_iteration in (*self.ends, *self.compute, *self.overhead):
+                for rank in schedule.programs:
+                    per_iteration[rank] = per_iteration[rep(rank)]
+        # the totals, rank by rank (each rank's own count is symmetric; a running total of every
+        # transfer would depend on the order ranks send in)
+        sent = [net.sent(rep(rank)) for rank in schedule.programs]
         return RunResult(
             iteration_end=[max(e) for e in self.ends], compute_s=self.compute, overhead_s=self.overhead,
-            events=self.events, bytes_sent=net.bytes_sent, transfers=net.transfers, trace=self.trace_rows or [],
+            events=self.events, bytes_sent=math.fsum(b for b, _ in sent), transfers=sum(n for _, n in sent),
+            trace=self.trace_rows or [], simulated_ranks=len(ranks),
         )
 
     def unmatched(self) -> tuple:
@@ -208,7 +249,7 @@ class EngineRun:
             arrived = self.holding[key] = {}
         release = arrived[rank] = (env.now, env.event())
         self.events += 1
-        if len(arrived) == len(op.group):
+        if len(arrived) == len(op.group) // self.copies:  # under a symmetry, its representatives
             del self.holding[key]
             ends = self.net.collective_ends(op, {r: at for r, (at, _) in arrived.items()})
             for r, (_, released) in arrived.items():
@@ -246,7 +287,7 @@ class EngineRun:
         a few percent at most against a flat walk: CPython passes a resumption down a `yield from`
         chain in C, and Shard nests three deep at most (docs/results/2026-11-24-speed.md)."""
         (env, timeout, event, succeed, mailbox, pop, send, collective_ops, may_shortcut, may_precompute,
-         compute_seconds, deliver, trace_rows) = self.loop
+         compute_seconds, deliver, trace_rows, canonical, copies) = self.loop
         for op in ops:
             kind = type(op)
             if kind is Compute:
@@ -281,7 +322,9 @@ class EngineRun:
             for step in steps:
                 step_kind = type(step)
                 if step_kind is Send:
-                    key = (rank, step.dst, step.tag, ctx)
+                    # under a symmetry, filed as the message its renamed copy sends a representative
+                    key = (rank, step.dst, step.tag, ctx) if canonical is None else (
+                        *canonical(rank, step.dst), step.tag, ctx)
                     delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
                     waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
                     self.events += 1
@@ -305,7 +348,7 @@ class EngineRun:
                         self.events += 1
                         waiting = self.barriers[key] = _Waiting(event())
                     waiting.arrived += 1
-                    if waiting.arrived == step.size:
+                    if waiting.arrived == step.size // copies:
                         del self.barriers[key]
                         succeed(waiting.released)
                     yield waiting.released
@@ -344,7 +387,8 @@ class EngineRun:
             self.events += 1
             state = self.repeats[key] = _Waiting(env.event())
         state.periods.append((own_end - measured_start) / MEASURED_REPETITIONS)
-        if len(state.periods) == len(block.group):
+        if len(state.periods) == len(block.group) // self.copies:
+            # under a symmetry each period stands for `copies` equal ones: the median is the same
             del self.repeats[key]
             env.succeed(state.released, statistics.median(state.periods))
         period = yield state.released

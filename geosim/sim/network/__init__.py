@@ -13,6 +13,14 @@ transfer counts the engine reports. Models, one file each:
                                links, no TCP; symmetric collectives simulated once
   ideal.IdealNetwork           free communication: sends cost nothing, collectives are barriers
 
+Two members are optional (the engine simulates every rank without them; CountingNetwork says no):
+  symmetric_under(image) -> bool   whether renaming each rank r as image(r) maps the run's network
+                                   onto itself (the routes the programs use cost the same, each hop
+                                   onto one hop) and its outcome does not depend on the order of
+                                   simultaneous events (geosim.sim.symmetry; the proof's network half)
+  reduce_to(symmetry)              only the symmetry's representatives run: collective_ends is then
+                                   asked with their arrivals alone
+
 A model is built per run by a factory called as
     factory(clock, cluster, params, devices, trace) -> NetworkModel
 where clock has `.now` (the simulation's time) and trace is a list to append
@@ -67,7 +75,6 @@ class NetworkModel(Protocol):
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's transfer state active since `since` moves on by delta."""
 
-
 NetworkFactory = Callable[..., NetworkModel]
 
 
@@ -113,4 +120,10 @@ class CountingNetwork:
         return False  # so collective_ends is never asked
 
     def shift_connections(self, src: int, since: float, delta: float) -> None:
+        return None
+
+    def symmetric_under(self, image) -> bool:
+        return False  # not proven for this model: every rank runs
+
+    def reduce_to(self, symmetry) -> None:
         return None
