@@ -8,9 +8,10 @@ and with ranks a proven symmetry makes alike simulated once ("reduced", the engi
 Clusters: H100 hosts of 8 GPUs (NVLink inside, one NIC per GPU as in a DGX H100), 2 sites x 1 host
 (16 GPUs), 4 x 4 (128), 8 x 16 (1,024); every pair of sites linked at 100 Gbit/s. Two WAN variants:
 "even", every site link 20 ms RTT (sites are alike: a symmetry may move one site onto the next), and
-"geographic", RTT 5 ms + 10 ms per site index apart (no two sites alike). gpt2-xl, 4 microbatches of
+"geographic", RTT 5 ms + 10 ms per site index apart (no two sites alike); and "one-site", every
+host at one site (no WAN: the hosts are alike). gpt2-xl, 4 microbatches of
 one sequence per GPU (global batch 4 x GPUs). Techniques: data, zero2, shard, pipeshard (one stage
-per site, data parallel inside it) and diloco (its default: one replica per host, data parallel inside it).
+per site, data parallel inside it; one-site: per group of hosts as many as the sites) and diloco (its default: one replica per host, data parallel inside it).
 
 Each case runs in a fresh subprocess (its peak resident memory is that process's): the wall and CPU
 time of run_schedule(..., iterations=1) are the medians of --runs runs (the full run at 1,024 GPUs:
@@ -34,7 +35,7 @@ import time
 
 SIZES = {16: (2, 1), 128: (4, 4), 1024: (8, 16)}  # GPUs -> (sites, hosts per site), 8 GPUs per host
 TECHNIQUES = ("data", "zero2", "shard", "pipeshard", "diloco")
-VARIANTS = ("even", "geographic")
+VARIANTS = ("even", "geographic", "one-site")
 CHILD_TIMEOUT_S = 1800
 
 
@@ -44,7 +45,10 @@ def cluster(gpus: int, variant: str):
 
     sites, hosts = SIZES[gpus]
     h100 = gpu_catalog()["H100"]
-    made = tuple(Host(f"s{s}h{h}", f"site{s}", (h100,) * 8, "nvlink", "per-gpu") for s in range(sites) for h in range(hosts))
+    made = tuple(Host(f"s{s}h{h}", f"site{s}" if variant != "one-site" else "site0", (h100,) * 8, "nvlink", "per-gpu")
+                 for s in range(sites) for h in range(hosts))
+    if variant == "one-site":
+        return Cluster(f"{variant}-{gpus}", made, ())
     links = tuple(Link(f"site{a}", f"site{b}", 0.020 if variant == "even" else (5 + 10 * (b - a)) / 1e3, 100e9)
                   for a in range(sites) for b in range(a + 1, sites))
     return Cluster(f"{variant}-{gpus}", made, links)
@@ -60,7 +64,8 @@ def child(technique: str, gpus: int, variant: str, mode: str, runs: int) -> dict
 
     made, params = cluster(gpus, variant), default_params()
     workload = Workload(global_batch=4 * gpus, microbatches=4)
-    by_site = [[h.name for h in made.hosts if h.site == site] for site in dict.fromkeys(h.site for h in made.hosts)]
+    # a stage per site (one-site: per group of hosts that would be a site)
+    by_site = [[h.name for h in made.hosts if h.name.startswith(f"s{s}h")] for s in range(SIZES[gpus][0])]
     options = {"pipeshard": {"meshes": by_site}}.get(technique)
     schedule = build_schedule(technique, Case(made, get_model("gpt2-xl"), workload, params), options)
     walls, cpus, result = [], [], None

@@ -266,19 +266,20 @@ class EngineRun:
             state = gathering[key] = _Gathering(self.env.timeout(0))
         elif state.decided:  # decided before this rank arrived: it runs the steps
             state.arrived += 1
-            if state.arrived == len(op.group):
+            if state.arrived == len(op.group) // self.copies:
                 del gathering[key]
             return None
         state.arrived += 1
         yield state.decide
+        everyone = len(op.group) // self.copies  # (a model with a fast path has said no symmetry so far)
         if not state.decided:
             state.decided = True
-            if state.arrived == len(op.group):
+            if state.arrived == everyone:
                 seconds = self.net.collective_time(op)
                 if seconds is not None:
                     self.events += 1
                     state.done = self.env.timeout(seconds)
-        if state.arrived == len(op.group) and key in gathering:
+        if state.arrived == everyone and key in gathering:
             del gathering[key]
         return state.done
 

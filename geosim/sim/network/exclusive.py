@@ -186,9 +186,15 @@ class ExclusiveLinks:
         self._rounds: dict[Collective, tuple] = {}  # -> (the ranks that run it, its lockstep rounds or None)
         self._pairs_used: list[tuple[int, int]] = []
         if self.precompute and self.trace is None:  # a trace lists transfers in the order they start
+            pairs = self._pairs_used
+
+            def kept():  # the pairs, kept as one_sender_per_hop meets them (it stops at a shared hop)
+                for pair in sender_pairs(programs, self.hosts):
+                    pairs.append(pair)
+                    yield pair
+
             try:
-                self._pairs_used = list(sender_pairs(programs, self.hosts))
-                self._one_sender_per_hop = one_sender_per_hop(self._pairs_used, self.route)
+                self._one_sender_per_hop = one_sender_per_hop(kept(), self.route)
             except SharedTag:
                 self._one_sender_per_hop = False
 
