@@ -184,6 +184,7 @@ class ExclusiveLinks:
 
     def prepare(self, programs: dict[int, list]) -> None:
         self._rounds: dict[Collective, tuple] = {}  # -> (the ranks that run it, its lockstep rounds or None)
+        self._shapes: dict[tuple, tuple] = {}  # the same, by what the rounds are made of (collective_ends)
         self._pairs_used: list[tuple[int, int]] = []
         if self.precompute and self.trace is None:  # a trace lists transfers in the order they start
             pairs = self._pairs_used
@@ -224,11 +225,17 @@ class ExclusiveLinks:
     def collective_ends(self, coll: Collective, arrivals: dict[int, float]) -> dict[int, float]:
         known = self._rounds.get(coll)
         if known is None:
-            # a run meets the same collective ops again and again (repetitions, iterations); the ranks
-            # that run it: every member, or a symmetry's representatives among them (in group order)
-            group = coll.group if self._symmetry is None else tuple(r for r in coll.group if r in arrivals)
-            steps = [self.collective_ops(coll, rank) for rank in group]
-            known = self._rounds[coll] = (group, lockstep_rounds(group, steps, self._symmetry))
+            # a run meets the same collective ops again and again (repetitions, iterations), and
+            # collectives that differ only past their tag's first item (Shard's per layer) have the
+            # same rounds: a round's sends carry that first item alone. The ranks that run it:
+            # every member, or a symmetry's representatives among them (in group order)
+            shape = (coll.op, coll.group, coll.nbytes, coll.algorithm, coll.tag[:1])
+            known = self._shapes.get(shape)
+            if known is None:
+                group = coll.group if self._symmetry is None else tuple(r for r in coll.group if r in arrivals)
+                steps = [self.collective_ops(coll, rank) for rank in group]
+                known = self._shapes[shape] = (group, lockstep_rounds(group, steps, self._symmetry))
+            self._rounds[coll] = known
         group, rounds = known
         if rounds is None:
             canonical = self._symmetry.canonical if self._symmetry is not None else None
