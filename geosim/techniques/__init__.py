@@ -133,6 +133,24 @@ def plan_floor_s(name: str, case, hosts: tuple[str, ...], workload, options: dic
     return module.plan_floor_s(case, tuple(hosts), workload, options) if hasattr(module, "plan_floor_s") else 0.0
 
 
+def add_plan_arguments(parser) -> None:
+    """`geosim plan`'s flags that belong to one technique: each module's add_plan_arguments(parser)."""
+    for name in technique_names():
+        module = get_technique(name)
+        if hasattr(module, "add_plan_arguments"):
+            module.add_plan_arguments(parser)
+
+
+def plan_choices(args) -> dict:
+    """The planner's choices those flags ask for (keyword arguments of the techniques' plan_variants)."""
+    choices: dict = {}
+    for name in technique_names():
+        module = get_technique(name)
+        if hasattr(module, "plan_choices"):
+            choices.update(module.plan_choices(args))
+    return choices
+
+
 def build_schedule(name: str, case, options: dict | None = None):
     """The technique's schedule for the case, with its parameter-file settings and the caller's options."""
     module = get_technique(name)

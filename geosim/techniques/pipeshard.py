@@ -241,6 +241,19 @@ def layer_splits(n_layer: int, stages: int) -> list[list[int]]:
     return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
 
 
+def add_plan_arguments(parser) -> None:
+    """`geosim plan`'s flag for this technique's own choice (the registry adds it)."""
+    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
+                        help="what a Pipeshard stage does across its GPUs (default: the parameters file's pipeshard.intra_stage; "
+                             "'both' also tries shard, ~40x slower to plan)")
+
+
+def plan_choices(args) -> dict:
+    """--intra-stage as plan_variants' intra_stages (None: the parameters file's)."""
+    chosen = getattr(args, "intra_stage", None)
+    return {"intra_stages": INTRA_STAGES if chosen == "both" else ((chosen,) if chosen else None)}
+
+
 def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None):
     """Stage order x microbatches x intra-stage parallelism x layer split, as (workload changes,
     options). Stage order matters (the first stage holds the embeddings, the last the LM head),
