@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geosim.units import GIB, KIB, MIB
+
 # A range's default: wide (far beyond any real machine); it exists so that no parameters file can
 # make a prediction infinite or NaN (a rate or an efficiency of 0 would divide by zero).
 DEFAULT_RANGE = (0.0, 1e9)
@@ -28,7 +30,7 @@ WHOLE = "count"  # the unit of a whole number
 # file unit -> factor to the simulator's unit (SI: seconds, bytes, bit/s; fractions and counts as they are)
 UNIT_SCALE = {
     "": 1.0, "fraction": 1.0, "RTT": 1.0, "s": 1.0, "us": 1e-6, "ms": 1e-3,
-    "MiB": float(1024**2), "KiB": 1024.0, "GiB": float(1024**3), "Gbit/s": 1e9,
+    "MiB": float(MIB), "KiB": float(KIB), "GiB": float(GIB), "Gbit/s": 1e9,
     WHOLE: 1.0, FLAG: 1.0,
 }
 

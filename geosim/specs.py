@@ -11,9 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from geosim.errors import GeosimError
 from geosim.parameters import missing_value
-
-GIB = 1024**3
-MIB = 1024**2
+from geosim.units import GIB, MIB  # noqa: F401 -- where the specs' users have always found them
 
 
 @dataclass(frozen=True)
