@@ -185,7 +185,8 @@ DESCRIPTION = "data parallel plus a pause"
 
 @dataclass(frozen=True)
 class Settings:
-    pause_s: float = tunable(0.5, "seconds of pause per iteration", low=0.0, high=60.0, fit=(0.01, 60.0))
+    pause_s: float = tunable(0.5, "seconds of pause per iteration", low=0.0, high=60.0, fit=(0.01, 60.0), unit="s",
+                             source="a toy")
 
 
 def build(case, settings):

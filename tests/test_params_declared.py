@@ -81,3 +81,17 @@ def test_the_reference_page_is_what_the_declaration_writes():
         assert f"| `{p.key}` | {p.unit} |" in text
     for technique, leaf in setting_keys():
         assert f"| `{technique}.{leaf}` |" in text
+
+
+def test_every_technique_setting_is_declared_with_its_source_and_unit():
+    """A technique's tunable carries the same facts as a simulator-wide parameter: its range (or
+    choices), its unit (numbers and flags) and where its default comes from."""
+    from geosim.techniques import settings_class, technique_names
+    from geosim.techniques._settings import file_tunables
+
+    missing = []
+    for name in technique_names():
+        for leaf, t in file_tunables(settings_class(name)).items():
+            if not t.source or (t.kind is not str and not t.unit):
+                missing.append(f"{name}.{leaf}")
+    assert missing == []

@@ -162,7 +162,7 @@ def reference_table() -> str:
     """The parameters reference's table of every technique's tunables (docs/reference/params.md), from
     each module's Settings: a new technique's row appears with its file."""
 
-    rows = ["| key | default | range | fit range | meaning |", "|---|---|---|---|---|"]
+    rows = ["| key | unit | default | range | fit range | meaning | source |", "|---|---|---|---|---|---|---|"]
     for name in technique_names():
         cls = settings_class(name)
         parent = settings_parent(name)
@@ -187,5 +187,5 @@ def reference_table() -> str:
             else:
                 allowed = f"{'-inf' if t.low is None else number_text(t.low)} to {'inf' if t.high is None else number_text(t.high)}"
             fit = "" if t.fit is None else f"{number_text(t.fit[0])} to {number_text(t.fit[1])}"
-            rows.append(f"| `{name}.{leaf}` | {shown} | {allowed} | {fit} | {t.help} |")
+            rows.append(f"| `{name}.{leaf}` | {t.unit} | {shown} | {allowed} | {fit} | {t.help} | {t.source} |")
     return "\n".join(rows) + "\n"

@@ -35,13 +35,16 @@ INTRA_STAGES = ("data", "shard")
 
 @dataclass(frozen=True)
 class Settings:
-    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES)
-    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"))
+    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES,
+                                source="the study's Pipeshard: data parallel inside each stage")
+    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"),
+                             source="Alpa's default pipeline schedule")
     stage_split: str = tunable("uniform", "layers per stage: uniform (Alpa's default) or balanced by GPU speed",
-                               choices=("uniform", "balanced"))
+                               choices=("uniform", "balanced"), source="Alpa's default (uniform)")
     # < 1: activations and their gradients cross between stages compressed (e.g. subspace
     # projection, Obeidi et al. 2026); 1 is Alpa's uncompressed send
-    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0)
+    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0,
+                                            unit="fraction", source="no compression (the study's runs)")
     meshes: tuple | None = option(None, "host names of each stage's mesh, in stage order (default: one per host)")
     layer_split: tuple | None = option(None, "layers of each stage (default: by stage_split)")
 

@@ -37,7 +37,8 @@ class Settings:
     # 2: the fp16 parameters cast from each fp32 master shard (Alpa's TrainState with a master copy);
     # 4: a run without a master copy that keeps fp32 parameters
     gather_bytes_per_param: float = tunable(2.0, "bytes per parameter the all-gather moves", low=1.0, high=16.0,
-                                            fit=(1.0, 16.0))
+                                            fit=(1.0, 16.0), unit="B/param",
+                                            source="Alpa's TrainState: fp16 parameters cast from the fp32 master shards")
 
 
 def build(case: Case, settings: Settings) -> Schedule:
