@@ -8,7 +8,6 @@ keep every prediction finite; they are listed in docs/reference/run-records.md.
 
 from __future__ import annotations
 
-import math
 import re
 
 import tomllib
@@ -21,6 +20,7 @@ from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
 from geosim.units import MIB, gbps_to_bps, ms_to_s
 from geosim.fabric.sites import estimate_rtt_ms, find_site
+from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
 PRECISIONS = ("fp16", "bf16", "fp32")
@@ -36,8 +36,11 @@ MODEL_RANGES = {"n_layer": (1, 1024), "n_embd": (1, 65536), "n_head": (1, 1024),
                 "n_ctx": (1, 1_000_000)}
 WORKLOAD_RANGES = {"tokens_per_epoch": (1, 10**13), "seq_len": (1, 1_000_000), "global_batch": (1, 10_000_000),
                    "microbatches": (1, 4096), "epochs": (1, 1_000_000)}
+# counts that multiply a prediction's work (docs/reference/cli.md, "Bounds on numbers"): far above
+# any slice simulated today (1,024 hosts, 8,192 GPUs are in reach), low enough to refuse a typo
 MAX_HOSTS = 4096
 MAX_GPUS_PER_HOST = 64
+MAX_GPUS = 65_536
 
 
 def _toml_text(text: str, source: str) -> dict:
@@ -50,7 +53,9 @@ def _toml_text(text: str, source: str) -> dict:
 
 
 def read_text(path: Path) -> str:
-    """A text file's contents, or a one-line error (missing, unreadable, not UTF-8)."""
+    """A text file's contents, or a one-line error (missing, unreadable, not UTF-8, not a regular
+    file: a FIFO would block the read, a device never end it)."""
+    regular_input(path)
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -92,23 +97,6 @@ def _string(value, source: str, key: str) -> str:
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def check_number(value, source: str | None, key: str | None, low: float, high: float, *, integer: bool = False,
-                 exclusive_low: bool = False, line: int | None = None):
-    """A finite number in [low, high] (or (low, high]); whole if `integer`. Never NaN, never inf."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise GeosimError(f"must be a number, got {_short(value)}", source=source, key=key, line=line)
-    if not math.isfinite(value):
-        raise GeosimError(f"must be a finite number, got {value!r}", source=source, key=key, line=line)
-    if integer and value != int(value):
-        raise GeosimError(f"must be a whole number, got {value!r}", source=source, key=key, line=line)
-    if value < low or (exclusive_low and value == low):
-        raise GeosimError(f"must be {'>' if exclusive_low else '>='} {low:g}, got {value!r}", source=source, key=key,
-                          line=line)
-    if value > high:
-        raise GeosimError(f"must be <= {high:g}, got {value!r}", source=source, key=key, line=line)
-    return int(value) if integer else float(value)
 
 
 def _positive(value, source: str, key: str, *, allow_zero: bool = False) -> float:
@@ -327,6 +315,9 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
         if nic not in NIC_KINDS:
             raise GeosimError(f"must be {' or '.join(NIC_KINDS)}, got {_short(nic)}", source=source, key=prefix + "nic")
         hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic))
+    total = sum(len(h.gpus) for h in hosts)
+    if total > MAX_GPUS:
+        raise GeosimError(f"at most {MAX_GPUS:,} GPUs in all, got {total:,}", source=source, key="hosts")
     sites = {h.site for h in hosts}
     for i, h in enumerate(hosts):
         if h.name in sites and h.site != h.name:

@@ -71,6 +71,7 @@ def _run(args) -> int:
     if args.draws is not None and args.draws < 1:
         raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
     synchronous, lowcomm = chosen_techniques(args)
+    _check_target_options(args)
     slices = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
@@ -111,6 +112,15 @@ def _run(args) -> int:
     for case, rows, plan, targets in slices:
         print_slice(case, plan, rows, targets, ranges)
     return 0
+
+
+def _check_target_options(args) -> None:
+    """--target-tokens and --token-efficiency checked before any work, also when no row uses them."""
+    from geosim.studies import convergence
+
+    if args.target_tokens and args.target_tokens.strip().lower() != "chinchilla":
+        convergence.target_tokens(args.target_tokens, None)
+    convergence.parse_overrides(args.token_efficiency)
 
 
 def _target_fields(prediction: Prediction, targets) -> dict:

@@ -96,9 +96,13 @@ def build_grid(args) -> Grid:
     for text in args.set:
         name, values = parse_assignment(text)
         axes[name] = values
-    for name in WORKLOAD_KINDS:
-        if WORKLOAD_KINDS[name] == "int" and any(v <= 0 for v in axes.get(name, [])):
-            raise GeosimError("values must be > 0", source=f"--{name}")
+    from geosim.scenario import WORKLOAD_RANGES
+    from geosim.validate import check_number
+
+    for name in WORKLOAD_KINDS:  # each value in a scenario's range, before any point runs
+        for value in axes.get(name, []) if WORKLOAD_KINDS[name] == "int" else []:
+            check_number(value, f"--{name.replace('_', '-')}", None, *WORKLOAD_RANGES.get(name, (1, 10**13)),
+                         integer=True)
     return Grid(axes)
 
 

@@ -51,11 +51,16 @@ def run(args) -> int:
     out = check_output_path(args.out, "--out")
     params = load_params_arg(args)
     scenario, cluster, model, workload = load_case(args.scenario, args)
-    if args.hosts:
+    if args.hosts is not None:  # given, even empty: an empty list is a mistake, not "all"
         names = tuple(h.strip() for h in args.hosts.split(","))
+        if not all(names):
+            raise GeosimError(f"empty host name in {args.hosts!r} (comma-separated VM names)", source="--hosts")
         unknown = [n for n in names if n not in {h.name for h in cluster.hosts}]
         if unknown:
             raise GeosimError(f"unknown host(s) {', '.join(unknown)}", source="--hosts")
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise GeosimError(f"host(s) named twice: {', '.join(repeated)}", source="--hosts")
         cluster = cluster.subset(names)
     case = Case(cluster, model, workload, params, network=args.network)
     schedule = build_schedule(args.technique, case)

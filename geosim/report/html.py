@@ -12,6 +12,7 @@ from pathlib import Path
 
 from geosim.studies.crossover import describe
 from geosim.errors import GeosimError
+from geosim.fileio import write_atomic
 from geosim.report.plots import EFFECTIVE, breakdown_rows, panel_key, panel_title, plot_breakdown, plot_time_vs_axis
 from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.store import read_best, read_crossovers, read_manifest, read_rows
@@ -120,7 +121,7 @@ def build_report(out_dir: str | Path, records: str | None = None) -> dict:
     beside = predicted_at_measured(rows, measured, manifest, axis, metric)
     page = _html(out_dir, manifest, rows, crossovers, measured, axis, metric, [f for f in files if f.suffix == ".png"],
                  beside, read_best(out_dir))
-    (out_dir / "report.html").write_text(page)
+    write_atomic(out_dir / "report.html", page)
     return {"report": str(out_dir / "report.html"), "plots": [str(f) for f in files], "rows": len(rows),
             "crossovers": sum(1 for c in crossovers if c.get("at") is not None), "measured_points": len(measured)}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from geosim.errors import require
+from geosim.fileio import save_figure
 from geosim.studies.sweep.grid import NATIVE
 from geosim.techniques import get_technique, is_low_communication, label, technique_names
 
@@ -95,8 +96,8 @@ def _save(fig, base: Path, legend=None) -> list[Path]:
     the legend outside the axes instead of clipping it."""
     paths = [base.with_suffix(".png"), base.with_suffix(".svg")]
     extra = [legend] if legend is not None else []
-    fig.savefig(paths[0], dpi=DPI, bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
-    fig.savefig(paths[1], bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
+    save_figure(fig, paths[0], dpi=DPI, bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
+    save_figure(fig, paths[1], bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
     return paths
 
 

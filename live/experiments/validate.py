@@ -348,8 +348,9 @@ def run(args) -> int:
             raise GeosimError(f"must be > 0, got {value}", key=key)
 
     get_model(args.model)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from geosim.fileio import make_output_dir
+
+    out = make_output_dir(args.out, "--out")
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     started = time.monotonic()
     if args.records:

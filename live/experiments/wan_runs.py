@@ -80,6 +80,8 @@ def child_argv(opts, *, coordinator: str, num_processes: int, process_id: int, c
     argv = [sys.executable, "-m", "geosim", "live", "run"]
     for name, flag in OPTION_FLAGS:
         value = getattr(opts, name)
+        if name == "warmup" and value >= (opts.steps or value + 1):
+            continue  # more warm-up than steps: each process times what is left (an explicit --warmup is refused)
         if value is not None:
             argv += [flag, str(value)]
     for name, value in (opts.lowcomm or {}).items():  # as arguments: every process gets the same options

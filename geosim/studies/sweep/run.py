@@ -29,6 +29,7 @@ from geosim.predict import predict
 from geosim.scale import is_scale_name, scale_scenario
 from geosim.scenario import Scenario, get_model, load_scenario
 from geosim.specs import Params
+from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint
 from geosim.techniques import technique_names
@@ -211,10 +212,15 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, ctx: SweepContext, address: str, num_cpus: int | None = None):
+        if address == "local":
+            loopback_ray_env()  # before the import where possible: Ray reads it then (local_ray.py)
         self.ray = require("ray", extra="sweep", command="geosim sweep --ray-address")
+        self._temp = None
         if not self.ray.is_initialized():
-            kwargs = {"num_cpus": num_cpus} if address == "local" else {}
-            self.ray.init(address=address, include_dashboard=False, log_to_driver=False, **kwargs)
+            if address == "local":  # ours alone: on loopback, in a private temp directory
+                self._temp = init_local(self.ray, num_cpus)
+            else:  # a cluster someone started deliberately: attach to it
+                self.ray.init(address=address, include_dashboard=False, log_to_driver=False)
             self._owns = True
         else:
             self._owns = False
@@ -237,6 +243,7 @@ class RayExecutor:
     def close(self):
         if self._owns:
             self.ray.shutdown()
+            remove_temp_dir(self._temp)
 
 
 def make_executor(ctx: SweepContext, jobs: int | None = None, ray_address: str | None = None):
