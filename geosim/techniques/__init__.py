@@ -24,7 +24,7 @@ from functools import cache
 from types import ModuleType
 
 from geosim.errors import GeosimError
-from geosim.techniques._settings import file_tunables, tunables, with_options
+from geosim.techniques._settings import tunables, with_options
 from geosim.parameters import number_text
 
 STUDY_ORDER = ("data", "zero2", "shard", "pipeshard")  # the study's four, in its order
