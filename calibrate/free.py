@@ -19,6 +19,7 @@ from geosim.techniques import is_pipelined
 from geosim.studies.whatif import wan_links
 from geosim.techniques import builds_on, settings_class, technique_names
 from geosim.techniques._settings import tunables
+from geosim.units import MIB
 
 SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 # A per-link value is a slice's deviation from the global transport (window) or from the scenario's
@@ -148,7 +149,7 @@ def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
             continue
         if p.kind in LINK_KINDS:
             cluster = with_link(cluster, bandwidth_bps=v * 1e9 if p.kind == "link_bandwidth" else None,
-                                window_bytes=v * 2**20 if p.kind == "link_window" else None,
+                                window_bytes=v * MIB if p.kind == "link_window" else None,
                                 step_rtts=v if p.kind == "link_step_rtts" else None)
         elif p.kind == "tokens_per_epoch":
             workload = replace(workload, tokens_per_epoch=max(1, round(v)))
@@ -244,7 +245,7 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
         if kind == "bandwidth":
             free.append(FreeParam("link_bandwidth", c.slice_key, link.bandwidth_bps / 1e9, 0.005, 400.0, "Gbit/s"))
         else:
-            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / 2**20,
+            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / MIB,
                                   1 / 64, 512.0, "MiB"))
         if step_rtts == "link" and window_bound:  # on a LAN a step's round trip is lost in its transfer time
             initial = link.step_rtts if link.step_rtts is not None else base.collective_step_rtts

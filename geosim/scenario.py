@@ -18,7 +18,7 @@ from pathlib import Path
 
 from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
-from geosim.units import gbps_to_bps, ms_to_s
+from geosim.units import MIB, gbps_to_bps, ms_to_s
 from geosim.fabric.sites import estimate_rtt_ms, find_site
 from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
 
@@ -358,7 +358,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         rtt_ms = _estimated_rtt_ms(ends, hosts, source, prefix) if estimated else number["rtt_ms"]
         links.append(Link(
             a=ends[0], b=ends[1], rtt_s=ms_to_s(rtt_ms), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
-            window_bytes=None if window is None else window * 1024**2, streams=streams, step_rtts=step_rtts,
+            window_bytes=None if window is None else window * MIB, streams=streams, step_rtts=step_rtts,
             rtt_estimated=estimated,
         ))
     return links

@@ -57,7 +57,7 @@ def make_source(args, scenario_name, cluster, model, workload, params):
         records = study_records() if study else read_records(args.measured)
         return MeasuredProbes(records, cluster, scenario_name, model, workload, args.measured,
                               record_hint="runs.jsonl" if study else None)
-    return PredictedProbes(cluster, model, workload, params)
+    return PredictedProbes(cluster, model, workload, params, args.network)
 
 
 def two_vms(cluster) -> tuple[str, str]:
@@ -131,7 +131,7 @@ def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -
 
     from geosim.studies.uncertainty import parameter_draws, robustness
 
-    labels = [algorithm1(PredictedProbes(cluster, model, workload, d), v1, v2, args.delta).label
+    labels = [algorithm1(PredictedProbes(cluster, model, workload, d, args.network), v1, v2, args.delta).label
               for d in parameter_draws(params, args.draws)]
     others = {k: v / len(labels) for k, v in Counter(labels).most_common() if k != chosen}
     return {"draws": len(labels), "share": robustness(labels, chosen), "others": others}

@@ -13,6 +13,7 @@ from geosim.sim.schedule import Schedule
 from geosim.case import Case
 from geosim.techniques._base import (accumulation, check_dims, combined, devices_of, microbatch_per_gpu, optimizer_op,
                                      overhead_op)
+from geosim.units import MIB
 
 NAME = "data"
 LABEL = "Data"  # how tables and verdicts name it
@@ -44,4 +45,4 @@ def build(case: Case, settings: Settings) -> Schedule:
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"data parallel over {p} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences each, "
-                    f"{allreduce.count} all-reduce buffers of {grad_bytes / allreduce.count / 2**20:.1f} MiB")
+                    f"{allreduce.count} all-reduce buffers of {grad_bytes / allreduce.count / MIB:.1f} MiB")

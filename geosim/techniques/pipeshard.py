@@ -35,13 +35,16 @@ INTRA_STAGES = ("data", "shard")
 
 @dataclass(frozen=True)
 class Settings:
-    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES)
-    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"))
+    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES,
+                                source="the study's Pipeshard: data parallel inside each stage")
+    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"),
+                             source="Alpa's default pipeline schedule")
     stage_split: str = tunable("uniform", "layers per stage: uniform (Alpa's default) or balanced by GPU speed",
-                               choices=("uniform", "balanced"))
+                               choices=("uniform", "balanced"), source="Alpa's default (uniform)")
     # < 1: activations and their gradients cross between stages compressed (e.g. subspace
     # projection, Obeidi et al. 2026); 1 is Alpa's uncompressed send
-    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0)
+    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0,
+                                            unit="fraction", source="no compression (the study's runs)")
     meshes: tuple | None = option(None, "host names of each stage's mesh, in stage order (default: one per host)")
     layer_split: tuple | None = option(None, "layers of each stage (default: by stage_split)")
 
@@ -239,6 +242,19 @@ def layer_splits(n_layer: int, stages: int) -> list[list[int]]:
         cuts = (c for c in itertools.combinations(range(1, n_layer), stages - 1)
                 if all(abs(c[i] - even * (i + 1)) <= 2 for i in range(len(c))))
     return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
+
+
+def add_plan_arguments(parser) -> None:
+    """`geosim plan`'s flag for this technique's own choice (the registry adds it)."""
+    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
+                        help="what a Pipeshard stage does across its GPUs (default: the parameters file's pipeshard.intra_stage; "
+                             "'both' also tries shard, ~40x slower to plan)")
+
+
+def plan_choices(args) -> dict:
+    """--intra-stage as plan_variants' intra_stages (None: the parameters file's)."""
+    chosen = getattr(args, "intra_stage", None)
+    return {"intra_stages": INTRA_STAGES if chosen == "both" else ((chosen,) if chosen else None)}
 
 
 def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None):

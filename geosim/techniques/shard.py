@@ -25,7 +25,8 @@ COLLECTIVES_PER_LAYER = 4  # Megatron-style: two all-reduces forward, two backwa
 
 @dataclass(frozen=True)
 class Settings:
-    collectives_per_layer: int = tunable(COLLECTIVES_PER_LAYER, "activation all-reduces per layer", low=0, high=64)
+    collectives_per_layer: int = tunable(COLLECTIVES_PER_LAYER, "activation all-reduces per layer", low=0, high=64,
+                                         unit="count", source="Megatron-LM: two forward, two backward")
 
 
 def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,

@@ -29,6 +29,7 @@ from geosim.fileio import write_atomic
 from geosim.params import load_params, write_params
 from geosim.records import read_records
 from geosim.scenario import get_model
+from geosim.units import MIB
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
 # Parameters fitted for CPU "GPUs" talking gloo over TCP (see README: Real runs on the emulated WAN): the CPU's
@@ -167,7 +168,7 @@ def effective_window_mib(tcp_window_kib: float, bandwidth_mbit: float | None, st
                           f"{bandwidth_mbit:g} Mbit/s: use a smaller --tcp-window-kib", key="--tcp-window-kib")
     log(f"TCP window cap {tcp_window_kib:g} KiB: {tput['mbit_steady']:.1f} Mbit/s at RTT {rtt:.2f} ms, "
         f"an effective window of {window / 1024:.1f} KiB ({window / 1024 / tcp_window_kib:.0%} of the cap)")
-    return window / 2**20
+    return window / MIB
 
 
 def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window_mib: float | None = None) -> dict:
@@ -220,7 +221,7 @@ def free_params(cases, base):
     values = {"transport.collective_step_rtts": base.collective_step_rtts,
               "transport.p2p_handshake_rtts": base.p2p_handshake_rtts,
               "transport.per_message_overhead_us": base.per_message_overhead_s * 1e6,
-              "transport.window_mib": base.window_bytes / 2**20}
+              "transport.window_mib": base.window_bytes / MIB}
     techniques = sorted({c.technique for c in cases if c.metric})
     for key, (lo, hi, unit) in FIT_SCALARS.items():
         if key == "transport.p2p_handshake_rtts" and not any(is_pipelined(t) for t in techniques):
