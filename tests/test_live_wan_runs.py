@@ -74,7 +74,11 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
     cluster = doc["cluster"]
     assert [h["name"] for h in cluster["hosts"]] == ["wan-host0", "wan-host1"]
     assert len({h["site"] for h in cluster["hosts"]}) == 2 and cluster["hosts"][0]["gpus"] == ["CPU", "CPU"]
-    assert cluster["links"] == [{"between": ["wan-host0", "wan-host1"], "rtt_ms": 20.0, "bandwidth_gbps": 0.5}]
+    # the cap is the emulator's tbf: a token bucket whose burst the slice's MTU and offload decide
+    shaper = wan_runs.shaper_table(fake_slice(rtt=20, bandwidth=500))
+    assert cluster["links"] == [{"between": ["wan-host0", "wan-host1"], "rtt_ms": 20.0, "bandwidth_gbps": 0.5,
+                                 "shaper": shaper}]
+    assert shaper["queue_ms"] == 50.0 and shaper["burst_kib"] > 0
     assert "CPU" in cluster["gpus"] and "RTT 20 ms" in doc["note"]
     case = cases_from_records([validate(doc, "t")], "t")[0]
     assert case.networked and case.gpus == {"CPU"}

@@ -18,6 +18,7 @@ from geosim.sim.engine import run_schedule
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.errors import GeosimError
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.specs import GIB
 from geosim.techniques import build_schedule
 
@@ -61,6 +62,7 @@ class Prediction:
     gpus: list[str]
     status: str  # ok | out-of-memory | infeasible
     reason: str | None = None
+    runtime: str = "alpa"  # whose fixed costs (geosim/runtime.py)
     description: str = ""
     epochs: int = 0
     iterations: int = 0
@@ -171,8 +173,9 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     result = Prediction(
         scenario=cluster.name, technique=technique, model=model.name, hosts=[h.name for h in used.hosts],
         gpus=[g.name for h in used.hosts for g in h.gpus], status="ok", epochs=workload.epochs,
-        iterations=workload.iterations_per_epoch * workload.epochs,
+        iterations=workload.iterations_per_epoch * workload.epochs, runtime=workload.runtime,
     )
+    runtime = runtime_of(workload, params)
     try:
         schedule = build_schedule(technique, on, options)
     except GeosimError as exc:
@@ -196,6 +199,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     if worst.status == memory_layout.MAY_NOT_FIT:
         result.memory_note = f"{worst.describe()} on {place}"
 
+    params = runtime.compute_params(params)  # the runtime's own launch gap per kernel, if it has one
     real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
     if simulated_iterations >= 3 and not _settled(real):
         # TCP windows that never settle (idle restarts against heterogeneous GPUs) make
@@ -218,7 +222,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     # has n / k programs, and per-iteration figures are a program's divided by k
     k = schedule.iterations_per_program
     programs = max(1.0, result.iterations / k)
-    startup = params.startup_s.get(technique, 0.0)
+    startup = runtime.startup(technique, params)
     run_time = first + (programs - 1) * steady
     run_breakdown = breakdown.scaled(programs)
     run_breakdown.exposed_comm_s += first - steady  # the cold first iteration: connections still warming

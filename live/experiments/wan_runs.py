@@ -107,8 +107,19 @@ def wan_cluster(wan, per_host: list[int], gpu_table: dict | None = None) -> dict
                     "rtt_ms": float(wan.rtt_ms[i][j]), "bandwidth_gbps": float(bandwidth)}
             if window_kib:  # the emulator's TCP buffer cap: the simulator limits each flow to it
                 link["window_mib"] = float(window_kib) / 1024
+            if wan.bandwidth_mbit:  # the cap is a tbf on each host's egress: a token bucket, not a line
+                link["shaper"] = shaper_table(wan)
             cluster["links"].append(link)
     return cluster
+
+
+def shaper_table(wan) -> dict:
+    """The slice's tbf as a scenario link's `shaper` table (geosim.specs.Shaper)."""
+    from geosim.live.wan.netns import TBF_LATENCY_MS, tbf_burst_bytes
+
+    offload = bool((getattr(wan, "extra", None) or {}).get("offload"))
+    burst = tbf_burst_bytes(wan.bandwidth_mbit, wan.mtu, offload)
+    return {"burst_kib": round(burst / 1024, 4), "queue_ms": TBF_LATENCY_MS, "mtu": int(wan.mtu)}
 
 
 def _die_with_parent() -> None:
