@@ -106,6 +106,6 @@ def combined(op: str, group: tuple[int, ...], nbytes: float, algorithm: str, tag
     runtime = runtime_of(workload, params) if workload is not None else None
     buffers = runtime.buffers(nbytes, params) if runtime else max(1, math.ceil(nbytes / params.combine_bytes))
     ops: tuple = (Collective(op, group, nbytes / buffers, algorithm, tag, label),)
-    if runtime and runtime.collective_launch_s:
+    if runtime and runtime.collective_launch_s and len(group) > 1:  # a group of one launches nothing
         ops = (Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s),) + ops
     return Repeat(ops, buffers, group, tag + ("buffers",), f"{label} ({buffers} buffers)")
