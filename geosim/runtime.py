@@ -41,6 +41,10 @@ class Runtime:
     overlap_backward: bool = False
     gradient_buckets: str | float = "combiner"  # "combiner" | "whole" | bucket size in MiB
     kernel_s: float | None = None  # None: the parameters file's compute.kernel_us
+    # round trips each step of a collective waits besides its bytes (the collective library's own
+    # handshakes: NCCL's credit, gloo's per-step rendezvous); None: the parameters file's
+    # transport.collective_step_rtts (NCCL's, fitted to the study)
+    collective_step_rtts: float | None = None
     source: str = ""
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
@@ -60,11 +64,15 @@ class Runtime:
         size = params.combine_bytes if self.gradient_buckets == "combiner" else float(self.gradient_buckets) * MIB
         return max(1, math.ceil(nbytes / size))
 
-    def compute_params(self, params: Params) -> Params:
-        """The parameters the compute model runs with under this runtime (its own launch gap)."""
-        if self.kernel_s is None or self.kernel_s == params.kernel_s:
-            return params
-        return replace(params, kernel_s=self.kernel_s)
+    def applied_to(self, params: Params) -> Params:
+        """The parameters a simulation runs with under this runtime: its own launch gap per kernel
+        and its collectives' round trips, where it has them."""
+        changes = {}
+        if self.kernel_s is not None and self.kernel_s != params.kernel_s:
+            changes["kernel_s"] = self.kernel_s
+        if self.collective_step_rtts is not None and self.collective_step_rtts != params.collective_step_rtts:
+            changes["collective_step_rtts"] = self.collective_step_rtts
+        return replace(params, **changes) if changes else params
 
     def describe(self) -> str:
         fixed = ("the parameters file's per-technique overhead" if self.iteration_s is None
@@ -73,7 +81,7 @@ class Runtime:
                                                    else "") + ")"
 
 
-NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s")
+NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "collective_step_rtts")
 KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", *NUMBERS}
 _SHIPPED: dict[str, Runtime] = {}
 
@@ -89,7 +97,7 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE) -> Runtime:
             raise GeosimError(f"unknown key (expected one of: {', '.join(sorted(KEYS))})", source=source, key=where)
         if key in NUMBERS or key == "kernel_us":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e7:
-                raise GeosimError(f"must be a number of seconds in [0, 1e7), got {value!r}", source=source, key=where)
+                raise GeosimError(f"must be a number in [0, 1e7), got {value!r}", source=source, key=where)
             values["kernel_s" if key == "kernel_us" else key] = float(value) * (1e-6 if key == "kernel_us" else 1.0)
         elif key == "overlap_backward":
             if not isinstance(value, bool):

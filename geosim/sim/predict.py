@@ -199,7 +199,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     if worst.status == memory_layout.MAY_NOT_FIT:
         result.memory_note = f"{worst.describe()} on {place}"
 
-    params = runtime.compute_params(params)  # the runtime's own launch gap per kernel, if it has one
+    params = runtime.applied_to(params)  # the runtime's own launch gap per kernel and collective round trips
     real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
     if simulated_iterations >= 3 and not _settled(real):
         # TCP windows that never settle (idle restarts against heterogeneous GPUs) make

@@ -67,15 +67,16 @@ def read(path: str) -> tuple[list[Run], list[dict]]:
 def cluster_doc(run: Run) -> dict:
     """The record's slice, its link stated as the emulator made it: the rate as a token bucket
     (tbf's burst and queue; records written before the shaper was recorded get it here)."""
-    from geosim.live.experiments.wan_runs import shaper_table
+    from geosim.live.experiments.wan_runs import shaper_table, uncapped_window_bytes
 
     doc = json.loads(json.dumps(run.record["cluster"]))
     fake = type("Wan", (), {"bandwidth_mbit": run.rate_gbps * 1000, "mtu": EMULATOR_MTU,
-                            "extra": {"offload": True}})
+                            "extra": {"offload": True}, "rtt_ms": [[0.0, run.rtt_ms], [run.rtt_ms, 0.0]]})
     for link in doc["links"]:
         link["rtt_ms"] = run.rtt_ms  # the stated RTT, not a measured one
         link["bandwidth_gbps"] = run.rate_gbps
         link["shaper"] = shaper_table(fake)
+        link["window_mib"] = uncapped_window_bytes(fake) / 2**20
     return doc
 
 
@@ -98,12 +99,13 @@ def predict_run(run: Run, params: Params) -> float:
 
 # what the fit moves: (name, start, lower, upper); fitted in log space
 FREE = (("cpu_efficiency", 0.3, 1e-3, 0.9), ("jax.iteration_s", 0.004, 1e-5, 1.0),
-        ("jax.collective_launch_s", 0.01, 1e-6, 1.0))
+        ("jax.collective_launch_s", 0.01, 1e-6, 1.0), ("jax.collective_step_rtts", 1.0, 1e-3, 50.0))
 
 
 def fitted_params(base: Params, values: dict) -> Params:
     jax = replace(shipped_runtimes()["jax"], iteration_s=values["jax.iteration_s"],
-                  collective_launch_s=values["jax.collective_launch_s"])
+                  collective_launch_s=values["jax.collective_launch_s"],
+                  collective_step_rtts=values["jax.collective_step_rtts"])
     return with_runtime(replace(base, efficiency={**base.efficiency, "CPU": values["cpu_efficiency"]}), jax)
 
 
@@ -220,7 +222,8 @@ def main(argv=None) -> int:
     f = report["fitted"]
     print(f"fit on the runs at {', '.join(f'{x:g}' for x in report['fit_rates_gbps'])} Gbit/s: CPU efficiency "
           f"{f['cpu_efficiency']:.4f}, jax per step {f['jax.iteration_s'] * 1e3:.2f} ms, per collective "
-          f"{f['jax.collective_launch_s'] * 1e3:.2f} ms (rms log error {f['rms_log_error']:.3f})")
+          f"{f['jax.collective_launch_s'] * 1e3:.2f} ms, {f['jax.collective_step_rtts']:.2f} round trips per collective "
+          f"step (rms log error {f['rms_log_error']:.3f})")
     print(f"{'rate':>6} {'RTT':>5} {'run':<14} {'measured':>9} {'predicted':>9} {'error':>7} {'alpa':>9}  role      load")
     for r in report["runs"]:
         label = r["technique"] if r["inner_steps"] is None else f"diloco H={r['inner_steps']}"

@@ -217,15 +217,17 @@ def free_params(cases, base):
               "transport.per_message_overhead_us": base.per_message_overhead_s * 1e6,
               "transport.window_mib": base.window_bytes / 2**20}
     techniques = sorted({c.technique for c in cases if c.metric})
+    runtimes = sorted({c.workload.runtime for c in cases if c.metric})
     for key, (lo, hi, unit) in FIT_SCALARS.items():
         if key == "transport.p2p_handshake_rtts" and not any(is_pipelined(t) for t in techniques):
             continue
+        if key == "transport.collective_step_rtts" and runtimes != ["alpa"]:
+            continue  # the runtime's collective library's round trips, fitted below
         lo = max(lo, 1e-3)  # fitted in log space: bounds must be > 0
         free.append(FreeParam("scalar", key, min(max(values[key], 0.5 if unit == "" else lo), hi), lo, hi, unit))
     # the fixed costs: a runtime's own (geosim/runtime.py: one per-step and one per-collective cost for
     # every technique, what `geosim live` runs being the jax runtime), or, for records of the study's
     # runtime, one overhead per technique as before
-    runtimes = sorted({c.workload.runtime for c in cases if c.metric})
     for name in runtimes:
         if name == "alpa":
             for t in sorted({c.technique for c in cases if c.metric and c.workload.runtime == "alpa"}):
@@ -233,6 +235,7 @@ def free_params(cases, base):
             continue
         free.append(FreeParam("runtime", f"{name}.iteration_s", 0.005, 1e-5, 30.0, "s"))
         free.append(FreeParam("runtime", f"{name}.collective_launch_s", 0.005, 1e-6, 30.0, "s"))
+        free.append(FreeParam("runtime", f"{name}.collective_step_rtts", 1.0, 1e-3, 200.0, ""))
     # never more parameters than records: drop the ones least likely to matter first
     timed = sum(1 for c in cases if c.metric)
     for drop in ("transport.window_mib", "transport.per_message_overhead_us", "CPU"):

@@ -107,10 +107,25 @@ def wan_cluster(wan, per_host: list[int], gpu_table: dict | None = None) -> dict
                     "rtt_ms": float(wan.rtt_ms[i][j]), "bandwidth_gbps": float(bandwidth)}
             if window_kib:  # the emulator's TCP buffer cap: the simulator limits each flow to it
                 link["window_mib"] = float(window_kib) / 1024
+            else:  # buffers sized for the path: the window they allow (never the bottleneck by design)
+                link["window_mib"] = round(uncapped_window_bytes(wan) / 2**20, 4)
             if wan.bandwidth_mbit:  # the cap is a tbf on each host's egress: a token bucket, not a line
                 link["shaper"] = shaper_table(wan)
             cluster["links"].append(link)
     return cluster
+
+
+# The window a socket gets out of its buffer: the kernel keeps part of each buffer for its own skb
+# overhead; measured on this machine's slices, a 128 KiB cap gave ~93 KiB in flight
+# (live/experiments/validate.effective_window_mib).
+WINDOW_PER_BUFFER = 0.73
+
+
+def uncapped_window_bytes(wan) -> float:
+    """The TCP window of a slice without --tcp-window-kib: its hosts' buffer maximum x WINDOW_PER_BUFFER."""
+    from geosim.live.wan.emulator import socket_buffer_bytes
+
+    return socket_buffer_bytes(wan.bandwidth_mbit, wan.rtt_ms) * WINDOW_PER_BUFFER
 
 
 def shaper_table(wan) -> dict:
