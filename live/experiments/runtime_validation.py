@@ -209,15 +209,34 @@ def _alpa(run: Run, params: Params) -> float:
     return predict(case, run.technique).iteration_time_s
 
 
+def print_markdown(report: dict) -> None:
+    print("| rate Gbit/s | RTT ms | run | measured ms | predicted ms (jax) | error | role | alpa, shipped ms | load (1 min) |")
+    print("|---:|---:|---|---:|---:|---:|---|---:|---|")
+    for r in report["runs"]:
+        label = r["technique"] if r["inner_steps"] is None else f"diloco H={r['inner_steps']}"
+        print(f"| {r['rate_gbps']:g} | {r['rtt_ms']:g} | {label} | {r['measured_s'] * 1e3:.1f} | {r['predicted_s'] * 1e3:.1f} | "
+              f"{r['error']:+.1%} | {r['role']} | {r['alpa_predicted_s'] * 1e3:.1f} | {r['load']} |")
+    print()
+    print("| rate Gbit/s | RTT ms | message bytes | measured ms | predicted ms | bytes / rate + RTT ms | error |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for p in report["probes"]:
+        print(f"| {p['rate_gbps']:g} | {p['rtt_ms']:g} | {p['bytes']:,} | {p['measured_s'] * 1e3:.1f} | {p['predicted_s'] * 1e3:.1f} | "
+              f"{p['arithmetic_s'] * 1e3:.1f} | {p['predicted_s'] / p['measured_s'] - 1:+.1%} |")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs")
     parser.add_argument("--fit-rates", default="5", help="rates (Gbit/s) whose runs the fit uses (default %(default)s)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--markdown", action="store_true", help="the tables of the results page")
     args = parser.parse_args(argv)
     report = validate(args.runs, tuple(float(x) for x in args.fit_rates.split(",")))
     if args.json:
         print(json.dumps(report, indent=2))
+        return 0
+    if args.markdown:
+        print_markdown(report)
         return 0
     f = report["fitted"]
     print(f"fit on the runs at {', '.join(f'{x:g}' for x in report['fit_rates_gbps'])} Gbit/s: CPU efficiency "
