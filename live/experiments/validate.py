@@ -28,9 +28,10 @@ from geosim.techniques import is_pipelined
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
 # Parameters fitted for CPU "GPUs" talking gloo over TCP (see README: Real runs on the emulated WAN): the CPU's
-# efficiency, one fixed cost per technique, and the transport's per-RTT costs, which absorb
-# gloo's one round trip per tensor: collective steps (all-reduce, all-gather) and point-to-point
-# sends (pipeshard's ppermute) each wait a fitted number of RTTs.
+# efficiency, the jax runtime's fixed costs (one per step and one per collective, the same for every
+# technique: geosim/runtime.py), and the per-RTT costs, which absorb gloo's one round trip per
+# tensor: collective steps (all-reduce, all-gather; the runtime's collective_step_rtts) and
+# point-to-point sends (pipeshard's ppermute) each wait a fitted number of RTTs.
 FIT_SCALARS = {
     "transport.collective_step_rtts": (0.0, 200.0, ""),
     "transport.p2p_handshake_rtts": (0.0, 200.0, ""),
