@@ -57,7 +57,10 @@ def run(args) -> int:
             raise GeosimError(f"unknown host(s) {', '.join(unknown)}", source="--hosts")
         cluster = cluster.subset(names)
     schedule = build_schedule(args.technique, Case(cluster, model, workload, params))
-    result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations, trace=True)
+    from geosim.runtime import runtime_of
+
+    result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload,
+                          iterations=args.iterations, trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
            "otherData": {"scenario": cluster.name, "technique": args.technique, "model": model.name,
                          "description": schedule.description, "iteration_end_s": result.iteration_end}}
