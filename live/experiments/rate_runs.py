@@ -37,18 +37,18 @@ def steps_for(h: int | None) -> int:
     return 12 if h is None else max(12, 3 * h)
 
 
-def per_iteration(step_times: list[float], h: int | None) -> float | None:
-    """Steady seconds per iteration: data, the median after the first 3 steps; diloco, the mean over
-    whole rounds after the first (each round is H-1 inner steps and one synchronizing step)."""
+def per_iteration(step_times: list[float], h: int | None, pick=statistics.median) -> float | None:
+    """Steady seconds per iteration: data, `pick` (the median, or min: the least disturbed, as timeit
+    takes) of the steps after the first 3; diloco, over whole rounds after the first, `pick` of the
+    inner steps x (H - 1) plus `pick` of the synchronizing steps, over H."""
     if h is None:
         timed = step_times[3:]
-        return statistics.median(timed) if timed else None
+        return pick(timed) if timed else None
     rounds = [step_times[i:i + h] for i in range(h, len(step_times) - h + 1, h)]
     if not rounds:
         return None
-    # each round's inner steps by their median (a busy machine's outliers), its synchronizing step as measured
-    per_round = [(statistics.median(r[:-1]) * (h - 1) if h > 1 else 0.0) + r[-1] for r in rounds]
-    return statistics.median(per_round) / h
+    inner = [t for r in rounds for t in r[:-1]]
+    return ((pick(inner) * (h - 1) if h > 1 else 0.0) + pick([r[-1] for r in rounds])) / h
 
 
 def main(argv=None) -> int:
