@@ -58,7 +58,7 @@ def read(path: str) -> tuple[list[Run], list[dict]]:
     with open(path) as f:
         for line in f:
             doc = json.loads(line)
-            if doc["kind"] == "probe":
+            if doc["kind"] == "probe":  # a slice probed twice (a restarted grid): the later one counts
                 probes.append(doc)
             elif doc.get("time_per_iteration_s"):
                 # the least disturbed steps (min, as timeit takes): two cores shared with other jobs
@@ -203,8 +203,9 @@ def validate(path: str, fit_rates: tuple[float, ...] = (), fit_rtts: tuple[float
             "worst_held_out": max((abs(r.error) for r in held), default=None),
             "runs": [{"rate_gbps": r.rate_gbps, "rtt_ms": r.rtt_ms, "technique": r.technique, "inner_steps": r.inner_steps,
                       "measured_s": r.measured_s, "predicted_s": r.predicted_s, "error": r.error, "role": r.role,
-                      "alpa_predicted_s": r.__dict__.get("alpa_s"), "load": r.load} for r in runs],
-            "probes": probe_predictions(probes, base)}
+                      "alpa_predicted_s": r.__dict__.get("alpa_s"), "median_s": r.median_s, "load": r.load}
+                     for r in runs],
+            "probes": probe_predictions(list({(p["rate_gbps"], p["rtt_ms"]): p for p in probes}.values()), base)}
 
 
 def _alpa(run: Run, params: Params) -> float:
@@ -217,12 +218,13 @@ def _alpa(run: Run, params: Params) -> float:
 
 
 def print_markdown(report: dict) -> None:
-    print("| rate Gbit/s | RTT ms | run | measured ms | predicted ms (jax) | error | role | alpa, shipped ms | load (1 min) |")
-    print("|---:|---:|---|---:|---:|---:|---|---:|---|")
+    print("| rate Gbit/s | RTT ms | run | measured ms (min) | predicted ms (jax) | error | role | measured ms (median) "
+          "| alpa, shipped ms | load (1 min) |")
+    print("|---:|---:|---|---:|---:|---:|---|---:|---:|---:|")
     for r in report["runs"]:
         label = r["technique"] if r["inner_steps"] is None else f"diloco H={r['inner_steps']}"
         print(f"| {r['rate_gbps']:g} | {r['rtt_ms']:g} | {label} | {r['measured_s'] * 1e3:.1f} | {r['predicted_s'] * 1e3:.1f} | "
-              f"{r['error']:+.1%} | {r['role']} | {r['alpa_predicted_s'] * 1e3:.1f} | {r['load']} |")
+              f"{r['error']:+.1%} | {r['role']} | {r['median_s'] * 1e3:.1f} | {r['alpa_predicted_s'] * 1e3:.1f} | {r['load']} |")
     print()
     print("| rate Gbit/s | RTT ms | message bytes | measured ms | predicted ms | bytes / rate + RTT ms | error |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
