@@ -74,12 +74,6 @@ class Runtime:
             changes["collective_step_rtts"] = self.collective_step_rtts
         return replace(params, **changes) if changes else params
 
-    def describe(self) -> str:
-        fixed = ("the parameters file's per-technique overhead" if self.iteration_s is None
-                 else f"{self.iteration_s * 1e3:g} ms")
-        return f"{self.name} ({fixed} per step" + (", all-reduce overlapped with the backward" if self.overlap_backward
-                                                   else "") + ")"
-
 
 NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "collective_step_rtts")
 KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", *NUMBERS}
