@@ -45,6 +45,9 @@ class Runtime:
     # handshakes: NCCL's credit, gloo's per-step rendezvous); None: the parameters file's
     # transport.collective_step_rtts (NCCL's, fitted to the study)
     collective_step_rtts: float | None = None
+    # flat fraction of the peak this runtime reaches on devices the datasheet compute model does not
+    # describe (XLA:CPU on the CPU "GPUs" of live runs); a parameters file's [compute.efficiency] wins
+    device_efficiency: tuple[tuple[str, float], ...] = ()
     source: str = ""
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
@@ -72,11 +75,14 @@ class Runtime:
             changes["kernel_s"] = self.kernel_s
         if self.collective_step_rtts is not None and self.collective_step_rtts != params.collective_step_rtts:
             changes["collective_step_rtts"] = self.collective_step_rtts
+        missing = {d: v for d, v in self.device_efficiency if d not in params.efficiency}
+        if missing:
+            changes["efficiency"] = {**params.efficiency, **missing}
         return replace(params, **changes) if changes else params
 
 
 NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "collective_step_rtts")
-KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", *NUMBERS}
+KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS}
 _SHIPPED: dict[str, Runtime] = {}
 
 
@@ -93,6 +99,12 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE) -> Runtime:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e7:
                 raise GeosimError(f"must be a number in [0, 1e7), got {value!r}", source=source, key=where)
             values["kernel_s" if key == "kernel_us" else key] = float(value) * (1e-6 if key == "kernel_us" else 1.0)
+        elif key == "device_efficiency":
+            if not isinstance(value, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                       and 0 < v <= 1 for v in value.values()):
+                raise GeosimError(f"must be a table of device name = fraction in (0, 1], got {value!r}",
+                                  source=source, key=where)
+            values[key] = tuple(sorted((str(k), float(v)) for k, v in value.items()))
         elif key == "overlap_backward":
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=where)

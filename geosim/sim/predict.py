@@ -11,7 +11,7 @@ import copy
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from geosim.sim import memory_layout
 from geosim.sim.engine import run_schedule
@@ -167,6 +167,10 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
 def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options: dict | None,
              simulated_iterations: int, exact: bool) -> Prediction:
     started = time.perf_counter()
+    runtime = runtime_of(case.workload, case.params)
+    applied = runtime.applied_to(case.params)  # its launch gap, collective round trips, devices' efficiency
+    if applied is not case.params:
+        case = replace(case, params=applied)
     cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     on = case.on(hosts)
     used = on.cluster
@@ -175,7 +179,6 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         gpus=[g.name for h in used.hosts for g in h.gpus], status="ok", epochs=workload.epochs,
         iterations=workload.iterations_per_epoch * workload.epochs, runtime=workload.runtime,
     )
-    runtime = runtime_of(workload, params)
     try:
         schedule = build_schedule(technique, on, options)
     except GeosimError as exc:
@@ -199,7 +202,6 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     if worst.status == memory_layout.MAY_NOT_FIT:
         result.memory_note = f"{worst.describe()} on {place}"
 
-    params = runtime.applied_to(params)  # the runtime's own launch gap per kernel and collective round trips
     real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
     if simulated_iterations >= 3 and not _settled(real):
         # TCP windows that never settle (idle restarts against heterogeneous GPUs) make
