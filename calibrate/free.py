@@ -14,6 +14,7 @@ from geosim.calibrate.cases import RunCase
 from geosim.errors import GeosimError
 from geosim.parameters import TABLE_BY_KEY, fittable, priors
 from geosim.params import SCALARS
+from geosim.runtime import shipped_runtimes, with_runtime
 from geosim.specs import Cluster, Params
 from geosim.techniques import is_pipelined
 from geosim.studies.whatif import wan_links
@@ -99,6 +100,7 @@ class FreeParam:
             "link_window": f"link.{self.target}.window_mib",
             "link_step_rtts": f"link.{self.target}.step_rtts",
             "tokens_per_epoch": "workload.tokens_per_epoch",
+            "runtime": f"runtime.{self.target}",
         }[self.kind]
 
     def affects(self, case: RunCase) -> bool:
@@ -110,6 +112,8 @@ class FreeParam:
             return case.networked and self.target == case.slice_key
         if self.kind == "tokens_per_epoch":
             return "tokens_per_epoch" in case.assumed_workload
+        if self.kind == "runtime":  # "jax.iteration_s": the cases that run on that runtime
+            return case.workload.runtime == self.target.partition(".")[0]
         if self.kind == "setting":
             return _uses(case.technique, self.target.partition(".")[0])
         if self.target in P2P_SCALARS and not is_pipelined(case.technique):
@@ -138,6 +142,10 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
             technique, _, leaf = p.target.partition(".")
             kind = type(getattr(base.settings(technique), leaf))
             base = base.with_settings(technique, **{leaf: max(1, round(v)) if kind is int else float(v)})
+        elif p.kind == "runtime":  # one of a runtime's fixed costs (geosim/runtime.py), seconds
+            name, _, leaf = p.target.partition(".")
+            runtime = (base.runtimes or {}).get(name) or shipped_runtimes()[name]
+            base = with_runtime(base, replace(runtime, **{leaf: float(v)}))
     return replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup, **changes)
 
 

@@ -243,6 +243,8 @@ NAME_AS_DATA = {
     "calibrate/importers.py": "Alpa's parallel configs -> the study's technique names",
     "geosim/studies/convergence.py": "the default baseline of token efficiencies",
     "live/cli.py": "the default technique of a live run",
+    "live/experiments/rate_runs.py": "issue 24's measured grid: data and DiLoCo at H = 1, 8, 32",
+    "live/experiments/runtime_validation.py": "issue 24's measured grid: DiLoCo's H set per run",
     "live/train/loop.py": "the default technique of a live run",
     "live/experiments/token_efficiency.py": "the default baseline, an example record",
     "live/experiments/wan_runs.py": "'data' here is the --data flag's field, not the technique",

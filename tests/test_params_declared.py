@@ -17,7 +17,8 @@ from geosim.specs import Params
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "geosim" / "data" / "params-default.toml"
 # Params fields that are not parameters: where the values came from and what a fit said
-PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "technique_settings"}
+PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "technique_settings",
+              "runtimes"}  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/runtime.py)
 
 
 def shipped() -> dict:

@@ -140,7 +140,7 @@ def print_plan(plan: Plan, top: int | None) -> None:
     if why:
         print(f"  why Algorithm 1 differs: {why}")
     print(f"  {c.model.name}, {w.epochs} epochs of {w.tokens_per_epoch:,} tokens, batch {w.global_batch} x {w.seq_len}, "
-          f"{w.precision}; params: {c.params.source}; {ESTIMATE_NOTE}")
+          f"{w.precision}, runtime {w.runtime}; params: {c.params.source}; {ESTIMATE_NOTE}")
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
     limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
     failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))

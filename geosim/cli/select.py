@@ -113,7 +113,7 @@ def run(args) -> int:
             doc["robustness"] = robustness_of(args, cluster, model, workload, params, v1, v2, selection.label)
         docs.append(doc)
         if not args.json:
-            print_selection(cluster, model, selection, verdict, why)
+            print_selection(cluster, model, selection, verdict, why, workload.runtime)
             if args.draws:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
@@ -141,12 +141,12 @@ def fmt_tflops(value: float) -> str:
     return f"{value:.3f}" if value else "0"
 
 
-def print_selection(cluster, model, s: Selection, verdict: str, why: str | None) -> None:
+def print_selection(cluster, model, s: Selection, verdict: str, why: str | None, runtime: str = "alpa") -> None:
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     print(f"  {verdict}")
     if why:
         print(f"  why Algorithm 1 differs: {why}")
-    print(f"  {model.name}, Algorithm 1 on {s.source} probes, delta {s.delta:g}")
+    print(f"  {model.name}, Algorithm 1 on {s.source} probes, delta {s.delta:g}, runtime {runtime}")
     print(f"  {'probe':<5} {'technique':<10} {'VMs':<8} {'TFLOP/s/GPU':>11}  status")
     for name in PROBE_NAMES:
         if name not in s.probes:

@@ -13,6 +13,7 @@ from geosim.cli.vocabulary import CommaList, meaning
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.sim.network import network_names
+from geosim.runtime import check_runtime_name
 from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 from geosim.units import RANGE_SYNTAX
 from geosim.cli.common import fmt_duration
@@ -52,6 +53,8 @@ def add_arguments(p) -> None:
                    help=f"{meaning('--microbatches')} (default: the scenario's, else {WORKLOAD_DEFAULTS.microbatches})")
     g.add_argument("--epochs", metavar="SPEC",
                    help=f"{meaning('--epochs')} (default: the scenario's, else {WORKLOAD_DEFAULTS.epochs})")
+    g.add_argument("--runtime", metavar="SPEC", help=f"{meaning('--runtime')} (default: the scenario's, else "
+                                                    f"{WORKLOAD_DEFAULTS.runtime})")
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     r = p.add_argument_group("run")
@@ -93,6 +96,8 @@ def build_grid(args) -> Grid:
     for name in ("global_batch", "microbatches", "epochs"):
         if getattr(args, name):
             axes[name] = parse_values(getattr(args, name), "int", f"--{name.replace('_', '-')}")
+    if args.runtime:
+        axes["runtime"] = [check_runtime_name(r) for r in parse_values(args.runtime, "str", "--runtime")]
     for text in args.set:
         name, values = parse_assignment(text)
         axes[name] = values

@@ -75,7 +75,7 @@ def build(case: Case, settings: Settings) -> Schedule:
             ops = []
             if len(replicas) > 1:
                 ops.append(combined("allreduce", everyone, pseudo_gradient, algorithm, ("outer",),
-                                    "pseudo-gradient all-reduce", params))
+                                    "pseudo-gradient all-reduce", params, workload))
             sync[d.rank] = ops + [outer_step_op(d, model.num_params)]
         return assemble(NAME, devices, replicas, H, sync, what)
     return _streaming(devices, replicas, H, s, model.num_params, what)

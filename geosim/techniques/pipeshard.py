@@ -19,6 +19,7 @@ from geosim.sim.compute import compute_model
 from geosim.sim.network import least_delay
 from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable, with_options
@@ -194,7 +195,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
                                           params.for_technique("collectives", NAME), ("stage-grads", s), "stage gradient all-reduce"))
             program.append(optimizer_op(model, held))
-            program.append(overhead_op(NAME, params))
+            program.append(overhead_op(NAME, params, workload))
             programs[dev.rank] = program
             in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
             memory[dev.rank] = memory_layout.pipeline_stage(
@@ -351,9 +352,10 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
         iteration = max(iteration, trips * (sum(forward_s) + sum(backward_s) + crossings))
-    iteration += params.for_technique("iteration_overhead_s", NAME)
+    runtime = runtime_of(w, params)
+    iteration += runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
-    return (params.for_technique("startup_s", NAME) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+    return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
 
 
 # (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the

@@ -50,7 +50,8 @@ def build(case: Case, settings: Settings) -> Schedule:
     grad_bytes = model.num_params * workload.bytes_per_value
     group = tuple(d.rank for d in devices)
     algorithm = params.for_technique("collectives", NAME)
-    scatter = combined("reduce_scatter", group, grad_bytes, algorithm, ("rs",), "gradient reduce-scatter", params)
+    scatter = combined("reduce_scatter", group, grad_bytes, algorithm, ("rs",), "gradient reduce-scatter", params,
+                       workload)
     buffers = scatter.count
     buffer = grad_bytes / buffers
     program = [accumulation(model, workload, per_gpu, group, after_each=(scatter,))]
@@ -61,7 +62,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     gathered = buffer * settings.gather_bytes_per_param / workload.bytes_per_value
     program.append(Repeat((Collective("all_gather", group, gathered, algorithm, ("ag",), "parameter all-gather"),),
                           buffers, group, ("ag", "buffers"), f"parameter all-gather ({buffers} buffers)"))
-    program.append(overhead_op(NAME, params))
+    program.append(overhead_op(NAME, params, workload))
     layout = memory_layout.zero2(model, per_gpu, workload.seq_len, p, memory_layout.options_for(workload, params))
     memory = {d.rank: dict(layout) for d in devices}
     return Schedule(NAME, devices, {d.rank: program for d in devices},
