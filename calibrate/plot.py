@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from geosim.errors import require
+from geosim.fileio import save_figure
 
 COLOURS = {"data": "tab:blue", "zero2": "tab:orange", "shard": "tab:red", "pipeshard": "tab:green"}
 MARKERS = {"loto": "o", "loso": "^", "fit": "s"}
@@ -49,14 +48,7 @@ def plot_predicted_vs_measured(series: dict[str, list[tuple[str, str, float, flo
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=path.name, suffix=".tmp.png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a plot is for sharing
-        os.replace(tmp, path)
+        save_figure(fig, path, dpi=120, format="png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

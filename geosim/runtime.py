@@ -52,13 +52,13 @@ class Runtime:
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
         """Fixed seconds per optimizer step, microbatches included."""
-        base = params.iteration_overhead_s.get(technique, 0.0) if self.iteration_s is None else self.iteration_s
+        base = params.for_technique("iteration_overhead_s", technique) if self.iteration_s is None else self.iteration_s
         if self.microbatch_s:
             base += workload.microbatches * self.microbatch_s
         return base
 
     def startup(self, technique: str, params: Params) -> float:
-        return params.startup_s.get(technique, 0.0) if self.startup_s is None else self.startup_s
+        return params.for_technique("startup_s", technique) if self.startup_s is None else self.startup_s
 
     def buffers(self, nbytes: float, params: Params) -> int:
         """How many collectives a gradient of nbytes is reduced in."""

@@ -16,7 +16,7 @@ from geosim.errors import GeosimError
 from geosim.records import read_records
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA, LiveProbes, MeasuredProbes, PredictedProbes, Selection, algorithm1
-from geosim.techniques import STUDY_ORDER, label
+from geosim.techniques import default_techniques, label
 from geosim.units import parse_numbers
 
 HELP = "choose a technique with the study's Algorithm 1 (probes predicted, measured or run live)"
@@ -57,7 +57,7 @@ def make_source(args, scenario_name, cluster, model, workload, params):
         records = study_records() if study else read_records(args.measured)
         return MeasuredProbes(records, cluster, scenario_name, model, workload, args.measured,
                               record_hint="runs.jsonl" if study else None)
-    return PredictedProbes(cluster, model, workload, params)
+    return PredictedProbes(cluster, model, workload, params, args.network)
 
 
 def two_vms(cluster) -> tuple[str, str]:
@@ -87,9 +87,10 @@ def run(args) -> int:
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         v1, v2 = two_vms(cluster)
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
         if rtts:
-            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, techniques=STUDY_ORDER))
+            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta,
+                                                                      techniques=tuple(default_techniques(synchronous=True))))
             docs.append(doc)
             if not args.json:
                 print_answer_vs_rtt(doc)
@@ -104,7 +105,7 @@ def run(args) -> int:
             verdict, why = measured_plan(study_records() if args.measured == "study" else read_records(args.measured),
                                          name, cluster, model, workload, args.delta, args.measured)["verdict"], None
         else:
-            plan = make_plan(case, keep=2, delta=args.delta, techniques=STUDY_ORDER)
+            plan = make_plan(case, keep=2, delta=args.delta, techniques=tuple(default_techniques(synchronous=True)))
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
                **selection.to_dict()}
@@ -130,7 +131,7 @@ def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -
 
     from geosim.studies.uncertainty import parameter_draws, robustness
 
-    labels = [algorithm1(PredictedProbes(cluster, model, workload, d), v1, v2, args.delta).label
+    labels = [algorithm1(PredictedProbes(cluster, model, workload, d, args.network), v1, v2, args.delta).label
               for d in parameter_draws(params, args.draws)]
     others = {k: v / len(labels) for k, v in Counter(labels).most_common() if k != chosen}
     return {"draws": len(labels), "share": robustness(labels, chosen), "others": others}

@@ -7,8 +7,10 @@ import json
 from geosim.case import Case
 from geosim.cli.common import add_json_argument, add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json
 from geosim.sim.engine import run_schedule
+from geosim.sim.network import network_model
 from geosim.errors import GeosimError
 from geosim.fileio import check_output_path, write_atomic
+from geosim.runtime import runtime_of
 from geosim.techniques import build_schedule
 
 HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
@@ -50,17 +52,21 @@ def run(args) -> int:
     out = check_output_path(args.out, "--out")
     params = load_params_arg(args)
     scenario, cluster, model, workload = load_case(args.scenario, args)
-    if args.hosts:
+    if args.hosts is not None:  # given, even empty: an empty list is a mistake, not "all"
         names = tuple(h.strip() for h in args.hosts.split(","))
+        if not all(names):
+            raise GeosimError(f"empty host name in {args.hosts!r} (comma-separated VM names)", source="--hosts")
         unknown = [n for n in names if n not in {h.name for h in cluster.hosts}]
         if unknown:
             raise GeosimError(f"unknown host(s) {', '.join(unknown)}", source="--hosts")
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise GeosimError(f"host(s) named twice: {', '.join(repeated)}", source="--hosts")
         cluster = cluster.subset(names)
-    schedule = build_schedule(args.technique, Case(cluster, model, workload, params))
-    from geosim.runtime import runtime_of
-
-    result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload,
-                          iterations=args.iterations, trace=True)
+    case = Case(cluster, model, workload, params, network=args.network)
+    schedule = build_schedule(args.technique, case)
+    result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload, iterations=args.iterations,
+                          network=network_model(case.network), trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
            "otherData": {"scenario": cluster.name, "technique": args.technique, "model": model.name,
                          "description": schedule.description, "iteration_end_s": result.iteration_end}}

@@ -65,7 +65,7 @@ def overhead_op(technique: str, params: Params, workload: Workload | None = None
     """The step's fixed cost: the workload's runtime's (geosim/runtime.py; Alpa's is the parameters
     file's per-technique [overhead.iteration_s])."""
     if workload is None:
-        seconds = params.iteration_overhead_s.get(technique, 0.0)
+        seconds = params.for_technique("iteration_overhead_s", technique)
     else:
         seconds = runtime_of(workload, params).iteration_overhead_s(technique, params, workload)
     return Compute(0.0, "iteration overhead", kind="overhead", seconds=seconds)

@@ -23,9 +23,13 @@ from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.techniques._base import (accumulation, backward_multiplier, check_dims, combined, devices_of, forward_flops,
                                      microbatch_per_gpu, optimizer_op, overhead_op, pass_ops, update_op, work)
+from geosim.units import MIB
 
 NAME = "data"
 LABEL = "Data"  # how tables and verdicts name it
+# token efficiencies are Data's tokens / a technique's tokens (geosim/studies/convergence.py)
+BASELINE = True
+ALPA_METHOD = "DataParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
 
 
@@ -49,14 +53,14 @@ def build(case: Case, settings: Settings) -> Schedule:
     if runtime.overlap_backward and p > 1:
         programs, buckets = _overlapped(model, workload, params, group, per_gpu, grad_bytes, runtime)
         return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
-                        what + f"{buckets} buckets of {grad_bytes / buckets / 2**20:.1f} MiB all-reduced during the backward")
-    allreduce = combined("allreduce", group, grad_bytes, params.collectives.get(NAME, "ring"), ("grads",),
+                        what + f"{buckets} buckets of {grad_bytes / buckets / MIB:.1f} MiB all-reduced during the backward")
+    allreduce = combined("allreduce", group, grad_bytes, params.for_technique("collectives", NAME), ("grads",),
                          "gradient all-reduce", params, workload)
     program = [accumulation(model, workload, per_gpu, group), allreduce, optimizer_op(model, model.num_params),
                overhead_op(NAME, params, workload)]
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    what + f"{allreduce.count} all-reduce buffers of {grad_bytes / allreduce.count / 2**20:.1f} MiB")
+                    what + f"{allreduce.count} all-reduce buffers of {grad_bytes / allreduce.count / MIB:.1f} MiB")
 
 
 def _overlapped(model, workload, params, group, per_gpu, grad_bytes, runtime):

@@ -73,7 +73,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     runs = []
     for item in args.runs.split(","):
-        runs.append(("data", None) if item == "data" else ("diloco", int(item.removeprefix("diloco"))))
+        name = item.rstrip("0123456789")  # "data", "diloco8": a technique and its H, if any
+        runs.append((name, int(item[len(name):]) if item[len(name):] else None))
     state = str(Path(args.out).with_suffix(".wan-state.json").resolve())
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
 
