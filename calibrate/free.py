@@ -14,7 +14,7 @@ from geosim.calibrate.cases import RunCase
 from geosim.errors import GeosimError
 from geosim.parameters import TABLE_BY_KEY, fittable, priors
 from geosim.params import SCALARS
-from geosim.runtime import shipped_runtimes, with_runtime
+from geosim.runtime import runtime_of, shipped_runtimes, with_runtime
 from geosim.specs import Cluster, Params
 from geosim.techniques import is_pipelined
 from geosim.studies.whatif import wan_links
@@ -243,8 +243,6 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
     if overhead != "none" and timed:
         # records of a runtime with its own per-step cost (jax, pytorch: geosim/runtime.py) do not use the
         # parameters file's overhead table: their runtime's cost is what the fit can move
-        from geosim.runtime import runtime_of
-
         for name in sorted({c.workload.runtime for c in timed}):
             runtime = runtime_of(next(c.workload for c in timed if c.workload.runtime == name), base)
             if runtime.iteration_s is not None:

@@ -17,7 +17,7 @@ from geosim.errors import GeosimError
 from geosim.params import default_params
 from geosim.runtime import runtime_from_table, runtime_names, runtime_of, shipped_runtimes, with_runtime
 from geosim.scenario import gpu_catalog, load_scenario, make_workload
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.specs import MIB, Cluster, Host, Model, Workload
 
 LAN = "scenarios/lan-4xa100-30m.toml"

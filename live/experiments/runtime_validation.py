@@ -24,7 +24,7 @@ from geosim.live.experiments.rate_runs import per_iteration
 from geosim.params import load_params
 from geosim.runtime import shipped_runtimes, with_runtime
 from geosim.scenario import scenario_from_doc
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.specs import Model, Params
 
 TARGET = 0.15  # issue 24: every run within 15%
