@@ -281,3 +281,10 @@ def test_a_fifo_as_input_is_refused_not_waited_on(argv, tmp_path):
 def test_a_directory_as_input_is_one_line(tmp_path, capsys):
     code, _, err = run_in_process(["predict", "--scenario", str(tmp_path)], capsys)
     assert_one_line_refusal(code, err, "is a directory, not a file")
+
+
+def test_the_bounds_page_is_up_to_date():
+    """docs/reference/bounds.md lists every bound as the code applies it (tools/bounds_reference.py)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bounds_reference.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
