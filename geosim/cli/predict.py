@@ -43,9 +43,17 @@ def add_arguments(parser) -> None:
                         help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
 
 
+# the "each VM alone" rows multiply the work by the VMs: past this many, only the whole slice is shown
+MAX_ALONE_ROWS = 16
+
+
 def host_subsets(cluster, all_only: bool) -> list[tuple[str, ...]]:
     everything = tuple(h.name for h in cluster.hosts)
     if all_only or len(everything) == 1:
+        return [everything]
+    if len(everything) > MAX_ALONE_ROWS:
+        print(f"geosim predict: note: {cluster.name} has {len(everything)} VMs: the 'each VM alone' rows are shown "
+              f"up to {MAX_ALONE_ROWS} VMs (as --all-vms-only)", file=sys.stderr)
         return [everything]
     return [everything] + [(h,) for h in everything]
 
@@ -85,7 +93,15 @@ def _run(args) -> int:
                 rows.append(prediction)
         # the verdict ranks what the planner finds among the same techniques (its layer splits and
         # microbatches included), so predict, select and plan name the same best option
-        plan = make_plan(case, keep=2, techniques=tuple(synchronous)) if synchronous else None
+        plan = None
+        if synchronous:
+            from geosim.cli.plan import Progress  # a line on a terminal once planning takes over 2 s
+
+            progress = Progress(f"{cluster.name}: planning")
+            try:
+                plan = make_plan(case, keep=2, techniques=tuple(synchronous), progress=progress)
+            finally:
+                progress.close()
         targets = _time_to_target(args, params, model, workload, rows) if lowcomm else None
         slices.append((case, rows, plan, targets))
     ranges = _ranges(args, params, slices)
