@@ -66,6 +66,8 @@ FLAG_CASES = [
     (["live", "probe", "--seconds", "inf", "--out", "x.toml"], "--seconds: must be a finite number"),
     (["live", "probe", "--seconds", "0", "--out", "x.toml"], "--seconds: must be > 0"),
     (["live", "wan", "up", "--loss", "nan"], "--loss: must be a finite number"),
+    # Ray retried an address where nothing listens for minutes, then another cluster
+    (["live", "probe", "--ray-address", "127.0.0.1:1", "--out", "x.toml"], "--ray-address: nothing answers"),
 ]
 
 
