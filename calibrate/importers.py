@@ -18,6 +18,7 @@ from pathlib import Path
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
 from geosim.scenario import model_catalog, read_text
+from geosim.scenario import load_scenario
 from geosim.validate import is_finite
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
@@ -177,7 +178,6 @@ def _number(text: str, where: str, key: str) -> float:
 
 def slice_shape(scenario: str, hosts: list[str] | None) -> tuple[int, int]:
     """(VMs, GPUs) of the slice the user says the runs ran on."""
-    from geosim.scenario import load_scenario
 
     cluster = load_scenario(scenario).cluster
     if hosts:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from geosim.errors import require
+from geosim.fileio import save_figure
 
 COLOURS = {"data": "tab:blue", "zero2": "tab:orange", "shard": "tab:red", "pipeshard": "tab:green"}
 MARKERS = {"loto": "o", "loso": "^", "fit": "s"}
@@ -47,8 +48,6 @@ def plot_predicted_vs_measured(series: dict[str, list[tuple[str, str, float, flo
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(title)
     fig.tight_layout()
-    from geosim.fileio import save_figure
-
     try:
         save_figure(fig, path, dpi=120, format="png")
     finally:

@@ -19,6 +19,7 @@ from pathlib import Path
 from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
 from geosim.units import gbps_to_bps, ms_to_s
+from geosim.fabric.sites import estimate_rtt_ms, find_site
 from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
@@ -129,7 +130,23 @@ def _model_from_table(name: str, table, source: str, prefix: str) -> Model:
 @cache
 def gpu_catalog() -> dict[str, GPU]:
     doc = _toml_text(resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
-    return {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
+    raw = {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
+    return {name: _with_power_cap(g, _generation_tflops_per_watt(raw)) for name, g in raw.items()}
+
+
+def _generation_tflops_per_watt(catalog: dict[str, GPU]) -> dict[str, float]:
+    """Generation -> the least tensor TFLOP/s per watt of its cards in the catalog: what a card of
+    that generation sustains per watt of board power (the compute model's cap, sim/compute.py)."""
+    per_watt: dict[str, float] = {}
+    for g in catalog.values():
+        if g.tdp_w:
+            ratio = g.fp16_tensor_tflops / g.tdp_w
+            per_watt[g.architecture] = min(ratio, per_watt.get(g.architecture, ratio))
+    return per_watt
+
+
+def _with_power_cap(gpu: GPU, per_watt: dict[str, float]) -> GPU:
+    return replace(gpu, generation_tflops_per_watt=per_watt.get(gpu.architecture))
 
 
 MODELS_TOML = "geosim/data/models.toml"
@@ -253,7 +270,8 @@ def scenario_from_doc(doc: dict, source: str, default_name: str = "scenario") ->
             _string(doc[key], source, key)
     gpus = dict(gpu_catalog())
     for name, table in _table(doc.get("gpus", {}), source, "gpus").items():
-        gpus[name] = _gpu_from_table(name, table, source, f"gpus.{name}.")
+        gpus[name] = _with_power_cap(_gpu_from_table(name, table, source, f"gpus.{name}."),
+                                     _generation_tflops_per_watt(gpu_catalog()))
     models = {name: _model_from_table(name, t, source, f"models.{name}.")
               for name, t in _table(doc.get("models", {}), source, "models").items()}
     hosts = _hosts(doc["hosts"], gpus, source)
@@ -348,7 +366,6 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
 
 def _estimated_rtt_ms(ends: list[str], hosts: list[Host], source: str, prefix: str) -> float:
     """A link without rtt_ms between two FABRIC sites: the RTT estimated from their distance."""
-    from geosim.fabric.sites import estimate_rtt_ms, find_site
 
     by_host = {h.name: h.site for h in hosts}
     sites = [find_site(by_host.get(end, end)) for end in ends]

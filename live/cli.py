@@ -10,12 +10,17 @@ import os
 import sys
 
 from geosim.errors import GeosimError
+from geosim.live.registry import check_live, low_communication, synchronous
+from geosim.errors import require
+from geosim.records import append_record, validate
+from geosim.scenario import get_model, load_scenario
 
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
-TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
+# the techniques live runs implement: the one registry's (geosim/live/registry.py)
+TECHNIQUES = synchronous()
+LOWCOMM = low_communication()  # low-communication techniques (README: Live DiLoCo and SparseLoCo)
 DEFAULT_STEPS = 20  # live/train/loop.py's, when neither --steps nor --epochs is given
 DEFAULT_WARMUP = 2  # a shorter run times what is left after the first step (live/train/loop.py)
-LOWCOMM = ("diloco", "sparseloco")  # low-communication techniques (README: Live DiLoCo and SparseLoCo)
 
 
 def add_arguments(parser):
@@ -120,10 +125,8 @@ def _options(args):
     from geosim.live.train import lowcomm
     from geosim.live.train.loop import Options
 
-    if args.technique not in TECHNIQUES + LOWCOMM:
-        raise GeosimError(f"unknown technique {args.technique!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
+    check_live(args.technique)
     options = lowcomm.given({k: getattr(args, k, None) for k in lowcomm.KEYS})
-    from geosim.scenario import get_model
 
     get_model(args.model)
     for key in ("steps", "epochs", "batch", "microbatches", "stages", "seq_len", "cpu_devices", "num_processes", "hosts"):
@@ -136,7 +139,6 @@ def _options(args):
         raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--global-batch")
     _check_combinations(args)
     if args.scenario:
-        from geosim.scenario import load_scenario
 
         load_scenario(args.scenario)
     for path, key in ((args.record, "--records"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
@@ -254,7 +256,6 @@ def _save(record, result, args, opts) -> None:
             token_efficiency.append_curve(args.loss_curve_out, token_efficiency.curve_doc(
                 record, result.losses, result.step_times, args.loss_curve_window, opts.lowcomm))
         if args.record:
-            from geosim.records import append_record
 
             append_record(args.record, record)
             print(f"  record          appended to {args.record} (run {record.run_id})",
@@ -303,7 +304,6 @@ def _run_wan(args, opts) -> int:
 
         print("interrupted: the processes on the WAN slice were stopped; no record written", file=sys.stderr)
         return interrupts.exit_code()
-    from geosim.records import validate
     from geosim.live.train.loop import Result
 
     record = validate(run.record, "geosim live run --nodes wan")
@@ -323,7 +323,6 @@ def _run_here(args, opts):
     cpu_devices = args.cpu_devices
     if cpu_devices is None and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
         cpu_devices = os.cpu_count() or 1
-    from geosim.errors import require
 
     require("jax", extra="live", command="geosim live run")
     distributed.configure_cpu_devices(cpu_devices)

@@ -12,8 +12,9 @@ from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.sim.collectives import expand
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
@@ -23,7 +24,7 @@ from geosim.studies.whatif import with_bandwidth, with_rtt
 
 SLACK = 1e-9  # float rounding in the simulated clock
 # On random clusters of mixed GPUs: a prediction extrapolates from a few simulated iterations and
-# repetitions (geosim.sim.engine, geosim.sim.predict). Where they alternate (a ring's iterations at
+# repetitions (geosim.sim.engine, geosim.predict). Where they alternate (a ring's iterations at
 # 115.22, 115.12, ... s) the extrapolation moves by up to ~1e-5 of the total when a GPU gets faster
 # or a link slower, although every simulated iteration gets faster (docs/reference/properties.md).
 EXTRAPOLATION = 1e-4
@@ -233,7 +234,7 @@ def test_skipping_repetitions_agrees_with_simulating_them_all(cluster, technique
         schedule = build_schedule(technique, case)
     except GeosimError:
         assume(False)
-    shortcut, exact = (run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=2, exact=x).iteration_time(1)
+    shortcut, exact = (run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=2, network=TCPNetwork, exact=x).iteration_time(1)
                        for x in (False, True))
     assert abs(shortcut - exact) <= REPEAT_SHORTCUT * exact, f"{technique} on {cluster}: {shortcut!r} vs {exact!r}"
 
@@ -307,7 +308,8 @@ def test_bytes_sent_equal_bytes_received(cluster, technique, iterations, algorit
     assert len(received) == len(set(received)), "two receives wait for one send"
     assert set(received) == set(sent), "a send without its receive or a receive without its send"
     received_bytes = sum(sent[key] for key in received)
-    result = run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=iterations, trace=True, exact=True)
+    result = run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=iterations, network=TCPNetwork, trace=True,
+                          exact=True)
     assert result.bytes_sent == pytest.approx(iterations * received_bytes, rel=1e-12)
     assert result.transfers == iterations * len(received)
     links = [row for row in result.trace if row[0] == "link"]
@@ -324,7 +326,7 @@ def test_bytes_sent_equal_bytes_received_on_study_slices(technique, scenario):
     schedule = build_schedule(technique, Case(sc.cluster, GPT2M, workload, PARAMS))
     sent, received = sends_and_recvs(schedule)
     assert sorted(received, key=repr) == sorted(sent, key=repr)
-    result = run_schedule(schedule, sc.cluster, PARAMS, workload, iterations=2, exact=True)
+    result = run_schedule(schedule, sc.cluster, PARAMS, workload, iterations=2, network=TCPNetwork, exact=True)
     assert result.bytes_sent == pytest.approx(2 * sum(sent.values()), rel=1e-12)
 
 

@@ -16,7 +16,7 @@ from geosim.case import Case
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import default_params, load_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import BUILTIN_SCENARIOS, builtin_scenarios, load_scenario, model_catalog
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
 from geosim.techniques import technique_names

@@ -6,14 +6,17 @@ import argparse
 import json
 import sys
 
+from geosim.case import DEFAULT_NETWORK
 from geosim.cli.vocabulary import CommaList, meaning
 from geosim.errors import GeosimError
 from geosim.params import load_params
+from geosim.sim.network import network_names
 from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies.ranking import fmt_time
 from geosim.units import RANGE_SYNTAX, gbps_to_bps, ms_to_s
+from geosim.scenario import LINK_RANGES, check_number
 
 DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
 
@@ -41,6 +44,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
     add_scenario_argument(parser, many=many_scenarios)
     parser.add_argument("--model", default="gpt2m", help=f"{meaning('--model')} (default: %(default)s)")
     parser.add_argument("--params", metavar="FILE", help=meaning("--params"))
+    parser.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
+                        help=f"{meaning('--network')} (default: %(default)s)")
     parser.add_argument("--rtt-ms", type=float, metavar="MS",
                         help="set the RTT of the links between sites, ms (default: the scenario's)")
     parser.add_argument("--bandwidth-gbps", type=float, metavar="GBPS",
@@ -69,7 +74,6 @@ def workload_overrides(args) -> dict:
 
 
 def resolve_cluster(scenario: Scenario, args) -> Cluster:
-    from geosim.scenario import LINK_RANGES, check_number
 
     cluster = scenario.cluster
     for flag in ("rtt_ms", "bandwidth_gbps"):  # argparse's float() takes 'nan' and 'inf'

@@ -15,7 +15,7 @@ from geosim.records import read_records
 from geosim.studies.plan import Plan, answer_vs_rtt, make_plan, measured_plan, parse_duration, twins
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA
-from geosim.techniques import STUDY_ORDER, get_technique
+from geosim.techniques import default_techniques, get_technique
 from geosim.techniques.pipeshard import INTRA_STAGES
 from geosim.units import parse_numbers
 
@@ -27,8 +27,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--deadline", metavar="TIME",
                         help="rank the options that finish within TIME (36h, 90min, 5400s) by GPU-hours")
     parser.add_argument("--max-gpus", type=int, help="only options using at most this many GPUs (default: no limit)")
-    add_technique_argument(parser, f"the study's four, {', '.join(STUDY_ORDER)}, so the plan compares with "
-                                   "Algorithm 1 like for like")
+    add_technique_argument(parser, "every synchronous technique found (today the study's four, data, zero2, "
+                                   "shard, pipeshard), so the plan compares with Algorithm 1 like for like")
     parser.add_argument("--top", type=int, default=10, help="options to show (default %(default)s)")
     parser.add_argument("--all", action="store_true", help="simulate every option (no pruning) and list them all")
     parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
@@ -78,7 +78,7 @@ def run(args) -> int:
     deadline = parse_duration(args.deadline) if args.deadline else None
     intra = INTRA_STAGES if args.intra_stage == "both" else ((args.intra_stage,) if args.intra_stage else None)
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
-    techniques = tuple(args.technique) if args.technique else STUDY_ORDER
+    techniques = tuple(args.technique) if args.technique else tuple(default_techniques(synchronous=True))
     for name in techniques:
         get_technique(name)  # unknown names fail before any work
     params = load_params_arg(args)
@@ -96,7 +96,7 @@ def run(args) -> int:
             if not args.json:
                 print_measured(cluster, model, workload, doc)
             continue
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
 
         def plan_at(c: Case, label=cluster.name, keep=None if args.all else args.top) -> Plan:
             progress = Progress(label)

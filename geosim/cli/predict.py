@@ -15,10 +15,10 @@ from geosim.case import Case
 from geosim.cli.common import (add_json_argument, add_technique_argument, add_workload_arguments, fmt_duration,
                                load_case, load_params_arg, print_json, scenario_names)
 from geosim.errors import GeosimError
-from geosim.sim.predict import Prediction, predict, shared_predictions
+from geosim.predict import Prediction, predict, shared_predictions
 from geosim.studies.reference import attach_measurement
 from geosim.studies.whatif import wan_links
-from geosim.techniques import STUDY_ORDER, get_technique, is_low_communication, label, technique_names
+from geosim.techniques import default_techniques, get_technique, is_baseline, is_low_communication, label
 from geosim.units import s_to_ms
 
 HELP = "predict the best option and each technique's time, TFLOP/s and memory on a slice (default: the study's five)"
@@ -27,8 +27,8 @@ ESTIMATE_NOTE = "times are simulator estimates"
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser)
-    add_technique_argument(parser, f"the study's four ({', '.join(STUDY_ORDER)}) in the table, and the "
-                                   "low-communication ones in the time-to-target table")
+    add_technique_argument(parser, "every technique found: the synchronous ones (today the study's four) in "
+                                   "the table, the low-communication ones in the time-to-target table")
     parser.add_argument("--all-vms-only", action="store_true", help="skip the 'each VM alone' rows")
     add_json_argument(parser)
     parser.add_argument("--target-tokens", metavar="N|chinchilla",
@@ -60,7 +60,7 @@ def host_subsets(cluster, all_only: bool) -> list[tuple[str, ...]]:
 
 def chosen_techniques(args) -> tuple[list[str], list[str]]:
     """(synchronous techniques for the ranked table, low-communication ones for the time-to-target table)."""
-    names = args.technique or [t for t in technique_names() if t in STUDY_ORDER or is_low_communication(t)]
+    names = args.technique or default_techniques()
     for name in names:
         get_technique(name)  # unknown names fail before any work
     return [n for n in names if not is_low_communication(n)], [n for n in names if is_low_communication(n)]
@@ -83,7 +83,7 @@ def _run(args) -> int:
     slices = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
         rows: list[Prediction] = []
         for hosts in host_subsets(cluster, args.all_vms_only):
             for technique in synchronous + lowcomm:
@@ -151,7 +151,7 @@ def _time_to_target(args, params, model, workload, rows) -> dict[int, dict]:
               else workload.iterations_per_epoch * workload.epochs * workload.tokens_per_iteration)
     overrides = convergence.parse_overrides(args.token_efficiency)
     measured = convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves)) if args.loss_curves else None
-    picked = [r for r in rows if is_low_communication(r.technique) or r.technique == "data"]
+    picked = [r for r in rows if is_low_communication(r.technique) or is_baseline(r.technique)]
     fields = convergence.annotate(picked, params, lambda _: tokens, overrides, measured)
     return {id(r): f for r, f in zip(picked, fields)}
 

@@ -16,7 +16,7 @@ from geosim.errors import GeosimError
 from geosim.records import read_records
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA, LiveProbes, MeasuredProbes, PredictedProbes, Selection, algorithm1
-from geosim.techniques import STUDY_ORDER, label
+from geosim.techniques import default_techniques, label
 from geosim.units import parse_numbers
 
 HELP = "choose a technique with the study's Algorithm 1 (probes predicted, measured or run live)"
@@ -87,9 +87,10 @@ def run(args) -> int:
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         v1, v2 = two_vms(cluster)
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
         if rtts:
-            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, techniques=STUDY_ORDER))
+            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta,
+                                                                      techniques=tuple(default_techniques(synchronous=True))))
             docs.append(doc)
             if not args.json:
                 print_answer_vs_rtt(doc)
@@ -104,7 +105,7 @@ def run(args) -> int:
             verdict, why = measured_plan(study_records() if args.measured == "study" else read_records(args.measured),
                                          name, cluster, model, workload, args.delta, args.measured)["verdict"], None
         else:
-            plan = make_plan(case, keep=2, delta=args.delta, techniques=STUDY_ORDER)
+            plan = make_plan(case, keep=2, delta=args.delta, techniques=tuple(default_techniques(synchronous=True)))
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
                **selection.to_dict()}

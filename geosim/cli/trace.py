@@ -7,6 +7,7 @@ import json
 from geosim.case import Case
 from geosim.cli.common import add_json_argument, add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json
 from geosim.sim.engine import run_schedule
+from geosim.sim.network import network_model
 from geosim.errors import GeosimError
 from geosim.fileio import check_output_path, write_atomic
 from geosim.techniques import build_schedule
@@ -61,8 +62,10 @@ def run(args) -> int:
         if repeated:
             raise GeosimError(f"host(s) named twice: {', '.join(repeated)}", source="--hosts")
         cluster = cluster.subset(names)
-    schedule = build_schedule(args.technique, Case(cluster, model, workload, params))
-    result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations, trace=True)
+    case = Case(cluster, model, workload, params, network=args.network)
+    schedule = build_schedule(args.technique, case)
+    result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations,
+                          network=network_model(case.network), trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
            "otherData": {"scenario": cluster.name, "technique": args.technique, "model": model.name,
                          "description": schedule.description, "iteration_end_s": result.iteration_end}}

@@ -19,6 +19,7 @@ FLAGS: dict[str, tuple[str, str]] = {
                                "command takes several)"),
     "--model": ("one|spec", "a model from the catalog (`geosim models`) or the scenario"),
     "--params": ("one", "simulator parameters file (default: the shipped defaults)"),
+    "--network": ("one", "the network model the simulation runs: tcp, alpha-beta or ideal"),
     "--technique": ("list|one", "technique name(s); repeatable and comma-separated where a command takes several"),
     "--hosts": ("one", "VMs of the slice to use, comma-separated names (default: all)"),
     "--global-batch": ("int|spec", "sequences per optimizer step, summed over all GPUs"),

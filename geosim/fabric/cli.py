@@ -16,6 +16,8 @@ from pathlib import Path
 
 from geosim.cli.common import add_json_argument, add_technique_argument
 from geosim.errors import GeosimError
+from geosim.errors import require
+from geosim.techniques import technique_names
 
 HELP = "provision a FABRIC slice from a scenario (fablib), calibrate on it, bring the run records home"
 
@@ -199,9 +201,8 @@ def _techniques(values) -> tuple[str, ...]:
         return TECHNIQUES
     names = tuple(t.strip() for v in values for t in v.split(",") if t.strip())
     for t in names:
-        if t not in TECHNIQUES + ("diloco", "sparseloco"):
-            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(TECHNIQUES)}, diloco, sparseloco)",
-                              source="--technique")
+        if t not in technique_names():  # the one registry: a technique found by its module
+            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(technique_names())})", source="--technique")
     return names
 
 
@@ -221,7 +222,6 @@ def _calibrate(args) -> int:
         _log(UNTESTED)
         fablib = online_fablib()
     elif doc["kind"] == "fablib":
-        from geosim.errors import require
 
         require("fabrictestbed_extensions", extra="fabric", command="geosim fabric calibrate")
     nodes = nodes_from_slice_file(doc, fablib)

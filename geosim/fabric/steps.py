@@ -25,6 +25,7 @@ from geosim.errors import GeosimError
 from geosim.fileio import write_atomic
 from geosim.fabric.nodes import Node, Result
 from geosim.techniques import STUDY_ORDER
+from geosim.errors import require
 
 STEPS = ("bootstrap", "install", "ray", "probe", "runs", "fetch")
 TECHNIQUES = STUDY_ORDER  # what a calibration runs by default: the study's four
@@ -303,7 +304,6 @@ def build_wheel(workdir: Path, dry_run: bool = False) -> Path:
 
 def wheel_requirements(wheel: Path, extra: str) -> list[str]:
     """The wheel's own Requires-Dist: its base dependencies and those of `extra`, markers resolved."""
-    from geosim.errors import require
 
     Requirement = require("packaging.requirements", extra="fabric", command="geosim fabric calibrate").Requirement
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 from geosim.case import Case
 from geosim.errors import GeosimError
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.studies.ranking import (MeasuredOption, Option, choice_vs_rtt, rank, rank_key, verdict,
                                    why_algorithm1_differs)
 from geosim.studies.whatif import with_rtt

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from geosim.sim.predict import Prediction
+from geosim.predict import Prediction
 from geosim.techniques import option_kind, variant_label
 from geosim.units import bisect
 
