@@ -207,7 +207,7 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         for flag, action in numeric_actions(leaf):
             value = getattr(args, action.dest, None)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                setattr(args, action.dest, bounds.get(flag, FALLBACK).check(value, flag))
+                bounds.get(flag, FALLBACK).check(value, flag)
 
 
 # --- files ------------------------------------------------------------------------------

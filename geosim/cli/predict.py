@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (add_json_argument, add_technique_argument, add_workload_arguments, fmt_duration,
-                               load_case, load_params_arg, print_json, scenario_names)
+from geosim.cli.common import (Progress, add_json_argument, add_technique_argument, add_workload_arguments,
+                               fmt_duration, load_case, load_params_arg, print_json, scenario_names)
 from geosim.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
 from geosim.studies.reference import attach_measurement
@@ -95,8 +95,6 @@ def _run(args) -> int:
         # microbatches included), so predict, select and plan name the same best option
         plan = None
         if synchronous:
-            from geosim.cli.plan import Progress  # a line on a terminal once planning takes over 2 s
-
             progress = Progress(f"{cluster.name}: planning")
             try:
                 plan = make_plan(case, keep=2, techniques=tuple(synchronous), progress=progress)
