@@ -236,6 +236,8 @@ LIVE_RUN_CASES = [
     (["--steps", HUGE], "--steps: must be <= 1e+07"),
     (["--nodes", "100000"], "--nodes: must be <= 4096"),
     (["--ray-address", "127.0.0.1:1"], "--ray-address: nothing answers at 127.0.0.1:1"),
+    (["--data", "/nonexistent/corpus.txt"], "--data: no such file"),
+    (["--data", "/dev/null"], "--data: is a device, not a regular file"),
 ]
 
 
