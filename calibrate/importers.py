@@ -181,10 +181,9 @@ def slice_shape(scenario: str, hosts: list[str] | None) -> tuple[int, int]:
 
     cluster = load_scenario(scenario).cluster
     if hosts:
-        unknown = [h for h in hosts if h not in {x.name for x in cluster.hosts}]
-        if unknown:
-            raise GeosimError(f"no host {unknown[0]!r} in scenario {cluster.name}", source="--hosts")
-        cluster = cluster.subset(tuple(hosts))
+        from geosim.validate import host_names
+
+        cluster = cluster.subset(host_names(",".join(hosts), [x.name for x in cluster.hosts]))
     return len(cluster.hosts), cluster.num_gpus
 
 

@@ -189,6 +189,15 @@ def test_trace_refuses_repeated_or_empty_hosts(hosts, needle, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_calibrate_import_refuses_a_repeated_host(tmp_path, capsys):
+    out = tmp_path / "runs.jsonl"
+    code, _, err = run_in_process(["calibrate", "import", "alpa-console", str(ROOT / "tests" / "data" /
+                                   "alpa-gpt-console.log"), "--scenario", "utah-gpn", "--hosts", "vm1,vm1",
+                                   "--out", str(out)], capsys)
+    assert_one_line_refusal(code, err, "--hosts: host(s) named twice: vm1")
+    assert not out.exists()
+
+
 def test_calibrate_fit_refuses_a_known_link_no_record_is_on(tmp_path, capsys):
     pytest.importorskip("scipy")
     runs, out = tmp_path / "runs.jsonl", tmp_path / "fitted.toml"
