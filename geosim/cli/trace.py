@@ -11,6 +11,7 @@ from geosim.sim.network import network_model
 from geosim.errors import GeosimError
 from geosim.fileio import check_output_path, write_atomic
 from geosim.techniques import build_schedule
+from geosim.validate import host_names
 
 HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
 
@@ -52,8 +53,6 @@ def run(args) -> int:
     params = load_params_arg(args)
     scenario, cluster, model, workload = load_case(args.scenario, args)
     if args.hosts is not None:  # given, even empty: an empty list is a mistake, not "all"
-        from geosim.validate import host_names
-
         cluster = cluster.subset(host_names(args.hosts, [h.name for h in cluster.hosts]))
     case = Case(cluster, model, workload, params, network=args.network)
     schedule = build_schedule(args.technique, case)
