@@ -10,6 +10,7 @@ from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
 from geosim.errors import GeosimError
 from geosim.fileio import check_output_path, write_atomic
+from geosim.runtime import runtime_of
 from geosim.techniques import build_schedule
 from geosim.validate import host_names
 
@@ -56,7 +57,7 @@ def run(args) -> int:
         cluster = cluster.subset(host_names(args.hosts, [h.name for h in cluster.hosts]))
     case = Case(cluster, model, workload, params, network=args.network)
     schedule = build_schedule(args.technique, case)
-    result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations,
+    result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload, iterations=args.iterations,
                           network=network_model(case.network), trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
            "otherData": {"scenario": cluster.name, "technique": args.technique, "model": model.name,
