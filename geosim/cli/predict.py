@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (add_json_argument, add_technique_argument, add_workload_arguments, fmt_duration,
-                               load_case, load_params_arg, print_json, scenario_names)
+from geosim.cli.common import (Progress, add_json_argument, add_technique_argument, add_workload_arguments,
+                               fmt_duration, load_case, load_params_arg, print_json, scenario_names)
 from geosim.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
 from geosim.studies.reference import attach_measurement
@@ -43,9 +43,17 @@ def add_arguments(parser) -> None:
                         help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
 
 
+# the "each VM alone" rows multiply the work by the VMs: past this many, only the whole slice is shown
+MAX_ALONE_ROWS = 16
+
+
 def host_subsets(cluster, all_only: bool) -> list[tuple[str, ...]]:
     everything = tuple(h.name for h in cluster.hosts)
     if all_only or len(everything) == 1:
+        return [everything]
+    if len(everything) > MAX_ALONE_ROWS:
+        print(f"geosim predict: note: {cluster.name} has {len(everything)} VMs: the 'each VM alone' rows are shown "
+              f"up to {MAX_ALONE_ROWS} VMs (as --all-vms-only)", file=sys.stderr)
         return [everything]
     return [everything] + [(h,) for h in everything]
 
@@ -85,7 +93,13 @@ def _run(args) -> int:
                 rows.append(prediction)
         # the verdict ranks what the planner finds among the same techniques (its layer splits and
         # microbatches included), so predict, select and plan name the same best option
-        plan = make_plan(case, keep=2, techniques=tuple(synchronous)) if synchronous else None
+        plan = None
+        if synchronous:
+            progress = Progress(f"{cluster.name}: planning")
+            try:
+                plan = make_plan(case, keep=2, techniques=tuple(synchronous), progress=progress)
+            finally:
+                progress.close()
         targets = _time_to_target(args, params, model, workload, rows) if lowcomm else None
         slices.append((case, rows, plan, targets))
     ranges = _ranges(args, params, slices)

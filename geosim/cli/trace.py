@@ -12,6 +12,7 @@ from geosim.errors import GeosimError
 from geosim.fileio import check_output_path, write_atomic
 from geosim.runtime import runtime_of
 from geosim.techniques import build_schedule
+from geosim.validate import host_names
 
 HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
 
@@ -53,16 +54,7 @@ def run(args) -> int:
     params = load_params_arg(args)
     scenario, cluster, model, workload = load_case(args.scenario, args)
     if args.hosts is not None:  # given, even empty: an empty list is a mistake, not "all"
-        names = tuple(h.strip() for h in args.hosts.split(","))
-        if not all(names):
-            raise GeosimError(f"empty host name in {args.hosts!r} (comma-separated VM names)", source="--hosts")
-        unknown = [n for n in names if n not in {h.name for h in cluster.hosts}]
-        if unknown:
-            raise GeosimError(f"unknown host(s) {', '.join(unknown)}", source="--hosts")
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise GeosimError(f"host(s) named twice: {', '.join(repeated)}", source="--hosts")
-        cluster = cluster.subset(names)
+        cluster = cluster.subset(host_names(args.hosts, [h.name for h in cluster.hosts]))
     case = Case(cluster, model, workload, params, network=args.network)
     schedule = build_schedule(args.technique, case)
     result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload, iterations=args.iterations,
