@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import default_sigint
 from geosim.errors import GeosimError
 from geosim.fileio import locked, write_atomic
 from geosim.records import RunRecord, append_record, append_records, read_runs
@@ -92,7 +93,7 @@ def test_four_small_sweeps_at_once_never_crash_or_duplicate(tmp_path):
 def test_a_killed_sweep_resumes_without_losses_or_duplicates(tmp_path, sig):
     out = tmp_path / "sweep"
     proc = subprocess.Popen(sweep_cmd(out), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
     wait_for(lambda: (out / RESULTS).exists() and len((out / RESULTS).read_bytes().splitlines()) >= 10, proc)
     os.killpg(proc.pid, sig)
     proc.communicate(timeout=60)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from conftest import default_sigint
 from geosim.records import read_records
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -31,7 +32,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     runs = tmp_path / "runs.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "100000",
                              "--log-every", "1", "--records", str(runs)], env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         deadline = time.time() + 180
         for line in proc.stderr:  # wait for a few measured steps

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from conftest import default_sigint
 from geosim.records import read_records
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -23,7 +24,8 @@ def start(tmp_path, *extra):
     runs = tmp_path / "runs.jsonl"
     argv = [sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "100000",
             "--log-every", "1", "--cpu-devices", "2", "--records", str(runs), *extra]
-    proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     return proc, runs
 
 

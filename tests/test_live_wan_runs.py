@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import default_sigint
 from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
@@ -267,7 +268,7 @@ def test_ctrl_c_stops_the_processes_on_the_slice(wan_slice, tmp_path):
     wan = make(rtt_ms=10)
     proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "100000",
                              "--data", "generated"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(ENV, GEOSIM_WAN_STATE=state))
+                            env=dict(ENV, GEOSIM_WAN_STATE=state), preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 120
         while len(ns_pids(wan)) < 2 and time.monotonic() < deadline:

@@ -189,7 +189,7 @@ def test_sweep_bisects_to_the_flip():
 
 def test_select_command_json(capsys):
     assert main(["select", "--scenario", "utah-mass", "--model", "gpt2-xl", "--json"]) == 0
-    (doc,) = json.loads(capsys.readouterr().out)
+    (doc,) = json.loads(capsys.readouterr().out)["slices"]
     assert doc["branch"] == "zero2" and doc["label"] == "ZeRO2 on vm1+vm2" and set(doc["probes"]) == set(PROBES)
 
 

@@ -17,7 +17,7 @@ def test_select_live_runs_every_probe_and_records_them(tmp_path, capsys):
     code = main(["select", "--scenario", "tacc-tacc", "--model", "tiny", "--live", "--steps", "4",
                  "--records", str(runs), "--json"])
     assert code == 0
-    (doc,) = json.loads(capsys.readouterr().out)
+    (doc,) = json.loads(capsys.readouterr().out)["slices"]
     assert doc["source"] == "live"
     probes = doc["probes"]
     # the five probes always run; all ran fine on CPU devices, so each measured a throughput

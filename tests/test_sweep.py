@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conftest import default_sigint
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.records import RunRecord
@@ -98,7 +99,8 @@ def test_ctrl_c_on_the_command_line_keeps_rows_and_a_rerun_finishes(tmp_path):
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "zero2",
            "--rtt-ms", "0.1:150:x1.05", "--out", str(out), "--workers", "2", "--quiet", "--no-best"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while not (out / RESULTS).exists() or not (out / RESULTS).read_text():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()

@@ -31,9 +31,39 @@ def add_scenario_argument(parser: argparse.ArgumentParser, *, many: bool = True)
                             help="scenario file or built-in name (default: %(default)s)")
 
 
-def add_technique_argument(parser: argparse.ArgumentParser, default_help: str) -> None:
-    parser.add_argument("--technique", action=CommaList, metavar="NAME",
-                        help=f"technique(s); repeatable and comma-separated (default: {default_help})")
+def add_technique_argument(parser: argparse.ArgumentParser, default_help: str = "") -> None:
+    default_help = default_help or ("the study's four and the low-communication ones, ranked together on time "
+                                    "to the same training progress")
+    parser.add_argument("--technique", action=CommaList, metavar="NAME|all",
+                        help=f"technique(s); repeatable and comma-separated; 'all': every technique "
+                             f"(default: {default_help})")
+
+
+def default_techniques() -> tuple[str, ...]:
+    """What predict, select and plan rank when --technique is not given: one set, so the three print
+    the same verdict (the study's four and the low-communication techniques)."""
+    from geosim.techniques import STUDY_ORDER, is_low_communication, technique_names
+
+    return tuple(t for t in technique_names() if t in STUDY_ORDER or is_low_communication(t))
+
+
+def chosen_techniques(names: list[str] | None, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """--technique's names ('all': every technique), checked before any work; the default when not given."""
+    from geosim.techniques import get_technique, technique_names
+
+    if not names:
+        return default if default is not None else default_techniques()
+    chosen = []
+    for name in names:
+        if name.lower() == "all":
+            chosen += technique_names()
+            continue
+        try:
+            get_technique(name.lower())
+        except GeosimError as exc:
+            raise GeosimError(exc.problem, source="--technique") from None
+        chosen.append(name.lower())
+    return tuple(dict.fromkeys(chosen))
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: bool = True) -> None:
@@ -116,3 +146,19 @@ def print_json(doc) -> None:
 
 
 fmt_duration = fmt_time  # one way to write a duration everywhere
+
+ANSWER_SCHEMA = "geosim.answer/1"
+ESTIMATE_NOTE = "times are simulator estimates"
+MEASURED_NOTE = "times are measured runs' (scaled to the workload's epochs)"
+
+
+def answer_envelope(command: str, params, slices: list[dict], note: str = ESTIMATE_NOTE) -> dict:
+    """The one JSON shape of predict, select and plan --json (docs/reference/cli.md, 'JSON answers'):
+    {"schema", "command", "params", "note", ["params_warnings"], "slices": [one object per slice,
+    each with "scenario", "model" and "verdict"]}."""
+    doc = {"schema": ANSWER_SCHEMA, "command": command, "params": params.source if params is not None else None,
+           "note": note}
+    if params is not None and params.fit_warnings:
+        doc["params_warnings"] = list(params.fit_warnings)
+    doc["slices"] = slices
+    return doc

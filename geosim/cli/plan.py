@@ -6,16 +6,16 @@ import sys
 import time
 
 from geosim.case import Case
-from geosim.cli.common import (add_json_argument, add_sweep_rtt_argument, add_technique_argument,
-                               add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
+from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
+                               add_workload_arguments, fmt_duration, chosen_techniques, load_case, load_params_arg, print_json,
                                scenario_names)
-from geosim.cli.predict import ESTIMATE_NOTE, describe_cluster
+from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
 from geosim.records import read_records
 from geosim.studies.plan import Plan, answer_vs_rtt, make_plan, measured_plan, parse_duration, twins
+from geosim.studies.ranking import is_assumed
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA
-from geosim.techniques import STUDY_ORDER, get_technique
 from geosim.techniques.pipeshard import INTRA_STAGES
 from geosim.units import parse_numbers
 
@@ -27,8 +27,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--deadline", metavar="TIME",
                         help="rank the options that finish within TIME (36h, 90min, 5400s) by GPU-hours")
     parser.add_argument("--max-gpus", type=int, help="only options using at most this many GPUs (default: no limit)")
-    add_technique_argument(parser, f"the study's four, {', '.join(STUDY_ORDER)}, so the plan compares with "
-                                   "Algorithm 1 like for like")
+    add_technique_argument(parser)
     parser.add_argument("--top", type=int, default=10, help="options to show (default %(default)s)")
     parser.add_argument("--all", action="store_true", help="simulate every option (no pruning) and list them all")
     parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
@@ -78,9 +77,7 @@ def run(args) -> int:
     deadline = parse_duration(args.deadline) if args.deadline else None
     intra = INTRA_STAGES if args.intra_stage == "both" else ((args.intra_stage,) if args.intra_stage else None)
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
-    techniques = tuple(args.technique) if args.technique else STUDY_ORDER
-    for name in techniques:
-        get_technique(name)  # unknown names fail before any work
+    techniques = chosen_techniques(args.technique)
     params = load_params_arg(args)
     if args.sites:
         from geosim.fabric.choose_command import run_sites
@@ -128,7 +125,7 @@ def run(args) -> int:
                       f"(re-ranking the best {r['contenders']})"
                       + (f"; else {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())}" if r["others"] else ""))
     if args.json:
-        print_json(docs)
+        print_json(answer_envelope("plan", params, docs, MEASURED_NOTE if args.measured else ESTIMATE_NOTE))
     elif len(docs) > 1 and not args.sweep_rtt and not args.measured:
         print_summary(docs)
     return 0
@@ -150,12 +147,18 @@ def print_plan(plan: Plan, top: int | None) -> None:
     print(f"  {plan.considered} options: {len(plan.options)} feasible simulated"
           + (f", {failed}" if failed else "") + (f", {plan.pruned} pruned (cannot make the top {top})" if plan.pruned
                                                  else "") + (f"; {'; '.join(limits)}" if limits else ""))
-    print(f"  {'#':>3} {'total':>9} {'per epoch':>10} {'GPU-h':>6} {'GPUs':>4} {'TFLOP/s':>7} {'mem/GPU':>8}  option")
+    # 'time': to the same training progress (the ranking's measure; the run's own time where the token
+    # efficiency is 1), 'eff': the token efficiency it was ranked at
+    print(f"  {'#':>3} {'time':>9} {'per epoch':>10} {'GPU-h':>6} {'GPUs':>4} {'TFLOP/s':>7} {'mem/GPU':>8} "
+          f"{'eff':>5}  option")
     for i, o in enumerate(plan.options[:top], start=1):
         p = o.prediction
-        late = "  (misses deadline)" if plan.deadline_s and o.total_time_s > plan.deadline_s else ""
-        print(f"  {i:>3} {fmt_duration(o.total_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
-              f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB  {o.label}{late}")
+        late = "  (misses deadline)" if plan.deadline_s and o.ranked_time_s > plan.deadline_s else ""
+        eff = f"{o.efficiency.value:.3g}" + ("*" if is_assumed(o.efficiency) else "")
+        print(f"  {i:>3} {fmt_duration(o.ranked_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
+              f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")
+    if any(is_assumed(o.efficiency) for o in plan.options[:top]):
+        print("  * token efficiency assumed (parameters file), not measured: time is to Data's progress")
     for group in twins(c.cluster):
         print(f"  {', '.join(group[1:])} {'has' if len(group) == 2 else 'have'} the same GPUs as {group[0]}: "
               f"options on {group[0]} stand for {'it' if len(group) == 2 else 'them'} too")

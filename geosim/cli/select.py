@@ -8,15 +8,16 @@ import sys
 from dataclasses import replace
 
 from geosim.case import Case
-from geosim.cli.common import (add_json_argument, add_sweep_rtt_argument, add_workload_arguments, load_case,
-                               load_params_arg, print_json, scenario_names)
+from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
+                               add_workload_arguments, chosen_techniques, load_case, load_params_arg, print_json,
+                               scenario_names)
 from geosim.cli.plan import print_answer_vs_rtt
 from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
 from geosim.records import read_records
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA, LiveProbes, MeasuredProbes, PredictedProbes, Selection, algorithm1
-from geosim.techniques import STUDY_ORDER, label
+from geosim.techniques import label
 from geosim.units import parse_numbers
 
 HELP = "choose a technique with the study's Algorithm 1 (probes predicted, measured or run live)"
@@ -25,6 +26,8 @@ PROBE_NAMES = ("Tp", "Td1", "Ts1", "Td2", "Ts2", "Tz2")
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser)
+    add_technique_argument(parser, "the study's four and the low-communication ones, ranked together for the "
+                                   "verdict; Algorithm 1 probes its own four configurations")
     parser.add_argument("--probe-epochs", type=int, default=1,
                         help="epochs each probe trains (the algorithm's epsilon; default %(default)s); --epochs is "
                              "the workload the verdict's time is for")
@@ -82,6 +85,7 @@ def run(args) -> int:
     if args.sweep_rtt and (args.live or args.measured):
         raise GeosimError("--sweep-rtt varies the simulated network, so it needs predicted probes", source="--sweep-rtt")
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
+    techniques = chosen_techniques(args.technique)
     params = load_params_arg(args)
     docs = []
     for name in scenario_names(args):
@@ -89,7 +93,7 @@ def run(args) -> int:
         v1, v2 = two_vms(cluster)
         case = Case(cluster, model, workload, params)
         if rtts:
-            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, techniques=STUDY_ORDER))
+            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, techniques=techniques))
             docs.append(doc)
             if not args.json:
                 print_answer_vs_rtt(doc)
@@ -104,7 +108,7 @@ def run(args) -> int:
             verdict, why = measured_plan(study_records() if args.measured == "study" else read_records(args.measured),
                                          name, cluster, model, workload, args.delta, args.measured)["verdict"], None
         else:
-            plan = make_plan(case, keep=2, delta=args.delta, techniques=STUDY_ORDER)
+            plan = make_plan(case, keep=2, delta=args.delta, techniques=techniques)
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
                **selection.to_dict()}
@@ -118,7 +122,8 @@ def run(args) -> int:
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
                       + (f" (else: {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())})" if r["others"] else ""))
     if args.json:
-        print_json(docs)
+        print_json(answer_envelope("select", params, docs,
+                                   MEASURED_NOTE if args.measured else "live probes" if args.live else ESTIMATE_NOTE))
     elif len(docs) > 1 and not rtts:
         print_summary(docs)
     return 0

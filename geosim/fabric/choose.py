@@ -194,11 +194,11 @@ def rank_sites(sites: list[Site], model: Model, workload: Workload, params: Para
             planned += 1
             c.simulated = len(found.simulated)
             ok = [o for o in found.simulated if o.ok]
-            c.best = min(ok, key=lambda o: key(o.total_time_s, o.gpus)) if ok else None
+            c.best = min(ok, key=lambda o: key(o.ranked_time_s, o.gpus)) if ok else None
             cache[same] = c
             if c.best is not None and len(c.best.hosts) == 1 and deadline_s is None and len(set(c.gpus)) == 1:
                 one_vm_best = c  # identical VMs: one of them alone is best, and stays so at any larger RTT
-    ranked = sorted(cands, key=lambda c: ((0, *key(c.best.total_time_s, c.best.gpus)) if c.best else (1,),
+    ranked = sorted(cands, key=lambda c: ((0, *key(c.best.ranked_time_s, c.best.gpus)) if c.best else (1,),
                                           c.max_rtt_ms, c.label))
     return SiteRanking(ranked, planned, derived, list(notes or []), deadline_s)
 

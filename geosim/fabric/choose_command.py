@@ -55,7 +55,7 @@ def run_sites(args, params, deadline_s, techniques) -> int:
             print(f"  {i:>3} {'-':>9} {'-':>6} {'-':>4} {rtt:>12}  {c.label:<34} no feasible option")
             continue
         b = c.best
-        print(f"  {i:>3} {fmt_duration(b.total_time_s):>9} {b.gpu_hours:>6.2f} {b.gpus:>4} {rtt:>12}  {c.label:<34} "
+        print(f"  {i:>3} {fmt_duration(b.ranked_time_s):>9} {b.gpu_hours:>6.2f} {b.gpus:>4} {rtt:>12}  {c.label:<34} "
               f"{b.label}" + (" (derived)" if c.derived_from else ""))
     if len(shown) < len(ranking.ranked):
         print(f"  ... {len(ranking.ranked) - len(shown)} more (--all lists them)")
@@ -68,7 +68,7 @@ def run_sites(args, params, deadline_s, techniques) -> int:
         print(f"  Ask for: {_ask(feasible[0], args.vms)}")
         spread = next((c for c in feasible if len(set(c.sites)) > 1), None)
         if len(set(feasible[0].sites)) == 1 and spread:
-            print(f"  Across sites, the best is {_ask(spread, args.vms)} ({fmt_duration(spread.best.total_time_s)})")
+            print(f"  Across sites, the best is {_ask(spread, args.vms)} ({fmt_duration(spread.best.ranked_time_s)})")
     return 0
 
 

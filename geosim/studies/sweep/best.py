@@ -13,14 +13,14 @@ from geosim.scenario import get_model
 from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.run import SweepContext
 from geosim.studies.whatif import with_bandwidth, with_gpu
-from geosim.techniques import is_low_communication
 from geosim.units import gbps_to_bps
 
 MAX_PLANNED_HOSTS = 4  # the planner enumerates VM subsets: beyond a few VMs that is the scale sweep's job
 
 
 def best_jobs(rows: list[dict]) -> list[dict]:
-    """One job per panel of all-VM rows that vary RTT: the RTTs and the synchronous techniques swept."""
+    """One job per panel of all-VM rows that vary RTT: the RTTs and the techniques swept (every one of them,
+    ranked on time to the same training progress: geosim.studies.ranking)."""
     groups: dict[str, dict] = {}
     for row in rows:
         p = row["point"]
@@ -30,7 +30,7 @@ def best_jobs(rows: list[dict]) -> list[dict]:
         job = groups.setdefault(repr(sorted(template.items(), key=lambda kv: kv[0])),
                                 {"point": template, "rtts": set(), "techniques": []})
         job["rtts"].add(p["rtt_ms"])
-        if not is_low_communication(p["technique"]) and p["technique"] not in job["techniques"]:
+        if p["technique"] not in job["techniques"]:
             job["techniques"].append(p["technique"])
     return [{**job, "rtts": sorted(job["rtts"])} for job in groups.values() if job["techniques"]]
 
