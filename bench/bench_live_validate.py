@@ -1,6 +1,6 @@
 """Benchmark: the whole live validation loop on the emulated WAN (root, /dev/net/tun).
 
-    sudo .venv/bin/python bench/bench_live_validate.py [--out bench-validate] [--steps 12]
+    sudo .venv/bin/python bench/bench_live_validate.py [--out-dir bench-validate] [--steps 12]
          [--rtt-ms 0.1,10,40] [--technique data,zero2,shard,pipeshard] [--records runs.jsonl]
 
 Runs `geosim live validate` with the issue's defaults (four techniques at RTT 0.1, 10

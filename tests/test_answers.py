@@ -64,7 +64,7 @@ def test_margin_reads_as_percent_or_ratio():
 def test_sweep_and_plan_find_the_same_best_at_several_rtts(tmp_path, capsys):
     rtts = [0.1, 1.0, 10.0, 57.4, 100.0]
     spec = ",".join(f"{r:g}" for r in rtts)
-    summary = run_json(capsys, ["sweep", "--scenario", "utah-mass", "--rtt-ms", spec, "--out", str(tmp_path),
+    summary = run_json(capsys, ["sweep", "--scenario", "utah-mass", "--rtt-ms", spec, "--out-dir", str(tmp_path),
                                 "--workers", "1", "--quiet"])
     (best,) = summary["best"]
     planned = run_json(capsys, ["plan", "--scenario", "utah-mass", "--sweep-rtt", spec])["slices"][0]
@@ -165,7 +165,7 @@ def test_low_communication_techniques_are_not_ranked_on_time_per_epoch(capsys):
 
 def test_predict_repeated_technique_keeps_each(capsys):
     doc = run_json(capsys, ["predict", "--scenario", "tacc-tacc", "--technique", "data", "--technique", "zero2,shard",
-                            "--all-vms-only"])
+                            "--hosts", "all"])
     assert [p["technique"] for p in doc["slices"][0]["predictions"]] == ["data", "zero2", "shard"]
 
 
@@ -179,7 +179,7 @@ def test_report_compares_measurements_with_predictions_at_the_measured_rtt(tmp_p
     from geosim.sim.predict import predict
 
     assert main(["sweep", "--scenario", "utah-mass", "--technique", "data", "--rtt-ms", "1,14,100",
-                 "--out", str(tmp_path), "--workers", "1", "--quiet", "--no-best"]) == 0
+                 "--out-dir", str(tmp_path), "--workers", "1", "--quiet", "--no-best"]) == 0
     capsys.readouterr()
     build_report(tmp_path)
     page = (tmp_path / "report.html").read_text()

@@ -55,7 +55,7 @@ def test_a_second_writer_of_a_sweep_directory_is_refused_at_once(tmp_path):
 
 def sweep_cmd(out: Path, rtts: str = "0.1:150:1.25") -> list[str]:
     return [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "zero2,data",
-            "--rtt-ms", rtts, "--out", str(out), "--workers", "1", "--quiet", "--crossover-axis", "none", "--json"]
+            "--rtt-ms", rtts, "--out-dir", str(out), "--workers", "1", "--quiet", "--crossover-axis", "none", "--json"]
 
 
 @pytest.mark.slow
@@ -142,7 +142,7 @@ def test_concurrent_cli_imports_with_append_keep_every_record(tmp_path):
         src.write_text("".join(record(i, w).to_json() + "\n" for i in range(100)))
         sources.append(src)
     out = tmp_path / "all.jsonl"
-    procs = [subprocess.Popen(CLI + ["calibrate", "import", "live", str(s), "--out", str(out), "--append"], cwd=ROOT,
+    procs = [subprocess.Popen(CLI + ["calibrate", "import", "live", str(s), "--records-out", str(out), "--append"], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for s in sources]
     for p in procs:
         _, err = p.communicate(timeout=120)

@@ -141,7 +141,7 @@ def test_ping_and_exit_status_parsing():
 def test_slice_create_dry_run_utah_mass(tmp_path):
     pytest.importorskip("fabrictestbed_extensions")
     graphml = tmp_path / "request.graphml"
-    out = geosim("fabric", "slice", "create", "scenarios/utah-mass.toml", "--dry-run", "--graphml", str(graphml))
+    out = geosim("fabric", "slice", "create", "--scenario", "scenarios/utah-mass.toml", "--dry-run", "--graphml", str(graphml))
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "VM vm1 at UTAH" in text and "VM vm2 at MASS" in text
@@ -210,7 +210,7 @@ def test_without_the_extra_geosim_fabric_says_which_to_install(tmp_path):
     shim.mkdir(parents=True)
     (shim / "__init__.py").write_text('raise ImportError("hidden by the test: as if not installed")\n')
     env = {**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{tmp_path / 'shim'}"}
-    out = geosim("fabric", "slice", "create", "scenarios/utah-mass.toml", "--dry-run", env=env)
+    out = geosim("fabric", "slice", "create", "--scenario", "scenarios/utah-mass.toml", "--dry-run", env=env)
     assert out.returncode == 2
     assert "pip install 'geosim[fabric]'" in out.stderr and out.stderr.strip().count("\n") == 0
     # the rest of geosim does not care

@@ -254,7 +254,7 @@ def test_time_to_target_formula():
 
 
 def test_cli_predict_target_tokens_json(capsys):
-    code = main(["predict", "--scenario", "utah-mass", "--all-vms-only", "--json", "--technique", "data",
+    code = main(["predict", "--scenario", "utah-mass", "--hosts", "all", "--json", "--technique", "data",
                  "--technique", "sparseloco", "--target-tokens", "1e9", "--token-efficiency", "sparseloco=0.5"])
     assert code == 0
     rows = {r["technique"]: r for r in json.loads(capsys.readouterr().out)["slices"][0]["predictions"]}

@@ -127,7 +127,7 @@ def test_plan_command_json(capsys):
 
 
 def test_plan_command_measured_study(capsys):
-    assert main(["plan", "--scenario", "utah-gpn", "--measured", "study"]) == 0
+    assert main(["plan", "--scenario", "utah-gpn", "--records", "study"]) == 0
     out = capsys.readouterr().out
     assert "Pipeshard on vm1+vm2" in out and "Algorithm 1 cannot run on these measurements" in out
     assert out.splitlines()[2].startswith("  verdict: use ") and " measured; runner-up " in out.splitlines()[2]

@@ -362,7 +362,7 @@ def test_script_predict_default(tmp_path):
 
 
 def test_script_predict_json(tmp_path):
-    proc = run_cli("predict", "--json", "--scenario", "tacc-tacc", "--all-vms-only", cwd=tmp_path)
+    proc = run_cli("predict", "--json", "--scenario", "tacc-tacc", "--hosts", "all", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     (answer,) = doc["slices"]

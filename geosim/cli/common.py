@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from geosim.cli.vocabulary import CommaList, meaning
+from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario
@@ -37,6 +37,38 @@ def add_technique_argument(parser: argparse.ArgumentParser, default_help: str = 
     parser.add_argument("--technique", action=CommaList, metavar="NAME|all",
                         help=f"technique(s); repeatable and comma-separated; 'all': every technique "
                              f"(default: {default_help})")
+
+
+def add_hosts_argument(parser: argparse.ArgumentParser, default: str | None = None, what: str = "") -> None:
+    parser.add_argument("--hosts", default=default, metavar="VMS",
+                        help=f"which VMs: names joined by + (vm1+vm2: those together), 'all' (all together), "
+                             f"'each' (each alone), comma-separated for several{what} (default: "
+                             + ("%(default)s)" if default else "all)"))
+
+
+def parse_hosts(spec: str | None, cluster, *, one: bool = False, flag: str = "--hosts") -> list[tuple[str, ...]]:
+    """--hosts: 'all', 'each', vm1+vm2, comma-separated -> the VM subsets, in order, without repeats.
+    one=True: the command takes one set of VMs (trace, calibrate import)."""
+    names = tuple(h.name for h in cluster.hosts)
+    if not spec:
+        return [names]
+    subsets = []
+    for item in (x.strip() for x in spec.split(",")):
+        if item.lower() == "all":
+            subsets.append(names)
+        elif item.lower() == "each":
+            subsets += [(n,) for n in names]
+        else:
+            chosen = tuple(x.strip() for x in item.split("+"))
+            unknown = [n for n in chosen if n not in names]
+            if unknown or not all(chosen):
+                raise GeosimError(f"no VM {unknown[0] if unknown else item!r} in {cluster.name} (its VMs: "
+                                  f"{', '.join(names)}; join names with +)", source=flag)
+            subsets.append(chosen)
+    subsets = list(dict.fromkeys(subsets))
+    if one and len(subsets) != 1:
+        raise GeosimError(f"takes one set of VMs (join names with +: {'+'.join(names)}), got {spec!r}", source=flag)
+    return subsets
 
 
 def default_techniques() -> tuple[str, ...]:

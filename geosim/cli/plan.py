@@ -6,7 +6,7 @@ import sys
 import time
 
 from geosim.case import Case
-from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
+from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
                                add_workload_arguments, fmt_duration, chosen_techniques, load_case, load_params_arg, print_json,
                                scenario_names)
 from geosim.cli.predict import describe_cluster
@@ -35,8 +35,9 @@ def add_arguments(parser) -> None:
                              "'both' also tries shard, ~40x slower to plan)")
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA,
                         help="Algorithm 1's threshold: the relative TFLOP/s gap that decides (default %(default)s)")
-    parser.add_argument("--measured", metavar="RUNS.jsonl",
+    parser.add_argument("--records", metavar="RUNS.jsonl",
                         help="rank measured runs instead ('study': the study's measurements)")
+    add_renamed(parser, "--measured", "--records", dest="records")
     add_sweep_rtt_argument(parser, "replan and show where the best option and Algorithm 1's choice flip")
     parser.add_argument("--draws", type=int, metavar="N",
                         help="re-rank the best options under N parameter draws from the fit's covariance and say "
@@ -72,8 +73,8 @@ def run(args) -> int:
         raise GeosimError(f"must be > 0, got {args.max_gpus}", source="--max-gpus")
     if args.top <= 0:
         raise GeosimError(f"must be > 0, got {args.top}", source="--top")
-    if args.draws is not None and (args.draws < 1 or args.measured):
-        raise GeosimError("needs N >= 1 and predicted options (not --measured)", source="--draws")
+    if args.draws is not None and (args.draws < 1 or args.records):
+        raise GeosimError("needs N >= 1 and predicted options (not --records)", source="--draws")
     deadline = parse_duration(args.deadline) if args.deadline else None
     intra = INTRA_STAGES if args.intra_stage == "both" else ((args.intra_stage,) if args.intra_stage else None)
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
@@ -86,9 +87,9 @@ def run(args) -> int:
     docs = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
-        if args.measured:
-            records = study_records() if args.measured == "study" else read_records(args.measured)
-            doc = measured_plan(records, name, cluster, model, workload, args.delta, args.measured)
+        if args.records:
+            records = study_records() if args.records == "study" else read_records(args.records)
+            doc = measured_plan(records, name, cluster, model, workload, args.delta, args.records)
             docs.append(doc)
             if not args.json:
                 print_measured(cluster, model, workload, doc)
@@ -125,8 +126,8 @@ def run(args) -> int:
                       f"(re-ranking the best {r['contenders']})"
                       + (f"; else {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())}" if r["others"] else ""))
     if args.json:
-        print_json(answer_envelope("plan", params, docs, MEASURED_NOTE if args.measured else ESTIMATE_NOTE))
-    elif len(docs) > 1 and not args.sweep_rtt and not args.measured:
+        print_json(answer_envelope("plan", params, docs, MEASURED_NOTE if args.records else ESTIMATE_NOTE))
+    elif len(docs) > 1 and not args.sweep_rtt and not args.records:
         print_summary(docs)
     return 0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (add_json_argument, add_technique_argument, add_workload_arguments, answer_envelope,
+from geosim.cli.common import (add_hosts_argument, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
                                ESTIMATE_NOTE,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
                                scenario_names)
@@ -31,7 +31,8 @@ HELP = "predict the best option and each technique's time, TFLOP/s and memory on
 def add_arguments(parser) -> None:
     add_workload_arguments(parser)
     add_technique_argument(parser)
-    parser.add_argument("--all-vms-only", action="store_true", help="skip the 'each VM alone' rows")
+    add_hosts_argument(parser, "all,each")
+    add_renamed(parser, "--all-vms-only", "--hosts all", dest="hosts", value="all")
     add_json_argument(parser)
     parser.add_argument("--target-tokens", metavar="N|chinchilla",
                         help="time-to-target table: the time to train as far as Data gets in N tokens "
@@ -45,11 +46,9 @@ def add_arguments(parser) -> None:
                         help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
 
 
-def host_subsets(cluster, all_only: bool) -> list[tuple[str, ...]]:
-    everything = tuple(h.name for h in cluster.hosts)
-    if all_only or len(everything) == 1:
-        return [everything]
-    return [everything] + [(h,) for h in everything]
+def host_subsets(cluster, spec: str) -> list[tuple[str, ...]]:
+    """The table's rows: --hosts (default: all the VMs together, then each alone)."""
+    return parse_hosts(spec, cluster)
 
 
 def same_progress(args, params, model) -> SameProgress:
@@ -82,7 +81,7 @@ def _run(args) -> int:
         scenario, cluster, model, workload = load_case(name, args)
         case = Case(cluster, model, workload, params)
         rows: list[Prediction] = []
-        for hosts in host_subsets(cluster, args.all_vms_only):
+        for hosts in host_subsets(cluster, args.hosts):
             for technique in techniques:
                 prediction = predict(case, technique, hosts=hosts)
                 if args.rtt_ms is None and args.bandwidth_gbps is None:

@@ -13,7 +13,7 @@ from geosim.scenario import get_model, make_workload
 
 
 def run_sites(args, params, deadline_s, techniques) -> int:
-    for flag, value in (("--scenario", args.scenario), ("--rtt-ms", args.rtt_ms), ("--measured", args.measured),
+    for flag, value in (("--scenario", args.scenario), ("--rtt-ms", args.rtt_ms), ("--records", args.records),
                         ("--sweep-rtt", args.sweep_rtt)):
         if value:
             raise GeosimError("not with --sites (the sites make the slices; their RTTs are measured or estimated)",
