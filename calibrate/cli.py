@@ -26,7 +26,7 @@ from geosim.studies.reference import study_records
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-console", "alpa-log", "live")
-# the free set cross-validation uses (README: Calibrating geosim): the collective step's round trips
+# the free set cross-validation uses (docs/guide/calibrate.md): the collective step's round trips
 # globally (per-link values fitted on three techniques extrapolate worse to the fourth), one
 # per-iteration overhead shared by all techniques (a held-out technique has no overhead of its own to
 # fit), and no technique-only scalar (ZeRO-2's gather width is a fact of what Alpa sends, not a knob)

@@ -7,6 +7,7 @@ import json
 import sys
 
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
+from geosim import plausibility
 from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario
@@ -137,6 +138,7 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
     for flag in ("rtt_ms", "bandwidth_gbps"):  # argparse's float() takes 'nan' and 'inf'
         if getattr(args, flag) is not None:
             check_number(getattr(args, flag), f"--{flag.replace('_', '-')}", None, *LINK_RANGES[flag])
+            plausibility.check(getattr(args, flag), f"--{flag.replace('_', '-')}", f"--{flag.replace('_', '-')}", flag)
     if args.rtt_ms is not None:
         cluster = with_rtt(cluster, ms_to_s(args.rtt_ms))
     if args.bandwidth_gbps is not None:
@@ -151,11 +153,16 @@ def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Worklo
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")
     try:
         workload = scenario.workload(**workload_overrides(args))
-    except GeosimError as exc:  # a command-line value out of range: name the flag
+    except GeosimError as exc:  # a command-line value out of range or at odds with the file's: name the flag
         flag = (exc.key or "").removeprefix("workload.")
-        if workload_overrides(args).get(flag) is None:
+        given = [k for k, v in workload_overrides(args).items() if v is not None]
+        blamed = flag if flag in given else next((k for k in given if k in exc.problem), None)
+        if blamed is None:
             raise
-        raise GeosimError(exc.problem, source=f"--{flag.replace('_', '-')}") from None
+        others = [k for k in workload_overrides(args) if k in exc.problem and k not in given]
+        hint = "".join(f"; {k} is the scenario's workload.{k} (give --{k.replace('_', '-')} to change it)"
+                       for k in others)
+        raise GeosimError(exc.problem + hint, source=f"--{blamed.replace('_', '-')}") from None
     model = get_model(args.model, scenario.models)
     return scenario, resolve_cluster(scenario, args), model, workload
 

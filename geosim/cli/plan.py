@@ -42,7 +42,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--draws", type=int, metavar="N",
                         help="re-rank the best options under N parameter draws from the fit's covariance and say "
                              "how often the best one wins")
-    fabric = parser.add_argument_group("choosing FABRIC sites (instead of --scenario; README and docs/guide/fabric.md)")
+    fabric = parser.add_argument_group("choosing FABRIC sites (instead of --scenario; docs/guide/fabric.md)")
     fabric.add_argument("--sites", metavar="SITE,SITE,...|all",
                         help="rank every slice these FABRIC sites allow (site pairs x GPU models) by the planner's "
                              "best option on it; 'all': every site whose GPUs are known")

@@ -27,7 +27,7 @@ from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, 
 from geosim.techniques import is_pipelined
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
-# Parameters fitted for CPU "GPUs" talking gloo over TCP (see README: Real runs on the emulated WAN): the CPU's
+# Parameters fitted for CPU "GPUs" talking gloo over TCP (docs/guide/wan-emulator.md): the CPU's
 # efficiency, one fixed cost per technique, and the transport's per-RTT costs, which absorb
 # gloo's one round trip per tensor: collective steps (all-reduce, all-gather) and point-to-point
 # sends (pipeshard's ppermute) each wait a fitted number of RTTs.

@@ -32,7 +32,7 @@ import geosim
 from geosim.errors import GeosimError
 
 # With no bandwidth cap the link runs as fast as the forwarder moves frames: ~5.5 Gbit/s
-# measured on an idle 2-core machine (README: the WAN emulator), less when training competes for the CPU.
+# measured on an idle 2-core machine (docs/guide/wan-emulator.md), less when training competes for the CPU.
 UNCAPPED_GBPS = 5.0
 OPTION_FLAGS = (  # live.train.Options field -> flag of `geosim live run`
     ("technique", "--technique"), ("model", "--model"), ("steps", "--steps"), ("epochs", "--epochs"),
