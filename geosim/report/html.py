@@ -111,7 +111,7 @@ def build_report(out_dir: str | Path, records: str | None = None) -> dict:
     files = []
     if axis:
         files += plot_time_vs_axis(rows, plots / f"time-vs-{axis.split('_')[0]}", axis=axis, metric=metric,
-                                   crossovers=crossovers, measured=measured)
+                                   crossovers=crossovers, measured=measured, best=read_best(out_dir))
     files += plot_breakdown(rows, plots / "breakdown", axis=axis or "rtt_ms",
                             measured=measured if metric == "total_time_s" else ())  # bars are whole runs
     beside = predicted_at_measured(rows, measured, manifest, axis, metric)
