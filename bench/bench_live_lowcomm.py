@@ -227,8 +227,12 @@ def plot(out: Path, seeds: list[int], path: Path, title: str, summary: dict, hel
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    print(f"wrote {path}")
+    from geosim.report.figures import LAYOUT, save_png
+
+    save_png(fig, path, dpi=110)  # >= 1200 px wide; its text checked for overlaps on the renderer
+    plt.close(fig)
+    overlaps = LAYOUT[str(path)]["overlaps"]
+    print(f"wrote {path}" + (f" (overlapping labels: {overlaps})" if overlaps else ""))
 
 
 def wan_timing(args, out: Path) -> dict:

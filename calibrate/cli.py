@@ -207,7 +207,11 @@ def run_fit(args) -> int:
         raise GeosimError(f"must be >= 1, got {args.max_evaluations}", source="--max-evaluations")
     cases = load_cases(args.records)
     base = load_params(args.params)
-    known = {s for s in args.known_links.split(",") if s}
+    known = {s.strip() for s in args.known_links.split(",") if s.strip()}
+    unknown = sorted(known - {c.slice_key for c in cases})
+    if unknown:  # a misspelt slice would silently leave its link fitted
+        raise GeosimError(f"no record is on {', '.join(map(repr, unknown))} (the records' slices: "
+                          f"{', '.join(sorted({c.slice_key for c in cases}))})", source="--known-links")
     slices = {c.slice_key for c in cases} - known
     free = default_free(cases, base, fit_links=set() if args.links == "none" else slices,
                         link_kind="auto" if args.links == "none" else args.links, fit_workload=args.fit_workload,
@@ -280,7 +284,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
         name = safe_file_name(slice_key, names)
         names.add(name)
         out[Path(directory) / f"{name}.toml"] = tomli_w.dumps(doc)
-    Path(directory).mkdir(parents=True, exist_ok=True)
+    Path(directory).mkdir(exist_ok=True)  # its parent was checked before the fit: never made silently
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from geosim.errors import require
+from geosim.report.figures import save_png
 
 COLOURS = {"data": "tab:blue", "zero2": "tab:orange", "shard": "tab:red", "pipeshard": "tab:green"}
 SLICE_MARKERS = ("o", "^", "s", "D", "v", "P", "X", "h")
@@ -26,8 +27,6 @@ def plot_predicted_vs_measured(series: dict[str, list[tuple[str, str, float, flo
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
-
-    from geosim.report.figures import save_png
 
     kinds = [k for k in series if series[k]]
     slices = list(dict.fromkeys(s for k in kinds for s, _, _, _ in series[k]))

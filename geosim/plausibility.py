@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from geosim.fabric.sites import FIBRE_KM_PER_MS, find_site, great_circle_km
+
 
 @dataclass(frozen=True)
 class Plausible:
@@ -67,8 +69,6 @@ def check(value: float, source: str | None, key: str, name: str | None = None) -
 
 def check_light_speed(rtt_ms: float, site_a: str, site_b: str, source: str | None, key: str) -> None:
     """Warn if a round trip between two known FABRIC sites is faster than light in fibre between them."""
-    from geosim.fabric.sites import FIBRE_KM_PER_MS, find_site, great_circle_km
-
     a, b = find_site(site_a), find_site(site_b)
     if a is None or b is None or a.name == b.name:
         return

@@ -8,7 +8,6 @@ keep every prediction finite; they are listed in docs/reference/run-records.md.
 
 from __future__ import annotations
 
-import math
 import re
 
 import tomllib
@@ -21,6 +20,8 @@ from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
 from geosim.units import gbps_to_bps, ms_to_s
+from geosim.fabric.sites import estimate_rtt_ms, find_site
+from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
 PRECISIONS = ("fp16", "bf16", "fp32")
@@ -36,8 +37,11 @@ MODEL_RANGES = {"n_layer": (1, 1024), "n_embd": (1, 65536), "n_head": (1, 1024),
                 "n_ctx": (1, 1_000_000)}
 WORKLOAD_RANGES = {"tokens_per_epoch": (1, 10**13), "seq_len": (1, 1_000_000), "global_batch": (1, 10_000_000),
                    "microbatches": (1, 4096), "epochs": (1, 1_000_000)}
+# counts that multiply a prediction's work (docs/reference/cli.md, "Bounds on numbers"): far above
+# any slice simulated today (1,024 hosts, 8,192 GPUs are in reach), low enough to refuse a typo
 MAX_HOSTS = 4096
 MAX_GPUS_PER_HOST = 64
+MAX_GPUS = 65_536
 
 
 def _toml_text(text: str, source: str) -> dict:
@@ -50,7 +54,9 @@ def _toml_text(text: str, source: str) -> dict:
 
 
 def read_text(path: Path) -> str:
-    """A text file's contents, or a one-line error (missing, unreadable, not UTF-8)."""
+    """A text file's contents, or a one-line error (missing, unreadable, not UTF-8, not a regular
+    file: a FIFO would block the read, a device never end it)."""
+    regular_input(path)
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -94,23 +100,6 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_number(value, source: str | None, key: str | None, low: float, high: float, *, integer: bool = False,
-                 exclusive_low: bool = False, line: int | None = None):
-    """A finite number in [low, high] (or (low, high]); whole if `integer`. Never NaN, never inf."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise GeosimError(f"must be a number, got {_short(value)}", source=source, key=key, line=line)
-    if not math.isfinite(value):
-        raise GeosimError(f"must be a finite number, got {value!r}", source=source, key=key, line=line)
-    if integer and value != int(value):
-        raise GeosimError(f"must be a whole number, got {value!r}", source=source, key=key, line=line)
-    if value < low or (exclusive_low and value == low):
-        raise GeosimError(f"must be {'>' if exclusive_low else '>='} {low:g}, got {value!r}", source=source, key=key,
-                          line=line)
-    if value > high:
-        raise GeosimError(f"must be <= {high:g}, got {value!r}", source=source, key=key, line=line)
-    return int(value) if integer else float(value)
-
-
 def _positive(value, source: str, key: str, *, allow_zero: bool = False) -> float:
     """Kept for callers outside this module: a finite number > 0 (>= 0 with allow_zero)."""
     return check_number(value, source, key, 0.0, 1e300, exclusive_low=not allow_zero)
@@ -144,7 +133,23 @@ def _model_from_table(name: str, table, source: str, prefix: str) -> Model:
 @cache
 def gpu_catalog() -> dict[str, GPU]:
     doc = _toml_text(resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
-    return {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
+    raw = {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
+    return {name: _with_power_cap(g, _generation_tflops_per_watt(raw)) for name, g in raw.items()}
+
+
+def _generation_tflops_per_watt(catalog: dict[str, GPU]) -> dict[str, float]:
+    """Generation -> the least tensor TFLOP/s per watt of its cards in the catalog: what a card of
+    that generation sustains per watt of board power (the compute model's cap, sim/compute.py)."""
+    per_watt: dict[str, float] = {}
+    for g in catalog.values():
+        if g.tdp_w:
+            ratio = g.fp16_tensor_tflops / g.tdp_w
+            per_watt[g.architecture] = min(ratio, per_watt.get(g.architecture, ratio))
+    return per_watt
+
+
+def _with_power_cap(gpu: GPU, per_watt: dict[str, float]) -> GPU:
+    return replace(gpu, generation_tflops_per_watt=per_watt.get(gpu.architecture))
 
 
 MODELS_TOML = "geosim/data/models.toml"
@@ -268,7 +273,8 @@ def scenario_from_doc(doc: dict, source: str, default_name: str = "scenario") ->
             _string(doc[key], source, key)
     gpus = dict(gpu_catalog())
     for name, table in _table(doc.get("gpus", {}), source, "gpus").items():
-        gpus[name] = _gpu_from_table(name, table, source, f"gpus.{name}.")
+        gpus[name] = _with_power_cap(_gpu_from_table(name, table, source, f"gpus.{name}."),
+                                     _generation_tflops_per_watt(gpu_catalog()))
     models = {name: _model_from_table(name, t, source, f"models.{name}.")
               for name, t in _table(doc.get("models", {}), source, "models").items()}
     hosts = _hosts(doc["hosts"], gpus, source)
@@ -312,6 +318,9 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
         if nic not in NIC_KINDS:
             raise GeosimError(f"must be {' or '.join(NIC_KINDS)}, got {_short(nic)}", source=source, key=prefix + "nic")
         hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic))
+    total = sum(len(h.gpus) for h in hosts)
+    if total > MAX_GPUS:
+        raise GeosimError(f"at most {MAX_GPUS:,} GPUs in all, got {total:,}", source=source, key="hosts")
     sites = {h.site for h in hosts}
     for i, h in enumerate(hosts):
         if h.name in sites and h.site != h.name:
@@ -367,7 +376,6 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
 
 def _estimated_rtt_ms(ends: list[str], hosts: list[Host], source: str, prefix: str) -> float:
     """A link without rtt_ms between two FABRIC sites: the RTT estimated from their distance."""
-    from geosim.fabric.sites import estimate_rtt_ms, find_site
 
     by_host = {h.name: h.site for h in hosts}
     sites = [find_site(by_host.get(end, end)) for end in ends]

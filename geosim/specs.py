@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from geosim.errors import GeosimError
+from geosim.parameters import missing_value
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -24,6 +27,9 @@ class GPU:
     bf16_tensor_tflops: float | None = None  # None: no bf16 (Turing)
     architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the compute model's overrides
     tdp_w: float | None = None  # board power: caps a power-dense card's sustained tensor rate (sim/compute.py)
+    # the least tensor TFLOP/s per watt of its generation's cards in the catalog (geosim.scenario sets it):
+    # what a power-dense card of that generation sustains per watt of tdp_w; None: no cap
+    generation_tflops_per_watt: float | None = None
 
     def peak_tflops(self, precision: str) -> float:
         if precision == "fp32":
@@ -158,7 +164,10 @@ class Workload:
 
 @dataclass(frozen=True)
 class Params:
-    """Every tunable constant of the simulator, in SI units.
+    """Every tunable constant of the simulator, in SI units (seconds, bytes, bit/s).
+
+    Each is declared once, with its file key, unit, range, prior and source, in
+    geosim/parameters.py; the parameters file converts its units to these at the boundary.
 
     The shipped values live in one file, geosim/data/params-default.toml (read by
     geosim.params.load_params); a user's --params file overrides any subset.
@@ -169,23 +178,23 @@ class Params:
     efficiency: dict[str, float]
     window_bytes: float  # TCP in-flight window per stream
     streams: int  # sockets NCCL opens per connection
-    stream_rate_gbps: float  # what one socket can move, host-side (copies through host memory)
+    stream_rate_bps: float  # what one socket can move, host-side (copies through host memory), bit/s
     per_message_overhead_s: float
     p2p_handshake_rtts: float  # extra round trips per point-to-point send (rendezvous)
     collective_step_rtts: float  # round trips each collective step waits for flow control
     slow_start_after_idle: bool
     initial_window_bytes: float
     idle_restart_s: float  # idle time after which TCP restarts from the initial window
-    pcie_gbps: dict[int, float]
-    nvlink_gbps: float
+    pcie_bps: dict[int, float]  # PCIe generation -> GPU-to-host rate, bit/s
+    nvlink_bps: float
     intra_host_latency_s: float
     lan_rtt_s: float
-    lan_bandwidth_gbps: float
+    lan_bandwidth_bps: float
     collectives: dict[str, str]  # technique -> ring | tree | hierarchical
     combine_bytes: float  # XLA's collective combiner: gradient collectives go in buffers of at most this
     iteration_overhead_s: dict[str, float]
     startup_s: dict[str, float]
-    workspace_gib: float
+    workspace_bytes: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
     # (names, matrix): the covariance of the logs of the fitted global parameters, for parameter draws
@@ -206,24 +215,23 @@ class Params:
     usable_memory_fraction: float = 0.9  # of a GPU's memory, what JAX's allocator preallocates
     memory_margin_fraction: float = 0.1  # within this of the usable memory: "may not fit"
 
-    def compute_efficiency(self):
-        from geosim.sim.compute import Efficiency
-
-        return Efficiency(self.gemm_fraction, self.gemm_half_s, self.memory_fraction, self.kernel_s,
-                          tuple(sorted(self.gemm_fraction_by_architecture.items())))
-
     def settings(self, technique: str):
-        """The technique's Settings: from the parameters file, else its defaults."""
+        """The technique's Settings, as the parameters file built them (geosim.params: every technique
+        found, its Settings' defaults overridden by its [NAME] table)."""
         found = self.technique_settings.get(technique)
         if found is None:
-            from geosim.techniques import settings_class
-
-            found = settings_class(technique)()
+            raise GeosimError(f"no settings for technique {technique!r} in these parameters (it was not found "
+                              "when they were read)", source=self.source, key=technique)
         return found
 
     def with_settings(self, technique: str, **changes) -> "Params":
         updated = replace(self.settings(technique), **changes)
         return replace(self, technique_settings={**self.technique_settings, technique: updated})
+
+    def for_technique(self, field: str, technique: str):
+        """A technique-keyed table's value (iteration_overhead_s, startup_s, collectives, ...): a technique
+        the table does not name (a new file, an older parameters file) gets the declared default, never 0."""
+        return getattr(self, field).get(technique, missing_value(field))
 
     def with_values(self, **changes) -> "Params":
         return replace(self, **changes)

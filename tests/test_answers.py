@@ -176,7 +176,7 @@ def test_report_compares_measurements_with_predictions_at_the_measured_rtt(tmp_p
     """The bug: report.html put the prediction at the grid's middle (14 ms) beside the study's
     measurement at 57.4 ms. Now the prediction beside a measurement is at the measurement's RTT."""
     from geosim.report.html import build_report
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
 
     assert main(["sweep", "--scenario", "utah-mass", "--technique", "data", "--rtt-ms", "1,14,100",
                  "--out-dir", str(tmp_path), "--workers", "1", "--quiet", "--no-best"]) == 0

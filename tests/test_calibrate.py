@@ -24,7 +24,7 @@ from geosim.studies.reference import study_records
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import load_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.records import RunRecord, validate, write_records
 from geosim.scenario import get_model, load_scenario
 
@@ -275,7 +275,7 @@ def test_uncertainty_range_of_an_unidentifiable_value_does_not_overflow():
 
 
 def test_out_of_memory_records_constrain_the_workspace():
-    params = replace(load_params(), workspace_gib=1.0)
+    params = replace(load_params(), workspace_bytes=1.0 * 2**30)
     sc = load_scenario("utah-gpn")
 
     def margin(technique):  # GiB the tightest GPU has left, with no workspace reserved
@@ -288,8 +288,8 @@ def test_out_of_memory_records_constrain_the_workspace():
                       measured={"time_per_iteration_s": 9.0}, source="simulated")]
     fitted, memory = fit_memory(cases_from_records(recs, "m"), params)
     # the tight one ran out of memory: a workspace between the two margins explains both outcomes
-    assert memory == {"right": 2, "total": 2, "workspace_gib": fitted.workspace_gib, "note": memory["note"]}
-    assert margin(tight) < fitted.workspace_gib <= margin(loose)
+    assert memory == {"right": 2, "total": 2, "workspace_gib": fitted.workspace_bytes / 2**30, "note": memory["note"]}
+    assert margin(tight) < fitted.workspace_bytes / 2**30 <= margin(loose)
 
 
 # ----------------------------------------------------------------------------- the command line

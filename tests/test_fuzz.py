@@ -32,7 +32,7 @@ from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.records import validate
 from geosim.scenario import load_scenario
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.specs import Model, Workload
 
 TINY = Model("fuzz-tiny", n_layer=2, n_embd=64, n_head=2, vocab=1000, n_ctx=128)

@@ -69,7 +69,7 @@ def local_record_doc(per_host=(1, 1)) -> dict:
 def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
     from geosim.calibrate.cases import cases_from_records
     from geosim.params import load_params
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
 
     doc = wan_runs.to_wan_record(local_record_doc((2, 2)), fake_slice(rtt=20, bandwidth=500))
     cluster = doc["cluster"]
@@ -86,7 +86,7 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
 def test_window_cap_of_the_slice_is_the_links_window_and_slows_the_simulated_run():
     from geosim.calibrate.cases import cases_from_records
     from geosim.params import load_params
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
 
     capped = fake_slice(rtt=20, bandwidth=1000)
     capped.extra = {"tcp_window_kib": 128.0}
@@ -137,7 +137,7 @@ def simulated_records(rtts, per_step_extra=None):
     """Records whose 'measured' times the simulator itself produced with known parameters."""
     from geosim.calibrate.cases import cases_from_records
     from geosim.params import load_params
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
 
     truth = load_params()
     truth = replace(truth, efficiency={**truth.efficiency, "CPU": 0.05}, collective_step_rtts=1.5,

@@ -62,7 +62,7 @@ def test_crossval_plot_rings_the_fastest_per_slice_without_labels_piling_up(tmp_
     from geosim.case import Case
     from geosim.params import load_params
     from geosim.scenario import BUILTIN_SCENARIOS, get_model, load_scenario
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
     from geosim.studies.reference import attach_measurement
 
     params, series = load_params(None), []

@@ -16,7 +16,7 @@ from geosim.case import Case
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import default_params, load_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import BUILTIN_SCENARIOS, builtin_scenarios, load_scenario, model_catalog
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
 from geosim.techniques import technique_names
@@ -309,7 +309,7 @@ def test_cli_predict_json_breakdowns_add_up(capsys):
     (["predict", "--scenario", "utah-gpn", "--model", "gpt5"], "unknown model 'gpt5'"),
     (["predict", "--scenario", "utah-gpn", "--global-batch", "8", "--microbatches", "3"],
      "microbatches (3) must divide global_batch (8)"),
-    (["predict", "--scenario", "utah-gpn", "--epochs", "0"], "--epochs: must be > 0"),
+    (["predict", "--scenario", "utah-gpn", "--epochs", "0"], "--epochs: must be >= 1"),
     (["predict", "--params", "/nonexistent/p.toml"], "/nonexistent/p.toml: no such file"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(capsys, argv, needle):

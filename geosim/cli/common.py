@@ -6,15 +6,18 @@ import argparse
 import json
 import sys
 
-from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim import plausibility
+from geosim.case import DEFAULT_NETWORK
+from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.params import load_params
+from geosim.sim.network import network_names
 from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies.ranking import fmt_time
 from geosim.units import RANGE_SYNTAX, gbps_to_bps, ms_to_s
+from geosim.scenario import LINK_RANGES, check_number
 
 DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
 
@@ -65,6 +68,8 @@ def parse_hosts(spec: str | None, cluster, *, one: bool = False, flag: str = "--
             if unknown or not all(chosen):
                 raise GeosimError(f"no VM {unknown[0] if unknown else item!r} in {cluster.name} (its VMs: "
                                   f"{', '.join(names)}; join names with +)", source=flag)
+            if len(set(chosen)) < len(chosen):
+                raise GeosimError(f"a VM named twice in {item!r}", source=flag)
             subsets.append(chosen)
     subsets = list(dict.fromkeys(subsets))
     if one and len(subsets) != 1:
@@ -74,10 +79,10 @@ def parse_hosts(spec: str | None, cluster, *, one: bool = False, flag: str = "--
 
 def default_techniques() -> tuple[str, ...]:
     """What predict, select and plan rank when --technique is not given: one set, so the three print
-    the same verdict (the study's four and the low-communication techniques)."""
-    from geosim.techniques import STUDY_ORDER, is_low_communication, technique_names
+    the same verdict (every technique found, low-communication ones at their token efficiency)."""
+    from geosim.techniques import default_techniques as every_technique
 
-    return tuple(t for t in technique_names() if t in STUDY_ORDER or is_low_communication(t))
+    return tuple(every_technique())
 
 
 def chosen_techniques(names: list[str] | None, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -104,6 +109,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
     add_scenario_argument(parser, many=many_scenarios)
     parser.add_argument("--model", default="gpt2m", help=f"{meaning('--model')} (default: %(default)s)")
     parser.add_argument("--params", metavar="FILE", help=meaning("--params"))
+    parser.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
+                        help=f"{meaning('--network')} (default: %(default)s)")
     parser.add_argument("--rtt-ms", type=float, metavar="MS",
                         help="set the RTT of the links between sites, ms (default: the scenario's)")
     parser.add_argument("--bandwidth-gbps", type=float, metavar="GBPS",
@@ -132,7 +139,6 @@ def workload_overrides(args) -> dict:
 
 
 def resolve_cluster(scenario: Scenario, args) -> Cluster:
-    from geosim.scenario import LINK_RANGES, check_number
 
     cluster = scenario.cluster
     for flag in ("rtt_ms", "bandwidth_gbps"):  # argparse's float() takes 'nan' and 'inf'

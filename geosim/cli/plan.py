@@ -94,7 +94,7 @@ def run(args) -> int:
             if not args.json:
                 print_measured(cluster, model, workload, doc)
             continue
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
 
         def plan_at(c: Case, label=cluster.name, keep=None if args.all else args.top) -> Plan:
             progress = Progress(label)

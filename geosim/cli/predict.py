@@ -18,11 +18,11 @@ from geosim.cli.common import (add_hosts_argument, add_json_argument, add_rename
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
                                scenario_names)
 from geosim.errors import GeosimError
-from geosim.sim.predict import Prediction, predict, shared_predictions
+from geosim.predict import Prediction, predict, shared_predictions
 from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.reference import attach_measurement
 from geosim.studies.whatif import wan_links
-from geosim.techniques import is_low_communication, label
+from geosim.techniques import is_baseline, is_low_communication, label
 from geosim.units import s_to_ms
 
 HELP = "predict the best option and each technique's time, TFLOP/s and memory on a slice (default: the study's five)"
@@ -76,10 +76,11 @@ def _run(args) -> int:
         raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
     techniques = chosen_techniques(args.technique)
     lowcomm = [t for t in techniques if is_low_communication(t)]
+    _check_target_options(args)
     slices = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
         rows: list[Prediction] = []
         for hosts in host_subsets(cluster, args.hosts):
             for technique in techniques:
@@ -118,6 +119,15 @@ def _run(args) -> int:
     return 0
 
 
+def _check_target_options(args) -> None:
+    """--target-tokens and --token-efficiency checked before any work, also when no row uses them."""
+    from geosim.studies import convergence
+
+    if args.target_tokens and args.target_tokens.strip().lower() != "chinchilla":
+        convergence.target_tokens(args.target_tokens, None)
+    convergence.parse_overrides(args.token_efficiency)
+
+
 def _target_fields(prediction: Prediction, targets) -> dict:
     return targets.get(id(prediction), {}) if targets else {}
 
@@ -128,7 +138,7 @@ def _time_to_target(progress: SameProgress, workload, rows) -> dict[int, dict]:
     tokens = progress.target_tokens or workload.iterations_per_epoch * workload.epochs * workload.tokens_per_iteration
     fields = {}
     for r in rows:
-        if not (is_low_communication(r.technique) or r.technique == "data"):
+        if not (is_low_communication(r.technique) or is_baseline(r.technique)):
             continue
         eff = progress.efficiency(r)
         fields[id(r)] = {"target_tokens": tokens, "token_efficiency": eff.value, "token_efficiency_source": eff.source,

@@ -94,7 +94,7 @@ def run(args) -> int:
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         v1, v2 = two_vms(cluster)
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
         if rtts:
             doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, techniques=techniques))
             docs.append(doc)

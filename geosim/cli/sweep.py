@@ -13,6 +13,9 @@ from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 from geosim.units import RANGE_SYNTAX
+from geosim.cli.common import fmt_duration
+from geosim.scale import scale_name
+from geosim.techniques import default_techniques, get_technique, technique_names
 
 HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
 
@@ -35,8 +38,8 @@ def add_arguments(p) -> None:
                    help="WAN bandwidths in Gbit/s; 'native' = the scenario's own (default %(default)s)")
     g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2-large (default %(default)s)")
     g.add_argument("--technique", action=CommaList, metavar="NAME",
-                   help="techniques, or 'all'; repeatable and comma-separated (default: the study's "
-                        "data,zero2,shard,pipeshard)")
+                   help="techniques, or 'all'; repeatable and comma-separated (default: every synchronous "
+                        "technique found, today the study's data,zero2,shard,pipeshard)")
     g.add_argument("--replace-gpu", dest="gpu", metavar="SPEC", default="native",
                    help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
     g.add_argument("--hosts", metavar="SPEC", default="all",
@@ -71,7 +74,6 @@ def add_arguments(p) -> None:
 
 
 def build_grid(args) -> Grid:
-    from geosim.scale import scale_name
 
     scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
     if args.num_sites:
@@ -95,17 +97,20 @@ def build_grid(args) -> Grid:
     for text in args.set:
         name, values = parse_assignment(text)
         axes[name] = values
-    for name in WORKLOAD_KINDS:
-        if WORKLOAD_KINDS[name] == "int" and any(v <= 0 for v in axes.get(name, [])):
-            raise GeosimError("values must be > 0", source=f"--{name}")
+    from geosim.scenario import WORKLOAD_RANGES
+    from geosim.validate import check_number
+
+    for name in WORKLOAD_KINDS:  # each value in a scenario's range, before any point runs
+        for value in axes.get(name, []) if WORKLOAD_KINDS[name] == "int" else []:
+            check_number(value, f"--{name.replace('_', '-')}", None, *WORKLOAD_RANGES.get(name, (1, 10**13)),
+                         integer=True)
     return Grid(axes)
 
 
 def _techniques(names: list[str] | None) -> list[str]:
-    from geosim.techniques import STUDY_ORDER, get_technique, technique_names
 
     if not names:
-        return [t for t in STUDY_ORDER if t in technique_names()]
+        return default_techniques(synchronous=True)
     found = list(dict.fromkeys(t for n in names for t in (technique_names() if n == "all" else [n])))
     for name in found:
         get_technique(name)  # unknown names fail before any work
@@ -117,7 +122,6 @@ def run(args) -> int:
     from geosim.studies.sweep.run import make_context, make_executor, run_sweep
     from geosim.studies.sweep.best import best_vs_rtt
     from geosim.studies.sweep.store import write_best, write_crossovers
-    from geosim.techniques import technique_names
 
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
@@ -190,7 +194,6 @@ def format_summary(s: dict) -> str:
 
 def format_best(best: list[dict]) -> list[str]:
     """The best option at each RTT by the planner's ranking: what `geosim plan --sweep-rtt` says too."""
-    from geosim.cli.common import fmt_duration
     from geosim.studies.crossover import describe
 
     if not best:

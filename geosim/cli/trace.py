@@ -10,6 +10,7 @@ from pathlib import Path
 from geosim.cli.common import (add_hosts_argument, add_json_argument, add_technique_argument, add_workload_arguments,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, parse_hosts, print_json)
 from geosim.sim.engine import run_schedule
+from geosim.sim.network import network_model
 from geosim.errors import GeosimError
 from geosim.fileio import check_output_path, write_atomic
 from geosim.techniques import build_schedule
@@ -72,8 +73,10 @@ def run(args) -> int:
 
 
 def _trace(args, technique, out, cluster, model, workload, params) -> dict:
-    schedule = build_schedule(technique, Case(cluster, model, workload, params))
-    result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations, trace=True)
+    case = Case(cluster, model, workload, params, network=args.network)
+    schedule = build_schedule(technique, case)
+    result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations,
+                          network=network_model(case.network), trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
            "otherData": {"scenario": cluster.name, "technique": technique, "model": model.name,
                          "description": schedule.description, "iteration_end_s": result.iteration_end}}

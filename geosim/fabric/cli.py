@@ -17,6 +17,8 @@ from pathlib import Path
 
 from geosim.cli.common import add_json_argument, add_technique_argument
 from geosim.errors import GeosimError
+from geosim.errors import require
+from geosim.techniques import is_low_communication, is_pipelined, technique_names
 
 HELP = "provision a FABRIC slice from a scenario (fablib), calibrate on it, bring the run records home"
 
@@ -104,13 +106,20 @@ def run(args) -> int:
         return _delete(args)
     from geosim.fabric.request import DEFAULT_IMAGE, request_from_scenario
 
+    from geosim.fileio import check_output_path
+    from geosim.validate import inside
+
     if args.old_scenario is not None:
         print("geosim: warning: the positional SCENARIO is deprecated; use --scenario SCENARIO", file=sys.stderr)
         args.scenario = args.scenario or args.old_scenario
     if not args.scenario:
         raise GeosimError("required: the scenario to provision", source="--scenario")
     request = request_from_scenario(args.scenario, args.model, args.name, args.image or DEFAULT_IMAGE)
-    out = Path(args.out or f"{request.name}.toml")
+    # the default file is named after the slice, whose name comes from the scenario: it must stay here
+    out = check_output_path(args.out, "--out") if args.out else inside(".", f"{request.name}.toml", "the slice name",
+                                                                        "--name")
+    if getattr(args, "graphml", None):
+        check_output_path(args.graphml, "--graphml")
     if args.slice_command == "emulate":
         return _emulate(args, request, out)
     if args.dry_run:
@@ -155,11 +164,15 @@ def _dry_run_create(args, request, out: Path) -> int:
 def _emulate(args, request, out: Path) -> int:
     from geosim.fabric.provision import write_emulated_slice
 
-    try:
-        wan = json.loads(Path(args.wan_state).read_text())
-    except FileNotFoundError:
+    from geosim.validate import regular_input
+
+    if not Path(args.wan_state).exists():
         raise GeosimError("no emulated WAN is up (`geosim live wan up --num-hosts N --rtt-ms R`, as root)",
-                          source=args.wan_state) from None
+                          source=args.wan_state)
+    try:
+        wan = json.loads(regular_input(args.wan_state, "--wan-state").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise GeosimError(f"not valid JSON ({exc})", source=args.wan_state) from None
     homes = Path(args.homes) if args.homes else out.with_name(out.stem + ".homes")
     doc = write_emulated_slice(request, wan, out, sys.executable, homes.resolve())
     _print_slice(doc, args.json)
@@ -200,13 +213,12 @@ def _techniques(values) -> tuple[str, ...]:
     if not values:
         return TECHNIQUES
     names = tuple(t.strip().lower() for v in values for t in v.split(",") if t.strip())
-    if "all" in names:  # every technique a calibration can run
-        names = tuple(dict.fromkeys(n for t in names for n in (TECHNIQUES + ("diloco", "sparseloco") if t == "all"
-                                                                else (t,))))
+    if "all" in names:  # the calibration's own and every low-communication technique without a pipeline
+        every = TECHNIQUES + tuple(t for t in technique_names() if is_low_communication(t) and not is_pipelined(t))
+        names = tuple(dict.fromkeys(n for t in names for n in (every if t == "all" else (t,))))
     for t in names:
-        if t not in TECHNIQUES + ("diloco", "sparseloco"):
-            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(TECHNIQUES)}, diloco, sparseloco)",
-                              source="--technique")
+        if t not in technique_names():  # the one registry: a technique found by its module
+            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(technique_names())})", source="--technique")
     return names
 
 
@@ -230,7 +242,6 @@ def _calibrate(args) -> int:
         _log(UNTESTED)
         fablib = online_fablib()
     elif doc["kind"] == "fablib":
-        from geosim.errors import require
 
         require("fabrictestbed_extensions", extra="fabric", command="geosim fabric calibrate")
     nodes = nodes_from_slice_file(doc, fablib)

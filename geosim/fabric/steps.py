@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 from geosim.errors import GeosimError
+from geosim.fileio import write_atomic
 from geosim.fabric.nodes import Node, Result
 from geosim.techniques import STUDY_ORDER
+from geosim.errors import require
 
 STEPS = ("bootstrap", "install", "ray", "probe", "runs", "fetch")
 TECHNIQUES = STUDY_ORDER  # what a calibration runs by default: the study's four
@@ -82,10 +84,11 @@ class Calibration:
             raise GeosimError(f"not valid JSON ({exc}); delete it to start over", source=str(self.state_path)) from None
 
     def save_state(self, state: dict) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        tmp.write_text(json.dumps(state, indent=2, allow_nan=False))
-        os.replace(tmp, self.state_path)
+        try:  # the work directory itself, never its missing parents
+            self.workdir.mkdir(exist_ok=True)
+        except FileNotFoundError:
+            raise GeosimError(f"no such directory {str(self.workdir.parent)!r}", source="--workdir") from None
+        write_atomic(self.state_path, json.dumps(state, indent=2, allow_nan=False))
 
     # -- running commands -------------------------------------------------------------------------
     def run(self, node: Node, command: str, what: str, timeout: float | None = 600, check: bool = True) -> Result:
@@ -253,9 +256,7 @@ class Calibration:
                 records = [line for line in path.read_text().splitlines() if line.strip()]
                 lines += records[-1:]
         out = self.workdir / "runs.jsonl"
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines))
-        os.replace(tmp, out)
+        write_atomic(out, "".join(line + "\n" for line in lines))
         self.log(f"{len(lines)} run record(s) in {out}")
         return {"records": "runs.jsonl", "count": len(lines)}
 
@@ -296,7 +297,6 @@ def build_wheel(workdir: Path, dry_run: bool = False) -> Path:
 
 def wheel_requirements(wheel: Path, extra: str) -> list[str]:
     """The wheel's own Requires-Dist: its base dependencies and those of `extra`, markers resolved."""
-    from geosim.errors import require
 
     Requirement = require("packaging.requirements", extra="fabric", command="geosim fabric calibrate").Requirement
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from geosim.fileio import write_atomic
+
 MIN_WIDTH_PX = 1200
 DPI = 150
 # path written -> {"overlaps": pairs of overlapping texts, "texts": every text drawn} (tests read it)
@@ -81,8 +83,6 @@ def png_bytes(fig, *, dpi: int = DPI, extra=(), tight: bool = True) -> bytes:
 
 def save_png(fig, path: str | Path, *, dpi: int = DPI, extra=(), tight: bool = True) -> Path:
     """Write the figure as a PNG atomically (geosim.fileio), recording its text overlaps in LAYOUT."""
-    from geosim.fileio import write_atomic
-
     data = png_bytes(fig, dpi=dpi, extra=extra, tight=tight)
     LAYOUT[str(Path(path))] = {"overlaps": text_overlaps(fig), "texts": [t.get_text() for t in texts(fig)]}
     write_atomic(path, data)

@@ -12,7 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from geosim.errors import require
+from geosim.fileio import save_figure
+from geosim.report.figures import save_png
 from geosim.studies.sweep.grid import NATIVE
+from geosim.techniques import get_technique, is_low_communication, label, technique_names
 
 COLORS = {"data": "#1f77b4", "zero2": "#ff7f0e", "shard": "#2ca02c", "pipeshard": "#d62728"}
 PARTS = (("run_compute_s", "compute", "#4c72b0"), ("run_exposed_comm_s", "exposed communication", "#dd8452"),
@@ -43,7 +46,6 @@ def _color(technique: str) -> str:
     """The study's four keep fixed colours; other techniques take the rest in name order."""
     if technique in COLORS:
         return COLORS[technique]
-    from geosim.techniques import technique_names
 
     others = [t for t in technique_names() if t not in COLORS]
     index = others.index(technique) if technique in others else len(others)
@@ -52,7 +54,6 @@ def _color(technique: str) -> str:
 
 def _style(technique: str) -> tuple:
     """(line style, marker) per technique, fixed across figures like its colour."""
-    from geosim.techniques import technique_names
 
     names = technique_names()
     index = names.index(technique) if technique in names else len(names)
@@ -60,7 +61,6 @@ def _style(technique: str) -> tuple:
 
 
 def _label(technique: str) -> str:
-    from geosim.techniques import get_technique, label
 
     try:
         get_technique(technique)
@@ -70,7 +70,6 @@ def _label(technique: str) -> str:
 
 
 def _low_communication(technique: str) -> bool:
-    from geosim.techniques import get_technique, is_low_communication
 
     try:
         get_technique(technique)
@@ -97,12 +96,10 @@ def _save(fig, base: Path, legend=None) -> list[Path]:
     """PNG (geosim.report.figures: >= 1200 px wide, its text overlaps recorded) and SVG;
     bbox_inches="tight" with the legend as an extra artist grows the canvas to hold the legend
     outside the axes instead of clipping it."""
-    from geosim.report.figures import save_png
-
     paths = [base.with_suffix(".png"), base.with_suffix(".svg")]
     extra = [legend] if legend is not None else []
     save_png(fig, paths[0], dpi=DPI, extra=extra)
-    fig.savefig(paths[1], bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
+    save_figure(fig, paths[1], bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
     return paths
 
 

@@ -17,11 +17,12 @@ from typing import Callable
 
 from geosim.case import Case
 from geosim.errors import GeosimError
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.studies.ranking import (MeasuredOption, Option, SameProgress, choice_vs_rtt, rank, rank_key, verdict,
                                    why_algorithm1_differs)
 from geosim.studies.whatif import with_rtt
 from geosim.units import ms_to_s
+from geosim.validate import check_number
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import (get_technique, is_low_communication, label, plan_floor_s, plan_variants,
@@ -168,7 +169,9 @@ def parse_duration(text: str) -> float:
     if not match:
         raise GeosimError(f"not a duration (try 36h, 90min, 5400s), got {text!r}", source="--deadline")
     scale = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, None: 3600, "d": 86400}[match.group(2)]
-    return float(match.group(1)) * scale
+    # a deadline of 0 would be no deadline at all; 100 years is past any training run
+    return check_number(float(match.group(1)) * scale, "--deadline", None, 0.0, 100 * 365 * 86400.0,
+                        exclusive_low=True)
 
 
 @dataclass

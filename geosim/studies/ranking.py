@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from geosim.sim.predict import Prediction
+from geosim.predict import Prediction
 from geosim.specs import Params
 from geosim.studies.convergence import Efficiency, time_to_target_s, token_efficiency, uses_compressed_pipeline
 from geosim.techniques import get_technique, option_kind, variant_label

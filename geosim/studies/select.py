@@ -14,7 +14,7 @@ from typing import Protocol
 
 from geosim.errors import GeosimError
 from geosim.case import Case
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.records import RunRecord
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques import data, is_pipelined, label, option_kind, pipeshard, shard, zero2

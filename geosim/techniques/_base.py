@@ -61,7 +61,7 @@ def backward_multiplier(workload: Workload) -> float:
 
 
 def overhead_op(technique: str, params: Params) -> Compute:
-    return Compute(0.0, "iteration overhead", kind="overhead", seconds=params.iteration_overhead_s.get(technique, 0.0))
+    return Compute(0.0, "iteration overhead", kind="overhead", seconds=params.for_technique("iteration_overhead_s", technique))
 
 
 def require_divisible(what: str, value: int, by: int, by_what: str) -> None:

@@ -81,7 +81,7 @@ def build_replica(cluster: Cluster, hosts: tuple[str, ...], kind: str, model: Mo
                                                         activation_compression=activation_compression))
     global_rank = {(d.host, d.local_index): d.rank for d in devices_of(cluster)}
     rank_of = {d.rank: global_rank[(d.host, d.local_index)] for d in inner.devices}
-    overhead = Compute(0.0, "iteration overhead", kind="overhead", seconds=params.iteration_overhead_s.get(technique, 0.0))
+    overhead = Compute(0.0, "iteration overhead", kind="overhead", seconds=params.for_technique("iteration_overhead_s", technique))
     programs = {}
     for local, ops in inner.programs.items():
         programs[rank_of[local]] = [overhead if type(op) is Compute and op.kind == "overhead" else _remap(op, rank_of)

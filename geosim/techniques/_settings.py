@@ -10,11 +10,11 @@ them: the params file, `--params` validation and the fitter discover them from h
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from geosim.errors import GeosimError
+from geosim.validate import is_finite
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,9 @@ def check_value(t: Tunable, value: Any, source: str, key: str):
         if not isinstance(value, str):
             raise GeosimError(f"must be a string, got {value!r}", source=source, key=key)
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise GeosimError(f"must be a finite number, got {value!r}", source=source, key=key)
+    # is_finite: an int of any size is finite, but past 1e300 it is no float (a TOML integer is unbounded)
+    if not is_finite(value) or abs(value) > 1e300:
+        raise GeosimError(f"must be a finite number, got {value!r:.60}", source=source, key=key)
     if t.kind is int and int(value) != value:
         raise GeosimError(f"must be a whole number, got {value!r}", source=source, key=key)
     if (t.low is not None and value < t.low) or (t.high is not None and value > t.high):

@@ -16,6 +16,9 @@ from geosim.techniques._base import (accumulation, check_dims, combined, devices
 
 NAME = "data"
 LABEL = "Data"  # how tables and verdicts name it
+# token efficiencies are Data's tokens / a technique's tokens (geosim/studies/convergence.py)
+BASELINE = True
+ALPA_METHOD = "DataParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
 
 
@@ -32,7 +35,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     per_gpu = microbatch_per_gpu(workload, p)
     grad_bytes = model.num_params * workload.bytes_per_value
     group = tuple(d.rank for d in devices)
-    allreduce = combined("allreduce", group, grad_bytes, params.collectives.get(NAME, "ring"), ("grads",),
+    allreduce = combined("allreduce", group, grad_bytes, params.for_technique("collectives", NAME), ("grads",),
                          "gradient all-reduce", params)
     program = [accumulation(model, workload, per_gpu, group), allreduce, optimizer_op(model, model.num_params),
                overhead_op(NAME, params)]

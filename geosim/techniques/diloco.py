@@ -59,7 +59,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                                     OUTER_STATE_BYTES[s.outer_optimizer], "outer optimizer")
     H = s.inner_steps
     pseudo_gradient = model.num_params * s.sync_dtype_bytes
-    algorithm = params.collectives.get(NAME, "ring")
+    algorithm = params.for_technique("collectives", NAME)
     what = (f"{len(replicas)} replicas ({replicas[0].description}), H={H}, {s.outer_optimizer} outer step, "
             f"pseudo-gradient {s.sync_dtype_bytes:g} B/value")
     if not s.overlap:

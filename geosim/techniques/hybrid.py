@@ -95,7 +95,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     replicas = [build_replica(cluster, g, "full" if len(g) == 1 else "pipeline", model, inner, params, NAME,
                               activation_compression=compression) for g in groups]
     add_outer_state(replicas, state, "outer state + error feedback" if s.error_feedback else "outer state")
-    sync = sparse_gather_ops(replicas, lambda n: sparseloco.payload_bytes(n, s), params.collectives.get(NAME, "ring"),
+    sync = sparse_gather_ops(replicas, lambda n: sparseloco.payload_bytes(n, s), params.for_technique("collectives", NAME),
                              devices)
     kinds = ", ".join(("+".join(r.hosts) + (f" pipelined x{compression:g}" if r.kind == "pipeline" else " full"))
                       for r in replicas)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
+from geosim.sim.network import least_delay
 from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
@@ -25,6 +26,7 @@ from geosim.techniques.shard import layers_ops
 
 NAME = "pipeshard"
 LABEL = "Pipeshard"  # how tables and verdicts name it
+ALPA_METHOD = "PipeshardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
 PIPELINED = True
 BUILDS_ON = ("shard",)  # a stage sharded over its mesh runs Shard's layers
@@ -187,7 +189,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += backward(m)
             if intra == "data" and g > 1:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
-                                          params.collectives.get(NAME, "ring"), ("stage-grads", s), "stage gradient all-reduce"))
+                                          params.for_technique("collectives", NAME), ("stage-grads", s), "stage gradient all-reduce"))
             program.append(optimizer_op(model, held))
             program.append(overhead_op(NAME, params))
             programs[dev.rank] = program
@@ -301,7 +303,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     its backward comes back before stage 0 runs B(k); under 1F1B stage 0's next op after B(k) is
     F(k + S), so the iteration holds ceil(M / S) such round trips back to back (GPipe: one), each
     costing every stage's forward and backward and each crossing's least delay on the network
-    predict() runs (TCPNetwork.least_delay_s: idle hops, the largest window).
+    predict() runs (geosim.sim.network.least_delay: idle hops, the largest window).
     Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
     if not options or "layer_split" not in options:
@@ -333,9 +335,9 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
         iteration = max(iteration, trips * (sum(forward_s) + sum(backward_s) + crossings))
-    iteration += params.iteration_overhead_s.get(NAME, 0.0)
+    iteration += params.for_technique("iteration_overhead_s", NAME)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
-    return (params.startup_s.get(NAME, 0.0) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+    return (params.for_technique("startup_s", NAME) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
 
 
 # (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the
@@ -346,26 +348,24 @@ _NETWORKS: dict[tuple, tuple] = {}
 def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:
     """Seconds a microbatch's activations take at least to cross every stage boundary forward, plus
     its gradients back: per boundary the least delay of any of its sends (build()'s sends)."""
-    from geosim.sim.kernel import Clock
-    from geosim.sim.network.tcp import TCPNetwork  # the model predict() runs
-
-    key = (id(case.cluster), id(case.params), hosts)
+    key = (id(case.cluster), id(case.params), hosts, case.network)
     known = _NETWORKS.get(key)
     if known is None or known[0] is not case.cluster or known[1] is not case.params:
         if len(_NETWORKS) >= 64:
             _NETWORKS.clear()
         on = case.on(hosts).cluster
         devices = devices_of(on)
-        known = _NETWORKS[key] = (case.cluster, case.params, devices, TCPNetwork(Clock(), on, case.params, devices))
-    _, _, devices, network = known
+        # the best case of the network model predict() runs for this case
+        known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay(case.network, on, case.params, devices))
+    _, _, devices, least_delay_s = known
     meshes = ([[d for d in devices if d.host in mesh] for mesh in options["meshes"]] if "meshes" in options
               else [[d] for d in devices])
     act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
     total = 0.0
     for before, after in zip(meshes, meshes[1:]):
         pairs = _overlaps(len(before), len(after))
-        total += min(network.least_delay_s(before[j].rank, after[k].rank, act_bytes * frac, True)
+        total += min(least_delay_s(before[j].rank, after[k].rank, act_bytes * frac, True)
                      for j, k, frac in pairs)
-        total += min(network.least_delay_s(after[k].rank, before[j].rank, act_bytes * frac, True)
+        total += min(least_delay_s(after[k].rank, before[j].rank, act_bytes * frac, True)
                      for j, k, frac in pairs)
     return total

@@ -18,6 +18,7 @@ from geosim.techniques._base import (backward_multiplier, check_dims, devices_of
 
 NAME = "shard"
 LABEL = "Shard"  # how tables and verdicts name it
+ALPA_METHOD = "ShardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "tensor parallelism over all GPUs: activation all-reduces inside every layer"
 COLLECTIVES_PER_LAYER = 4  # Megatron-style: two all-reduces forward, two backward
 
@@ -36,7 +37,7 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
     total = model.layer_forward_flops(tokens, s)
     attention_share = (8 * h * h + 4 * s * h) / (24 * h * h + 4 * s * h)
     act_bytes = tokens * h * workload.bytes_per_value
-    algorithm = params.collectives.get(NAME, "ring")
+    algorithm = params.for_technique("collectives", NAME)
     per_half = max(1, collectives_per_layer // 2)
     forward, backward = [], []
     for direction, ops, mult in (("fwd", forward, 1.0), ("bwd", backward, backward_multiplier(workload))):

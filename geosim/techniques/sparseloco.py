@@ -64,7 +64,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     devices = devices_of(cluster)
     replicas = single_host_replicas(cluster, {"replicas": s.replicas}, model, workload, params, NAME, state_bytes_per_param(s),
                                     "outer state + error feedback" if s.error_feedback else "outer state")
-    sync = sparse_gather_ops(replicas, lambda n: payload_bytes(n, s), params.collectives.get(NAME, "ring"), devices)
+    sync = sparse_gather_ops(replicas, lambda n: payload_bytes(n, s), params.for_technique("collectives", NAME), devices)
     return assemble(NAME, devices, replicas, s.inner_steps, sync,
                     f"{len(replicas)} replicas ({replicas[0].description}), H={s.inner_steps}, "
                     f"top-{s.topk_fraction:g} x {s.bits}-bit (+{s.index_bits:g}-bit index)"

@@ -27,6 +27,7 @@ from geosim.techniques._base import (accumulation, check_dims, combined, devices
 
 NAME = "zero2"
 LABEL = "ZeRO2"  # how tables and verdicts name it
+ALPA_METHOD = "Zero2Parallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "data parallel, gradients reduce-scattered every microbatch, sharded optimizer, parameters all-gathered"
 
 
@@ -46,7 +47,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     per_gpu = microbatch_per_gpu(workload, p)
     grad_bytes = model.num_params * workload.bytes_per_value
     group = tuple(d.rank for d in devices)
-    algorithm = params.collectives.get(NAME, "ring")
+    algorithm = params.for_technique("collectives", NAME)
     scatter = combined("reduce_scatter", group, grad_bytes, algorithm, ("rs",), "gradient reduce-scatter", params)
     buffers = scatter.count
     buffer = grad_bytes / buffers

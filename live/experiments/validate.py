@@ -25,6 +25,10 @@ from geosim.cli.vocabulary import CommaList, add_renamed
 from geosim.errors import GeosimError
 from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, Row, latency_costs, plot, print_report
 from geosim.techniques import is_pipelined
+from geosim.fileio import write_atomic
+from geosim.params import load_params, write_params
+from geosim.records import read_records
+from geosim.scenario import get_model
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
 # Parameters fitted for CPU "GPUs" talking gloo over TCP (docs/guide/wan-emulator.md): the CPU's
@@ -45,6 +49,7 @@ START_POINTS = ({}, {"transport.collective_step_rtts": 3.0, "transport.p2p_hands
 # whole number (a stepped residual a finite-difference fit cannot follow), so it is profiled:
 # fitted on a coarse grid, then refined around the best.
 SHARD_GRID = (4, 8, 16, 32, 64, 128)
+PROFILED = {"shard.collectives_per_layer": SHARD_GRID}  # whole-number settings fitted on a grid
 
 
 def add_arguments(parser) -> None:
@@ -243,7 +248,6 @@ def free_params(cases, base):
 def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
     """Fit on the records at every RTT but held_out; (fit result, [(record, predicted, role)])."""
     from geosim.calibrate.fit import fit, predict_with
-    from geosim.params import load_params
 
     base = base or load_params(None)
     ok = [r for r in records if r.status == "ok" and "time_per_iteration_s" in r.measured]
@@ -267,16 +271,18 @@ def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
                 best = candidate
         return best
 
-    if "shard" not in techniques:
+    profiled = [key for key in PROFILED if key.partition(".")[0] in techniques]
+    if not profiled:
         result = best_fit(base)
     else:
+        technique, _, leaf = profiled[0].partition(".")
         tried = {}
-        for k in SHARD_GRID:
-            tried[k] = best_fit(base.with_settings("shard", collectives_per_layer=k))
+        for k in PROFILED[profiled[0]]:
+            tried[k] = best_fit(base.with_settings(technique, **{leaf: k}))
         k0 = min(tried, key=lambda k: tried[k].rms_log_error)
         for k in sorted({max(1, round(k0 / 1.4)), max(1, round(k0 * 1.4)), max(1, round(k0 / 1.18)),
                          max(1, round(k0 * 1.18))} - set(tried)):
-            tried[k] = best_fit(base.with_settings("shard", collectives_per_layer=k))
+            tried[k] = best_fit(base.with_settings(technique, **{leaf: k}))
         result = min(tried.values(), key=lambda r: r.rms_log_error)
     out = [(c.case.record, c.predicted, "fit") for c in result.cases]
     out += [(c.case.record, c.predicted, "held out") for c in predict_with(result, per_iteration_cases(test, "test"))]
@@ -300,9 +306,11 @@ def validate_records(records, held_out: float, *, max_nfev: int = 40):
     fitted = {f.param.name: {"value": f.value, "unit": f.param.unit, "sigma_log": None if not math.isfinite(f.sigma_log)
                              else f.sigma_log, "note": f.note} for f in result.fitted}
     slowdown, round_trips, qualitative = latency_costs(rows)
-    if any(r.technique == "shard" for r in records):
-        fitted["shard.collectives_per_layer"] = {"value": float(result.params.settings("shard").collectives_per_layer), "unit": "",
-                                                 "sigma_log": None, "note": "profiled on a grid"}
+    for key in PROFILED:
+        technique, _, leaf = key.partition(".")
+        if any(r.technique == technique for r in records):
+            fitted[key] = {"value": float(getattr(result.params.settings(technique), leaf)), "unit": "",
+                           "sigma_log": None, "note": "profiled on a grid"}
     report = Report(rows, held_out, fitted, list(result.warnings), slowdown, qualitative, within,
                     round_trips=round_trips)
     report.fit_seconds = time.perf_counter() - started
@@ -346,11 +354,11 @@ def run(args) -> int:
     for key, value in (("--seq-len", args.seq_len), ("--tcp-window-kib", args.tcp_window_kib)):
         if value is not None and not value > 0:
             raise GeosimError(f"must be > 0, got {value}", key=key)
-    from geosim.scenario import get_model
 
     get_model(args.model)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from geosim.fileio import make_output_dir
+
+    out = make_output_dir(args.out, "--out")
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     started = time.monotonic()
     if args.records:
@@ -376,7 +384,6 @@ def run(args) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
     run_seconds = time.monotonic() - started
-    from geosim.records import read_records
 
     records = [r for r in read_records(runs) if r.technique in techniques]
     rtts_seen = sorted({requested_rtt(r) for r in records})
@@ -389,7 +396,6 @@ def run(args) -> int:
     rep, result = validate_records(records, held_out, max_nfev=args.max_evaluations)
     rep.other_holdouts = other_holdouts(records, held_out, args.max_evaluations)
     rep.runs_path, rep.run_seconds = str(runs), run_seconds
-    from geosim.params import write_params
 
     rep.params_path = str(out / "fitted.toml")
     write_params(result.params, rep.params_path, fitted={"on": sorted({f"live:wan-rtt{requested_rtt(r):g}ms/{r.technique}"
@@ -399,7 +405,6 @@ def run(args) -> int:
     if plot_path:
         plot(rep, Path(plot_path))
         rep.plot_path = plot_path
-    from geosim.fileio import write_atomic
 
     write_atomic(out / "validate.json", json.dumps(rep.to_dict(), indent=2, allow_nan=False))
     if args.json:

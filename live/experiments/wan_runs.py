@@ -30,6 +30,7 @@ from pathlib import Path
 
 import geosim
 from geosim.errors import GeosimError
+from geosim.records import append_record, validate
 
 # With no bandwidth cap the link runs as fast as the forwarder moves frames: ~5.5 Gbit/s
 # measured on an idle 2-core machine (docs/guide/wan-emulator.md), less when training competes for the CPU.
@@ -79,6 +80,8 @@ def child_argv(opts, *, coordinator: str, num_processes: int, process_id: int, c
     argv = [sys.executable, "-m", "geosim", "live", "run"]
     for name, flag in OPTION_FLAGS:
         value = getattr(opts, name)
+        if name == "warmup" and value >= (opts.steps or value + 1):
+            continue  # more warm-up than steps: each process times what is left (an explicit --warmup is refused)
         if value is not None:
             argv += [flag, str(value)]
     for name, value in (opts.lowcomm or {}).items():  # as arguments: every process gets the same options
@@ -228,7 +231,6 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
 
 def to_wan_record(doc: dict, wan) -> dict:
     """Process 0's record (its inline cluster says the devices per host) -> the same run on the slice."""
-    from geosim.records import validate
 
     local = doc.get("cluster") or {}
     per_host = [len(h["gpus"]) for h in local.get("hosts", [])] or [1] * len(wan.hosts)
@@ -247,7 +249,6 @@ def to_wan_record(doc: dict, wan) -> dict:
 
 
 def append(path: str, doc: dict) -> None:
-    from geosim.records import append_record, validate
 
     append_record(path, validate(doc, path))
 

@@ -16,6 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from geosim.errors import GeosimError
+from geosim.errors import require
+from geosim.scenario import get_model
 
 
 @dataclass
@@ -153,8 +155,6 @@ def check_memory(compiled, limit_gib: float | None):
 def run(opts: Options, log=print) -> Result:
     """Train and measure. SIGINT/SIGTERM (live/train/interrupts.py, when the CLI installed
     its handlers) and Ctrl-C stop the run at the next safe point with status interrupted."""
-    from geosim.errors import require
-    from geosim.scenario import get_model
 
     from geosim.live.train import interrupts
 

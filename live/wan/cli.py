@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 import time
+from geosim.errors import GeosimError
+from geosim.scenario import check_number
 
 HELP = "emulate a geo-distributed slice on this machine: hosts in network namespaces joined by a delayed WAN link (root)"
 
@@ -53,7 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _matrix(text: str) -> list[list[float]]:
-    from geosim.errors import GeosimError
 
     try:
         return [[float(x) for x in row.split(",")] for row in text.strip().strip(";").split(";")]
@@ -90,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
         rtt = _matrix(args.rtt_matrix) if args.rtt_matrix else args.rtt_ms
         mbit = None
         if args.bandwidth_gbps is not None:  # the emulator's tbf takes Mbit/s: check in the unit the user typed
-            from geosim.scenario import check_number
 
             mbit = 1000 * check_number(args.bandwidth_gbps, None, "--bandwidth-gbps", emulator.MIN_MBIT / 1000,
                                        emulator.MAX_MBIT / 1000)
@@ -130,7 +130,6 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from geosim.errors import GeosimError
     from geosim.live.wan import emulator, measure
 
     wan = emulator.current()

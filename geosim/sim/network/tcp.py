@@ -16,13 +16,36 @@ which is what lets a 1,024-GPU iteration or a calibration fit run in seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network.exclusive import ExclusiveLinks
 from geosim.sim.network.topology import Topology
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
+
+
+NAME = "tcp"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The TCP model's own constants ([transport] in the parameters file, declared in
+    geosim/parameters.py); SI units. A scenario's link may override window, streams, step_rtts."""
+
+    window_bytes: float  # in-flight window per stream
+    streams: int  # sockets NCCL opens per connection
+    stream_rate_bps: float  # what one socket can move, host-side (copies through host memory)
+    per_message_overhead_s: float
+    p2p_handshake_rtts: float  # extra round trips per point-to-point send (rendezvous)
+    collective_step_rtts: float  # round trips each collective step waits for flow control
+    slow_start_after_idle: bool
+    initial_window_bytes: float
+    idle_restart_s: float  # idle time after which TCP restarts from the initial window
+
+    @classmethod
+    def from_params(cls, params: Params) -> "Settings":
+        return cls(**{f.name: getattr(params, f.name) for f in fields(cls)})
 
 
 @dataclass(slots=True)
@@ -67,6 +90,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
     def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None,
                  precompute: bool = True):
         super().__init__(clock, cluster, params, devices, trace)
+        self.settings = Settings.from_params(params)
         self.precompute = precompute
         self.topology = Topology(cluster, params, devices)
         self.free_at = self.topology.free_at
@@ -79,13 +103,13 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         if key in self._routes:
             return self._routes[key]
         a, b = self.devices[src], self.devices[dst]
-        p = self.params
+        p = self.settings
         topo = self.topology
         names = [f"gpu{src}:out", f"gpu{dst}:in"]
         same_host = a.host == b.host
         nvlink = topo.same_host_nvlink(a, b)
         rates = [topo.gpu_rate(a, nvlink), topo.gpu_rate(b, nvlink)]
-        one_way = p.intra_host_latency_s
+        one_way = self.params.intra_host_latency_s  # the host's, shared with every model
         window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
         if not same_host:
             for u, v, edge in topo.path(a.host, b.host):
@@ -103,7 +127,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         route = Route(
             hops=tuple(topo.hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
-            stream_rate=streams * p.stream_rate_gbps * 1e9 / 8, step_rtts=step_rtts,
+            stream_rate=streams * p.stream_rate_bps / 8, step_rtts=step_rtts,
         )
         route.restart_after_s = route.rtt_s + p.idle_restart_s
         route.initial_window = min(route.max_window, p.initial_window_bytes)
@@ -119,7 +143,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         cwnd = conn.cwnd if conn.cwnd < w_max else w_max
         idle = start - conn.last_active
         rto = route.restart_after_s
-        if idle > rto and self.params.slow_start_after_idle:
+        if idle > rto and self.settings.slow_start_after_idle:
             # Linux (tcp_cwnd_restart) halves the window for each RTO of idleness after the
             # first, down to the initial window; halving continuously keeps the model monotonic
             initial = route.initial_window
@@ -138,7 +162,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         largest. send() only adds to it (queueing, slow start, waiting for the connection); a floor
         the planner prunes with."""
         route = self._routes.get((src, dst)) or self.route(src, dst)
-        p = self.params
+        p = self.settings
         line = nbytes / route.line_rate
         if route.windowed:
             # a flow moves at most its largest window per round trip (flow_time)
@@ -165,7 +189,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         mine = self._sent[src]
         mine[0] += nbytes
         mine[1] += 1
-        p, key = self.params, (src, dst)
+        p, key = self.settings, (src, dst)
         pair = self._pairs.get(key)  # one look-up for the route and the connection
         if pair is None:
             conn = self.connections.get(key)
@@ -202,3 +226,6 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         return arrival
 
 Network = TCPNetwork  # the name before network models had a protocol
+
+
+MODEL = TCPNetwork

@@ -14,6 +14,7 @@ from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.run import SweepContext
 from geosim.studies.whatif import with_bandwidth, with_gpu
 from geosim.units import gbps_to_bps
+from geosim.studies.plan import answer_vs_rtt, make_plan
 
 MAX_PLANNED_HOSTS = 4  # the planner enumerates VM subsets: beyond a few VMs that is the scale sweep's job
 
@@ -37,7 +38,6 @@ def best_jobs(rows: list[dict]) -> list[dict]:
 
 def solve_best(ctx: SweepContext, job: dict) -> dict:
     """The planner's best (and Algorithm 1's choice) at each of the job's RTTs (runs in a worker)."""
-    from geosim.studies.plan import answer_vs_rtt, make_plan
 
     p = job["point"]
     sc = ctx.scenarios[p["scenario"]]

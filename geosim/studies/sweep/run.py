@@ -24,15 +24,17 @@ from dataclasses import dataclass, field
 from geosim.errors import GeosimError, require
 from geosim.params import load_params
 from geosim.case import Case
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scale import is_scale_name, scale_scenario
 from geosim.scenario import Scenario, get_model, load_scenario
 from geosim.specs import Params
+from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint
 from geosim.techniques import technique_names
 from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
 from geosim.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
+from geosim.scenario import LINK_RANGES, check_number
 
 
 @dataclass
@@ -66,7 +68,6 @@ def make_context(grid: Grid, params_path: str | None = None, metric: str = "tota
                 raise GeosimError(f"scenario {name} has no host {missing[0]!r}", source="--hosts")
         if any(v != NATIVE for v in grid.axes.get("rtt_ms", [])) and not sc.cluster.links:
             raise GeosimError("has no link between hosts whose RTT could change", source=name, key="--rtt-ms")
-    from geosim.scenario import LINK_RANGES, check_number
 
     for axis in ("rtt_ms", "bandwidth_gbps"):
         for v in grid.axes.get(axis, []):
@@ -207,10 +208,15 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, ctx: SweepContext, address: str, num_cpus: int | None = None):
+        if address == "local":
+            loopback_ray_env()  # before the import where possible: Ray reads it then (local_ray.py)
         self.ray = require("ray", extra="sweep", command="geosim sweep --ray-address")
+        self._temp = None
         if not self.ray.is_initialized():
-            kwargs = {"num_cpus": num_cpus} if address == "local" else {}
-            self.ray.init(address=address, include_dashboard=False, log_to_driver=False, **kwargs)
+            if address == "local":  # ours alone: on loopback, in a private temp directory
+                self._temp = init_local(self.ray, num_cpus)
+            else:  # a cluster someone started deliberately: attach to it
+                self.ray.init(address=address, include_dashboard=False, log_to_driver=False)
             self._owns = True
         else:
             self._owns = False
@@ -233,6 +239,7 @@ class RayExecutor:
     def close(self):
         if self._owns:
             self.ray.shutdown()
+            remove_temp_dir(self._temp)
 
 
 def make_executor(ctx: SweepContext, jobs: int | None = None, ray_address: str | None = None):

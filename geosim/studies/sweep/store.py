@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from geosim.errors import GeosimError
-from geosim.fileio import locked, write_atomic
+from geosim.fileio import locked, make_output_dir, write_atomic
 
 SCHEMA = "geosim.studies.sweep.run/1"
 RESULTS = "results.jsonl"
@@ -140,10 +140,7 @@ class ResultStore:
         self._lock = None
 
     def open(self, manifest: dict, fresh: bool = False) -> "ResultStore":
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise GeosimError("exists and is not a directory", source=str(self.dir)) from None
+        make_output_dir(self.dir, "--out")  # the directory, never its missing parents
         self._lock = locked(self.dir, wait=False, what="sweep directory")
         self._lock.__enter__()  # held until close(): a second sweep into this directory fails at once
         try:

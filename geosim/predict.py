@@ -1,5 +1,8 @@
 """One prediction: spec -> technique schedule -> engine -> time, throughput, memory and why.
 
+It sits above the techniques (it asks the registry for a schedule) and the simulator core
+(geosim/sim/: the engine, the network models), which know nothing of it.
+
 A run's iterations are alike once TCP connections have warmed, so the engine
 simulates a few and the rest are extrapolated from the steady state
 (bench/bench_predict.py checks this against simulating every iteration).
@@ -15,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from geosim.sim import memory_layout
 from geosim.sim.engine import run_schedule
+from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.errors import GeosimError
 from geosim.case import Case
@@ -196,12 +200,14 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     if worst.status == memory_layout.MAY_NOT_FIT:
         result.memory_note = f"{worst.describe()} on {place}"
 
-    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
+    network = network_model(case.network)
+    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network, exact=exact)
     if simulated_iterations >= 3 and not _settled(real):
         # TCP windows that never settle (idle restarts against heterogeneous GPUs) make
         # iterations wander: average over more of them rather than trust the last two
         simulated_iterations = UNSETTLED_ITERATIONS
-        real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
+        real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network,
+                            exact=exact)
     ideal = run_schedule(schedule, used, params, workload, iterations=1, network=IdealNetwork, exact=exact)
     last = simulated_iterations - 1
     steady = (real.iteration_end[last] - real.iteration_end[0]) / last if last else real.iteration_end[0]
@@ -218,7 +224,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     # has n / k programs, and per-iteration figures are a program's divided by k
     k = schedule.iterations_per_program
     programs = max(1.0, result.iterations / k)
-    startup = params.startup_s.get(technique, 0.0)
+    startup = params.for_technique("startup_s", technique)
     run_time = first + (programs - 1) * steady
     run_breakdown = breakdown.scaled(programs)
     run_breakdown.exposed_comm_s += first - steady  # the cold first iteration: connections still warming
