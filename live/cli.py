@@ -190,7 +190,7 @@ def _check_combinations(args) -> None:
     from geosim.validate import check_number
 
     if isinstance(args.hosts, int):
-        check_number(args.hosts, "--nodes", None, 1, 4096, integer=True)
+        check_number(args.hosts, "--hosts", None, 1, 4096, integer=True)
     steps = args.steps if args.steps is not None else (None if args.epochs else DEFAULT_STEPS)
     if args.warmup is not None and steps is not None and args.warmup >= steps:  # asked for: no step left to time
         raise GeosimError(f"must be fewer than the steps ({steps}): no step would be timed, got {args.warmup}",

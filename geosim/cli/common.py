@@ -54,10 +54,13 @@ def parse_hosts(spec: str | None, cluster, *, one: bool = False, flag: str = "--
     """--hosts: 'all', 'each', vm1+vm2, comma-separated -> the VM subsets, in order, without repeats.
     one=True: the command takes one set of VMs (trace, calibrate import)."""
     names = tuple(h.name for h in cluster.hosts)
-    if not spec:
+    if spec is None:
         return [names]
     subsets = []
     for item in (x.strip() for x in spec.split(",")):
+        if not item:  # given, even empty: an empty name is a mistake, not "all"
+            raise GeosimError(f"empty host name in {spec!r} (VM names joined by +, sets separated by commas)",
+                              source=flag)
         if item.lower() == "all":
             subsets.append(names)
         elif item.lower() == "each":
@@ -69,8 +72,12 @@ def parse_hosts(spec: str | None, cluster, *, one: bool = False, flag: str = "--
                 raise GeosimError(f"no VM {unknown[0] if unknown else item!r} in {cluster.name} (its VMs: "
                                   f"{', '.join(names)}; join names with +)", source=flag)
             if len(set(chosen)) < len(chosen):
-                raise GeosimError(f"a VM named twice in {item!r}", source=flag)
+                raise GeosimError(f"host(s) named twice: {item}", source=flag)
             subsets.append(chosen)
+    named = [x.strip() for x in spec.split(",") if x.strip().lower() not in ("all", "each")]
+    repeated = sorted({n for n in named if named.count(n) > 1})
+    if repeated:  # named twice by hand is a slip; 'all' and 'each' may cover the same VMs (one VM: both)
+        raise GeosimError(f"host(s) named twice: {', '.join(repeated)}", source=flag)
     subsets = list(dict.fromkeys(subsets))
     if one and len(subsets) != 1:
         raise GeosimError(f"takes one set of VMs (join names with +: {'+'.join(names)}), got {spec!r}", source=flag)

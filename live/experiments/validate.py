@@ -358,7 +358,7 @@ def run(args) -> int:
     get_model(args.model)
     from geosim.fileio import make_output_dir
 
-    out = make_output_dir(args.out, "--out")
+    out = make_output_dir(args.out, "--out-dir")
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     started = time.monotonic()
     if args.records:
