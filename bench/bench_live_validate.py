@@ -14,7 +14,7 @@ The window-limited configuration (that page's "Window-limited runs"), where each
 costs Data, ZeRO2 and Shard more than Pipeshard, as in the study:
 
     sudo .venv/bin/python bench/bench_live_validate.py --model small-wan --global-batch 8 \
-         --tcp-window-kib 128 --quick --timeout 240 --out bench-validate-window
+         --tcp-window-kib 128 --quick --timeout 240 --out-dir bench-validate-window
 
 (2 layers x 256 wide, 32 tokens a sequence: 6.6 MB of gradients against 0.26 MB of
 activations per pipeline send; TCP buffers capped at 128 KiB in the emulated hosts; ~6 min.)
