@@ -47,7 +47,8 @@ def run_sites(args, params, deadline_s, techniques) -> int:
           + (f"; deadline {fmt_duration(deadline_s)}: cheapest first" if deadline_s else ""))
     print(f"  {len(ranking.ranked)} slices: {ranking.planned} planned, {ranking.derived} derived (one VM alone is best "
           f"already at a smaller RTT), the rest share a plan with an identical slice")
-    print(f"  {'#':>3} {'total':>9} {'GPU-h':>6} {'GPUs':>4} {'RTT ms':>12}  {'slice (site:GPU per VM)':<34} best option")
+    # time: to the same training progress (the ranking's measure; the run's own time at token efficiency 1)
+    print(f"  {'#':>3} {'time':>9} {'GPU-h':>6} {'GPUs':>4} {'RTT ms':>12}  {'slice (site:GPU per VM)':<34} best option")
     shown = ranking.ranked if args.all else ranking.ranked[:args.top]
     for i, c in enumerate(shown, start=1):
         rtt = "/".join(f"{r:.1f}" + ("~" if e else "") for r, e in c.rtts.values()) or "-"
