@@ -142,6 +142,9 @@ def _run_each(args) -> int:
     import copy
 
     techniques = live_techniques(args.technique)
+    if args.json and len(techniques) > 1:
+        raise GeosimError("prints one run's result as JSON: give one technique, or read every run's record from "
+                          "--records-out", key="--json")
     code = 0
     for technique in techniques:
         one = copy.copy(args)
