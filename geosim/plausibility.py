@@ -26,7 +26,7 @@ class Plausible:
 
 # key (as scenario files and flags name it) -> the range real systems have
 RANGES: dict[str, Plausible] = {
-    "bandwidth_gbps": Plausible(0.01, 400.0, "Gbit/s", "a WAN link's bandwidth",
+    "bandwidth_gbps": Plausible(0.01, 400.0, "Gbit/s", "a network link's bandwidth",
                                 "FABRIC's NICs are 25-100 Gbit/s; the fastest production WAN waves are 400 Gbit/s "
                                 "(ESnet6); below 10 Mbit/s nothing trains"),
     "rtt_ms": Plausible(0.01, 1000.0, "ms", "a round trip between VMs",

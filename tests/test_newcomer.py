@@ -72,6 +72,14 @@ def test_an_implausible_flag_warns_naming_the_flag():
     assert code == 0 and one_line(err).startswith("geosim: warning: --bandwidth-gbps: 10000 Gbit/s")
 
 
+def test_an_implausible_parameter_warns_naming_the_parameters_file_and_key(tmp_path):
+    params = tmp_path / "lan.toml"
+    params.write_text("[host]\nlan_bandwidth_gbps = 100000\n")
+    code, _, err = run(["predict", "--scenario", "tacc-tacc", "--technique", "data", "--hosts", "all",
+                        "--params", str(params)])
+    assert code == 0 and one_line(err).startswith(f"geosim: warning: {params}: host.lan_bandwidth_gbps: 100000 Gbit/s")
+
+
 def test_the_builtin_slices_are_plausible():
     code, _, err = run(["predict", "--technique", "data", "--hosts", "all"])
     assert code == 0 and err == ""
