@@ -14,11 +14,13 @@ from geosim.calibrate.cases import RunCase
 from geosim.errors import GeosimError
 from geosim.parameters import TABLE_BY_KEY, fittable, priors
 from geosim.params import SCALARS
+from geosim.runtime import shipped_runtimes, with_runtime
 from geosim.specs import Cluster, Params
 from geosim.techniques import is_pipelined
 from geosim.studies.whatif import wan_links
 from geosim.techniques import builds_on, settings_class, technique_names
 from geosim.techniques._settings import tunables
+from geosim.units import MIB
 
 SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 # A per-link value is a slice's deviation from the global transport (window) or from the scenario's
@@ -98,6 +100,7 @@ class FreeParam:
             "link_window": f"link.{self.target}.window_mib",
             "link_step_rtts": f"link.{self.target}.step_rtts",
             "tokens_per_epoch": "workload.tokens_per_epoch",
+            "runtime": f"runtime.{self.target}",
         }[self.kind]
 
     def affects(self, case: RunCase) -> bool:
@@ -109,6 +112,8 @@ class FreeParam:
             return case.networked and self.target == case.slice_key
         if self.kind == "tokens_per_epoch":
             return "tokens_per_epoch" in case.assumed_workload
+        if self.kind == "runtime":  # "jax.iteration_s": the cases that run on that runtime
+            return case.workload.runtime == self.target.partition(".")[0]
         if self.kind == "setting":
             return _uses(case.technique, self.target.partition(".")[0])
         if self.target in P2P_SCALARS and not is_pipelined(case.technique):
@@ -137,6 +142,10 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
             technique, _, leaf = p.target.partition(".")
             kind = type(getattr(base.settings(technique), leaf))
             base = base.with_settings(technique, **{leaf: max(1, round(v)) if kind is int else float(v)})
+        elif p.kind == "runtime":  # one of a runtime's fixed costs (geosim/runtime.py), seconds
+            name, _, leaf = p.target.partition(".")
+            runtime = (base.runtimes or {}).get(name) or shipped_runtimes()[name]
+            base = with_runtime(base, replace(runtime, **{leaf: float(v)}))
     return replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup, **changes)
 
 
@@ -148,7 +157,7 @@ def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
             continue
         if p.kind in LINK_KINDS:
             cluster = with_link(cluster, bandwidth_bps=v * 1e9 if p.kind == "link_bandwidth" else None,
-                                window_bytes=v * 2**20 if p.kind == "link_window" else None,
+                                window_bytes=v * MIB if p.kind == "link_window" else None,
                                 step_rtts=v if p.kind == "link_step_rtts" else None)
         elif p.kind == "tokens_per_epoch":
             workload = replace(workload, tokens_per_epoch=max(1, round(v)))
@@ -244,7 +253,7 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
         if kind == "bandwidth":
             free.append(FreeParam("link_bandwidth", c.slice_key, link.bandwidth_bps / 1e9, 0.005, 400.0, "Gbit/s"))
         else:
-            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / 2**20,
+            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / MIB,
                                   1 / 64, 512.0, "MiB"))
         if step_rtts == "link" and window_bound:  # on a LAN a step's round trip is lost in its transfer time
             initial = link.step_rtts if link.step_rtts is not None else base.collective_step_rtts

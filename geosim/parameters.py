@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geosim.units import GIB, KIB, MIB
+
 # A range's default: wide (far beyond any real machine); it exists so that no parameters file can
 # make a prediction infinite or NaN (a rate or an efficiency of 0 would divide by zero).
 DEFAULT_RANGE = (0.0, 1e9)
@@ -28,7 +30,7 @@ WHOLE = "count"  # the unit of a whole number
 # file unit -> factor to the simulator's unit (SI: seconds, bytes, bit/s; fractions and counts as they are)
 UNIT_SCALE = {
     "": 1.0, "fraction": 1.0, "RTT": 1.0, "s": 1.0, "us": 1e-6, "ms": 1e-3,
-    "MiB": float(1024**2), "KiB": 1024.0, "GiB": float(1024**3), "Gbit/s": 1e9,
+    "MiB": float(MIB), "KiB": float(KIB), "GiB": float(GIB), "Gbit/s": 1e9,
     WHOLE: 1.0, FLAG: 1.0,
 }
 
@@ -75,7 +77,9 @@ class Table:
     keyed_by: str  # technique | gpu | architecture | pcie-generation
     range: tuple[float, float] = DEFAULT_RANGE
     choices: tuple[str, ...] = ()  # for a table of names (collectives): the allowed values
-    missing: float | str | None = None  # the value of a technique the table does not name (None: no default)
+    # the value for a name the table lacks (None: no default); a technique's numbers: the median of the
+    # table's entries first (geosim.specs.Params.for_technique), this when the table is empty
+    missing: float | str | None = None
     fit: tuple[float, float] | None = None
     prior: tuple[float, float] | None = None
 
@@ -178,9 +182,10 @@ TABLES: tuple[Table, ...] = (
     Table("overhead.startup_s", "startup_s", "s", "once per run: compilation and placement",
           "the study's runs' start-up, rounded", "technique", range=(0.0, 1e8), missing=60.0),
     Table("convergence.token_efficiency", "token_efficiency", "fraction",
-          "tokens Data needs / tokens this technique needs for the same loss (used by --target-tokens)",
+          "tokens Data needs / tokens this technique needs for the same loss (used by --target-tokens); "
+          "a technique without an entry is assumed 1.0, and the output says so",
           "loss gaps read off the papers, turned into tokens with Chinchilla's fit", "technique",
-          range=(1e-6, 10.0), missing=1.0),
+          range=(1e-6, 10.0)),
 )
 
 BY_KEY: dict[str, Scalar] = {p.key: p for p in SCALARS}
@@ -231,7 +236,11 @@ def reference_table(shipped: dict[str, object]) -> str:
                  if len(values) == 1 else ", ".join(f"{k} {v:g}" if not isinstance(v, str) else f"{k} {v}"
                                                       for k, v in table.items()) or "empty")
         allowed = " \\| ".join(t.choices) if t.choices else _range(*t.range, t.unit)
-        missing = "" if t.missing is None else f" (one it does not name: {t.missing if isinstance(t.missing, str) else number_text(t.missing)})"
+        missing = ("" if t.missing is None or t.keyed_by != "technique"
+                   else f" (one it does not name: {t.missing})" if isinstance(t.missing, str)
+                   else f" (one it does not name: the median of the entries, else {number_text(t.missing)})")
+        if t.missing is not None and t.keyed_by != "technique":
+            missing = f" (one it does not name: {number_text(t.missing)})"
         rows.append(f"| `{t.key}.NAME` | {t.unit} | {shown} | {allowed} | "
                     f"{'' if t.fit is None else _range(*t.fit, t.unit)} | "
                     f"{'' if t.prior is None else f'{number_text(t.prior[0])}, sigma {number_text(t.prior[1])}'} | "

@@ -75,7 +75,14 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
     cluster = doc["cluster"]
     assert [h["name"] for h in cluster["hosts"]] == ["wan-host0", "wan-host1"]
     assert len({h["site"] for h in cluster["hosts"]}) == 2 and cluster["hosts"][0]["gpus"] == ["CPU", "CPU"]
-    assert cluster["links"] == [{"between": ["wan-host0", "wan-host1"], "rtt_ms": 20.0, "bandwidth_gbps": 0.5}]
+    # the cap is the emulator's tbf: a token bucket whose burst the slice's MTU and offload decide
+    shaper = wan_runs.shaper_table(fake_slice(rtt=20, bandwidth=500))
+    # and its sockets' buffers (4 x the bandwidth-delay product, 6-64 MB) give the window
+    window = round(wan_runs.uncapped_window_bytes(fake_slice(rtt=20, bandwidth=500)) / 2**20, 4)
+    assert cluster["links"] == [{"between": ["wan-host0", "wan-host1"], "rtt_ms": 20.0, "bandwidth_gbps": 0.5,
+                                 "window_mib": window, "shaper": shaper}]
+    assert window == pytest.approx(6 * 0.73, rel=0.01)
+    assert shaper["queue_ms"] == 50.0 and shaper["burst_kib"] > 0
     assert "CPU" in cluster["gpus"] and "RTT 20 ms" in doc["note"]
     case = cases_from_records([validate(doc, "t")], "t")[0]
     assert case.networked and case.gpus == {"CPU"}

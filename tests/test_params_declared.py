@@ -17,7 +17,8 @@ from geosim.specs import Params
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "geosim" / "data" / "params-default.toml"
 # Params fields that are not parameters: where the values came from and what a fit said
-PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "technique_settings"}
+PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "technique_settings",
+              "runtimes"}  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/runtime.py)
 
 
 def shipped() -> dict:
@@ -81,3 +82,32 @@ def test_the_reference_page_is_what_the_declaration_writes():
         assert f"| `{p.key}` | {p.unit} |" in text
     for technique, leaf in setting_keys():
         assert f"| `{technique}.{leaf}` |" in text
+
+
+def test_every_technique_setting_is_declared_with_its_source_and_unit():
+    """A technique's tunable carries the same facts as a simulator-wide parameter: its range (or
+    choices), its unit (numbers and flags) and where its default comes from."""
+    from geosim.techniques import settings_class, technique_names
+    from geosim.techniques._settings import file_tunables
+
+    missing = []
+    for name in technique_names():
+        for leaf, t in file_tunables(settings_class(name)).items():
+            if not t.source or (t.kind is not str and not t.unit):
+                missing.append(f"{name}.{leaf}")
+    assert missing == []
+
+
+def test_a_technique_the_file_does_not_name_costs_what_a_typical_one_does():
+    """Not 0 s of overhead (it would win by default): the median of the file's entries, else the
+    declared default."""
+    from dataclasses import replace
+
+    params = load_params()
+    assert params.for_technique("iteration_overhead_s", "new") == 0.15
+    assert params.for_technique("startup_s", "new") == 60.0  # data, zero2, diloco, ... 60; shard 120; pipeshard 180
+    assert params.for_technique("collectives", "new") == "ring"
+    fitted = replace(params, iteration_overhead_s={"data": 0.3, "zero2": 0.3, "shard": 0.4})
+    assert fitted.for_technique("iteration_overhead_s", "new") == 0.3
+    empty = replace(params, iteration_overhead_s={})
+    assert empty.for_technique("iteration_overhead_s", "new") == parameters.TABLE_BY_KEY["overhead.iteration_s"].missing

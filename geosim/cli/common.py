@@ -12,6 +12,7 @@ from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.sim.network import network_names
+from geosim.runtime import runtime_names
 from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
@@ -129,6 +130,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
     group.add_argument("--tokens-per-epoch", type=int, help=f"{meaning('--tokens-per-epoch')} (default {w.tokens_per_epoch})")
     group.add_argument("--seq-len", type=int, help=f"{meaning('--seq-len')} (default {w.seq_len})")
     group.add_argument("--precision", choices=PRECISIONS, help=f"{meaning('--precision')} (default {w.precision})")
+    group.add_argument("--runtime", choices=runtime_names(), help=f"{meaning('--runtime')} (default {w.runtime})")
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -142,7 +144,8 @@ def add_sweep_rtt_argument(parser: argparse.ArgumentParser, what: str) -> None:
 
 def workload_overrides(args) -> dict:
     return {"epochs": args.epochs, "global_batch": args.global_batch, "microbatches": args.microbatches,
-            "tokens_per_epoch": args.tokens_per_epoch, "seq_len": args.seq_len, "precision": args.precision}
+            "tokens_per_epoch": args.tokens_per_epoch, "seq_len": args.seq_len, "precision": args.precision,
+            "runtime": getattr(args, "runtime", None)}
 
 
 def resolve_cluster(scenario: Scenario, args) -> Cluster:

@@ -16,7 +16,7 @@ from geosim.studies.plan import Plan, answer_vs_rtt, make_plan, measured_plan, p
 from geosim.studies.ranking import is_assumed
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA
-from geosim.techniques.pipeshard import INTRA_STAGES
+from geosim.techniques import add_plan_arguments, plan_choices
 from geosim.units import parse_numbers
 
 HELP = "rank every feasible option (technique x VMs x microbatches x layer split) and compare with Algorithm 1"
@@ -30,9 +30,7 @@ def add_arguments(parser) -> None:
     add_technique_argument(parser)
     parser.add_argument("--top", type=int, default=10, help="options to show (default %(default)s)")
     parser.add_argument("--all", action="store_true", help="simulate every option (no pruning) and list them all")
-    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
-                        help="what a Pipeshard stage does across its GPUs (default: the parameters file's pipeshard.intra_stage; "
-                             "'both' also tries shard, ~40x slower to plan)")
+    add_plan_arguments(parser)  # each technique's own planner flags (Pipeshard: --intra-stage)
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA,
                         help="Algorithm 1's threshold: the relative TFLOP/s gap that decides (default %(default)s)")
     parser.add_argument("--records", metavar="RUNS.jsonl",
@@ -76,7 +74,7 @@ def run(args) -> int:
     if args.draws is not None and (args.draws < 1 or args.records):
         raise GeosimError("needs N >= 1 and predicted options (not --records)", source="--draws")
     deadline = parse_duration(args.deadline) if args.deadline else None
-    intra = INTRA_STAGES if args.intra_stage == "both" else ((args.intra_stage,) if args.intra_stage else None)
+    choices = plan_choices(args)
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
     techniques = chosen_techniques(args.technique)
     params = load_params_arg(args)
@@ -99,7 +97,7 @@ def run(args) -> int:
         def plan_at(c: Case, label=cluster.name, keep=None if args.all else args.top) -> Plan:
             progress = Progress(label)
             try:
-                return make_plan(c, deadline, args.max_gpus, args.delta, keep, {"intra_stages": intra}, techniques,
+                return make_plan(c, deadline, args.max_gpus, args.delta, keep, choices, techniques,
                                  progress)
             finally:
                 progress.close()
@@ -141,7 +139,7 @@ def print_plan(plan: Plan, top: int | None) -> None:
     if why:
         print(f"  why Algorithm 1 differs: {why}")
     print(f"  {c.model.name}, {w.epochs} epochs of {w.tokens_per_epoch:,} tokens, batch {w.global_batch} x {w.seq_len}, "
-          f"{w.precision}; params: {c.params.source}; {ESTIMATE_NOTE}")
+          f"{w.precision}, runtime {w.runtime}; params: {c.params.source}; {ESTIMATE_NOTE}")
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
     limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
     failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))

@@ -61,7 +61,7 @@ def make_source(args, scenario_name, cluster, model, workload, params):
         records = study_records() if study else read_records(args.records)
         return MeasuredProbes(records, cluster, scenario_name, model, workload, args.records,
                               record_hint="runs.jsonl" if study else None)
-    return PredictedProbes(cluster, model, workload, params)
+    return PredictedProbes(cluster, model, workload, params, args.network)
 
 
 def two_vms(cluster) -> tuple[str, str]:
@@ -119,7 +119,7 @@ def run(args) -> int:
             doc["robustness"] = robustness_of(args, cluster, model, workload, params, v1, v2, selection.label)
         docs.append(doc)
         if not args.json:
-            print_selection(cluster, model, selection, verdict, why)
+            print_selection(cluster, model, selection, verdict, why, workload.runtime)
             if args.draws:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
@@ -138,7 +138,7 @@ def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -
 
     from geosim.studies.uncertainty import parameter_draws, robustness
 
-    labels = [algorithm1(PredictedProbes(cluster, model, workload, d), v1, v2, args.delta).label
+    labels = [algorithm1(PredictedProbes(cluster, model, workload, d, args.network), v1, v2, args.delta).label
               for d in parameter_draws(params, args.draws)]
     others = {k: v / len(labels) for k, v in Counter(labels).most_common() if k != chosen}
     return {"draws": len(labels), "share": robustness(labels, chosen), "others": others}
@@ -148,12 +148,12 @@ def fmt_tflops(value: float) -> str:
     return f"{value:.3f}" if value else "0"
 
 
-def print_selection(cluster, model, s: Selection, verdict: str, why: str | None) -> None:
+def print_selection(cluster, model, s: Selection, verdict: str, why: str | None, runtime: str = "alpa") -> None:
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     print(f"  {verdict}")
     if why:
         print(f"  why Algorithm 1 differs: {why}")
-    print(f"  {model.name}, Algorithm 1 on {s.source} probes, delta {s.delta:g}")
+    print(f"  {model.name}, Algorithm 1 on {s.source} probes, delta {s.delta:g}, runtime {runtime}")
     print(f"  {'probe':<5} {'technique':<10} {'VMs':<8} {'TFLOP/s/GPU':>11}  status")
     for name in PROBE_NAMES:
         if name not in s.probes:

@@ -7,10 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+from geosim.case import DEFAULT_NETWORK
 from geosim.cli.common import WORKLOAD_DEFAULTS, add_json_argument
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
+from geosim.sim.network import network_names
+from geosim.runtime import check_runtime_name
 from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 from geosim.units import RANGE_SYNTAX
 from geosim.cli.common import fmt_duration
@@ -53,6 +56,8 @@ def add_arguments(p) -> None:
                    help=f"{meaning('--microbatches')} (default: the scenario's, else {WORKLOAD_DEFAULTS.microbatches})")
     g.add_argument("--epochs", metavar="SPEC",
                    help=f"{meaning('--epochs')} (default: the scenario's, else {WORKLOAD_DEFAULTS.epochs})")
+    g.add_argument("--runtime", metavar="SPEC", help=f"{meaning('--runtime')} (default: the scenario's, else "
+                                                    f"{WORKLOAD_DEFAULTS.runtime})")
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     r = p.add_argument_group("run")
@@ -61,6 +66,8 @@ def add_arguments(p) -> None:
     add_renamed(r, "--out", "--out-dir", dest="out")
     r.add_argument("--fresh", action="store_true", help="discard rows already in --out instead of resuming")
     r.add_argument("--params", metavar="FILE", help=meaning("--params"))
+    r.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
+                   help=f"{meaning('--network')} (default: %(default)s)")
     r.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
     r.add_argument("--ray-address", metavar="ADDR", help="run on a Ray cluster: 'auto', ray://host:10001, or 'local'")
     r.add_argument("--metric", choices=METRICS, default="total_time_s", help="what crossovers compare (default %(default)s)")
@@ -94,6 +101,8 @@ def build_grid(args) -> Grid:
     for name in ("global_batch", "microbatches", "epochs"):
         if getattr(args, name):
             axes[name] = parse_values(getattr(args, name), "int", f"--{name.replace('_', '-')}")
+    if args.runtime:
+        axes["runtime"] = [check_runtime_name(r) for r in parse_values(args.runtime, "str", "--runtime")]
     for text in args.set:
         name, values = parse_assignment(text)
         axes[name] = values
@@ -126,7 +135,7 @@ def run(args) -> int:
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     grid = build_grid(args)
-    ctx = make_context(grid, args.params, args.metric)
+    ctx = make_context(grid, args.params, args.metric, args.network)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
     started = time.perf_counter()
     executor = make_executor(ctx, args.workers, args.ray_address)

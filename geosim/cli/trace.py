@@ -13,6 +13,7 @@ from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
 from geosim.errors import GeosimError
 from geosim.fileio import check_output_path, write_atomic
+from geosim.runtime import runtime_of
 from geosim.techniques import build_schedule
 
 HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
@@ -75,7 +76,7 @@ def run(args) -> int:
 def _trace(args, technique, out, cluster, model, workload, params) -> dict:
     case = Case(cluster, model, workload, params, network=args.network)
     schedule = build_schedule(technique, case)
-    result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations,
+    result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload, iterations=args.iterations,
                           network=network_model(case.network), trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
            "otherData": {"scenario": cluster.name, "technique": technique, "model": model.name,

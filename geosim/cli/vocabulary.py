@@ -73,6 +73,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--sites": ("one", "FABRIC sites, comma-separated, or 'all'"),
     "--gpus-per-vm": ("int|spec", "GPUs per VM (a list or range where a command sweeps)"),
     "--image": ("one", "the VMs' operating-system image"),
+    "--runtime": ("one|spec", "the software stack whose fixed costs apply: alpa (the study's), jax (geosim live), "
+                              "pytorch (DDP); a list where a command sweeps"),
     "--draws": ("int", "parameter draws from the fit's covariance: the range of an answer and how often it wins"),
     "--target-tokens": ("one", "the training progress to rank on: as far as Data gets in N tokens ('chinchilla': 20 "
                                "per parameter; default: the workload's tokens)"),

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from geosim.errors import GeosimError
-from geosim.case import Case
+from geosim.case import DEFAULT_NETWORK, Case
 from geosim.predict import predict
 from geosim.records import RunRecord
 from geosim.specs import Cluster, Model, Params, Workload
@@ -154,11 +154,13 @@ class PredictedProbes:
 
     kind = "predicted"
 
-    def __init__(self, cluster: Cluster, model: Model, workload: Workload, params: Params):
+    def __init__(self, cluster: Cluster, model: Model, workload: Workload, params: Params,
+                 network: str = DEFAULT_NETWORK):
         self.cluster, self.model, self.workload, self.params = cluster, model, workload, params
+        self.network = network  # the network model the probes are predicted on
 
     def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:
-        p = predict(Case(self.cluster, self.model, self.workload, self.params), technique, hosts=hosts)
+        p = predict(Case(self.cluster, self.model, self.workload, self.params, self.network), technique, hosts=hosts)
         if not p.ok:
             return Probe(technique, hosts, 0.0, p.status, p.reason or "")
         return Probe(technique, hosts, p.tflops_per_gpu, "ok", p.description)

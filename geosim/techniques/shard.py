@@ -25,7 +25,8 @@ COLLECTIVES_PER_LAYER = 4  # Megatron-style: two all-reduces forward, two backwa
 
 @dataclass(frozen=True)
 class Settings:
-    collectives_per_layer: int = tunable(COLLECTIVES_PER_LAYER, "activation all-reduces per layer", low=0, high=64)
+    collectives_per_layer: int = tunable(COLLECTIVES_PER_LAYER, "activation all-reduces per layer", low=0, high=64,
+                                         unit="count", source="Megatron-LM: two forward, two backward")
 
 
 def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,
@@ -78,7 +79,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     microbatch = (forward, head_fwd, head_bwd, backward, update_op(model, held))
     # gradient accumulation, as Alpa's num_micro_batches
     program = [Repeat(microbatch, workload.microbatches, group, ("microbatch",), "microbatches"),
-               optimizer_op(model, held), overhead_op(NAME, params)]
+               optimizer_op(model, held), overhead_op(NAME, params, workload)]
     layout = memory_layout.auto_sharded(model, batch, workload.seq_len, p, memory_layout.options_for(workload, params))
     memory = {d.rank: dict(layout) for d in devices}
     return Schedule(NAME, devices, {d.rank: program for d in devices},

@@ -29,12 +29,14 @@ from geosim.fileio import write_atomic
 from geosim.params import load_params, write_params
 from geosim.records import read_records
 from geosim.scenario import get_model
+from geosim.units import MIB
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
 # Parameters fitted for CPU "GPUs" talking gloo over TCP (docs/guide/wan-emulator.md): the CPU's
-# efficiency, one fixed cost per technique, and the transport's per-RTT costs, which absorb
-# gloo's one round trip per tensor: collective steps (all-reduce, all-gather) and point-to-point
-# sends (pipeshard's ppermute) each wait a fitted number of RTTs.
+# efficiency, the jax runtime's fixed costs (one per step and one per collective, the same for every
+# technique: geosim/runtime.py), and the per-RTT costs, which absorb gloo's one round trip per
+# tensor: collective steps (all-reduce, all-gather; the runtime's collective_step_rtts) and
+# point-to-point sends (pipeshard's ppermute) each wait a fitted number of RTTs.
 FIT_SCALARS = {
     "transport.collective_step_rtts": (0.0, 200.0, ""),
     "transport.p2p_handshake_rtts": (0.0, 200.0, ""),
@@ -175,7 +177,7 @@ def effective_window_mib(tcp_window_kib: float, bandwidth_mbit: float | None, st
                           f"{bandwidth_mbit:g} Mbit/s: use a smaller --tcp-window-kib", key="--tcp-window-kib")
     log(f"TCP window cap {tcp_window_kib:g} KiB: {tput['mbit_steady']:.1f} Mbit/s at RTT {rtt:.2f} ms, "
         f"an effective window of {window / 1024:.1f} KiB ({window / 1024 / tcp_window_kib:.0%} of the cap)")
-    return window / 2**20
+    return window / MIB
 
 
 def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window_mib: float | None = None) -> dict:
@@ -222,21 +224,38 @@ FLAT_EFFICIENCY_START = 0.1
 def free_params(cases, base):
     from geosim.calibrate.free import FreeParam
 
+    from geosim.runtime import shipped_runtimes
+
     free = []
-    for gpu in sorted({g for c in cases if c.metric for g in c.gpus}):
+    runtimes = sorted({c.workload.runtime for c in cases if c.metric})
+    # a runtime that states its devices' efficiency (jax: XLA:CPU here) brings it, fitted once on the
+    # rate-capped runs (docs/results/2026-11-25-runtime-validation.md): runs far apart in RTT are
+    # dominated by round trips and cannot tell compute from fixed costs
+    declared = {d for name in runtimes for d, _ in shipped_runtimes()[name].device_efficiency}
+    for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.efficiency)):
         free.append(FreeParam("efficiency", gpu, base.efficiency.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
     values = {"transport.collective_step_rtts": base.collective_step_rtts,
               "transport.p2p_handshake_rtts": base.p2p_handshake_rtts,
               "transport.per_message_overhead_us": base.per_message_overhead_s * 1e6,
-              "transport.window_mib": base.window_bytes / 2**20}
+              "transport.window_mib": base.window_bytes / MIB}
     techniques = sorted({c.technique for c in cases if c.metric})
     for key, (lo, hi, unit) in FIT_SCALARS.items():
         if key == "transport.p2p_handshake_rtts" and not any(is_pipelined(t) for t in techniques):
             continue
+        if key == "transport.collective_step_rtts" and runtimes != ["alpa"]:
+            continue  # the runtime's collective library's round trips, fitted below
         lo = max(lo, 1e-3)  # fitted in log space: bounds must be > 0
         free.append(FreeParam("scalar", key, min(max(values[key], 0.5 if unit == "" else lo), hi), lo, hi, unit))
-    for t in techniques:
-        free.append(FreeParam("iteration_overhead", t, 0.01, 1e-5, 30.0, "s"))
+    # the fixed costs: a runtime's own, as it ships them (geosim/runtime.py; `geosim live` runs the jax
+    # runtime, its costs fitted once on the rate-capped runs) with only its collectives' round trips
+    # fitted here, what RTTs identify; for records of the study's runtime, one overhead per technique
+    for name in runtimes:
+        if name == "alpa":
+            for t in sorted({c.technique for c in cases if c.metric and c.workload.runtime == "alpa"}):
+                free.append(FreeParam("iteration_overhead", t, 0.01, 1e-5, 30.0, "s"))
+            continue
+        free.append(FreeParam("runtime", f"{name}.collective_step_rtts",
+                              shipped_runtimes()[name].collective_step_rtts or 1.0, 1e-3, 200.0, ""))
     # never more parameters than records: drop the ones least likely to matter first
     timed = sum(1 for c in cases if c.metric)
     for drop in ("transport.window_mib", "transport.per_message_overhead_us", "CPU"):

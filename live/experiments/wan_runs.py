@@ -110,8 +110,34 @@ def wan_cluster(wan, per_host: list[int], gpu_table: dict | None = None) -> dict
                     "rtt_ms": float(wan.rtt_ms[i][j]), "bandwidth_gbps": float(bandwidth)}
             if window_kib:  # the emulator's TCP buffer cap: the simulator limits each flow to it
                 link["window_mib"] = float(window_kib) / 1024
+            else:  # buffers sized for the path: the window they allow (never the bottleneck by design)
+                link["window_mib"] = round(uncapped_window_bytes(wan) / 2**20, 4)
+            if wan.bandwidth_mbit:  # the cap is a tbf on each host's egress: a token bucket, not a line
+                link["shaper"] = shaper_table(wan)
             cluster["links"].append(link)
     return cluster
+
+
+# The window a socket gets out of its buffer: the kernel keeps part of each buffer for its own skb
+# overhead; measured on this machine's slices, a 128 KiB cap gave ~93 KiB in flight
+# (live/experiments/validate.effective_window_mib).
+WINDOW_PER_BUFFER = 0.73
+
+
+def uncapped_window_bytes(wan) -> float:
+    """The TCP window of a slice without --tcp-window-kib: its hosts' buffer maximum x WINDOW_PER_BUFFER."""
+    from geosim.live.wan.emulator import socket_buffer_bytes
+
+    return socket_buffer_bytes(wan.bandwidth_mbit, wan.rtt_ms) * WINDOW_PER_BUFFER
+
+
+def shaper_table(wan) -> dict:
+    """The slice's tbf as a scenario link's `shaper` table (geosim.specs.Shaper)."""
+    from geosim.live.wan.netns import TBF_LATENCY_MS, tbf_burst_bytes
+
+    offload = bool((getattr(wan, "extra", None) or {}).get("offload"))
+    burst = tbf_burst_bytes(wan.bandwidth_mbit, wan.mtu, offload)
+    return {"burst_kib": round(burst / 1024, 4), "queue_ms": TBF_LATENCY_MS, "mtu": int(wan.mtu)}
 
 
 def _die_with_parent() -> None:

@@ -49,7 +49,7 @@ def solve_best(ctx: SweepContext, job: dict) -> dict:
         cluster = with_gpu(cluster, p["gpu"])
     if p["bandwidth_gbps"] != NATIVE:
         cluster = with_bandwidth(cluster, gbps_to_bps(p["bandwidth_gbps"]))
-    case = Case(cluster, get_model(p["model"], sc.models), sc.workload(**p["workload"]), ctx.params)
+    case = Case(cluster, get_model(p["model"], sc.models), sc.workload(**p["workload"]), ctx.params, ctx.network)
     techniques = tuple(job["techniques"])
     # flips stay bracketed by the grid's RTTs: bisecting each on the planner would cost ~7 plans a flip
     # (`geosim plan --sweep-rtt` locates them); the crossover table bisects technique pairs already
