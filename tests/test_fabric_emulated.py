@@ -50,7 +50,7 @@ def test_fabric_calibrate_on_the_emulated_slice(tmp_path):
     wan = up(rtt_ms=10, hosts=2, ttl_s=1200, state=env["GEOSIM_WAN_STATE"])
     try:
         out = tmp_path / "utah-mass.toml"
-        made = geosim("fabric", "slice", "emulate", "scenarios/utah-mass.toml", "--wan-state",
+        made = geosim("fabric", "slice", "emulate", "--scenario", "scenarios/utah-mass.toml", "--wan-state",
                       env["GEOSIM_WAN_STATE"], "--out", str(out), "--json", env=env, timeout=60)
         assert made.returncode == 0, made.stderr
         doc = json.loads(made.stdout)
@@ -84,7 +84,7 @@ def test_fabric_calibrate_on_the_emulated_slice(tmp_path):
         # the records are what `geosim calibrate fit` takes; four runs on one link cannot pin the per-link
         # window and step round trips as well, so those stay at their defaults here
         params = tmp_path / "params.toml"
-        fit = geosim("calibrate", "fit", str(workdir / "runs.jsonl"), "--out", str(params), "--links", "none",
+        fit = geosim("calibrate", "fit", "--records", str(workdir / "runs.jsonl"), "--out", str(params), "--links", "none",
                      "--step-rtts", "none", "--overhead", "none", env=env, timeout=600)
         assert fit.returncode == 0, fit.stderr[-3000:] + fit.stdout[-3000:]
         assert "fitted" in fit.stdout and params.is_file()

@@ -231,7 +231,7 @@ class Calibration:
                 continue
             args = (f"live run --technique {technique} --model {o.model} --steps {o.steps} --global-batch {o.batch} "
                     f"--ray-address {self.head()} --scenario {REMOTE_DIR}/run/probed.toml "
-                    f"--records {REMOTE_DIR}/run/runs-{technique}.jsonl --gloo-interface {head.interface} "
+                    f"--records-out {REMOTE_DIR}/run/runs-{technique}.jsonl --gloo-interface {head.interface} "
                     f"--timeout {o.run_timeout_s:g}"
                     + (f" --cpu-devices {o.cpu_devices}" if o.cpu_devices else "")
                     + (f" --nccl-interface {head.interface}" if head.gpus else "")  # NCCL over the data plane
