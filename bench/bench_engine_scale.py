@@ -59,6 +59,7 @@ def child(technique: str, gpus: int, variant: str, mode: str, runs: int) -> dict
     from geosim.params import default_params
     from geosim.scenario import get_model
     from geosim.sim.engine import run_schedule
+    from geosim.sim.network.tcp import TCPNetwork
     from geosim.specs import Workload
     from geosim.techniques import build_schedule
 
@@ -71,7 +72,8 @@ def child(technique: str, gpus: int, variant: str, mode: str, runs: int) -> dict
     walls, cpus, result = [], [], None
     for _ in range(runs):
         wall, cpu = time.perf_counter(), time.process_time()
-        result = run_schedule(schedule, made, params, workload, iterations=1, symmetry=mode == "reduced")
+        result = run_schedule(schedule, made, params, workload, iterations=1, network=TCPNetwork,
+                              symmetry=mode == "reduced")
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus), "runs": runs,

@@ -18,6 +18,8 @@ from pathlib import Path
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
 from geosim.scenario import model_catalog, read_text
+from geosim.scenario import load_scenario
+from geosim.validate import host_names, is_finite
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
                 "#Params (Billion)", "TFLOPs", "Peak Mem (GB)", "Metadata")
@@ -70,8 +72,7 @@ def _model_from_alpa(fields: dict, where: str) -> tuple[str, dict | None, int | 
 
 def _whole(value, where: str, key: str, low: int = 1) -> int:
     """A whole number >= low from a parsed config field (not a string, bool, NaN or fraction)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value != int(value) or value < low:
+    if not is_finite(value) or value != int(value) or value < low or value > 10**15:
         raise GeosimError(f"must be a whole number >= {low}, got {value!r:.40}", source=where, key=key)
     return int(value)
 
@@ -177,14 +178,10 @@ def _number(text: str, where: str, key: str) -> float:
 
 def slice_shape(scenario: str, hosts: list[str] | None) -> tuple[int, int]:
     """(VMs, GPUs) of the slice the user says the runs ran on."""
-    from geosim.scenario import load_scenario
 
     cluster = load_scenario(scenario).cluster
     if hosts:
-        unknown = [h for h in hosts if h not in {x.name for x in cluster.hosts}]
-        if unknown:
-            raise GeosimError(f"no host {unknown[0]!r} in scenario {cluster.name}", source="--hosts")
-        cluster = cluster.subset(tuple(hosts))
+        cluster = cluster.subset(host_names(",".join(hosts), [x.name for x in cluster.hosts]))
     return len(cluster.hosts), cluster.num_gpus
 
 
@@ -335,10 +332,7 @@ def alpa_log_record(path: str | Path, scenario: str, technique: str, model: str,
     """One run from Alpa's GPT-2 example log ('Step... N | Loss: L, Learning Rate: R, Throughput: T token/s,
     F TFLOP/s'): the median of the logged windows after the first `skip` (compilation and warm-up)."""
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise GeosimError("no such file", source=str(path)) from None
+    lines = read_text(path).splitlines()  # a regular file, UTF-8 (geosim.scenario.read_text)
     steps = []
     for number, line in enumerate(lines, start=1):
         if "Step..." not in line:

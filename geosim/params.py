@@ -6,84 +6,27 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
+from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
-from geosim.specs import MIB, Params
+from geosim.parameters import COLLECTIVE_ALGORITHMS, DEFAULT_RANGE, FLAG, WHOLE, TABLE_BY_KEY
+from geosim.parameters import SCALARS as DECLARED_SCALARS
+from geosim.parameters import TABLES as DECLARED_TABLES
+from geosim.specs import Params
 from geosim.techniques._settings import check_value, file_tunables
+from geosim.fileio import write_atomic
+from geosim.scenario import _toml_text, check_number, read_text
+from geosim.techniques import settings_class, settings_parent, technique_names
 
-# (TOML key, Params field, scale from file units to SI; int for whole numbers,
-# None for flags). Scalars only; the dictionaries are handled below. This one table
-# drives reading, writing and calibration of the simulator-wide parameters. A
-# technique's own tunables are not here: each technique declares them in its Settings
+# Every simulator-wide parameter is declared once, in geosim/parameters.py (key, unit, range,
+# prior, fit range, source); the tables below are views of that declaration for reading and
+# writing. A technique's own tunables are not here: each technique declares them in its Settings
 # (geosim/techniques/<name>.py) and they are read from and written to the table [NAME].
-SCALARS: tuple[tuple[str, str, float], ...] = (
-    ("compute.gemm_fraction", "gemm_fraction", 1.0),
-    ("compute.gemm_half_us", "gemm_half_s", 1e-6),
-    ("compute.memory_fraction", "memory_fraction", 1.0),
-    ("compute.kernel_us", "kernel_s", 1e-6),
-    ("transport.window_mib", "window_bytes", float(MIB)),
-    ("transport.streams", "streams", int),
-    ("transport.stream_rate_gbps", "stream_rate_gbps", 1.0),
-    ("transport.per_message_overhead_us", "per_message_overhead_s", 1e-6),
-    ("transport.p2p_handshake_rtts", "p2p_handshake_rtts", 1.0),
-    ("transport.collective_step_rtts", "collective_step_rtts", 1.0),
-    ("transport.slow_start_after_idle", "slow_start_after_idle", None),
-    ("transport.initial_window_kib", "initial_window_bytes", 1024.0),
-    ("transport.idle_restart_ms", "idle_restart_s", 1e-3),
-    ("host.latency_us", "intra_host_latency_s", 1e-6),
-    ("host.nvlink_gbps", "nvlink_gbps", 1.0),
-    ("host.lan_rtt_ms", "lan_rtt_s", 1e-3),
-    ("host.lan_bandwidth_gbps", "lan_bandwidth_gbps", 1.0),
-    ("xla.combine_mib", "combine_bytes", float(MIB)),
-    ("memory.workspace_gib", "workspace_gib", 1.0),
-    ("memory.usable_fraction", "usable_memory_fraction", 1.0),
-    ("memory.margin_fraction", "memory_margin_fraction", 1.0),
-    ("convergence.compressed_activation_efficiency", "compressed_activation_efficiency", 1.0),
-)
-# (lowest, highest) of each number; every value must also be finite. The ranges are wide
-# (far beyond any real machine) and exist so that no parameters file can make a prediction
-# infinite or NaN: a rate or an efficiency of 0 would divide by zero.
-DEFAULT_BOUNDS = (0.0, 1e9)
-BOUNDS = {
-    "compute.gemm_fraction": (1e-4, 1.0),
-    "compute.gemm_half_us": (0.0, 1e6),
-    "compute.memory_fraction": (1e-4, 1.0),
-    "compute.kernel_us": (0.0, 1e6),
-    "transport.window_mib": (1e-3, 1e5),
-    "transport.streams": (1, 1024),
-    "transport.stream_rate_gbps": (1e-6, 1e5),
-    "transport.per_message_overhead_us": (0.0, 1e6),
-    "transport.p2p_handshake_rtts": (0.0, 1e3),
-    "transport.collective_step_rtts": (0.0, 1e3),
-    "transport.initial_window_kib": (1e-3, 1e8),
-    "transport.idle_restart_ms": (0.0, 1e8),
-    "host.latency_us": (0.0, 1e6),
-    "host.nvlink_gbps": (1e-6, 1e6),
-    "host.lan_rtt_ms": (0.0, 1e5),
-    "host.lan_bandwidth_gbps": (1e-6, 1e5),
-    "xla.combine_mib": (1e-3, 1e6),
-    "memory.workspace_gib": (0.0, 1e5),
-    "memory.usable_fraction": (0.05, 1.0),
-    "memory.margin_fraction": (0.0, 0.9),
-    "convergence.compressed_activation_efficiency": (1e-6, 10.0),
-}
-TABLE_BOUNDS = {
-    "compute.efficiency": (1e-6, 1.0),
-    "compute.gemm_fraction_by_architecture": (1e-4, 1.0),
-    "host.pcie_gbps": (1e-6, 1e6),
-    "overhead.iteration_s": (0.0, 1e5),
-    "overhead.startup_s": (0.0, 1e8),
-    "convergence.token_efficiency": (1e-6, 10.0),
-}
-TABLES = {  # TOML table -> Params field holding a dict
-    "compute.efficiency": "efficiency",
-    "compute.gemm_fraction_by_architecture": "gemm_fraction_by_architecture",
-    "host.pcie_gbps": "pcie_gbps",
-    "collectives": "collectives",
-    "overhead.iteration_s": "iteration_overhead_s",
-    "overhead.startup_s": "startup_s",
-    "convergence.token_efficiency": "token_efficiency",
-}
-COLLECTIVE_ALGORITHMS = ("ring", "tree", "hierarchical")
+# (TOML key, Params field, scale from file units to SI; int for whole numbers, None for flags)
+SCALARS: tuple[tuple[str, str, float], ...] = tuple(
+    (p.key, p.field, None if p.unit == FLAG else int if p.unit == WHOLE else p.scale) for p in DECLARED_SCALARS)
+BOUNDS = {p.key: p.range for p in DECLARED_SCALARS if p.unit != FLAG}  # (lowest, highest), file units
+TABLE_BOUNDS = {t.key: t.range for t in DECLARED_TABLES if not t.choices}
+TABLES = {t.key: t.field for t in DECLARED_TABLES}  # TOML table -> Params field holding a dict
 DEFAULTS_FILE = "params-default.toml"
 # keys of older parameters files that no longer mean anything (the per-GPU default efficiency gave way
 # to the op-level compute model's fractions; state bytes follow from the precision): read and ignored
@@ -103,8 +46,7 @@ def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def _check_number(value, source: str, key: str, bounds: tuple = DEFAULT_BOUNDS, *, integer: bool = False):
-    from geosim.scenario import check_number
+def _check_number(value, source: str, key: str, bounds: tuple = DEFAULT_RANGE, *, integer: bool = False):
 
     return check_number(value, source, key, *bounds, integer=integer)
 
@@ -136,7 +78,7 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=key)
             values[name] = value
         else:
-            value = _check_number(value, source, key, BOUNDS.get(key, DEFAULT_BOUNDS), integer=scale is int)
+            value = _check_number(value, source, key, BOUNDS.get(key, DEFAULT_RANGE), integer=scale is int)
             values[name] = int(value) if scale is int else float(value) * scale
     values["technique_settings"] = _merge_settings(values.get("technique_settings") or {}, setting_changes)
     fitted = doc.get("fitted", {})
@@ -176,9 +118,9 @@ def _read_table(key: str, table, previous, source: str) -> dict:
         elif key == "host.pcie_gbps":
             if not name.isdigit():
                 raise GeosimError("PCIe generation must be a number", source=source, key=full)
-            merged[int(name)] = float(_check_number(value, source, full, TABLE_BOUNDS[key]))
+            merged[int(name)] = float(_check_number(value, source, full, TABLE_BOUNDS[key])) * TABLE_BY_KEY[key].scale
         else:
-            merged[name] = float(_check_number(value, source, full, TABLE_BOUNDS.get(key, DEFAULT_BOUNDS)))
+            merged[name] = float(_check_number(value, source, full, TABLE_BOUNDS.get(key, DEFAULT_RANGE))) * TABLE_BY_KEY[key].scale
     return merged
 
 
@@ -204,14 +146,12 @@ def _read_covariance(table, source: str) -> tuple:
 
 
 def _is_registered_technique(name: str) -> bool:
-    from geosim.techniques import technique_names
 
     return name in technique_names()
 
 
 def _technique_tunables(name: str) -> dict | None:
     """A technique's tunables as its table in the parameters file holds them; None: no such technique."""
-    from geosim.techniques import settings_class, settings_parent, technique_names
 
     if name not in technique_names():
         return None
@@ -225,7 +165,6 @@ def _merge_settings(current: dict, changes: dict[str, dict[str, object]]) -> dic
     Settings takes the inherited values from that one's table."""
     import dataclasses
 
-    from geosim.techniques import settings_class, settings_parent, technique_names
 
     merged = {}
     for name in technique_names():
@@ -242,13 +181,11 @@ def _merge_settings(current: dict, changes: dict[str, dict[str, object]]) -> dic
 
 def setting_keys() -> list[tuple[str, str]]:
     """(technique, field) of every tunable any parameters file may hold, in technique order."""
-    from geosim.techniques import technique_names
 
     return [(name, leaf) for name in technique_names() for leaf in _technique_tunables(name)]
 
 
 def _read_toml(path: Path) -> tuple[dict, str]:
-    from geosim.scenario import _toml_text, read_text
 
     text = read_text(path)
     return _toml_text(text, str(path)), text
@@ -266,11 +203,28 @@ def load_params(path: str | Path | None = None) -> Params:
         return params
     doc, text = _read_toml(Path(path))
     try:
-        return _apply(params, doc, str(path))
+        loaded = _apply(params, doc, str(path))
+        _warn_implausible(doc, str(path))
+        return loaded
     except GeosimError as exc:  # point at the line that holds the key
         if exc.source == str(path) and exc.lineno is None:
             raise GeosimError(exc.problem, source=exc.source, key=exc.key, line=toml_key_line(text, exc.key)) from None
         raise
+
+
+# parameters whose values real networks bound (geosim.plausibility's ranges): a valid value outside
+# them is usually a unit slip, so it warns once, naming the file and the key
+PLAUSIBLE_KEYS = {"host.lan_rtt_ms": "rtt_ms", "host.lan_bandwidth_gbps": "bandwidth_gbps",
+                  "transport.window_mib": "window_mib"}
+
+
+def _warn_implausible(doc: dict, source: str) -> None:
+    for key, kind in PLAUSIBLE_KEYS.items():
+        node = doc
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, (int, float)) and not isinstance(node, bool):
+            plausibility.check(node, source, key, kind)
 
 
 def params_to_toml(params: Params, fitted: dict | None = None) -> dict:
@@ -292,7 +246,8 @@ def params_to_toml(params: Params, fitted: dict | None = None) -> dict:
             put(key, float(value) / scale)
     for key, name in TABLES.items():
         table = getattr(params, name)
-        put(key, {str(k): v for k, v in table.items()})
+        scale = TABLE_BY_KEY[key].scale
+        put(key, {str(k): v if scale == 1.0 else v / scale for k, v in table.items()})
     for technique, leaf in setting_keys():
         put(f"{technique}.{leaf}", getattr(params.settings(technique), leaf))
     if fitted:
@@ -304,6 +259,5 @@ def write_params(params: Params, path: str | Path, fitted: dict | None = None) -
     """Write atomically: a reader never sees a half-written parameters file."""
     import tomli_w
 
-    from geosim.fileio import write_atomic
 
     write_atomic(Path(path), tomli_w.dumps(params_to_toml(params, fitted)))

@@ -21,6 +21,7 @@ from itertools import combinations
 import pytest
 
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.network.tcp import Network
 from dataclasses import replace
 
@@ -78,7 +79,7 @@ def collective_schedule(cluster: Cluster, op: str, nbytes: float, algorithm: str
 
 
 def pcie_rate(gpu, params) -> float:
-    return params.pcie_gbps[gpu.pcie_gen] * 1e9 / 8
+    return params.pcie_bps[gpu.pcie_gen] / 8
 
 
 def wan_alpha_beta(params, link_rtt_s: float, link_bandwidth_bps: float, gpu=GPU):
@@ -86,7 +87,7 @@ def wan_alpha_beta(params, link_rtt_s: float, link_bandwidth_bps: float, gpu=GPU
     one_way = params.intra_host_latency_s + link_rtt_s / 2  # the GPU's PCIe hop, then the link
     rtt = 2 * one_way
     line_rate = min(pcie_rate(gpu, params), link_bandwidth_bps / 8)
-    socket_rate = params.streams * params.stream_rate_gbps * 1e9 / 8
+    socket_rate = params.streams * params.stream_rate_bps / 8
     rate = min(line_rate, params.streams * params.window_bytes / rtt, socket_rate)
     return one_way + params.per_message_overhead_s, 1.0 / rate, rtt
 
@@ -95,13 +96,14 @@ def lan_alpha_beta(params, gpu=GPU):
     """Same-site hosts: host -> site switch -> host, a quarter of the LAN RTT per edge."""
     one_way = params.intra_host_latency_s + 2 * params.lan_rtt_s / 4
     rtt = 2 * one_way
-    line_rate = min(pcie_rate(gpu, params), params.lan_bandwidth_gbps * 1e9 / 8)
-    socket_rate = params.streams * params.stream_rate_gbps * 1e9 / 8
+    line_rate = min(pcie_rate(gpu, params), params.lan_bandwidth_bps / 8)
+    socket_rate = params.streams * params.stream_rate_bps / 8
     rate = min(line_rate, params.streams * params.window_bytes / rtt, socket_rate)
     return one_way + params.per_message_overhead_s, 1.0 / rate, rtt
 
 
 def simulate(schedule, cluster, params, iterations=1, **kw):
+    kw.setdefault("network", TCPNetwork)
     return run_schedule(schedule, cluster, params, WORKLOAD, iterations=iterations, **kw)
 
 
@@ -196,7 +198,7 @@ def test_p2p_over_nvlink():
     sched = schedule_of(cluster, {0: [Send(1, n, ("x",))], 1: [Recv(0, ("x",))]})
     lat = params.intra_host_latency_s
     expected = (params.p2p_handshake_rtts * 2 * lat + lat + params.per_message_overhead_s
-                + n / (params.nvlink_gbps * 1e9 / 8))
+                + n / (params.nvlink_bps / 8))
     assert simulate(sched, cluster, params).iteration_end[0] == pytest.approx(expected, rel=REL)
 
 

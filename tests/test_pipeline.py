@@ -13,7 +13,7 @@ from geosim.sim.engine import run_schedule
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
@@ -65,14 +65,14 @@ def test_one_microbatch_is_the_sum_of_stages_and_transfers(kind, rtt_s):
     act = workload.global_batch * workload.seq_len * model.n_embd * workload.bytes_per_value
     one_way = params.intra_host_latency_s + rtt_s / 2
     rtt = 2 * one_way
-    beta = 1 / min(params.pcie_gbps[3] * 1e9 / 8, bw / 8, params.window_bytes * params.streams / rtt,
-                   params.streams * params.stream_rate_gbps * 1e9 / 8)
+    beta = 1 / min(params.pcie_bps[3] / 8, bw / 8, params.window_bytes * params.streams / rtt,
+                   params.streams * params.stream_rate_bps / 8)
     transfer = params.p2p_handshake_rtts * rtt + one_way + params.per_message_overhead_s + act * beta
     overhead = params.iteration_overhead_s["pipeshard"]
     expected = f0 + transfer + 3 * f1 + transfer + 2 * f0 + overhead
 
     schedule = build_schedule("pipeshard", Case(cluster, model, workload, params))
-    result = run_schedule(schedule, cluster, params, workload, iterations=1)
+    result = run_schedule(schedule, cluster, params, workload, iterations=1, network=TCPNetwork)
     assert result.iteration_end[0] == pytest.approx(expected, rel=REL)
     assert result.bytes_sent == pytest.approx(2 * act, rel=REL)
 
@@ -98,7 +98,7 @@ def test_one_microbatch_on_a_study_slice_with_an_ideal_network():
     expected = 3 * f0 + 3 * f1 + params.iteration_overhead_s["pipeshard"]
     assert result.iteration_end[0] == pytest.approx(expected, rel=REL)
     # with the real network it can only take longer
-    real = run_schedule(schedule, cluster, params, workload, iterations=1)
+    real = run_schedule(schedule, cluster, params, workload, iterations=1, network=TCPNetwork)
     assert real.iteration_end[0] > expected
 
 

@@ -19,7 +19,7 @@ from geosim.scenario import get_model, gpu_catalog
 from geosim.sim.engine import every_rank, run_schedule
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import TCPNetwork
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.sim.schedule import Collective, Compute, Schedule
 from geosim.sim.symmetry import Symmetry, find_symmetry
 from geosim.specs import Cluster, Host, Link, Workload
@@ -107,8 +107,8 @@ def test_a_symmetric_cluster_runs_one_host_or_one_site():
     for cluster, ranks in ((uniform_cluster(1, 4, 4), 4), (uniform_cluster(3, 2, 4), 8)):
         workload = Workload(global_batch=96, microbatches=2, seq_len=256)
         schedule = build_schedule("data", Case(cluster, MODEL, workload, params))
-        reduced = run_schedule(schedule, cluster, params, workload, iterations=2)
-        full = run_schedule(schedule, cluster, params, workload, iterations=2, symmetry=False)
+        reduced = run_schedule(schedule, cluster, params, workload, iterations=2, network=TCPNetwork)
+        full = run_schedule(schedule, cluster, params, workload, iterations=2, network=TCPNetwork, symmetry=False)
         assert (reduced.simulated_ranks, full.simulated_ranks) == (ranks, 16 if ranks == 4 else 24)
         _same(full, reduced)
         assert reduced.events < full.events
@@ -123,12 +123,12 @@ def test_no_symmetry_is_used_where_it_is_not_proven():
     for cluster, technique in ((uneven, "data"), (shared, "diloco")):
         # uneven: the ring meets a slower link once; diloco: its replicas' rings share the host's NIC
         schedule = build_schedule(technique, Case(cluster, MODEL, workload, params))
-        run = run_schedule(schedule, cluster, params, workload, iterations=2)
+        run = run_schedule(schedule, cluster, params, workload, iterations=2, network=TCPNetwork)
         assert run.simulated_ranks == 24 if cluster is uneven else 16
     # with a trace every rank runs: a trace lists every rank's transfers
     cluster = uniform_cluster(1, 4, 4)
     schedule = build_schedule("data", Case(cluster, MODEL, workload, params))
-    assert run_schedule(schedule, cluster, params, workload, iterations=1, trace=True).simulated_ranks == 16
+    assert run_schedule(schedule, cluster, params, workload, iterations=1, network=TCPNetwork, trace=True).simulated_ranks == 16
 
 
 def test_a_shift_renames_and_files_messages_for_representatives():

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from geosim.sim.network import NetworkFactory
-from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.sim.compute import compute_model
 from geosim.sim.kernel import Clock, Event
@@ -99,10 +98,11 @@ def compute_timer(schedule: Schedule, params: Params, workload: Workload):
 
 
 def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload: Workload,
-                 iterations: int = 3, network: NetworkFactory = TCPNetwork, trace: bool = False,
+                 iterations: int = 3, *, network: NetworkFactory, trace: bool = False,
                  exact: bool = False, clock: Callable[[], Clock] = Clock, symmetry: bool | None = None) -> RunResult:
     """Simulate `iterations` iterations on the network model `network` builds (a factory called
-    as network(clock, cluster, params, devices, trace)). exact=True runs every repetition of
+    as network(clock, cluster, params, devices, trace); geosim.sim.network.network_model(name)
+    gives one by name; there is no default). exact=True runs every repetition of
     Repeat blocks. `clock` makes the event kernel (tests/test_kernel.py hands it SimPy's).
     Ranks a proven symmetry makes alike run once (geosim.sim.symmetry; the same answers to the
     bit, fewer events); symmetry=False runs every rank (what the tests compare that against), as

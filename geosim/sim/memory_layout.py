@@ -234,5 +234,5 @@ def verdict(need_bytes: float, memory_gib: float, options: LayoutOptions) -> Ver
 def options_for(workload, params) -> LayoutOptions:
     """The layout options of a case: its precision and checkpointing, the parameters' workspace and margins."""
     return LayoutOptions(precision=workload.precision, remat=workload.checkpointing,
-                         workspace_bytes=params.workspace_gib * GIB, usable_fraction=params.usable_memory_fraction,
+                         workspace_bytes=params.workspace_bytes, usable_fraction=params.usable_memory_fraction,
                          margin_fraction=params.memory_margin_fraction)

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
+from geosim.sim.network import least_delay
 from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable, with_options
@@ -25,6 +27,7 @@ from geosim.techniques.shard import layers_ops
 
 NAME = "pipeshard"
 LABEL = "Pipeshard"  # how tables and verdicts name it
+ALPA_METHOD = "PipeshardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
 PIPELINED = True
 BUILDS_ON = ("shard",)  # a stage sharded over its mesh runs Shard's layers
@@ -33,13 +36,16 @@ INTRA_STAGES = ("data", "shard")
 
 @dataclass(frozen=True)
 class Settings:
-    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES)
-    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"))
+    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES,
+                                source="the study's Pipeshard: data parallel inside each stage")
+    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"),
+                             source="Alpa's default pipeline schedule")
     stage_split: str = tunable("uniform", "layers per stage: uniform (Alpa's default) or balanced by GPU speed",
-                               choices=("uniform", "balanced"))
+                               choices=("uniform", "balanced"), source="Alpa's default (uniform)")
     # < 1: activations and their gradients cross between stages compressed (e.g. subspace
     # projection, Obeidi et al. 2026); 1 is Alpa's uncompressed send
-    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0)
+    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0,
+                                            unit="fraction", source="no compression (the study's runs)")
     meshes: tuple | None = option(None, "host names of each stage's mesh, in stage order (default: one per host)")
     layer_split: tuple | None = option(None, "layers of each stage (default: by stage_split)")
 
@@ -187,9 +193,9 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += backward(m)
             if intra == "data" and g > 1:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
-                                          params.collectives.get(NAME, "ring"), ("stage-grads", s), "stage gradient all-reduce"))
+                                          params.for_technique("collectives", NAME), ("stage-grads", s), "stage gradient all-reduce"))
             program.append(optimizer_op(model, held))
-            program.append(overhead_op(NAME, params))
+            program.append(overhead_op(NAME, params, workload))
             programs[dev.rank] = program
             in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
             memory[dev.rank] = memory_layout.pipeline_stage(
@@ -237,6 +243,19 @@ def layer_splits(n_layer: int, stages: int) -> list[list[int]]:
         cuts = (c for c in itertools.combinations(range(1, n_layer), stages - 1)
                 if all(abs(c[i] - even * (i + 1)) <= 2 for i in range(len(c))))
     return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
+
+
+def add_plan_arguments(parser) -> None:
+    """`geosim plan`'s flag for this technique's own choice (the registry adds it)."""
+    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
+                        help="what a Pipeshard stage does across its GPUs (default: the parameters file's pipeshard.intra_stage; "
+                             "'both' also tries shard, ~40x slower to plan)")
+
+
+def plan_choices(args) -> dict:
+    """--intra-stage as plan_variants' intra_stages (None: the parameters file's)."""
+    chosen = getattr(args, "intra_stage", None)
+    return {"intra_stages": INTRA_STAGES if chosen == "both" else ((chosen,) if chosen else None)}
 
 
 def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None):
@@ -301,7 +320,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     its backward comes back before stage 0 runs B(k); under 1F1B stage 0's next op after B(k) is
     F(k + S), so the iteration holds ceil(M / S) such round trips back to back (GPipe: one), each
     costing every stage's forward and backward and each crossing's least delay on the network
-    predict() runs (TCPNetwork.least_delay_s: idle hops, the largest window).
+    predict() runs (geosim.sim.network.least_delay: idle hops, the largest window).
     Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
     if not options or "layer_split" not in options:
@@ -333,9 +352,10 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
         iteration = max(iteration, trips * (sum(forward_s) + sum(backward_s) + crossings))
-    iteration += params.iteration_overhead_s.get(NAME, 0.0)
+    runtime = runtime_of(w, params)
+    iteration += runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
-    return (params.startup_s.get(NAME, 0.0) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+    return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
 
 
 # (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the
@@ -346,26 +366,24 @@ _NETWORKS: dict[tuple, tuple] = {}
 def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:
     """Seconds a microbatch's activations take at least to cross every stage boundary forward, plus
     its gradients back: per boundary the least delay of any of its sends (build()'s sends)."""
-    from geosim.sim.kernel import Clock
-    from geosim.sim.network.tcp import TCPNetwork  # the model predict() runs
-
-    key = (id(case.cluster), id(case.params), hosts)
+    key = (id(case.cluster), id(case.params), hosts, case.network)
     known = _NETWORKS.get(key)
     if known is None or known[0] is not case.cluster or known[1] is not case.params:
         if len(_NETWORKS) >= 64:
             _NETWORKS.clear()
         on = case.on(hosts).cluster
         devices = devices_of(on)
-        known = _NETWORKS[key] = (case.cluster, case.params, devices, TCPNetwork(Clock(), on, case.params, devices))
-    _, _, devices, network = known
+        # the best case of the network model predict() runs for this case
+        known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay(case.network, on, case.params, devices))
+    _, _, devices, least_delay_s = known
     meshes = ([[d for d in devices if d.host in mesh] for mesh in options["meshes"]] if "meshes" in options
               else [[d] for d in devices])
     act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
     total = 0.0
     for before, after in zip(meshes, meshes[1:]):
         pairs = _overlaps(len(before), len(after))
-        total += min(network.least_delay_s(before[j].rank, after[k].rank, act_bytes * frac, True)
+        total += min(least_delay_s(before[j].rank, after[k].rank, act_bytes * frac, True)
                      for j, k, frac in pairs)
-        total += min(network.least_delay_s(after[k].rank, before[j].rank, act_bytes * frac, True)
+        total += min(least_delay_s(after[k].rank, before[j].rank, act_bytes * frac, True)
                      for j, k, frac in pairs)
     return total

@@ -16,6 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from geosim.errors import GeosimError
+from geosim.errors import require
+from geosim.scenario import get_model
 
 
 @dataclass
@@ -153,8 +155,6 @@ def check_memory(compiled, limit_gib: float | None):
 def run(opts: Options, log=print) -> Result:
     """Train and measure. SIGINT/SIGTERM (live/train/interrupts.py, when the CLI installed
     its handlers) and Ctrl-C stop the run at the next safe point with status interrupted."""
-    from geosim.errors import require
-    from geosim.scenario import get_model
 
     from geosim.live.train import interrupts
 
@@ -188,7 +188,8 @@ def run(opts: Options, log=print) -> Result:
         result.model_dims = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head, "vocab": cfg.vocab,
                              "n_ctx": cfg.n_ctx}
         result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx,
-                           "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision}
+                           "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision,
+                           "runtime": "jax"}  # its fixed costs: geosim/data/runtimes.toml [jax]
         if opts.epochs:
             result.workload["epochs"] = opts.epochs
         if getattr(technique, "stages", None):

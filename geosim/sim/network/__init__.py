@@ -26,12 +26,23 @@ A model is built per run by a factory called as
 where clock has `.now` (the simulation's time) and trace is a list to append
 ("link", name, label, start, end, bytes) rows to, or None. The model classes are
 their own factories.
+
+Each model is a backend found by its module: `NAME` (what a case or `--network` calls it),
+`MODEL` (its factory) and, where it has constants of its own, `Settings` with
+`from_params(params)` (the TCP model's window, streams, per-message costs: declared in
+geosim/parameters.py under [transport]). The engine has no default: the caller names the
+model (`network_model(case.network)`); a Case runs "tcp" unless it says otherwise.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
+from functools import cache
 from typing import Protocol
+
+from geosim.errors import GeosimError
 
 from geosim.sim import collectives
 from geosim.sim.schedule import Collective, Device
@@ -127,3 +138,37 @@ class CountingNetwork:
 
     def reduce_to(self, symmetry) -> None:
         return None
+
+@cache
+def _backends() -> dict[str, object]:
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")  # found by name: adding a model is one file
+        if hasattr(module, "NAME") and hasattr(module, "MODEL"):
+            found[module.NAME] = module
+    return found
+
+
+def network_names() -> list[str]:
+    return sorted(_backends())
+
+
+def network_model(name: str) -> NetworkFactory:
+    """The factory of the network model called `name` (tcp, alpha-beta, ideal)."""
+    backends = _backends()
+    if name not in backends:
+        raise GeosimError(f"unknown network model {name!r} (known: {', '.join(sorted(backends))})", key="network")
+    return backends[name].MODEL
+
+
+class _Still:
+    """A clock that never moves: asking a model for a best case needs no simulation."""
+
+    now = 0.0
+
+
+def least_delay(name: str, cluster: Cluster, params: Params, devices: list[Device]) -> Callable[..., float]:
+    """(src, dst, nbytes, p2p) -> the fewest seconds a send can take on the model `name`: every hop
+    idle, windows at their largest (a floor the planner prunes with); 0 for a model without one."""
+    model = network_model(name)(_Still(), cluster, params, devices)
+    return getattr(model, "least_delay_s", lambda src, dst, nbytes, p2p: 0.0)

@@ -250,5 +250,14 @@ class ExclusiveLinks:
 
 
 def _cost(route) -> tuple:
-    """Everything a route's sends are computed from but its hops and its name."""
-    return tuple(getattr(route, f.name) for f in fields(route) if f.name not in ("hops", "name"))
+    """Everything a route's sends are computed from but its hops and its name; a field naming one
+    of its hops (the TCP model's shaped_hop, a token bucket's) by where that hop is in the route."""
+    values = []
+    for f in fields(route):
+        if f.name in ("hops", "name"):
+            continue
+        value = getattr(route, f.name)
+        if f.name.endswith("_hop") and value in route.hops:
+            value = ("position", route.hops.index(value))
+        values.append(value)
+    return tuple(values)

@@ -9,6 +9,9 @@ from geosim.sim.network import CountingNetwork
 from geosim.sim.schedule import Barrier, Collective
 
 
+NAME = "ideal"
+
+
 class IdealNetwork(CountingNetwork):
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
         self.count(src, nbytes)
@@ -23,3 +26,5 @@ class IdealNetwork(CountingNetwork):
         """No state to map: a send costs nothing and a barrier's release is its last arrival, whatever
         order simultaneous events go in. The programs' own check (geosim.sim.symmetry) is the proof."""
         return True
+
+MODEL = IdealNetwork
