@@ -1,5 +1,6 @@
 """Ranks a proven symmetry makes alike, simulated once (geosim/sim/symmetry.py), against every rank
-simulated: on random clusters, symmetric, nearly symmetric (one link, GPU or NIC off) and not, for
+simulated: on random clusters, symmetric, nearly symmetric (one link, GPU or NIC off) and not,
+with and without token-bucket site links (every one, or one alone), for
 every technique, the same times, compute, overhead, bytes and transfers to the last bit, and the
 same predictions (breakdowns included). The nearly symmetric clusters are the ones where a shift
 passes some of the proof's checks and not the others: dropping a check makes this test fail."""
@@ -22,7 +23,7 @@ from geosim.sim.network.tcp import TCPNetwork
 from geosim.predict import predict
 from geosim.sim.schedule import Collective, Compute, Schedule
 from geosim.sim.symmetry import Symmetry, find_symmetry
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.specs import Cluster, Host, Link, Shaper, Workload
 from geosim.techniques import build_schedule, technique_names
 
 CATALOG = gpu_catalog()
@@ -61,7 +62,12 @@ def clusters(draw) -> Cluster:
                                     nic=draw(st.sampled_from(["shared", "per-gpu"]))) for h in made]
         links = [dataclasses.replace(link, rtt_s=draw(st.sampled_from([2e-3, 20e-3, 90e-3])),
                                      bandwidth_bps=draw(st.sampled_from([1e9, 10e9]))) for link in links]
-    return Cluster(f"{cluster.name}-{flaw}", tuple(made), tuple(links))
+    shaped = draw(st.sampled_from(["none", "none", "all", "one"]))  # token-bucket site links (the TCP model's shaped hop)
+    if shaped != "none" and links:
+        chosen = range(len(links)) if shaped == "all" else [draw(st.integers(0, len(links) - 1))]
+        for i in chosen:
+            links[i] = dataclasses.replace(links[i], shaper=Shaper(burst_bytes=65536))
+    return Cluster(f"{cluster.name}-{flaw}-shaped-{shaped}", tuple(made), tuple(links))
 
 
 def _same(full, reduced) -> None:
