@@ -6,7 +6,7 @@ A shift σ of the ranks (within each segment of `segment` consecutive ranks, eve
     (a Send's destination, a Recv's source; a collective or Repeat block over a group that σ
     maps onto itself, whose steps for σr are r's renamed: the same ring neighbours, renamed);
   - σr has r's GPU, so the same compute times;
-  - the network model says σ maps its state onto itself (network_symmetric_under): routes of
+  - the network model says σ maps its state onto itself (its symmetric_under): routes of
     equal cost, each hop of r's routes mapped to one hop of σr's, and the run's outcome free of
     the order in which simultaneous events are processed (every hop has one sender; or, for the
     ideal network, no state at all).
