@@ -73,14 +73,19 @@ class Runtime:
         changes = {}
         if self.kernel_s is not None and self.kernel_s != params.kernel_s:
             changes["kernel_s"] = self.kernel_s
-        if self.collective_step_rtts is not None and self.collective_step_rtts != params.collective_step_rtts:
-            changes["collective_step_rtts"] = self.collective_step_rtts
         missing = {d: v for d, v in self.device_efficiency if d not in params.efficiency}
         if missing:
             changes["efficiency"] = {**params.efficiency, **missing}
-        return replace(params, **changes) if changes else params
+        applied = replace(params, **changes) if changes else params
+        if self.collective_step_rtts is not None and STEP_RTTS_MODEL in params.networks and \
+                self.collective_step_rtts != params.network(STEP_RTTS_MODEL).collective_step_rtts:
+            applied = applied.with_network(STEP_RTTS_MODEL, collective_step_rtts=self.collective_step_rtts)
+        return applied
 
 
+# the network model whose collective steps wait round trips (its Settings' collective_step_rtts, the
+# file's transport.collective_step_rtts): what a runtime's own collective_step_rtts replaces
+STEP_RTTS_MODEL = "tcp"
 NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "collective_step_rtts")
 KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS}
 _SHIPPED: dict[str, Runtime] = {}

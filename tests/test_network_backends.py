@@ -30,13 +30,22 @@ def test_three_backends_by_name_and_no_engine_default():
         network_model("nccl")
 
 
-def test_the_tcp_model_reads_its_own_settings_from_the_declared_transport_parameters():
-    from geosim import parameters
+def test_the_tcp_model_reads_its_own_settings_from_the_parameters_it_declares(tmp_path):
+    from geosim.sim.network import tcp
 
-    declared = {p.field for p in parameters.SCALARS if p.key.startswith("transport.")}
-    assert set(Settings.__dataclass_fields__) == declared
+    assert tcp.TABLE == "transport"
+    assert {p.field for p in tcp.PARAMETERS} == set(Settings.__dataclass_fields__)
     params = load_params()
-    assert Settings.from_params(params).window_bytes == params.window_bytes
+    assert Settings.from_params(params) is params.network("tcp")
+    assert params.network("tcp").window_bytes == pytest.approx(1.43 * 2**20)
+    # a file's [transport] table sets them, in the declared unit, checked against the declared range
+    path = tmp_path / "p.toml"
+    path.write_text("[transport]\nwindow_mib = 4\nidle_restart_ms = 300\n")
+    mine = load_params(path).network("tcp")
+    assert (mine.window_bytes, mine.idle_restart_s) == (4 * 2**20, pytest.approx(0.3))
+    path.write_text("[transport]\nwindow_mib = 0\n")
+    with pytest.raises(GeosimError, match="window_mib"):
+        load_params(path)
 
 
 def test_the_case_chooses_the_model():
