@@ -90,3 +90,16 @@ def test_every_predicting_command_takes_network_and_a_sweep_directory_keeps_its_
     capsys.readouterr()
     assert main([*sweep, "--network", "alpha-beta"]) == 2  # its rows were predicted on tcp
     assert "predicted on the tcp network model, not alpha-beta" in capsys.readouterr().err
+
+
+def test_a_fit_moves_the_tcp_models_settings_through_their_declaration_and_writes_them_back(tmp_path):
+    from geosim.calibrate.free import FreeParam, apply_params
+    from geosim.params import write_params
+
+    base = load_params()
+    window = FreeParam("scalar", "transport.window_mib", 1.43, 1 / 16, 512.0, "MiB")
+    fitted = apply_params(base, [window], [4.0])
+    assert fitted.network("tcp").window_bytes == 4 * 2**20 and base.network("tcp").window_bytes != 4 * 2**20
+    write_params(fitted, tmp_path / "fitted.toml")
+    assert "[transport]" in (tmp_path / "fitted.toml").read_text()
+    assert load_params(tmp_path / "fitted.toml").network("tcp") == fitted.network("tcp")
