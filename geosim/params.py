@@ -16,6 +16,7 @@ from geosim.sim.network import network_parameters
 from geosim.specs import Params
 from geosim.techniques._settings import check_value, file_tunables
 from geosim.fileio import write_atomic
+from geosim.runtime import changed_runtimes, runtime_changes_table
 from geosim.scenario import _toml_text, check_number, read_text
 from geosim.techniques import settings_class, settings_parent, technique_names
 
@@ -39,6 +40,9 @@ BOUNDS = {p.key: p.range for p in ALL_SCALARS if p.unit != FLAG}  # (lowest, hig
 TABLE_BOUNDS = {t.key: t.range for t in DECLARED_TABLES if not t.choices}
 TABLES = {t.key: t.field for t in DECLARED_TABLES}  # TOML table -> Params field holding a dict
 DEFAULTS_FILE = "params-default.toml"
+# [runtime.NAME]: a runtime's fixed costs where a fit changed them (Params.runtimes; the keys and units of
+# geosim/data/runtimes.toml, which declares them; only what differs from the shipped runtime is written)
+RUNTIME_TABLE = "runtime"
 # keys of older parameters files that no longer mean anything (the per-GPU default efficiency gave way
 # to the op-level compute model's fractions; state bytes follow from the precision): read and ignored
 RETIRED = {"compute.default_efficiency", "memory.optimizer_bytes_per_param"}
@@ -88,7 +92,7 @@ def _check_number(value, source: str, key: str, bounds: tuple = DEFAULT_RANGE, *
 
 def _apply(params: Params | None, doc: dict, source: str) -> Params:
     values: dict[str, object] = {} if params is None else dict(params.__dict__)
-    flat = _flatten({k: v for k, v in doc.items() if k != "fitted"})
+    flat = _flatten({k: v for k, v in doc.items() if k not in ("fitted", RUNTIME_TABLE)})
     by_key = {key: (name, scale) for key, name, scale in SCALARS}
     setting_changes: dict[str, dict[str, object]] = {}
     network_changes: dict[str, dict[str, object]] = {}
@@ -121,6 +125,8 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
             values[name] = value
     values["technique_settings"] = _merge_settings(values.get("technique_settings") or {}, setting_changes)
     values["networks"] = _network_settings(values.get("networks") or {}, network_changes, source)
+    if RUNTIME_TABLE in doc:
+        values["runtimes"] = changed_runtimes(doc[RUNTIME_TABLE], values.get("runtimes") or {}, source)
     fitted = doc.get("fitted", {})
     if not isinstance(fitted, dict):
         raise GeosimError("must be a table", source=source, key="fitted")
@@ -286,6 +292,10 @@ def params_to_toml(params: Params, fitted: dict | None = None) -> dict:
         put(key, {str(k): v if scale == 1.0 else v / scale for k, v in table.items()})
     for technique, leaf in setting_keys():
         put(f"{technique}.{leaf}", getattr(params.settings(technique), leaf))
+    for name, runtime in sorted((params.runtimes or {}).items()):
+        table = runtime_changes_table(runtime)
+        if table:
+            doc.setdefault(RUNTIME_TABLE, {})[name] = table
     if fitted:
         doc["fitted"] = fitted
     return doc
