@@ -14,7 +14,7 @@ from geosim.calibrate.cases import RunCase
 from geosim.errors import GeosimError
 from geosim.parameters import TABLE_BY_KEY, fittable, priors
 from geosim.params import SCALARS
-from geosim.runtime import shipped_runtimes, with_runtime
+from geosim.runtime import runtime_of, shipped_runtimes, with_runtime
 from geosim.specs import Cluster, Params
 from geosim.techniques import is_pipelined
 from geosim.studies.whatif import wan_links
@@ -240,6 +240,15 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
             free.append(FreeParam("iteration_overhead", technique,
                                   min(max(base.for_technique("iteration_overhead_s", technique), 1e-3), OVERHEAD_RANGE[1]),
                                   *OVERHEAD_RANGE, "s"))
+    if overhead != "none" and timed:
+        # records of a runtime with its own per-step cost (jax, pytorch: geosim/runtime.py) do not use the
+        # parameters file's overhead table: their runtime's cost is what the fit can move
+        for name in sorted({c.workload.runtime for c in timed}):
+            runtime = runtime_of(next(c.workload for c in timed if c.workload.runtime == name), base)
+            if runtime.iteration_s is not None:
+                free.append(FreeParam("runtime", f"{name}.iteration_s", min(max(runtime.iteration_s, 1e-5),
+                                                                             OVERHEAD_RANGE[1]), 1e-5,
+                                      OVERHEAD_RANGE[1], "s"))
     seen = set()
     for c in timed:
         if not c.networked or c.slice_key in seen or (fit_links is not None and c.slice_key not in fit_links):

@@ -175,6 +175,10 @@ def _options(args):
     if args.scenario:
 
         load_scenario(args.scenario)
+    if args.data not in ("auto", "wikipedia", "generated"):  # a text file: a FIFO would block the run
+        from geosim.validate import regular_input
+
+        regular_input(args.data, "--data")
     for path, key in ((args.record, "--records-out"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
         if path:
             check_appendable(path, key)

@@ -66,6 +66,8 @@ FLAG_CASES = [
     (["live", "probe", "--seconds", "inf", "--out", "x.toml"], "--seconds: must be a finite number"),
     (["live", "probe", "--seconds", "0", "--out", "x.toml"], "--seconds: must be > 0"),
     (["live", "wan", "up", "--loss", "nan"], "--loss: must be a finite number"),
+    # Ray retried an address where nothing listens for minutes, then another cluster
+    (["live", "probe", "--ray-address", "127.0.0.1:1", "--out", "x.toml"], "--ray-address: nothing answers"),
 ]
 
 
@@ -187,6 +189,15 @@ def test_trace_refuses_repeated_or_empty_hosts(hosts, needle, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_calibrate_import_refuses_a_repeated_host(tmp_path, capsys):
+    out = tmp_path / "runs.jsonl"
+    code, _, err = run_in_process(["calibrate", "import", "alpa-console", str(ROOT / "tests" / "data" /
+                                   "alpa-gpt-console.log"), "--scenario", "utah-gpn", "--hosts", "vm1,vm1",
+                                   "--records-out", str(out)], capsys)
+    assert_one_line_refusal(code, err, "--hosts: host(s) named twice: vm1")
+    assert not out.exists()
+
+
 def test_calibrate_fit_refuses_a_known_link_no_record_is_on(tmp_path, capsys):
     pytest.importorskip("scipy")
     runs, out = tmp_path / "runs.jsonl", tmp_path / "fitted.toml"
@@ -234,6 +245,8 @@ LIVE_RUN_CASES = [
     (["--steps", HUGE], "--steps: must be <= 1e+07"),
     (["--hosts", "100000"], "--hosts: must be <= 4096"),
     (["--ray-address", "127.0.0.1:1"], "--ray-address: nothing answers at 127.0.0.1:1"),
+    (["--data", "/nonexistent/corpus.txt"], "--data: no such file"),
+    (["--data", "/dev/null"], "--data: is a device, not a regular file"),
 ]
 
 
@@ -281,3 +294,10 @@ def test_a_fifo_as_input_is_refused_not_waited_on(argv, tmp_path):
 def test_a_directory_as_input_is_one_line(tmp_path, capsys):
     code, _, err = run_in_process(["predict", "--scenario", str(tmp_path)], capsys)
     assert_one_line_refusal(code, err, "is a directory, not a file")
+
+
+def test_the_bounds_page_is_up_to_date():
+    """docs/reference/bounds.md lists every bound as the code applies it (tools/bounds_reference.py)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bounds_reference.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

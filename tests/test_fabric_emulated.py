@@ -10,6 +10,7 @@ Needs root and /dev/net/tun; ~4 minutes on 2 cores.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -94,4 +95,5 @@ def test_fabric_calibrate_on_the_emulated_slice(tmp_path):
         wan.down()  # ends every process left in the namespaces, Ray's included
         tag = hashlib.sha1(str((tmp_path / "geosim-utah-mass-calibrate").resolve()).encode()).hexdigest()[:6]
         for i in range(2):  # the Ray session directories of this slice's nodes (steps.Calibration.tag)
-            shutil.rmtree(f"/tmp/gray-{tag}-{i}", ignore_errors=True)
+            for temp in glob.glob(f"/tmp/gray-{tag}-{i}-*"):
+                shutil.rmtree(temp, ignore_errors=True)

@@ -301,7 +301,8 @@ def test_a_new_technique_file_shows_up_in_every_command(toy_technique, tmp_path,
     assert "toy" in [p["technique"] for p in predicted["slices"][0]["predictions"]]
     planned = run_cli(["plan", "--scenario", "tacc-tacc", "--all", "--json"], capsys)
     assert '"toy"' in planned
-    # select's verdict ranks it too: without its pause it is Data's schedule and Data's time, one of the top two
+    # select's verdict is the same ranking: without its pause the toy is Data's schedule and Data's time, so it
+    # ties with Data (a tie with the best's own run is not named as the runner-up) and select says what plan says
     paused = tmp_path / "no-pause.toml"
     paused.write_text("[toy]\npause_s = 0.0\n")
     selected = json.loads(run_cli(["select", "--scenario", "tacc-tacc", "--params", str(paused), "--json"], capsys))

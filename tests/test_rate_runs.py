@@ -49,3 +49,20 @@ def test_a_message_probe_times_a_transfer_and_its_ack_over_loopback(monkeypatch)
     assert all(0 < t < time.perf_counter() - started for v in result.values() for t in v)
     server.join(10)
     assert not server.is_alive()  # the sink ends when the connection closes
+
+
+@pytest.mark.slow
+def test_the_results_page_regenerates_from_its_data_file():
+    """docs/results/2026-11-25-runtime-validation.md: one fit at RTT 10 ms, every run at 40 ms held
+    out within 15%, from the link's stated rate and RTT and the jax runtime."""
+    from pathlib import Path
+
+    from geosim.live.experiments.runtime_validation import TARGET, validate
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "results" / "data" / "2026-11-25-rate-runs.jsonl"
+    report = validate(str(data), (), (10.0,))
+    held = [r for r in report["runs"] if r["role"] == "held out"]
+    assert len(held) == 16 and len(report["runs"]) == 32
+    assert all(abs(r["error"]) <= TARGET for r in held), [(r["rate_gbps"], r["technique"], r["inner_steps"], r["error"])
+                                                          for r in held if abs(r["error"]) > TARGET]
+    assert report["fitted"]["jax.collective_step_rtts"] == pytest.approx(1.61, abs=0.05)

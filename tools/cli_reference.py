@@ -72,6 +72,7 @@ def _help(parser, action) -> str:
 def render() -> str:
     lines = ["# Command-line reference", "",
              "Generated from the argparse definitions by `python tools/cli_reference.py`; do not edit by hand.",
+             "Every number an option takes has a bound, with its reason: [bounds on numbers](bounds.md).",
              "", "## The vocabulary", "",
              "A flag means the same thing in every subcommand (`tests/test_cli_vocabulary.py` checks it).",
              "List flags are repeatable and comma-separated (`--technique data,zero2 --technique shard`).",

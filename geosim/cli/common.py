@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from geosim import plausibility
 from geosim.case import DEFAULT_NETWORK
@@ -201,6 +202,22 @@ def print_json(doc) -> None:
 
 
 fmt_duration = fmt_time  # one way to write a duration everywhere
+
+
+class Progress:
+    """A line on stderr once planning has taken more than two seconds (and only on a terminal)."""
+
+    def __init__(self, label: str):
+        self.label, self.started, self.shown = label, time.monotonic(), False
+
+    def __call__(self, done: int, total: int) -> None:
+        if sys.stderr.isatty() and time.monotonic() - self.started > 2:
+            print(f"\r  {self.label}: simulated {done} of at most {total} options", end="", file=sys.stderr)
+            self.shown = True
+
+    def close(self):
+        if self.shown:
+            print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
 
 ANSWER_SCHEMA = "geosim.answer/1"
 ESTIMATE_NOTE = "times are simulator estimates"

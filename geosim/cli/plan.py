@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-import time
-
 from geosim.case import Case
-from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
+from geosim.cli.common import (Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
                                add_workload_arguments, fmt_duration, chosen_techniques, load_case, load_params_arg, print_json,
                                scenario_names)
 from geosim.cli.predict import describe_cluster
@@ -48,22 +45,6 @@ def add_arguments(parser) -> None:
     fabric.add_argument("--vms", type=int, default=2, help="with --sites: VMs per slice (default: %(default)s)")
     fabric.add_argument("--gpus-per-vm", type=int, default=2, help="with --sites: GPUs per VM (default: %(default)s, as in the study)")
     add_json_argument(parser)
-
-
-class Progress:
-    """A line on stderr once planning has taken more than two seconds (and only on a terminal)."""
-
-    def __init__(self, label: str):
-        self.label, self.started, self.shown = label, time.monotonic(), False
-
-    def __call__(self, done: int, total: int) -> None:
-        if sys.stderr.isatty() and time.monotonic() - self.started > 2:
-            print(f"\r  {self.label}: simulated {done} of at most {total} options", end="", file=sys.stderr)
-            self.shown = True
-
-    def close(self):
-        if self.shown:
-            print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
 
 
 def run(args) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (add_hosts_argument, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
+from geosim.cli.common import (Progress, add_hosts_argument, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
                                ESTIMATE_NOTE,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
                                scenario_names)
@@ -46,9 +46,19 @@ def add_arguments(parser) -> None:
                         help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
 
 
+# the "each VM alone" rows multiply the work by the VMs: past this many, only the whole slice is shown
+MAX_ALONE_ROWS = 16
+
+
 def host_subsets(cluster, spec: str) -> list[tuple[str, ...]]:
     """The table's rows: --hosts (default: all the VMs together, then each alone)."""
-    return parse_hosts(spec, cluster)
+    subsets = parse_hosts(spec, cluster)
+    alone = [s for s in subsets if len(s) == 1]
+    if len(cluster.hosts) > MAX_ALONE_ROWS and len(alone) > MAX_ALONE_ROWS:
+        print(f"geosim predict: note: {cluster.name} has {len(cluster.hosts)} VMs: the 'each VM alone' rows are "
+              f"shown up to {MAX_ALONE_ROWS} VMs (name the VMs with --hosts to see them)", file=sys.stderr)
+        return [s for s in subsets if len(s) > 1] or subsets[:1]
+    return subsets
 
 
 def same_progress(args, params, model) -> SameProgress:
@@ -92,7 +102,11 @@ def _run(args) -> int:
         # microbatches included) on the same measure, so predict, select and plan name the same best
         # option, and the time-to-target table's figures are the ranking's
         progress = same_progress(args, params, model)
-        plan = make_plan(case, keep=2, techniques=techniques, same_progress=progress)
+        bar = Progress(f"{cluster.name}: planning")
+        try:
+            plan = make_plan(case, keep=2, techniques=techniques, same_progress=progress, progress=bar)
+        finally:
+            bar.close()
         targets = _time_to_target(progress, workload, rows) if lowcomm else None
         slices.append((case, rows, plan, targets))
     ranges = _ranges(args, params, slices)

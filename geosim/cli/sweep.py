@@ -64,7 +64,7 @@ def add_arguments(p) -> None:
     r.add_argument("--out-dir", dest="out", default="sweep", metavar="DIR",
                    help="results directory; a rerun resumes it (default ./%(default)s)")
     add_renamed(r, "--out", "--out-dir", dest="out")
-    r.add_argument("--fresh", action="store_true", help="discard rows already in --out instead of resuming")
+    r.add_argument("--fresh", action="store_true", help="discard rows already in --out-dir instead of resuming")
     r.add_argument("--params", metavar="FILE", help=meaning("--params"))
     r.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
                    help=f"{meaning('--network')} (default: %(default)s)")

@@ -145,6 +145,7 @@ def grouped(runs: list[Run]) -> list[Run]:
     for same in groups.values():
         first = same[0]
         out.append(replace(first, measured_s=statistics.median(r.measured_s for r in same),
+                           median_s=statistics.median(r.median_s for r in same),
                            load="; ".join(r.load.split()[0] for r in same)))
     return sorted(out, key=lambda r: (r.rtt_ms, r.rate_gbps, r.technique, r.inner_steps or 0))
 
