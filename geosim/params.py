@@ -6,6 +6,7 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
+from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
 from dataclasses import replace
 
@@ -262,11 +263,28 @@ def load_params(path: str | Path | None = None) -> Params:
         return params
     doc, text = _read_toml(Path(path))
     try:
-        return _apply(params, doc, str(path))
+        loaded = _apply(params, doc, str(path))
+        _warn_implausible(doc, str(path))
+        return loaded
     except GeosimError as exc:  # point at the line that holds the key
         if exc.source == str(path) and exc.lineno is None:
             raise GeosimError(exc.problem, source=exc.source, key=exc.key, line=toml_key_line(text, exc.key)) from None
         raise
+
+
+# parameters whose values real networks bound (geosim.plausibility's ranges): a valid value outside
+# them is usually a unit slip, so it warns once, naming the file and the key
+PLAUSIBLE_KEYS = {"host.lan_rtt_ms": "rtt_ms", "host.lan_bandwidth_gbps": "bandwidth_gbps",
+                  "transport.window_mib": "window_mib"}
+
+
+def _warn_implausible(doc: dict, source: str) -> None:
+    for key, kind in PLAUSIBLE_KEYS.items():
+        node = doc
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, (int, float)) and not isinstance(node, bool):
+            plausibility.check(node, source, key, kind)
 
 
 def params_to_toml(params: Params, fitted: dict | None = None) -> dict:

@@ -16,6 +16,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Shaper, Workload
 from geosim.runtime import check_runtime_name
@@ -111,6 +112,8 @@ def _gpu_from_table(name: str, table, source: str, prefix: str) -> GPU:
     _only_keys(table, numeric | {"name", "architecture"}, numeric - {"bf16_tensor_tflops", "tdp_w"}, source, prefix)
     values = {k: check_number(v, source, prefix + k, *GPU_RANGES[k], integer=k == "pcie_gen")
               for k, v in table.items() if k in numeric}
+    for key, value in values.items():  # valid, but does any GPU have it?
+        plausibility.check(value, source, prefix + key)
     if "name" in table:
         _string(table["name"], source, prefix + "name")
     architecture = table.get("architecture")
@@ -358,6 +361,13 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         number = {k: check_number(table[k], source, prefix + k, *LINK_RANGES[k], integer=k == "streams")
                   for k in LINK_RANGES if k in table}
         window, streams, step_rtts = number.get("window_mib"), number.get("streams"), number.get("step_rtts")
+        for key in ("rtt_ms", "bandwidth_gbps", "window_mib"):  # valid, but does anything real have it?
+            if key in number:
+                plausibility.check(number[key], source, prefix + key)
+        if "rtt_ms" in number:
+            by_host = {h.name: h.site for h in hosts}
+            plausibility.check_light_speed(number["rtt_ms"], by_host.get(ends[0], ends[0]),
+                                           by_host.get(ends[1], ends[1]), source, prefix + "rtt_ms")
         estimated = "rtt_ms" not in number  # a measured RTT always wins over an estimate
         rtt_ms = _estimated_rtt_ms(ends, hosts, source, prefix) if estimated else number["rtt_ms"]
         links.append(Link(

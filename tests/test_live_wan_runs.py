@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import default_sigint
 from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
@@ -131,10 +132,10 @@ def test_child_argv_binds_gloo_to_the_namespace_interface():
 
 def test_hosts_wan_without_a_slice_is_a_one_line_error(tmp_path):
     env = dict(ENV, GEOSIM_WAN_STATE=str(tmp_path / "none.json"))
-    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "2"],
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "2"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "no WAN slice is up" in proc.stderr
-    bad = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--nodes", "lan"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--hosts", "lan"], capture_output=True,
                          text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "'wan'" in bad.stderr
 
@@ -252,8 +253,8 @@ def test_live_run_hosts_wan_records_the_slice(wan_slice, tmp_path, technique):
     wan = make(rtt_ms=20, bandwidth_mbit=1000)
     runs = tmp_path / "wan.jsonl"
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--technique", technique,
-                           "--model", "tiny", "--steps", "5", "--data", "generated", "--records", str(runs)],
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--technique", technique,
+                           "--model", "tiny", "--steps", "5", "--data", "generated", "--records-out", str(runs)],
                           capture_output=True, text=True, env=dict(ENV, GEOSIM_WAN_STATE=state), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - started < 300
@@ -273,9 +274,9 @@ def test_live_run_hosts_wan_records_the_slice(wan_slice, tmp_path, technique):
 def test_ctrl_c_stops_the_processes_on_the_slice(wan_slice, tmp_path):
     make, state = wan_slice
     wan = make(rtt_ms=10)
-    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "100000",
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "100000",
                              "--data", "generated"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(ENV, GEOSIM_WAN_STATE=state))
+                            env=dict(ENV, GEOSIM_WAN_STATE=state), preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 120
         while len(ns_pids(wan)) < 2 and time.monotonic() < deadline:
@@ -297,7 +298,7 @@ def test_sigkilled_parent_takes_the_processes_on_the_slice_with_it(wan_slice, tm
     """SIGKILL leaves the parent no chance to stop its children: the kernel does (PR_SET_PDEATHSIG)."""
     make, state = wan_slice
     wan = make(rtt_ms=2)
-    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "100000",
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "100000",
                              "--data", "generated"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(ENV, GEOSIM_WAN_STATE=state))
     try:
@@ -326,7 +327,7 @@ def test_validate_quick_loop(tmp_path):
     before = set(namespaces())
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "geosim", "live", "validate", "--quick", "--rtt-ms", "0.1,10,30",
-                           "--technique", "data,pipeshard", "--out", str(out), "--json", "--timeout", "240"],
+                           "--technique", "data,pipeshard", "--out-dir", str(out), "--json", "--timeout", "240"],
                           capture_output=True, text=True, env=ENV, timeout=900)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-3000:]

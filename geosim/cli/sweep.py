@@ -9,7 +9,7 @@ from pathlib import Path
 
 from geosim.case import DEFAULT_NETWORK
 from geosim.cli.common import WORKLOAD_DEFAULTS, add_json_argument
-from geosim.cli.vocabulary import CommaList, meaning
+from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.sim.network import network_names
@@ -43,10 +43,13 @@ def add_arguments(p) -> None:
     g.add_argument("--technique", action=CommaList, metavar="NAME",
                    help="techniques, or 'all'; repeatable and comma-separated (default: every synchronous "
                         "technique found, today the study's data,zero2,shard,pipeshard)")
-    g.add_argument("--gpu", metavar="SPEC", default="native",
+    g.add_argument("--replace-gpu", dest="gpu", metavar="SPEC", default="native",
                    help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
-    g.add_argument("--subsets", metavar="SPEC", default="all",
-                   help="VM subsets to sweep, e.g. all,vm1,vm2 or vm1+vm2 (default %(default)s)")
+    g.add_argument("--hosts", metavar="SPEC", default="all",
+                   help="VM subsets to sweep: 'all', VM names, names joined by + (vm1+vm2), comma-separated "
+                        "(default %(default)s)")
+    add_renamed(g, "--subsets", "--hosts", dest="hosts")
+    add_renamed(g, "--gpu", "--replace-gpu", dest="gpu")
     g.add_argument("--global-batch", metavar="SPEC",
                    help=f"{meaning('--global-batch')} (default: the scenario's, else {WORKLOAD_DEFAULTS.global_batch})")
     g.add_argument("--microbatches", metavar="SPEC",
@@ -58,8 +61,10 @@ def add_arguments(p) -> None:
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     r = p.add_argument_group("run")
-    r.add_argument("--out", default="sweep", metavar="DIR", help="results directory; a rerun resumes it (default ./%(default)s)")
-    r.add_argument("--fresh", action="store_true", help="discard rows already in --out instead of resuming")
+    r.add_argument("--out-dir", dest="out", default="sweep", metavar="DIR",
+                   help="results directory; a rerun resumes it (default ./%(default)s)")
+    add_renamed(r, "--out", "--out-dir", dest="out")
+    r.add_argument("--fresh", action="store_true", help="discard rows already in --out-dir instead of resuming")
     r.add_argument("--params", metavar="FILE", help=meaning("--params"))
     r.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
                    help=f"{meaning('--network')} (default: %(default)s)")
@@ -90,8 +95,8 @@ def build_grid(args) -> Grid:
         "model": parse_values(args.model, "str", "--model"),
         "rtt_ms": parse_values(args.rtt_ms, "float", "--rtt-ms", allow_native=True),
         "bandwidth_gbps": parse_values(args.bandwidth_gbps, "float", "--bandwidth-gbps", allow_native=True),
-        "gpu": parse_values(args.gpu, "str", "--gpu", allow_native=True),
-        "hosts": parse_values(args.subsets, "str", "--subsets"),
+        "gpu": parse_values(args.gpu, "str", "--replace-gpu", allow_native=True),
+        "hosts": parse_values(args.hosts, "str", "--hosts"),
     }
     for name in ("global_batch", "microbatches", "epochs"):
         if getattr(args, name):
@@ -192,7 +197,7 @@ def format_summary(s: dict) -> str:
                             [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"]), f"{o['high']['at']:g} {unit}",
                               _order(o["high"])) for o in s["orders"]])
     lines += format_best(s.get("best", []))
-    lines += ["", f"plots and report: geosim report {s['out']}"]
+    lines += ["", f"plots and report: geosim report --out-dir {s['out']}"]
     return "\n".join(lines)
 
 

@@ -143,7 +143,7 @@ def _one(source: ProbeSource, technique: str, hosts: tuple[str, ...]) -> Probe:
 
 def _missing_error(missing: list[MissingProbe]) -> GeosimError:
     runs = "; ".join(f"{m.technique} on {'+'.join(m.hosts)}: {m.command}" for m in missing)
-    return GeosimError(f"missing probe(s) for Algorithm 1, measure them first: {runs}", source="--measured")
+    return GeosimError(f"missing probe(s) for Algorithm 1, measure them first: {runs}", source="--records")
 
 
 # -- probe sources ---------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def record_tflops(record: RunRecord, model: Model, workload: Workload, gpus: int
 def live_command(technique: str, model: str, hosts: tuple[str, ...], epochs: int, scenario: str, path: str) -> str:
     # `geosim live run` records no VM names yet, so say where to run and what the record must hold
     return (f"`geosim live run --technique {technique} --model {model} --epochs {epochs} --scenario {scenario} "
-            f"--records {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
+            f"--records-out {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
 
 
 class LiveProbes:
@@ -256,7 +256,7 @@ class LiveProbes:
         if is_pipelined(technique):
             cmd += ["--microbatches", str(self.microbatches)]
         if self.record:
-            cmd += ["--records", self.record]
+            cmd += ["--records-out", self.record]
         return cmd + list(self.extra_args)
 
     def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from geosim.cli.vocabulary import CommaList
+from geosim.cli.vocabulary import CommaList, add_renamed
 from geosim.errors import GeosimError
 from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, Row, latency_costs, plot, print_report
 from geosim.techniques import is_pipelined
@@ -32,7 +32,7 @@ from geosim.scenario import get_model
 from geosim.units import MIB
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
-# Parameters fitted for CPU "GPUs" talking gloo over TCP (see README: Real runs on the emulated WAN): the CPU's
+# Parameters fitted for CPU "GPUs" talking gloo over TCP (docs/guide/wan-emulator.md): the CPU's
 # efficiency, the jax runtime's fixed costs (one per step and one per collective, the same for every
 # technique: geosim/runtime.py), and the per-RTT costs, which absorb gloo's one round trip per
 # tensor: collective steps (all-reduce, all-gather; the runtime's collective_step_rtts) and
@@ -57,14 +57,20 @@ PROFILED = {"shard.collectives_per_layer": SHARD_GRID}  # whole-number settings 
 def add_arguments(parser) -> None:
     parser.add_argument("--rtt-ms", default=",".join(f"{r:g}" for r in DEFAULT_RTTS),
                         help="RTTs of the emulated WAN, ms: a list or range (default %(default)s)")
-    parser.add_argument("--technique", dest="techniques", action=CommaList, metavar="NAME",
-                        help=f"techniques to run; repeatable and comma-separated (default: {','.join(TECHNIQUES)})")
+    parser.add_argument("--technique", dest="techniques", action=CommaList, metavar="NAME|all",
+                        help=f"techniques to run; repeatable and comma-separated; 'all': {','.join(TECHNIQUES)} "
+                             f"(the default)")
     parser.add_argument("--hold-out", type=float,
                         help="the RTT predicted from a fit on the others (default: the middle one); "
                              "every other RTT is also held out in turn and reported")
     # The defaults reproduce the study's mechanism: a model whose gradients outweigh its
     # activations (as gpt2m's do) behind TCP windows smaller than those gradients.
-    parser.add_argument("--model", default="small-wan", help="a model from the catalog (default %(default)s: 1.65 M parameters)")
+    from geosim.scenario import get_model
+
+    small = get_model("small-wan")  # the help quotes the catalog's count, as `geosim models` prints it
+    parser.add_argument("--model", default="small-wan",
+                        help=f"a model from the catalog (default %(default)s: {small.num_params / 1e6:.0f}M parameters "
+                             f"as `geosim models` counts them, most in the token embedding)")
     parser.add_argument("--steps", type=int, default=12, help="training steps per run (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default %(default)s)")
     parser.add_argument("--global-batch", dest="batch", type=int, default=8,
@@ -79,7 +85,9 @@ def add_arguments(parser) -> None:
                              "(default %(default)s; 0 = no cap, BDP-sized buffers)")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's n_ctx)")
     parser.add_argument("--data", default="generated", help="training data (default %(default)s: offline)")
-    parser.add_argument("--out", default="live-validate", help="output directory (default ./%(default)s)")
+    parser.add_argument("--out-dir", dest="out", default="live-validate",
+                        help="directory to write the runs, the fit and the plot into (default ./%(default)s)")
+    add_renamed(parser, "--out", "--out-dir", dest="out")
     parser.add_argument("--records", help="fit and predict these run records instead of running (a runs.jsonl "
                                           "written by an earlier validate)")
     parser.add_argument("--quick", action="store_true",
@@ -351,7 +359,8 @@ def run(args) -> int:
     from geosim.live.train.loop import Options
 
     rtts = _csv_floats(args.rtt_ms, "--rtt-ms")
-    techniques = args.techniques or list(TECHNIQUES)
+    techniques = list(dict.fromkeys(t for n in args.techniques or ["all"]
+                                    for t in (TECHNIQUES if n.lower() == "all" else [n.lower()])))
     for t in techniques:
         if t not in TECHNIQUES:
             raise GeosimError(f"unknown technique {t!r} (known: {', '.join(TECHNIQUES)})", key="--technique")
@@ -369,7 +378,7 @@ def run(args) -> int:
     get_model(args.model)
     from geosim.fileio import make_output_dir
 
-    out = make_output_dir(args.out, "--out")
+    out = make_output_dir(args.out, "--out-dir")
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     started = time.monotonic()
     if args.records:

@@ -140,7 +140,7 @@ class ResultStore:
         self._lock = None
 
     def open(self, manifest: dict, fresh: bool = False) -> "ResultStore":
-        make_output_dir(self.dir, "--out")  # the directory, never its missing parents
+        make_output_dir(self.dir, "--out-dir")  # the directory, never its missing parents
         self._lock = locked(self.dir, wait=False, what="sweep directory")
         self._lock.__enter__()  # held until close(): a second sweep into this directory fails at once
         try:
