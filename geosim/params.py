@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
 from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
-from dataclasses import replace
-
 from geosim import parameters
 from geosim.parameters import COLLECTIVE_ALGORITHMS, DEFAULT_RANGE, FLAG, WHOLE, TABLE_BY_KEY, Scalar
 from geosim.parameters import TABLES as DECLARED_TABLES
