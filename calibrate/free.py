@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from geosim.calibrate import OVERHEAD_KINDS
 from geosim.calibrate.cases import RunCase
 from geosim.errors import GeosimError
-from geosim.parameters import TABLE_BY_KEY, fittable, priors
-from geosim.params import SCALARS
+from geosim.parameters import TABLE_BY_KEY
+from geosim.params import NETWORK_KEYS, SCALARS, fittable, priors, scalar_si, with_scalar
 from geosim.runtime import runtime_of, shipped_runtimes, with_runtime
 from geosim.specs import Cluster, Params
 from geosim.techniques import is_pipelined
@@ -118,7 +118,7 @@ class FreeParam:
             return _uses(case.technique, self.target.partition(".")[0])
         if self.target in P2P_SCALARS and not is_pipelined(case.technique):
             return False
-        if self.target.startswith(("transport.", "host.lan")):
+        if self.target in NETWORK_KEYS or self.target.startswith("host.lan"):  # a network model's own, a LAN's
             return case.networked
         return True
 
@@ -126,7 +126,7 @@ class FreeParam:
 def apply_params(base: Params, free: list[FreeParam], values) -> Params:
     """The global parameters (not per-link, not workload) set to values."""
     efficiency, iteration, startup = dict(base.efficiency), dict(base.iteration_overhead_s), dict(base.startup_s)
-    changes: dict = {}
+    scalars: dict = {}
     for p, v in zip(free, values):
         if p.kind == "efficiency":
             efficiency[p.target] = float(v)
@@ -137,7 +137,7 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
             startup[p.target] = float(v)
         elif p.kind == "scalar":
             name, scale = SCALAR_FIELDS[p.target]
-            changes[name] = max(1, round(v)) if scale is int else float(v) * scale
+            scalars[p.target] = max(1, round(v)) if scale is int else float(v) * scale
         elif p.kind == "setting":
             technique, _, leaf = p.target.partition(".")
             kind = type(getattr(base.settings(technique), leaf))
@@ -146,7 +146,10 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
             name, _, leaf = p.target.partition(".")
             runtime = (base.runtimes or {}).get(name) or shipped_runtimes()[name]
             base = with_runtime(base, replace(runtime, **{leaf: float(v)}))
-    return replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup, **changes)
+    base = replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup)
+    for key, value in scalars.items():
+        base = with_scalar(base, key, value)
+    return base
 
 
 def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
@@ -210,7 +213,7 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
             return FreeParam("setting", key, min(max(value, lower), upper), lower, upper,
                              "B/param" if key.endswith("per_param") else "")
         name, scale = SCALAR_FIELDS[key]
-        value = getattr(base, name) / scale
+        value = scalar_si(base, key) / scale
         lower, upper = SCALAR_RANGES[key]
         unit = fittable()[key].unit
         return FreeParam("scalar", key, max(value, lower), lower, upper, "" if unit == "fraction" else unit)
@@ -255,17 +258,18 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
             continue
         seen.add(c.slice_key)
         link = wan_links(c.cluster)[0]
-        window = (link.window_bytes or base.window_bytes) * (link.streams or base.streams)
+        tcp = base.network("tcp")  # the windows of the TCP model's links are what a fit can move
+        window = (link.window_bytes or tcp.window_bytes) * (link.streams or tcp.streams)
         # fit what limits the link's rate: the line on a LAN, the TCP window over a WAN (rate = window / RTT)
         window_bound = link.rtt_s > 0 and window / link.rtt_s < link.bandwidth_bps / 8
         kind = link_kind if link_kind != "auto" else ("window" if window_bound else "bandwidth")
         if kind == "bandwidth":
             free.append(FreeParam("link_bandwidth", c.slice_key, link.bandwidth_bps / 1e9, 0.005, 400.0, "Gbit/s"))
         else:
-            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / MIB,
+            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or tcp.window_bytes) / MIB,
                                   1 / 64, 512.0, "MiB"))
         if step_rtts == "link" and window_bound:  # on a LAN a step's round trip is lost in its transfer time
-            initial = link.step_rtts if link.step_rtts is not None else base.collective_step_rtts
+            initial = link.step_rtts if link.step_rtts is not None else tcp.collective_step_rtts
             free.append(FreeParam("link_step_rtts", c.slice_key, max(initial, 0.02), 0.02, 20.0, "RTT"))
     if fit_workload and any("tokens_per_epoch" in c.assumed_workload for c in timed):
         initial = next(c.workload.tokens_per_epoch for c in timed if "tokens_per_epoch" in c.assumed_workload)

@@ -13,7 +13,9 @@ To add a parameter: one `Scalar(...)` (or `Table(...)`) below, a field of that n
 inside the simulator), its shipped value in params-default.toml, then
 `python tools/write_params_reference.py`. A technique's own constants are not here: they are
 `tunable(...)` fields of its Settings (geosim/techniques/_settings.py), declared in its file
-with the same facts (help, range, fit range, source).
+with the same facts (help, range, fit range, source). Nor are a network model's: each backend
+declares its own with the same `Scalar` (geosim/sim/network/tcp.py: PARAMETERS, the file's
+[transport] table), and geosim.params joins them to these (`geosim.params.ALL_SCALARS`).
 """
 
 from __future__ import annotations
@@ -109,33 +111,6 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("compute.kernel_us", "kernel_s", "us", "launch gap per kernel",
            "a CUDA kernel launch costs a few microseconds; XLA (2022, no CUDA graphs) launches kernels one by one",
            range=(0.0, 1e6)),
-    # TCP between VMs (geosim/sim/network/tcp.py)
-    Scalar("transport.window_mib", "window_bytes", "MiB",
-           "TCP window of one socket: a flow moves at most streams x window / RTT",
-           "fitted to the study's Table II; Linux autotunes up to ~4 MiB (tcp_rmem/tcp_wmem maximum)",
-           range=(1e-3, 1e5), fit=(1 / 16, 512.0)),
-    Scalar("transport.streams", "streams", WHOLE, "sockets per NCCL connection",
-           "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS default to one; only streams x window matters",
-           range=(1, 1024)),
-    Scalar("transport.stream_rate_gbps", "stream_rate_bps", "Gbit/s",
-           "what one socket can copy: NCCL's socket proxy is CPU-bound",
-           "an earlier fit of the study's Table II", range=(1e-6, 1e5), fit=(0.1, 100.0)),
-    Scalar("transport.per_message_overhead_us", "per_message_overhead_s", "us",
-           "fixed cost of each message (NCCL's proxy hand-off, the socket calls, a chunk's copy to the host)",
-           "prior 100 us x/ e; the study's records hardly move it", range=(0.0, 1e6), fit=(1.0, 2e4),
-           prior=(100.0, 1.0)),
-    Scalar("transport.p2p_handshake_rtts", "p2p_handshake_rtts", "RTT",
-           "round trips of the rendezvous before a point-to-point send (pipeline stages)",
-           "fitted to the study's Table II: Alpa's cross-mesh send", range=(0.0, 1e3), fit=(0.1, 50.0)),
-    Scalar("transport.collective_step_rtts", "collective_step_rtts", "RTT",
-           "round trips each ring step over TCP waits for NCCL's flow control (a link's step_rtts overrides it)",
-           "fitted to the study's Table II", range=(0.0, 1e3), fit=(0.02, 20.0)),
-    Scalar("transport.slow_start_after_idle", "slow_start_after_idle", FLAG,
-           "restart slow start after an idle period", "Linux's tcp_slow_start_after_idle (on by default)"),
-    Scalar("transport.initial_window_kib", "initial_window_bytes", "KiB", "initial congestion window",
-           "10 segments of 1460 bytes (RFC 6928)", range=(1e-3, 1e8)),
-    Scalar("transport.idle_restart_ms", "idle_restart_s", "ms",
-           "idle time after which the window restarts", "Linux: one RTO, at least 200 ms", range=(0.0, 1e8)),
     # inside a VM and between VMs of one site (geosim/sim/network/topology.py)
     Scalar("host.latency_us", "intra_host_latency_s", "us", "one-way latency between GPUs of one VM",
            "a PCIe round trip through host memory", range=(0.0, 1e6)),
@@ -193,14 +168,14 @@ TABLE_BY_KEY: dict[str, Table] = {t.key: t for t in TABLES}
 BY_FIELD: dict[str, Scalar | Table] = {p.field: p for p in (*SCALARS, *TABLES)}
 
 
-def fittable() -> dict[str, Scalar]:
-    """The scalars a fit may move, key -> declaration."""
-    return {p.key: p for p in SCALARS if p.fit is not None}
+def fittable(scalars: tuple[Scalar, ...] = SCALARS) -> dict[str, Scalar]:
+    """The scalars a fit may move, key -> declaration (of these; geosim.params.fittable: with the network's)."""
+    return {p.key: p for p in scalars if p.fit is not None}
 
 
-def priors() -> dict[str, tuple[float, float]]:
+def priors(scalars: tuple[Scalar, ...] = SCALARS) -> dict[str, tuple[float, float]]:
     """key -> (centre, 1-sigma of its log), for every scalar with a prior."""
-    return {p.key: p.prior for p in SCALARS if p.prior is not None}
+    return {p.key: p.prior for p in scalars if p.prior is not None}
 
 
 def missing_value(field: str):
@@ -219,17 +194,19 @@ def _range(low, high, unit: str) -> str:
     return f"{number_text(low)} to {number_text(high)}"
 
 
-def reference_table(shipped: dict[str, object]) -> str:
-    """The markdown table of every simulator-wide scalar and table; shipped: the flattened defaults file."""
+def reference_table(shipped: dict[str, object], scalars: tuple[Scalar, ...] = SCALARS,
+                    tables: tuple[Table, ...] = TABLES) -> str:
+    """The markdown table of these scalars and tables (every simulator-wide one by default; a network
+    model's PARAMETERS and no tables for its own); shipped: the flattened defaults file."""
     rows = ["| key | unit | default | range | fit range | prior (centre, 1-sigma of log) | meaning | source |",
             "|---|---|---|---|---|---|---|---|"]
-    for p in SCALARS:
+    for p in scalars:
         value = shipped.get(p.key)
         rows.append(f"| `{p.key}` | {p.unit} | {'' if value is None else number_text(value)} | "
                     f"{_range(*p.range, p.unit)} | {'' if p.fit is None else _range(*p.fit, p.unit)} | "
                     f"{'' if p.prior is None else f'{number_text(p.prior[0])}, sigma {number_text(p.prior[1])}'} | "
                     f"{p.help} | {p.source} |")
-    for t in TABLES:
+    for t in tables:
         table = shipped.get(t.key) or {}
         values = sorted({v for v in table.values()}, key=str) if isinstance(table, dict) else []
         shown = (f"{number_text(values[0]) if not isinstance(values[0], str) else values[0]} for each {t.keyed_by}"

@@ -73,26 +73,32 @@ class Runtime:
         changes = {}
         if self.kernel_s is not None and self.kernel_s != params.kernel_s:
             changes["kernel_s"] = self.kernel_s
-        if self.collective_step_rtts is not None and self.collective_step_rtts != params.collective_step_rtts:
-            changes["collective_step_rtts"] = self.collective_step_rtts
         missing = {d: v for d, v in self.device_efficiency if d not in params.efficiency}
         if missing:
             changes["efficiency"] = {**params.efficiency, **missing}
-        return replace(params, **changes) if changes else params
+        applied = replace(params, **changes) if changes else params
+        if self.collective_step_rtts is not None and STEP_RTTS_MODEL in params.networks and \
+                self.collective_step_rtts != params.network(STEP_RTTS_MODEL).collective_step_rtts:
+            applied = applied.with_network(STEP_RTTS_MODEL, collective_step_rtts=self.collective_step_rtts)
+        return applied
 
 
+# the network model whose collective steps wait round trips (its Settings' collective_step_rtts, the
+# file's transport.collective_step_rtts): what a runtime's own collective_step_rtts replaces
+STEP_RTTS_MODEL = "tcp"
 NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "collective_step_rtts")
 KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS}
 _SHIPPED: dict[str, Runtime] = {}
 
 
-def runtime_from_table(name: str, table: dict, source: str = SOURCE) -> Runtime:
-    """A runtime from its TOML table, every value checked (one line naming the key otherwise)."""
+def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str = "") -> Runtime:
+    """A runtime from its TOML table, every value checked (one line naming the key otherwise; prefix:
+    the tables holding it, in that line's key, e.g. "runtime." in a parameters file)."""
     if not isinstance(table, dict):
-        raise GeosimError("must be a table", source=source, key=name)
+        raise GeosimError("must be a table", source=source, key=prefix + name)
     values: dict = {}
     for key, value in table.items():
-        where = f"{name}.{key}"
+        where = f"{prefix}{name}.{key}"
         if key not in KEYS:
             raise GeosimError(f"unknown key (expected one of: {', '.join(sorted(KEYS))})", source=source, key=where)
         if key in NUMBERS or key == "kernel_us":
@@ -119,6 +125,37 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE) -> Runtime:
         else:
             values[key] = str(value)
     return Runtime(name, **values)
+
+
+# a table's key -> the Runtime field it sets (the same name but for the launch gap, in microseconds)
+FIELD_OF_KEY = {**{k: k for k in KEYS}, "kernel_us": "kernel_s"}
+
+
+def runtime_changes_table(runtime: Runtime) -> dict:
+    """What a parameters file writes for a runtime a fit changed: the keys (runtimes.toml's names and
+    units) whose values differ from the shipped runtime of that name; runtime_from_table reads them."""
+    shipped = shipped_runtimes().get(runtime.name, Runtime(runtime.name))
+    table: dict = {}
+    for key, field in FIELD_OF_KEY.items():
+        value = getattr(runtime, field)
+        if value == getattr(shipped, field) or value is None:  # None: "as the parameters file says", shipped only
+            continue
+        table[key] = (value * 1e6 if key == "kernel_us" else dict(value) if key == "device_efficiency" else value)
+    return table
+
+
+def changed_runtimes(tables, current: dict, source: str) -> dict:
+    """Params.runtimes with a parameters file's [runtime.NAME] tables applied: each names a shipped
+    runtime and sets some of its keys (checked as in runtimes.toml)."""
+    if not isinstance(tables, dict):
+        raise GeosimError("must be a table of runtimes ([runtime.NAME])", source=source, key="runtime")
+    merged = dict(current or {})
+    for name, table in tables.items():
+        check_runtime_name(name, source=source, key=f"runtime.{name}")
+        parsed = runtime_from_table(name, table, source, prefix="runtime.")
+        base = merged.get(name) or shipped_runtimes()[name]
+        merged[name] = replace(base, **{FIELD_OF_KEY[k]: getattr(parsed, FIELD_OF_KEY[k]) for k in table})
+    return merged
 
 
 def shipped_runtimes() -> dict[str, Runtime]:

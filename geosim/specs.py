@@ -192,7 +192,8 @@ class Params:
     """Every tunable constant of the simulator, in SI units (seconds, bytes, bit/s).
 
     Each is declared once, with its file key, unit, range, prior and source, in
-    geosim/parameters.py; the parameters file converts its units to these at the boundary.
+    geosim/parameters.py (a network model's in its module, a technique's in its Settings); the
+    parameters file converts its units to these at the boundary.
 
     The shipped values live in one file, geosim/data/params-default.toml (read by
     geosim.params.load_params); a user's --params file overrides any subset.
@@ -201,15 +202,6 @@ class Params:
     # a flat achieved fraction of peak for a device the datasheet model does not describe (the CPU
     # devices of live runs); a GPU listed here bypasses the op-level compute model. Never fitted on the study.
     efficiency: dict[str, float]
-    window_bytes: float  # TCP in-flight window per stream
-    streams: int  # sockets NCCL opens per connection
-    stream_rate_bps: float  # what one socket can move, host-side (copies through host memory), bit/s
-    per_message_overhead_s: float
-    p2p_handshake_rtts: float  # extra round trips per point-to-point send (rendezvous)
-    collective_step_rtts: float  # round trips each collective step waits for flow control
-    slow_start_after_idle: bool
-    initial_window_bytes: float
-    idle_restart_s: float  # idle time after which TCP restarts from the initial window
     pcie_bps: dict[int, float]  # PCIe generation -> GPU-to-host rate, bit/s
     nvlink_bps: float
     intra_host_latency_s: float
@@ -228,6 +220,9 @@ class Params:
     # technique name -> its Settings (geosim/techniques/<name>.py); a technique not here runs
     # with its Settings' defaults
     technique_settings: dict[str, object] = field(default_factory=dict)
+    # network model name -> its Settings (geosim/sim/network/<model>.py: the TCP model's window, streams,
+    # per-message costs, from the file's [transport] table); a model without constants has none
+    networks: dict[str, object] = field(default_factory=dict)
     token_efficiency: dict[str, float] = field(default_factory=dict)  # Data's tokens / this technique's
     compressed_activation_efficiency: float = 0.93  # token efficiency factor of a compressed pipeline
 
@@ -255,6 +250,19 @@ class Params:
     def with_settings(self, technique: str, **changes) -> "Params":
         updated = replace(self.settings(technique), **changes)
         return replace(self, technique_settings={**self.technique_settings, technique: updated})
+
+    def network(self, model: str):
+        """The network model's Settings, as the parameters file built them (geosim.params: every model
+        with a Settings, its values from its table, e.g. [transport] for tcp)."""
+        found = self.networks.get(model)
+        if found is None:
+            raise GeosimError(f"no settings for network model {model!r} in these parameters", source=self.source,
+                              key=model)
+        return found
+
+    def with_network(self, model: str, **changes) -> "Params":
+        """These parameters with some of a network model's settings changed (SI units, its Settings' fields)."""
+        return replace(self, networks={**self.networks, model: replace(self.network(model), **changes)})
 
     def for_technique(self, field: str, technique: str):
         """A technique-keyed table's value (iteration_overhead_s, startup_s, collectives, ...). A technique

@@ -153,7 +153,7 @@ SYNTHETIC_RUNS = len(SYNTHETIC_SLICES) * 3 * 2
 
 def synthetic_free(base):
     return [FreeParam("scalar", "compute.gemm_fraction", base.gemm_fraction, 0.05, 1.0, ""),
-            FreeParam("scalar", "transport.window_mib", base.window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
+            FreeParam("scalar", "transport.window_mib", base.network("tcp").window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
 
 
 def synthetic_runs(noise: float, seed: int = 7) -> list[RunRecord]:
@@ -387,7 +387,7 @@ def test_a_fraction_only_the_prior_pins_is_flagged_loudly():
     cases = [c for c in cases_from_records(study_records(single_vm=False), "fabric-slm-2026")
              if c.slice_key == "GAT-AMST" and c.technique in ("data", "zero2")]
     free = [FreeParam("scalar", "compute.gemm_fraction", base.gemm_fraction, 0.05, 1.0, ""),
-            FreeParam("scalar", "transport.window_mib", base.window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
+            FreeParam("scalar", "transport.window_mib", base.network("tcp").window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
     result = fit(cases, free, base, max_nfev=8)
     assert any(w.startswith("PINNED BY ITS PRIOR: compute.gemm_fraction") for w in result.warnings), result.warnings
     assert not any("PINNED BY ITS PRIOR: transport" in w for w in result.warnings)

@@ -147,10 +147,11 @@ def simulated_records(rtts, per_step_extra=None):
     from geosim.predict import predict
 
     truth = load_params()
-    truth = replace(truth, efficiency={**truth.efficiency, "CPU": 0.05}, collective_step_rtts=1.5,
-                    p2p_handshake_rtts=3.0, iteration_overhead_s={**truth.iteration_overhead_s, "data": 0.01,
-                                                                  "zero2": 0.012, "shard": 0.05, "pipeshard": 0.02}
-                    ).with_settings("shard", collectives_per_layer=30)
+    truth = replace(truth, efficiency={**truth.efficiency, "CPU": 0.05},
+                    iteration_overhead_s={**truth.iteration_overhead_s, "data": 0.01,
+                                          "zero2": 0.012, "shard": 0.05, "pipeshard": 0.02}
+                    ).with_settings("shard", collectives_per_layer=30).with_network(
+                        "tcp", collective_step_rtts=1.5, p2p_handshake_rtts=3.0)
     records = []
     for rtt in rtts:
         for technique in ("data", "zero2", "shard", "pipeshard"):

@@ -119,3 +119,45 @@ def test_predict_names_the_default_runtime_and_takes_the_flag(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["predict", "--runtime", "tensorflow"])
     assert exc.value.code == 2
+
+
+def test_a_fitted_runtime_cost_survives_the_parameters_file(tmp_path):
+    """calibrate fit / live validate move a runtime's fixed cost (FreeParam kind 'runtime'); the
+    fitted.toml they write keeps it ([runtime.NAME], only what differs from the shipped runtime),
+    and reading it back gives the same runtime and the same prediction."""
+    from geosim.calibrate.free import FreeParam, apply_params
+    from geosim.params import load_params, write_params
+
+    base = default_params()
+    free = [FreeParam("runtime", "jax.iteration_s", 1e-4, 1e-5, 1.0, "s"),
+            FreeParam("runtime", "jax.collective_launch_s", 0.0037, 1e-6, 1.0, "s")]
+    fitted = apply_params(base, free, [0.0421, 0.0123])
+    assert fitted.runtimes["jax"].iteration_s == 0.0421 != shipped_runtimes()["jax"].iteration_s
+    path = tmp_path / "fitted.toml"
+    write_params(fitted, path)
+    text = path.read_text()
+    assert "[runtime.jax]" in text and "startup_s" not in text.partition("[runtime.jax]")[2]  # as shipped: not written
+    again = load_params(path)
+    assert again.runtimes == fitted.runtimes
+    workload = Workload(runtime="jax")
+    assert runtime_of(workload, again).iteration_s == 0.0421
+    assert runtime_of(workload, again).collective_launch_s == 0.0123
+    assert runtime_of(workload, again).startup_s == shipped_runtimes()["jax"].startup_s
+    # a file that does not name a runtime keeps them as shipped
+    assert load_params().runtimes == {}
+
+
+@pytest.mark.parametrize("text, key, problem", [
+    ("[runtime.nccl]\niteration_s = 0.1\n", "runtime.nccl", "unknown runtime"),
+    ("[runtime.jax]\niteration_s = -1\n", "runtime.jax.iteration_s", "must be a number"),
+    ("[runtime.jax]\nlaunch_s = 1\n", "runtime.jax.launch_s", "unknown key"),
+    ("runtime = 3\n", "runtime", "must be a table"),
+])
+def test_a_parameters_files_runtime_table_is_checked(tmp_path, text, key, problem):
+    from geosim.params import load_params
+
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(GeosimError, match=problem) as err:
+        load_params(path)
+    assert err.value.key == key and err.value.source == str(path)

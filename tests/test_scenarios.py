@@ -214,10 +214,10 @@ def test_params_subset_overrides_the_defaults(tmp_path):
                  "[compute.efficiency]\nCPU = 0.05\n", "params.toml")
     params = load_params(path)
     defaults = default_params()
-    assert params.window_bytes == 8 * 2**20
+    assert params.network("tcp").window_bytes == 8 * 2**20
     assert params.gemm_fraction == 0.3 and params.efficiency == {"CPU": 0.05}
     assert params.memory_fraction == defaults.memory_fraction
-    assert params.streams == defaults.streams
+    assert params.network("tcp").streams == defaults.network("tcp").streams
     assert params.source == str(path)
 
 

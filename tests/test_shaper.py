@@ -23,8 +23,8 @@ def network(shaper: Shaper | None, rtt_s: float = 0.01):
     gpu = gpu_catalog()["A30"]
     cluster = Cluster("two", (Host("a", "s0", (gpu,)), Host("b", "s1", (gpu,))),
                       (Link("s0", "s1", rtt_s, RATE, shaper=shaper),))
-    params = replace(default_params(), collective_step_rtts=0.0, per_message_overhead_s=0.0,
-                     window_bytes=64 * 2**20)
+    params = default_params().with_network("tcp", collective_step_rtts=0.0, per_message_overhead_s=0.0,
+                                           window_bytes=64 * 2**20)
     clock = type("Clock", (), {"now": 0.0})()
     return TCPNetwork(clock, cluster, params, devices_of(cluster))
 

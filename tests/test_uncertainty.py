@@ -31,7 +31,7 @@ def test_draws_follow_the_covariance_of_the_logs(tmp_path):
     params = load_params(write(tmp_path, "[compute]\ngemm_fraction = 0.3\n" + COVARIANCE))
     draws = parameter_draws(params, 400, seed=1)
     gemm = np.log([d.gemm_fraction / 0.3 for d in draws])
-    window = np.log([d.window_bytes / params.window_bytes for d in draws])
+    window = np.log([d.network("tcp").window_bytes / params.network("tcp").window_bytes for d in draws])
     overhead = np.log([d.iteration_overhead_s["data"] / params.iteration_overhead_s["data"] for d in draws])
     assert abs(gemm.mean()) < 0.03 and gemm.std() == pytest.approx(0.2, rel=0.15)
     assert window.std() == pytest.approx(0.3, rel=0.15)

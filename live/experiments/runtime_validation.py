@@ -169,7 +169,7 @@ def probe_predictions(probes: list[dict], params: Params) -> list[dict]:
         devices: list[Device] = devices_of(cluster)
         clock = type("Clock", (), {"now": 0.0})()
         # a raw TCP message: no NCCL credit round trips, no collective's per-message overhead
-        net = TCPNetwork(clock, cluster, replace(params, collective_step_rtts=0.0, per_message_overhead_s=0.0),
+        net = TCPNetwork(clock, cluster, params.with_network("tcp", collective_step_rtts=0.0, per_message_overhead_s=0.0),
                          devices)
         route = net.route(0, 1)
         now = 0.0

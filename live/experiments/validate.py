@@ -234,10 +234,11 @@ def free_params(cases, base):
     declared = {d for name in runtimes for d, _ in shipped_runtimes()[name].device_efficiency}
     for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.efficiency)):
         free.append(FreeParam("efficiency", gpu, base.efficiency.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
-    values = {"transport.collective_step_rtts": base.collective_step_rtts,
-              "transport.p2p_handshake_rtts": base.p2p_handshake_rtts,
-              "transport.per_message_overhead_us": base.per_message_overhead_s * 1e6,
-              "transport.window_mib": base.window_bytes / MIB}
+    tcp = base.network("tcp")  # the live runs' collectives go over TCP (gloo, NCCL's socket transport)
+    values = {"transport.collective_step_rtts": tcp.collective_step_rtts,
+              "transport.p2p_handshake_rtts": tcp.p2p_handshake_rtts,
+              "transport.per_message_overhead_us": tcp.per_message_overhead_s * 1e6,
+              "transport.window_mib": tcp.window_bytes / MIB}
     techniques = sorted({c.technique for c in cases if c.metric})
     for key, (lo, hi, unit) in FIT_SCALARS.items():
         if key == "transport.p2p_handshake_rtts" and not any(is_pipelined(t) for t in techniques):

@@ -28,10 +28,13 @@ where clock has `.now` (the simulation's time) and trace is a list to append
 their own factories.
 
 Each model is a backend found by its module: `NAME` (what a case or `--network` calls it),
-`MODEL` (its factory) and, where it has constants of its own, `Settings` with
-`from_params(params)` (the TCP model's window, streams, per-message costs: declared in
-geosim/parameters.py under [transport]). The engine has no default: the caller names the
-model (`network_model(case.network)`); a Case runs "tcp" unless it says otherwise.
+`MODEL` (its factory) and, where it has constants of its own, `PARAMETERS` (their declaration:
+geosim.parameters.Scalar, key, unit, range, fit range, prior, source), `TABLE` (the parameters
+file's table that holds them: the TCP model's is [transport]) and `Settings` (a frozen dataclass
+with one SI field per declared parameter). geosim.params reads and writes them
+(`Params.network(NAME)`), the fit frees them from the same declaration, and the reference page
+lists them (`network_parameters()`). The engine has no default: the caller names the model
+(`network_model(case.network)`); a Case runs "tcp" unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -147,6 +150,12 @@ def _backends() -> dict[str, object]:
         if hasattr(module, "NAME") and hasattr(module, "MODEL"):
             found[module.NAME] = module
     return found
+
+
+def network_parameters() -> dict[str, tuple]:
+    """name -> (its TABLE, its PARAMETERS, its Settings class) of every model with constants of its own."""
+    return {name: (module.TABLE, module.PARAMETERS, module.Settings)
+            for name, module in sorted(_backends().items()) if hasattr(module, "PARAMETERS")}
 
 
 def network_names() -> list[str]:

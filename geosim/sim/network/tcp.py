@@ -16,8 +16,9 @@ which is what lets a 1,024-GPU iteration or a calibration fit run in seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
+from geosim.parameters import FLAG, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network.exclusive import ExclusiveLinks
 from geosim.sim.network.topology import Topology
@@ -28,10 +29,46 @@ from geosim.specs import Cluster, Params
 NAME = "tcp"
 
 
+# The TCP model's own parameters, declared here once (key and unit in the parameters file, range,
+# fit range, prior, source): geosim.params reads and writes them as the file's [transport] table
+# (TABLE), geosim.calibrate fits the ones with a `fit` range, tools/write_params_reference.py writes
+# their rows of docs/reference/params.md. Each Scalar's `field` is a field of Settings (SI units).
+TABLE = "transport"
+PARAMETERS: tuple[Scalar, ...] = (
+    Scalar("transport.window_mib", "window_bytes", "MiB",
+           "TCP window of one socket: a flow moves at most streams x window / RTT",
+           "fitted to the study's Table II; Linux autotunes up to ~4 MiB (tcp_rmem/tcp_wmem maximum)",
+           range=(1e-3, 1e5), fit=(1 / 16, 512.0)),
+    Scalar("transport.streams", "streams", WHOLE, "sockets per NCCL connection",
+           "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS default to one; only streams x window matters",
+           range=(1, 1024)),
+    Scalar("transport.stream_rate_gbps", "stream_rate_bps", "Gbit/s",
+           "what one socket can copy: NCCL's socket proxy is CPU-bound",
+           "an earlier fit of the study's Table II", range=(1e-6, 1e5), fit=(0.1, 100.0)),
+    Scalar("transport.per_message_overhead_us", "per_message_overhead_s", "us",
+           "fixed cost of each message (NCCL's proxy hand-off, the socket calls, a chunk's copy to the host)",
+           "prior 100 us x/ e; the study's records hardly move it", range=(0.0, 1e6), fit=(1.0, 2e4),
+           prior=(100.0, 1.0)),
+    Scalar("transport.p2p_handshake_rtts", "p2p_handshake_rtts", "RTT",
+           "round trips of the rendezvous before a point-to-point send (pipeline stages)",
+           "fitted to the study's Table II: Alpa's cross-mesh send", range=(0.0, 1e3), fit=(0.1, 50.0)),
+    Scalar("transport.collective_step_rtts", "collective_step_rtts", "RTT",
+           "round trips each ring step over TCP waits for NCCL's flow control (a link's step_rtts overrides it)",
+           "fitted to the study's Table II", range=(0.0, 1e3), fit=(0.02, 20.0)),
+    Scalar("transport.slow_start_after_idle", "slow_start_after_idle", FLAG,
+           "restart slow start after an idle period", "Linux's tcp_slow_start_after_idle (on by default)"),
+    Scalar("transport.initial_window_kib", "initial_window_bytes", "KiB", "initial congestion window",
+           "10 segments of 1460 bytes (RFC 6928)", range=(1e-3, 1e8)),
+    Scalar("transport.idle_restart_ms", "idle_restart_s", "ms",
+           "idle time after which the window restarts", "Linux: one RTO, at least 200 ms", range=(0.0, 1e8)),
+)
+
+
 @dataclass(frozen=True)
 class Settings:
-    """The TCP model's own constants ([transport] in the parameters file, declared in
-    geosim/parameters.py); SI units. A scenario's link may override window, streams, step_rtts."""
+    """The TCP model's own constants, one field per entry of PARAMETERS, in SI units; the parameters
+    file's [transport] table sets them (Params.network("tcp")). A scenario's link may override
+    window, streams and step_rtts."""
 
     window_bytes: float  # in-flight window per stream
     streams: int  # sockets NCCL opens per connection
@@ -45,7 +82,7 @@ class Settings:
 
     @classmethod
     def from_params(cls, params: Params) -> "Settings":
-        return cls(**{f.name: getattr(params, f.name) for f in fields(cls)})
+        return params.network(NAME)
 
 
 @dataclass(slots=True)
