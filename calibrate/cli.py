@@ -1,10 +1,10 @@
 """geosim calibrate: import measured runs, fit the simulator to them, cross-validate on the study.
 
-    geosim calibrate import study --out runs.jsonl
-    geosim calibrate import alpa-tsv results.tsv --scenario utah-gpn --global-batch 8 --out runs.jsonl
-    geosim calibrate import alpa-log train.log --scenario utah-gpn --technique pipeshard --model gpt2m --out runs.jsonl
-    geosim calibrate fit runs.jsonl --out fitted.toml [--scenarios-out fitted-scenarios/]
-    geosim calibrate crossval [runs.jsonl] [--json] [--plot crossval.png]
+    geosim calibrate import study --records-out runs.jsonl
+    geosim calibrate import alpa-tsv results.tsv --scenario utah-gpn --global-batch 8 --records-out runs.jsonl
+    geosim calibrate import alpa-log train.log --scenario utah-gpn --technique pipeshard --model gpt2m --records-out runs.jsonl
+    geosim calibrate fit --records runs.jsonl --out fitted.toml [--scenarios-out fitted-scenarios/]
+    geosim calibrate crossval [--records runs.jsonl] [--json] [--plot crossval.png]
     geosim calibrate check runs.jsonl [--params fitted.toml] [--json]
 
 Nothing is written until everything has been read, fitted and checked; files are
@@ -13,6 +13,7 @@ replaced atomically, so a failed command leaves no half-written output.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -20,12 +21,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from geosim.calibrate import OVERHEAD_KINDS
+from geosim.cli.vocabulary import add_renamed
 from geosim.errors import GeosimError, require
 from geosim.studies.reference import study_records
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-console", "alpa-log", "live")
-# the free set cross-validation uses (README: Calibrating geosim): the collective step's round trips
+# the free set cross-validation uses (docs/guide/calibrate.md): the collective step's round trips
 # globally (per-link values fitted on three techniques extrapolate worse to the fourth), one
 # per-iteration overhead shared by all techniques (a held-out technique has no overhead of its own to
 # fit), and no technique-only scalar (ZeRO-2's gather width is a fact of what Alpa sends, not a knob)
@@ -44,11 +46,15 @@ def add_arguments(parser) -> None:
                    "result file (its TSV or its console output, whichever the file is); alpa-console: the same; "
                    "alpa-log: Alpa's GPT-2 training log; live: records written by `geosim live`")
     p.add_argument("file", nargs="?", help="the file to import (not for 'study')")
-    p.add_argument("--out", required=True, help="run-records file to write (replaced atomically)")
+    p.add_argument("--records-out", dest="out", metavar="RUNS.jsonl",
+                   help="run-records file to write (replaced atomically; required)")
+    add_renamed(p, "--out", "--records-out", dest="out")
     p.add_argument("--append", action="store_true",
-                   help="append to --out (under its lock) the records not already in it, instead of replacing it")
+                   help="append to --records-out (under its lock) the records not already in it, instead of "
+                        "replacing it")
     p.add_argument("--scenario", help="the slice the Alpa runs ran on (built-in name or scenario file)")
-    p.add_argument("--hosts", help="VMs of the slice the runs used, comma-separated names (default: all)")
+    p.add_argument("--hosts", metavar="VMS",
+                   help="VMs of the slice the runs used, names joined by + (vm1+vm2) or 'all' (default: all)")
     p.add_argument("--technique", help="alpa-log: the technique the run used")
     p.add_argument("--model", help="alpa-log: the model (catalog name)")
     p.add_argument("--global-batch", type=int, help="sequences per iteration, if the file does not say")
@@ -56,7 +62,8 @@ def add_arguments(parser) -> None:
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
 
     p = sub.add_parser("fit", help="fit parameters to run records; report fit quality and uncertainties")
-    p.add_argument("records", help="run-records file (JSON Lines)")
+    p.add_argument("--records", metavar="RUNS.jsonl", help="run-records file (JSON Lines) to fit to (required)")
+    p.add_argument("old_records", nargs="?", metavar="RECORDS", help=argparse.SUPPRESS)  # the old positional
     p.add_argument("--out", required=True, help="fitted parameters file to write (what `geosim --params` reads)")
     p.add_argument("--params", help="starting parameters (default: the shipped defaults)")
     p.add_argument("--links", choices=("auto", "bandwidth", "window", "none"), default="auto",
@@ -85,7 +92,8 @@ def add_arguments(parser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
     p = sub.add_parser("crossval", help="leave-one-technique-out and leave-one-slice-out on the study's Table II")
-    p.add_argument("records", nargs="?", help="run-records file (default: the study's measurements)")
+    p.add_argument("--records", metavar="RUNS.jsonl", help="run-records file (default: the study's measurements)")
+    p.add_argument("old_records", nargs="?", metavar="RECORDS", help=argparse.SUPPRESS)  # the old positional
     p.add_argument("--params", help="starting parameters (default: the shipped defaults)")
     p.add_argument("--kind", choices=("all", "both", "loto", "loso", "single-vm"), default="all",
                    help="all: the three; both: loto and loso (default %(default)s)")
@@ -116,6 +124,14 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def old_positional_records(args) -> None:
+    """`calibrate fit RECORDS` (the old positional) still works for now, with a deprecation line."""
+    if getattr(args, "old_records", None) is not None:
+        print("geosim: warning: the positional RECORDS is deprecated; use --records RECORDS", file=sys.stderr)
+        if args.records is None:
+            args.records = args.old_records
+
+
 # ----------------------------------------------------------------------------- import
 
 def run_import(args) -> int:
@@ -124,8 +140,10 @@ def run_import(args) -> int:
     from geosim.fileio import check_output_path
     from geosim.records import append_records, scenario_for_file, write_records
 
-    out = check_output_path(args.out, "--out")
-    hosts = [h for h in args.hosts.split(",") if h] if args.hosts else None
+    if not args.out:
+        raise GeosimError("required: the run-records file to write", source="--records-out")
+    out = check_output_path(args.out, "--records-out")
+    hosts = [h for h in args.hosts.replace("+", ",").split(",") if h] if args.hosts and args.hosts != "all" else None
     if args.kind != "study" and not args.file:
         raise GeosimError(f"'import {args.kind}' needs the file to import", source="calibrate import")
     for flag in ("global_batch", "microbatches"):
@@ -209,6 +227,9 @@ def run_fit(args) -> int:
 
     from geosim.fileio import check_output_path
 
+    old_positional_records(args)
+    if not args.records:
+        raise GeosimError("required: the run records to fit to", source="--records")
     check_output_path(args.out, "--out")  # before the fit, not after it
     if args.scenarios_out:
         parent = Path(args.scenarios_out).resolve().parent
@@ -374,6 +395,7 @@ def run_crossval(args) -> int:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     if args.max_evaluations < 1:
         raise GeosimError(f"must be >= 1, got {args.max_evaluations}", source="--max-evaluations")
+    old_positional_records(args)
     cases = load_cases(args.records) if args.records else cases_from_records(study_records(), "fabric-slm-2026")
     cases = [c for c in cases if c.metric is not None]
     if not cases:

@@ -12,13 +12,15 @@ from dataclasses import dataclass, replace
 from geosim.calibrate import OVERHEAD_KINDS
 from geosim.calibrate.cases import RunCase
 from geosim.errors import GeosimError
-from geosim.parameters import TABLE_BY_KEY, fittable, priors
-from geosim.params import SCALARS
+from geosim.parameters import TABLE_BY_KEY
+from geosim.params import NETWORK_KEYS, SCALARS, fittable, priors, scalar_si, with_scalar
+from geosim.runtime import runtime_of, shipped_runtimes, with_runtime
 from geosim.specs import Cluster, Params
 from geosim.techniques import is_pipelined
 from geosim.studies.whatif import wan_links
 from geosim.techniques import builds_on, settings_class, technique_names
 from geosim.techniques._settings import tunables
+from geosim.units import MIB
 
 SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 # A per-link value is a slice's deviation from the global transport (window) or from the scenario's
@@ -98,6 +100,7 @@ class FreeParam:
             "link_window": f"link.{self.target}.window_mib",
             "link_step_rtts": f"link.{self.target}.step_rtts",
             "tokens_per_epoch": "workload.tokens_per_epoch",
+            "runtime": f"runtime.{self.target}",
         }[self.kind]
 
     def affects(self, case: RunCase) -> bool:
@@ -109,11 +112,13 @@ class FreeParam:
             return case.networked and self.target == case.slice_key
         if self.kind == "tokens_per_epoch":
             return "tokens_per_epoch" in case.assumed_workload
+        if self.kind == "runtime":  # "jax.iteration_s": the cases that run on that runtime
+            return case.workload.runtime == self.target.partition(".")[0]
         if self.kind == "setting":
             return _uses(case.technique, self.target.partition(".")[0])
         if self.target in P2P_SCALARS and not is_pipelined(case.technique):
             return False
-        if self.target.startswith(("transport.", "host.lan")):
+        if self.target in NETWORK_KEYS or self.target.startswith("host.lan"):  # a network model's own, a LAN's
             return case.networked
         return True
 
@@ -121,7 +126,7 @@ class FreeParam:
 def apply_params(base: Params, free: list[FreeParam], values) -> Params:
     """The global parameters (not per-link, not workload) set to values."""
     efficiency, iteration, startup = dict(base.efficiency), dict(base.iteration_overhead_s), dict(base.startup_s)
-    changes: dict = {}
+    scalars: dict = {}
     for p, v in zip(free, values):
         if p.kind == "efficiency":
             efficiency[p.target] = float(v)
@@ -132,12 +137,19 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
             startup[p.target] = float(v)
         elif p.kind == "scalar":
             name, scale = SCALAR_FIELDS[p.target]
-            changes[name] = max(1, round(v)) if scale is int else float(v) * scale
+            scalars[p.target] = max(1, round(v)) if scale is int else float(v) * scale
         elif p.kind == "setting":
             technique, _, leaf = p.target.partition(".")
             kind = type(getattr(base.settings(technique), leaf))
             base = base.with_settings(technique, **{leaf: max(1, round(v)) if kind is int else float(v)})
-    return replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup, **changes)
+        elif p.kind == "runtime":  # one of a runtime's fixed costs (geosim/runtime.py), seconds
+            name, _, leaf = p.target.partition(".")
+            runtime = (base.runtimes or {}).get(name) or shipped_runtimes()[name]
+            base = with_runtime(base, replace(runtime, **{leaf: float(v)}))
+    base = replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup)
+    for key, value in scalars.items():
+        base = with_scalar(base, key, value)
+    return base
 
 
 def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
@@ -148,7 +160,7 @@ def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
             continue
         if p.kind in LINK_KINDS:
             cluster = with_link(cluster, bandwidth_bps=v * 1e9 if p.kind == "link_bandwidth" else None,
-                                window_bytes=v * 2**20 if p.kind == "link_window" else None,
+                                window_bytes=v * MIB if p.kind == "link_window" else None,
                                 step_rtts=v if p.kind == "link_step_rtts" else None)
         elif p.kind == "tokens_per_epoch":
             workload = replace(workload, tokens_per_epoch=max(1, round(v)))
@@ -201,7 +213,7 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
             return FreeParam("setting", key, min(max(value, lower), upper), lower, upper,
                              "B/param" if key.endswith("per_param") else "")
         name, scale = SCALAR_FIELDS[key]
-        value = getattr(base, name) / scale
+        value = scalar_si(base, key) / scale
         lower, upper = SCALAR_RANGES[key]
         unit = fittable()[key].unit
         return FreeParam("scalar", key, max(value, lower), lower, upper, "" if unit == "fraction" else unit)
@@ -231,23 +243,33 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
             free.append(FreeParam("iteration_overhead", technique,
                                   min(max(base.for_technique("iteration_overhead_s", technique), 1e-3), OVERHEAD_RANGE[1]),
                                   *OVERHEAD_RANGE, "s"))
+    if overhead != "none" and timed:
+        # records of a runtime with its own per-step cost (jax, pytorch: geosim/runtime.py) do not use the
+        # parameters file's overhead table: their runtime's cost is what the fit can move
+        for name in sorted({c.workload.runtime for c in timed}):
+            runtime = runtime_of(next(c.workload for c in timed if c.workload.runtime == name), base)
+            if runtime.iteration_s is not None:
+                free.append(FreeParam("runtime", f"{name}.iteration_s", min(max(runtime.iteration_s, 1e-5),
+                                                                             OVERHEAD_RANGE[1]), 1e-5,
+                                      OVERHEAD_RANGE[1], "s"))
     seen = set()
     for c in timed:
         if not c.networked or c.slice_key in seen or (fit_links is not None and c.slice_key not in fit_links):
             continue
         seen.add(c.slice_key)
         link = wan_links(c.cluster)[0]
-        window = (link.window_bytes or base.window_bytes) * (link.streams or base.streams)
+        tcp = base.network("tcp")  # the windows of the TCP model's links are what a fit can move
+        window = (link.window_bytes or tcp.window_bytes) * (link.streams or tcp.streams)
         # fit what limits the link's rate: the line on a LAN, the TCP window over a WAN (rate = window / RTT)
         window_bound = link.rtt_s > 0 and window / link.rtt_s < link.bandwidth_bps / 8
         kind = link_kind if link_kind != "auto" else ("window" if window_bound else "bandwidth")
         if kind == "bandwidth":
             free.append(FreeParam("link_bandwidth", c.slice_key, link.bandwidth_bps / 1e9, 0.005, 400.0, "Gbit/s"))
         else:
-            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / 2**20,
+            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or tcp.window_bytes) / MIB,
                                   1 / 64, 512.0, "MiB"))
         if step_rtts == "link" and window_bound:  # on a LAN a step's round trip is lost in its transfer time
-            initial = link.step_rtts if link.step_rtts is not None else base.collective_step_rtts
+            initial = link.step_rtts if link.step_rtts is not None else tcp.collective_step_rtts
             free.append(FreeParam("link_step_rtts", c.slice_key, max(initial, 0.02), 0.02, 20.0, "RTT"))
     if fit_workload and any("tokens_per_epoch" in c.assumed_workload for c in timed):
         initial = next(c.workload.tokens_per_epoch for c in timed if "tokens_per_epoch" in c.assumed_workload)

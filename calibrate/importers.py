@@ -18,7 +18,7 @@ from pathlib import Path
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
 from geosim.scenario import _read, dims_name, load_scenario, model_catalog, read_text, scenario_path
-from geosim.validate import is_finite
+from geosim.validate import host_names, is_finite
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
                 "#Params (Billion)", "TFLOPs", "Peak Mem (GB)", "Metadata")
@@ -204,10 +204,7 @@ def slice_shape(scenario: str, hosts: list[str] | None) -> tuple[int, int]:
 
     cluster = load_scenario(scenario).cluster
     if hosts:
-        unknown = [h for h in hosts if h not in {x.name for x in cluster.hosts}]
-        if unknown:
-            raise GeosimError(f"no host {unknown[0]!r} in scenario {cluster.name}", source="--hosts")
-        cluster = cluster.subset(tuple(hosts))
+        cluster = cluster.subset(host_names(",".join(hosts), [x.name for x in cluster.hosts]))
     return len(cluster.hosts), cluster.num_gpus
 
 

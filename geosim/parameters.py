@@ -13,12 +13,16 @@ To add a parameter: one `Scalar(...)` (or `Table(...)`) below, a field of that n
 inside the simulator), its shipped value in params-default.toml, then
 `python tools/write_params_reference.py`. A technique's own constants are not here: they are
 `tunable(...)` fields of its Settings (geosim/techniques/_settings.py), declared in its file
-with the same facts (help, range, fit range, source).
+with the same facts (help, range, fit range, source). Nor are a network model's: each backend
+declares its own with the same `Scalar` (geosim/sim/network/tcp.py: PARAMETERS, the file's
+[transport] table), and geosim.params joins them to these (`geosim.params.ALL_SCALARS`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from geosim.units import GIB, KIB, MIB
 
 # A range's default: wide (far beyond any real machine); it exists so that no parameters file can
 # make a prediction infinite or NaN (a rate or an efficiency of 0 would divide by zero).
@@ -28,7 +32,7 @@ WHOLE = "count"  # the unit of a whole number
 # file unit -> factor to the simulator's unit (SI: seconds, bytes, bit/s; fractions and counts as they are)
 UNIT_SCALE = {
     "": 1.0, "fraction": 1.0, "RTT": 1.0, "s": 1.0, "us": 1e-6, "ms": 1e-3,
-    "MiB": float(1024**2), "KiB": 1024.0, "GiB": float(1024**3), "Gbit/s": 1e9,
+    "MiB": float(MIB), "KiB": float(KIB), "GiB": float(GIB), "Gbit/s": 1e9,
     WHOLE: 1.0, FLAG: 1.0,
 }
 
@@ -75,7 +79,9 @@ class Table:
     keyed_by: str  # technique | gpu | architecture | pcie-generation
     range: tuple[float, float] = DEFAULT_RANGE
     choices: tuple[str, ...] = ()  # for a table of names (collectives): the allowed values
-    missing: float | str | None = None  # the value of a technique the table does not name (None: no default)
+    # the value for a name the table lacks (None: no default); a technique's numbers: the median of the
+    # table's entries first (geosim.specs.Params.for_technique), this when the table is empty
+    missing: float | str | None = None
     fit: tuple[float, float] | None = None
     prior: tuple[float, float] | None = None
 
@@ -105,33 +111,6 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("compute.kernel_us", "kernel_s", "us", "launch gap per kernel",
            "a CUDA kernel launch costs a few microseconds; XLA (2022, no CUDA graphs) launches kernels one by one",
            range=(0.0, 1e6)),
-    # TCP between VMs (geosim/sim/network/tcp.py)
-    Scalar("transport.window_mib", "window_bytes", "MiB",
-           "TCP window of one socket: a flow moves at most streams x window / RTT",
-           "fitted to the study's Table II; Linux autotunes up to ~4 MiB (tcp_rmem/tcp_wmem maximum)",
-           range=(1e-3, 1e5), fit=(1 / 16, 512.0)),
-    Scalar("transport.streams", "streams", WHOLE, "sockets per NCCL connection",
-           "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS default to one; only streams x window matters",
-           range=(1, 1024)),
-    Scalar("transport.stream_rate_gbps", "stream_rate_bps", "Gbit/s",
-           "what one socket can copy: NCCL's socket proxy is CPU-bound",
-           "an earlier fit of the study's Table II", range=(1e-6, 1e5), fit=(0.1, 100.0)),
-    Scalar("transport.per_message_overhead_us", "per_message_overhead_s", "us",
-           "fixed cost of each message (NCCL's proxy hand-off, the socket calls, a chunk's copy to the host)",
-           "prior 100 us x/ e; the study's records hardly move it", range=(0.0, 1e6), fit=(1.0, 2e4),
-           prior=(100.0, 1.0)),
-    Scalar("transport.p2p_handshake_rtts", "p2p_handshake_rtts", "RTT",
-           "round trips of the rendezvous before a point-to-point send (pipeline stages)",
-           "fitted to the study's Table II: Alpa's cross-mesh send", range=(0.0, 1e3), fit=(0.1, 50.0)),
-    Scalar("transport.collective_step_rtts", "collective_step_rtts", "RTT",
-           "round trips each ring step over TCP waits for NCCL's flow control (a link's step_rtts overrides it)",
-           "fitted to the study's Table II", range=(0.0, 1e3), fit=(0.02, 20.0)),
-    Scalar("transport.slow_start_after_idle", "slow_start_after_idle", FLAG,
-           "restart slow start after an idle period", "Linux's tcp_slow_start_after_idle (on by default)"),
-    Scalar("transport.initial_window_kib", "initial_window_bytes", "KiB", "initial congestion window",
-           "10 segments of 1460 bytes (RFC 6928)", range=(1e-3, 1e8)),
-    Scalar("transport.idle_restart_ms", "idle_restart_s", "ms",
-           "idle time after which the window restarts", "Linux: one RTO, at least 200 ms", range=(0.0, 1e8)),
     # inside a VM and between VMs of one site (geosim/sim/network/topology.py)
     Scalar("host.latency_us", "intra_host_latency_s", "us", "one-way latency between GPUs of one VM",
            "a PCIe round trip through host memory", range=(0.0, 1e6)),
@@ -179,9 +158,10 @@ TABLES: tuple[Table, ...] = (
     Table("overhead.startup_s", "startup_s", "s", "once per run: compilation and placement",
           "the study's runs' start-up, rounded", "technique", range=(0.0, 1e8), missing=60.0),
     Table("convergence.token_efficiency", "token_efficiency", "fraction",
-          "tokens Data needs / tokens this technique needs for the same loss (used by --target-tokens)",
+          "tokens Data needs / tokens this technique needs for the same loss (used by --target-tokens); "
+          "a technique without an entry is assumed 1.0, and the output says so",
           "loss gaps read off the papers, turned into tokens with Chinchilla's fit", "technique",
-          range=(1e-6, 10.0), missing=1.0),
+          range=(1e-6, 10.0)),
 )
 
 BY_KEY: dict[str, Scalar] = {p.key: p for p in SCALARS}
@@ -189,14 +169,14 @@ TABLE_BY_KEY: dict[str, Table] = {t.key: t for t in TABLES}
 BY_FIELD: dict[str, Scalar | Table] = {p.field: p for p in (*SCALARS, *TABLES)}
 
 
-def fittable() -> dict[str, Scalar]:
-    """The scalars a fit may move, key -> declaration."""
-    return {p.key: p for p in SCALARS if p.fit is not None}
+def fittable(scalars: tuple[Scalar, ...] = SCALARS) -> dict[str, Scalar]:
+    """The scalars a fit may move, key -> declaration (of these; geosim.params.fittable: with the network's)."""
+    return {p.key: p for p in scalars if p.fit is not None}
 
 
-def priors() -> dict[str, tuple[float, float]]:
+def priors(scalars: tuple[Scalar, ...] = SCALARS) -> dict[str, tuple[float, float]]:
     """key -> (centre, 1-sigma of its log), for every scalar with a prior."""
-    return {p.key: p.prior for p in SCALARS if p.prior is not None}
+    return {p.key: p.prior for p in scalars if p.prior is not None}
 
 
 def missing_value(field: str):
@@ -215,24 +195,30 @@ def _range(low, high, unit: str) -> str:
     return f"{number_text(low)} to {number_text(high)}"
 
 
-def reference_table(shipped: dict[str, object]) -> str:
-    """The markdown table of every simulator-wide scalar and table; shipped: the flattened defaults file."""
+def reference_table(shipped: dict[str, object], scalars: tuple[Scalar, ...] = SCALARS,
+                    tables: tuple[Table, ...] = TABLES) -> str:
+    """The markdown table of these scalars and tables (every simulator-wide one by default; a network
+    model's PARAMETERS and no tables for its own); shipped: the flattened defaults file."""
     rows = ["| key | unit | default | range | fit range | prior (centre, 1-sigma of log) | meaning | source |",
             "|---|---|---|---|---|---|---|---|"]
-    for p in SCALARS:
+    for p in scalars:
         value = shipped.get(p.key)
         rows.append(f"| `{p.key}` | {p.unit} | {'' if value is None else number_text(value)} | "
                     f"{_range(*p.range, p.unit)} | {'' if p.fit is None else _range(*p.fit, p.unit)} | "
                     f"{'' if p.prior is None else f'{number_text(p.prior[0])}, sigma {number_text(p.prior[1])}'} | "
                     f"{p.help} | {p.source} |")
-    for t in TABLES:
+    for t in tables:
         table = shipped.get(t.key) or {}
         values = sorted({v for v in table.values()}, key=str) if isinstance(table, dict) else []
         shown = (f"{number_text(values[0]) if not isinstance(values[0], str) else values[0]} for each {t.keyed_by}"
                  if len(values) == 1 else ", ".join(f"{k} {v:g}" if not isinstance(v, str) else f"{k} {v}"
                                                       for k, v in table.items()) or "empty")
         allowed = " \\| ".join(t.choices) if t.choices else _range(*t.range, t.unit)
-        missing = "" if t.missing is None else f" (one it does not name: {t.missing if isinstance(t.missing, str) else number_text(t.missing)})"
+        missing = ("" if t.missing is None or t.keyed_by != "technique"
+                   else f" (one it does not name: {t.missing})" if isinstance(t.missing, str)
+                   else f" (one it does not name: the median of the entries, else {number_text(t.missing)})")
+        if t.missing is not None and t.keyed_by != "technique":
+            missing = f" (one it does not name: {number_text(t.missing)})"
         rows.append(f"| `{t.key}.NAME` | {t.unit} | {shown} | {allowed} | "
                     f"{'' if t.fit is None else _range(*t.fit, t.unit)} | "
                     f"{'' if t.prior is None else f'{number_text(t.prior[0])}, sigma {number_text(t.prior[1])}'} | "

@@ -14,7 +14,7 @@ import copy
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from geosim.sim import memory_layout
 from geosim.sim.engine import run_schedule
@@ -22,6 +22,7 @@ from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.errors import GeosimError
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.specs import GIB
 from geosim.techniques import build_schedule
 
@@ -65,6 +66,7 @@ class Prediction:
     gpus: list[str]
     status: str  # ok | out-of-memory | infeasible
     reason: str | None = None
+    runtime: str = "alpa"  # whose fixed costs (geosim/runtime.py)
     description: str = ""
     epochs: int = 0
     iterations: int = 0
@@ -170,13 +172,17 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
 def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options: dict | None,
              simulated_iterations: int, exact: bool) -> Prediction:
     started = time.perf_counter()
+    runtime = runtime_of(case.workload, case.params)
+    applied = runtime.applied_to(case.params)  # its launch gap, collective round trips, devices' efficiency
+    if applied is not case.params:
+        case = replace(case, params=applied)
     cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     on = case.on(hosts)
     used = on.cluster
     result = Prediction(
         scenario=cluster.name, technique=technique, model=model.name, hosts=[h.name for h in used.hosts],
         gpus=[g.name for h in used.hosts for g in h.gpus], status="ok", epochs=workload.epochs,
-        iterations=workload.iterations_per_epoch * workload.epochs,
+        iterations=workload.iterations_per_epoch * workload.epochs, runtime=workload.runtime,
     )
     try:
         schedule = build_schedule(technique, on, options)
@@ -226,7 +232,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     # has n / k programs, and per-iteration figures are a program's divided by k
     k = schedule.iterations_per_program
     programs = max(1.0, result.iterations / k)
-    startup = params.for_technique("startup_s", technique)
+    startup = runtime.startup(technique, params)
     run_time = first + (programs - 1) * steady
     run_breakdown = breakdown.scaled(programs)
     run_breakdown.exposed_comm_s += first - steady  # the cold first iteration: connections still warming

@@ -30,7 +30,8 @@ MEASURED_KEYS = {
     "compile_time_s": "compilation / first-step time, seconds",
     "steps": "iterations measured",
 }
-WORKLOAD_KEYS = ("tokens_per_epoch", "seq_len", "global_batch", "microbatches", "precision", "epochs", "checkpointing")
+WORKLOAD_KEYS = ("tokens_per_epoch", "seq_len", "global_batch", "microbatches", "precision", "epochs", "checkpointing",
+                 "runtime")
 
 
 @dataclass

@@ -16,9 +16,11 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
-from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
-from geosim.units import gbps_to_bps, ms_to_s
+from geosim.specs import GPU, Cluster, Host, Link, Model, Shaper, Workload
+from geosim.runtime import check_runtime_name
+from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
 from geosim.fabric.sites import estimate_rtt_ms, find_site
 from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
 
@@ -110,6 +112,8 @@ def _gpu_from_table(name: str, table, source: str, prefix: str) -> GPU:
     _only_keys(table, numeric | {"name", "architecture"}, numeric - {"bf16_tensor_tflops", "tdp_w"}, source, prefix)
     values = {k: check_number(v, source, prefix + k, *GPU_RANGES[k], integer=k == "pcie_gen")
               for k, v in table.items() if k in numeric}
+    for key, value in values.items():  # valid, but does any GPU have it?
+        plausibility.check(value, source, prefix + key)
     if "name" in table:
         _string(table["name"], source, prefix + "name")
     architecture = table.get("architecture")
@@ -270,6 +274,8 @@ def make_workload(values: dict, source: str = "--workload") -> Workload:
         elif key == "checkpointing":
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {_short(value)}", source=source, key="workload.checkpointing")
+        elif key == "runtime":
+            check_runtime_name(value, source=source, key="workload.runtime")
         else:
             check_number(value, source, f"workload.{key}", *WORKLOAD_RANGES[key], integer=True)
     workload = replace(Workload(), **{k: int(v) if k in WORKLOAD_RANGES else v for k, v in values.items()})
@@ -368,7 +374,8 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
     for i, table in enumerate(value):
         prefix = f"links[{i}]."
         table = _table(table, source, f"links[{i}]")
-        _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service"},
+        _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service",
+                           "shaper"},
                    {"between", "bandwidth_gbps"}, source, prefix)
         ends = table["between"]
         if (not isinstance(ends, list) or len(ends) != 2 or not all(isinstance(e, str) for e in ends)
@@ -387,14 +394,34 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         number = {k: check_number(table[k], source, prefix + k, *LINK_RANGES[k], integer=k == "streams")
                   for k in LINK_RANGES if k in table}
         window, streams, step_rtts = number.get("window_mib"), number.get("streams"), number.get("step_rtts")
+        for key in ("rtt_ms", "bandwidth_gbps", "window_mib"):  # valid, but does anything real have it?
+            if key in number:
+                plausibility.check(number[key], source, prefix + key)
+        if "rtt_ms" in number:
+            by_host = {h.name: h.site for h in hosts}
+            plausibility.check_light_speed(number["rtt_ms"], by_host.get(ends[0], ends[0]),
+                                           by_host.get(ends[1], ends[1]), source, prefix + "rtt_ms")
         estimated = "rtt_ms" not in number  # a measured RTT always wins over an estimate
         rtt_ms = _estimated_rtt_ms(ends, hosts, source, prefix) if estimated else number["rtt_ms"]
         links.append(Link(
             a=ends[0], b=ends[1], rtt_s=ms_to_s(rtt_ms), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
-            window_bytes=None if window is None else window * 1024**2, streams=streams, step_rtts=step_rtts,
-            rtt_estimated=estimated,
+            window_bytes=None if window is None else window * MIB, streams=streams, step_rtts=step_rtts,
+            rtt_estimated=estimated, shaper=_shaper(table["shaper"], source, prefix) if "shaper" in table else None,
         ))
     return links
+
+
+SHAPER_RANGES = {"burst_kib": (0.0, 1e7), "queue_ms": (0.0, 1e5), "mtu": (576, 65536)}
+
+
+def _shaper(value, source: str, prefix: str) -> Shaper:
+    """A link's `shaper = {burst_kib = 67, queue_ms = 50, mtu = 1500}`: its bandwidth is a token bucket's rate."""
+    table = _table(value, source, prefix + "shaper")
+    _only_keys(table, set(SHAPER_RANGES), {"burst_kib"}, source, prefix + "shaper.")
+    number = {k: check_number(table[k], source, f"{prefix}shaper.{k}", *SHAPER_RANGES[k], integer=k == "mtu")
+              for k in SHAPER_RANGES if k in table}
+    return Shaper(burst_bytes=number["burst_kib"] * KIB, queue_s=number.get("queue_ms", 50.0) / 1e3,
+                  mtu=int(number.get("mtu", 1500)))
 
 
 def _estimated_rtt_ms(ends: list[str], hosts: list[Host], source: str, prefix: str) -> float:

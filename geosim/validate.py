@@ -207,7 +207,22 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         for flag, action in numeric_actions(leaf):
             value = getattr(args, action.dest, None)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                setattr(args, action.dest, bounds.get(flag, FALLBACK).check(value, flag))
+                bounds.get(flag, FALLBACK).check(value, flag)
+
+
+def host_names(text: str, known, flag: str = "--hosts") -> tuple[str, ...]:
+    """A comma-separated list of VM names (trace --hosts, calibrate import --hosts): each known,
+    none empty, none twice (a repeated VM would be counted twice: twice the GPUs, a link to itself)."""
+    names = tuple(h.strip() for h in text.split(","))
+    if not all(names):
+        raise GeosimError(f"empty host name in {text!r} (comma-separated VM names)", source=flag)
+    unknown = [n for n in names if n not in set(known)]
+    if unknown:
+        raise GeosimError(f"unknown host(s) {', '.join(unknown)} (known: {', '.join(known)})", source=flag)
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise GeosimError(f"host(s) named twice: {', '.join(repeated)}", source=flag)
+    return names
 
 
 # --- files ------------------------------------------------------------------------------

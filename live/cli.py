@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from geosim.cli.vocabulary import CommaList, add_renamed
 from geosim.errors import GeosimError
 from geosim.live.registry import check_live, low_communication, synchronous
 from geosim.errors import require
@@ -18,7 +19,7 @@ from geosim.scenario import get_model, load_scenario
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
 # the techniques live runs implement: the one registry's (geosim/live/registry.py)
 TECHNIQUES = synchronous()
-LOWCOMM = low_communication()  # low-communication techniques (README: Live DiLoCo and SparseLoCo)
+LOWCOMM = low_communication()  # low-communication techniques (docs/guide/low-communication.md)
 DEFAULT_STEPS = 20  # live/train/loop.py's, when neither --steps nor --epochs is given
 DEFAULT_WARMUP = 2  # a shorter run times what is left after the first step (live/train/loop.py)
 
@@ -30,7 +31,9 @@ def add_arguments(parser):
     run = sub.add_parser("run", help="train a GPT-2 with one technique and record what was measured",
                          description="Train a GPT-2 with one technique and record what was measured. Without "
                                      "--ray-address or --coordinator it runs here, on this machine's CPU or GPUs.")
-    run.add_argument("--technique", default="data", help=f"one of {', '.join(TECHNIQUES + LOWCOMM)} (default %(default)s)")
+    run.add_argument("--technique", action=CommaList, metavar="NAME|all",
+                     help=f"technique(s), run one after another, each its own record; repeatable and "
+                          f"comma-separated; 'all': {','.join(TECHNIQUES + LOWCOMM)} (default: data)")
     run.add_argument("--model", default="tiny", help="a model from the catalog (`geosim models`) (default %(default)s)")
     run.add_argument("--backend", choices=("jax", "alpa"), default="jax", help="jax (default) or alpa (needs Alpa installed)")
     group = run.add_mutually_exclusive_group()
@@ -56,9 +59,11 @@ def add_arguments(parser):
     run.add_argument("--memory-limit-gib", type=float, help="per-device memory to allow (default: the device's)")
     run.add_argument("--cpu-devices", type=int, help="virtual CPU devices per process (default: this machine's cores)")
     run.add_argument("--scenario", help="scenario file describing the cluster (e.g. from `geosim live probe`)")
-    run.add_argument("--records", dest="record", metavar="RUNS.jsonl", help="append the run record to this run-records file")
+    run.add_argument("--records-out", dest="record", metavar="RUNS.jsonl",
+                     help="append the run record to this run-records file")
+    add_renamed(run, "--records", "--records-out", dest="record")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
-    low = run.add_argument_group("low-communication techniques (diloco, sparseloco; README: Live DiLoCo and SparseLoCo)")
+    low = run.add_argument_group("low-communication techniques (diloco, sparseloco; docs/guide/low-communication.md)")
     low.add_argument("--replicas", type=int, help="replicas (default: one per host; 2 on a single host)")
     low.add_argument("--inner-steps", type=int, help="H, inner AdamW steps per synchronization (default 10)")
     low.add_argument("--outer-lr", type=float, help="outer SGD learning rate (default: diloco 0.7, sparseloco 1)")
@@ -71,9 +76,10 @@ def add_arguments(parser):
                      help="steps between curve points (default: H for diloco/sparseloco, else 10; use one value for runs you compare)")
     dist = run.add_argument_group("multi-host")
     dist.add_argument("--ray-address", help="run one JAX process per node of this Ray cluster ('auto': the local one)")
-    dist.add_argument("--nodes", dest="hosts", type=_hosts_value,
+    dist.add_argument("--hosts", dest="hosts", type=_hosts_value, metavar="N|wan",
                       help="N: use only the first N Ray nodes; 'wan': one process per host of the emulated WAN "
                            "slice (`geosim live wan up`; root), the record carries the slice's RTT and bandwidth")
+    add_renamed(dist, "--nodes", "--hosts", dest="hosts", type=_hosts_value)
     dist.add_argument("--coordinator", help="HOST:PORT of process 0, to start processes by hand")
     dist.add_argument("--num-processes", type=int, default=1,
                       help="processes in a hand-started run (with --coordinator; default %(default)s)")
@@ -118,7 +124,35 @@ def run(args) -> int:
         from geosim.live.experiments import validate
 
         return validate.run(args)
-    return _run(args)
+    return _run_each(args)
+
+
+def live_techniques(names: list[str] | None) -> list[str]:
+    """--technique's names in order ('all': every live technique); each checked before any run."""
+    chosen = []
+    for name in (n.lower() for n in names or ["data"]):
+        chosen += list(TECHNIQUES + LOWCOMM) if name == "all" else [name]
+    for name in chosen:
+        check_live(name)  # the hybrid, say: one line saying it runs in the simulator only
+    return list(dict.fromkeys(chosen))
+
+
+def _run_each(args) -> int:
+    """One run per technique, one after another; the first that does not finish stops the rest."""
+    import copy
+
+    techniques = live_techniques(args.technique)
+    if args.json and len(techniques) > 1:
+        raise GeosimError("prints one run's result as JSON: give one technique, or read every run's record from "
+                          "--records-out", key="--json")
+    code = 0
+    for technique in techniques:
+        one = copy.copy(args)
+        one.technique = technique
+        code = _run(one)
+        if code != 0:
+            break
+    return code
 
 
 def _options(args):
@@ -141,7 +175,11 @@ def _options(args):
     if args.scenario:
 
         load_scenario(args.scenario)
-    for path, key in ((args.record, "--records"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
+    if args.data not in ("auto", "wikipedia", "generated"):  # a text file: a FIFO would block the run
+        from geosim.validate import regular_input
+
+        regular_input(args.data, "--data")
+    for path, key in ((args.record, "--records-out"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
         if path:
             check_appendable(path, key)
     check_reachable(args.ray_address, "--ray-address")
@@ -159,7 +197,7 @@ def _check_combinations(args) -> None:
     from geosim.validate import check_number
 
     if isinstance(args.hosts, int):
-        check_number(args.hosts, "--nodes", None, 1, 4096, integer=True)
+        check_number(args.hosts, "--hosts", None, 1, 4096, integer=True)
     steps = args.steps if args.steps is not None else (None if args.epochs else DEFAULT_STEPS)
     if args.warmup is not None and steps is not None and args.warmup >= steps:  # asked for: no step left to time
         raise GeosimError(f"must be fewer than the steps ({steps}): no step would be timed, got {args.warmup}",
@@ -288,12 +326,12 @@ class _stdout_to_stderr:
 
 
 def _run_wan(args, opts) -> int:
-    """--nodes wan: one process per emulated host (live/experiments/wan_runs.py); process 0's record, on the slice."""
+    """--hosts wan: one process per emulated host (live/experiments/wan_runs.py); process 0's record, on the slice."""
     if args.ray_address or args.coordinator or args.backend != "jax":
-        raise GeosimError("--nodes wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
-                          key="--nodes")
+        raise GeosimError("--hosts wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
+                          key="--hosts")
     if args.scenario:
-        raise GeosimError("--nodes wan records the emulated slice itself: drop --scenario", key="--scenario")
+        raise GeosimError("--hosts wan records the emulated slice itself: drop --scenario", key="--scenario")
     from geosim.live.experiments import wan_runs
 
     try:
@@ -306,7 +344,7 @@ def _run_wan(args, opts) -> int:
         return interrupts.exit_code()
     from geosim.live.train.loop import Result
 
-    record = validate(run.record, "geosim live run --nodes wan")
+    record = validate(run.record, "geosim live run --hosts wan")
     per_host = [len(h["gpus"]) for h in record.cluster["hosts"]]
     result = Result(status=record.status, error=record.error, losses=run.losses, step_times=run.step_times,
                     devices={"platform": "cpu", "count": sum(per_host), "processes": len(per_host), "per_host": per_host})

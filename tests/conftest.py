@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -66,3 +67,12 @@ FUZZ_EXAMPLES = {"default": 150, "ci": 2000, "search": 2000}
 
 def fuzz_examples(share: float = 1.0) -> int:
     return max(10, round(FUZZ_EXAMPLES.get(settings._current_profile, 150) * share))
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child process a test interrupts: SIGINT back to its default disposition.
+
+    A child inherits an ignored SIGINT (a shell starts a background job with SIGINT ignored:
+    `nohup python -m pytest &`), and Python then installs no KeyboardInterrupt handler, so the
+    test's SIGINT would do nothing. With the default restored the child behaves as under a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

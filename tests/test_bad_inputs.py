@@ -66,6 +66,8 @@ FLAG_CASES = [
     (["live", "probe", "--seconds", "inf", "--out", "x.toml"], "--seconds: must be a finite number"),
     (["live", "probe", "--seconds", "0", "--out", "x.toml"], "--seconds: must be > 0"),
     (["live", "wan", "up", "--loss", "nan"], "--loss: must be a finite number"),
+    # Ray retried an address where nothing listens for minutes, then another cluster
+    (["live", "probe", "--ray-address", "127.0.0.1:1", "--out", "x.toml"], "--ray-address: nothing answers"),
 ]
 
 
@@ -165,13 +167,13 @@ def test_a_huge_integer_in_a_parameters_file_is_one_line(tmp_path, capsys):
 
 def test_a_huge_integer_in_a_run_record_is_one_line(tmp_path, capsys):
     runs = tmp_path / "runs.jsonl"
-    assert main(["calibrate", "import", "study", "--out", str(runs)]) == 0
+    assert main(["calibrate", "import", "study", "--records-out", str(runs)]) == 0
     capsys.readouterr()
     first, *rest = runs.read_text().splitlines()
     doc = json.loads(first)
     doc["workload"]["epochs"] = 10**400
     runs.write_text("\n".join([json.dumps(doc), *rest]) + "\n")
-    code, _, err = run_in_process(["plan", "--measured", str(runs), "--scenario", "tacc-tacc"], capsys)
+    code, _, err = run_in_process(["plan", "--records", str(runs), "--scenario", "tacc-tacc"], capsys)
     assert_one_line_refusal(code, err, f"{runs}:1: workload.epochs")
 
 
@@ -187,12 +189,21 @@ def test_trace_refuses_repeated_or_empty_hosts(hosts, needle, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_calibrate_import_refuses_a_repeated_host(tmp_path, capsys):
+    out = tmp_path / "runs.jsonl"
+    code, _, err = run_in_process(["calibrate", "import", "alpa-console", str(ROOT / "tests" / "data" /
+                                   "alpa-gpt-console.log"), "--scenario", "utah-gpn", "--hosts", "vm1,vm1",
+                                   "--records-out", str(out)], capsys)
+    assert_one_line_refusal(code, err, "--hosts: host(s) named twice: vm1")
+    assert not out.exists()
+
+
 def test_calibrate_fit_refuses_a_known_link_no_record_is_on(tmp_path, capsys):
     pytest.importorskip("scipy")
     runs, out = tmp_path / "runs.jsonl", tmp_path / "fitted.toml"
-    assert main(["calibrate", "import", "study", "--out", str(runs)]) == 0
+    assert main(["calibrate", "import", "study", "--records-out", str(runs)]) == 0
     capsys.readouterr()
-    code, _, err = run_in_process(["calibrate", "fit", str(runs), "--out", str(out), "--known-links", "nowhere"],
+    code, _, err = run_in_process(["calibrate", "fit", "--records", str(runs), "--out", str(out), "--known-links", "nowhere"],
                                   capsys)
     assert_one_line_refusal(code, err, "--known-links: no record is on 'nowhere'")
     assert not out.exists()
@@ -201,17 +212,17 @@ def test_calibrate_fit_refuses_a_known_link_no_record_is_on(tmp_path, capsys):
 def test_sweep_out_never_makes_missing_parents(tmp_path, capsys):
     out = tmp_path / "missing" / "deeper" / "sweep"
     code, _, err = run_in_process(["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1",
-                                   "--workers", "1", "--no-best", "--out", str(out)], capsys)
-    assert_one_line_refusal(code, err, "--out: no such directory")
+                                   "--workers", "1", "--no-best", "--out-dir", str(out)], capsys)
+    assert_one_line_refusal(code, err, "--out-dir: no such directory")
     assert not (tmp_path / "missing").exists()
 
 
 def test_live_validate_out_an_existing_file_is_one_line(tmp_path, capsys):
     taken = tmp_path / "taken"
     taken.write_text("mine\n")
-    code, _, err = run_in_process(["live", "validate", "--records", str(tmp_path / "runs.jsonl"), "--out", str(taken)],
+    code, _, err = run_in_process(["live", "validate", "--records", str(tmp_path / "runs.jsonl"), "--out-dir", str(taken)],
                                   capsys)
-    assert_one_line_refusal(code, err, "--out: exists and is not a directory")
+    assert_one_line_refusal(code, err, "--out-dir: exists and is not a directory")
     assert taken.read_text() == "mine\n"
 
 
@@ -232,8 +243,10 @@ LIVE_RUN_CASES = [
     (["--log-every", "0"], "--log-every: must be >= 1"),
     (["--cpu-devices", "100000"], "--cpu-devices: must be <= 512"),
     (["--steps", HUGE], "--steps: must be <= 1e+07"),
-    (["--nodes", "100000"], "--nodes: must be <= 4096"),
+    (["--hosts", "100000"], "--hosts: must be <= 4096"),
     (["--ray-address", "127.0.0.1:1"], "--ray-address: nothing answers at 127.0.0.1:1"),
+    (["--data", "/nonexistent/corpus.txt"], "--data: no such file"),
+    (["--data", "/dev/null"], "--data: is a device, not a regular file"),
 ]
 
 
@@ -263,9 +276,9 @@ def test_live_run_refuses_bad_values_before_importing_jax():
 @pytest.mark.parametrize("argv", [
     ["predict", "--scenario", "{fifo}"],
     ["trace", "--scenario", "{fifo}", "--out", "{tmp}/t.json"],
-    ["calibrate", "fit", "{fifo}", "--out", "{tmp}/p.toml"],
+    ["calibrate", "fit", "--records", "{fifo}", "--out", "{tmp}/p.toml"],
     ["predict", "--scenario", "utah-gpn", "--params", "{fifo}"],
-    ["plan", "--scenario", "utah-gpn", "--measured", "{fifo}"],
+    ["plan", "--scenario", "utah-gpn", "--records", "{fifo}"],
     ["predict", "--scenario", "utah-gpn", "--technique", "diloco", "--loss-curves", "{fifo}"],
 ], ids=lambda argv: " ".join(a for a in argv[:2]) + (" " + argv[-2] if argv[-1] == "{fifo}" else ""))
 def test_a_fifo_as_input_is_refused_not_waited_on(argv, tmp_path):
@@ -281,3 +294,10 @@ def test_a_fifo_as_input_is_refused_not_waited_on(argv, tmp_path):
 def test_a_directory_as_input_is_one_line(tmp_path, capsys):
     code, _, err = run_in_process(["predict", "--scenario", str(tmp_path)], capsys)
     assert_one_line_refusal(code, err, "is a directory, not a file")
+
+
+def test_the_bounds_page_is_up_to_date():
+    """docs/reference/bounds.md lists every bound as the code applies it (tools/bounds_reference.py)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bounds_reference.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

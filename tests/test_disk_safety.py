@@ -30,7 +30,7 @@ def test_a_planted_tmp_symlink_does_not_redirect_the_graphml(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     (tmp_path / "x.graphml.tmp").symlink_to(victim)
-    proc = geosim("fabric", "slice", "create", str(ROOT / "scenarios" / "utah-mass.toml"), "--dry-run",
+    proc = geosim("fabric", "slice", "create", "--scenario", str(ROOT / "scenarios" / "utah-mass.toml"), "--dry-run",
                   "--graphml", "x.graphml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert victim.read_text() == "precious\n"
@@ -40,7 +40,7 @@ def test_a_planted_tmp_symlink_does_not_redirect_the_graphml(tmp_path):
 
 
 def test_graphml_into_a_missing_directory_is_refused_not_made(tmp_path):
-    proc = geosim("fabric", "slice", "create", str(ROOT / "scenarios" / "utah-mass.toml"), "--dry-run",
+    proc = geosim("fabric", "slice", "create", "--scenario", str(ROOT / "scenarios" / "utah-mass.toml"), "--dry-run",
                   "--graphml", "missing/dir/x.graphml", cwd=tmp_path)
     assert proc.returncode == 2 and "--graphml" in proc.stderr and "no such directory" in proc.stderr, proc.stderr
     assert not (tmp_path / "missing").exists()
@@ -67,7 +67,7 @@ def test_a_scenario_name_cannot_write_outside_the_directory(tmp_path):
     work.mkdir(parents=True)
     scenario, state = _escaping_scenario(tmp_path), _wan_state(tmp_path)
     before = sorted(p for p in tmp_path.rglob("*"))
-    proc = geosim("fabric", "slice", "emulate", str(scenario), "--wan-state", str(state), cwd=work)
+    proc = geosim("fabric", "slice", "emulate", "--scenario", str(scenario), "--wan-state", str(state), cwd=work)
     assert proc.returncode == 2, proc.stderr
     assert "\n" not in proc.stderr.strip() and "cannot name a file" in proc.stderr
     assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing written anywhere
@@ -76,9 +76,9 @@ def test_a_scenario_name_cannot_write_outside_the_directory(tmp_path):
 def test_slice_create_default_path_is_checked_before_the_dry_run(tmp_path):
     work = tmp_path / "a" / "b" / "work"
     work.mkdir(parents=True)
-    proc = geosim("fabric", "slice", "create", str(_escaping_scenario(tmp_path)), "--dry-run", cwd=work)
+    proc = geosim("fabric", "slice", "create", "--scenario", str(_escaping_scenario(tmp_path)), "--dry-run", cwd=work)
     assert proc.returncode == 2 and "cannot name a file" in proc.stderr, proc.stderr
-    proc = geosim("fabric", "slice", "create", str(ROOT / "scenarios" / "utah-mass.toml"), "--dry-run",
+    proc = geosim("fabric", "slice", "create", "--scenario", str(ROOT / "scenarios" / "utah-mass.toml"), "--dry-run",
                   "--name", "../up", cwd=work)
     assert proc.returncode == 2 and "--name" in proc.stderr, proc.stderr
 

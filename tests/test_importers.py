@@ -136,7 +136,7 @@ def test_scenario_paths_are_stored_relative_to_the_records_file(tmp_path, monkey
     scenario(tmp_path / "scenarios", FOUR_A100, "lab.toml")
     monkeypatch.chdir(tmp_path)
     assert main(["calibrate", "import", "alpa-tsv", str(CONSOLE), "--scenario", "scenarios/lab.toml",
-                 "--out", "runs/lab.jsonl"]) == 0
+                 "--records-out", "runs/lab.jsonl"]) == 0
     stored = json.loads((tmp_path / "runs" / "lab.jsonl").read_text().splitlines()[0])
     assert stored["scenario"] == "../scenarios/lab.toml"
     elsewhere = tmp_path / "elsewhere"
@@ -152,8 +152,8 @@ def test_scenario_paths_are_stored_relative_to_the_records_file(tmp_path, monkey
 
 def test_append_appends_and_skips_what_is_already_there(tmp_path, capsys):
     out = tmp_path / "runs.jsonl"
-    assert main(["calibrate", "import", "study", "--out", str(out)]) == 0
-    assert main(["calibrate", "import", "study", "--out", str(out), "--append"]) == 0
+    assert main(["calibrate", "import", "study", "--records-out", str(out)]) == 0
+    assert main(["calibrate", "import", "study", "--records-out", str(out), "--append"]) == 0
     assert "appended 0 record(s)" in capsys.readouterr().out and len(read_runs(out)) == len(study_records())
 
 
@@ -188,8 +188,8 @@ def test_scenarios_out_names_cannot_leave_the_directory(tmp_path):
 
 def test_fit_out_in_a_missing_directory_fails_before_fitting(tmp_path, capsys):
     runs = tmp_path / "runs.jsonl"
-    assert main(["calibrate", "import", "study", "--out", str(runs)]) == 0
-    assert main(["calibrate", "fit", str(runs), "--out", str(tmp_path / "no" / "such" / "p.toml")]) == 2
+    assert main(["calibrate", "import", "study", "--records-out", str(runs)]) == 0
+    assert main(["calibrate", "fit", "--records", str(runs), "--out", str(tmp_path / "no" / "such" / "p.toml")]) == 2
     err = capsys.readouterr().err
     assert "--out: no such directory" in err and "fitting" not in err
 
@@ -206,7 +206,7 @@ def test_runs_the_model_cannot_explain_are_a_warning_predict_prints(tmp_path, ca
                          "run_id": f"r{b}"}) for b in (4, 8, 12, 16, 24, 32, 40)]
     runs.write_text("\n".join(lines) + "\n")
     params = tmp_path / "fitted.toml"
-    assert main(["calibrate", "fit", str(runs), "--out", str(params), "--links", "none", "--step-rtts", "none",
+    assert main(["calibrate", "fit", "--records", str(runs), "--out", str(params), "--links", "none", "--step-rtts", "none",
                  "--overhead", "technique", "--max-evaluations", "15"]) == 0
     warnings = load_params(params).fit_warnings
     misses = [w for w in warnings if w.startswith("MODEL MISSES THE RECORDS")]

@@ -185,7 +185,8 @@ DESCRIPTION = "data parallel plus a pause"
 
 @dataclass(frozen=True)
 class Settings:
-    pause_s: float = tunable(0.5, "seconds of pause per iteration", low=0.0, high=60.0, fit=(0.01, 60.0))
+    pause_s: float = tunable(0.5, "seconds of pause per iteration", low=0.0, high=60.0, fit=(0.01, 60.0), unit="s",
+                             source="a toy")
 
 
 def build(case, settings):
@@ -242,6 +243,8 @@ NAME_AS_DATA = {
     "calibrate/importers.py": "Alpa's parallel configs -> the study's technique names",
     "geosim/studies/convergence.py": "the default baseline of token efficiencies",
     "live/cli.py": "the default technique of a live run",
+    "live/experiments/rate_runs.py": "issue 24's measured grid: data and DiLoCo at H = 1, 8, 32",
+    "live/experiments/runtime_validation.py": "issue 24's measured grid: DiLoCo's H set per run",
     "live/train/loop.py": "the default technique of a live run",
     "live/experiments/token_efficiency.py": "the default baseline, an example record",
     "live/experiments/wan_runs.py": "'data' here is the --data flag's field, not the technique",
@@ -273,3 +276,48 @@ def test_no_module_outside_the_techniques_branches_on_a_technique_name():
                     if branches or rel not in NAME_AS_DATA:
                         offenders.append(f"{rel}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def run_cli(argv: list[str], capsys) -> str:
+    from geosim.cli import main
+
+    assert main(argv) == 0, argv
+    return capsys.readouterr().out
+
+
+def test_a_new_technique_file_shows_up_in_every_command(toy_technique, tmp_path, capsys):
+    """One file, nothing else touched: predict, plan, select, sweep, trace and the parameters
+    reference find it; live says it has no live implementation; it runs with a typical overhead."""
+    import json
+
+    from geosim.errors import GeosimError
+    from geosim.live.registry import check_live
+    from geosim.params import default_params
+
+    assert "toy" in techniques.default_techniques(synchronous=True)
+    # the shipped file names no overhead for it: a typical technique's, not a free 0 s that would win
+    assert default_params().for_technique("iteration_overhead_s", "toy") == 0.15
+    predicted = json.loads(run_cli(["predict", "--scenario", "tacc-tacc", "--hosts", "all", "--json"], capsys))
+    assert "toy" in [p["technique"] for p in predicted["slices"][0]["predictions"]]
+    planned = run_cli(["plan", "--scenario", "tacc-tacc", "--all", "--json"], capsys)
+    assert '"toy"' in planned
+    # select's verdict is the same ranking: without its pause the toy is Data's schedule and Data's time, so it
+    # ties with Data (a tie with the best's own run is not named as the runner-up) and select says what plan says
+    paused = tmp_path / "no-pause.toml"
+    paused.write_text("[toy]\npause_s = 0.0\n")
+    selected = json.loads(run_cli(["select", "--scenario", "tacc-tacc", "--params", str(paused), "--json"], capsys))
+    ranked = json.loads(run_cli(["plan", "--scenario", "tacc-tacc", "--params", str(paused), "--json"], capsys))
+    (plan_slice,) = ranked["slices"]
+    assert selected["slices"][0]["verdict"] == plan_slice["verdict"]  # one ranking
+    # the verdict names no runner-up that is the best's own run, so look in the ranking itself
+    assert "toy on vm1" in [o["label"] for o in plan_slice["options"][:2]]
+    swept = run_cli(["sweep", "--scenario", "tacc-tacc", "--rtt-ms", "native", "--hosts", "all", "--workers", "1",
+                     "--out-dir", str(tmp_path / "sweep"), "--quiet", "--json", "--no-best"], capsys)
+    assert '"toy"' in swept
+    traced = json.loads(run_cli(["trace", "--scenario", "tacc-tacc", "--technique", "toy", "--iterations", "1",
+                                 "--out", str(tmp_path / "toy.json"), "--json"], capsys))
+    assert traced["technique"] == "toy"
+    assert "| `toy.pause_s` | s | 0.5 | 0 to 60 | 0.01 to 60 | seconds of pause per iteration | a toy |" in (
+        techniques.reference_table())
+    with pytest.raises(GeosimError, match="'toy' runs in the simulator only: no live implementation"):
+        check_live("toy")

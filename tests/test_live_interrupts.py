@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from conftest import default_sigint
 from geosim.records import read_records
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -22,8 +23,9 @@ EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 def start(tmp_path, *extra):
     runs = tmp_path / "runs.jsonl"
     argv = [sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "100000",
-            "--log-every", "1", "--cpu-devices", "2", "--records", str(runs), *extra]
-    proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            "--log-every", "1", "--cpu-devices", "2", "--records-out", str(runs), *extra]
+    proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     return proc, runs
 
 
@@ -119,7 +121,7 @@ def test_a_second_signal_exits_at_once_without_a_record(tmp_path):
 @pytest.mark.parametrize("record", ["missing-dir/runs.jsonl", "."])
 def test_unwritable_record_path_is_refused_before_the_run(tmp_path, record):
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--steps", "2", "--record", record],
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--steps", "2", "--records-out", record],
                           env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "--record" in proc.stderr and "nothing was run" in proc.stderr
@@ -132,7 +134,7 @@ def test_memory_is_checked_before_any_weight_exists(tmp_path):
     allocating them (it was killed by the kernel, exit 137, without a record)."""
     runs = tmp_path / "runs.jsonl"
     proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--model", "gpt2-xl", "--memory-limit-gib",
-                           "1", "--steps", "2", "--record", str(runs)], env=ENV, cwd=tmp_path, capture_output=True,
+                           "1", "--steps", "2", "--records-out", str(runs)], env=ENV, cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
     (record,) = whole_lines(runs)

@@ -256,10 +256,10 @@ def test_time_to_target_formula():
 
 
 def test_cli_predict_target_tokens_json(capsys):
-    code = main(["predict", "--scenario", "utah-mass", "--all-vms-only", "--json", "--technique", "data",
+    code = main(["predict", "--scenario", "utah-mass", "--hosts", "all", "--json", "--technique", "data",
                  "--technique", "sparseloco", "--target-tokens", "1e9", "--token-efficiency", "sparseloco=0.5"])
     assert code == 0
-    rows = {r["technique"]: r for r in json.loads(capsys.readouterr().out)["predictions"]}
+    rows = {r["technique"]: r for r in json.loads(capsys.readouterr().out)["slices"][0]["predictions"]}
     assert rows["sparseloco"]["token_efficiency"] == 0.5
     for r in rows.values():
         assert r["time_to_target_s"] == pytest.approx(1e9 / r["token_efficiency"] / r["tokens_per_s"] + r["startup_s"])

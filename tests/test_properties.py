@@ -136,7 +136,7 @@ def test_faster_gpus_are_not_slower_on_a_study_slice(technique, e1, e2, which):
         eff = dict(PARAMS.efficiency)
         for name in (("RTX6000", "T4") if which == "both" else (which,)):
             eff[name] = e
-        return PARAMS.with_values(efficiency=eff, slow_start_after_idle=False)
+        return PARAMS.with_values(efficiency=eff).with_network("tcp", slow_start_after_idle=False)
 
     t1 = total(SLICE.cluster, technique, params(e1))
     t2 = total(SLICE.cluster, technique, params(e2))
@@ -172,7 +172,7 @@ def test_time_does_not_rise_as_bandwidth_grows_on_random_clusters(cluster, techn
     idle past its RTO and restart it from a smaller window (hypothesis found a 3-site
     Pipeshard 2e-7 slower at 2 Gbit/s than at 1); the study-slice test above keeps it on."""
     b1, b2 = sorted((b1, b2))
-    params = PARAMS.with_values(slow_start_after_idle=False)
+    params = PARAMS.with_network("tcp", slow_start_after_idle=False)
     t1 = total(with_bandwidth(cluster, b1 * 1e9), technique, params, model=GPT2, workload=SMALL_WORKLOAD)
     assume(t1 is not None)
     t2 = total(with_bandwidth(cluster, b2 * 1e9), technique, params, model=GPT2, workload=SMALL_WORKLOAD)
@@ -200,7 +200,7 @@ def test_faster_gpus_are_not_slower_on_random_clusters(cluster, technique, e1, e
     e1, e2 = sorted((e1, e2))
 
     def params(e):
-        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}, slow_start_after_idle=False)
+        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
 
     t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD, exact=True)
     assume(t1 is not None)
@@ -228,7 +228,7 @@ REPEAT_SHORTCUT = 0.03
          technique="data", e=0.5)  # the worst found: 1.8% (a transient of five repetitions)
 @given(cluster=small_clusters(), technique=techniques, e=efficiency)
 def test_skipping_repetitions_agrees_with_simulating_them_all(cluster, technique, e):
-    params = PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}, slow_start_after_idle=False)
+    params = PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
     case = Case(cluster, GPT2, SMALL_WORKLOAD, params)
     try:
         schedule = build_schedule(technique, case)
@@ -248,7 +248,7 @@ def test_the_faster_gpu_counterexamples_were_the_repeat_shortcut():
     hosts) came from extrapolating a Repeat block from its last repetition alone; with the mean of
     the last three they are monotone, as simulating every repetition always was."""
     def run(cluster, e):
-        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES}, slow_start_after_idle=False)
+        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
         return total(cluster, "shard", params, model=GPT2, workload=SMALL_WORKLOAD)
 
     three = Cluster("three", (_a30("h0", "A"), _a30("h1", "B"), _a30("h2", "A", "RTX6000")),

@@ -4,7 +4,8 @@
     python tools/write_params_reference.py --check    # exit 1 if they are out of date (tests/test_params_declared.py)
 
 The simulator-wide parameters come from geosim/parameters.py (with the shipped values of
-geosim/data/params-default.toml), each technique's tunables from its Settings (the registry,
+geosim/data/params-default.toml), each network model's own from its module (PARAMETERS,
+geosim.sim.network.network_parameters), each technique's tunables from its Settings (the registry,
 geosim.techniques.reference_table). Everything between a `<!-- generated: NAME -->` line and the
 next `<!-- end generated -->` line is replaced; the prose around them is the page's own.
 """
@@ -26,9 +27,12 @@ BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)"
 def tables() -> dict[str, str]:
     from geosim import parameters, techniques
     from geosim.params import _flatten
+    from geosim.sim.network import network_parameters
 
     shipped = _flatten(tomllib.loads((ROOT / "geosim" / "data" / "params-default.toml").read_text()))
-    return {"parameters": parameters.reference_table(shipped), "techniques": techniques.reference_table()}
+    network = tuple(p for _, declared, _ in network_parameters().values() for p in declared)
+    return {"parameters": parameters.reference_table(shipped), "techniques": techniques.reference_table(),
+            "network": parameters.reference_table(shipped, network, ())}
 
 
 def render(text: str) -> str:

@@ -17,6 +17,7 @@ import pkgutil
 import sys
 
 from geosim import __version__
+from geosim.cli.vocabulary import lower_choices
 from geosim.errors import GeosimError
 from geosim.validate import check_flags
 
@@ -77,6 +78,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
+    lower_choices(parser)  # --precision FP16 as --scenario UTAH-GPN (geosim.cli.vocabulary)
     return parser
 
 

@@ -7,10 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+from geosim.case import DEFAULT_NETWORK
 from geosim.cli.common import WORKLOAD_DEFAULTS, add_json_argument
-from geosim.cli.vocabulary import CommaList, meaning
+from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
+from geosim.sim.network import network_names
+from geosim.runtime import check_runtime_name
 from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 from geosim.units import RANGE_SYNTAX
 from geosim.cli.common import fmt_duration
@@ -40,24 +43,33 @@ def add_arguments(p) -> None:
     g.add_argument("--technique", action=CommaList, metavar="NAME",
                    help="techniques, or 'all'; repeatable and comma-separated (default: every synchronous "
                         "technique found, today the study's data,zero2,shard,pipeshard)")
-    g.add_argument("--gpu", metavar="SPEC", default="native",
+    g.add_argument("--replace-gpu", dest="gpu", metavar="SPEC", default="native",
                    help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
-    g.add_argument("--subsets", metavar="SPEC", default="all",
-                   help="VM subsets to sweep, e.g. all,vm1,vm2 or vm1+vm2 (default %(default)s)")
+    g.add_argument("--hosts", metavar="SPEC", default="all",
+                   help="VM subsets to sweep: 'all', VM names, names joined by + (vm1+vm2), comma-separated "
+                        "(default %(default)s)")
+    add_renamed(g, "--subsets", "--hosts", dest="hosts")
+    add_renamed(g, "--gpu", "--replace-gpu", dest="gpu")
     g.add_argument("--global-batch", metavar="SPEC",
                    help=f"{meaning('--global-batch')} (default: the scenario's, else {WORKLOAD_DEFAULTS.global_batch})")
     g.add_argument("--microbatches", metavar="SPEC",
                    help=f"{meaning('--microbatches')} (default: the scenario's, else {WORKLOAD_DEFAULTS.microbatches})")
     g.add_argument("--epochs", metavar="SPEC",
                    help=f"{meaning('--epochs')} (default: the scenario's, else {WORKLOAD_DEFAULTS.epochs})")
+    g.add_argument("--runtime", metavar="SPEC", help=f"{meaning('--runtime')} (default: the scenario's, else "
+                                                    f"{WORKLOAD_DEFAULTS.runtime})")
     g.add_argument("--remat", action="store_true", help=f"{meaning('--remat')} (default: the scenario's "
                                                         f"checkpointing, else off; --set checkpointing=true,false sweeps both)")
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     r = p.add_argument_group("run")
-    r.add_argument("--out", default="sweep", metavar="DIR", help="results directory; a rerun resumes it (default ./%(default)s)")
-    r.add_argument("--fresh", action="store_true", help="discard rows already in --out instead of resuming")
+    r.add_argument("--out-dir", dest="out", default="sweep", metavar="DIR",
+                   help="results directory; a rerun resumes it (default ./%(default)s)")
+    add_renamed(r, "--out", "--out-dir", dest="out")
+    r.add_argument("--fresh", action="store_true", help="discard rows already in --out-dir instead of resuming")
     r.add_argument("--params", metavar="FILE", help=meaning("--params"))
+    r.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
+                   help=f"{meaning('--network')} (default: %(default)s)")
     r.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
     r.add_argument("--ray-address", metavar="ADDR", help="run on a Ray cluster: 'auto', ray://host:10001, or 'local'")
     r.add_argument("--metric", choices=METRICS, default="total_time_s", help="what crossovers compare (default %(default)s)")
@@ -85,12 +97,14 @@ def build_grid(args) -> Grid:
         "model": parse_values(args.model, "str", "--model"),
         "rtt_ms": parse_values(args.rtt_ms, "float", "--rtt-ms", allow_native=True),
         "bandwidth_gbps": parse_values(args.bandwidth_gbps, "float", "--bandwidth-gbps", allow_native=True),
-        "gpu": parse_values(args.gpu, "str", "--gpu", allow_native=True),
-        "hosts": parse_values(args.subsets, "str", "--subsets"),
+        "gpu": parse_values(args.gpu, "str", "--replace-gpu", allow_native=True),
+        "hosts": parse_values(args.hosts, "str", "--hosts"),
     }
     for name in ("global_batch", "microbatches", "epochs"):
         if getattr(args, name):
             axes[name] = parse_values(getattr(args, name), "int", f"--{name.replace('_', '-')}")
+    if args.runtime:
+        axes["runtime"] = [check_runtime_name(r) for r in parse_values(args.runtime, "str", "--runtime")]
     if args.remat:
         axes["checkpointing"] = [True]
     for text in args.set:
@@ -125,7 +139,7 @@ def run(args) -> int:
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     grid = build_grid(args)
-    ctx = make_context(grid, args.params, args.metric)
+    ctx = make_context(grid, args.params, args.metric, args.network)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
     started = time.perf_counter()
     executor = make_executor(ctx, args.workers, args.ray_address)
@@ -187,7 +201,7 @@ def format_summary(s: dict) -> str:
                             [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"]), f"{o['high']['at']:g} {unit}",
                               _order(o["high"])) for o in s["orders"]])
     lines += format_best(s.get("best", []))
-    lines += ["", f"plots and report: geosim report {s['out']}"]
+    lines += ["", f"plots and report: geosim report --out-dir {s['out']}"]
     return "\n".join(lines)
 
 

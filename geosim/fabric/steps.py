@@ -184,8 +184,10 @@ class Calibration:
         head = self.nodes[0]
         cpus = "--num-cpus 1 " if not head.gpus else ""
         for i, node in enumerate(self.nodes):
-            # nodes sharing a machine keep their Ray session apart; short: Ray's socket paths have a length limit
-            temp = f"--temp-dir /tmp/gray-{self.tag}-{i} " if not node.owns_machine else ""
+            # nodes sharing a machine keep their Ray session apart, each in a directory only this user can
+            # enter (mkdtemp: Ray makes its own temp directory world-writable, so it goes inside one);
+            # short: Ray's socket paths have a length limit
+            temp = f"--temp-dir {self._private_temp(i)} " if not node.owns_machine else ""
             if node.owns_machine:  # a VM of its own: a clean start (never on a shared machine: see nodes.Node)
                 self.run(node, self._ray(node, "stop"), "stop an old Ray", check=False)
             if i == 0:
@@ -203,6 +205,11 @@ class Calibration:
                 raise StepFailed(f"Ray: {alive} of {n} nodes joined {self.head()} within 2 minutes")
             time.sleep(2)
         return {"head": self.head()}
+
+    def _private_temp(self, i: int) -> str:
+        if self.dry_run:
+            return f"/tmp/gray-{self.tag}-{i}-XXXXXXXX/r"
+        return os.path.join(tempfile.mkdtemp(prefix=f"gray-{self.tag}-{i}-", dir="/tmp"), "r")
 
     def step_probe(self, state: dict) -> dict:
         head = self.nodes[0]
@@ -224,7 +231,7 @@ class Calibration:
                 continue
             args = (f"live run --technique {technique} --model {o.model} --steps {o.steps} --global-batch {o.batch} "
                     f"--ray-address {self.head()} --scenario {REMOTE_DIR}/run/probed.toml "
-                    f"--records {REMOTE_DIR}/run/runs-{technique}.jsonl --gloo-interface {head.interface} "
+                    f"--records-out {REMOTE_DIR}/run/runs-{technique}.jsonl --gloo-interface {head.interface} "
                     f"--timeout {o.run_timeout_s:g}"
                     + (f" --cpu-devices {o.cpu_devices}" if o.cpu_devices else "")
                     + (f" --nccl-interface {head.interface}" if head.gpus else "")  # NCCL over the data plane

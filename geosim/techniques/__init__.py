@@ -24,7 +24,7 @@ from functools import cache
 from types import ModuleType
 
 from geosim.errors import GeosimError
-from geosim.techniques._settings import file_tunables, tunables, with_options
+from geosim.techniques._settings import tunables, with_options
 from geosim.parameters import number_text
 
 STUDY_ORDER = ("data", "zero2", "shard", "pipeshard")  # the study's four, in its order
@@ -133,6 +133,24 @@ def plan_floor_s(name: str, case, hosts: tuple[str, ...], workload, options: dic
     return module.plan_floor_s(case, tuple(hosts), workload, options) if hasattr(module, "plan_floor_s") else 0.0
 
 
+def add_plan_arguments(parser) -> None:
+    """`geosim plan`'s flags that belong to one technique: each module's add_plan_arguments(parser)."""
+    for name in technique_names():
+        module = get_technique(name)
+        if hasattr(module, "add_plan_arguments"):
+            module.add_plan_arguments(parser)
+
+
+def plan_choices(args) -> dict:
+    """The planner's choices those flags ask for (keyword arguments of the techniques' plan_variants)."""
+    choices: dict = {}
+    for name in technique_names():
+        module = get_technique(name)
+        if hasattr(module, "plan_choices"):
+            choices.update(module.plan_choices(args))
+    return choices
+
+
 def build_schedule(name: str, case, options: dict | None = None):
     """The technique's schedule for the case, with its parameter-file settings and the caller's options."""
     module = get_technique(name)
@@ -144,7 +162,7 @@ def reference_table() -> str:
     """The parameters reference's table of every technique's tunables (docs/reference/params.md), from
     each module's Settings: a new technique's row appears with its file."""
 
-    rows = ["| key | default | range | fit range | meaning |", "|---|---|---|---|---|"]
+    rows = ["| key | unit | default | range | fit range | meaning | source |", "|---|---|---|---|---|---|---|"]
     for name in technique_names():
         cls = settings_class(name)
         parent = settings_parent(name)
@@ -169,5 +187,5 @@ def reference_table() -> str:
             else:
                 allowed = f"{'-inf' if t.low is None else number_text(t.low)} to {'inf' if t.high is None else number_text(t.high)}"
             fit = "" if t.fit is None else f"{number_text(t.fit[0])} to {number_text(t.fit[1])}"
-            rows.append(f"| `{name}.{leaf}` | {shown} | {allowed} | {fit} | {t.help} |")
+            rows.append(f"| `{name}.{leaf}` | {t.unit} | {shown} | {allowed} | {fit} | {t.help} | {t.source} |")
     return "\n".join(rows) + "\n"

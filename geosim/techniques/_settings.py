@@ -26,12 +26,17 @@ class Tunable:
     choices: tuple[str, ...] = ()
     fit: tuple[float, float] | None = None  # the range the fitter may move it in
     in_file: bool = True  # False: a per-run option, never in the parameters file
+    unit: str = ""  # of the value (in the file and in the Settings alike: techniques' settings need no conversion)
+    source: str = ""  # where the default comes from
 
 
 def tunable(default, help: str, *, low: float | None = 0.0, high: float | None = None,
-            choices: tuple[str, ...] = (), fit: tuple[float, float] | None = None):
+            choices: tuple[str, ...] = (), fit: tuple[float, float] | None = None, unit: str = "", source: str = ""):
+    """A setting the parameters file holds under [NAME]: declared here once, with its unit, range
+    (low, high, or choices), the range a fit may move it in, and the source of its default."""
     kind = type(default)
-    return field(default=default, metadata={"tunable": Tunable(help, kind, low, high, tuple(choices), fit)})
+    return field(default=default, metadata={"tunable": Tunable(help, kind, low, high, tuple(choices), fit,
+                                                               unit=unit, source=source)})
 
 
 def option(default, help: str):

@@ -47,7 +47,8 @@ EFFICIENCY_COUNTS_COMPRESSION = True
 @dataclass(frozen=True)
 class Settings(sparseloco.Settings):
     activation_compression: float = tunable(0.1, "bytes sent between pipelined stages x this (subspace projection, "
-                                            "10x)", low=1e-6, high=1.0)
+                                            "10x)", low=1e-6, high=1.0, unit="fraction",
+                                            source="Obeidi et al. 2026")
 
 
 def _fits(cluster: Cluster, host: str, model: Model, workload: Workload, params: Params, state: float,

@@ -19,6 +19,7 @@ from geosim.sim.compute import compute_model
 from geosim.sim.network import least_delay
 from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable, with_options
@@ -35,13 +36,16 @@ INTRA_STAGES = ("data", "shard")
 
 @dataclass(frozen=True)
 class Settings:
-    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES)
-    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"))
+    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES,
+                                source="the study's Pipeshard: data parallel inside each stage")
+    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"),
+                             source="Alpa's default pipeline schedule")
     stage_split: str = tunable("uniform", "layers per stage: uniform (Alpa's default) or balanced by GPU speed",
-                               choices=("uniform", "balanced"))
+                               choices=("uniform", "balanced"), source="Alpa's default (uniform)")
     # < 1: activations and their gradients cross between stages compressed (e.g. subspace
     # projection, Obeidi et al. 2026); 1 is Alpa's uncompressed send
-    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0)
+    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0,
+                                            unit="fraction", source="no compression (the study's runs)")
     meshes: tuple | None = option(None, "host names of each stage's mesh, in stage order (default: one per host)")
     layer_split: tuple | None = option(None, "layers of each stage (default: by stage_split)")
 
@@ -191,7 +195,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
                                           params.for_technique("collectives", NAME), ("stage-grads", s), "stage gradient all-reduce"))
             program.append(optimizer_op(model, held))
-            program.append(overhead_op(NAME, params))
+            program.append(overhead_op(NAME, params, workload))
             programs[dev.rank] = program
             in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
             memory[dev.rank] = memory_layout.pipeline_stage(
@@ -239,6 +243,19 @@ def layer_splits(n_layer: int, stages: int) -> list[list[int]]:
         cuts = (c for c in itertools.combinations(range(1, n_layer), stages - 1)
                 if all(abs(c[i] - even * (i + 1)) <= 2 for i in range(len(c))))
     return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
+
+
+def add_plan_arguments(parser) -> None:
+    """`geosim plan`'s flag for this technique's own choice (the registry adds it)."""
+    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
+                        help="what a Pipeshard stage does across its GPUs (default: the parameters file's pipeshard.intra_stage; "
+                             "'both' also tries shard, ~40x slower to plan)")
+
+
+def plan_choices(args) -> dict:
+    """--intra-stage as plan_variants' intra_stages (None: the parameters file's)."""
+    chosen = getattr(args, "intra_stage", None)
+    return {"intra_stages": INTRA_STAGES if chosen == "both" else ((chosen,) if chosen else None)}
 
 
 def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None):
@@ -335,9 +352,10 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
         iteration = max(iteration, trips * (sum(forward_s) + sum(backward_s) + crossings))
-    iteration += params.for_technique("iteration_overhead_s", NAME)
+    runtime = runtime_of(w, params)
+    iteration += runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
-    return (params.for_technique("startup_s", NAME) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+    return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
 
 
 # (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from geosim.cli.vocabulary import CommaList
+from geosim.cli.vocabulary import CommaList, add_renamed
 from geosim.errors import GeosimError
 from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, Row, latency_costs, plot, print_report
 from geosim.techniques import is_pipelined
@@ -29,12 +29,14 @@ from geosim.fileio import write_atomic
 from geosim.params import load_params, write_params
 from geosim.records import read_records
 from geosim.scenario import get_model
+from geosim.units import MIB
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
-# Parameters fitted for CPU "GPUs" talking gloo over TCP (see README: Real runs on the emulated WAN): the CPU's
-# efficiency, one fixed cost per technique, and the transport's per-RTT costs, which absorb
-# gloo's one round trip per tensor: collective steps (all-reduce, all-gather) and point-to-point
-# sends (pipeshard's ppermute) each wait a fitted number of RTTs.
+# Parameters fitted for CPU "GPUs" talking gloo over TCP (docs/guide/wan-emulator.md): the CPU's
+# efficiency, the jax runtime's fixed costs (one per step and one per collective, the same for every
+# technique: geosim/runtime.py), and the per-RTT costs, which absorb gloo's one round trip per
+# tensor: collective steps (all-reduce, all-gather; the runtime's collective_step_rtts) and
+# point-to-point sends (pipeshard's ppermute) each wait a fitted number of RTTs.
 FIT_SCALARS = {
     "transport.collective_step_rtts": (0.0, 200.0, ""),
     "transport.p2p_handshake_rtts": (0.0, 200.0, ""),
@@ -55,14 +57,20 @@ PROFILED = {"shard.collectives_per_layer": SHARD_GRID}  # whole-number settings 
 def add_arguments(parser) -> None:
     parser.add_argument("--rtt-ms", default=",".join(f"{r:g}" for r in DEFAULT_RTTS),
                         help="RTTs of the emulated WAN, ms: a list or range (default %(default)s)")
-    parser.add_argument("--technique", dest="techniques", action=CommaList, metavar="NAME",
-                        help=f"techniques to run; repeatable and comma-separated (default: {','.join(TECHNIQUES)})")
+    parser.add_argument("--technique", dest="techniques", action=CommaList, metavar="NAME|all",
+                        help=f"techniques to run; repeatable and comma-separated; 'all': {','.join(TECHNIQUES)} "
+                             f"(the default)")
     parser.add_argument("--hold-out", type=float,
                         help="the RTT predicted from a fit on the others (default: the middle one); "
                              "every other RTT is also held out in turn and reported")
     # The defaults reproduce the study's mechanism: a model whose gradients outweigh its
     # activations (as gpt2m's do) behind TCP windows smaller than those gradients.
-    parser.add_argument("--model", default="small-wan", help="a model from the catalog (default %(default)s: 1.65 M parameters)")
+    from geosim.scenario import get_model
+
+    small = get_model("small-wan")  # the help quotes the catalog's count, as `geosim models` prints it
+    parser.add_argument("--model", default="small-wan",
+                        help=f"a model from the catalog (default %(default)s: {small.num_params / 1e6:.0f}M parameters "
+                             f"as `geosim models` counts them, most in the token embedding)")
     parser.add_argument("--steps", type=int, default=12, help="training steps per run (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default %(default)s)")
     parser.add_argument("--global-batch", dest="batch", type=int, default=8,
@@ -77,7 +85,9 @@ def add_arguments(parser) -> None:
                              "(default %(default)s; 0 = no cap, BDP-sized buffers)")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's n_ctx)")
     parser.add_argument("--data", default="generated", help="training data (default %(default)s: offline)")
-    parser.add_argument("--out", default="live-validate", help="output directory (default ./%(default)s)")
+    parser.add_argument("--out-dir", dest="out", default="live-validate",
+                        help="directory to write the runs, the fit and the plot into (default ./%(default)s)")
+    add_renamed(parser, "--out", "--out-dir", dest="out")
     parser.add_argument("--records", help="fit and predict these run records instead of running (a runs.jsonl "
                                           "written by an earlier validate)")
     parser.add_argument("--quick", action="store_true",
@@ -167,7 +177,7 @@ def effective_window_mib(tcp_window_kib: float, bandwidth_mbit: float | None, st
                           f"{bandwidth_mbit:g} Mbit/s: use a smaller --tcp-window-kib", key="--tcp-window-kib")
     log(f"TCP window cap {tcp_window_kib:g} KiB: {tput['mbit_steady']:.1f} Mbit/s at RTT {rtt:.2f} ms, "
         f"an effective window of {window / 1024:.1f} KiB ({window / 1024 / tcp_window_kib:.0%} of the cap)")
-    return window / 2**20
+    return window / MIB
 
 
 def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window_mib: float | None = None) -> dict:
@@ -214,21 +224,39 @@ FLAT_EFFICIENCY_START = 0.1
 def free_params(cases, base):
     from geosim.calibrate.free import FreeParam
 
+    from geosim.runtime import shipped_runtimes
+
     free = []
-    for gpu in sorted({g for c in cases if c.metric for g in c.gpus}):
+    runtimes = sorted({c.workload.runtime for c in cases if c.metric})
+    # a runtime that states its devices' efficiency (jax: XLA:CPU here) brings it, fitted once on the
+    # rate-capped runs (docs/results/2026-11-25-runtime-validation.md): runs far apart in RTT are
+    # dominated by round trips and cannot tell compute from fixed costs
+    declared = {d for name in runtimes for d, _ in shipped_runtimes()[name].device_efficiency}
+    for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.efficiency)):
         free.append(FreeParam("efficiency", gpu, base.efficiency.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
-    values = {"transport.collective_step_rtts": base.collective_step_rtts,
-              "transport.p2p_handshake_rtts": base.p2p_handshake_rtts,
-              "transport.per_message_overhead_us": base.per_message_overhead_s * 1e6,
-              "transport.window_mib": base.window_bytes / 2**20}
+    tcp = base.network("tcp")  # the live runs' collectives go over TCP (gloo, NCCL's socket transport)
+    values = {"transport.collective_step_rtts": tcp.collective_step_rtts,
+              "transport.p2p_handshake_rtts": tcp.p2p_handshake_rtts,
+              "transport.per_message_overhead_us": tcp.per_message_overhead_s * 1e6,
+              "transport.window_mib": tcp.window_bytes / MIB}
     techniques = sorted({c.technique for c in cases if c.metric})
     for key, (lo, hi, unit) in FIT_SCALARS.items():
         if key == "transport.p2p_handshake_rtts" and not any(is_pipelined(t) for t in techniques):
             continue
+        if key == "transport.collective_step_rtts" and runtimes != ["alpa"]:
+            continue  # the runtime's collective library's round trips, fitted below
         lo = max(lo, 1e-3)  # fitted in log space: bounds must be > 0
         free.append(FreeParam("scalar", key, min(max(values[key], 0.5 if unit == "" else lo), hi), lo, hi, unit))
-    for t in techniques:
-        free.append(FreeParam("iteration_overhead", t, 0.01, 1e-5, 30.0, "s"))
+    # the fixed costs: a runtime's own, as it ships them (geosim/runtime.py; `geosim live` runs the jax
+    # runtime, its costs fitted once on the rate-capped runs) with only its collectives' round trips
+    # fitted here, what RTTs identify; for records of the study's runtime, one overhead per technique
+    for name in runtimes:
+        if name == "alpa":
+            for t in sorted({c.technique for c in cases if c.metric and c.workload.runtime == "alpa"}):
+                free.append(FreeParam("iteration_overhead", t, 0.01, 1e-5, 30.0, "s"))
+            continue
+        free.append(FreeParam("runtime", f"{name}.collective_step_rtts",
+                              shipped_runtimes()[name].collective_step_rtts or 1.0, 1e-3, 200.0, ""))
     # never more parameters than records: drop the ones least likely to matter first
     timed = sum(1 for c in cases if c.metric)
     for drop in ("transport.window_mib", "transport.per_message_overhead_us", "CPU"):
@@ -331,7 +359,8 @@ def run(args) -> int:
     from geosim.live.train.loop import Options
 
     rtts = _csv_floats(args.rtt_ms, "--rtt-ms")
-    techniques = args.techniques or list(TECHNIQUES)
+    techniques = list(dict.fromkeys(t for n in args.techniques or ["all"]
+                                    for t in (TECHNIQUES if n.lower() == "all" else [n.lower()])))
     for t in techniques:
         if t not in TECHNIQUES:
             raise GeosimError(f"unknown technique {t!r} (known: {', '.join(TECHNIQUES)})", key="--technique")
@@ -349,7 +378,7 @@ def run(args) -> int:
     get_model(args.model)
     from geosim.fileio import make_output_dir
 
-    out = make_output_dir(args.out, "--out")
+    out = make_output_dir(args.out, "--out-dir")
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     started = time.monotonic()
     if args.records:

@@ -89,7 +89,7 @@ def run_alpa(opts, ray_address: str | None):
     result.model_dims = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head, "vocab": cfg.vocab, "n_ctx": n_ctx}
     per_epoch = dataset.steps_per_epoch(opts.batch)
     steps = opts.steps or (opts.epochs * per_epoch if opts.epochs else 20)
-    result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx,
+    result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx, "runtime": "alpa",
                        "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision}
     start = time.perf_counter()
     try:

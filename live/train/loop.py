@@ -189,7 +189,8 @@ def run(opts: Options, log=print) -> Result:
         result.model_dims = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head, "vocab": cfg.vocab,
                              "n_ctx": cfg.n_ctx}
         result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx,
-                           "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision}
+                           "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision,
+                           "runtime": "jax"}  # its fixed costs: geosim/data/runtimes.toml [jax]
         if opts.epochs:
             result.workload["epochs"] = opts.epochs
         if getattr(technique, "stages", None):

@@ -13,6 +13,14 @@ transfer counts the engine reports. Models, one file each:
                                links, no TCP; symmetric collectives simulated once
   ideal.IdealNetwork           free communication: sends cost nothing, collectives are barriers
 
+Two members are optional (the engine simulates every rank without them; CountingNetwork says no):
+  symmetric_under(image) -> bool   whether renaming each rank r as image(r) maps the run's network
+                                   onto itself (the routes the programs use cost the same, each hop
+                                   onto one hop) and its outcome does not depend on the order of
+                                   simultaneous events (geosim.sim.symmetry; the proof's network half)
+  reduce_to(symmetry)              only the symmetry's representatives run: collective_ends is then
+                                   asked with their arrivals alone
+
 A model is built per run by a factory called as
     factory(clock, cluster, params, devices, trace) -> NetworkModel
 where clock has `.now` (the simulation's time) and trace is a list to append
@@ -20,10 +28,13 @@ where clock has `.now` (the simulation's time) and trace is a list to append
 their own factories.
 
 Each model is a backend found by its module: `NAME` (what a case or `--network` calls it),
-`MODEL` (its factory) and, where it has constants of its own, `Settings` with
-`from_params(params)` (the TCP model's window, streams, per-message costs: declared in
-geosim/parameters.py under [transport]). The engine has no default: the caller names the
-model (`network_model(case.network)`); a Case runs "tcp" unless it says otherwise.
+`MODEL` (its factory) and, where it has constants of its own, `PARAMETERS` (their declaration:
+geosim.parameters.Scalar, key, unit, range, fit range, prior, source), `TABLE` (the parameters
+file's table that holds them: the TCP model's is [transport]) and `Settings` (a frozen dataclass
+with one SI field per declared parameter). geosim.params reads and writes them
+(`Params.network(NAME)`), the fit frees them from the same declaration, and the reference page
+lists them (`network_parameters()`). The engine has no default: the caller names the model
+(`network_model(case.network)`); a Case runs "tcp" unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -78,7 +89,6 @@ class NetworkModel(Protocol):
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's transfer state active since `since` moves on by delta."""
 
-
 NetworkFactory = Callable[..., NetworkModel]
 
 
@@ -126,6 +136,11 @@ class CountingNetwork:
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         return None
 
+    def symmetric_under(self, image) -> bool:
+        return False  # not proven for this model: every rank runs
+
+    def reduce_to(self, symmetry) -> None:
+        return None
 
 @cache
 def _backends() -> dict[str, object]:
@@ -135,6 +150,12 @@ def _backends() -> dict[str, object]:
         if hasattr(module, "NAME") and hasattr(module, "MODEL"):
             found[module.NAME] = module
     return found
+
+
+def network_parameters() -> dict[str, tuple]:
+    """name -> (its TABLE, its PARAMETERS, its Settings class) of every model with constants of its own."""
+    return {name: (module.TABLE, module.PARAMETERS, module.Settings)
+            for name, module in sorted(_backends().items()) if hasattr(module, "PARAMETERS")}
 
 
 def network_names() -> list[str]:

@@ -25,7 +25,7 @@ ALL_HOSTS = "all"
 # Axes the sweep understands besides the workload fields; their value kinds.
 WHATIF_AXES = {"scenario": "str", "technique": "str", "model": "str", "rtt_ms": "float",
                "bandwidth_gbps": "float", "gpu": "str", "hosts": "str"}
-WORKLOAD_KINDS = {f.name: ("str" if f.name == "precision" else "bool" if f.name == "checkpointing" else "int")
+WORKLOAD_KINDS = {f.name: ("str" if f.name in ("precision", "runtime") else "bool" if f.name == "checkpointing" else "int")
                   for f in fields(Workload)}
 NATIVE_ALLOWED = {"rtt_ms", "bandwidth_gbps", "gpu"}
 MAX_RANGE_POINTS = 100_000

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from geosim.errors import GeosimError, require
 from geosim.params import load_params
-from geosim.case import Case
+from geosim.case import DEFAULT_NETWORK, Case
+from geosim.sim.network import network_model
 from geosim.predict import predict
 from geosim.scale import is_scale_name, scale_scenario
 from geosim.scenario import Scenario, get_model, load_scenario
@@ -44,13 +45,15 @@ class SweepContext:
     params: Params
     scenarios: dict[str, Scenario] = field(default_factory=dict)
     metric: str = "total_time_s"
+    network: str = DEFAULT_NETWORK  # the network model every point is predicted on
 
 
 def resolve_scenario(name: str) -> Scenario:
     return scale_scenario(name) if is_scale_name(name) else load_scenario(name)
 
 
-def make_context(grid: Grid, params_path: str | None = None, metric: str = "total_time_s") -> SweepContext:
+def make_context(grid: Grid, params_path: str | None = None, metric: str = "total_time_s",
+                 network: str = DEFAULT_NETWORK) -> SweepContext:
     """Load every scenario once and check every axis value, so a typo fails before any work starts."""
     params = load_params(params_path)
     scenarios = {name: resolve_scenario(name) for name in grid.axes["scenario"]}
@@ -78,13 +81,14 @@ def make_context(grid: Grid, params_path: str | None = None, metric: str = "tota
             try:
                 with_gpu(next(iter(scenarios.values())).cluster, g)
             except GeosimError as exc:
-                raise GeosimError(exc.problem, source="--gpu") from None
-    return SweepContext(params, scenarios, metric)
+                raise GeosimError(exc.problem, source="--replace-gpu") from None
+    network_model(network)  # an unknown model fails before any work
+    return SweepContext(params, scenarios, metric, network)
 
 
 def manifest(grid: Grid, ctx: SweepContext) -> dict:
     return {"schema": SCHEMA, "params": fingerprint(ctx.params), "params_source": ctx.params.source,
-            "metric": ctx.metric, "grid": grid.to_dict(),
+            "network": ctx.network, "metric": ctx.metric, "grid": grid.to_dict(),
             "scenarios": {name: fingerprint((sc.cluster, sc.workload_overrides, sc.models))
                           for name, sc in ctx.scenarios.items()}}
 
@@ -104,7 +108,7 @@ def evaluate(point: dict, ctx: SweepContext):
     except GeosimError as exc:
         return cluster, None, None, exc.problem
     model = get_model(point["model"], sc.models)
-    return cluster, predict(Case(cluster, model, workload, ctx.params), point["technique"], hosts=host_subset(point["hosts"])), workload, None
+    return cluster, predict(Case(cluster, model, workload, ctx.params, ctx.network), point["technique"], hosts=host_subset(point["hosts"])), workload, None
 
 
 def metric_of(point: dict, ctx: SweepContext) -> float | None:

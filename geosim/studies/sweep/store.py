@@ -140,7 +140,7 @@ class ResultStore:
         self._lock = None
 
     def open(self, manifest: dict, fresh: bool = False) -> "ResultStore":
-        make_output_dir(self.dir, "--out")  # the directory, never its missing parents
+        make_output_dir(self.dir, "--out-dir")  # the directory, never its missing parents
         self._lock = locked(self.dir, wait=False, what="sweep directory")
         self._lock.__enter__()  # held until close(): a second sweep into this directory fails at once
         try:
@@ -175,6 +175,9 @@ class ResultStore:
             raise GeosimError(f"not a sweep directory of this geosim ({old.get('schema')!r}); {hint}", source=str(self.dir))
         if old.get("params") != new.get("params"):
             raise GeosimError(f"its rows were predicted with other simulator parameters; {hint}", source=str(self.dir))
+        if old.get("network", "tcp") != new.get("network", "tcp"):  # directories from before --network: tcp
+            raise GeosimError(f"its rows were predicted on the {old.get('network', 'tcp')} network model, not "
+                              f"{new.get('network', 'tcp')}; {hint}", source=str(self.dir))
         for name, print_ in new["scenarios"].items():
             if old.get("scenarios", {}).get(name, print_) != print_:
                 raise GeosimError(f"scenario {name!r} changed since its rows were predicted; {hint}", source=str(self.dir))
