@@ -45,7 +45,8 @@ def test_tiny_on_four_cpu_devices_within_ten_percent():
 
 
 @pytest.mark.slow  # ~40 s of compiling
-@pytest.mark.skipif(importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
+@pytest.mark.skipif(importlib.util.find_spec("jax_plugins") is None
+                    or importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
                     reason="XLA's GPU compiler needs the xla-gpu extra (jax-cuda12-plugin, jax-cuda12-pjrt)")
 def test_tiny_on_xla_gpu_compiler_16_bit_and_remat():
     rows = run_cases("gpu", 4, [case("data", "bf16", True), case("zero2", "fp16")], timeout_s=600)
