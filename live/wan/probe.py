@@ -79,7 +79,8 @@ def ping(addr: str, port: int, count: int, interval_s: float, timeout_s: float) 
     print(json.dumps({"rtt_ms": rtts, "lost": lost}), flush=True)
 
 
-def sink(bind: str) -> None:
+def _accept_one(bind: str, timeout_s: float) -> socket.socket:
+    """Listens on `bind` (a free port, printed as 'ready PORT' for the prober) and takes one connection."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((bind, 0))
@@ -87,7 +88,12 @@ def sink(bind: str) -> None:
     srv.settimeout(IDLE_S)
     print(f"ready {srv.getsockname()[1]}", flush=True)
     conn, _ = srv.accept()
-    conn.settimeout(IDLE_S)
+    conn.settimeout(timeout_s)
+    return conn
+
+
+def sink(bind: str) -> None:
+    conn = _accept_one(bind, IDLE_S)
     buf = bytearray(1 << 20)
     total, t_first, samples, next_sample = 0, None, [], 0.0
     while True:
@@ -125,14 +131,7 @@ _MSG = struct.Struct("!Q")  # a message's length, ahead of its bytes
 def msgsink(bind: str) -> None:
     """Receives length-prefixed messages on one connection and acks each with one byte once all of
     it has arrived: the sender's clock then spans the message's transfer plus one RTT."""
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((bind, 0))
-    srv.listen(1)
-    srv.settimeout(IDLE_S)
-    print(f"ready {srv.getsockname()[1]}", flush=True)
-    conn, _ = srv.accept()
-    conn.settimeout(IDLE_S * 4)
+    conn = _accept_one(bind, IDLE_S * 4)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     buf = bytearray(1 << 20)
     while True:
