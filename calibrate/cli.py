@@ -5,6 +5,7 @@
     geosim calibrate import alpa-log train.log --scenario utah-gpn --technique pipeshard --model gpt2m --records-out runs.jsonl
     geosim calibrate fit --records runs.jsonl --out fitted.toml [--scenarios-out fitted-scenarios/]
     geosim calibrate crossval [--records runs.jsonl] [--json] [--plot crossval.png]
+    geosim calibrate check runs.jsonl [--params fitted.toml] [--json]
 
 Nothing is written until everything has been read, fitted and checked; files are
 replaced atomically, so a failed command leaves no half-written output.
@@ -84,6 +85,12 @@ def add_arguments(parser) -> None:
     p.add_argument("--max-evaluations", type=int, default=25, help="least-squares iterations (default %(default)s)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
+    p = sub.add_parser("check", help="predict every record with the given parameters (no fitting): predicted "
+                                     "against measured time per iteration, TFLOP/s and peak memory")
+    p.add_argument("records", help="run-records file (JSON Lines), or 'study' for the study's measurements")
+    p.add_argument("--params", help="parameters to predict with (default: the shipped defaults)")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
     p = sub.add_parser("crossval", help="leave-one-technique-out and leave-one-slice-out on the study's Table II")
     p.add_argument("--records", metavar="RUNS.jsonl", help="run-records file (default: the study's measurements)")
     p.add_argument("old_records", nargs="?", metavar="RECORDS", help=argparse.SUPPRESS)  # the old positional
@@ -110,7 +117,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    return {"import": run_import, "fit": run_fit, "crossval": run_crossval}[args.action](args)
+    return {"import": run_import, "fit": run_fit, "crossval": run_crossval, "check": run_check}[args.action](args)
 
 
 def progress(message: str) -> None:
@@ -169,6 +176,9 @@ def run_import(args) -> int:
             r.scenario = scenario if args.kind.startswith("alpa") else scenario_for_file(r.scenario, out)
     for line in skipped:
         print(f"skipped {line}", file=sys.stderr)
+    for r in records:  # a smaller run of a multi-run log: say which GPUs it is predicted on
+        if r.cluster is not None and "predicted on the first" in (r.note or ""):
+            print(r.note.split(": ", 1)[0] + ": " + r.note.rsplit("; ", 1)[-1], file=sys.stderr)
     if args.append:
         added, duplicates = append_records(out, records)
         print(f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else ""))
@@ -180,6 +190,29 @@ def run_import(args) -> int:
                           "records": [{"run_id": r.run_id, "technique": r.technique, "model": r.model,
                                        "scenario": r.scenario, "status": r.status} for r in records]},
                          indent=2, allow_nan=False))
+    return 0
+
+
+# ----------------------------------------------------------------------------- check
+
+def run_check(args) -> int:
+    from geosim.calibrate.cases import cases_from_records, load_cases
+    from geosim.calibrate.check import check, print_table, summary
+    from geosim.params import load_params
+
+    params = load_params(args.params)
+    if args.records == "study":
+        cases = cases_from_records(study_records(), "study")
+    else:
+        cases = load_cases(args.records)
+    if not cases:
+        raise GeosimError("no records in file (empty)", source=args.records)
+    rows = check(cases, params, progress=None if args.json else progress)
+    if args.json:
+        print(json.dumps({"params": args.params or "defaults", "records": [r.to_dict() for r in rows],
+                          "summary": summary(rows)}, indent=2, default=str, allow_nan=False))
+        return 0
+    print_table(rows, args.params or "the shipped parameters")
     return 0
 
 

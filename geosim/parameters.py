@@ -132,7 +132,8 @@ SCALARS: tuple[Scalar, ...] = (
            "XLA_PYTHON_CLIENT_MEM_FRACTION's default in the jaxlib 0.3 releases Alpa pins", range=(0.05, 1.0)),
     Scalar("memory.margin_fraction", "memory_margin_fraction", "fraction",
            "within this of the usable memory a prediction says \"may not fit\"",
-           "XLA's buffer assignment and fragmentation move the real peak by several percent", range=(0.0, 0.9)),
+           "the memory model's spread against XLA's own buffer assignment of live's step (bench/bench_memory.py, "
+           "docs/results/2026-11-25-memory-xla.md: median 3%, most cases within 10%)", range=(0.0, 0.9)),
     # convergence
     Scalar("convergence.compressed_activation_efficiency", "compressed_activation_efficiency", "fraction",
            "multiplies the token efficiency of a pipeline whose activations cross compressed",

@@ -79,6 +79,7 @@ class Prediction:
     tokens_per_s: float | None = None
     peak_memory_gib: float | None = None
     memory_note: str | None = None  # "may not fit: ..." when the peak is within the layout model's margin
+    memory_verdict: str | None = None  # fits | may not fit | does not fit (memory_layout.Verdict.word)
     memory: list[GpuMemory] = field(default_factory=list)
     iteration_breakdown: Breakdown | None = None
     run_breakdown: Breakdown | None = None
@@ -198,6 +199,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     result.peak_memory_gib = max(m.need_gib for m in result.memory)
     worst, where = min(verdicts, key=lambda x: x[0].margin_bytes / x[0].usable_bytes)
     place = f"{where.gpu} ({where.host} GPU {where.rank})"
+    result.memory_verdict = worst.word
     if worst.status == memory_layout.OUT_OF_MEMORY:
         result.status = "out-of-memory"
         result.reason = f"{worst.describe()} on {place}"

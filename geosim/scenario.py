@@ -194,8 +194,41 @@ def get_model(name: str, extra: dict[str, Model] | None = None, source: str = "-
     models = {**model_catalog(), **(extra or {})}
     if name in models:
         return models[name]
+    by_dims = model_from_name(name)
+    if by_dims is not None:
+        return by_dims
     raise GeosimError(f"unknown model {name!r} (known: {', '.join(models)}; `geosim models` lists them)",
                       source=source)
+
+
+DIMS_NAME = re.compile(r"gpt-(?P<n_layer>\d+)x(?P<n_embd>\d+)(?:-a(?P<n_head>\d+))?-v(?P<vocab>\d+)(?:-s(?P<n_ctx>\d+))?")
+
+
+def dims_name(n_layer: int, n_embd: int, n_head: int, vocab: int, n_ctx: int = 1024) -> str:
+    """A model's name that says its dimensions: gpt-LAYERSxWIDTH-vVOCAB, with -aHEADS when the heads
+    are not 64 wide and -sCONTEXT when the context is not 1024 (what imported records are called)."""
+    heads = "" if n_embd % 64 == 0 and n_head == n_embd // 64 else f"-a{n_head}"
+    return f"gpt-{n_layer}x{n_embd}{heads}-v{vocab}" + ("" if n_ctx == 1024 else f"-s{n_ctx}")
+
+
+def model_from_name(name: str) -> Model | None:
+    """gpt-24x1536-v51200 (see dims_name) -> that model, or None for a name of another form."""
+    match = DIMS_NAME.fullmatch(name)
+    if not match:
+        return None
+    dims = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    dims.setdefault("n_head", max(1, dims["n_embd"] // 64))
+    try:
+        model = Model(name=name, **dims)
+    except TypeError:
+        return None
+    for key, (low, high) in MODEL_RANGES.items():
+        if not low <= getattr(model, key) <= high:
+            raise GeosimError(f"{key} {getattr(model, key)} out of range [{low}, {high}]", source=name, key="--model")
+    if model.n_embd % model.n_head:
+        raise GeosimError(f"the width {model.n_embd} must be divisible by the heads {model.n_head}", source=name,
+                          key="--model")
+    return model
 
 
 def scenario_path(name_or_path: str) -> Path:

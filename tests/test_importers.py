@@ -68,7 +68,14 @@ def test_console_output_one_gpu_keeps_microbatches_and_remat(tmp_path):
 
 
 def test_console_output_four_gpus_stage_layout(tmp_path):
-    zero2, shard, pipe = alpa_benchmark_records(CONSOLE, scenario(tmp_path, FOUR_A100))
+    skipped: list[str] = []
+    oom, one, zero2, shard, pipe = alpa_benchmark_records(CONSOLE, scenario(tmp_path, FOUR_A100), skipped=skipped)
+    # the log's 1-GPU runs are kept, predicted on the slice's first GPU (and the record says so)
+    assert not skipped and oom.status == "out-of-memory" and one.status == "ok"
+    assert one.cluster["name"] == "four-a100-first1gpus"  # the slice cut, inline; the scenario kept for the record
+    assert [h["gpus"] for h in one.cluster["hosts"]] == [["A100-40GB"]]
+    assert "predicted on the first 1 of the slice's (vm1: 1)" in one.note
+    assert to_case("console#2", read_back(tmp_path, one)).cluster.num_gpus == 1
     # one stage over a [1, 4] submesh, data parallel, reduce-scatter preferred: not a pipeline
     assert zero2.technique == "zero2" and zero2.options is None and zero2.workload["microbatches"] == 16
     assert "1 stage(s)" in zero2.note and "prefer_reduce_scatter=True" in zero2.note
@@ -135,10 +142,11 @@ def test_scenario_paths_are_stored_relative_to_the_records_file(tmp_path, monkey
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # a fit from another directory finds the scenario
-    assert [c.cluster.name for c in load_cases(tmp_path / "runs" / "lab.jsonl")] == ["four-a100"] * 3
+    # the log's two 1-GPU runs carry the slice's first GPU inline; the 4-GPU runs find the scenario file
+    assert [c.cluster.name for c in load_cases(tmp_path / "runs" / "lab.jsonl")] == ["four-a100-first1gpus"] * 2 + ["four-a100"] * 3
     moved = tmp_path / "runs" / "moved.jsonl"
     moved.write_text((tmp_path / "runs" / "lab.jsonl").read_text().replace("../scenarios/lab.toml", "../gone.toml"))
-    with pytest.raises(GeosimError, match=r"moved\.jsonl:1: scenario: .*/gone\.toml: no such file"):
+    with pytest.raises(GeosimError, match=r"moved\.jsonl:3: scenario: .*/gone\.toml: no such file"):
         load_cases(moved)  # the error names the record and the scenario file it looked for
 
 

@@ -142,13 +142,22 @@ def test_memory_is_checked_before_any_weight_exists(tmp_path):
     assert record.measured["steps"] == 0 and record.measured["peak_memory_gib"] < 1.0
 
 
-def test_estimate_orders_techniques_by_what_they_keep_per_device():
-    from geosim.live.train.memory import estimate_gib, num_params
+def test_estimate_is_the_simulators_memory_model_and_orders_what_techniques_keep():
+    from geosim.live.train.memory import estimate_gib
+    from geosim.live.train.techniques import data as data_technique
+    from geosim.sim.memory_layout import LayoutOptions, live_step
+    from geosim.specs import Model
 
+    model = Model("m", 24, 1024, 16)
     dims = dict(n_layer=24, n_embd=1024, n_head=16, vocab=50257, n_ctx=1024, precision="fp32", global_batch=8,
                 microbatches=1, devices=4)
     est = {t: estimate_gib(t, **dims) for t in ("data", "zero2", "shard", "pipeshard", "diloco")}
-    assert est["zero2"] < est["data"] < est["diloco"] and max(est["shard"], est["pipeshard"]) < est["data"]
-    assert est["data"] > 20 * num_params(24, 1024, 50257, 1024) / 2**30  # at least the replicated state
-    half = estimate_gib("data", **{**dims, "precision": "bf16"})
-    assert half < est["data"]
+    # one model: live's check is the simulator's layout of the technique's placement
+    parts = live_step(model, data_technique.placement(model, 8, 1, 4), 1024, 1,
+                      LayoutOptions(precision="fp32", workspace_bytes=0.0))
+    assert est["data"] == pytest.approx(sum(parts.values()) / 2**30)
+    # ZeRO-2 shards Adam's moments; DiLoCo adds its outer parameters and momentum to a replica
+    assert est["zero2"] < est["data"] < est["diloco"]
+    assert est["data"] > 12 * model.num_params / 2**30  # at least the replicated fp32 weights and moments
+    assert estimate_gib("data", **{**dims, "precision": "bf16"}) < est["data"]
+    assert estimate_gib("data", **dims, remat=True) < est["data"]

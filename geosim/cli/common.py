@@ -132,6 +132,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
     group.add_argument("--seq-len", type=int, help=f"{meaning('--seq-len')} (default {w.seq_len})")
     group.add_argument("--precision", choices=PRECISIONS, help=f"{meaning('--precision')} (default {w.precision})")
     group.add_argument("--runtime", choices=runtime_names(), help=f"{meaning('--runtime')} (default {w.runtime})")
+    group.add_argument("--remat", action="store_true", help=f"{meaning('--remat')} (default: the scenario's "
+                                                            f"checkpointing, else off)")
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -146,7 +148,8 @@ def add_sweep_rtt_argument(parser: argparse.ArgumentParser, what: str) -> None:
 def workload_overrides(args) -> dict:
     return {"epochs": args.epochs, "global_batch": args.global_batch, "microbatches": args.microbatches,
             "tokens_per_epoch": args.tokens_per_epoch, "seq_len": args.seq_len, "precision": args.precision,
-            "runtime": getattr(args, "runtime", None)}
+            "runtime": getattr(args, "runtime", None),
+            "checkpointing": True if getattr(args, "remat", False) else None}
 
 
 def resolve_cluster(scenario: Scenario, args) -> Cluster:
@@ -166,7 +169,7 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
 def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Workload]:
     scenario = load_scenario(name_or_path)
     for key, value in workload_overrides(args).items():
-        if value is not None and not isinstance(value, str) and value <= 0:
+        if value is not None and not isinstance(value, (str, bool)) and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")
     try:
         workload = scenario.workload(**workload_overrides(args))

@@ -120,7 +120,7 @@ def print_plan(plan: Plan, top: int | None) -> None:
     if why:
         print(f"  why Algorithm 1 differs: {why}")
     print(f"  {c.model.name}, {w.epochs} epochs of {w.tokens_per_epoch:,} tokens, batch {w.global_batch} x {w.seq_len}, "
-          f"{w.precision}, runtime {w.runtime}; params: {c.params.source}; {ESTIMATE_NOTE}")
+          f"{w.precision}{', remat' if w.checkpointing else ''}, runtime {w.runtime}; params: {c.params.source}; {ESTIMATE_NOTE}")
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
     limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
     failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))
@@ -134,6 +134,7 @@ def print_plan(plan: Plan, top: int | None) -> None:
     for i, o in enumerate(plan.options[:top], start=1):
         p = o.prediction
         late = "  (misses deadline)" if plan.deadline_s and o.ranked_time_s > plan.deadline_s else ""
+        late += "  (may not fit)" if p.memory_verdict == "may not fit" else ""
         eff = f"{o.efficiency.value:.3g}" + ("*" if is_assumed(o.efficiency) else "")
         print(f"  {i:>3} {fmt_duration(o.ranked_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")

@@ -208,7 +208,7 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> Non
     if why:
         print(f"  why Algorithm 1 differs: {why}")
     print(f"  {model.name}, {workload.epochs} epochs of {workload.tokens_per_epoch:,} tokens, batch {workload.global_batch} "
-          f"x {workload.seq_len}, {workload.microbatches} microbatches, {workload.precision}, runtime "
+          f"x {workload.seq_len}, {workload.microbatches} microbatches, {workload.precision}{', remat' if workload.checkpointing else ''}, runtime "
           f"{workload.runtime}; params: "
           f"{case.params.source}; {ESTIMATE_NOTE}")
     synchronous = [r for r in rows if not is_low_communication(r.technique)]

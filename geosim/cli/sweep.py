@@ -58,6 +58,8 @@ def add_arguments(p) -> None:
                    help=f"{meaning('--epochs')} (default: the scenario's, else {WORKLOAD_DEFAULTS.epochs})")
     g.add_argument("--runtime", metavar="SPEC", help=f"{meaning('--runtime')} (default: the scenario's, else "
                                                     f"{WORKLOAD_DEFAULTS.runtime})")
+    g.add_argument("--remat", action="store_true", help=f"{meaning('--remat')} (default: the scenario's "
+                                                        f"checkpointing, else off; --set checkpointing=true,false sweeps both)")
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     r = p.add_argument_group("run")
@@ -103,6 +105,8 @@ def build_grid(args) -> Grid:
             axes[name] = parse_values(getattr(args, name), "int", f"--{name.replace('_', '-')}")
     if args.runtime:
         axes["runtime"] = [check_runtime_name(r) for r in parse_values(args.runtime, "str", "--runtime")]
+    if args.remat:
+        axes["checkpointing"] = [True]
     for text in args.set:
         name, values = parse_assignment(text)
         axes[name] = values

@@ -37,6 +37,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--steps": ("int", "training steps"),
     "--seq-len": ("int", "tokens per sequence"),
     "--tokens-per-epoch": ("int", "data set size in tokens"),
+    "--remat": ("flag", "activation checkpointing (Alpa's remat): keep each block's input, recompute the rest "
+                        "in the backward (less memory, a third more forward compute)"),
     "--precision": ("one", "number format: fp16, bf16, fp32 (mixed precision keeps fp32 master weights)"),
     "--rtt-ms": ("float|spec", "round-trip time of the WAN links, milliseconds (a list or range where a command sweeps)"),
     "--bandwidth-gbps": ("float|spec", "bandwidth of the WAN links, Gbit/s (a list or range where a command sweeps)"),

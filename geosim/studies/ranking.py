@@ -6,8 +6,9 @@ count). A technique's tokens count at its token efficiency (convergence.py): 1 f
 four, which compute the same synchronous update, so their measure is their predicted time; below
 1 for DiLoCo, SparseLoCo and the hybrid, which need more tokens for the same loss. The least time
 is best; equal times go to the one with fewer GPU-hours, then to the one with more memory to
-spare, then to the simpler technique. With a deadline, the options that meet it come first,
-cheapest (GPU-hours) first.
+spare, then to the simpler technique. An option that may not fit (its peak within the memory model's
+error of the GPU's memory) comes after all that fit. With a deadline, the options that meet it
+come first, cheapest (GPU-hours) first.
 
 The verdict is the one line every predict/select/plan output starts each slice with: what to use,
 where, how long, and the runner-up with its margin. verdict() takes ranked options, so a caller
@@ -145,7 +146,7 @@ class Option:
                 "gpus": self.gpus, "total_time_s": p.total_time_s, "time_per_epoch_s": p.time_per_epoch_s,
                 "tflops_per_gpu": p.tflops_per_gpu, "peak_memory_gib": p.peak_memory_gib,
                 "token_efficiency": self.efficiency.value, "token_efficiency_source": self.efficiency.source,
-                "time_to_progress_s": self.ranked_time_s, "gpu_hours": self.gpu_hours if self.ok else None}
+                "memory": p.memory_verdict, "time_to_progress_s": self.ranked_time_s, "gpu_hours": self.gpu_hours if self.ok else None}
 
 
 @dataclass
@@ -167,8 +168,9 @@ class MeasuredOption:
 def rank(options: list[Option], deadline_s: float | None = None) -> list[Option]:
     """The feasible options, best first (the module's rule: time to the same training progress)."""
     key = rank_key(deadline_s)
+    # an option that may not fit (within the memory model's error of the GPU's memory) after those that fit
     return sorted((o for o in options if o.ok),
-                  key=lambda o: (key(o.ranked_time_s, o.gpus), o.prediction.peak_memory_gib or 0.0,
+                  key=lambda o: (o.prediction.memory_verdict == "may not fit", key(o.ranked_time_s, o.gpus), o.prediction.peak_memory_gib or 0.0,
                                  len(getattr(get_technique(o.technique), "BUILDS_ON", ()))))
 
 

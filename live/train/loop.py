@@ -124,16 +124,17 @@ def device_limit_gib(jax, override: float | None) -> float | None:
 
 
 def check_estimate(opts: Options, cfg, technique, limit_gib: float | None) -> float:
-    """Refuse a run whose estimated step cannot fit, before any weight is allocated."""
-    from geosim.live.train.memory import estimate_gib
+    """Refuse a run that the simulator's memory model says does not fit, before any weight is allocated
+    (within the model's margin of the limit it may fit: the compiled step is checked again)."""
+    from geosim.live.train.memory import estimate_gib, verdict
 
     need = estimate_gib(opts.technique, n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head, vocab=cfg.vocab,
                         n_ctx=cfg.n_ctx, precision=cfg.precision, global_batch=opts.batch,
                         microbatches=opts.microbatches, devices=technique.n,
-                        stages=getattr(technique, "stages", None), replicas=getattr(technique, "replicas", None))
-    if limit_gib is not None and need > limit_gib:
+                        stages=getattr(technique, "stages", None), remat=getattr(cfg, "remat", False))
+    if limit_gib is not None and verdict(need, limit_gib).status == "out-of-memory":
         raise MemoryError(f"RESOURCE_EXHAUSTED: out of memory: the step needs about {need:.3g} GiB per device "
-                          f"(estimated from the model before allocating), the limit is {limit_gib:.3g} GiB")
+                          f"(geosim's memory model, before allocating), the limit is {limit_gib:.3g} GiB")
     return need
 
 

@@ -32,6 +32,7 @@ class GPTConfig:
     vocab: int
     n_ctx: int
     precision: str = "fp32"  # compute dtype: fp32 | bf16 | fp16
+    remat: bool = False  # rebuild each block's activations in the backward (activation checkpointing)
 
     @property
     def dtype(self):
@@ -102,7 +103,8 @@ class GPT(nn.Module):
         cfg = self.config
         self.wte = nn.Embed(cfg.vocab, cfg.n_embd, embedding_init=_normal(0.02), name="wte")
         self.wpe = nn.Embed(cfg.n_ctx, cfg.n_embd, embedding_init=_normal(0.01), name="wpe")
-        self.h = [Block(cfg, name=f"h_{i}") for i in range(cfg.n_layer)]
+        block = nn.remat(Block) if cfg.remat else Block  # only each block's input is kept for the backward
+        self.h = [block(cfg, name=f"h_{i}") for i in range(cfg.n_layer)]
         self.ln_f = nn.LayerNorm(epsilon=1e-5, dtype=cfg.dtype, name="ln_f")
 
     def embed(self, idx):
@@ -142,7 +144,8 @@ def embed_apply(cfg, params, idx):
 
 
 def block_apply(cfg, block_params, x):
-    return Block(cfg).apply({"params": block_params}, x)
+    apply = lambda p, h: Block(cfg).apply({"params": p}, h)
+    return jax.checkpoint(apply)(block_params, x) if cfg.remat else apply(block_params, x)
 
 
 def head_loss(cfg, params, x, targets):

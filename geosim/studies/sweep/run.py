@@ -138,7 +138,8 @@ def evaluate_row(point: dict, ctx: SweepContext) -> dict:
     else:
         row.update(num_gpus=len(pred.gpus), gpus=_gpu_summary(pred.gpus), **vars(workload))
         for name in ("status", "reason", "total_time_s", "time_per_epoch_s", "iteration_time_s", "first_iteration_s",
-                     "startup_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "bytes_per_iteration", "description"):
+                     "startup_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "memory_verdict", "bytes_per_iteration",
+                     "description"):
             row[name] = getattr(pred, name)
         for prefix, breakdown in (("run", pred.run_breakdown), ("iter", pred.iteration_breakdown)):
             for part, seconds in (vars(breakdown) if breakdown else {}).items():

@@ -37,7 +37,7 @@ COLUMNS = (
     "wan_rtt_ms", "wan_bandwidth_gbps", "num_gpus", "gpus",
     "tokens_per_epoch", "seq_len", "global_batch", "microbatches", "precision", "epochs", "checkpointing",
     "status", "reason", "total_time_s", "time_per_epoch_s", "iteration_time_s", "first_iteration_s", "startup_s",
-    "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "bytes_per_iteration",
+    "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "memory_verdict", "bytes_per_iteration",
     "run_compute_s", "run_exposed_comm_s", "run_bubble_s", "run_overhead_s",
     "iter_compute_s", "iter_exposed_comm_s", "iter_bubble_s", "iter_overhead_s",
     "description", "reference_slice", "wall_s", "key",
