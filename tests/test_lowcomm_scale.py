@@ -106,7 +106,29 @@ def test_one_gpu_replicas_take_the_arithmetic_path_with_the_same_answers(sites, 
     _same(arithmetic, events)
     _same(arithmetic, full)
     if technique == "diloco" and options is None:  # its outer all-reduce's steps are timed at once
-        assert arithmetic.events < events.events / (2 if sites * hosts >= 4 else 1)
+        assert full.events < events.events / (2 if sites * hosts >= 8 else 1)
+    # alike hosts and sites: a shift moves each replica onto another's (its group and the host its
+    # tags name), so some replicas stand for the others. Not streaming DiLoCo: each replica sends
+    # its fragments straight to every other, so past two replicas a GPU's receiving port has
+    # several senders
+    several_senders = bool(options and options.get("overlap")) and sites * hosts > 2
+    assert full.simulated_ranks == sites * hosts
+    assert (arithmetic.simulated_ranks < sites * hosts) != several_senders
+
+
+def test_one_gpu_replicas_at_one_site_run_one_replica():
+    """Eight replicas of one GPU at one site: one stands for all (a shift moves each replica's
+    group and tags onto the next one's), and the answer is the full run's."""
+    cluster = cluster_of(1, 8, 1)
+    for technique, options in LOW_COMMUNICATION:
+        if options and options.get("overlap"):
+            continue  # streaming: every replica sends into every other's GPU (several senders a port)
+        schedule, workload = schedule_of(cluster, technique, options)
+        run = functools.partial(run_schedule, schedule, cluster, PARAMS, workload, iterations=2)
+        reduced, full = run(network=TCPNetwork), run(network=TCPNetwork, symmetry=False)
+        _same(reduced, full)
+        assert (reduced.simulated_ranks, full.simulated_ranks) == (1, 8)
+        assert reduced.events < full.events / 4
 
 
 def test_a_gpu_receiving_from_its_replica_and_from_the_outer_ring_keeps_every_step_an_event():
