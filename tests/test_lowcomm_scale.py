@@ -63,7 +63,8 @@ def test_each_tag_names_one_group(technique, options):
     for cluster, replicas in ((cluster_of(2, 2, 2), None), (cluster_of(1, 3, 2), [["s0h0"], ["s0h1", "s0h2"]])):
         if replicas and technique != "hybrid":
             continue
-        schedule, _ = schedule_of(cluster, technique, dict(options or {}, **({"replicas": replicas} if replicas else {})))
+        chosen = dict(options or {}, **({"replicas": replicas} if replicas else {}))
+        schedule, _ = schedule_of(cluster, technique, chosen)
         group_of: dict[tuple, set] = {}
         for program in schedule.programs.values():
             for op in collectives_of(program):
@@ -102,7 +103,8 @@ def test_one_gpu_replicas_take_the_arithmetic_path_with_the_same_answers(sites, 
     cluster = cluster_of(sites, hosts, 1, gpu, rtt)
     schedule, workload = schedule_of(cluster, technique, options)
     run = functools.partial(run_schedule, schedule, cluster, PARAMS, workload, iterations=2, exact=exact)
-    arithmetic, events, full = run(network=TCPNetwork), run(network=EVENTS_ONLY), run(network=TCPNetwork, symmetry=False)
+    arithmetic, events = run(network=TCPNetwork), run(network=EVENTS_ONLY)
+    full = run(network=TCPNetwork, symmetry=False)
     _same(arithmetic, events)
     _same(arithmetic, full)
     if technique == "diloco" and options is None:  # its outer all-reduce's steps are timed at once

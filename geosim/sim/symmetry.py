@@ -4,7 +4,9 @@ A shift σ of the ranks (within each segment of `segment` consecutive ranks, eve
 `shift` places on, cyclically) is a symmetry of a run when
   - the programs map onto each other: σr's program is r's with every rank in it renamed by σ
     (a Send's destination, a Recv's source; a collective or Repeat block over a group that σ
-    maps onto itself, whose steps for σr are r's renamed: the same ring neighbours, renamed);
+    maps onto itself, whose steps for σr are r's renamed: the same ring neighbours, renamed; or,
+    where the model holds or steps collectives, over a group σ moves onto another whose ranks
+    all run or none do, its tag naming the image host where it names a host);
   - σr has r's GPU, so the same compute times;
   - the network model says σ maps its state onto itself (its symmetric_under): routes of
     equal cost, each hop of r's routes mapped to one hop of σr's, and the run's outcome free of

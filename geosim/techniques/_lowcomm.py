@@ -196,7 +196,8 @@ def sparse_gather_ops(replicas: list[Replica], payload_bytes, algorithm: str, de
         for rep, o in zip(replicas, owners):
             if len(o) > 1:
                 share = Collective("all_gather", tuple(sorted(o)), parameters * SYNC_BYTES_PER_PARAM, "ring",
-                                   tag + (s, "share") + replica_name(rep.hosts), "updated parameters inside the replica")
+                                   tag + (s, "share") + replica_name(rep.hosts),
+                                   "updated parameters inside the replica")
                 for rank in o:
                     ops[rank].append(share)
     return ops
