@@ -11,7 +11,9 @@ Clusters: H100 hosts of 8 GPUs (NVLink inside, one NIC per GPU as in a DGX H100)
 "geographic", RTT 5 ms + 10 ms per site index apart (no two sites alike); and "one-site", every
 host at one site (no WAN: the hosts are alike). gpt2-xl, 4 microbatches of
 one sequence per GPU (global batch 4 x GPUs). Techniques: data, zero2, shard, pipeshard (one stage
-per site, data parallel inside it; one-site: per group of hosts as many as the sites) and diloco (its default: one replica per host, data parallel inside it).
+per site, data parallel inside it; one-site: per group of hosts as many as the sites), and diloco,
+sparseloco and hybrid (their default: one replica per host, data parallel inside it). With
+--gpus-per-host 1 the same GPU counts sit on hosts of one GPU (replicas of one GPU each).
 
 Each case runs in a fresh subprocess (its peak resident memory is that process's): the wall and CPU
 time of run_schedule(..., iterations=1) are the medians of --runs runs (the full run at 1,024 GPUs:
@@ -34,19 +36,20 @@ import sys
 import time
 
 SIZES = {16: (2, 1), 128: (4, 4), 1024: (8, 16)}  # GPUs -> (sites, hosts per site), 8 GPUs per host
-TECHNIQUES = ("data", "zero2", "shard", "pipeshard", "diloco")
+TECHNIQUES = ("data", "zero2", "shard", "pipeshard", "diloco", "sparseloco", "hybrid")
 VARIANTS = ("even", "geographic", "one-site")
 CHILD_TIMEOUT_S = 1800
 
 
-def cluster(gpus: int, variant: str):
+def cluster(gpus: int, variant: str, per_host: int = 8):
     from geosim.scenario import gpu_catalog
     from geosim.specs import Cluster, Host, Link
 
     sites, hosts = SIZES[gpus]
+    hosts = hosts * 8 // per_host  # the same GPUs, on hosts of per_host
     h100 = gpu_catalog()["H100"]
-    made = tuple(Host(f"s{s}h{h}", f"site{s}" if variant != "one-site" else "site0", (h100,) * 8, "nvlink", "per-gpu")
-                 for s in range(sites) for h in range(hosts))
+    made = tuple(Host(f"s{s}h{h}", f"site{s}" if variant != "one-site" else "site0", (h100,) * per_host, "nvlink",
+                      "per-gpu") for s in range(sites) for h in range(hosts))
     if variant == "one-site":
         return Cluster(f"{variant}-{gpus}", made, ())
     links = tuple(Link(f"site{a}", f"site{b}", 0.020 if variant == "even" else (5 + 10 * (b - a)) / 1e3, 100e9)
@@ -54,7 +57,7 @@ def cluster(gpus: int, variant: str):
     return Cluster(f"{variant}-{gpus}", made, links)
 
 
-def child(technique: str, gpus: int, variant: str, mode: str, runs: int) -> dict:
+def child(technique: str, gpus: int, variant: str, mode: str, runs: int, per_host: int = 8) -> dict:
     from geosim.case import Case
     from geosim.params import default_params
     from geosim.scenario import get_model
@@ -63,7 +66,7 @@ def child(technique: str, gpus: int, variant: str, mode: str, runs: int) -> dict
     from geosim.specs import Workload
     from geosim.techniques import build_schedule
 
-    made, params = cluster(gpus, variant), default_params()
+    made, params = cluster(gpus, variant, per_host), default_params()
     workload = Workload(global_batch=4 * gpus, microbatches=4)
     # a stage per site (one-site: per group of hosts that would be a site)
     by_site = [[h.name for h in made.hosts if h.name.startswith(f"s{s}h")] for s in range(SIZES[gpus][0])]
@@ -94,8 +97,8 @@ def yardstick(runs: int = 5) -> float:
     return statistics.median(times)
 
 
-def run_child(technique, gpus, variant, mode, runs) -> dict | None:
-    command = [sys.executable, __file__, "--child", technique, str(gpus), variant, mode, str(runs)]
+def run_child(technique, gpus, variant, mode, runs, per_host=8) -> dict | None:
+    command = [sys.executable, __file__, "--child", technique, str(gpus), variant, mode, str(runs), str(per_host)]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -112,19 +115,22 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="16 and 128 GPUs only")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="even, geographic or both")
     parser.add_argument("--techniques", default=",".join(TECHNIQUES))
+    parser.add_argument("--gpus-per-host", type=int, default=8, choices=(1, 2, 4, 8),
+                        help="GPUs per host (default 8; the same GPU counts on more hosts)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        technique, gpus, variant, mode, runs = args.child
-        print(json.dumps(child(technique, int(gpus), variant, mode, int(runs))))
+        technique, gpus, variant, mode, runs, *per_host = args.child
+        print(json.dumps(child(technique, int(gpus), variant, mode, int(runs), int(per_host[0]) if per_host else 8)))
         return 0
 
     sizes = [16, 128] if args.quick else [16, 128, 1024]
     out = sys.stderr if args.json else sys.stdout
     say = lambda *parts: print(*parts, file=out, flush=True)  # noqa: E731
     before = yardstick()
-    say(f"engine scale: python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+    say(f"engine scale: {args.gpus_per_host} GPUs per host; python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"load average "
         f"{os.getloadavg()[0]:.1f}; CPU yardstick {before * 1e3:.1f} ms; {args.runs} runs per timing")
     figures: dict = {"yardstick_s": before, "cases": []}
     same_everywhere = True
@@ -136,8 +142,8 @@ def main(argv=None) -> int:
             walls = {}
             for gpus in sizes:
                 full_runs = args.full_1024_runs if gpus == 1024 else args.runs
-                full = run_child(technique, gpus, variant, "full", full_runs)
-                reduced = run_child(technique, gpus, variant, "reduced", args.runs)
+                full = run_child(technique, gpus, variant, "full", full_runs, args.gpus_per_host)
+                reduced = run_child(technique, gpus, variant, "reduced", args.runs, args.gpus_per_host)
                 figures["cases"].append({"variant": variant, "technique": technique, "gpus": gpus,
                                          "full": full, "reduced": reduced})
                 if "wall_s" not in full or "wall_s" not in reduced:

@@ -163,8 +163,8 @@ def test_techniques_run_the_same_either_way(scenario, technique, arithmetic):
 
 
 def test_two_groups_under_one_tag_keep_every_step_an_event():
-    """DiLoCo's replicas all-reduce their gradients under one tag, each replica its own group.
-    The engine holds a collective's ranks by tag: it would gather both replicas as one group."""
+    """Two groups' all-reduces under one tag (as DiLoCo's replicas' were before each replica got its
+    own tags). The engine holds a collective's ranks by tag: it would gather both groups as one."""
     gpu = CATALOG["A30"]
     cluster = Cluster("one host", (Host("h0", "s0", (gpu,) * 4, "nvlink", "per-gpu"),), ())
     devices = devices_of(cluster)

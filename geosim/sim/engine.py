@@ -171,6 +171,8 @@ class EngineRun:
         self.overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
         self.canonical = None  # under a symmetry (run()), the renaming that files a send for a representative
         self.copies = 1  # ranks each running rank stands for
+        self.is_representative = None  # under a symmetry, whether a rank runs
+        self._running: dict[int, int] = {}  # id of a group -> its ranks that run (the group kept by the programs)
 
     def run(self, symmetry: bool = True) -> RunResult:
         env, net, schedule = self.env, self.net, self.schedule
@@ -180,6 +182,7 @@ class EngineRun:
         if found is not None:  # run the representatives alone; each answers for its copies
             net.reduce_to(found)
             ranks, self.copies, self.canonical = found.representatives(), found.copies, found.canonical
+            self.is_representative = lambda rank: rank % found.segment < found.shift
             self.events -= len(schedule.programs) - len(ranks)
         # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
         self.loop = (env, env.timeout, env.event, env.succeed, self.mailbox, self.mailbox.pop, net.send,
@@ -236,6 +239,16 @@ class EngineRun:
         numbers.append(number)
         return number
 
+    def running_in(self, group: tuple) -> int:
+        """The group's ranks that run: all, or under a symmetry its representatives (len // copies
+        for a group the shift maps onto itself; all or none of a group it moves elsewhere)."""
+        if self.copies == 1:
+            return len(group)
+        count = self._running.get(id(group))
+        if count is None:
+            count = self._running[id(group)] = sum(1 for rank in group if self.is_representative(rank))
+        return count
+
     def deliver(self, arrived) -> None:
         """The receiver got there first and waits on a plain event: the arrival triggers it."""
         self.env.succeed(arrived.value)
@@ -249,7 +262,7 @@ class EngineRun:
             arrived = self.holding[key] = {}
         release = arrived[rank] = (env.now, env.event())
         self.events += 1
-        if len(arrived) == len(op.group) // self.copies:  # under a symmetry, its representatives
+        if len(arrived) == self.running_in(op.group):  # under a symmetry, its representatives
             del self.holding[key]
             ends = self.net.collective_ends(op, {r: at for r, (at, _) in arrived.items()})
             for r, (_, released) in arrived.items():
@@ -266,12 +279,12 @@ class EngineRun:
             state = gathering[key] = _Gathering(self.env.timeout(0))
         elif state.decided:  # decided before this rank arrived: it runs the steps
             state.arrived += 1
-            if state.arrived == len(op.group) // self.copies:
+            if state.arrived == self.running_in(op.group):
                 del gathering[key]
             return None
         state.arrived += 1
         yield state.decide
-        everyone = len(op.group) // self.copies  # (a model with a fast path has said no symmetry so far)
+        everyone = self.running_in(op.group)  # (a model with a fast path has said no symmetry so far)
         if not state.decided:
             state.decided = True
             if state.arrived == everyone:
@@ -388,7 +401,7 @@ class EngineRun:
             self.events += 1
             state = self.repeats[key] = _Waiting(env.event())
         state.periods.append((own_end - measured_start) / MEASURED_REPETITIONS)
-        if len(state.periods) == len(block.group) // self.copies:
+        if len(state.periods) == self.running_in(block.group):
             # under a symmetry each period stands for `copies` equal ones: the median is the same
             del self.repeats[key]
             env.succeed(state.released, statistics.median(state.periods))

@@ -4,7 +4,9 @@ A shift σ of the ranks (within each segment of `segment` consecutive ranks, eve
 `shift` places on, cyclically) is a symmetry of a run when
   - the programs map onto each other: σr's program is r's with every rank in it renamed by σ
     (a Send's destination, a Recv's source; a collective or Repeat block over a group that σ
-    maps onto itself, whose steps for σr are r's renamed: the same ring neighbours, renamed);
+    maps onto itself, whose steps for σr are r's renamed: the same ring neighbours, renamed; or,
+    where the model holds or steps collectives, over a group σ moves onto another whose ranks
+    all run or none do, its tag naming the image host where it names a host);
   - σr has r's GPU, so the same compute times;
   - the network model says σ maps its state onto itself (its symmetric_under): routes of
     equal cost, each hop of r's routes mapped to one hop of σr's, and the run's outcome free of
@@ -68,6 +70,10 @@ def find_symmetry(schedule: Schedule, network) -> Symmetry | None:
     checker = getattr(network, "symmetric_under", None)
     if checker is None:
         return None
+    # a group the shift moves onto another (a replica's, onto the next replica's) is run by the
+    # engine's held collectives and repeated blocks, counted by the representatives in it; a model
+    # that turns collectives into barriers of a size (the ideal network) keeps groups in place
+    groups_may_move = getattr(network, "groups_may_move", False)
     candidates = []
     for segment in _divisors(size):
         for shift in _divisors(segment):
@@ -75,9 +81,11 @@ def find_symmetry(schedule: Schedule, network) -> Symmetry | None:
                 candidates.append(Symmetry(size, segment, shift))
     candidates.sort(key=lambda s: (size // s.segment * s.shift, -s.segment))
     for symmetry in candidates:
-        if not _same_devices(devices, symmetry):
+        host_image = _same_devices(devices, symmetry)
+        if host_image is None:
             continue
-        if checker(symmetry.image) and _programs_map(schedule.programs, symmetry, network.hosts):
+        if checker(symmetry.image) and _programs_map(schedule.programs, symmetry, network.hosts, host_image,
+                                                     groups_may_move):
             return symmetry
     return None
 
@@ -86,20 +94,47 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _same_devices(devices, symmetry: Symmetry) -> bool:
-    """σr has r's GPU, and σ maps hosts onto hosts (ranks sharing a host are moved to one host)."""
+def _same_devices(devices, symmetry: Symmetry) -> dict[str, str] | None:
+    """σr has r's GPU, and σ maps hosts onto hosts (ranks sharing a host are moved to one host):
+    that map of hosts, or None."""
     host_of: dict[str, str] = {}
     for d in devices:
         other = devices[symmetry.image(d.rank)]
         if other.gpu != d.gpu or host_of.setdefault(d.host, other.host) != other.host:
-            return False
-    return len(set(host_of.values())) == len(host_of)
+            return None
+    return host_of if len(set(host_of.values())) == len(host_of) else None
 
 
-def _programs_map(programs: dict, symmetry: Symmetry, hosts: tuple[str, ...]) -> bool:
+HOST_IN_TAG = "replica"  # a tag item naming a host follows this one (geosim/techniques/_lowcomm.py)
+
+
+def _renamer(host_image: dict[str, str]):
+    """A tag as σ renames it: a host a tag names (after HOST_IN_TAG) becomes its image host."""
+    def renamed(tag: tuple) -> tuple:
+        if HOST_IN_TAG not in tag:
+            return tag
+        items = list(tag)
+        for i in range(len(items) - 1):
+            if items[i] == HOST_IN_TAG:
+                items[i + 1] = host_image.get(items[i + 1], items[i + 1])
+        return tuple(items)
+    return renamed
+
+
+def _programs_map(programs: dict, symmetry: Symmetry, hosts: tuple[str, ...], host_image: dict[str, str],
+                  groups_may_move: bool = False) -> bool:
     checked: dict[tuple[int, int], bool] = {}  # (id of r's op list, id of σr's) -> whether they map
     shapes: dict[tuple, bool] = {}
     image = symmetry.image
+    renamed = _renamer(host_image)
+
+    def group_maps(group, theirs) -> bool:
+        if _invariant(group, theirs, image):
+            return True
+        # moved onto another group: its members all run (representatives) or none do, so the
+        # engine's count of a group's running ranks is whole
+        return (groups_may_move and len(set(group)) == len(group) and set(theirs) == {image(r) for r in group}
+                and len({r % symmetry.segment < symmetry.shift for r in group}) == 1)
 
     def ops_map(mine, theirs) -> bool:
         key = (id(mine), id(theirs))
@@ -118,19 +153,19 @@ def _programs_map(programs: dict, symmetry: Symmetry, hosts: tuple[str, ...]) ->
         if kind is Compute:
             return a is b or a == b
         if kind is Send:
-            return b.dst == image(a.dst) and (b.nbytes, b.tag, b.p2p) == (a.nbytes, a.tag, a.p2p)
+            return b.dst == image(a.dst) and (b.nbytes, b.tag, b.p2p) == (a.nbytes, renamed(a.tag), a.p2p)
         if kind is Recv:
-            return b.src == image(a.src) and b.tag == a.tag
+            return b.src == image(a.src) and b.tag == renamed(a.tag)
         if kind is Repeat:
-            return ((b.count, b.tag) == (a.count, a.tag) and _invariant(a.group, b.group, image)
+            return ((b.count, b.tag) == (a.count, renamed(a.tag)) and group_maps(a.group, b.group)
                     and ops_map(a.ops, b.ops))
         if kind is Collective:
-            if (a.op, a.nbytes, a.algorithm, a.tag) != (b.op, b.nbytes, b.algorithm, b.tag):
+            if (a.op, a.nbytes, a.algorithm, renamed(a.tag)) != (b.op, b.nbytes, b.algorithm, b.tag):
                 return False
             key = (a.op, a.algorithm, id(a.group), id(b.group))
             known = shapes.get(key)
             if known is None:
-                known = shapes[key] = _invariant(a.group, b.group, image) and _steps_map(a, b, image, hosts)
+                known = shapes[key] = group_maps(a.group, b.group) and _steps_map(a, b, image, hosts)
             return known
         return False  # a Barrier: techniques do not emit one
 

@@ -82,10 +82,16 @@ def build_replica(cluster: Cluster, hosts: tuple[str, ...], kind: str, model: Mo
     global_rank = {(d.host, d.local_index): d.rank for d in devices_of(cluster)}
     rank_of = {d.rank: global_rank[(d.host, d.local_index)] for d in inner.devices}
     overhead = overhead_op(technique, params, workload)
+    # Tags are names matched within a group: the engine holds a collective's ranks, and a model
+    # proves one sender per hop, by tag. Every replica runs the same inner step, so its tags get
+    # the replica's name (its first host) appended: two replicas' all-reduces are two collectives,
+    # not one of twice the ranks (which kept DiLoCo from the arithmetic collectives and the
+    # symmetry). Appended, not prepended: a tag's first item is its label in traces.
+    name = replica_name(hosts)
     programs = {}
     for local, ops in inner.programs.items():
-        programs[rank_of[local]] = [overhead if type(op) is Compute and op.kind == "overhead" else _remap(op, rank_of)
-                                    for op in ops]
+        programs[rank_of[local]] = [overhead if type(op) is Compute and op.kind == "overhead"
+                                    else _remap(op, rank_of, suffix=name) for op in ops]
     bytes_per_value = workload.bytes_per_value
     held = {rank_of[r]: parts["weights"] / bytes_per_value for r, parts in inner.memory_parts.items()}
     stage_of = {rank_of[d.rank]: hosts.index(d.host) if kind == "pipeline" else 0 for d in inner.devices}
@@ -93,17 +99,22 @@ def build_replica(cluster: Cluster, hosts: tuple[str, ...], kind: str, model: Mo
                    {rank_of[r]: dict(p) for r, p in inner.memory_parts.items()}, held, stage_of, inner.description)
 
 
-def _remap(op, rank_of: dict[int, int], prefix: tuple = ()):
+def replica_name(hosts: tuple[str, ...]) -> tuple:
+    """What a replica's tags end with: its first host (each host is in one replica at most)."""
+    return ("replica", hosts[0])
+
+
+def _remap(op, rank_of: dict[int, int], prefix: tuple = (), suffix: tuple = ()):
     kind = type(op)
     if kind is Send:
-        return op._replace(dst=rank_of[op.dst], tag=prefix + op.tag)
+        return op._replace(dst=rank_of[op.dst], tag=prefix + op.tag + suffix)
     if kind is Recv:
-        return op._replace(src=rank_of[op.src], tag=prefix + op.tag)
+        return op._replace(src=rank_of[op.src], tag=prefix + op.tag + suffix)
     if kind is Collective:
-        return op._replace(group=tuple(rank_of[r] for r in op.group), tag=prefix + op.tag)
+        return op._replace(group=tuple(rank_of[r] for r in op.group), tag=prefix + op.tag + suffix)
     if kind is Repeat:  # e.g. Data's microbatches: its group and the ops inside move too
-        return op._replace(ops=tuple(_remap(inner, rank_of, prefix) for inner in op.ops),
-                           group=tuple(rank_of[r] for r in op.group), tag=prefix + op.tag)
+        return op._replace(ops=tuple(_remap(inner, rank_of, prefix, suffix) for inner in op.ops),
+                           group=tuple(rank_of[r] for r in op.group), tag=prefix + op.tag + suffix)
     return op
 
 
@@ -182,10 +193,11 @@ def sparse_gather_ops(replicas: list[Replica], payload_bytes, algorithm: str, de
                     ops[rank].append(gather)
             for rank in group:
                 ops[rank].append(outer_step_op(devices[rank], parameters / k))
-        for o in owners:
+        for rep, o in zip(replicas, owners):
             if len(o) > 1:
                 share = Collective("all_gather", tuple(sorted(o)), parameters * SYNC_BYTES_PER_PARAM, "ring",
-                                   tag + (s, "share"), "updated parameters inside the replica")
+                                   tag + (s, "share") + replica_name(rep.hosts),
+                                   "updated parameters inside the replica")
                 for rank in o:
                     ops[rank].append(share)
     return ops
@@ -202,7 +214,8 @@ def assemble(technique: str, devices: list[Device], replicas: list[Replica], inn
     programs = {}
     for rep in replicas:
         for rank in rep.ranks:
-            steps = Repeat(tuple(rep.programs[rank]), inner_steps, rep.ranks, ("inner",), "inner steps")
+            steps = Repeat(tuple(rep.programs[rank]), inner_steps, rep.ranks, ("inner",) + replica_name(rep.hosts),
+                           "inner steps")
             programs[rank] = [steps] + sync_ops.get(rank, [])
     memory_parts = {r: parts for rep in replicas for r, parts in rep.memory_parts.items()}
     return Schedule(technique, devices, programs, {r: sum(p.values()) for r, p in memory_parts.items()}, memory_parts,

@@ -25,7 +25,7 @@ from geosim.case import Case
 from geosim.techniques._base import check_dims, combined, devices_of
 from geosim.techniques._settings import option, tunable
 from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, assemble, inner_step, outer_step_op,
-                                        single_host_replicas)
+                                        replica_name, single_host_replicas)
 
 NAME = "diloco"
 LOW_COMMUNICATION = True  # more tokens for the same loss: ranked on time to a target
@@ -98,7 +98,8 @@ def _streaming(devices, replicas, H: int, s: Settings, num_params: int, what: st
                 ops.append(outer_step_op(devices[rank], fragment / len(rep.ranks), f"outer step fragment {f}"))
                 if len(rep.ranks) > 1:
                     ops.append(Collective("all_gather", rep.ranks, fragment * SYNC_BYTES_PER_PARAM, "ring",
-                                          ("frag-share", f), "updated fragment inside the replica"))
+                                          ("frag-share", f) + replica_name(rep.hosts),
+                                          "updated fragment inside the replica"))
                 return ops
 
             program = []

@@ -179,6 +179,7 @@ class ExclusiveLinks:
     model (self.precompute) keeps every step an event, for the tests that compare the two."""
 
     precompute = True
+    groups_may_move = True  # a symmetry may move a group onto another: held collectives count its runners
     _one_sender_per_hop = False  # until prepare() has seen the run's programs
     _symmetry = None  # when only a symmetry's representatives run (reduce_to)
 
