@@ -58,9 +58,10 @@ class Progress:
     def __init__(self, label: str):
         self.label, self.started, self.shown = label, time.monotonic(), False
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int | None, what: str = "simulated") -> None:
         if sys.stderr.isatty() and time.monotonic() - self.started > 2:
-            print(f"\r  {self.label}: simulated {done} of at most {total} options", end="", file=sys.stderr)
+            of = f" of at most {total:,}" if total is not None else ""
+            print(f"\r  {self.label}: {what} {done:,}{of} options" + " " * 10, end="", file=sys.stderr)
             self.shown = True
 
     def close(self):
@@ -147,6 +148,7 @@ def print_plan(plan: Plan, top: int | None) -> None:
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
     limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
     failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))
+    print(f"  {plan.search_line()}")
     print(f"  {plan.considered} options: {len(plan.options)} feasible simulated"
           + (f", {failed}" if failed else "") + (f", {plan.pruned} pruned (cannot make the top {top})" if plan.pruned
                                                  else "") + (f"; {'; '.join(limits)}" if limits else ""))

@@ -17,6 +17,7 @@ from geosim.cli.common import (add_json_argument, add_technique_argument, add_wo
 from geosim.errors import GeosimError
 from geosim.sim.predict import Prediction, predict, shared_predictions
 from geosim.studies.reference import attach_measurement
+from geosim.structure import host_groups, host_list
 from geosim.studies.whatif import wan_links
 from geosim.techniques import STUDY_ORDER, get_technique, is_low_communication, label, technique_names
 from geosim.units import s_to_ms
@@ -157,11 +158,14 @@ def print_ranges(rows, ranges) -> None:
         return
     print(f"  range over {drawn[0][1]['draws']} parameter draws from the fit's covariance (5th..95th percentile):")
     for r, g in drawn:
-        print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(g['low']):>10} .. {fmt_duration(g['high']):<10} "
+        print(f"    {r.technique:<10} {host_list(r.hosts):<8} {fmt_duration(g['low']):>10} .. {fmt_duration(g['high']):<10} "
               f"(median {fmt_duration(g['median'])})")
 
 def describe_cluster(cluster) -> str:
-    hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
+    if len(cluster.hosts) <= 4:
+        hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
+    else:  # interchangeable VMs as one group (geosim.structure.host_groups)
+        hosts = ", ".join(f"{host_list(g.hosts)}: {len(g.gpus)}x {g.gpus[0]} @{g.site}" for g in host_groups(cluster))
     links = wan_links(cluster)
     if not links:  # one VM, or VMs of one site: nothing crosses a WAN
         return f"{hosts}; no WAN link"
@@ -197,7 +201,7 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
     print("  " + "-" * (len(head) - 2))
     ok = sorted((r for r in rows if r.ok), key=lambda r: (len(r.hosts) != len(cluster.hosts), r.total_time_s))
     for r in ok + [r for r in rows if not r.ok]:
-        vms = "+".join(r.hosts)
+        vms = host_list(r.hosts)
         if not r.ok:
             print(f"  {r.technique:<10} {vms:<8} fails: {r.reason}")
             continue
@@ -229,13 +233,13 @@ def print_targets(rows, plan) -> None:
         versus = f"{t['time_to_target_s'] / best.total_time_s:.2f}x" if best else "-"
         twin = f"; the same run as {label(same[id(r)])} here" if id(r) in same else ""
         source = t["token_efficiency_source"].replace(f"{r_params_source(t)} ", "")
-        print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "
+        print(f"    {r.technique:<10} {host_list(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "
               f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
         if r.memory_note:
             print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
     failed = [r for r, _ in rows if not r.ok]
     if failed:
-        print(f"    does not run: {', '.join(f'{r.technique} on {chr(43).join(r.hosts)}' for r in failed)}")
+        print(f"    does not run: {', '.join(f'{r.technique} on {host_list(r.hosts)}' for r in failed)}")
 
 
 def r_params_source(fields: dict) -> str:

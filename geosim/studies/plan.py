@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import re
+import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -28,23 +29,45 @@ from geosim.techniques import (get_technique, is_low_communication, label, plan_
                                technique_names)
 
 
-def shapes(case: Case, max_gpus: int | None = None, techniques: tuple[str, ...] | None = None):
-    """(technique, hosts) for each technique on each subset of the VMs (twins planned once)."""
-    hosts = [h.name for h in case.cluster.hosts]
+EXHAUSTIVE_HOSTS = 2  # up to this many VMs (the study's slices) every subset and stage order is tried
+
+
+def is_exhaustive(case: Case, exhaustive: bool | None = None) -> bool:
+    """Whether the planner tries every subset of VMs and every order (None: where that is cheap)."""
+    return len(case.cluster.hosts) <= EXHAUSTIVE_HOSTS if exhaustive is None else exhaustive
+
+
+def shapes(case: Case, max_gpus: int | None = None, techniques: tuple[str, ...] | None = None,
+           exhaustive: bool | None = None):
+    """(technique, hosts) for each technique on each set of VMs worth planning on: every subset
+    (twins planned once) where that is cheap, else geosim.structure.structured_subsets (by site and
+    host group: how many hosts of each, never every combination)."""
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
+    if is_exhaustive(case, exhaustive):
+        subsets = _every_subset(case)
+    else:
+        from geosim.structure import structured_subsets
+
+        subsets = structured_subsets(case.cluster, case.workload.precision)
+    for subset in subsets:
+        if max_gpus is not None and sum(gpus[h] for h in subset) > max_gpus:
+            continue
+        for technique in techniques or synchronous_techniques():
+            yield technique, subset
+
+
+def _every_subset(case: Case):
+    hosts = [h.name for h in case.cluster.hosts]
     signature = _signature(case.cluster)
     seen = set()
     for size in range(1, len(hosts) + 1):
         for subset in itertools.combinations(hosts, size):
-            if max_gpus is not None and sum(gpus[h] for h in subset) > max_gpus:
-                continue
             # VMs with the same GPUs are interchangeable when nothing or one link joins them:
             # plan on the first and say it stands for its twins (twins() below)
             if size <= 2 and tuple(sorted(map(signature, subset))) in seen:
                 continue
             seen.add(tuple(sorted(map(signature, subset))))
-            for technique in techniques or synchronous_techniques():
-                yield technique, subset
+            yield subset
 
 
 def synchronous_techniques() -> list[str]:
@@ -54,12 +77,15 @@ def synchronous_techniques() -> list[str]:
 
 
 def candidates(case: Case, max_gpus: int | None = None, choices: dict | None = None,
-               techniques: tuple[str, ...] | None = None):
+               techniques: tuple[str, ...] | None = None, exhaustive: bool | None = None):
     """Every option: (technique, hosts, workload changes, predict options). A technique's variants
     (Pipeshard: stage order x microbatches x intra-stage x layer split) come from its module's
-    plan_variants(); `choices` go to it as keyword arguments (e.g. intra_stages)."""
-    for technique, hosts in shapes(case, max_gpus, techniques):
-        for changes, options in plan_variants(technique, case, hosts, **_choices_for(technique, choices)):
+    plan_variants(); `choices` go to it as keyword arguments (e.g. intra_stages), and so does
+    `exhaustive` (every variant, or the structured few) where it takes one."""
+    every = is_exhaustive(case, exhaustive)
+    for technique, hosts in shapes(case, max_gpus, techniques, every):
+        for changes, options in plan_variants(technique, case, hosts,
+                                              **_choices_for(technique, {**(choices or {}), "exhaustive": every})):
             yield technique, hosts, changes, options
 
 
@@ -116,34 +142,50 @@ def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
             "others": {k: v / len(winners) for k, v in counts.most_common() if k != best}}
 
 
+MAX_CANDIDATES = 50_000  # options the planner will weigh (a floor each); beyond, it asks to be narrowed
+
+
 @dataclass
 class Search:
     simulated: list[Option]
     considered: int  # every candidate, simulated or not
     pruned: int  # never simulated: their floor ranks below the top `keep` already found
+    seconds: float = 0.0  # wall time of the search
+    exhaustive: bool = True  # every subset and order, or the structured search
 
 
 def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadline_s: float | None = None,
            choices: dict | None = None, techniques: tuple[str, ...] | None = None,
-           progress: Callable[[int, int], None] | None = None) -> Search:
+           progress: Callable[..., None] | None = None, exhaustive: bool | None = None) -> Search:
     """Simulate candidates in order of their floor; stop once no floor can reach the top `keep`.
     The floor only ever underestimates, so nothing that belongs in the top `keep` is skipped;
-    keep=None simulates everything."""
+    keep=None simulates everything. More than MAX_CANDIDATES candidates: a one-line error
+    naming what narrows the search, before anything is simulated."""
+    started = time.perf_counter()
     key = rank_key(deadline_s)
-    todo = [(floor_s(case, *args), args) for args in candidates(case, max_gpus, choices, techniques)]
+    every = is_exhaustive(case, exhaustive)
+    todo = []
+    for args in candidates(case, max_gpus, choices, techniques, every):
+        if len(todo) >= MAX_CANDIDATES:
+            raise GeosimError(f"the plan would weigh more than {MAX_CANDIDATES:,} options on "
+                              f"{len(case.cluster.hosts)} VMs; narrow it with --technique, --max-gpus, "
+                              f"--intra-stage or a smaller scenario", source="plan")
+        todo.append((floor_s(case, *args), args))
+        if progress and len(todo) % 200 == 0:
+            progress(len(todo), None, "weighed")
     todo.sort(key=lambda fa: key(fa[0], _gpus_of(case, fa[1][1])))
     best: list[tuple] = []  # keys of the best feasible options so far, sorted, at most `keep`
     simulated = []
     for i, (floor, args) in enumerate(todo):
         if keep is not None and len(best) >= keep and key(floor, _gpus_of(case, args[1])) > best[-1]:
-            return Search(simulated, len(todo), len(todo) - i)
+            return Search(simulated, len(todo), len(todo) - i, time.perf_counter() - started, every)
         option = evaluate(case, *args)
         simulated.append(option)
         if option.ok:
             best = sorted(best + [key(option.total_time_s, option.gpus)])[:keep]
         if progress:
             progress(len(simulated), len(todo))
-    return Search(simulated, len(todo), 0)
+    return Search(simulated, len(todo), 0, time.perf_counter() - started, every)
 
 
 def _gpus_of(case: Case, hosts: tuple[str, ...]) -> int:
@@ -170,6 +212,15 @@ class Plan:
     algorithm_option: Option | None  # its choice, predicted for the same workload
     considered: int  # candidate options, simulated or pruned
     pruned: int  # never simulated: even their compute-only floor ranks below the options kept
+    simulated: int = 0  # options simulated (feasible or not)
+    seconds: float = 0.0  # wall time of the search
+    exhaustive: bool = True  # every subset and order was tried (else the structured search)
+
+    def search_line(self) -> str:
+        """How much the planner looked at: options weighed, simulated, pruned, and how long it took."""
+        how = "every subset and order" if self.exhaustive else "structured by site and host group"
+        return (f"search ({how}): {self.considered:,} options weighed, {self.simulated:,} simulated, "
+                f"{self.pruned:,} pruned by their floor, in {self.seconds:.2f} s")
 
     @property
     def best(self) -> Option | None:
@@ -211,7 +262,8 @@ class Plan:
 
     def to_dict(self) -> dict:
         return {"scenario": self.case.cluster.name, "model": self.case.model.name, "considered": self.considered,
-                "pruned": self.pruned, "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
+                "pruned": self.pruned, "simulated": self.simulated, "search_seconds": self.seconds,
+                "search": "exhaustive" if self.exhaustive else "structured", "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
                 "best": self.best.to_dict() if self.best else None,
                 "algorithm1": self.algorithm.to_dict() if self.algorithm else None,
                 "algorithm1_option": self.algorithm_option.to_dict() if self.algorithm_option else None,
@@ -236,10 +288,11 @@ def algorithm_choice(case: Case, delta: float) -> tuple[Selection | None, Option
 
 def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None = None, delta: float = 0.1,
               keep: int | None = 10, choices: dict | None = None,
-              techniques: tuple[str, ...] | None = None, progress: Callable[[int, int], None] | None = None) -> Plan:
+              techniques: tuple[str, ...] | None = None, progress: Callable[..., None] | None = None,
+              exhaustive: bool | None = None) -> Plan:
     """Rank every option (geosim.studies.ranking's rule) and put Algorithm 1's choice beside the best.
     `choices` go to the techniques' plan_variants() (Pipeshard: intra_stages)."""
-    found = search(case, max_gpus, keep, deadline_s, choices, techniques, progress)
+    found = search(case, max_gpus, keep, deadline_s, choices, techniques, progress, exhaustive)
     failed: dict[str, int] = {}
     for o in found.simulated:
         if not o.ok:
@@ -247,7 +300,8 @@ def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None 
     ok = rank(found.simulated, deadline_s)
     selection, chosen = algorithm_choice(case, delta)
     return Plan(case, ok, failed, deadline_s, max_gpus, selection, chosen,
-                considered=found.considered, pruned=found.pruned)
+                considered=found.considered, pruned=found.pruned, simulated=len(found.simulated),
+                seconds=found.seconds, exhaustive=found.exhaustive)
 
 
 # -- the same question on measured runs ----------------------------------------------------------

@@ -97,7 +97,9 @@ def option_kind(name: str, hosts: tuple[str, ...], options: dict | None = None) 
     module = get_technique(name)
     if hasattr(module, "option_kind"):
         return module.option_kind(tuple(hosts), options)
-    return f"{label(name)} on {'+'.join(hosts)}"
+    from geosim.structure import host_list
+
+    return f"{label(name)} on {host_list(hosts)}"
 
 
 def variant_label(name: str, hosts: tuple[str, ...], workload, options: dict | None) -> str:

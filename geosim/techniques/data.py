@@ -42,3 +42,10 @@ def build(case: Case, settings: Settings) -> Schedule:
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"data parallel over {p} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences each, "
                     f"{allreduce.count} all-reduce buffers of {grad_bytes / allreduce.count / 2**20:.1f} MiB")
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
+    from geosim.techniques import _floor
+
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)

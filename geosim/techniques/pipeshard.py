@@ -210,7 +210,7 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
     g = len(mesh)
     sequences, tp = (microbatch / g, 1) if intra == "data" else (microbatch, g)
     times = []
-    for d in mesh:
+    for d in {d.gpu.name: d for d in mesh}.values():  # a GPU's time depends on its kind only
         if d.gpu.name in params.efficiency:  # a flat-rate device
             flops = forward_flops(model, workload, sequences, layers, head) / tp * (4.0 if workload.checkpointing else 3.0)
             times.append(flops / (d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency[d.gpu.name]))
@@ -223,47 +223,113 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
 
 # -- what the planner tries (geosim.studies.plan) --------------------------------------------
 
-MAX_SPLITS = 400  # per pipeline shape; beyond it (3+ stages of a deep model) only near-even splits
+MAX_SPLITS = 400  # per pipeline shape: up to this many splits every one is tried, beyond it a few
+MAX_HOST_STAGES = 16  # a stage per host is tried up to this many hosts; beyond, a stage per site
+NEIGHBOUR_STAGES = 8  # up to this many stages the balanced split's one-layer neighbours are tried too
 
 
-def layer_splits(n_layer: int, stages: int) -> list[list[int]]:
-    """Every way to give each stage >= 1 layer, or near-even ones only when there are too many."""
+def layer_splits(n_layer: int, stages: int, speeds: list[float] | None = None,
+                 extra: list[float] | None = None) -> list[list[int]]:
+    """Every way to give each stage >= 1 layer while there are at most MAX_SPLITS of them; else
+    (3+ stages of a deep model: millions) the uniform split, the split balanced by the stages'
+    speeds (split_layers: the least slowest stage) and every split one layer away from it."""
     if stages == 1:
         return [[n_layer]]
+    if n_layer < stages:
+        return []
     if math.comb(n_layer - 1, stages - 1) <= MAX_SPLITS:
         cuts = itertools.combinations(range(1, n_layer), stages - 1)
-    else:
-        even = n_layer / stages
-        cuts = (c for c in itertools.combinations(range(1, n_layer), stages - 1)
-                if all(abs(c[i] - even * (i + 1)) <= 2 for i in range(len(c))))
-    return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
+        return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
+    found = [split_layers(n_layer, [1.0] * stages, "uniform")]
+    balanced = split_layers(n_layer, speeds or [1.0] * stages, "balanced", extra=extra)
+    found.append(balanced)
+    for s in range(stages - 1 if stages <= NEIGHBOUR_STAGES else 0):  # one layer across each boundary, either way
+        for give in (1, -1):
+            moved = list(balanced)
+            moved[s], moved[s + 1] = moved[s] - give, moved[s + 1] + give
+            if min(moved) >= 1:
+                found.append(moved)
+    return [list(t) for t in dict.fromkeys(map(tuple, found))]
 
 
-def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None):
-    """Stage order x microbatches x intra-stage parallelism x layer split, as (workload changes,
-    options). Stage order matters (the first stage holds the embeddings, the last the LM head),
-    except between two VMs with the same GPUs."""
+def _microbatch_choices(batch: int, exhaustive: bool, current: int) -> list[int]:
+    """Every divisor of the batch (exhaustive), else powers of two that divide it and the workload's own."""
+    if exhaustive:
+        return [m for m in range(1, batch + 1) if batch % m == 0]
+    return sorted({m for m in (2 ** k for k in range(batch.bit_length())) if batch % m == 0} | {current})
+
+
+def _stage_layouts(case: Case, hosts: tuple[str, ...], exhaustive: bool) -> list[list[list[str]]]:
+    """Meshes (host names per stage, in stage order) to try. Exhaustive (a few VMs): one stage per VM
+    in every order, except between two VMs with the same GPUs. Structured: one stage per site in the
+    orders geosim.structure.site_orders gives, and one stage per host (sites in those orders, each
+    site's hosts in the scenario's order: same-group hosts are interchangeable) up to MAX_HOST_STAGES."""
+    from geosim.structure import hosts_at, site_orders, sites
+
+    if exhaustive:
+        same = {h.name: (tuple(g.name for g in h.gpus), h.intra_host) for h in case.cluster.hosts}
+        orders = [hosts] if len(hosts) == 2 and same[hosts[0]] == same[hosts[1]] else itertools.permutations(hosts)
+        return [[[h] for h in order] for order in orders]
+    sub = case.cluster.subset(hosts)
+    layouts = []
+    orders = site_orders(sub, sites(sub))
+    for i, order in enumerate(orders):
+        if len(order) > 1:
+            layouts.append([list(hosts_at(sub, site)) for site in order])
+        # a stage per host: the sites' first two orders only (a deep pipeline's ends matter less)
+        if i < 2 and len(hosts) <= min(MAX_HOST_STAGES, case.model.n_layer):
+            layouts.append([[h] for site in order for h in hosts_at(sub, site)])
+    unique = {tuple(map(tuple, m)): m for m in layouts}
+    return list(unique.values())
+
+
+def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None,
+                  exhaustive: bool = True):
+    """Stage layout x microbatches x intra-stage parallelism x layer split, as (workload changes,
+    options). Stage order matters (the first stage holds the embeddings, the last the LM head).
+    exhaustive=False (large clusters, geosim.studies.plan): layouts by site and host group,
+    powers-of-two microbatches, and the balanced layer split with its neighbours."""
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
-    same = {h.name: (tuple(g.name for g in h.gpus), h.intra_host) for h in case.cluster.hosts}
     batch = case.workload.global_batch
     intra_stages = intra_stages or (case.params.settings(NAME).intra_stage,)
-    orders = [hosts] if len(hosts) == 2 and same[hosts[0]] == same[hosts[1]] else itertools.permutations(hosts)
-    for order in orders:
-        for m in (m for m in range(1, batch + 1) if batch % m == 0):
+    if len(hosts) == 1 and gpus[hosts[0]] > 1:
+        layouts = [None]  # one VM: one GPU per stage, as Alpa runs it
+    else:
+        layouts = _stage_layouts(case, hosts, exhaustive)
+    for meshes in layouts:
+        for m in _microbatch_choices(batch, exhaustive, case.workload.microbatches):
             for intra in intra_stages:
                 # intra-stage data parallelism splits each microbatch over a mesh's GPUs
-                if intra == "data" and any((batch // m) % gpus[h] for h in order):
+                # (exhaustive: as the planner always has, a lone VM's GPU count, though its stages hold one each)
+                stage_sizes = ([sum(gpus[h] for h in mesh) for mesh in meshes] if meshes
+                               else [gpus[hosts[0]] if exhaustive else 1])
+                if intra == "data" and any((batch // m) % g for g in stage_sizes):
                     continue
-                if len(order) == 1 and gpus[order[0]] > 1:  # one VM: one GPU per stage, as Alpa runs it
-                    shape = {"intra_stage": intra}
-                else:
-                    shape = {"meshes": [[h] for h in order], "intra_stage": intra}
-                for split in layer_splits(case.model.n_layer, len(stage_gpus(case, order, shape))):
+                shape = {"intra_stage": intra} if meshes is None else {"meshes": meshes, "intra_stage": intra}
+                stages = stage_gpus(case, hosts, shape)
+                if len(stages) > case.model.n_layer:
+                    continue
+                speeds, extra = (None, None) if exhaustive else _split_weights(case, stages, batch // m, intra)
+                for split in layer_splits(case.model.n_layer, len(stages), speeds, extra):
                     yield {"microbatches": m}, {**shape, "layer_split": split}
 
 
+def _split_weights(case: Case, stages: list[tuple], microbatch: int, intra: str):
+    """(speeds, extra) for split_layers' balanced split: each stage's layers per second on its
+    slowest GPU kind, and the LM head on the last stage in layer-equivalents (as build() weighs them)."""
+    def seconds(gpus, layers, head):
+        return _mesh_seconds(case, [Device(i, "", i, g) for i, g in enumerate(gpus)], microbatch, layers, head, intra)
+
+    layer_s = [seconds(gpus, 1, False) for gpus in stages]
+    head = seconds(stages[-1], 0, True) / layer_s[-1]
+    return [1.0 / t for t in layer_s], [0.0] * (len(stages) - 1) + [head]
+
+
 def _order(hosts: tuple[str, ...], options: dict | None) -> tuple[str, ...]:
-    return tuple(m[0] for m in options["meshes"]) if options and options.get("meshes") else hosts
+    """Each stage's VMs (a mesh of several written as geosim.structure.host_list does)."""
+    from geosim.structure import host_list
+
+    return tuple(host_list(m) for m in options["meshes"]) if options and options.get("meshes") else hosts
 
 
 def option_kind(hosts: tuple[str, ...], options: dict | None = None) -> str:
@@ -315,7 +381,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         sequences = w.global_batch / w.microbatches / len(gpus)
         first, last = s == 0, s == len(stages) - 1
         times = []
-        for g in gpus:  # engine.compute_timer: a flat-rate device, else the op-level model
+        for g in {g.name: g for g in gpus}.values():  # engine.compute_timer: a flat-rate device, else the op-level model
             if g.name in params.efficiency:
                 flops = forward_flops(case.model, w, sequences, layers[s], last)
                 rate = g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]
@@ -329,6 +395,17 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
     settings = with_options(params.settings(NAME), options, NAME)
+    if settings.intra_stage == "data" and options.get("meshes"):
+        # a stage's gradient all-reduce over several hosts: its whole buffer enters every host of the
+        # mesh through its network port (geosim.techniques._floor), after the stage's microbatches
+        by_name = {h.name: h for h in case.cluster.hosts}
+        for s, mesh in enumerate(options["meshes"]):
+            if len(mesh) > 1:
+                stage_params = layers[s] * case.model.params_per_layer + (case.model.embedding_params if s == 0 else 0) + (
+                    case.model.vocab * case.model.n_embd if s == len(stages) - 1 else 0)
+                port = min(params.lan_bandwidth_gbps * 1e9 / 8 * (len(by_name[h].gpus) if by_name[h].nic == "per-gpu"
+                                                                  else 1) for h in mesh)
+                iteration = max(iteration, w.microbatches * per_microbatch[s] + stage_params * w.bytes_per_value / port)
     if len(stages) > 1 and settings.intra_stage == "data":
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)

@@ -84,3 +84,10 @@ def build(case: Case, settings: Settings) -> Schedule:
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"tensor parallel over {p} GPUs, {settings.collectives_per_layer} all-reduces per layer, "
                     f"{workload.microbatches} microbatches")
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
+    from geosim.techniques import _floor
+
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)

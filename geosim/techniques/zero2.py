@@ -65,3 +65,10 @@ def build(case: Case, settings: Settings) -> Schedule:
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"ZeRO-2 over {p} GPUs, {buffers} buffers of {buffer / 2**20:.1f} MiB, "
                     f"reduce-scattered every microbatch")
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
+    from geosim.techniques import _floor
+
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)
