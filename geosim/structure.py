@@ -102,6 +102,15 @@ def site_orders(cluster: Cluster, chosen: list[str] | None = None) -> list[tuple
     return list(dict.fromkeys(orders))
 
 
+SMALL_COUNT = 4  # every count of a group's hosts up to this; beyond, powers of two
+
+
+def host_counts(count: int) -> list[int]:
+    """How many hosts of a group of `count` the planner tries."""
+    return sorted({k for k in range(1, min(count, SMALL_COUNT) + 1)}
+                  | {2 ** i for i in range(count.bit_length()) if 2 ** i <= count} | {count})
+
+
 def gpu_speed(cluster: Cluster, host: str, precision: str) -> float:
     """A host's peak tensor FLOP/s: how the planner orders groups from fast to slow."""
     return sum(g.peak_tflops(precision) for g in cluster.host(host).gpus)
@@ -120,10 +129,19 @@ def structured_subsets(cluster: Cluster, precision: str = "fp16") -> list[tuple[
     wanted += [set(hosts_at(cluster, s)) for s in names]
     wanted += [set(g.hosts) for g in groups]
     wanted += [{g.hosts[0]} for g in groups]
+    for g in groups:  # how many hosts of a group: a few, every count up to SMALL_COUNT, powers of two
+        wanted += [set(g.hosts[:k]) for k in host_counts(g.count)]
+    for a, b in itertools.combinations(groups, 2):  # one host of each of two groups
+        wanted.append({a.hosts[0], b.hosts[0]})
+    most = max(g.count for g in groups)
+    for k in host_counts(most):  # k hosts of every group: the whole cluster trimmed evenly
+        wanted.append(set().union(*(g.hosts[:k] for g in groups)))
     if len(names) > 1:
         wanted += [everyone - set(hosts_at(cluster, s)) for s in names]
     if len(groups) > 1:
         wanted += [everyone - set(g.hosts) for g in groups]
+    quickest = sorted(order, key=lambda h: -gpu_speed(cluster, h, precision))  # stable: ties in scenario order
+    wanted += [set(quickest[:k]) for k in host_counts(len(quickest))]  # the fastest k hosts
     fastest = sorted(groups, key=lambda g: -gpu_speed(cluster, g.hosts[0], precision))
     for k in range(1, len(fastest)):
         wanted.append(set().union(*(g.hosts for g in fastest[:k])))

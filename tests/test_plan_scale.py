@@ -11,3 +11,54 @@ def test_gpt3_sizes_match_the_papers_table():
         m = get_model(name)
         assert (m.n_layer, m.n_embd, m.n_ctx) == (layers, width, 2048)
         assert abs(m.num_params - params) / params < 0.03, (name, m.num_params)
+
+
+# -- the structured search against the exhaustive one ---------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from geosim.case import Case  # noqa: E402
+from geosim.params import load_params  # noqa: E402
+from geosim.scenario import gpu_catalog  # noqa: E402
+from geosim.specs import Cluster, Host, Link, Model, Workload  # noqa: E402
+from geosim.studies.plan import make_plan  # noqa: E402
+
+SMALL_MODEL = Model("planner-test", n_layer=6, n_embd=1024, n_head=16, n_ctx=256)
+KINDS = ("RTX6000", "T4", "A30", "L4")
+
+
+@st.composite
+def small_clusters(draw):
+    """Up to 4 VMs of 1-2 GPUs (8 GPUs at most) at 1-3 sites, VMs of a site sometimes alike, sites
+    joined pairwise by links of 1-80 ms and 1-25 Gbit/s: small enough to search exhaustively."""
+    catalog = gpu_catalog()
+    n_sites = draw(st.integers(1, 3))
+    n_hosts = draw(st.integers(max(2, n_sites), 4))
+    hosts = []
+    for i in range(n_hosts):
+        site = f"S{i % n_sites}" if i < n_sites else f"S{draw(st.integers(0, n_sites - 1))}"
+        like = [h for h in hosts if h.site == site]
+        if like and draw(st.booleans()):  # a twin of a VM at the same site
+            hosts.append(Host(f"vm{i}", site, like[0].gpus))
+            continue
+        kind = catalog[draw(st.sampled_from(KINDS))]
+        hosts.append(Host(f"vm{i}", site, (kind,) * draw(st.integers(1, 2))))
+    links = tuple(Link(f"S{a}", f"S{b}", rtt_s=draw(st.floats(1.0, 80.0)) / 1e3,
+                       bandwidth_bps=draw(st.floats(1.0, 25.0)) * 1e9)
+                  for a in range(n_sites) for b in range(a + 1, n_sites))
+    return Cluster("random", tuple(hosts), links)
+
+
+@settings(max_examples=6)
+@given(small_clusters(), st.sampled_from([(8, 2), (16, 4), (8, 8)]))
+def test_structured_search_is_within_one_percent_of_exhaustive(cluster, batch):
+    global_batch, microbatches = batch
+    workload = Workload(global_batch=global_batch, microbatches=microbatches, seq_len=256, tokens_per_epoch=2**30,
+                        epochs=2)
+    case = Case(cluster, SMALL_MODEL, workload, load_params())
+    every = make_plan(case, keep=1, exhaustive=True)
+    structured = make_plan(case, keep=1, exhaustive=False)
+    assert (every.best is None) == (structured.best is None)
+    if every.best is not None:
+        assert structured.best.total_time_s <= every.best.total_time_s * 1.01, (
+            structured.best.label, every.best.label)

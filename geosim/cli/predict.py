@@ -66,7 +66,7 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from geosim.studies.plan import make_plan
+    from geosim.studies.plan import best_of_technique, is_exhaustive, make_plan
 
     params = load_params_arg(args)
     if args.draws is not None and args.draws < 1:
@@ -77,12 +77,15 @@ def _run(args) -> int:
         scenario, cluster, model, workload = load_case(name, args)
         case = Case(cluster, model, workload, params)
         rows: list[Prediction] = []
-        for hosts in host_subsets(cluster, args.all_vms_only):
-            for technique in synchronous + lowcomm:
-                prediction = predict(case, technique, hosts=hosts)
-                if args.rtt_ms is None and args.bandwidth_gbps is None:
-                    attach_measurement(prediction, cluster)
-                rows.append(prediction)
+        if is_exhaustive(case):
+            for hosts in host_subsets(cluster, args.all_vms_only):
+                for technique in synchronous + lowcomm:
+                    prediction = predict(case, technique, hosts=hosts)
+                    if args.rtt_ms is None and args.bandwidth_gbps is None:
+                        attach_measurement(prediction, cluster)
+                    rows.append(prediction)
+        else:  # a large cluster: each technique's best option, not its naive layout on every VM
+            rows = [best_of_technique(case, t) for t in synchronous + lowcomm]
         # the verdict ranks what the planner finds among the same techniques (its layer splits and
         # microbatches included), so predict, select and plan name the same best option
         plan = make_plan(case, keep=2, techniques=tuple(synchronous)) if synchronous else None

@@ -6,7 +6,9 @@ own timer), and each collective at least the bytes that must cross a host's netw
 port or a site's wide-area links, at their full bandwidth. Those bytes follow from what
 the collective computes, whatever its algorithm: an all-reduce's result on a host needs
 the other hosts' whole buffer to enter it (B), a reduce-scatter's the host's share of it
-(k/n x B), an all-gather's everything the host lacks ((n - k)/n x B). The network model
+(k/n x B), an all-gather's everything the host lacks ((n - k)/n x B); a ring enters every
+host it spans at least once per step, a chunk of B/n each (2(n-1) steps for an all-reduce,
+n-1 for the others), whichever is more. The network model
 never moves a hop's bytes faster than its bandwidth, so the floor never exceeds the
 prediction (tests/test_plan_scale.py checks it). Point-to-point sends count nothing.
 
@@ -89,6 +91,8 @@ def _collective_floor(op: Collective, host_of, site_of, ingress, wan) -> float:
         per_site[site_of[h]] = per_site.get(site_of[h], 0) + k
 
     def must_enter(k: int) -> float:
+        if op.algorithm == "ring":  # the ring enters a host at least once per step: a chunk of B / n
+            return op.nbytes * (n - 1) / n * (2 if op.op == "allreduce" else 1)
         if op.op == "allreduce":
             return op.nbytes
         if op.op == "reduce_scatter":

@@ -24,6 +24,7 @@ from geosim.sim.schedule import Collective, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.techniques._base import check_dims, combined, devices_of
 from geosim.techniques._settings import option, tunable
+from geosim.techniques._lowcomm import plan_variants  # noqa: F401 (the planner's choices)
 from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, assemble, inner_step, outer_step_op,
                                         single_host_replicas)
 

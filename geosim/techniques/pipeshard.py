@@ -225,19 +225,20 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
 
 MAX_SPLITS = 400  # per pipeline shape: up to this many splits every one is tried, beyond it a few
 MAX_HOST_STAGES = 16  # a stage per host is tried up to this many hosts; beyond, a stage per site
+FEW_SPLITS = 64  # the structured search still tries every split where there are this few (2 stages)
 NEIGHBOUR_STAGES = 8  # up to this many stages the balanced split's one-layer neighbours are tried too
 
 
 def layer_splits(n_layer: int, stages: int, speeds: list[float] | None = None,
-                 extra: list[float] | None = None) -> list[list[int]]:
-    """Every way to give each stage >= 1 layer while there are at most MAX_SPLITS of them; else
-    (3+ stages of a deep model: millions) the uniform split, the split balanced by the stages'
-    speeds (split_layers: the least slowest stage) and every split one layer away from it."""
+                 extra: list[float] | None = None, every: bool = True) -> list[list[int]]:
+    """Every way to give each stage >= 1 layer while there are at most MAX_SPLITS of them (FEW_SPLITS
+    unless `every`); else (3+ stages of a deep model: millions) the uniform split, the split balanced by
+    the stages' speeds (split_layers: the least slowest stage) and every split one layer away from it."""
     if stages == 1:
         return [[n_layer]]
     if n_layer < stages:
         return []
-    if math.comb(n_layer - 1, stages - 1) <= MAX_SPLITS:
+    if math.comb(n_layer - 1, stages - 1) <= (MAX_SPLITS if every else FEW_SPLITS):
         cuts = itertools.combinations(range(1, n_layer), stages - 1)
         return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
     found = [split_layers(n_layer, [1.0] * stages, "uniform")]
@@ -276,11 +277,26 @@ def _stage_layouts(case: Case, hosts: tuple[str, ...], exhaustive: bool) -> list
     for i, order in enumerate(orders):
         if len(order) > 1:
             layouts.append([list(hosts_at(sub, site)) for site in order])
-        # a stage per host: the sites' first two orders only (a deep pipeline's ends matter less)
+        # a stage per host: the sites' first two orders only (a deep pipeline's ends matter less),
+        # the groups inside each site in every order where there are few (a slow GPU's place matters)
         if i < 2 and len(hosts) <= min(MAX_HOST_STAGES, case.model.n_layer):
-            layouts.append([[h] for site in order for h in hosts_at(sub, site)])
+            for inside in _group_orders(sub, order):
+                layouts.append([[h] for part in inside for h in part])
     unique = {tuple(map(tuple, m)): m for m in layouts}
     return list(unique.values())
+
+
+def _group_orders(cluster, order) -> list[list[tuple[str, ...]]]:
+    """Each site's host groups (geosim.structure.host_groups) in every order, sites in `order`; the
+    scenario's order alone where that would be more than a few layouts."""
+    from geosim.structure import host_groups
+
+    groups = host_groups(cluster)
+    per_site = [[g.hosts for g in groups if g.site == site] for site in order]
+    choices = [list(itertools.permutations(site_groups)) for site_groups in per_site]
+    if math.prod(len(c) for c in choices) > 6:
+        return [[hosts for site_groups in per_site for hosts in site_groups]]
+    return [[hosts for perm in combo for hosts in perm] for combo in itertools.product(*choices)]
 
 
 def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None,
@@ -310,7 +326,7 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
                 if len(stages) > case.model.n_layer:
                     continue
                 speeds, extra = (None, None) if exhaustive else _split_weights(case, stages, batch // m, intra)
-                for split in layer_splits(case.model.n_layer, len(stages), speeds, extra):
+                for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive):
                     yield {"microbatches": m}, {**shape, "layer_split": split}
 
 
@@ -405,7 +421,10 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
                     case.model.vocab * case.model.n_embd if s == len(stages) - 1 else 0)
                 port = min(params.lan_bandwidth_gbps * 1e9 / 8 * (len(by_name[h].gpus) if by_name[h].nic == "per-gpu"
                                                                   else 1) for h in mesh)
-                iteration = max(iteration, w.microbatches * per_microbatch[s] + stage_params * w.bytes_per_value / port)
+                g = len(stages[s])  # a ring enters each host once per step: 2(g-1) chunks of 1/g
+                share = 2 * (g - 1) / g if params.collectives.get(NAME, "ring") == "ring" else 1.0
+                iteration = max(iteration, w.microbatches * per_microbatch[s]
+                                + share * stage_params * w.bytes_per_value / port)
     if len(stages) > 1 and settings.intra_stage == "data":
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
@@ -433,16 +452,20 @@ def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compr
             _NETWORKS.clear()
         on = case.on(hosts).cluster
         devices = devices_of(on)
-        known = _NETWORKS[key] = (case.cluster, case.params, devices, TCPNetwork(Clock(), on, case.params, devices))
-    _, _, devices, network = known
+        known = _NETWORKS[key] = (case.cluster, case.params, devices, TCPNetwork(Clock(), on, case.params, devices), {})
+    _, _, devices, network, crossings = known
+    act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
+    layout = (tuple(map(tuple, options["meshes"])) if "meshes" in options else None, act_bytes)
+    if layout in crossings:  # options differing only in their layer split cross alike
+        return crossings[layout]
     meshes = ([[d for d in devices if d.host in mesh] for mesh in options["meshes"]] if "meshes" in options
               else [[d] for d in devices])
-    act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
     total = 0.0
     for before, after in zip(meshes, meshes[1:]):
-        pairs = _overlaps(len(before), len(after))
-        total += min(network.least_delay_s(before[j].rank, after[k].rank, act_bytes * frac, True)
-                     for j, k, frac in pairs)
-        total += min(network.least_delay_s(after[k].rank, before[j].rank, act_bytes * frac, True)
-                     for j, k, frac in pairs)
+        # a send's least delay depends on its hosts and bytes only: each such send once
+        pairs = {(before[j].host, after[k].host, frac): (before[j].rank, after[k].rank)
+                 for j, k, frac in _overlaps(len(before), len(after))}
+        total += min(network.least_delay_s(a, b, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
+        total += min(network.least_delay_s(b, a, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
+    crossings[layout] = total
     return total
