@@ -102,6 +102,7 @@ def site_orders(cluster: Cluster, chosen: list[str] | None = None) -> list[tuple
     return list(dict.fromkeys(orders))
 
 
+PAIRED_GROUPS = 4  # up to this many host groups, every pair of them is a subset too
 SMALL_COUNT = 4  # every count of a group's hosts up to this; beyond, powers of two
 
 
@@ -131,8 +132,8 @@ def structured_subsets(cluster: Cluster, precision: str = "fp16") -> list[tuple[
     wanted += [{g.hosts[0]} for g in groups]
     for g in groups:  # how many hosts of a group: a few, every count up to SMALL_COUNT, powers of two
         wanted += [set(g.hosts[:k]) for k in host_counts(g.count)]
-    for a, b in itertools.combinations(groups, 2):  # one host of each of two groups
-        wanted.append({a.hosts[0], b.hosts[0]})
+    if len(groups) <= PAIRED_GROUPS:  # one host of each of two groups (few groups: a small cluster)
+        wanted += [{a.hosts[0], b.hosts[0]} for a, b in itertools.combinations(groups, 2)]
     most = max(g.count for g in groups)
     for k in host_counts(most):  # k hosts of every group: the whole cluster trimmed evenly
         wanted.append(set().union(*(g.hosts[:k] for g in groups)))

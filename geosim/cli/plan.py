@@ -158,7 +158,13 @@ def print_plan(plan: Plan, top: int | None) -> None:
         late = "  (misses deadline)" if plan.deadline_s and o.total_time_s > plan.deadline_s else ""
         print(f"  {i:>3} {fmt_duration(o.total_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB  {o.label}{late}")
-    for group in twins(c.cluster):
+    if len(c.cluster.hosts) > 4:  # interchangeable VMs (geosim.structure.host_groups) as ranges
+        from geosim.structure import host_groups, host_list
+
+        alike = [g for g in host_groups(c.cluster) if g.count > 1]
+        if alike:
+            print(f"  interchangeable VMs (same site, GPUs and links): {'; '.join(host_list(g.hosts) for g in alike)}")
+    for group in (twins(c.cluster) if len(c.cluster.hosts) <= 4 else []):
         print(f"  {', '.join(group[1:])} {'has' if len(group) == 2 else 'have'} the same GPUs as {group[0]}: "
               f"options on {group[0]} stand for {'it' if len(group) == 2 else 'them'} too")
     if plan.deadline_s and not plan.meets_deadline:

@@ -174,7 +174,8 @@ def describe_cluster(cluster) -> str:
         return f"{hosts}; no WAN link"
     rtts = sorted({round(s_to_ms(link.rtt_s), 1) if link.rtt_estimated else s_to_ms(link.rtt_s) for link in links})
     estimated = any(link.rtt_estimated for link in links)
-    return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms" + (" (estimated from distance)" if estimated else "")
+    shown = '/'.join(f'{r:g}' for r in rtts) if len(rtts) <= 6 else f"{rtts[0]:g} to {rtts[-1]:g}"
+    return f"{hosts}; RTT {shown} ms" + (" (estimated from distance)" if estimated else "")
 
 
 def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> None:

@@ -160,6 +160,9 @@ def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
 
 
 MAX_CANDIDATES = 50_000  # options the planner will weigh (a floor each); beyond, it asks to be narrowed
+# the structured search simulates at most this many options, lowest floors first, and says how many
+# it left whose floors did not rule them out (a 1,024-GPU option costs seconds to simulate)
+STRUCTURED_BUDGET = 24
 
 
 @dataclass
@@ -169,18 +172,24 @@ class Search:
     pruned: int  # never simulated: their floor ranks below the top `keep` already found
     seconds: float = 0.0  # wall time of the search
     exhaustive: bool = True  # every subset and order, or the structured search
+    unsettled: int = 0  # never simulated though their floor could still beat the options kept (budget)
 
 
 def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadline_s: float | None = None,
            choices: dict | None = None, techniques: tuple[str, ...] | None = None,
-           progress: Callable[..., None] | None = None, exhaustive: bool | None = None) -> Search:
+           progress: Callable[..., None] | None = None, exhaustive: bool | None = None,
+           budget: int | None = -1) -> Search:
     """Simulate candidates in order of their floor; stop once no floor can reach the top `keep`.
     The floor only ever underestimates, so nothing that belongs in the top `keep` is skipped;
     keep=None simulates everything. More than MAX_CANDIDATES candidates: a one-line error
-    naming what narrows the search, before anything is simulated."""
+    naming what narrows the search, before anything is simulated. `budget` caps the simulations
+    (-1: none for the exhaustive search, STRUCTURED_BUDGET for the structured one; None: none);
+    what it leaves unsimulated though its floor could still rank is counted in `unsettled`."""
     started = time.perf_counter()
     key = rank_key(deadline_s)
     every = is_exhaustive(case, exhaustive)
+    if budget == -1:
+        budget = None if every or keep is None else STRUCTURED_BUDGET
     todo = []
     for args in candidates(case, max_gpus, choices, techniques, every):
         if len(todo) >= MAX_CANDIDATES:
@@ -192,12 +201,17 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
             progress(len(todo), None, "weighed")
     todo.sort(key=lambda fa: key(fa[0], _gpus_of(case, fa[1][1])))
     best: list[tuple] = []  # keys of the best feasible options so far, sorted, at most `keep`
-    simulated = []
+    simulated, spent = [], 0
     for i, (floor, args) in enumerate(todo):
         if keep is not None and len(best) >= keep and key(floor, _gpus_of(case, args[1])) > best[-1]:
             return Search(simulated, len(todo), len(todo) - i, time.perf_counter() - started, every)
+        if budget is not None and spent >= budget and best:
+            rest = [fa for fa in todo[i:] if len(best) < (keep or 0) or key(fa[0], _gpus_of(case, fa[1][1])) <= best[-1]]
+            return Search(simulated, len(todo), len(todo) - i - len(rest), time.perf_counter() - started, every,
+                          unsettled=len(rest))
         option = evaluate(case, *args)
         simulated.append(option)
+        spent += option.ok  # an infeasible or out-of-memory option costs a build, not a simulation
         if option.ok:
             best = sorted(best + [key(option.total_time_s, option.gpus)])[:keep]
         if progress:
@@ -230,14 +244,17 @@ class Plan:
     considered: int  # candidate options, simulated or pruned
     pruned: int  # never simulated: even their compute-only floor ranks below the options kept
     simulated: int = 0  # options simulated (feasible or not)
+    unsettled: int = 0  # left unsimulated by the structured search's budget though their floor could rank
     seconds: float = 0.0  # wall time of the search
     exhaustive: bool = True  # every subset and order was tried (else the structured search)
 
     def search_line(self) -> str:
         """How much the planner looked at: options weighed, simulated, pruned, and how long it took."""
         how = "every subset and order" if self.exhaustive else "structured by site and host group"
+        left = (f", {self.unsettled:,} left unsimulated by the budget of {STRUCTURED_BUDGET} (their floors do not "
+                f"rule them out)" if self.unsettled else "")
         return (f"search ({how}): {self.considered:,} options weighed, {self.simulated:,} simulated, "
-                f"{self.pruned:,} pruned by their floor, in {self.seconds:.2f} s")
+                f"{self.pruned:,} pruned by their floor{left}, in {self.seconds:.2f} s")
 
     @property
     def best(self) -> Option | None:
@@ -280,7 +297,7 @@ class Plan:
     def to_dict(self) -> dict:
         return {"scenario": self.case.cluster.name, "model": self.case.model.name, "considered": self.considered,
                 "pruned": self.pruned, "simulated": self.simulated, "search_seconds": self.seconds,
-                "search": "exhaustive" if self.exhaustive else "structured", "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
+                "search": "exhaustive" if self.exhaustive else "structured", "unsettled": self.unsettled, "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
                 "best": self.best.to_dict() if self.best else None,
                 "algorithm1": self.algorithm.to_dict() if self.algorithm else None,
                 "algorithm1_option": self.algorithm_option.to_dict() if self.algorithm_option else None,
@@ -318,7 +335,7 @@ def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None 
     selection, chosen = algorithm_choice(case, delta)
     return Plan(case, ok, failed, deadline_s, max_gpus, selection, chosen,
                 considered=found.considered, pruned=found.pruned, simulated=len(found.simulated),
-                seconds=found.seconds, exhaustive=found.exhaustive)
+                seconds=found.seconds, exhaustive=found.exhaustive, unsettled=found.unsettled)
 
 
 # -- the same question on measured runs ----------------------------------------------------------

@@ -350,6 +350,10 @@ def _order(hosts: tuple[str, ...], options: dict | None) -> tuple[str, ...]:
 
 def option_kind(hosts: tuple[str, ...], options: dict | None = None) -> str:
     order = _order(hosts, options)
+    if len(order) > 4 and all("[" not in stage for stage in order):  # a stage per VM, many VMs: in order
+        from geosim.structure import host_list
+
+        return f"{LABEL} {len(order)} stages {host_list(order).replace('+', '>')}"
     if len(order) > 1:
         return f"{LABEL} {'>'.join(order)}"
     one_stage = bool(options and "meshes" in options)  # else Alpa's layout on one VM: a stage per GPU
@@ -448,7 +452,7 @@ def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compr
     key = (id(case.cluster), id(case.params), hosts)
     known = _NETWORKS.get(key)
     if known is None or known[0] is not case.cluster or known[1] is not case.params:
-        if len(_NETWORKS) >= 64:
+        if len(_NETWORKS) >= 8:  # a 1,024-GPU network holds a route per pair of its hosts: keep few
             _NETWORKS.clear()
         on = case.on(hosts).cluster
         devices = devices_of(on)
