@@ -62,3 +62,64 @@ def test_structured_search_is_within_one_percent_of_exhaustive(cluster, batch):
     if every.best is not None:
         assert structured.best.total_time_s <= every.best.total_time_s * 1.01, (
             structured.best.label, every.best.label)
+
+
+def test_a_search_too_large_is_refused_in_one_line_naming_what_narrows_it(monkeypatch, capsys):
+    from geosim.cli import main
+    from geosim.studies import plan
+
+    monkeypatch.setattr(plan, "MAX_CANDIDATES", 10)
+    assert main(["plan", "--scenario", "utah-gpn"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "more than 10 options" in err and "--technique" in err and "--max-gpus" in err
+
+
+def test_the_plan_says_what_it_weighed_simulated_and_how_long(capsys):
+    import json
+
+    from geosim.cli import main
+
+    assert main(["plan", "--scenario", "utah-gpn", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    assert doc["considered"] == doc["simulated"] + doc["pruned"] + doc["unsettled"]
+    assert doc["search"] == "exhaustive" and doc["search_seconds"] > 0
+    assert main(["plan", "--scenario", "utah-gpn"]) == 0
+    assert "options weighed" in capsys.readouterr().out
+
+
+def test_floors_stay_under_predictions_on_a_large_cluster():
+    """The floors that prune a 128-GPU cluster's options (geosim.techniques._floor, pipeshard's)
+    never exceed the prediction: checked on the options the search simulates."""
+    from pathlib import Path
+
+    from geosim.scenario import load_scenario
+    from geosim.studies.plan import floor_s, search
+
+    scenario = load_scenario(Path(__file__).resolve().parents[1] / "bench" / "clusters" / "h100-4x4.toml")
+    case = Case(scenario.cluster, get_model("gpt2-xl"), scenario.workload(global_batch=512, microbatches=16),
+                load_params())
+    found = search(case, keep=3)
+    checked = [o for o in found.simulated if o.ok]
+    assert len(checked) >= 3 and not found.exhaustive
+    for o in checked:
+        assert floor_s(case, o.technique, o.hosts, o.changes, o.options) <= o.total_time_s
+
+
+def test_diloco_offers_a_replica_per_site_data_parallel_inside_it():
+    from pathlib import Path
+
+    from geosim.scenario import load_scenario
+    from geosim.sim.predict import predict
+    from geosim.techniques import plan_variants
+
+    scenario = load_scenario(Path(__file__).resolve().parents[1] / "bench" / "clusters" / "h100-4x4.toml")
+    case = Case(scenario.cluster, get_model("gpt2-xl"), scenario.workload(global_batch=512, microbatches=4),
+                load_params())
+    everyone = tuple(h.name for h in scenario.cluster.hosts)
+    for technique in ("diloco", "sparseloco"):
+        layouts = [options for _, options in plan_variants(technique, case, everyone)]
+        per_site = [o for o in layouts if o and o.get("replicas")]
+        assert len(per_site) == 1 and [len(r) for r in per_site[0]["replicas"]] == [4, 4, 4, 4]
+        p = predict(case, technique, options=per_site[0])
+        assert p.ok and p.description.startswith("4 replicas (data parallel over 32 GPUs")

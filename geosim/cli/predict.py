@@ -88,7 +88,15 @@ def _run(args) -> int:
             rows = [best_of_technique(case, t) for t in synchronous + lowcomm]
         # the verdict ranks what the planner finds among the same techniques (its layer splits and
         # microbatches included), so predict, select and plan name the same best option
-        plan = make_plan(case, keep=2, techniques=tuple(synchronous)) if synchronous else None
+        plan = None
+        if synchronous:
+            from geosim.cli.plan import Progress  # a line on stderr once the search runs for 2 s
+
+            progress = Progress(cluster.name)
+            try:
+                plan = make_plan(case, keep=2, techniques=tuple(synchronous), progress=progress)
+            finally:
+                progress.close()
         targets = _time_to_target(args, params, model, workload, rows) if lowcomm else None
         slices.append((case, rows, plan, targets))
     ranges = _ranges(args, params, slices)
