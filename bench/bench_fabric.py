@@ -71,7 +71,8 @@ def main() -> int:
         show(f"{label}, in process", timings(
             lambda: rank_sites(sites, gpt2m, workload, params, gpu=gpu, techniques=STUDY_ORDER), args.runs),
              10.0 if gpu else None)
-        argv = [sys.executable, "-m", "geosim", "plan", "--sites", "all", "--model", "gpt2m"] + (["--gpu", gpu] if gpu else [])
+        argv = [sys.executable, "-m", "geosim", "plan", "--sites", "all", "--model", "gpt2m", "--technique",
+                ",".join(STUDY_ORDER)] + (["--gpu", gpu] if gpu else [])
         show(f"{label}, fresh `geosim plan` process", timings(
             lambda: subprocess.run(argv, check=True, capture_output=True, cwd=ROOT), args.runs), 10.0 if gpu else None)
     return 0

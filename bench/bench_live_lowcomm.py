@@ -3,7 +3,7 @@ efficiency, and (root, emulated WAN) DiLoCo's step time at 0.1 ms vs 40 ms RTT.
 
     python bench/bench_live_lowcomm.py                       # data, diloco, sparseloco: 300 steps, seeds 0,1,2 (~7 min)
     python bench/bench_live_lowcomm.py --steps 100 --technique data,diloco --seeds 0 --held-out 0
-    python bench/bench_live_lowcomm.py --wan                 # + the WAN timing (root; `geosim live run --nodes wan`)
+    python bench/bench_live_lowcomm.py --wan                 # + the WAN timing (root; `geosim live run --hosts wan`)
     python bench/bench_live_lowcomm.py --wan-only
 
 Every run is a `geosim live run` subprocess on the tiny model, the shipped generated corpus
@@ -84,7 +84,7 @@ def train_curves(args, out: Path) -> dict:
         t0 = time.time()
         geosim("live", "run", "--technique", technique, "--steps", args.steps, *common_flags(args),
                "--cpu-devices", args.cpu_devices, *lowcomm_flags(technique, args),
-               "--records", runs, "--loss-curve-out", curves, "--loss-curve-window", args.window)
+               "--records-out", runs, "--loss-curve-out", curves, "--loss-curve-window", args.window)
         doc = last_line(curves)
         with open(out / "curves.jsonl", "a") as f:
             f.write(json.dumps(doc) + "\n")
@@ -227,8 +227,12 @@ def plot(out: Path, seeds: list[int], path: Path, title: str, summary: dict, hel
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    print(f"wrote {path}")
+    from geosim.report.figures import LAYOUT, save_png
+
+    save_png(fig, path, dpi=110)  # >= 1200 px wide; its text checked for overlaps on the renderer
+    plt.close(fig)
+    overlaps = LAYOUT[str(path)]["overlaps"]
+    print(f"wrote {path}" + (f" (overlapping labels: {overlaps})" if overlaps else ""))
 
 
 def wan_timing(args, out: Path) -> dict:
@@ -245,9 +249,9 @@ def wan_timing(args, out: Path) -> dict:
         try:
             for technique in args.wan_techniques:
                 t0 = time.time()
-                proc = geosim("live", "run", "--nodes", "wan", "--technique", technique, "--steps", args.wan_steps,
+                proc = geosim("live", "run", "--hosts", "wan", "--technique", technique, "--steps", args.wan_steps,
                               *common_flags(args), "--cpu-devices", 1, *lowcomm_flags(technique, wan_args),
-                              "--records", out / "wan-runs.jsonl", "--loss-curve-out", curves,
+                              "--records-out", out / "wan-runs.jsonl", "--loss-curve-out", curves,
                               "--loss-curve-window", args.wan_inner_steps, env=env, check=False)
                 if proc.returncode != 0:
                     print(f"rtt {rtt} ms {technique}: failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")

@@ -1,6 +1,6 @@
 """Benchmark: the whole live validation loop on the emulated WAN (root, /dev/net/tun).
 
-    sudo .venv/bin/python bench/bench_live_validate.py [--out bench-validate] [--steps 12]
+    sudo .venv/bin/python bench/bench_live_validate.py [--out-dir bench-validate] [--steps 12]
          [--rtt-ms 0.1,10,40] [--technique data,zero2,shard,pipeshard] [--records runs.jsonl]
 
 Runs `geosim live validate` with the issue's defaults (four techniques at RTT 0.1, 10
@@ -14,7 +14,7 @@ The window-limited configuration (that page's "Window-limited runs"), where each
 costs Data, ZeRO2 and Shard more than Pipeshard, as in the study:
 
     sudo .venv/bin/python bench/bench_live_validate.py --model small-wan --global-batch 8 \
-         --tcp-window-kib 128 --quick --timeout 240 --out bench-validate-window
+         --tcp-window-kib 128 --quick --timeout 240 --out-dir bench-validate-window
 
 (2 layers x 256 wide, 32 tokens a sequence: 6.6 MB of gradients against 0.26 MB of
 activations per pipeline send; TCP buffers capped at 128 KiB in the emulated hosts; ~6 min.)

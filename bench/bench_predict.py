@@ -38,8 +38,9 @@ import geosim
 from geosim.case import Case
 from geosim.cli import main as geosim_main
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
-from geosim.sim.predict import SIMULATED_ITERATIONS, predict
+from geosim.predict import SIMULATED_ITERATIONS, predict
 from geosim.scenario import BUILTIN_SCENARIOS, get_model, gpu_catalog, load_scenario
 from geosim.techniques import STUDY_ORDER, is_low_communication, technique_names
 
@@ -178,7 +179,7 @@ def bench_big(runs: int) -> tuple[int, float]:
     results = []
 
     def simulate():
-        results.append(run_schedule(schedule, cluster, params, workload, iterations=1))
+        results.append(run_schedule(schedule, cluster, params, workload, iterations=1, network=TCPNetwork))
 
     walls, _ = timed(simulate, runs)
     r = results[-1]
@@ -216,7 +217,7 @@ def check_extrapolation(slices: list[str], iterations_per_epoch: int, epochs: in
             extrapolated = r.total_time_s - r.startup_s
             schedule = build_schedule(technique, Case(scenario.cluster, model, workload, params))
             start = time.perf_counter()
-            full = run_schedule(schedule, scenario.cluster, params, workload, iterations=n)
+            full = run_schedule(schedule, scenario.cluster, params, workload, iterations=n, network=TCPNetwork)
             wall = time.perf_counter() - start
             every = full.iteration_end[-1]
             diff = (extrapolated - every) / every

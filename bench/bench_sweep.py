@@ -63,7 +63,7 @@ def timed_sweep(g: Grid, ctx, make_executor, repeats: int) -> tuple[float, float
 
 def bench_scale(sites: list[int], vms: int, gpus: int) -> None:
     from geosim.params import load_params
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
     from geosim.scale import scale_name, scale_scenario
     from geosim.scenario import get_model
 

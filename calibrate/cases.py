@@ -17,6 +17,8 @@ from geosim.records import read_runs as records_read_runs
 from geosim.scenario import Scenario, get_model, load_scenario, scenario_from_doc
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import get_technique
+from geosim.params import default_params
+from geosim.techniques._settings import with_options
 
 # The measured figure a case is fitted to, in order of preference: the steady-state
 # iteration time where a run has it (Alpa's benchmark, live runs, whose wall-clock total
@@ -120,8 +122,6 @@ def to_case(where: str, record: RunRecord) -> RunCase:
         raise GeosimError(exc.problem, source=where, key=exc.key) from None
     options = None
     if record.options:
-        from geosim.params import default_params
-        from geosim.techniques._settings import with_options
 
         try:  # checked like a --params value: known settings, their types and ranges
             with_options(default_params().settings(record.technique), record.options, record.technique)

@@ -1,10 +1,11 @@
 """geosim calibrate: import measured runs, fit the simulator to them, cross-validate on the study.
 
-    geosim calibrate import study --out runs.jsonl
-    geosim calibrate import alpa-tsv results.tsv --scenario utah-gpn --global-batch 8 --out runs.jsonl
-    geosim calibrate import alpa-log train.log --scenario utah-gpn --technique pipeshard --model gpt2m --out runs.jsonl
-    geosim calibrate fit runs.jsonl --out fitted.toml [--scenarios-out fitted-scenarios/]
-    geosim calibrate crossval [runs.jsonl] [--json] [--plot crossval.png]
+    geosim calibrate import study --records-out runs.jsonl
+    geosim calibrate import alpa-tsv results.tsv --scenario utah-gpn --global-batch 8 --records-out runs.jsonl
+    geosim calibrate import alpa-log train.log --scenario utah-gpn --technique pipeshard --model gpt2m --records-out runs.jsonl
+    geosim calibrate fit --records runs.jsonl --out fitted.toml [--scenarios-out fitted-scenarios/]
+    geosim calibrate crossval [--records runs.jsonl] [--json] [--plot crossval.png]
+    geosim calibrate check runs.jsonl [--params fitted.toml] [--json]
 
 Nothing is written until everything has been read, fitted and checked; files are
 replaced atomically, so a failed command leaves no half-written output.
@@ -12,6 +13,7 @@ replaced atomically, so a failed command leaves no half-written output.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -19,12 +21,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from geosim.calibrate import OVERHEAD_KINDS
+from geosim.cli.vocabulary import add_renamed
 from geosim.errors import GeosimError, require
 from geosim.studies.reference import study_records
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-console", "alpa-log", "live")
-# the free set cross-validation uses (README: Calibrating geosim): the collective step's round trips
+# the free set cross-validation uses (docs/guide/calibrate.md): the collective step's round trips
 # globally (per-link values fitted on three techniques extrapolate worse to the fourth), one
 # per-iteration overhead shared by all techniques (a held-out technique has no overhead of its own to
 # fit), and no technique-only scalar (ZeRO-2's gather width is a fact of what Alpa sends, not a knob)
@@ -43,11 +46,15 @@ def add_arguments(parser) -> None:
                    "result file (its TSV or its console output, whichever the file is); alpa-console: the same; "
                    "alpa-log: Alpa's GPT-2 training log; live: records written by `geosim live`")
     p.add_argument("file", nargs="?", help="the file to import (not for 'study')")
-    p.add_argument("--out", required=True, help="run-records file to write (replaced atomically)")
+    p.add_argument("--records-out", dest="out", metavar="RUNS.jsonl",
+                   help="run-records file to write (replaced atomically; required)")
+    add_renamed(p, "--out", "--records-out", dest="out")
     p.add_argument("--append", action="store_true",
-                   help="append to --out (under its lock) the records not already in it, instead of replacing it")
+                   help="append to --records-out (under its lock) the records not already in it, instead of "
+                        "replacing it")
     p.add_argument("--scenario", help="the slice the Alpa runs ran on (built-in name or scenario file)")
-    p.add_argument("--hosts", help="VMs of the slice the runs used, comma-separated names (default: all)")
+    p.add_argument("--hosts", metavar="VMS",
+                   help="VMs of the slice the runs used, names joined by + (vm1+vm2) or 'all' (default: all)")
     p.add_argument("--technique", help="alpa-log: the technique the run used")
     p.add_argument("--model", help="alpa-log: the model (catalog name)")
     p.add_argument("--global-batch", type=int, help="sequences per iteration, if the file does not say")
@@ -55,7 +62,8 @@ def add_arguments(parser) -> None:
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
 
     p = sub.add_parser("fit", help="fit parameters to run records; report fit quality and uncertainties")
-    p.add_argument("records", help="run-records file (JSON Lines)")
+    p.add_argument("--records", metavar="RUNS.jsonl", help="run-records file (JSON Lines) to fit to (required)")
+    p.add_argument("old_records", nargs="?", metavar="RECORDS", help=argparse.SUPPRESS)  # the old positional
     p.add_argument("--out", required=True, help="fitted parameters file to write (what `geosim --params` reads)")
     p.add_argument("--params", help="starting parameters (default: the shipped defaults)")
     p.add_argument("--links", choices=("auto", "bandwidth", "window", "none"), default="auto",
@@ -77,8 +85,15 @@ def add_arguments(parser) -> None:
     p.add_argument("--max-evaluations", type=int, default=25, help="least-squares iterations (default %(default)s)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
+    p = sub.add_parser("check", help="predict every record with the given parameters (no fitting): predicted "
+                                     "against measured time per iteration, TFLOP/s and peak memory")
+    p.add_argument("records", help="run-records file (JSON Lines), or 'study' for the study's measurements")
+    p.add_argument("--params", help="parameters to predict with (default: the shipped defaults)")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
     p = sub.add_parser("crossval", help="leave-one-technique-out and leave-one-slice-out on the study's Table II")
-    p.add_argument("records", nargs="?", help="run-records file (default: the study's measurements)")
+    p.add_argument("--records", metavar="RUNS.jsonl", help="run-records file (default: the study's measurements)")
+    p.add_argument("old_records", nargs="?", metavar="RECORDS", help=argparse.SUPPRESS)  # the old positional
     p.add_argument("--params", help="starting parameters (default: the shipped defaults)")
     p.add_argument("--kind", choices=("all", "both", "loto", "loso", "single-vm"), default="all",
                    help="all: the three; both: loto and loso (default %(default)s)")
@@ -102,11 +117,19 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    return {"import": run_import, "fit": run_fit, "crossval": run_crossval}[args.action](args)
+    return {"import": run_import, "fit": run_fit, "crossval": run_crossval, "check": run_check}[args.action](args)
 
 
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def old_positional_records(args) -> None:
+    """`calibrate fit RECORDS` (the old positional) still works for now, with a deprecation line."""
+    if getattr(args, "old_records", None) is not None:
+        print("geosim: warning: the positional RECORDS is deprecated; use --records RECORDS", file=sys.stderr)
+        if args.records is None:
+            args.records = args.old_records
 
 
 # ----------------------------------------------------------------------------- import
@@ -117,8 +140,10 @@ def run_import(args) -> int:
     from geosim.fileio import check_output_path
     from geosim.records import append_records, scenario_for_file, write_records
 
-    out = check_output_path(args.out, "--out")
-    hosts = [h for h in args.hosts.split(",") if h] if args.hosts else None
+    if not args.out:
+        raise GeosimError("required: the run-records file to write", source="--records-out")
+    out = check_output_path(args.out, "--records-out")
+    hosts = [h for h in args.hosts.replace("+", ",").split(",") if h] if args.hosts and args.hosts != "all" else None
     if args.kind != "study" and not args.file:
         raise GeosimError(f"'import {args.kind}' needs the file to import", source="calibrate import")
     for flag in ("global_batch", "microbatches"):
@@ -151,6 +176,9 @@ def run_import(args) -> int:
             r.scenario = scenario if args.kind.startswith("alpa") else scenario_for_file(r.scenario, out)
     for line in skipped:
         print(f"skipped {line}", file=sys.stderr)
+    for r in records:  # a smaller run of a multi-run log: say which GPUs it is predicted on
+        if r.cluster is not None and "predicted on the first" in (r.note or ""):
+            print(r.note.split(": ", 1)[0] + ": " + r.note.rsplit("; ", 1)[-1], file=sys.stderr)
     if args.append:
         added, duplicates = append_records(out, records)
         print(f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else ""))
@@ -165,6 +193,29 @@ def run_import(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- check
+
+def run_check(args) -> int:
+    from geosim.calibrate.cases import cases_from_records, load_cases
+    from geosim.calibrate.check import check, print_table, summary
+    from geosim.params import load_params
+
+    params = load_params(args.params)
+    if args.records == "study":
+        cases = cases_from_records(study_records(), "study")
+    else:
+        cases = load_cases(args.records)
+    if not cases:
+        raise GeosimError("no records in file (empty)", source=args.records)
+    rows = check(cases, params, progress=None if args.json else progress)
+    if args.json:
+        print(json.dumps({"params": args.params or "defaults", "records": [r.to_dict() for r in rows],
+                          "summary": summary(rows)}, indent=2, default=str, allow_nan=False))
+        return 0
+    print_table(rows, args.params or "the shipped parameters")
+    return 0
+
+
 # ----------------------------------------------------------------------------- fit
 
 def run_fit(args) -> int:
@@ -176,6 +227,9 @@ def run_fit(args) -> int:
 
     from geosim.fileio import check_output_path
 
+    old_positional_records(args)
+    if not args.records:
+        raise GeosimError("required: the run records to fit to", source="--records")
     check_output_path(args.out, "--out")  # before the fit, not after it
     if args.scenarios_out:
         parent = Path(args.scenarios_out).resolve().parent
@@ -186,7 +240,11 @@ def run_fit(args) -> int:
         raise GeosimError(f"must be >= 1, got {args.max_evaluations}", source="--max-evaluations")
     cases = load_cases(args.records)
     base = load_params(args.params)
-    known = {s for s in args.known_links.split(",") if s}
+    known = {s.strip() for s in args.known_links.split(",") if s.strip()}
+    unknown = sorted(known - {c.slice_key for c in cases})
+    if unknown:  # a misspelt slice would silently leave its link fitted
+        raise GeosimError(f"no record is on {', '.join(map(repr, unknown))} (the records' slices: "
+                          f"{', '.join(sorted({c.slice_key for c in cases}))})", source="--known-links")
     slices = {c.slice_key for c in cases} - known
     free = default_free(cases, base, fit_links=set() if args.links == "none" else slices,
                         link_kind="auto" if args.links == "none" else args.links, fit_workload=args.fit_workload,
@@ -259,7 +317,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
         name = safe_file_name(slice_key, names)
         names.add(name)
         out[Path(directory) / f"{name}.toml"] = tomli_w.dumps(doc)
-    Path(directory).mkdir(parents=True, exist_ok=True)
+    Path(directory).mkdir(exist_ok=True)  # its parent was checked before the fit: never made silently
     return out
 
 
@@ -337,6 +395,7 @@ def run_crossval(args) -> int:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     if args.max_evaluations < 1:
         raise GeosimError(f"must be >= 1, got {args.max_evaluations}", source="--max-evaluations")
+    old_positional_records(args)
     cases = load_cases(args.records) if args.records else cases_from_records(study_records(), "fabric-slm-2026")
     cases = [c for c in cases if c.metric is not None]
     if not cases:

@@ -37,6 +37,7 @@ from geosim.calibrate.fit import fit, predict_with
 from geosim.calibrate.free import default_free
 from geosim.params import load_params
 from geosim.techniques import STUDY_ORDER
+from geosim.studies.whatif import wan_links
 
 
 @dataclass
@@ -138,7 +139,6 @@ def nominal_links(cases: list[RunCase]) -> list[RunCase]:
     slices' links in place of one that differs from it (a bandwidth inferred from the measurements)."""
     import statistics
 
-    from geosim.studies.whatif import wan_links
 
     slices = {c.slice_key: c.cluster for c in cases}
     nominal_bps = statistics.median(link.bandwidth_bps for cl in slices.values() for link in wan_links(cl))

@@ -115,7 +115,7 @@ def overhead_warnings(ev, timed: list[RunCase], values, params: Params) -> list[
         share = b.overhead_s / pred.iteration_time_s
         if share > worst.get(case.technique, (0.0, ""))[0]:
             worst[case.technique] = (share, case.label)
-    return [f"{technique}: the per-iteration overhead ({params.iteration_overhead_s.get(technique, 0.0):.3g} s) is "
+    return [f"{technique}: the per-iteration overhead ({params.for_technique('iteration_overhead_s', technique):.3g} s) is "
             f"{share:.0%} of an iteration ({label}): the fit explains these runs by a fixed cost, so predictions "
             f"for other slices, models or batches are unreliable"
             for technique, (share, label) in sorted(worst.items()) if share >= OVERHEAD_WARN_SHARE]

@@ -26,7 +26,7 @@ from geosim.calibrate.free import (DATA_NOISE, LINK_GLOBALS, LINK_KEYS, LINK_KIN
                                    SCALAR_PRIORS, FreeParam, apply_case, apply_params)
 from geosim.case import Case as SimCase
 from geosim.errors import GeosimError
-from geosim.sim.predict import Prediction, predict
+from geosim.predict import Prediction, predict
 from geosim.specs import GIB, Cluster, Params
 from geosim.techniques import build_schedule
 
@@ -210,7 +210,7 @@ def fit_memory(cases: list[RunCase], params: Params) -> tuple[Params, dict]:
     records, choose the per-GPU workspace that gets the most right (the memory model's one free constant)."""
     judged = [c for c in cases if c.status in ("ok", "out-of-memory")]
     if not judged:
-        return params, {"right": 0, "total": 0, "workspace_gib": params.workspace_gib, "note": "no records"}
+        return params, {"right": 0, "total": 0, "workspace_gib": params.workspace_bytes / GIB, "note": "no records"}
     margins = []  # GiB left on the tightest GPU with no workspace reserved: the run fits iff workspace <= margin
     for c in judged:
         # memory depends on the model, the batch and the technique, not on links or the epoch length
@@ -222,7 +222,7 @@ def fit_memory(cases: list[RunCase], params: Params) -> tuple[Params, dict]:
             margins.append(None)
             continue
         gpu = {d.rank: d.gpu for d in schedule.devices}
-        margins.append(min(gpu[r].memory_gib - (need - params.workspace_gib * GIB) / GIB
+        margins.append(min(gpu[r].memory_gib - (need - params.workspace_bytes) / GIB
                            for r, need in schedule.memory_bytes.items()))
     fits = [c.status == "ok" for c in judged]
 
@@ -230,13 +230,13 @@ def fit_memory(cases: list[RunCase], params: Params) -> tuple[Params, dict]:
         return sum(1 for m, ok in zip(margins, fits) if m is not None and (workspace <= m) == ok)
 
     note = "no out-of-memory records: the workspace is not constrained, left at its value"
-    workspace = params.workspace_gib
+    workspace = params.workspace_bytes / GIB
     if not all(fits):
         grid = np.round(np.arange(0.0, 8.0001, 0.05), 2)
         best = max(right(w) for w in grid)
-        workspace = float(min((w for w in grid if right(w) == best), key=lambda w: abs(w - params.workspace_gib)))
+        workspace = float(min((w for w in grid if right(w) == best), key=lambda w: abs(w - params.workspace_bytes / GIB)))
         note = f"workspace per GPU chosen from the out-of-memory records: {workspace:g} GiB"
-        params = replace(params, workspace_gib=workspace)
+        params = replace(params, workspace_bytes=workspace * GIB)
     return params, {"right": right(workspace), "total": len(judged), "workspace_gib": workspace, "note": note}
 
 

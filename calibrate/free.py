@@ -12,9 +12,15 @@ from dataclasses import dataclass, replace
 from geosim.calibrate import OVERHEAD_KINDS
 from geosim.calibrate.cases import RunCase
 from geosim.errors import GeosimError
-from geosim.params import SCALARS
+from geosim.parameters import TABLE_BY_KEY
+from geosim.params import NETWORK_KEYS, SCALARS, fittable, priors, scalar_si, with_scalar
+from geosim.runtime import runtime_of, shipped_runtimes, with_runtime
 from geosim.specs import Cluster, Params
 from geosim.techniques import is_pipelined
+from geosim.studies.whatif import wan_links
+from geosim.techniques import builds_on, settings_class, technique_names
+from geosim.techniques._settings import tunables
+from geosim.units import MIB
 
 SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 # A per-link value is a slice's deviation from the global transport (window) or from the scenario's
@@ -24,32 +30,30 @@ SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 LINK_PRIOR_SIGMA = 2.0
 # scalars only some techniques' schedules use: a p2p send's rendezvous is paid by pipeline stages only
 P2P_SCALARS = ("transport.p2p_handshake_rtts",)
-# A message's fixed cost (NCCL's proxy hand-off, the socket calls, a chunk's copy to the host) is
-# tens to hundreds of microseconds; 20 ms is a generous ceiling. Without one a fit explained runs
-# 40 s slower than their compute by 0.87 s per message, a fixed per-iteration cost in disguise.
-MAX_PER_MESSAGE_US = 2e4
-# (lowest, highest) a global transport scalar may be fitted to, in its file unit; a technique's own
-# fittable settings come with their ranges from its Settings (tunable(..., fit=(low, high)))
-SCALAR_RANGES = {"transport.collective_step_rtts": (0.02, 20.0), "transport.p2p_handshake_rtts": (0.1, 50.0),
-                 "transport.window_mib": (1 / 16, 512.0), "compute.gemm_fraction": (0.05, 1.0),
-                 "compute.memory_fraction": (0.05, 1.0),
-                 "transport.per_message_overhead_us": (1.0, MAX_PER_MESSAGE_US), "transport.stream_rate_gbps": (0.1, 100.0)}
+# (lowest, highest) a global scalar may be fitted to, in its file unit: declared with the parameter
+# (geosim/parameters.py, `fit`, e.g. a message's fixed cost within [1 us, 20 ms]: without a ceiling a
+# fit explained runs 40 s slower than their compute by 0.87 s per message, a per-iteration cost in
+# disguise); a technique's own fittable settings come with their ranges from its Settings
+# (tunable(..., fit=(low, high)))
+SCALAR_RANGES = {key: p.fit for key, p in fittable().items()}
+MAX_PER_MESSAGE_US = SCALAR_RANGES["transport.per_message_overhead_us"][1]
 # the round trips a collective step waits for NCCL's flow control (fitted unless step_rtts=None)
 STEP_SCALARS = ("transport.collective_step_rtts",)
-# The compute model's global constants: (prior centre, 1-sigma of log(value)), sources in
-# docs/reference/params.md. A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
+# Priors, (centre, 1-sigma of log(value)), are declared with each parameter (geosim/parameters.py,
+# sources in docs/reference/params.md). A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
 # weighed against the records as if each record's log error had a 1-sigma of DATA_NOISE.
-COMPUTE_PRIORS = {"compute.gemm_fraction": (0.7, 0.5), "compute.memory_fraction": (0.8, 0.4)}
+SCALAR_PRIORS = priors()
+# the compute model's global constants: every GPU's speed from its datasheet and these (always freed)
+COMPUTE_PRIORS = {k: v for k, v in SCALAR_PRIORS.items() if k.startswith("compute.")}
+# A message's fixed cost over NCCL's socket transport is tens to hundreds of microseconds. Without its
+# prior, a fold without Shard moved the other techniques' misfit into ~8 ms per message, and Shard's
+# thousands of small all-reduces came out twice too slow on a LAN.
+PER_MESSAGE_PRIOR = {k: v for k, v in SCALAR_PRIORS.items() if k == "transport.per_message_overhead_us"}
 # A per-iteration overhead is launch, host sync and the driver's bookkeeping: a tenth of a second,
-# not the seconds a fit would otherwise move into it to stand in for slow compute.
-OVERHEAD_PRIOR = (0.1, 1.0)
-# A message's fixed cost over NCCL's socket transport (the proxy thread's hand-off, the socket
-# calls, a chunk's copy through host memory) is tens to hundreds of microseconds: (centre in us,
-# 1-sigma of its log). Without it, a fold without Shard moved the other techniques' misfit into
-# ~8 ms per message, and Shard's thousands of small all-reduces came out twice too slow on a LAN.
-PER_MESSAGE_PRIOR = {"transport.per_message_overhead_us": (100.0, 1.0)}
-SCALAR_PRIORS = {**COMPUTE_PRIORS, **PER_MESSAGE_PRIOR}
-OVERHEAD_RANGE = (1e-4, 1.0)  # s: physical bounds of a per-iteration overhead
+# not the seconds a fit would otherwise move into it to stand in for slow compute (declared with
+# overhead.iteration_s: its prior and its physical bounds, s).
+OVERHEAD_PRIOR = TABLE_BY_KEY["overhead.iteration_s"].prior
+OVERHEAD_RANGE = TABLE_BY_KEY["overhead.iteration_s"].fit
 DATA_NOISE = 0.2  # the 1-sigma of a record's log error a prior is weighed against
 SHARED = "shared"  # the target of an overhead every technique has (fitted once, predicts a technique never seen)
 LINK_KINDS = ("link_bandwidth", "link_window", "link_step_rtts")
@@ -61,8 +65,6 @@ LINK_GLOBALS = {"link_window": "transport.window_mib", "link_step_rtts": "transp
 
 def fittable_settings() -> dict[str, tuple[float, float]]:
     """TECHNIQUE.SETTING -> the range the fitter may move it in, for every technique's fittable tunables."""
-    from geosim.techniques import settings_class, technique_names
-    from geosim.techniques._settings import tunables
 
     return {f"{name}.{leaf}": t.fit for name in technique_names()
             for leaf, t in tunables(settings_class(name)).items() if t.fit is not None}
@@ -70,7 +72,6 @@ def fittable_settings() -> dict[str, tuple[float, float]]:
 
 def _uses(technique: str, owner: str) -> bool:
     """Whether `technique`'s schedules are built with `owner`'s (so its settings affect them)."""
-    from geosim.techniques import builds_on
 
     return technique == owner or any(_uses(t, owner) for t in builds_on(technique))
 
@@ -99,6 +100,7 @@ class FreeParam:
             "link_window": f"link.{self.target}.window_mib",
             "link_step_rtts": f"link.{self.target}.step_rtts",
             "tokens_per_epoch": "workload.tokens_per_epoch",
+            "runtime": f"runtime.{self.target}",
         }[self.kind]
 
     def affects(self, case: RunCase) -> bool:
@@ -110,11 +112,13 @@ class FreeParam:
             return case.networked and self.target == case.slice_key
         if self.kind == "tokens_per_epoch":
             return "tokens_per_epoch" in case.assumed_workload
+        if self.kind == "runtime":  # "jax.iteration_s": the cases that run on that runtime
+            return case.workload.runtime == self.target.partition(".")[0]
         if self.kind == "setting":
             return _uses(case.technique, self.target.partition(".")[0])
         if self.target in P2P_SCALARS and not is_pipelined(case.technique):
             return False
-        if self.target.startswith(("transport.", "host.lan")):
+        if self.target in NETWORK_KEYS or self.target.startswith("host.lan"):  # a network model's own, a LAN's
             return case.networked
         return True
 
@@ -122,7 +126,7 @@ class FreeParam:
 def apply_params(base: Params, free: list[FreeParam], values) -> Params:
     """The global parameters (not per-link, not workload) set to values."""
     efficiency, iteration, startup = dict(base.efficiency), dict(base.iteration_overhead_s), dict(base.startup_s)
-    changes: dict = {}
+    scalars: dict = {}
     for p, v in zip(free, values):
         if p.kind == "efficiency":
             efficiency[p.target] = float(v)
@@ -133,12 +137,19 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
             startup[p.target] = float(v)
         elif p.kind == "scalar":
             name, scale = SCALAR_FIELDS[p.target]
-            changes[name] = max(1, round(v)) if scale is int else float(v) * scale
+            scalars[p.target] = max(1, round(v)) if scale is int else float(v) * scale
         elif p.kind == "setting":
             technique, _, leaf = p.target.partition(".")
             kind = type(getattr(base.settings(technique), leaf))
             base = base.with_settings(technique, **{leaf: max(1, round(v)) if kind is int else float(v)})
-    return replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup, **changes)
+        elif p.kind == "runtime":  # one of a runtime's fixed costs (geosim/runtime.py), seconds
+            name, _, leaf = p.target.partition(".")
+            runtime = (base.runtimes or {}).get(name) or shipped_runtimes()[name]
+            base = with_runtime(base, replace(runtime, **{leaf: float(v)}))
+    base = replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup)
+    for key, value in scalars.items():
+        base = with_scalar(base, key, value)
+    return base
 
 
 def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
@@ -149,7 +160,7 @@ def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
             continue
         if p.kind in LINK_KINDS:
             cluster = with_link(cluster, bandwidth_bps=v * 1e9 if p.kind == "link_bandwidth" else None,
-                                window_bytes=v * 2**20 if p.kind == "link_window" else None,
+                                window_bytes=v * MIB if p.kind == "link_window" else None,
                                 step_rtts=v if p.kind == "link_step_rtts" else None)
         elif p.kind == "tokens_per_epoch":
             workload = replace(workload, tokens_per_epoch=max(1, round(v)))
@@ -159,7 +170,6 @@ def apply_case(case: RunCase, cluster: Cluster, free: list[FreeParam], values):
 def with_link(cluster: Cluster, bandwidth_bps: float | None = None, window_bytes: float | None = None,
               step_rtts: float | None = None) -> Cluster:
     """The slice with its links between sites given a fitted bandwidth, window or collective step round trips."""
-    from geosim.studies.whatif import wan_links
 
     change = set(map(id, wan_links(cluster)))
     links = []
@@ -190,7 +200,6 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
     (transport.collective_step_rtts), "link" (that and one per window-bound link in fit_links: what
     differs between slices, each slice's hosts and path) or None (neither). extra: more global scalars to fit (keys of SCALAR_RANGES,
     e.g. transport.p2p_handshake_rtts, zero2.gather_bytes_per_param); one no record uses is left out."""
-    from geosim.studies.whatif import wan_links
 
     timed = [c for c in cases if c.metric is not None]
     free: list[FreeParam] = []
@@ -204,11 +213,10 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
             return FreeParam("setting", key, min(max(value, lower), upper), lower, upper,
                              "B/param" if key.endswith("per_param") else "")
         name, scale = SCALAR_FIELDS[key]
-        value = getattr(base, name) / scale
+        value = scalar_si(base, key) / scale
         lower, upper = SCALAR_RANGES[key]
-        unit = {"window_mib": "MiB", "overhead_us": "us", "rate_gbps": "Gbit/s", "per_param": "B/param", "rtts": "RTT"}
-        return FreeParam("scalar", key, max(value, lower), lower, upper,
-                         next((u for k, u in unit.items() if key.endswith(k)), ""))
+        unit = fittable()[key].unit
+        return FreeParam("scalar", key, max(value, lower), lower, upper, "" if unit == "fraction" else unit)
 
     if timed:  # every GPU's speed from the datasheet and these two, with priors (COMPUTE_PRIORS)
         free.extend(scalar(k) for k in COMPUTE_PRIORS)
@@ -233,25 +241,35 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
     elif overhead == "technique":
         for technique in sorted({c.technique for c in timed} & (techniques or {c.technique for c in timed})):
             free.append(FreeParam("iteration_overhead", technique,
-                                  min(max(base.iteration_overhead_s.get(technique, 0.05), 1e-3), OVERHEAD_RANGE[1]),
+                                  min(max(base.for_technique("iteration_overhead_s", technique), 1e-3), OVERHEAD_RANGE[1]),
                                   *OVERHEAD_RANGE, "s"))
+    if overhead != "none" and timed:
+        # records of a runtime with its own per-step cost (jax, pytorch: geosim/runtime.py) do not use the
+        # parameters file's overhead table: their runtime's cost is what the fit can move
+        for name in sorted({c.workload.runtime for c in timed}):
+            runtime = runtime_of(next(c.workload for c in timed if c.workload.runtime == name), base)
+            if runtime.iteration_s is not None:
+                free.append(FreeParam("runtime", f"{name}.iteration_s", min(max(runtime.iteration_s, 1e-5),
+                                                                             OVERHEAD_RANGE[1]), 1e-5,
+                                      OVERHEAD_RANGE[1], "s"))
     seen = set()
     for c in timed:
         if not c.networked or c.slice_key in seen or (fit_links is not None and c.slice_key not in fit_links):
             continue
         seen.add(c.slice_key)
         link = wan_links(c.cluster)[0]
-        window = (link.window_bytes or base.window_bytes) * (link.streams or base.streams)
+        tcp = base.network("tcp")  # the windows of the TCP model's links are what a fit can move
+        window = (link.window_bytes or tcp.window_bytes) * (link.streams or tcp.streams)
         # fit what limits the link's rate: the line on a LAN, the TCP window over a WAN (rate = window / RTT)
         window_bound = link.rtt_s > 0 and window / link.rtt_s < link.bandwidth_bps / 8
         kind = link_kind if link_kind != "auto" else ("window" if window_bound else "bandwidth")
         if kind == "bandwidth":
             free.append(FreeParam("link_bandwidth", c.slice_key, link.bandwidth_bps / 1e9, 0.005, 400.0, "Gbit/s"))
         else:
-            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or base.window_bytes) / 2**20,
+            free.append(FreeParam("link_window", c.slice_key, (link.window_bytes or tcp.window_bytes) / MIB,
                                   1 / 64, 512.0, "MiB"))
         if step_rtts == "link" and window_bound:  # on a LAN a step's round trip is lost in its transfer time
-            initial = link.step_rtts if link.step_rtts is not None else base.collective_step_rtts
+            initial = link.step_rtts if link.step_rtts is not None else tcp.collective_step_rtts
             free.append(FreeParam("link_step_rtts", c.slice_key, max(initial, 0.02), 0.02, 20.0, "RTT"))
     if fit_workload and any("tokens_per_epoch" in c.assumed_workload for c in timed):
         initial = next(c.workload.tokens_per_epoch for c in timed if "tokens_per_epoch" in c.assumed_workload)

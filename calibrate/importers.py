@@ -17,7 +17,8 @@ from pathlib import Path
 
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
-from geosim.scenario import model_catalog, read_text
+from geosim.scenario import _read, dims_name, load_scenario, model_catalog, read_text, scenario_path
+from geosim.validate import host_names, is_finite
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
                 "#Params (Billion)", "TFLOPs", "Peak Mem (GB)", "Metadata")
@@ -65,13 +66,12 @@ def _model_from_alpa(fields: dict, where: str) -> tuple[str, dict | None, int | 
         if (model.n_layer, model.n_embd, model.n_head, model.vocab) == (dims["n_layer"], dims["n_embd"], dims["n_head"],
                                                                        dims["vocab"]) and dims["n_ctx"] <= model.n_ctx:
             return name, None, batch
-    return f"gpt-{dims['n_layer']}x{dims['n_embd']}-v{dims['vocab']}", dims, batch
+    return dims_name(**dims), dims, batch
 
 
 def _whole(value, where: str, key: str, low: int = 1) -> int:
     """A whole number >= low from a parsed config field (not a string, bool, NaN or fraction)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value != int(value) or value < low:
+    if not is_finite(value) or value != int(value) or value < low or value > 10**15:
         raise GeosimError(f"must be a whole number >= {low}, got {value!r:.40}", source=where, key=key)
     return int(value)
 
@@ -101,7 +101,31 @@ ALPA_ARGS = {
 
 
 class MismatchedRow(Exception):
-    """A result row measured on another number of GPUs than the slice the import was given."""
+    """A result row measured on more GPUs than the slice the import was given."""
+
+
+def first_gpus_cluster(scenario: str, hosts: list[str] | None, count: int) -> tuple[dict, str]:
+    """The slice cut to its first `count` GPUs (VMs in order, each VM's GPUs in order), in
+    scenario-file form for a record's inline `cluster`, and a note saying which GPUs those are:
+    a log whose runs used 1, 2 and 4 GPUs of a 4-GPU slice is predicted on what each run used."""
+    path = scenario_path(scenario)
+    doc, _ = _read(path)
+    wanted = [h for h in doc["hosts"] if not hosts or h.get("name") in hosts]
+    kept, left = [], count
+    for host in wanted:
+        if left <= 0:
+            break
+        take = list(host["gpus"])[:left]
+        kept.append({**host, "gpus": take})
+        left -= len(take)
+    names = {h["name"] for h in kept} | {h["site"] for h in kept}
+    links = [link for link in doc.get("links", []) if all(end in names for end in link.get("between", []))]
+    name = f"{doc.get('name', path.stem)}-first{count}gpus"
+    cut = {**{k: v for k, v in doc.items() if k not in ("hosts", "links", "name")}, "name": name, "hosts": kept}
+    if links:
+        cut["links"] = links
+    where = ", ".join(f"{h['name']}: {len(h['gpus'])}" for h in kept)
+    return cut, f"ran on {count} GPU(s): predicted on the first {count} of the slice's ({where})"
 
 
 @dataclass
@@ -177,14 +201,10 @@ def _number(text: str, where: str, key: str) -> float:
 
 def slice_shape(scenario: str, hosts: list[str] | None) -> tuple[int, int]:
     """(VMs, GPUs) of the slice the user says the runs ran on."""
-    from geosim.scenario import load_scenario
 
     cluster = load_scenario(scenario).cluster
     if hosts:
-        unknown = [h for h in hosts if h not in {x.name for x in cluster.hosts}]
-        if unknown:
-            raise GeosimError(f"no host {unknown[0]!r} in scenario {cluster.name}", source="--hosts")
-        cluster = cluster.subset(tuple(hosts))
+        cluster = cluster.subset(host_names(",".join(hosts), [x.name for x in cluster.hosts]))
     return len(cluster.hosts), cluster.num_gpus
 
 
@@ -201,8 +221,12 @@ def _row_record(row: dict, where: str, scenario: str, *, batch: int | None, host
     pname, pfields = _config_fields(row["Parallel Config"], where, "Parallel Config")
     n_layer = (dims or {}).get("n_layer") or model_catalog()[model].n_layer
     parallel = parallel_from_alpa(pname, pfields, n_layer, where)
-    if shape is not None and gpus != shape[1]:
+    if shape is not None and gpus > shape[1]:
         raise MismatchedRow(f"{where}: ran on {gpus} GPU(s), the slice given has {shape[1]}")
+    cluster, cut_note = None, ""
+    if shape is not None and gpus < shape[1]:  # a smaller run of a multi-run log: the slice's first GPUs
+        cluster, cut_note = first_gpus_cluster(scenario, hosts, gpus)
+        shape = (len(cluster["hosts"]), gpus)
     if "layer_split" in parallel.options and shape is not None and len(parallel.options["layer_split"]) != shape[0]:
         # geosim puts a stage on each VM: Alpa's stages on one VM's GPUs cannot be laid out as they ran
         del parallel.options["layer_split"]
@@ -225,13 +249,13 @@ def _row_record(row: dict, where: str, scenario: str, *, batch: int | None, host
         workload["checkpointing"] = True
     measured = {} if failed else {"time_per_iteration_s": mean, "tflops_per_gpu": tflops, "peak_memory_gib": peak}
     record = RunRecord(
-        technique=parallel.technique, model=model, status="out-of-memory" if failed else "ok", scenario=scenario,
-        hosts=hosts, model_dims=dims, workload=workload, measured=measured, source=source,
+        technique=parallel.technique, model=model, status="out-of-memory" if failed else "ok",
+        scenario=scenario, cluster=cluster, hosts=None if cluster else hosts, model_dims=dims, workload=workload, measured=measured, source=source,
         backend="alpa", collective_impl="nccl", options=parallel.options or None,
         error="Alpa wrote -1 (the case failed; treated as out of memory)" if failed else None,
         note=f"{where}: {pname}, {gpus} GPUs, {parallel.layout}, use_remat={parallel.use_remat}, "
              f"prefer_reduce_scatter={parallel.prefer_reduce_scatter}, std {std:g} s, "
-             f"#params {row['#Params (Billion)'].strip()}",
+             f"#params {row['#Params (Billion)'].strip()}" + (f"; {cut_note}" if cut_note else ""),
     )
     try:
         return validate({k: v for k, v in record.__dict__.items() if v is not None}, where)
@@ -335,10 +359,7 @@ def alpa_log_record(path: str | Path, scenario: str, technique: str, model: str,
     """One run from Alpa's GPT-2 example log ('Step... N | Loss: L, Learning Rate: R, Throughput: T token/s,
     F TFLOP/s'): the median of the logged windows after the first `skip` (compilation and warm-up)."""
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise GeosimError("no such file", source=str(path)) from None
+    lines = read_text(path).splitlines()  # a regular file, UTF-8 (geosim.scenario.read_text)
     steps = []
     for number, line in enumerate(lines, start=1):
         if "Step..." not in line:

@@ -11,12 +11,17 @@ from dataclasses import dataclass, replace
 from geosim.specs import Cluster, Model, Params, Workload
 
 
+# the network model a case runs unless it names another (geosim.sim.network: tcp, alpha-beta, ideal)
+DEFAULT_NETWORK = "tcp"
+
+
 @dataclass(frozen=True)
 class Case:
     cluster: Cluster
     model: Model
     workload: Workload
     params: Params
+    network: str = DEFAULT_NETWORK  # by name: the backend is found in geosim.sim.network
 
     def on(self, hosts: tuple[str, ...] | None) -> "Case":
         """The same case on a subset of the slice's VMs (all of them for None)."""

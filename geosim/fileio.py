@@ -52,6 +52,33 @@ def write_atomic(path: str | Path, data: str | bytes, mode: int = 0o644) -> None
         raise
 
 
+def save_figure(fig, path: str | Path, **savefig) -> None:
+    """A matplotlib figure written through write_atomic (rendered in memory first; the format from the suffix)."""
+    import io
+
+    buffer = io.BytesIO()
+    savefig.setdefault("format", Path(path).suffix.lstrip(".") or "png")
+    fig.savefig(buffer, **savefig)
+    write_atomic(path, buffer.getvalue())
+
+
+def make_output_dir(path: str | Path, flag: str | None = None) -> Path:
+    """An output directory: made if missing, but never its missing parents (a typo in a parent
+    would otherwise scatter results into a new tree); refused if it is a file."""
+    path = Path(path)
+    try:
+        path.mkdir(exist_ok=True)
+    except FileNotFoundError:
+        raise GeosimError(f"no such directory {str(path.parent)!r} to make it in", source=flag or str(path)) from None
+    except (FileExistsError, NotADirectoryError):
+        raise GeosimError("exists and is not a directory", source=flag or str(path)) from None
+    except OSError as exc:
+        raise GeosimError(f"cannot make this directory ({exc.strerror})", source=flag or str(path)) from None
+    if not path.is_dir():
+        raise GeosimError("exists and is not a directory", source=flag or str(path))
+    return path
+
+
 def lock_path(path: str | Path) -> Path:
     path = Path(path)
     return path.with_name(path.name + LOCK_SUFFIX)

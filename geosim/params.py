@@ -3,93 +3,75 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
+from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
-from geosim.specs import MIB, Params
+from geosim import parameters
+from geosim.parameters import COLLECTIVE_ALGORITHMS, DEFAULT_RANGE, FLAG, WHOLE, TABLE_BY_KEY, Scalar
+from geosim.parameters import TABLES as DECLARED_TABLES
+from geosim.sim.network import network_parameters
+from geosim.specs import Params
 from geosim.techniques._settings import check_value, file_tunables
+from geosim.fileio import write_atomic
+from geosim.runtime import changed_runtimes, runtime_changes_table
+from geosim.scenario import _toml_text, check_number, read_text
+from geosim.techniques import settings_class, settings_parent, technique_names
 
-# (TOML key, Params field, scale from file units to SI; int for whole numbers,
-# None for flags). Scalars only; the dictionaries are handled below. This one table
-# drives reading, writing and calibration of the simulator-wide parameters. A
-# technique's own tunables are not here: each technique declares them in its Settings
+# Every simulator-wide parameter is declared once, in geosim/parameters.py (key, unit, range,
+# prior, fit range, source); the tables below are views of that declaration for reading and
+# writing. A technique's own tunables are not here: each technique declares them in its Settings
 # (geosim/techniques/<name>.py) and they are read from and written to the table [NAME].
-SCALARS: tuple[tuple[str, str, float], ...] = (
-    ("compute.gemm_fraction", "gemm_fraction", 1.0),
-    ("compute.gemm_half_us", "gemm_half_s", 1e-6),
-    ("compute.memory_fraction", "memory_fraction", 1.0),
-    ("compute.kernel_us", "kernel_s", 1e-6),
-    ("transport.window_mib", "window_bytes", float(MIB)),
-    ("transport.streams", "streams", int),
-    ("transport.stream_rate_gbps", "stream_rate_gbps", 1.0),
-    ("transport.per_message_overhead_us", "per_message_overhead_s", 1e-6),
-    ("transport.p2p_handshake_rtts", "p2p_handshake_rtts", 1.0),
-    ("transport.collective_step_rtts", "collective_step_rtts", 1.0),
-    ("transport.slow_start_after_idle", "slow_start_after_idle", None),
-    ("transport.initial_window_kib", "initial_window_bytes", 1024.0),
-    ("transport.idle_restart_ms", "idle_restart_s", 1e-3),
-    ("host.latency_us", "intra_host_latency_s", 1e-6),
-    ("host.nvlink_gbps", "nvlink_gbps", 1.0),
-    ("host.lan_rtt_ms", "lan_rtt_s", 1e-3),
-    ("host.lan_bandwidth_gbps", "lan_bandwidth_gbps", 1.0),
-    ("xla.combine_mib", "combine_bytes", float(MIB)),
-    ("memory.workspace_gib", "workspace_gib", 1.0),
-    ("memory.usable_fraction", "usable_memory_fraction", 1.0),
-    ("memory.margin_fraction", "memory_margin_fraction", 1.0),
-    ("convergence.compressed_activation_efficiency", "compressed_activation_efficiency", 1.0),
-)
-# (lowest, highest) of each number; every value must also be finite. The ranges are wide
-# (far beyond any real machine) and exist so that no parameters file can make a prediction
-# infinite or NaN: a rate or an efficiency of 0 would divide by zero.
-DEFAULT_BOUNDS = (0.0, 1e9)
-BOUNDS = {
-    "compute.gemm_fraction": (1e-4, 1.0),
-    "compute.gemm_half_us": (0.0, 1e6),
-    "compute.memory_fraction": (1e-4, 1.0),
-    "compute.kernel_us": (0.0, 1e6),
-    "transport.window_mib": (1e-3, 1e5),
-    "transport.streams": (1, 1024),
-    "transport.stream_rate_gbps": (1e-6, 1e5),
-    "transport.per_message_overhead_us": (0.0, 1e6),
-    "transport.p2p_handshake_rtts": (0.0, 1e3),
-    "transport.collective_step_rtts": (0.0, 1e3),
-    "transport.initial_window_kib": (1e-3, 1e8),
-    "transport.idle_restart_ms": (0.0, 1e8),
-    "host.latency_us": (0.0, 1e6),
-    "host.nvlink_gbps": (1e-6, 1e6),
-    "host.lan_rtt_ms": (0.0, 1e5),
-    "host.lan_bandwidth_gbps": (1e-6, 1e5),
-    "xla.combine_mib": (1e-3, 1e6),
-    "memory.workspace_gib": (0.0, 1e5),
-    "memory.usable_fraction": (0.05, 1.0),
-    "memory.margin_fraction": (0.0, 0.9),
-    "convergence.compressed_activation_efficiency": (1e-6, 10.0),
-}
-TABLE_BOUNDS = {
-    "compute.efficiency": (1e-6, 1.0),
-    "compute.gemm_fraction_by_architecture": (1e-4, 1.0),
-    "host.pcie_gbps": (1e-6, 1e6),
-    "overhead.iteration_s": (0.0, 1e5),
-    "overhead.startup_s": (0.0, 1e8),
-    "convergence.token_efficiency": (1e-6, 10.0),
-}
-TABLES = {  # TOML table -> Params field holding a dict
-    "compute.efficiency": "efficiency",
-    "compute.gemm_fraction_by_architecture": "gemm_fraction_by_architecture",
-    "host.pcie_gbps": "pcie_gbps",
-    "collectives": "collectives",
-    "overhead.iteration_s": "iteration_overhead_s",
-    "overhead.startup_s": "startup_s",
-    "convergence.token_efficiency": "token_efficiency",
-}
-COLLECTIVE_ALGORITHMS = ("ring", "tree", "hierarchical")
+# A network model's constants are declared by the model (geosim/sim/network/<model>.py, PARAMETERS,
+# held by the file's table TABLE: [transport] for tcp) and live in Params.networks[model]; the
+# simulator-wide ones are Params fields. ALL_SCALARS is both; NETWORK_KEYS: key -> the model that owns it.
+NETWORK_KEYS: dict[str, str] = {p.key: model for model, (_, declared, _) in network_parameters().items()
+                                for p in declared}
+ALL_SCALARS: tuple[Scalar, ...] = (*parameters.SCALARS,
+                                   *(p for _, declared, _ in network_parameters().values() for p in declared))
+SCALAR_BY_KEY: dict[str, Scalar] = {p.key: p for p in ALL_SCALARS}
+# (TOML key, field, scale from file units to SI; int for whole numbers, None for flags); the field is
+# Params' or, for a key of NETWORK_KEYS, the model's Settings' (scalar_si / with_scalar read and set either)
+SCALARS: tuple[tuple[str, str, float], ...] = tuple(
+    (p.key, p.field, None if p.unit == FLAG else int if p.unit == WHOLE else p.scale) for p in ALL_SCALARS)
+BOUNDS = {p.key: p.range for p in ALL_SCALARS if p.unit != FLAG}  # (lowest, highest), file units
+TABLE_BOUNDS = {t.key: t.range for t in DECLARED_TABLES if not t.choices}
+TABLES = {t.key: t.field for t in DECLARED_TABLES}  # TOML table -> Params field holding a dict
 DEFAULTS_FILE = "params-default.toml"
+# [runtime.NAME]: a runtime's fixed costs where a fit changed them (Params.runtimes; the keys and units of
+# geosim/data/runtimes.toml, which declares them; only what differs from the shipped runtime is written)
+RUNTIME_TABLE = "runtime"
 # keys of older parameters files that no longer mean anything (the per-GPU default efficiency gave way
 # to the op-level compute model's fractions; state bytes follow from the precision): read and ignored
 RETIRED = {"compute.default_efficiency", "memory.optimizer_bytes_per_param"}
 # keys an older parameters file may still use -> their current name
 RENAMED = {"zero2.bucket_mib": "xla.combine_mib"}
+
+
+def fittable() -> dict[str, Scalar]:
+    """Every scalar a fit may move (simulator-wide and the network models'), key -> declaration."""
+    return parameters.fittable(ALL_SCALARS)
+
+
+def priors() -> dict[str, tuple[float, float]]:
+    """key -> (centre, 1-sigma of its log) of every scalar with a prior."""
+    return parameters.priors(ALL_SCALARS)
+
+
+def scalar_si(params: Params, key: str):
+    """The value of a declared scalar (a file key), in SI units, wherever it lives."""
+    field = SCALAR_BY_KEY[key].field
+    model = NETWORK_KEYS.get(key)
+    return getattr(params if model is None else params.network(model), field)
+
+
+def with_scalar(params: Params, key: str, value) -> Params:
+    """params with a declared scalar (a file key) set to value, in SI units."""
+    field = SCALAR_BY_KEY[key].field
+    model = NETWORK_KEYS.get(key)
+    return replace(params, **{field: value}) if model is None else params.with_network(model, **{field: value})
 
 
 def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
@@ -103,17 +85,17 @@ def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def _check_number(value, source: str, key: str, bounds: tuple = DEFAULT_BOUNDS, *, integer: bool = False):
-    from geosim.scenario import check_number
+def _check_number(value, source: str, key: str, bounds: tuple = DEFAULT_RANGE, *, integer: bool = False):
 
     return check_number(value, source, key, *bounds, integer=integer)
 
 
 def _apply(params: Params | None, doc: dict, source: str) -> Params:
     values: dict[str, object] = {} if params is None else dict(params.__dict__)
-    flat = _flatten({k: v for k, v in doc.items() if k != "fitted"})
+    flat = _flatten({k: v for k, v in doc.items() if k not in ("fitted", RUNTIME_TABLE)})
     by_key = {key: (name, scale) for key, name, scale in SCALARS}
     setting_changes: dict[str, dict[str, object]] = {}
+    network_changes: dict[str, dict[str, object]] = {}
     for key, value in flat.items():
         key = RENAMED.get(key, key)
         if key in RETIRED:
@@ -134,11 +116,17 @@ def _apply(params: Params | None, doc: dict, source: str) -> Params:
         if scale is None:  # a flag
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=key)
-            values[name] = value
         else:
-            value = _check_number(value, source, key, BOUNDS.get(key, DEFAULT_BOUNDS), integer=scale is int)
-            values[name] = int(value) if scale is int else float(value) * scale
+            value = _check_number(value, source, key, BOUNDS.get(key, DEFAULT_RANGE), integer=scale is int)
+            value = int(value) if scale is int else float(value) * scale
+        if key in NETWORK_KEYS:
+            network_changes.setdefault(NETWORK_KEYS[key], {})[name] = value
+        else:
+            values[name] = value
     values["technique_settings"] = _merge_settings(values.get("technique_settings") or {}, setting_changes)
+    values["networks"] = _network_settings(values.get("networks") or {}, network_changes, source)
+    if RUNTIME_TABLE in doc:
+        values["runtimes"] = changed_runtimes(doc[RUNTIME_TABLE], values.get("runtimes") or {}, source)
     fitted = doc.get("fitted", {})
     if not isinstance(fitted, dict):
         raise GeosimError("must be a table", source=source, key="fitted")
@@ -176,9 +164,9 @@ def _read_table(key: str, table, previous, source: str) -> dict:
         elif key == "host.pcie_gbps":
             if not name.isdigit():
                 raise GeosimError("PCIe generation must be a number", source=source, key=full)
-            merged[int(name)] = float(_check_number(value, source, full, TABLE_BOUNDS[key]))
+            merged[int(name)] = float(_check_number(value, source, full, TABLE_BOUNDS[key])) * TABLE_BY_KEY[key].scale
         else:
-            merged[name] = float(_check_number(value, source, full, TABLE_BOUNDS.get(key, DEFAULT_BOUNDS)))
+            merged[name] = float(_check_number(value, source, full, TABLE_BOUNDS.get(key, DEFAULT_RANGE))) * TABLE_BY_KEY[key].scale
     return merged
 
 
@@ -204,14 +192,12 @@ def _read_covariance(table, source: str) -> tuple:
 
 
 def _is_registered_technique(name: str) -> bool:
-    from geosim.techniques import technique_names
 
     return name in technique_names()
 
 
 def _technique_tunables(name: str) -> dict | None:
     """A technique's tunables as its table in the parameters file holds them; None: no such technique."""
-    from geosim.techniques import settings_class, settings_parent, technique_names
 
     if name not in technique_names():
         return None
@@ -225,7 +211,6 @@ def _merge_settings(current: dict, changes: dict[str, dict[str, object]]) -> dic
     Settings takes the inherited values from that one's table."""
     import dataclasses
 
-    from geosim.techniques import settings_class, settings_parent, technique_names
 
     merged = {}
     for name in technique_names():
@@ -240,15 +225,26 @@ def _merge_settings(current: dict, changes: dict[str, dict[str, object]]) -> dic
     return merged
 
 
+def _network_settings(current: dict, changes: dict[str, dict[str, object]], source: str) -> dict:
+    """Every network model's Settings with the file's changes (the shipped file holds every value)."""
+    merged = {}
+    for model, (table, declared, settings_class) in network_parameters().items():
+        try:
+            merged[model] = (replace(current[model], **changes.get(model, {})) if model in current
+                             else settings_class(**changes.get(model, {})))
+        except TypeError as exc:  # a defaults file missing a key
+            raise GeosimError(f"incomplete [{table}] parameters of the {model} network model ({exc})",
+                              source=source) from None
+    return merged
+
+
 def setting_keys() -> list[tuple[str, str]]:
     """(technique, field) of every tunable any parameters file may hold, in technique order."""
-    from geosim.techniques import technique_names
 
     return [(name, leaf) for name in technique_names() for leaf in _technique_tunables(name)]
 
 
 def _read_toml(path: Path) -> tuple[dict, str]:
-    from geosim.scenario import _toml_text, read_text
 
     text = read_text(path)
     return _toml_text(text, str(path)), text
@@ -266,11 +262,28 @@ def load_params(path: str | Path | None = None) -> Params:
         return params
     doc, text = _read_toml(Path(path))
     try:
-        return _apply(params, doc, str(path))
+        loaded = _apply(params, doc, str(path))
+        _warn_implausible(doc, str(path))
+        return loaded
     except GeosimError as exc:  # point at the line that holds the key
         if exc.source == str(path) and exc.lineno is None:
             raise GeosimError(exc.problem, source=exc.source, key=exc.key, line=toml_key_line(text, exc.key)) from None
         raise
+
+
+# parameters whose values real networks bound (geosim.plausibility's ranges): a valid value outside
+# them is usually a unit slip, so it warns once, naming the file and the key
+PLAUSIBLE_KEYS = {"host.lan_rtt_ms": "rtt_ms", "host.lan_bandwidth_gbps": "bandwidth_gbps",
+                  "transport.window_mib": "window_mib"}
+
+
+def _warn_implausible(doc: dict, source: str) -> None:
+    for key, kind in PLAUSIBLE_KEYS.items():
+        node = doc
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, (int, float)) and not isinstance(node, bool):
+            plausibility.check(node, source, key, kind)
 
 
 def params_to_toml(params: Params, fitted: dict | None = None) -> dict:
@@ -285,16 +298,21 @@ def params_to_toml(params: Params, fitted: dict | None = None) -> dict:
         node[leaf] = value
 
     for key, name, scale in SCALARS:
-        value = getattr(params, name)
+        value = scalar_si(params, key)
         if scale is None or scale is int:
             put(key, value)
         else:
             put(key, float(value) / scale)
     for key, name in TABLES.items():
         table = getattr(params, name)
-        put(key, {str(k): v for k, v in table.items()})
+        scale = TABLE_BY_KEY[key].scale
+        put(key, {str(k): v if scale == 1.0 else v / scale for k, v in table.items()})
     for technique, leaf in setting_keys():
         put(f"{technique}.{leaf}", getattr(params.settings(technique), leaf))
+    for name, runtime in sorted((params.runtimes or {}).items()):
+        table = runtime_changes_table(runtime)
+        if table:
+            doc.setdefault(RUNTIME_TABLE, {})[name] = table
     if fitted:
         doc["fitted"] = fitted
     return doc
@@ -304,6 +322,5 @@ def write_params(params: Params, path: str | Path, fitted: dict | None = None) -
     """Write atomically: a reader never sees a half-written parameters file."""
     import tomli_w
 
-    from geosim.fileio import write_atomic
 
     write_atomic(Path(path), tomli_w.dumps(params_to_toml(params, fitted)))

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from geosim.errors import GeosimError
+from geosim.fileio import append_lines, locked, write_atomic
+from geosim.scenario import MODEL_RANGES, check_number, make_workload, read_text
 
 SCHEMA = "geosim.run/1"
 STATUSES = ("ok", "out-of-memory", "failed", "interrupted")
@@ -28,7 +30,8 @@ MEASURED_KEYS = {
     "compile_time_s": "compilation / first-step time, seconds",
     "steps": "iterations measured",
 }
-WORKLOAD_KEYS = ("tokens_per_epoch", "seq_len", "global_batch", "microbatches", "precision", "epochs", "checkpointing")
+WORKLOAD_KEYS = ("tokens_per_epoch", "seq_len", "global_batch", "microbatches", "precision", "epochs", "checkpointing",
+                 "runtime")
 
 
 @dataclass
@@ -73,7 +76,6 @@ def _fail(problem: str, where: str, key: str | None = None):
 def validate(doc: object, where: str) -> RunRecord:
     """One decoded JSON line -> RunRecord, or a GeosimError naming line and key. Every field is
     checked for its type, and every number for a finite range, so what a fit reads is sound."""
-    from geosim.scenario import MODEL_RANGES, check_number, make_workload
 
     if not isinstance(doc, dict):
         _fail("a record must be a JSON object", where)
@@ -149,7 +151,6 @@ def content_key(record: RunRecord) -> str:
 
 def numbered_lines(path: str | Path):
     """(where, text) for each non-blank line of a text file; `where` is 'file:line'."""
-    from geosim.scenario import read_text
 
     path = Path(path)
     for number, line in enumerate(read_text(path).splitlines(), start=1):
@@ -226,7 +227,6 @@ def read_records(path: str | Path) -> list[RunRecord]:
 def append_record(path: str | Path, record: RunRecord) -> None:
     """Append one line with a single O_APPEND write under the file's lock, then fsync: concurrent
     writers never interleave and an interrupted writer leaves every earlier line intact."""
-    from geosim.fileio import append_lines, locked
 
     with locked(path, what="records file"):
         append_lines(path, [record.to_json()])
@@ -235,7 +235,6 @@ def append_record(path: str | Path, record: RunRecord) -> None:
 def append_records(path: str | Path, records: list[RunRecord]) -> tuple[int, int]:
     """Append the records not already in the file (same run: see content_key), under the file's
     lock so that concurrent appends neither lose nor duplicate a record. Returns (appended, skipped)."""
-    from geosim.fileio import append_lines, locked
 
     path = Path(path)
     with locked(path, what="records file"):
@@ -266,7 +265,6 @@ def _existing_key(doc, where: str) -> str:
 
 def write_records(path: str | Path, records: list[RunRecord]) -> None:
     """Replace a file with records, atomically (a unique temporary file, then rename), under its lock."""
-    from geosim.fileio import locked, write_atomic
 
     with locked(path, what="records file"):
         write_atomic(path, "".join(r.to_json() + "\n" for r in records))

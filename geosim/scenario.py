@@ -8,7 +8,6 @@ keep every prediction finite; they are listed in docs/reference/run-records.md.
 
 from __future__ import annotations
 
-import math
 import re
 
 import tomllib
@@ -17,9 +16,13 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
-from geosim.specs import GPU, Cluster, Host, Link, Model, Workload
-from geosim.units import gbps_to_bps, ms_to_s
+from geosim.specs import GPU, Cluster, Host, Link, Model, Shaper, Workload
+from geosim.runtime import check_runtime_name
+from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
+from geosim.fabric.sites import estimate_rtt_ms, find_site
+from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
 PRECISIONS = ("fp16", "bf16", "fp32")
@@ -35,8 +38,11 @@ MODEL_RANGES = {"n_layer": (1, 1024), "n_embd": (1, 65536), "n_head": (1, 1024),
                 "n_ctx": (1, 1_000_000)}
 WORKLOAD_RANGES = {"tokens_per_epoch": (1, 10**13), "seq_len": (1, 1_000_000), "global_batch": (1, 10_000_000),
                    "microbatches": (1, 4096), "epochs": (1, 1_000_000)}
+# counts that multiply a prediction's work (docs/reference/cli.md, "Bounds on numbers"): far above
+# any slice simulated today (1,024 hosts, 8,192 GPUs are in reach), low enough to refuse a typo
 MAX_HOSTS = 4096
 MAX_GPUS_PER_HOST = 64
+MAX_GPUS = 65_536
 
 
 def _toml_text(text: str, source: str) -> dict:
@@ -49,7 +55,9 @@ def _toml_text(text: str, source: str) -> dict:
 
 
 def read_text(path: Path) -> str:
-    """A text file's contents, or a one-line error (missing, unreadable, not UTF-8)."""
+    """A text file's contents, or a one-line error (missing, unreadable, not UTF-8, not a regular
+    file: a FIFO would block the read, a device never end it)."""
+    regular_input(path)
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -93,23 +101,6 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_number(value, source: str | None, key: str | None, low: float, high: float, *, integer: bool = False,
-                 exclusive_low: bool = False, line: int | None = None):
-    """A finite number in [low, high] (or (low, high]); whole if `integer`. Never NaN, never inf."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise GeosimError(f"must be a number, got {_short(value)}", source=source, key=key, line=line)
-    if not math.isfinite(value):
-        raise GeosimError(f"must be a finite number, got {value!r}", source=source, key=key, line=line)
-    if integer and value != int(value):
-        raise GeosimError(f"must be a whole number, got {value!r}", source=source, key=key, line=line)
-    if value < low or (exclusive_low and value == low):
-        raise GeosimError(f"must be {'>' if exclusive_low else '>='} {low:g}, got {value!r}", source=source, key=key,
-                          line=line)
-    if value > high:
-        raise GeosimError(f"must be <= {high:g}, got {value!r}", source=source, key=key, line=line)
-    return int(value) if integer else float(value)
-
-
 def _positive(value, source: str, key: str, *, allow_zero: bool = False) -> float:
     """Kept for callers outside this module: a finite number > 0 (>= 0 with allow_zero)."""
     return check_number(value, source, key, 0.0, 1e300, exclusive_low=not allow_zero)
@@ -121,6 +112,8 @@ def _gpu_from_table(name: str, table, source: str, prefix: str) -> GPU:
     _only_keys(table, numeric | {"name", "architecture"}, numeric - {"bf16_tensor_tflops", "tdp_w"}, source, prefix)
     values = {k: check_number(v, source, prefix + k, *GPU_RANGES[k], integer=k == "pcie_gen")
               for k, v in table.items() if k in numeric}
+    for key, value in values.items():  # valid, but does any GPU have it?
+        plausibility.check(value, source, prefix + key)
     if "name" in table:
         _string(table["name"], source, prefix + "name")
     architecture = table.get("architecture")
@@ -141,7 +134,23 @@ def _model_from_table(name: str, table, source: str, prefix: str) -> Model:
 @cache
 def gpu_catalog() -> dict[str, GPU]:
     doc = _toml_text(resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
-    return {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
+    raw = {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
+    return {name: _with_power_cap(g, _generation_tflops_per_watt(raw)) for name, g in raw.items()}
+
+
+def _generation_tflops_per_watt(catalog: dict[str, GPU]) -> dict[str, float]:
+    """Generation -> the least tensor TFLOP/s per watt of its cards in the catalog: what a card of
+    that generation sustains per watt of board power (the compute model's cap, sim/compute.py)."""
+    per_watt: dict[str, float] = {}
+    for g in catalog.values():
+        if g.tdp_w:
+            ratio = g.fp16_tensor_tflops / g.tdp_w
+            per_watt[g.architecture] = min(ratio, per_watt.get(g.architecture, ratio))
+    return per_watt
+
+
+def _with_power_cap(gpu: GPU, per_watt: dict[str, float]) -> GPU:
+    return replace(gpu, generation_tflops_per_watt=per_watt.get(gpu.architecture))
 
 
 MODELS_TOML = "geosim/data/models.toml"
@@ -185,8 +194,41 @@ def get_model(name: str, extra: dict[str, Model] | None = None, source: str = "-
     models = {**model_catalog(), **(extra or {})}
     if name in models:
         return models[name]
+    by_dims = model_from_name(name)
+    if by_dims is not None:
+        return by_dims
     raise GeosimError(f"unknown model {name!r} (known: {', '.join(models)}; `geosim models` lists them)",
                       source=source)
+
+
+DIMS_NAME = re.compile(r"gpt-(?P<n_layer>\d+)x(?P<n_embd>\d+)(?:-a(?P<n_head>\d+))?-v(?P<vocab>\d+)(?:-s(?P<n_ctx>\d+))?")
+
+
+def dims_name(n_layer: int, n_embd: int, n_head: int, vocab: int, n_ctx: int = 1024) -> str:
+    """A model's name that says its dimensions: gpt-LAYERSxWIDTH-vVOCAB, with -aHEADS when the heads
+    are not 64 wide and -sCONTEXT when the context is not 1024 (what imported records are called)."""
+    heads = "" if n_embd % 64 == 0 and n_head == n_embd // 64 else f"-a{n_head}"
+    return f"gpt-{n_layer}x{n_embd}{heads}-v{vocab}" + ("" if n_ctx == 1024 else f"-s{n_ctx}")
+
+
+def model_from_name(name: str) -> Model | None:
+    """gpt-24x1536-v51200 (see dims_name) -> that model, or None for a name of another form."""
+    match = DIMS_NAME.fullmatch(name)
+    if not match:
+        return None
+    dims = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    dims.setdefault("n_head", max(1, dims["n_embd"] // 64))
+    try:
+        model = Model(name=name, **dims)
+    except TypeError:
+        return None
+    for key, (low, high) in MODEL_RANGES.items():
+        if not low <= getattr(model, key) <= high:
+            raise GeosimError(f"{key} {getattr(model, key)} out of range [{low}, {high}]", source=name, key="--model")
+    if model.n_embd % model.n_head:
+        raise GeosimError(f"the width {model.n_embd} must be divisible by the heads {model.n_head}", source=name,
+                          key="--model")
+    return model
 
 
 def scenario_path(name_or_path: str) -> Path:
@@ -232,6 +274,8 @@ def make_workload(values: dict, source: str = "--workload") -> Workload:
         elif key == "checkpointing":
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {_short(value)}", source=source, key="workload.checkpointing")
+        elif key == "runtime":
+            check_runtime_name(value, source=source, key="workload.runtime")
         else:
             check_number(value, source, f"workload.{key}", *WORKLOAD_RANGES[key], integer=True)
     workload = replace(Workload(), **{k: int(v) if k in WORKLOAD_RANGES else v for k, v in values.items()})
@@ -265,7 +309,8 @@ def scenario_from_doc(doc: dict, source: str, default_name: str = "scenario") ->
             _string(doc[key], source, key)
     gpus = dict(gpu_catalog())
     for name, table in _table(doc.get("gpus", {}), source, "gpus").items():
-        gpus[name] = _gpu_from_table(name, table, source, f"gpus.{name}.")
+        gpus[name] = _with_power_cap(_gpu_from_table(name, table, source, f"gpus.{name}."),
+                                     _generation_tflops_per_watt(gpu_catalog()))
     models = {name: _model_from_table(name, t, source, f"models.{name}.")
               for name, t in _table(doc.get("models", {}), source, "models").items()}
     hosts = _hosts(doc["hosts"], gpus, source)
@@ -309,6 +354,9 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
         if nic not in NIC_KINDS:
             raise GeosimError(f"must be {' or '.join(NIC_KINDS)}, got {_short(nic)}", source=source, key=prefix + "nic")
         hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic))
+    total = sum(len(h.gpus) for h in hosts)
+    if total > MAX_GPUS:
+        raise GeosimError(f"at most {MAX_GPUS:,} GPUs in all, got {total:,}", source=source, key="hosts")
     sites = {h.site for h in hosts}
     for i, h in enumerate(hosts):
         if h.name in sites and h.site != h.name:
@@ -326,7 +374,8 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
     for i, table in enumerate(value):
         prefix = f"links[{i}]."
         table = _table(table, source, f"links[{i}]")
-        _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service"},
+        _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service",
+                           "shaper"},
                    {"between", "bandwidth_gbps"}, source, prefix)
         ends = table["between"]
         if (not isinstance(ends, list) or len(ends) != 2 or not all(isinstance(e, str) for e in ends)
@@ -345,19 +394,38 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         number = {k: check_number(table[k], source, prefix + k, *LINK_RANGES[k], integer=k == "streams")
                   for k in LINK_RANGES if k in table}
         window, streams, step_rtts = number.get("window_mib"), number.get("streams"), number.get("step_rtts")
+        for key in ("rtt_ms", "bandwidth_gbps", "window_mib"):  # valid, but does anything real have it?
+            if key in number:
+                plausibility.check(number[key], source, prefix + key)
+        if "rtt_ms" in number:
+            by_host = {h.name: h.site for h in hosts}
+            plausibility.check_light_speed(number["rtt_ms"], by_host.get(ends[0], ends[0]),
+                                           by_host.get(ends[1], ends[1]), source, prefix + "rtt_ms")
         estimated = "rtt_ms" not in number  # a measured RTT always wins over an estimate
         rtt_ms = _estimated_rtt_ms(ends, hosts, source, prefix) if estimated else number["rtt_ms"]
         links.append(Link(
             a=ends[0], b=ends[1], rtt_s=ms_to_s(rtt_ms), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
-            window_bytes=None if window is None else window * 1024**2, streams=streams, step_rtts=step_rtts,
-            rtt_estimated=estimated,
+            window_bytes=None if window is None else window * MIB, streams=streams, step_rtts=step_rtts,
+            rtt_estimated=estimated, shaper=_shaper(table["shaper"], source, prefix) if "shaper" in table else None,
         ))
     return links
 
 
+SHAPER_RANGES = {"burst_kib": (0.0, 1e7), "queue_ms": (0.0, 1e5), "mtu": (576, 65536)}
+
+
+def _shaper(value, source: str, prefix: str) -> Shaper:
+    """A link's `shaper = {burst_kib = 67, queue_ms = 50, mtu = 1500}`: its bandwidth is a token bucket's rate."""
+    table = _table(value, source, prefix + "shaper")
+    _only_keys(table, set(SHAPER_RANGES), {"burst_kib"}, source, prefix + "shaper.")
+    number = {k: check_number(table[k], source, f"{prefix}shaper.{k}", *SHAPER_RANGES[k], integer=k == "mtu")
+              for k in SHAPER_RANGES if k in table}
+    return Shaper(burst_bytes=number["burst_kib"] * KIB, queue_s=number.get("queue_ms", 50.0) / 1e3,
+                  mtu=int(number.get("mtu", 1500)))
+
+
 def _estimated_rtt_ms(ends: list[str], hosts: list[Host], source: str, prefix: str) -> float:
     """A link without rtt_ms between two FABRIC sites: the RTT estimated from their distance."""
-    from geosim.fabric.sites import estimate_rtt_ms, find_site
 
     by_host = {h.name: h.site for h in hosts}
     sites = [find_site(by_host.get(end, end)) for end in ends]

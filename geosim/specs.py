@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-GIB = 1024**3
-MIB = 1024**2
+from geosim.errors import GeosimError
+from geosim.parameters import missing_value
+from geosim.units import GIB, MIB  # noqa: F401 -- where the specs' users have always found them
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class GPU:
     bf16_tensor_tflops: float | None = None  # None: no bf16 (Turing)
     architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the compute model's overrides
     tdp_w: float | None = None  # board power: caps a power-dense card's sustained tensor rate (sim/compute.py)
+    # the least tensor TFLOP/s per watt of its generation's cards in the catalog (geosim.scenario sets it):
+    # what a power-dense card of that generation sustains per watt of tdp_w; None: no cap
+    generation_tflops_per_watt: float | None = None
 
     def peak_tflops(self, precision: str) -> float:
         if precision == "fp32":
@@ -46,6 +50,31 @@ class Host:
     nic: str = "shared"
 
 
+# Bytes a TCP segment carries on a link of this MTU, and what it costs on the wire: 20 B of IPv4,
+# 20 B of TCP and 12 B of its timestamp option (Linux's default) inside the MTU, 14 B of Ethernet
+# header outside it, all counted by a shaper that measures frames (Linux tbf counts every
+# segment's headers, also of a TSO super-frame: qdisc_pkt_len_init).
+TCP_IP_HEADER_BYTES = 52
+ETHERNET_HEADER_BYTES = 14
+
+
+@dataclass(frozen=True)
+class Shaper:
+    """A link whose capacity is a token bucket (Linux tbf, a provider's policer or shaper) rather
+    than a line: frames leave at `Link.bandwidth_bps` on average, up to `burst_bytes` at once
+    after the bucket has filled while idle, and a queue of `queue_s` at the rate before frames
+    are dropped. The rate counts frames, headers included, so TCP's goodput is the rate x
+    payload / frame (0.956 at a 1500-byte MTU)."""
+
+    burst_bytes: float
+    queue_s: float = 0.05
+    mtu: int = 1500
+
+    @property
+    def goodput_fraction(self) -> float:
+        return (self.mtu - TCP_IP_HEADER_BYTES) / (self.mtu + ETHERNET_HEADER_BYTES)
+
+
 @dataclass(frozen=True)
 class Link:
     """A network link between two hosts or two sites, both directions alike.
@@ -62,6 +91,7 @@ class Link:
     streams: int | None = None
     step_rtts: float | None = None  # NCCL flow-control round trips per collective step
     rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.fabric.sites), not measured
+    shaper: Shaper | None = None  # a rate-limited link: bandwidth_bps is a token bucket's rate
 
     @property
     def one_way_s(self) -> float:
@@ -141,6 +171,7 @@ class Workload:
     precision: str = "fp16"  # fp16 | bf16 | fp32 (mixed precision keeps fp32 master weights)
     epochs: int = 20
     checkpointing: bool = False
+    runtime: str = "alpa"  # the software stack and its fixed costs (geosim/runtime.py, geosim/data/runtimes.toml)
 
     @property
     def tokens_per_iteration(self) -> int:
@@ -158,7 +189,11 @@ class Workload:
 
 @dataclass(frozen=True)
 class Params:
-    """Every tunable constant of the simulator, in SI units.
+    """Every tunable constant of the simulator, in SI units (seconds, bytes, bit/s).
+
+    Each is declared once, with its file key, unit, range, prior and source, in
+    geosim/parameters.py (a network model's in its module, a technique's in its Settings); the
+    parameters file converts its units to these at the boundary.
 
     The shipped values live in one file, geosim/data/params-default.toml (read by
     geosim.params.load_params); a user's --params file overrides any subset.
@@ -167,25 +202,16 @@ class Params:
     # a flat achieved fraction of peak for a device the datasheet model does not describe (the CPU
     # devices of live runs); a GPU listed here bypasses the op-level compute model. Never fitted on the study.
     efficiency: dict[str, float]
-    window_bytes: float  # TCP in-flight window per stream
-    streams: int  # sockets NCCL opens per connection
-    stream_rate_gbps: float  # what one socket can move, host-side (copies through host memory)
-    per_message_overhead_s: float
-    p2p_handshake_rtts: float  # extra round trips per point-to-point send (rendezvous)
-    collective_step_rtts: float  # round trips each collective step waits for flow control
-    slow_start_after_idle: bool
-    initial_window_bytes: float
-    idle_restart_s: float  # idle time after which TCP restarts from the initial window
-    pcie_gbps: dict[int, float]
-    nvlink_gbps: float
+    pcie_bps: dict[int, float]  # PCIe generation -> GPU-to-host rate, bit/s
+    nvlink_bps: float
     intra_host_latency_s: float
     lan_rtt_s: float
-    lan_bandwidth_gbps: float
+    lan_bandwidth_bps: float
     collectives: dict[str, str]  # technique -> ring | tree | hierarchical
     combine_bytes: float  # XLA's collective combiner: gradient collectives go in buffers of at most this
     iteration_overhead_s: dict[str, float]
     startup_s: dict[str, float]
-    workspace_gib: float
+    workspace_bytes: float
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
     # (names, matrix): the covariance of the logs of the fitted global parameters, for parameter draws
@@ -194,6 +220,9 @@ class Params:
     # technique name -> its Settings (geosim/techniques/<name>.py); a technique not here runs
     # with its Settings' defaults
     technique_settings: dict[str, object] = field(default_factory=dict)
+    # network model name -> its Settings (geosim/sim/network/<model>.py: the TCP model's window, streams,
+    # per-message costs, from the file's [transport] table); a model without constants has none
+    networks: dict[str, object] = field(default_factory=dict)
     token_efficiency: dict[str, float] = field(default_factory=dict)  # Data's tokens / this technique's
     compressed_activation_efficiency: float = 0.93  # token efficiency factor of a compressed pipeline
 
@@ -203,27 +232,49 @@ class Params:
     memory_fraction: float = 0.8  # attainable fraction of the memory bandwidth
     kernel_s: float = 5e-6  # launch gap per kernel
     gemm_fraction_by_architecture: dict[str, float] = field(default_factory=dict)  # optional, never fitted
+    # runtime name -> geosim.runtime.Runtime where a fit changed a runtime's fixed costs; empty: as shipped
+    # (geosim/data/runtimes.toml, declared there with their sources, not here)
+    runtimes: dict[str, object] = field(default_factory=dict)
     usable_memory_fraction: float = 0.9  # of a GPU's memory, what JAX's allocator preallocates
     memory_margin_fraction: float = 0.1  # within this of the usable memory: "may not fit"
 
-    def compute_efficiency(self):
-        from geosim.sim.compute import Efficiency
-
-        return Efficiency(self.gemm_fraction, self.gemm_half_s, self.memory_fraction, self.kernel_s,
-                          tuple(sorted(self.gemm_fraction_by_architecture.items())))
-
     def settings(self, technique: str):
-        """The technique's Settings: from the parameters file, else its defaults."""
+        """The technique's Settings, as the parameters file built them (geosim.params: every technique
+        found, its Settings' defaults overridden by its [NAME] table)."""
         found = self.technique_settings.get(technique)
         if found is None:
-            from geosim.techniques import settings_class
-
-            found = settings_class(technique)()
+            raise GeosimError(f"no settings for technique {technique!r} in these parameters (it was not found "
+                              "when they were read)", source=self.source, key=technique)
         return found
 
     def with_settings(self, technique: str, **changes) -> "Params":
         updated = replace(self.settings(technique), **changes)
         return replace(self, technique_settings={**self.technique_settings, technique: updated})
+
+    def network(self, model: str):
+        """The network model's Settings, as the parameters file built them (geosim.params: every model
+        with a Settings, its values from its table, e.g. [transport] for tcp)."""
+        found = self.networks.get(model)
+        if found is None:
+            raise GeosimError(f"no settings for network model {model!r} in these parameters", source=self.source,
+                              key=model)
+        return found
+
+    def with_network(self, model: str, **changes) -> "Params":
+        """These parameters with some of a network model's settings changed (SI units, its Settings' fields)."""
+        return replace(self, networks={**self.networks, model: replace(self.network(model), **changes)})
+
+    def for_technique(self, field: str, technique: str):
+        """A technique-keyed table's value (iteration_overhead_s, startup_s, collectives, ...). A technique
+        the table does not name (a new file, an older parameters file) gets what a typical technique has
+        in this file: the median of the numbers the table holds (a fitted file's shared overhead), else
+        the declared default (geosim/parameters.py); never a free 0 s that would let it win unearned."""
+        table = getattr(self, field)
+        found = table.get(technique)
+        if found is not None:
+            return found
+        numbers = sorted(v for v in table.values() if isinstance(v, (int, float)) and not isinstance(v, bool))
+        return numbers[len(numbers) // 2] if numbers else missing_value(field)
 
     def with_values(self, **changes) -> "Params":
         return replace(self, **changes)

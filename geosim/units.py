@@ -19,6 +19,10 @@ from typing import Callable
 
 from geosim.errors import GeosimError
 
+# binary sizes: a file's MiB, KiB and GiB become bytes with these, once, at the boundary
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
 MAX_RANGE_POINTS = 100_000
 RANGE_SYNTAX = "a list (0.1,1,10), START:STOP:STEP (0:100:10) or START:STOP:xFACTOR (0.1:150:x2)"
 

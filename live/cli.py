@@ -9,11 +9,19 @@ import json
 import os
 import sys
 
+from geosim.cli.vocabulary import CommaList, add_renamed
 from geosim.errors import GeosimError
+from geosim.live.registry import check_live, low_communication, synchronous
+from geosim.errors import require
+from geosim.records import append_record, validate
+from geosim.scenario import get_model, load_scenario
 
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
-TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
-LOWCOMM = ("diloco", "sparseloco")  # low-communication techniques (README: Live DiLoCo and SparseLoCo)
+# the techniques live runs implement: the one registry's (geosim/live/registry.py)
+TECHNIQUES = synchronous()
+LOWCOMM = low_communication()  # low-communication techniques (docs/guide/low-communication.md)
+DEFAULT_STEPS = 20  # live/train/loop.py's, when neither --steps nor --epochs is given
+DEFAULT_WARMUP = 2  # a shorter run times what is left after the first step (live/train/loop.py)
 
 
 def add_arguments(parser):
@@ -23,7 +31,9 @@ def add_arguments(parser):
     run = sub.add_parser("run", help="train a GPT-2 with one technique and record what was measured",
                          description="Train a GPT-2 with one technique and record what was measured. Without "
                                      "--ray-address or --coordinator it runs here, on this machine's CPU or GPUs.")
-    run.add_argument("--technique", default="data", help=f"one of {', '.join(TECHNIQUES + LOWCOMM)} (default %(default)s)")
+    run.add_argument("--technique", action=CommaList, metavar="NAME|all",
+                     help=f"technique(s), run one after another, each its own record; repeatable and "
+                          f"comma-separated; 'all': {','.join(TECHNIQUES + LOWCOMM)} (default: data)")
     run.add_argument("--model", default="tiny", help="a model from the catalog (`geosim models`) (default %(default)s)")
     run.add_argument("--backend", choices=("jax", "alpa"), default="jax", help="jax (default) or alpa (needs Alpa installed)")
     group = run.add_mutually_exclusive_group()
@@ -43,14 +53,17 @@ def add_arguments(parser):
                           "or auto: wikipedia when reachable, else generated")
     run.add_argument("--tokenizer", choices=("auto", "gpt2", "bytes"), default="auto",
                      help="auto: GPT-2's BPE when available, else bytes (default %(default)s)")
-    run.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default %(default)s)")
+    run.add_argument("--warmup", type=int, help=f"steps after the first excluded from timing (default {DEFAULT_WARMUP}; "
+                                                "fewer on a shorter run)")
     run.add_argument("--log-every", type=int, default=10, help="a progress line every N steps")
     run.add_argument("--memory-limit-gib", type=float, help="per-device memory to allow (default: the device's)")
     run.add_argument("--cpu-devices", type=int, help="virtual CPU devices per process (default: this machine's cores)")
     run.add_argument("--scenario", help="scenario file describing the cluster (e.g. from `geosim live probe`)")
-    run.add_argument("--records", dest="record", metavar="RUNS.jsonl", help="append the run record to this run-records file")
+    run.add_argument("--records-out", dest="record", metavar="RUNS.jsonl",
+                     help="append the run record to this run-records file")
+    add_renamed(run, "--records", "--records-out", dest="record")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
-    low = run.add_argument_group("low-communication techniques (diloco, sparseloco; README: Live DiLoCo and SparseLoCo)")
+    low = run.add_argument_group("low-communication techniques (diloco, sparseloco; docs/guide/low-communication.md)")
     low.add_argument("--replicas", type=int, help="replicas (default: one per host; 2 on a single host)")
     low.add_argument("--inner-steps", type=int, help="H, inner AdamW steps per synchronization (default 10)")
     low.add_argument("--outer-lr", type=float, help="outer SGD learning rate (default: diloco 0.7, sparseloco 1)")
@@ -63,9 +76,10 @@ def add_arguments(parser):
                      help="steps between curve points (default: H for diloco/sparseloco, else 10; use one value for runs you compare)")
     dist = run.add_argument_group("multi-host")
     dist.add_argument("--ray-address", help="run one JAX process per node of this Ray cluster ('auto': the local one)")
-    dist.add_argument("--nodes", dest="hosts", type=_hosts_value,
+    dist.add_argument("--hosts", dest="hosts", type=_hosts_value, metavar="N|wan",
                       help="N: use only the first N Ray nodes; 'wan': one process per host of the emulated WAN "
                            "slice (`geosim live wan up`; root), the record carries the slice's RTT and bandwidth")
+    add_renamed(dist, "--nodes", "--hosts", dest="hosts", type=_hosts_value)
     dist.add_argument("--coordinator", help="HOST:PORT of process 0, to start processes by hand")
     dist.add_argument("--num-processes", type=int, default=1,
                       help="processes in a hand-started run (with --coordinator; default %(default)s)")
@@ -110,17 +124,43 @@ def run(args) -> int:
         from geosim.live.experiments import validate
 
         return validate.run(args)
-    return _run(args)
+    return _run_each(args)
+
+
+def live_techniques(names: list[str] | None) -> list[str]:
+    """--technique's names in order ('all': every live technique); each checked before any run."""
+    chosen = []
+    for name in (n.lower() for n in names or ["data"]):
+        chosen += list(TECHNIQUES + LOWCOMM) if name == "all" else [name]
+    for name in chosen:
+        check_live(name)  # the hybrid, say: one line saying it runs in the simulator only
+    return list(dict.fromkeys(chosen))
+
+
+def _run_each(args) -> int:
+    """One run per technique, one after another; the first that does not finish stops the rest."""
+    import copy
+
+    techniques = live_techniques(args.technique)
+    if args.json and len(techniques) > 1:
+        raise GeosimError("prints one run's result as JSON: give one technique, or read every run's record from "
+                          "--records-out", key="--json")
+    code = 0
+    for technique in techniques:
+        one = copy.copy(args)
+        one.technique = technique
+        code = _run(one)
+        if code != 0:
+            break
+    return code
 
 
 def _options(args):
     from geosim.live.train import lowcomm
     from geosim.live.train.loop import Options
 
-    if args.technique not in TECHNIQUES + LOWCOMM:
-        raise GeosimError(f"unknown technique {args.technique!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
+    check_live(args.technique)
     options = lowcomm.given({k: getattr(args, k, None) for k in lowcomm.KEYS})
-    from geosim.scenario import get_model
 
     get_model(args.model)
     for key in ("steps", "epochs", "batch", "microbatches", "stages", "seq_len", "cpu_devices", "num_processes", "hosts"):
@@ -131,18 +171,61 @@ def _options(args):
         raise GeosimError(f"must be > 0, got {args.memory_limit_gib:g}", key="--memory-limit-gib")
     if args.batch % args.microbatches:
         raise GeosimError(f"global batch ({args.batch}) must be divisible by microbatches ({args.microbatches})", key="--global-batch")
+    _check_combinations(args)
     if args.scenario:
-        from geosim.scenario import load_scenario
 
         load_scenario(args.scenario)
-    for path, key in ((args.record, "--records"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
+    if args.data not in ("auto", "wikipedia", "generated"):  # a text file: a FIFO would block the run
+        from geosim.validate import regular_input
+
+        regular_input(args.data, "--data")
+    for path, key in ((args.record, "--records-out"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
         if path:
             check_appendable(path, key)
+    check_reachable(args.ray_address, "--ray-address")
     return Options(technique=args.technique, model=args.model, steps=args.steps, epochs=args.epochs, batch=args.batch,
                    microbatches=args.microbatches, stages=args.stages, precision=args.precision, seq_len=args.seq_len,
-                   seed=args.seed, learning_rate=args.lr, data=args.data, tokenizer=args.tokenizer, warmup=args.warmup,
+                   seed=args.seed, learning_rate=args.lr, data=args.data, tokenizer=args.tokenizer,
+                   warmup=DEFAULT_WARMUP if args.warmup is None else args.warmup,
                    log_every=args.log_every, memory_limit_gib=args.memory_limit_gib,
                    lowcomm=options if args.technique in LOWCOMM else {})
+
+
+def _check_combinations(args) -> None:
+    """What the flags' own bounds (geosim/validate.py) cannot see: values checked against each other,
+    here, before JAX starts (a refusal after compiling costs 10-16 s)."""
+    from geosim.validate import check_number
+
+    if isinstance(args.hosts, int):
+        check_number(args.hosts, "--hosts", None, 1, 4096, integer=True)
+    steps = args.steps if args.steps is not None else (None if args.epochs else DEFAULT_STEPS)
+    if args.warmup is not None and steps is not None and args.warmup >= steps:  # asked for: no step left to time
+        raise GeosimError(f"must be fewer than the steps ({steps}): no step would be timed, got {args.warmup}",
+                          key="--warmup")
+    if not args.coordinator and (args.process_id != 0 or args.num_processes != 1):
+        # without a coordinator there is no run to join: this process would train alone and, not
+        # being process 0, write no record
+        raise GeosimError("--process-id and --num-processes start processes by hand: they need --coordinator "
+                          "HOST:PORT (process 0's address)", key="--process-id" if args.process_id else "--num-processes")
+    if args.coordinator and not 0 <= args.process_id < args.num_processes:
+        raise GeosimError(f"must be in 0..{args.num_processes - 1}, got {args.process_id}", key="--process-id")
+
+
+def check_reachable(address: str | None, key: str, timeout_s: float = 5.0) -> None:
+    """A Ray address given as HOST:PORT (or ray://HOST:PORT) must accept a connection now: Ray itself
+    retries an address that does not answer for minutes, and may fall back to another cluster."""
+    import socket
+
+    if not address or address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise GeosimError(f"expected HOST:PORT, 'auto' or ray://HOST:PORT, got {address!r}", key=key)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise GeosimError(f"nothing answers at {address} ({exc.strerror or exc}): is the Ray head running there?",
+                          key=key) from None
 
 
 def check_appendable(path: str, key: str) -> None:
@@ -211,7 +294,6 @@ def _save(record, result, args, opts) -> None:
             token_efficiency.append_curve(args.loss_curve_out, token_efficiency.curve_doc(
                 record, result.losses, result.step_times, args.loss_curve_window, opts.lowcomm))
         if args.record:
-            from geosim.records import append_record
 
             append_record(args.record, record)
             print(f"  record          appended to {args.record} (run {record.run_id})",
@@ -244,12 +326,12 @@ class _stdout_to_stderr:
 
 
 def _run_wan(args, opts) -> int:
-    """--nodes wan: one process per emulated host (live/experiments/wan_runs.py); process 0's record, on the slice."""
+    """--hosts wan: one process per emulated host (live/experiments/wan_runs.py); process 0's record, on the slice."""
     if args.ray_address or args.coordinator or args.backend != "jax":
-        raise GeosimError("--nodes wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
-                          key="--nodes")
+        raise GeosimError("--hosts wan starts its own processes: no --ray-address, --coordinator or --backend alpa",
+                          key="--hosts")
     if args.scenario:
-        raise GeosimError("--nodes wan records the emulated slice itself: drop --scenario", key="--scenario")
+        raise GeosimError("--hosts wan records the emulated slice itself: drop --scenario", key="--scenario")
     from geosim.live.experiments import wan_runs
 
     try:
@@ -260,10 +342,9 @@ def _run_wan(args, opts) -> int:
 
         print("interrupted: the processes on the WAN slice were stopped; no record written", file=sys.stderr)
         return interrupts.exit_code()
-    from geosim.records import validate
     from geosim.live.train.loop import Result
 
-    record = validate(run.record, "geosim live run --nodes wan")
+    record = validate(run.record, "geosim live run --hosts wan")
     per_host = [len(h["gpus"]) for h in record.cluster["hosts"]]
     result = Result(status=record.status, error=record.error, losses=run.losses, step_times=run.step_times,
                     devices={"platform": "cpu", "count": sum(per_host), "processes": len(per_host), "per_host": per_host})
@@ -280,7 +361,6 @@ def _run_here(args, opts):
     cpu_devices = args.cpu_devices
     if cpu_devices is None and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
         cpu_devices = os.cpu_count() or 1
-    from geosim.errors import require
 
     require("jax", extra="live", command="geosim live run")
     distributed.configure_cpu_devices(cpu_devices)
@@ -353,9 +433,8 @@ def _report(result, record, args):
 def _probe(args) -> int:
     from geosim.live.wan.agent import probe, write_scenario
 
-    if args.seconds <= 0 or args.streams <= 0 or args.pings <= 0:
-        raise GeosimError("--seconds, --streams and --pings must be > 0")
-    check_appendable(args.out, "--out")
+    check_appendable(args.out, "--out")  # (--seconds, --streams, --pings: geosim/validate.py's bounds)
+    check_reachable(args.ray_address, "--ray-address")
     result = probe(args.ray_address, seconds=args.seconds, streams=args.streams, pings=args.pings,
                    log=lambda line: print(line, file=sys.stderr))
     write_scenario(result, args.out, name=args.name)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -24,6 +25,34 @@ for _sub in ("calibrate", "live", "scenarios"):
         sys.modules[_name] = _module
         _spec.loader.exec_module(_module)
 
+# Hypothesis draws some numbers (5%) from the constants in the source of every local module that
+# is loaded (hypothesis.internal.conjecture.providers: the pool grows whenever sys.modules does).
+# Modules geosim imports lazily, inside functions, would make the examples a property test draws
+# depend on which tests ran before it (the CI profile's faster-GPU property failed only after
+# tests/test_fuzz.py or tests/test_network_models.py, which import such modules). Importing them
+# all here fixes the pool before the first example: the examples then depend on what is collected,
+# never on the order. Not the JAX-backed training modules: importing jax here would change what
+# other tests see (XLA_FLAGS, the sweep's fork check); tests that need them import them at
+# collection.
+_HEAVY = ("geosim.live.train.model", "geosim.live.train.techniques", "geosim.live.train.alpa_backend")
+
+
+def _import_the_checkout(package: str) -> None:
+    import pkgutil
+
+    try:
+        module = importlib.import_module(package)
+    except ImportError:  # an optional extra that is not installed
+        return
+    for info in pkgutil.iter_modules(getattr(module, "__path__", []), package + "."):
+        if info.name.endswith(".__main__") or info.name.startswith(_HEAVY):
+            continue
+        _import_the_checkout(info.name)
+
+
+for _package in ("geosim", "geosim.calibrate", "geosim.live", "geosim.scenarios"):
+    _import_the_checkout(_package)
+
 _COMMON = dict(deadline=None, derandomize=True, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 settings.register_profile("default", max_examples=12, **_COMMON)
@@ -38,3 +67,12 @@ FUZZ_EXAMPLES = {"default": 150, "ci": 2000, "search": 2000}
 
 def fuzz_examples(share: float = 1.0) -> int:
     return max(10, round(FUZZ_EXAMPLES.get(settings._current_profile, 150) * share))
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child process a test interrupts: SIGINT back to its default disposition.
+
+    A child inherits an ignored SIGINT (a shell starts a background job with SIGINT ignored:
+    `nohup python -m pytest &`), and Python then installs no KeyboardInterrupt handler, so the
+    test's SIGINT would do nothing. With the default restored the child behaves as under a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

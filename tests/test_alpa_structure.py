@@ -20,7 +20,7 @@ from geosim.calibrate.cases import cases_from_records
 from geosim.calibrate.free import SHARED, apply_params, default_free
 from geosim.errors import GeosimError
 from geosim.params import load_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.studies.reference import study_records
 from geosim.scenario import get_model, load_scenario
 from geosim.sim.schedule import Collective, Repeat

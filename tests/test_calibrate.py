@@ -24,7 +24,7 @@ from geosim.studies.reference import study_records
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import load_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.records import RunRecord, validate, write_records
 from geosim.scenario import get_model, load_scenario
 
@@ -153,7 +153,7 @@ SYNTHETIC_RUNS = len(SYNTHETIC_SLICES) * 3 * 2
 
 def synthetic_free(base):
     return [FreeParam("scalar", "compute.gemm_fraction", base.gemm_fraction, 0.05, 1.0, ""),
-            FreeParam("scalar", "transport.window_mib", base.window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
+            FreeParam("scalar", "transport.window_mib", base.network("tcp").window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
 
 
 def synthetic_runs(noise: float, seed: int = 7) -> list[RunRecord]:
@@ -275,7 +275,7 @@ def test_uncertainty_range_of_an_unidentifiable_value_does_not_overflow():
 
 
 def test_out_of_memory_records_constrain_the_workspace():
-    params = replace(load_params(), workspace_gib=1.0)
+    params = replace(load_params(), workspace_bytes=1.0 * 2**30)
     sc = load_scenario("utah-gpn")
 
     def margin(technique):  # GiB the tightest GPU has left, with no workspace reserved
@@ -288,8 +288,8 @@ def test_out_of_memory_records_constrain_the_workspace():
                       measured={"time_per_iteration_s": 9.0}, source="simulated")]
     fitted, memory = fit_memory(cases_from_records(recs, "m"), params)
     # the tight one ran out of memory: a workspace between the two margins explains both outcomes
-    assert memory == {"right": 2, "total": 2, "workspace_gib": fitted.workspace_gib, "note": memory["note"]}
-    assert margin(tight) < fitted.workspace_gib <= margin(loose)
+    assert memory == {"right": 2, "total": 2, "workspace_gib": fitted.workspace_bytes / 2**30, "note": memory["note"]}
+    assert margin(tight) < fitted.workspace_bytes / 2**30 <= margin(loose)
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -299,14 +299,14 @@ def test_cli_fit_writes_a_params_file_predict_reads(tmp_path, capsys):
     runs = tmp_path / "runs.jsonl"
     write_records(runs, synthetic_runs(noise=0.02))  # efficiencies, window, message overhead, 3 overheads
     out = tmp_path / "fitted.toml"
-    code = main(["calibrate", "fit", str(runs), "--out", str(out), "--links", "none", "--max-evaluations", "6",
+    code = main(["calibrate", "fit", "--records", str(runs), "--out", str(out), "--links", "none", "--max-evaluations", "6",
                  "--scenarios-out", str(tmp_path / "sc")])
     report = capsys.readouterr().out
     assert code == 0, report
     assert "fit quality" in report and f"memory outcomes right: {SYNTHETIC_RUNS} of {SYNTHETIC_RUNS}" in report
     params = load_params(out)
     assert len(params.fitted_on) == SYNTHETIC_RUNS and params.fitted_on[0].startswith("simulated:TACC-TACC/")
-    assert main(["predict", "--params", str(out), "--scenario", "tacc-tacc", "--all-vms-only", "--json"]) == 0
+    assert main(["predict", "--params", str(out), "--scenario", "tacc-tacc", "--hosts", "all", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["params"] == str(out)
 
 
@@ -317,7 +317,7 @@ def test_cli_fit_writes_fitted_links_with_step_rtts(tmp_path, capsys):
     runs = tmp_path / "runs.jsonl"
     write_records(runs, [r for r in synthetic_runs(noise=0.02) if r.scenario != "tacc-tacc"])
     out, sc = tmp_path / "fitted.toml", tmp_path / "sc"
-    assert main(["calibrate", "fit", str(runs), "--out", str(out), "--max-evaluations", "3",
+    assert main(["calibrate", "fit", "--records", str(runs), "--out", str(out), "--max-evaluations", "3",
                  "--scenarios-out", str(sc), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     fitted = tomllib.loads(out.read_text())["fitted"]["links"]
@@ -339,7 +339,7 @@ def test_cli_fit_writes_fitted_links_with_step_rtts(tmp_path, capsys):
 def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, content, message):
     runs = write(tmp_path, "runs.jsonl", content + "\n")
     out = tmp_path / "fitted.toml"
-    assert main(["calibrate", "fit", str(runs), "--out", str(out)]) == 2
+    assert main(["calibrate", "fit", "--records", str(runs), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and str(runs) in err or message.startswith("2 measured")
     assert list(tmp_path.iterdir()) == [runs]
@@ -348,10 +348,10 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, content, mes
 def test_cli_import_then_crossval_pieces(tmp_path, capsys):
     out = tmp_path / "runs.jsonl"
     assert main(["calibrate", "import", "alpa-tsv", str(write(tmp_path, "r.tsv", ALPA_TSV)), "--scenario", "utah-gpn",
-                 "--global-batch", "8", "--out", str(out)]) == 0
-    assert main(["calibrate", "import", "study", "--out", str(out), "--append"]) == 0
+                 "--global-batch", "8", "--records-out", str(out)]) == 0
+    assert main(["calibrate", "import", "study", "--records-out", str(out), "--append"]) == 0
     assert len(read_runs(out)) == 28  # 4 Alpa rows, Table II's 20 cells and the 4 single-VM runs
-    assert main(["calibrate", "import", "alpa-log", str(write(tmp_path, "t.log", ALPA_LOG)), "--out", str(out)]) == 2
+    assert main(["calibrate", "import", "alpa-log", str(write(tmp_path, "t.log", ALPA_LOG)), "--records-out", str(out)]) == 2
     assert "give --scenario" in capsys.readouterr().err
 
 
@@ -387,7 +387,7 @@ def test_a_fraction_only_the_prior_pins_is_flagged_loudly():
     cases = [c for c in cases_from_records(study_records(single_vm=False), "fabric-slm-2026")
              if c.slice_key == "GAT-AMST" and c.technique in ("data", "zero2")]
     free = [FreeParam("scalar", "compute.gemm_fraction", base.gemm_fraction, 0.05, 1.0, ""),
-            FreeParam("scalar", "transport.window_mib", base.window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
+            FreeParam("scalar", "transport.window_mib", base.network("tcp").window_bytes / 2**20, 1 / 16, 512.0, "MiB")]
     result = fit(cases, free, base, max_nfev=8)
     assert any(w.startswith("PINNED BY ITS PRIOR: compute.gemm_fraction") for w in result.warnings), result.warnings
     assert not any("PINNED BY ITS PRIOR: transport" in w for w in result.warnings)

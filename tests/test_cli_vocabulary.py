@@ -10,7 +10,7 @@ import re
 import pytest
 
 from geosim.cli import build_parser
-from geosim.cli.vocabulary import FLAGS, CommaList
+from geosim.cli.vocabulary import DEFAULTS_DIFFER, FLAGS, CommaList, RenamedFlag
 from geosim.specs import Workload
 
 WORKLOAD_DEFAULTS = {f"--{f.name.replace('_', '-')}": f.default for f in dataclasses.fields(Workload)}
@@ -26,8 +26,10 @@ def subcommands(parser: argparse.ArgumentParser, path: str = "geosim"):
 
 
 def options(parser: argparse.ArgumentParser):
+    """The options a subcommand documents (not --help, not the old names kept for now)."""
     for action in parser._actions:
-        if action.option_strings and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+        if action.option_strings and not isinstance(action, (argparse._HelpAction, argparse._VersionAction,
+                                                             RenamedFlag)):
             yield action
 
 
@@ -43,7 +45,7 @@ def signature(action: argparse.Action) -> str:
         return "float"
     if isinstance(action, argparse._AppendAction):
         return "append"
-    return "one" if action.type in (None, str) else getattr(action.type, "__name__", "custom")
+    return "one" if action.type in (None, str, str.lower) else getattr(action.type, "__name__", "custom")
 
 
 def kinds(flag: str) -> set[str]:
@@ -80,6 +82,87 @@ def test_a_flag_means_one_thing_everywhere():
                 problems.append(f"{path} {flag} takes {sig}; vocabulary.FLAGS says {FLAGS[flag][0]} "
                                 f"({FLAGS[flag][1]})")
     assert problems == []
+
+
+def test_a_flag_has_one_default_everywhere_or_the_vocabulary_says_why():
+    defaults: dict[str, dict[str, object]] = {}
+    for path, parser in ALL:
+        for action in options(parser):
+            flag = action.option_strings[-1]
+            if flag in FLAGS and action.default not in (None, False, [], argparse.SUPPRESS):
+                defaults.setdefault(flag, {})[path] = action.default
+    problems = []
+    for flag, where in defaults.items():
+        unexplained = {p: d for p, d in where.items() if p not in DEFAULTS_DIFFER.get(flag, {})}
+        if len({repr(d) for d in unexplained.values()}) > 1:
+            problems.append(f"{flag} defaults differ: {unexplained}; make them one or say why in "
+                            f"vocabulary.DEFAULTS_DIFFER")
+    # and a reason given for a subcommand that no longer differs is stale
+    for flag, reasons in DEFAULTS_DIFFER.items():
+        for path in reasons:
+            assert path in dict(ALL), f"DEFAULTS_DIFFER names {path}, which is not a subcommand"
+    assert problems == []
+
+
+def test_inputs_and_outputs_have_different_names():
+    problems = []
+    for path, parser in ALL:
+        for action in options(parser):
+            flag, text = action.option_strings[-1], (action.help or "").lower()
+            if flag == "--records" and re.search(r"\b(append|write)", text):
+                problems.append(f"{path} --records writes ({text!r}): that is --records-out")
+            if flag.endswith("-out") and flag != "--out" and re.search(r"\bread", text):
+                problems.append(f"{path} {flag} reads ({text!r})")
+            if flag == "--out" and "director" in text:
+                problems.append(f"{path} --out is a directory ({text!r}): that is --out-dir")
+            if flag == "--out-dir" and "director" not in text:
+                problems.append(f"{path} --out-dir does not say it is a directory ({text!r})")
+    assert problems == []
+
+
+def test_choices_are_case_insensitive_everywhere():
+    for path, parser in ALL:
+        for action in parser._actions:
+            if action.choices and not isinstance(action, argparse._SubParsersAction) and all(
+                    isinstance(c, str) for c in action.choices):
+                assert action.type is str.lower, f"{path} {action.option_strings or action.dest}"
+    args = build_parser("predict").parse_args(["predict", "--precision", "FP16"])
+    assert args.precision == "fp16"
+
+
+def test_one_way_to_choose_vms():
+    for old in ("--all-vms-only", "--subsets", "--nodes"):
+        for path, parser in ALL:
+            assert old not in {f for a in options(parser) for f in a.option_strings}, (path, old)
+    for path in ("geosim predict", "geosim trace", "geosim sweep", "geosim live run", "geosim calibrate import"):
+        assert "--hosts" in {f for a in options(dict(ALL)[path]) for f in a.option_strings}, path
+
+
+@pytest.mark.parametrize("argv, dest, value", [
+    (["predict", "--all-vms-only"], "hosts", "all"),
+    (["plan", "--measured", "study"], "records", "study"),
+    (["select", "--measured", "study"], "records", "study"),
+    (["sweep", "--subsets", "vm1"], "hosts", "vm1"),
+    (["sweep", "--out", "d"], "out", "d"),
+    (["sweep", "--gpu", "A30"], "gpu", "A30"),
+    (["live", "run", "--records", "r.jsonl"], "record", "r.jsonl"),
+    (["live", "run", "--nodes", "wan"], "hosts", "wan"),
+    (["live", "validate", "--out", "d"], "out", "d"),
+    (["calibrate", "import", "study", "--out", "r.jsonl"], "out", "r.jsonl"),
+])
+def test_a_renamed_flag_still_works_and_says_its_new_name(argv, dest, value, capsys):
+    args = build_parser(argv[0]).parse_args(argv)
+    assert getattr(args, dest) == value
+    err = capsys.readouterr().err
+    assert err.count("deprecated") == 1 and "use --" in err
+
+
+def test_technique_takes_a_list_and_all_where_a_command_takes_several():
+    for path in ("geosim predict", "geosim select", "geosim plan", "geosim sweep", "geosim trace", "geosim live run",
+                 "geosim live validate", "geosim fabric calibrate"):
+        action = next(a for a in options(dict(ALL)[path]) if "--technique" in a.option_strings)
+        assert isinstance(action, CommaList), path
+        assert "all" in action.help or "'all'" in (action.metavar or ""), path
 
 
 def test_every_option_has_help():

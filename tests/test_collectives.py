@@ -21,10 +21,12 @@ from itertools import combinations
 import pytest
 
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.network.tcp import Network
 from dataclasses import replace
 
 from geosim.params import default_params
+from geosim.sim.network.tcp import Settings as TCPSettings
 from geosim.scenario import gpu_catalog
 from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
 from geosim.specs import Cluster, Host, Link, Workload
@@ -35,13 +37,16 @@ GPU3 = gpu_catalog()["RTX6000"]  # PCIe gen 3
 WORKLOAD = Workload()
 MIB = 1024**2
 
+TCP_FIELDS = set(TCPSettings.__dataclass_fields__)  # what flat_params changes in the TCP model's settings
+
 
 def flat_params(**changes):
     """Default params with slow start and NCCL's per-step flow control out of the way: every
     connection starts at its full window, a collective step costs alpha + n*beta."""
     p = default_params()
-    p = p.with_values(slow_start_after_idle=False, **{"collective_step_rtts": 0.0, **changes})
-    return p.with_values(initial_window_bytes=p.window_bytes * p.streams)
+    tcp = {"collective_step_rtts": 0.0, **{k: changes.pop(k) for k in list(changes) if k in TCP_FIELDS}}
+    p = p.with_values(**changes).with_network("tcp", slow_start_after_idle=False, **tcp)
+    return p.with_network("tcp", initial_window_bytes=p.network("tcp").window_bytes * p.network("tcp").streams)
 
 
 def pairwise_cluster(p: int, rtt_s: float, bandwidth_bps: float, gpus_per_host: int = 1, gpu=GPU) -> Cluster:
@@ -78,7 +83,7 @@ def collective_schedule(cluster: Cluster, op: str, nbytes: float, algorithm: str
 
 
 def pcie_rate(gpu, params) -> float:
-    return params.pcie_gbps[gpu.pcie_gen] * 1e9 / 8
+    return params.pcie_bps[gpu.pcie_gen] / 8
 
 
 def wan_alpha_beta(params, link_rtt_s: float, link_bandwidth_bps: float, gpu=GPU):
@@ -86,22 +91,23 @@ def wan_alpha_beta(params, link_rtt_s: float, link_bandwidth_bps: float, gpu=GPU
     one_way = params.intra_host_latency_s + link_rtt_s / 2  # the GPU's PCIe hop, then the link
     rtt = 2 * one_way
     line_rate = min(pcie_rate(gpu, params), link_bandwidth_bps / 8)
-    socket_rate = params.streams * params.stream_rate_gbps * 1e9 / 8
-    rate = min(line_rate, params.streams * params.window_bytes / rtt, socket_rate)
-    return one_way + params.per_message_overhead_s, 1.0 / rate, rtt
+    socket_rate = params.network("tcp").streams * params.network("tcp").stream_rate_bps / 8
+    rate = min(line_rate, params.network("tcp").streams * params.network("tcp").window_bytes / rtt, socket_rate)
+    return one_way + params.network("tcp").per_message_overhead_s, 1.0 / rate, rtt
 
 
 def lan_alpha_beta(params, gpu=GPU):
     """Same-site hosts: host -> site switch -> host, a quarter of the LAN RTT per edge."""
     one_way = params.intra_host_latency_s + 2 * params.lan_rtt_s / 4
     rtt = 2 * one_way
-    line_rate = min(pcie_rate(gpu, params), params.lan_bandwidth_gbps * 1e9 / 8)
-    socket_rate = params.streams * params.stream_rate_gbps * 1e9 / 8
-    rate = min(line_rate, params.streams * params.window_bytes / rtt, socket_rate)
-    return one_way + params.per_message_overhead_s, 1.0 / rate, rtt
+    line_rate = min(pcie_rate(gpu, params), params.lan_bandwidth_bps / 8)
+    socket_rate = params.network("tcp").streams * params.network("tcp").stream_rate_bps / 8
+    rate = min(line_rate, params.network("tcp").streams * params.network("tcp").window_bytes / rtt, socket_rate)
+    return one_way + params.network("tcp").per_message_overhead_s, 1.0 / rate, rtt
 
 
 def simulate(schedule, cluster, params, iterations=1, **kw):
+    kw.setdefault("network", TCPNetwork)
     return run_schedule(schedule, cluster, params, WORKLOAD, iterations=iterations, **kw)
 
 
@@ -124,12 +130,12 @@ def test_hand_alpha_beta_matches_the_route(regime):
     assert route.name == "h0->h2"
     assert route.tcp
     assert route.rtt_s == pytest.approx(rtt, rel=REL)
-    assert route.one_way_s + params.per_message_overhead_s == pytest.approx(alpha, rel=REL)
+    assert route.one_way_s + params.network("tcp").per_message_overhead_s == pytest.approx(alpha, rel=REL)
     assert 1 / min(route.line_rate, route.window_bytes / route.rtt_s, route.stream_rate) == pytest.approx(beta, rel=REL)
     if regime == "window-limited":
-        assert params.window_bytes / rtt < cfg["bandwidth_bps"] / 8  # really limited by the window
+        assert params.network("tcp").window_bytes / rtt < cfg["bandwidth_bps"] / 8  # really limited by the window
     else:
-        assert params.window_bytes / rtt > cfg["bandwidth_bps"] / 8
+        assert params.network("tcp").window_bytes / rtt > cfg["bandwidth_bps"] / 8
 
 
 @pytest.mark.parametrize("regime", REGIMES)
@@ -185,7 +191,7 @@ def test_p2p_inside_one_host_is_pcie_only():
     n = 50 * MIB
     sched = schedule_of(cluster, {0: [Send(1, n, ("x",))], 1: [Recv(0, ("x",))]})
     lat = params.intra_host_latency_s
-    expected = params.p2p_handshake_rtts * 2 * lat + lat + params.per_message_overhead_s + n / pcie_rate(GPU3, params)
+    expected = params.network("tcp").p2p_handshake_rtts * 2 * lat + lat + params.network("tcp").per_message_overhead_s + n / pcie_rate(GPU3, params)
     assert simulate(sched, cluster, params).iteration_end[0] == pytest.approx(expected, rel=REL)
 
 
@@ -195,8 +201,8 @@ def test_p2p_over_nvlink():
     n = 50 * MIB
     sched = schedule_of(cluster, {0: [Send(1, n, ("x",))], 1: [Recv(0, ("x",))]})
     lat = params.intra_host_latency_s
-    expected = (params.p2p_handshake_rtts * 2 * lat + lat + params.per_message_overhead_s
-                + n / (params.nvlink_gbps * 1e9 / 8))
+    expected = (params.network("tcp").p2p_handshake_rtts * 2 * lat + lat + params.network("tcp").per_message_overhead_s
+                + n / (params.nvlink_bps / 8))
     assert simulate(sched, cluster, params).iteration_end[0] == pytest.approx(expected, rel=REL)
 
 
@@ -209,7 +215,7 @@ def test_p2p_after_compute_starts_when_the_compute_ends():
     seconds = flops / (GPU.peak_tflops(WORKLOAD.precision) * 1e12 * params.gemm_fraction)
     n = MIB
     sched = schedule_of(cluster, {0: [Compute(flops, "f"), Send(1, n, ("x",))], 1: [Recv(0, ("x",))]})
-    expected = seconds + params.p2p_handshake_rtts * rtt + alpha + n * beta
+    expected = seconds + params.network("tcp").p2p_handshake_rtts * rtt + alpha + n * beta
     assert simulate(sched, cluster, params).iteration_end[0] == pytest.approx(expected, rel=REL)
 
 
@@ -262,7 +268,7 @@ def test_ring_allreduce_inside_one_host(p):
     params = flat_params()
     cluster = Cluster("one", (Host("h", "s", (GPU3,) * p),), ())
     nbytes = 32 * MIB
-    alpha = params.intra_host_latency_s + params.per_message_overhead_s
+    alpha = params.intra_host_latency_s + params.network("tcp").per_message_overhead_s
     beta = 1 / pcie_rate(GPU3, params)
     result = simulate(collective_schedule(cluster, "allreduce", nbytes, "ring"), cluster, params)
     assert result.iteration_end[0] == pytest.approx(2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes * beta, rel=REL)
@@ -323,7 +329,7 @@ def test_steady_state_iteration_matches_the_formula_with_the_default_transport()
     cluster = pairwise_cluster(p, rtt_s, bw)
     alpha, beta, rtt = wan_alpha_beta(params, rtt_s, bw)
     result = simulate(collective_schedule(cluster, "allreduce", nbytes, "ring"), cluster, params, iterations=3)
-    alpha += params.collective_step_rtts * rtt  # NCCL's flow control, on by default
+    alpha += params.network("tcp").collective_step_rtts * rtt  # NCCL's flow control, on by default
     expected = 2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes * beta
     assert result.iteration_time(0) > expected  # cold: slow start from the initial window
     assert result.iteration_time(1) == pytest.approx(expected, rel=REL)
@@ -337,7 +343,7 @@ def test_slow_start_after_idle_restarts_the_window():
     idle_flops = 1e15  # a long compute between the sends: far longer than the RTO
     program = {0: [Compute(idle_flops, "idle"), Send(1, n, ("x",), p2p=False)], 1: [Recv(0, ("x",))]}
     sched = schedule_of(cluster, program)
-    warm = simulate(sched, cluster, default_params().with_values(slow_start_after_idle=False), iterations=2)
+    warm = simulate(sched, cluster, default_params().with_network("tcp", slow_start_after_idle=False), iterations=2)
     cold = simulate(sched, cluster, default_params(), iterations=2)
     assert cold.iteration_end[0] == warm.iteration_end[0]  # the first send starts cold either way
     assert cold.iteration_time(1) > warm.iteration_time(1)

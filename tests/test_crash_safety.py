@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import default_sigint
 from geosim.errors import GeosimError
 from geosim.fileio import locked, write_atomic
 from geosim.records import RunRecord, append_record, append_records, read_runs
@@ -54,7 +55,7 @@ def test_a_second_writer_of_a_sweep_directory_is_refused_at_once(tmp_path):
 
 def sweep_cmd(out: Path, rtts: str = "0.1:150:1.25") -> list[str]:
     return [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "zero2,data",
-            "--rtt-ms", rtts, "--out", str(out), "--workers", "1", "--quiet", "--crossover-axis", "none", "--json"]
+            "--rtt-ms", rtts, "--out-dir", str(out), "--workers", "1", "--quiet", "--crossover-axis", "none", "--json"]
 
 
 @pytest.mark.slow
@@ -92,7 +93,7 @@ def test_four_small_sweeps_at_once_never_crash_or_duplicate(tmp_path):
 def test_a_killed_sweep_resumes_without_losses_or_duplicates(tmp_path, sig):
     out = tmp_path / "sweep"
     proc = subprocess.Popen(sweep_cmd(out), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
     wait_for(lambda: (out / RESULTS).exists() and len((out / RESULTS).read_bytes().splitlines()) >= 10, proc)
     os.killpg(proc.pid, sig)
     proc.communicate(timeout=60)
@@ -141,7 +142,7 @@ def test_concurrent_cli_imports_with_append_keep_every_record(tmp_path):
         src.write_text("".join(record(i, w).to_json() + "\n" for i in range(100)))
         sources.append(src)
     out = tmp_path / "all.jsonl"
-    procs = [subprocess.Popen(CLI + ["calibrate", "import", "live", str(s), "--out", str(out), "--append"], cwd=ROOT,
+    procs = [subprocess.Popen(CLI + ["calibrate", "import", "live", str(s), "--records-out", str(out), "--append"], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for s in sources]
     for p in procs:
         _, err = p.communicate(timeout=120)

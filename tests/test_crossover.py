@@ -48,12 +48,11 @@ def synthetic_context() -> SweepContext:
                       (Link("vm1", "vm2", 0.010, BANDWIDTH_BPS),), source="<test>")
     base = load_params()
     params = base.with_values(
-        per_message_overhead_s=0.0, p2p_handshake_rtts=0.0, collective_step_rtts=0.0, slow_start_after_idle=False,
-        stream_rate_gbps=1e6,
-        initial_window_bytes=1e18, window_bytes=1e18, intra_host_latency_s=0.0,
+        intra_host_latency_s=0.0,
         collectives={t: "ring" for t in base.collectives},
         iteration_overhead_s={t: 0.01 for t in base.iteration_overhead_s}, startup_s={},
-    )
+    ).with_network("tcp", per_message_overhead_s=0.0, p2p_handshake_rtts=0.0, collective_step_rtts=0.0,
+                   slow_start_after_idle=False, stream_rate_bps=1e15, initial_window_bytes=1e18, window_bytes=1e18)
     return SweepContext(params, {"synthetic": Scenario(cluster, dict(WORKLOAD), {})})
 
 

@@ -10,6 +10,7 @@ Needs root and /dev/net/tun; ~4 minutes on 2 cores.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -49,7 +50,7 @@ def test_fabric_calibrate_on_the_emulated_slice(tmp_path):
     wan = up(rtt_ms=10, hosts=2, ttl_s=1200, state=env["GEOSIM_WAN_STATE"])
     try:
         out = tmp_path / "utah-mass.toml"
-        made = geosim("fabric", "slice", "emulate", "scenarios/utah-mass.toml", "--wan-state",
+        made = geosim("fabric", "slice", "emulate", "--scenario", "scenarios/utah-mass.toml", "--wan-state",
                       env["GEOSIM_WAN_STATE"], "--out", str(out), "--json", env=env, timeout=60)
         assert made.returncode == 0, made.stderr
         doc = json.loads(made.stdout)
@@ -83,7 +84,7 @@ def test_fabric_calibrate_on_the_emulated_slice(tmp_path):
         # the records are what `geosim calibrate fit` takes; four runs on one link cannot pin the per-link
         # window and step round trips as well, so those stay at their defaults here
         params = tmp_path / "params.toml"
-        fit = geosim("calibrate", "fit", str(workdir / "runs.jsonl"), "--out", str(params), "--links", "none",
+        fit = geosim("calibrate", "fit", "--records", str(workdir / "runs.jsonl"), "--out", str(params), "--links", "none",
                      "--step-rtts", "none", "--overhead", "none", env=env, timeout=600)
         assert fit.returncode == 0, fit.stderr[-3000:] + fit.stdout[-3000:]
         assert "fitted" in fit.stdout and params.is_file()
@@ -94,4 +95,5 @@ def test_fabric_calibrate_on_the_emulated_slice(tmp_path):
         wan.down()  # ends every process left in the namespaces, Ray's included
         tag = hashlib.sha1(str((tmp_path / "geosim-utah-mass-calibrate").resolve()).encode()).hexdigest()[:6]
         for i in range(2):  # the Ray session directories of this slice's nodes (steps.Calibration.tag)
-            shutil.rmtree(f"/tmp/gray-{tag}-{i}", ignore_errors=True)
+            for temp in glob.glob(f"/tmp/gray-{tag}-{i}-*"):
+                shutil.rmtree(temp, ignore_errors=True)

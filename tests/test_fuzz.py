@@ -32,7 +32,7 @@ from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.records import validate
 from geosim.scenario import load_scenario
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.specs import Model, Workload
 
 TINY = Model("fuzz-tiny", n_layer=2, n_embd=64, n_head=2, vocab=1000, n_ctx=128)
@@ -87,7 +87,7 @@ def cheap_model(scenario) -> Model:
 # --- mutations ------------------------------------------------------------------------------
 
 ODD_NUMBERS = (0, -1, -0.0, 0.5, 1, 2, 3, 7, 1e-300, 5e-324, 1e308, -1e308, float("nan"), float("inf"),
-               float("-inf"), 2**63, 10**30, 1e6, 1e-6, 4096, 4097)
+               float("-inf"), 2**63, 10**30, 10**400, -(10**400), 1e6, 1e-6, 4096, 4097)  # 10**400: beyond float range
 LEAF = st.one_of(
     st.sampled_from(ODD_NUMBERS),
     st.integers(-10, 10**7),
@@ -131,7 +131,7 @@ def mutate(data, doc, *, numeric_only: bool = False):
             return doc
         path = data.draw(st.sampled_from(numeric))
         old = get(doc, path)
-        if data.draw(st.booleans()):  # a plausible variation: the value scaled, kept an integer if it was one
+        if data.draw(st.booleans()) and abs(old) < 1e300:  # a plausible variation: scaled, an integer if it was one
             value = old * 10 ** data.draw(st.floats(-3, 3))
             value = int(round(value)) if isinstance(old, int) else value
         else:

@@ -68,7 +68,14 @@ def test_console_output_one_gpu_keeps_microbatches_and_remat(tmp_path):
 
 
 def test_console_output_four_gpus_stage_layout(tmp_path):
-    zero2, shard, pipe = alpa_benchmark_records(CONSOLE, scenario(tmp_path, FOUR_A100))
+    skipped: list[str] = []
+    oom, one, zero2, shard, pipe = alpa_benchmark_records(CONSOLE, scenario(tmp_path, FOUR_A100), skipped=skipped)
+    # the log's 1-GPU runs are kept, predicted on the slice's first GPU (and the record says so)
+    assert not skipped and oom.status == "out-of-memory" and one.status == "ok"
+    assert one.cluster["name"] == "four-a100-first1gpus"  # the slice cut, inline; the scenario kept for the record
+    assert [h["gpus"] for h in one.cluster["hosts"]] == [["A100-40GB"]]
+    assert "predicted on the first 1 of the slice's (vm1: 1)" in one.note
+    assert to_case("console#2", read_back(tmp_path, one)).cluster.num_gpus == 1
     # one stage over a [1, 4] submesh, data parallel, reduce-scatter preferred: not a pipeline
     assert zero2.technique == "zero2" and zero2.options is None and zero2.workload["microbatches"] == 16
     assert "1 stage(s)" in zero2.note and "prefer_reduce_scatter=True" in zero2.note
@@ -129,23 +136,24 @@ def test_scenario_paths_are_stored_relative_to_the_records_file(tmp_path, monkey
     scenario(tmp_path / "scenarios", FOUR_A100, "lab.toml")
     monkeypatch.chdir(tmp_path)
     assert main(["calibrate", "import", "alpa-tsv", str(CONSOLE), "--scenario", "scenarios/lab.toml",
-                 "--out", "runs/lab.jsonl"]) == 0
+                 "--records-out", "runs/lab.jsonl"]) == 0
     stored = json.loads((tmp_path / "runs" / "lab.jsonl").read_text().splitlines()[0])
     assert stored["scenario"] == "../scenarios/lab.toml"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # a fit from another directory finds the scenario
-    assert [c.cluster.name for c in load_cases(tmp_path / "runs" / "lab.jsonl")] == ["four-a100"] * 3
+    # the log's two 1-GPU runs carry the slice's first GPU inline; the 4-GPU runs find the scenario file
+    assert [c.cluster.name for c in load_cases(tmp_path / "runs" / "lab.jsonl")] == ["four-a100-first1gpus"] * 2 + ["four-a100"] * 3
     moved = tmp_path / "runs" / "moved.jsonl"
     moved.write_text((tmp_path / "runs" / "lab.jsonl").read_text().replace("../scenarios/lab.toml", "../gone.toml"))
-    with pytest.raises(GeosimError, match=r"moved\.jsonl:1: scenario: .*/gone\.toml: no such file"):
+    with pytest.raises(GeosimError, match=r"moved\.jsonl:3: scenario: .*/gone\.toml: no such file"):
         load_cases(moved)  # the error names the record and the scenario file it looked for
 
 
 def test_append_appends_and_skips_what_is_already_there(tmp_path, capsys):
     out = tmp_path / "runs.jsonl"
-    assert main(["calibrate", "import", "study", "--out", str(out)]) == 0
-    assert main(["calibrate", "import", "study", "--out", str(out), "--append"]) == 0
+    assert main(["calibrate", "import", "study", "--records-out", str(out)]) == 0
+    assert main(["calibrate", "import", "study", "--records-out", str(out), "--append"]) == 0
     assert "appended 0 record(s)" in capsys.readouterr().out and len(read_runs(out)) == len(study_records())
 
 
@@ -180,8 +188,8 @@ def test_scenarios_out_names_cannot_leave_the_directory(tmp_path):
 
 def test_fit_out_in_a_missing_directory_fails_before_fitting(tmp_path, capsys):
     runs = tmp_path / "runs.jsonl"
-    assert main(["calibrate", "import", "study", "--out", str(runs)]) == 0
-    assert main(["calibrate", "fit", str(runs), "--out", str(tmp_path / "no" / "such" / "p.toml")]) == 2
+    assert main(["calibrate", "import", "study", "--records-out", str(runs)]) == 0
+    assert main(["calibrate", "fit", "--records", str(runs), "--out", str(tmp_path / "no" / "such" / "p.toml")]) == 2
     err = capsys.readouterr().err
     assert "--out: no such directory" in err and "fitting" not in err
 
@@ -198,7 +206,7 @@ def test_runs_the_model_cannot_explain_are_a_warning_predict_prints(tmp_path, ca
                          "run_id": f"r{b}"}) for b in (4, 8, 12, 16, 24, 32, 40)]
     runs.write_text("\n".join(lines) + "\n")
     params = tmp_path / "fitted.toml"
-    assert main(["calibrate", "fit", str(runs), "--out", str(params), "--links", "none", "--step-rtts", "none",
+    assert main(["calibrate", "fit", "--records", str(runs), "--out", str(params), "--links", "none", "--step-rtts", "none",
                  "--overhead", "technique", "--max-evaluations", "15"]) == 0
     warnings = load_params(params).fit_warnings
     misses = [w for w in warnings if w.startswith("MODEL MISSES THE RECORDS")]

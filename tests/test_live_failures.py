@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from conftest import default_sigint
 from geosim.records import read_records
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -17,7 +18,7 @@ ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 def test_out_of_memory_is_recorded(tmp_path):
     runs = tmp_path / "runs.jsonl"
     proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "3",
-                           "--memory-limit-gib", "0.001", "--records", str(runs)], env=ENV, capture_output=True,
+                           "--memory-limit-gib", "0.001", "--records-out", str(runs)], env=ENV, capture_output=True,
                           text=True, timeout=180)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "out-of-memory" in proc.stdout
@@ -30,8 +31,8 @@ def test_out_of_memory_is_recorded(tmp_path):
 def test_ctrl_c_keeps_what_was_measured(tmp_path):
     runs = tmp_path / "runs.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "100000",
-                             "--log-every", "1", "--records", str(runs)], env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             "--log-every", "1", "--records-out", str(runs)], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         deadline = time.time() + 180
         for line in proc.stderr:  # wait for a few measured steps

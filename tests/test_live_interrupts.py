@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from conftest import default_sigint
 from geosim.records import read_records
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -22,8 +23,9 @@ EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 def start(tmp_path, *extra):
     runs = tmp_path / "runs.jsonl"
     argv = [sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "100000",
-            "--log-every", "1", "--cpu-devices", "2", "--records", str(runs), *extra]
-    proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            "--log-every", "1", "--cpu-devices", "2", "--records-out", str(runs), *extra]
+    proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     return proc, runs
 
 
@@ -119,7 +121,7 @@ def test_a_second_signal_exits_at_once_without_a_record(tmp_path):
 @pytest.mark.parametrize("record", ["missing-dir/runs.jsonl", "."])
 def test_unwritable_record_path_is_refused_before_the_run(tmp_path, record):
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--steps", "2", "--record", record],
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--steps", "2", "--records-out", record],
                           env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "--record" in proc.stderr and "nothing was run" in proc.stderr
@@ -132,7 +134,7 @@ def test_memory_is_checked_before_any_weight_exists(tmp_path):
     allocating them (it was killed by the kernel, exit 137, without a record)."""
     runs = tmp_path / "runs.jsonl"
     proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--model", "gpt2-xl", "--memory-limit-gib",
-                           "1", "--steps", "2", "--record", str(runs)], env=ENV, cwd=tmp_path, capture_output=True,
+                           "1", "--steps", "2", "--records-out", str(runs)], env=ENV, cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
     (record,) = whole_lines(runs)
@@ -140,13 +142,22 @@ def test_memory_is_checked_before_any_weight_exists(tmp_path):
     assert record.measured["steps"] == 0 and record.measured["peak_memory_gib"] < 1.0
 
 
-def test_estimate_orders_techniques_by_what_they_keep_per_device():
-    from geosim.live.train.memory import estimate_gib, num_params
+def test_estimate_is_the_simulators_memory_model_and_orders_what_techniques_keep():
+    from geosim.live.train.memory import estimate_gib
+    from geosim.live.train.techniques import data as data_technique
+    from geosim.sim.memory_layout import LayoutOptions, live_step
+    from geosim.specs import Model
 
+    model = Model("m", 24, 1024, 16)
     dims = dict(n_layer=24, n_embd=1024, n_head=16, vocab=50257, n_ctx=1024, precision="fp32", global_batch=8,
                 microbatches=1, devices=4)
     est = {t: estimate_gib(t, **dims) for t in ("data", "zero2", "shard", "pipeshard", "diloco")}
-    assert est["zero2"] < est["data"] < est["diloco"] and max(est["shard"], est["pipeshard"]) < est["data"]
-    assert est["data"] > 20 * num_params(24, 1024, 50257, 1024) / 2**30  # at least the replicated state
-    half = estimate_gib("data", **{**dims, "precision": "bf16"})
-    assert half < est["data"]
+    # one model: live's check is the simulator's layout of the technique's placement
+    parts = live_step(model, data_technique.placement(model, 8, 1, 4), 1024, 1,
+                      LayoutOptions(precision="fp32", workspace_bytes=0.0))
+    assert est["data"] == pytest.approx(sum(parts.values()) / 2**30)
+    # ZeRO-2 shards Adam's moments; DiLoCo adds its outer parameters and momentum to a replica
+    assert est["zero2"] < est["data"] < est["diloco"]
+    assert est["data"] > 12 * model.num_params / 2**30  # at least the replicated fp32 weights and moments
+    assert estimate_gib("data", **{**dims, "precision": "bf16"}) < est["data"]
+    assert estimate_gib("data", **dims, remat=True) < est["data"]

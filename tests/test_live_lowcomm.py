@@ -99,7 +99,7 @@ out["diloco_bytes_per_replica"] = b.sync_bytes_per_replica()
 from geosim.cli import main
 code = main(["live", "run", "--technique", "diloco", "--steps", "7", "--inner-steps", "3", "--global-batch", "8",
              "--seq-len", "32", "--data", "generated", "--tokenizer", "bytes", "--log-every", "3",
-             "--records", sys.argv[1], "--loss-curve-out", sys.argv[2], "--loss-curve-window", "3"])
+             "--records-out", sys.argv[1], "--loss-curve-out", sys.argv[2], "--loss-curve-window", "3"])
 out["cli_code"] = code
 print(json.dumps(out))
 """

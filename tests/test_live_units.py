@@ -63,7 +63,7 @@ def test_alpa_backend_missing_is_one_line(capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["--technique", "tensor"], "unknown technique 'tensor'"),
     (["--model", "gpt5"], "unknown model 'gpt5'"),
-    (["--steps", "0"], "--steps: must be > 0"),
+    (["--steps", "0"], "--steps: must be >= 1"),
     (["--global-batch", "6", "--microbatches", "4"], "must be divisible by microbatches"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, needle, capsys):

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import default_sigint
 from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
@@ -68,13 +69,20 @@ def local_record_doc(per_host=(1, 1)) -> dict:
 def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
     from geosim.calibrate.cases import cases_from_records
     from geosim.params import load_params
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
 
     doc = wan_runs.to_wan_record(local_record_doc((2, 2)), fake_slice(rtt=20, bandwidth=500))
     cluster = doc["cluster"]
     assert [h["name"] for h in cluster["hosts"]] == ["wan-host0", "wan-host1"]
     assert len({h["site"] for h in cluster["hosts"]}) == 2 and cluster["hosts"][0]["gpus"] == ["CPU", "CPU"]
-    assert cluster["links"] == [{"between": ["wan-host0", "wan-host1"], "rtt_ms": 20.0, "bandwidth_gbps": 0.5}]
+    # the cap is the emulator's tbf: a token bucket whose burst the slice's MTU and offload decide
+    shaper = wan_runs.shaper_table(fake_slice(rtt=20, bandwidth=500))
+    # and its sockets' buffers (4 x the bandwidth-delay product, 6-64 MB) give the window
+    window = round(wan_runs.uncapped_window_bytes(fake_slice(rtt=20, bandwidth=500)) / 2**20, 4)
+    assert cluster["links"] == [{"between": ["wan-host0", "wan-host1"], "rtt_ms": 20.0, "bandwidth_gbps": 0.5,
+                                 "window_mib": window, "shaper": shaper}]
+    assert window == pytest.approx(6 * 0.73, rel=0.01)
+    assert shaper["queue_ms"] == 50.0 and shaper["burst_kib"] > 0
     assert "CPU" in cluster["gpus"] and "RTT 20 ms" in doc["note"]
     case = cases_from_records([validate(doc, "t")], "t")[0]
     assert case.networked and case.gpus == {"CPU"}
@@ -85,7 +93,7 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
 def test_window_cap_of_the_slice_is_the_links_window_and_slows_the_simulated_run():
     from geosim.calibrate.cases import cases_from_records
     from geosim.params import load_params
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
 
     capped = fake_slice(rtt=20, bandwidth=1000)
     capped.extra = {"tcp_window_kib": 128.0}
@@ -124,10 +132,10 @@ def test_child_argv_binds_gloo_to_the_namespace_interface():
 
 def test_hosts_wan_without_a_slice_is_a_one_line_error(tmp_path):
     env = dict(ENV, GEOSIM_WAN_STATE=str(tmp_path / "none.json"))
-    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "2"],
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "2"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "no WAN slice is up" in proc.stderr
-    bad = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--nodes", "lan"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--hosts", "lan"], capture_output=True,
                          text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "'wan'" in bad.stderr
 
@@ -136,13 +144,14 @@ def simulated_records(rtts, per_step_extra=None):
     """Records whose 'measured' times the simulator itself produced with known parameters."""
     from geosim.calibrate.cases import cases_from_records
     from geosim.params import load_params
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
 
     truth = load_params()
-    truth = replace(truth, efficiency={**truth.efficiency, "CPU": 0.05}, collective_step_rtts=1.5,
-                    p2p_handshake_rtts=3.0, iteration_overhead_s={**truth.iteration_overhead_s, "data": 0.01,
-                                                                  "zero2": 0.012, "shard": 0.05, "pipeshard": 0.02}
-                    ).with_settings("shard", collectives_per_layer=30)
+    truth = replace(truth, efficiency={**truth.efficiency, "CPU": 0.05},
+                    iteration_overhead_s={**truth.iteration_overhead_s, "data": 0.01,
+                                          "zero2": 0.012, "shard": 0.05, "pipeshard": 0.02}
+                    ).with_settings("shard", collectives_per_layer=30).with_network(
+                        "tcp", collective_step_rtts=1.5, p2p_handshake_rtts=3.0)
     records = []
     for rtt in rtts:
         for technique in ("data", "zero2", "shard", "pipeshard"):
@@ -244,8 +253,8 @@ def test_live_run_hosts_wan_records_the_slice(wan_slice, tmp_path, technique):
     wan = make(rtt_ms=20, bandwidth_mbit=1000)
     runs = tmp_path / "wan.jsonl"
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--technique", technique,
-                           "--model", "tiny", "--steps", "5", "--data", "generated", "--records", str(runs)],
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--technique", technique,
+                           "--model", "tiny", "--steps", "5", "--data", "generated", "--records-out", str(runs)],
                           capture_output=True, text=True, env=dict(ENV, GEOSIM_WAN_STATE=state), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - started < 300
@@ -265,9 +274,9 @@ def test_live_run_hosts_wan_records_the_slice(wan_slice, tmp_path, technique):
 def test_ctrl_c_stops_the_processes_on_the_slice(wan_slice, tmp_path):
     make, state = wan_slice
     wan = make(rtt_ms=10)
-    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "100000",
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "100000",
                              "--data", "generated"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(ENV, GEOSIM_WAN_STATE=state))
+                            env=dict(ENV, GEOSIM_WAN_STATE=state), preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 120
         while len(ns_pids(wan)) < 2 and time.monotonic() < deadline:
@@ -289,7 +298,7 @@ def test_sigkilled_parent_takes_the_processes_on_the_slice_with_it(wan_slice, tm
     """SIGKILL leaves the parent no chance to stop its children: the kernel does (PR_SET_PDEATHSIG)."""
     make, state = wan_slice
     wan = make(rtt_ms=2)
-    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--nodes", "wan", "--steps", "100000",
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "live", "run", "--hosts", "wan", "--steps", "100000",
                              "--data", "generated"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(ENV, GEOSIM_WAN_STATE=state))
     try:
@@ -318,7 +327,7 @@ def test_validate_quick_loop(tmp_path):
     before = set(namespaces())
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "geosim", "live", "validate", "--quick", "--rtt-ms", "0.1,10,30",
-                           "--technique", "data,pipeshard", "--out", str(out), "--json", "--timeout", "240"],
+                           "--technique", "data,pipeshard", "--out-dir", str(out), "--json", "--timeout", "240"],
                           capture_output=True, text=True, env=ENV, timeout=900)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,9 +11,10 @@ import pytest
 from geosim.case import Case
 from geosim.cli import main
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import TCPNetwork
 from geosim.errors import GeosimError
 from geosim.params import default_params, load_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.sim.schedule import Collective, Repeat
 from geosim.specs import Cluster, Host, Link, Workload
@@ -40,7 +41,7 @@ def one_gpu_hosts(n: int, rtt_ms: float = 50.0) -> Cluster:
 
 def wan_bytes(schedule, cluster, iterations=1) -> float:
     run = run_schedule(schedule, cluster, PARAMS, SMALL if cluster.name == "one-gpu-hosts" else WORKLOAD,
-                       iterations=iterations, trace=True, exact=True)
+                       iterations=iterations, network=TCPNetwork, trace=True, exact=True)
     return sum(row[5] for row in run.trace if row[0] == "link" and "pcie" not in row[1])
 
 
@@ -61,7 +62,8 @@ def test_diloco_with_h1_and_no_compression_communicates_exactly_as_data():
     cluster = one_gpu_hosts(2)
     d = build_schedule("diloco", Case(cluster, GPT2, SMALL, PARAMS), {"inner_steps": 1, "sync_dtype_bytes": 2})
     g = build_schedule("data", Case(cluster, GPT2, SMALL, PARAMS))
-    assert run_schedule(d, cluster, PARAMS, SMALL, 1).bytes_sent == run_schedule(g, cluster, PARAMS, SMALL, 1).bytes_sent
+    assert (run_schedule(d, cluster, PARAMS, SMALL, 1, network=TCPNetwork).bytes_sent
+            == run_schedule(g, cluster, PARAMS, SMALL, 1, network=TCPNetwork).bytes_sent)
     # ... and it is no faster than Data (it adds the outer step)
     assert (predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "diloco", options=same).iteration_time_s
             >= predict(Case(SLICE.cluster, GPT2M, WORKLOAD, PARAMS), "data").iteration_time_s)
@@ -254,10 +256,10 @@ def test_time_to_target_formula():
 
 
 def test_cli_predict_target_tokens_json(capsys):
-    code = main(["predict", "--scenario", "utah-mass", "--all-vms-only", "--json", "--technique", "data",
+    code = main(["predict", "--scenario", "utah-mass", "--hosts", "all", "--json", "--technique", "data",
                  "--technique", "sparseloco", "--target-tokens", "1e9", "--token-efficiency", "sparseloco=0.5"])
     assert code == 0
-    rows = {r["technique"]: r for r in json.loads(capsys.readouterr().out)["predictions"]}
+    rows = {r["technique"]: r for r in json.loads(capsys.readouterr().out)["slices"][0]["predictions"]}
     assert rows["sparseloco"]["token_efficiency"] == 0.5
     for r in rows.values():
         assert r["time_to_target_s"] == pytest.approx(1e9 / r["token_efficiency"] / r["tokens_per_s"] + r["startup_s"])

@@ -6,7 +6,8 @@ import pytest
 
 from geosim.scenario import model_catalog
 from geosim.sim.memory_layout import (FITS, MAY_NOT_FIT, OUT_OF_MEMORY, LayoutOptions, activations, auto_sharded,
-                                      block_residual_bytes_per_token, data_parallel, pipeline_stage, verdict, zero2)
+                                      block_residual_bytes_per_token, data_parallel, live_step, LivePlacement,
+                                      pipeline_stage, verdict, zero2)
 from geosim.specs import GIB
 
 GPT2M = model_catalog()["gpt2m"]
@@ -111,8 +112,73 @@ def test_verdict_bands():
     options = LayoutOptions(usable_fraction=0.9, margin_fraction=0.1)
     usable = 16 * GIB * 0.9
     assert verdict(0.85 * usable, 16, options).status == FITS
+    assert verdict(0.85 * usable, 16, options).describe() == "fits: needs 12.2 of 14.4 GiB usable"
     near = verdict(0.95 * usable, 16, options)
-    assert near.status == MAY_NOT_FIT and "spare" in near.describe()
+    assert near.status == MAY_NOT_FIT
+    assert near.describe() == "may not fit: needs 13.7 of 14.4 GiB usable, within the model's 10% error"
     assert verdict(1.05 * usable, 16, options).status == MAY_NOT_FIT
-    assert "short" in verdict(1.05 * usable, 16, options).describe()
     assert verdict(1.2 * usable, 16, options).status == OUT_OF_MEMORY
+    assert verdict(1.2 * usable, 16, options).describe() == "does not fit: needs 17.3 of 14.4 GiB usable"
+    # the band is the model's error: a wider one turns a near miss into "may not fit"
+    assert verdict(1.15 * usable, 16, LayoutOptions(margin_fraction=0.2)).status == MAY_NOT_FIT
+
+
+# --- live's step (the layout XLA gives `geosim live`'s program), by hand --------------------------
+
+GPT2 = model_catalog()["gpt2"]
+FP32 = LayoutOptions(precision="fp32", workspace_bytes=0.0)
+
+
+def replica(rows, microbatches=1, **changes):
+    """Data's placement (live/train/techniques/data.py) of gpt2."""
+    n = GPT2.num_params
+    fields = dict(rows=rows, layers=12, params_held=n, grads_held=n, microbatch_grads=n,
+                  in_flight=min(microbatches, 2))
+    return LivePlacement(**{**fields, **changes})
+
+
+def test_live_data_step_by_hand():
+    """gpt2, one sequence per device, fp32: weights and Adam fp32 (12 B/param), the residuals of 12 blocks
+    (20 h-wide values and 2 fp32 scores per token and block), the loss's fp32 logits twice and the tied
+    embedding's gradient; the gradients live in the freed activations (no part of their own)."""
+    parts = live_step(GPT2, replica(1), 1024, 1, FP32)
+    n, tokens = GPT2.num_params, 1024
+    assert parts["weights"] == 4 * n and parts["optimizer"] == 8 * n and parts["master"] == 0.0
+    assert parts["activations"] == pytest.approx(tokens * 12 * (20 * 768 * 4 + 2 * 12 * 1024 * 4))
+    assert parts["transient"] == pytest.approx(tokens * (2 * 50257 * 4 + 2 * 768 * 4) + 50257 * 768 * 4)
+    assert parts["gradients"] == 0.0
+    # XLA's GPU buffer assignment of this very step (2 A100s, compiled ahead of time): 4041.5 MB
+    assert sum(parts.values()) == pytest.approx(4041.5e6, rel=0.01)
+
+
+def test_live_gradients_show_when_the_activations_are_small():
+    """With remat and a short sequence the update (the fp32 gradient and its flat copy: 8 B/param)
+    outgrows the turn, and the part beyond it shows as gradients; with microbatches remat keeps the
+    fp32 gradient sum carried between them."""
+    remat = LayoutOptions(precision="fp32", remat=True, workspace_bytes=0.0)
+    parts = live_step(GPT2, replica(1), 16, 1, remat)
+    assert parts["gradients"] == pytest.approx(8 * GPT2.num_params - parts["activations"] - parts["transient"])
+    carried = live_step(GPT2, replica(1, 4), 1024, 4, remat)
+    assert carried["gradients"] >= 4 * GPT2.num_params
+
+
+def test_live_zero2_makes_a_whole_gradient_per_microbatch():
+    """ZeRO-2 keeps a 1/n flat shard of the sum, but each microbatch's backward makes the whole gradient
+    and its flat copy before the reduce-scatter."""
+    n = GPT2.num_params
+    zero2 = replica(1, 4, grads_held=n / 4, optimizer_held=n / 4, tree_accumulator=False)
+    parts = live_step(GPT2, zero2, 16, 4, LayoutOptions(precision="bf16", remat=True, workspace_bytes=0.0))
+    assert parts["optimizer"] == pytest.approx(8 * n / 4)
+    assert parts["gradients"] == pytest.approx(8 * n + 4 * n / 4 - parts["activations"] - parts["transient"])
+
+
+def test_live_accumulation_and_pipeline_in_flight():
+    one = live_step(GPT2, replica(2), 1024, 1, FP32)["activations"]
+    # two microbatches of half the rows: live's first microbatch outside the scan and the scan's own
+    # buffers are not shared, so two halves are in flight
+    assert live_step(GPT2, replica(1, 2), 1024, 2, FP32)["activations"] == pytest.approx(one)
+    # a pipeline stage (6 blocks) holding 7 ticks of a microbatch of 2 sequences
+    pipe = LivePlacement(rows=2, layers=6, params_held=1, grads_held=1, microbatch_grads=1, in_flight=7,
+                         head_rows=8, accumulates=False)
+    block = 20 * 768 * 4 + 2 * 12 * 1024 * 4
+    assert live_step(GPT2, pipe, 1024, 4, FP32)["activations"] == pytest.approx(7 * 2 * 1024 * 6 * block)

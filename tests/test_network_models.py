@@ -139,16 +139,16 @@ def test_the_ideal_networks_barrier_keeps_two_groups_under_one_tag_apart():
 # --- alpha-beta against hand formulas -----------------------------------------------------
 
 def alpha_beta_params(**changes):
-    values = dict(lan_rtt_s=0.030, lan_bandwidth_gbps=8.0, nvlink_gbps=160.0, intra_host_latency_s=5e-6)
+    values = dict(lan_rtt_s=0.030, lan_bandwidth_bps=8e9, nvlink_bps=160e9, intra_host_latency_s=5e-6)
     return default_params().with_values(**{**values, **changes})
 
 
 def inter_alpha_beta(params):
-    return params.lan_rtt_s / 2, 8 / (params.lan_bandwidth_gbps * 1e9)  # two LAN edges; bytes -> bits
+    return params.lan_rtt_s / 2, 8 / params.lan_bandwidth_bps  # two LAN edges; bytes -> bits
 
 
 def intra_alpha_beta(params):
-    return params.intra_host_latency_s, 8 / (params.nvlink_gbps * 1e9)
+    return params.intra_host_latency_s, 8 / params.nvlink_bps
 
 
 @pytest.mark.parametrize("op,steps_per_p", [("allreduce", 2), ("reduce_scatter", 1), ("all_gather", 1)])

@@ -13,7 +13,8 @@ from geosim.sim.engine import run_schedule
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
-from geosim.sim.predict import predict
+from geosim.sim.network.tcp import Settings as TCPSettings
+from geosim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
@@ -24,6 +25,8 @@ CATALOG = gpu_catalog()
 GPT2M = model_catalog()["gpt2m"]
 GPT2 = model_catalog()["gpt2"]
 
+TCP_FIELDS = set(TCPSettings.__dataclass_fields__)  # what flat_params changes in the TCP model's settings
+
 
 # the hand formulas below time compute as FLOPs at a flat rate: the catalog's GPUs get the flat
 # efficiency override (the op-level model has its own tests, tests/test_compute_model.py)
@@ -31,8 +34,9 @@ FLAT = {name: 0.1 for name in CATALOG}
 
 
 def flat_params(**changes):
-    p = default_params().with_values(slow_start_after_idle=False, efficiency=FLAT, **changes)
-    return p.with_values(initial_window_bytes=p.window_bytes * p.streams)
+    tcp = {k: changes.pop(k) for k in list(changes) if k in TCP_FIELDS}
+    p = default_params().with_values(efficiency=FLAT, **changes).with_network("tcp", slow_start_after_idle=False, **tcp)
+    return p.with_network("tcp", initial_window_bytes=p.network("tcp").window_bytes * p.network("tcp").streams)
 
 
 def rate(gpu, params, workload) -> float:
@@ -65,14 +69,14 @@ def test_one_microbatch_is_the_sum_of_stages_and_transfers(kind, rtt_s):
     act = workload.global_batch * workload.seq_len * model.n_embd * workload.bytes_per_value
     one_way = params.intra_host_latency_s + rtt_s / 2
     rtt = 2 * one_way
-    beta = 1 / min(params.pcie_gbps[3] * 1e9 / 8, bw / 8, params.window_bytes * params.streams / rtt,
-                   params.streams * params.stream_rate_gbps * 1e9 / 8)
-    transfer = params.p2p_handshake_rtts * rtt + one_way + params.per_message_overhead_s + act * beta
+    beta = 1 / min(params.pcie_bps[3] / 8, bw / 8, params.network("tcp").window_bytes * params.network("tcp").streams / rtt,
+                   params.network("tcp").streams * params.network("tcp").stream_rate_bps / 8)
+    transfer = params.network("tcp").p2p_handshake_rtts * rtt + one_way + params.network("tcp").per_message_overhead_s + act * beta
     overhead = params.iteration_overhead_s["pipeshard"]
     expected = f0 + transfer + 3 * f1 + transfer + 2 * f0 + overhead
 
     schedule = build_schedule("pipeshard", Case(cluster, model, workload, params))
-    result = run_schedule(schedule, cluster, params, workload, iterations=1)
+    result = run_schedule(schedule, cluster, params, workload, iterations=1, network=TCPNetwork)
     assert result.iteration_end[0] == pytest.approx(expected, rel=REL)
     assert result.bytes_sent == pytest.approx(2 * act, rel=REL)
 
@@ -98,7 +102,7 @@ def test_one_microbatch_on_a_study_slice_with_an_ideal_network():
     expected = 3 * f0 + 3 * f1 + params.iteration_overhead_s["pipeshard"]
     assert result.iteration_end[0] == pytest.approx(expected, rel=REL)
     # with the real network it can only take longer
-    real = run_schedule(schedule, cluster, params, workload, iterations=1)
+    real = run_schedule(schedule, cluster, params, workload, iterations=1, network=TCPNetwork)
     assert real.iteration_end[0] > expected
 
 

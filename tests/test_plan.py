@@ -9,7 +9,9 @@ from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.case import Case
 from geosim.studies.plan import candidates, evaluate, floor_s, make_plan, parse_duration, search, twins
+from geosim.techniques import default_techniques
 from geosim.techniques.pipeshard import layer_splits
+from geosim.techniques import is_low_communication, technique_names
 from geosim.scenario import get_model, load_scenario
 
 
@@ -96,9 +98,21 @@ def test_microbatches_only_vary_for_pipeshard():
     assert data_only == {1, 2, 4}
 
 
-def test_the_planner_ranks_synchronous_techniques_by_default():
-    techniques = {t for t, *_ in candidates(case("utah-mass"))}
-    assert techniques == {"data", "zero2", "shard", "pipeshard"}  # not diloco, sparseloco, hybrid
+def test_the_planner_ranks_every_technique_by_default_on_time_to_the_same_progress():
+    c = case("utah-mass")
+    assert {t for t, *_ in candidates(c)} == set(technique_names())
+    plan = make_plan(c, keep=None)
+    for o in plan.options:  # low-communication options count their tokens at their efficiency
+        eff = o.efficiency.value
+        assert (eff == 1.0) == (not is_low_communication(o.technique))
+        assert o.ranked_time_s == pytest.approx((o.total_time_s - o.prediction.startup_s) / eff + o.prediction.startup_s)
+    # fastest first among the options that fit, then those that may not fit (memory within the model's error)
+    risky = [o for o in plan.options if o.prediction.memory_verdict == "may not fit"]
+    fits = [o for o in plan.options if o.prediction.memory_verdict != "may not fit"]
+    assert plan.options == fits + risky
+    for group in (fits, risky):
+        times = [o.ranked_time_s for o in group]
+        assert times == sorted(times)
 
 
 def test_parse_duration():
@@ -112,14 +126,14 @@ def test_parse_duration():
 
 def test_plan_command_json(capsys):
     assert main(["plan", "--scenario", "utah-mass", "--model", "gpt2-xl", "--json", "--top", "3"]) == 0
-    (doc,) = json.loads(capsys.readouterr().out)
+    (doc,) = json.loads(capsys.readouterr().out)["slices"]
     assert doc["algorithm1"]["label"] == "ZeRO2 on vm1+vm2"
     times = [o["total_time_s"] for o in doc["options"]]
     assert times == sorted(times) and doc["best"]["total_time_s"] == times[0]
 
 
 def test_plan_command_measured_study(capsys):
-    assert main(["plan", "--scenario", "utah-gpn", "--measured", "study"]) == 0
+    assert main(["plan", "--scenario", "utah-gpn", "--records", "study"]) == 0
     out = capsys.readouterr().out
     assert "Pipeshard on vm1+vm2" in out and "Algorithm 1 cannot run on these measurements" in out
     assert out.splitlines()[2].startswith("  verdict: use ") and " measured; runner-up " in out.splitlines()[2]
@@ -127,7 +141,7 @@ def test_plan_command_measured_study(capsys):
 
 def test_plan_sweep_rtt_finds_a_flip(capsys):
     assert main(["plan", "--scenario", "utah-gpn", "--model", "gpt2L", "--sweep-rtt", "0.1,200", "--json"]) == 0
-    (doc,) = json.loads(capsys.readouterr().out)
+    (doc,) = json.loads(capsys.readouterr().out)["slices"]
     assert doc["rows"][0]["best"] != doc["rows"][-1]["best"]
     (flip,) = doc["flips"]
     assert 0.1 < flip["between_ms"][0] < flip["between_ms"][1] < 200

@@ -81,7 +81,7 @@ def test_the_plan_says_what_it_weighed_simulated_and_how_long(capsys):
     from geosim.cli import main
 
     assert main(["plan", "--scenario", "utah-gpn", "--json"]) == 0
-    (doc,) = json.loads(capsys.readouterr().out)
+    (doc,) = json.loads(capsys.readouterr().out)["slices"]
     assert doc["considered"] == doc["simulated"] + doc["pruned"] + doc["unsettled"]
     assert doc["search"] == "exhaustive" and doc["search_seconds"] > 0
     assert main(["plan", "--scenario", "utah-gpn"]) == 0
@@ -110,7 +110,7 @@ def test_diloco_offers_a_replica_per_site_data_parallel_inside_it():
     from pathlib import Path
 
     from geosim.scenario import load_scenario
-    from geosim.sim.predict import predict
+    from geosim.predict import predict
     from geosim.techniques import plan_variants
 
     scenario = load_scenario(Path(__file__).resolve().parents[1] / "bench" / "clusters" / "h100-4x4.toml")

@@ -12,8 +12,9 @@ from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.sim.collectives import expand
 from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import TCPNetwork
 from geosim.params import default_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
@@ -23,10 +24,14 @@ from geosim.studies.whatif import with_bandwidth, with_rtt
 
 SLACK = 1e-9  # float rounding in the simulated clock
 # On random clusters of mixed GPUs: a prediction extrapolates from a few simulated iterations and
-# repetitions (geosim.sim.engine, geosim.sim.predict). Where they alternate (a ring's iterations at
+# repetitions (geosim.sim.engine, geosim.predict). Where they alternate (a ring's iterations at
 # 115.22, 115.12, ... s) the extrapolation moves by up to ~1e-5 of the total when a GPU gets faster
 # or a link slower, although every simulated iteration gets faster (docs/reference/properties.md).
 EXTRAPOLATION = 1e-4
+# Faster GPUs on a ring alternating between two sites: the sends reach the shared WAN link in
+# another order (first come, first served), a few 1e-4 of the total at most in what hypothesis
+# found (test_faster_gpus_are_not_slower_on_random_clusters); a bound with a margin, measured.
+REORDERING = 1e-3
 # Example counts come from the hypothesis profile (tests/conftest.py): 12 by default, 1,000 with
 # HYPOTHESIS_PROFILE=ci (what .ci/run sets), random seeds with HYPOTHESIS_PROFILE=search.
 PROPERTY = settings()
@@ -131,7 +136,7 @@ def test_faster_gpus_are_not_slower_on_a_study_slice(technique, e1, e2, which):
         eff = dict(PARAMS.efficiency)
         for name in (("RTX6000", "T4") if which == "both" else (which,)):
             eff[name] = e
-        return PARAMS.with_values(efficiency=eff, slow_start_after_idle=False)
+        return PARAMS.with_values(efficiency=eff).with_network("tcp", slow_start_after_idle=False)
 
     t1 = total(SLICE.cluster, technique, params(e1))
     t2 = total(SLICE.cluster, technique, params(e2))
@@ -167,7 +172,7 @@ def test_time_does_not_rise_as_bandwidth_grows_on_random_clusters(cluster, techn
     idle past its RTO and restart it from a smaller window (hypothesis found a 3-site
     Pipeshard 2e-7 slower at 2 Gbit/s than at 1); the study-slice test above keeps it on."""
     b1, b2 = sorted((b1, b2))
-    params = PARAMS.with_values(slow_start_after_idle=False)
+    params = PARAMS.with_network("tcp", slow_start_after_idle=False)
     t1 = total(with_bandwidth(cluster, b1 * 1e9), technique, params, model=GPT2, workload=SMALL_WORKLOAD)
     assume(t1 is not None)
     t2 = total(with_bandwidth(cluster, b2 * 1e9), technique, params, model=GPT2, workload=SMALL_WORKLOAD)
@@ -178,19 +183,29 @@ def test_time_does_not_rise_as_bandwidth_grows_on_random_clusters(cluster, techn
 @example(cluster=Cluster("alternating", tuple(Host(f"h{i}", site, (gpu_catalog()["A30"],) * 2) for i, site in enumerate("ABA")),
                          (Link("A", "B", 0.071, 1e9),)),
          technique="shard", e1=0.0625, e2=0.5)  # +1.4e-5 even with every repetition simulated
+@example(cluster=Cluster("random", tuple(Host(f"h{i}", site, (gpu_catalog()["A30"],) * 2) for i, site in enumerate("ABC")),
+                         (Link("A", "B", 0.008, 2e9), Link("B", "C", 0.005, 3e9))),
+         technique="zero2", e1=0.25, e2=0.5)  # +0.024% with the Repeat shortcut, -0.008% with every repetition
+@example(cluster=Cluster("alternating", tuple(Host(f"h{i}", site, (gpu_catalog()["A30"],) * 2) for i, site in enumerate("ABA")),
+                         (Link("A", "B", 0.061, 1e9),)),
+         technique="data", e1=0.25, e2=0.375)  # +0.026% with every repetition simulated: the ring's sends reorder
 @given(cluster=small_clusters(), technique=techniques, e1=efficiency, e2=efficiency)
 def test_faster_gpus_are_not_slower_on_random_clusters(cluster, technique, e1, e2):
-    """With TCP's idle restart off, as on the study slice (its own effect is bounded below); up to
-    the extrapolation's resolution (EXTRAPOLATION)."""
+    """With TCP's idle restart off, as on the study slice (its own effect is bounded below), with
+    every repetition simulated (exact): the engine's Repeat shortcut errs by up to REPEAT_SHORTCUT
+    (bounded below), more than a faster GPU gains on some slices (ZeRO-2 on three A30 hosts,
+    +0.024%). Up to REORDERING: where a ring alternates between two sites (h0 and h2 at A, h1 at
+    B), faster GPUs change the order in which the ring's sends reach the shared WAN link, which
+    serves them first come, first served; hypothesis found +0.026% (Data, 61 ms)."""
     e1, e2 = sorted((e1, e2))
 
     def params(e):
-        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}, slow_start_after_idle=False)
+        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
 
-    t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD)
+    t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD, exact=True)
     assume(t1 is not None)
-    t2 = total(cluster, technique, params(e2), model=GPT2, workload=SMALL_WORKLOAD)
-    assert_not_increasing(t1, t2, f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}", slack=EXTRAPOLATION)
+    t2 = total(cluster, technique, params(e2), model=GPT2, workload=SMALL_WORKLOAD, exact=True)
+    assert_not_increasing(t1, t2, f"{technique} on {cluster}, efficiency {e1!r} -> {e2!r}", slack=REORDERING)
 
 
 # How far the engine's shortcut for a long Repeat block (simulate five repetitions, extrapolate the
@@ -213,13 +228,13 @@ REPEAT_SHORTCUT = 0.03
          technique="data", e=0.5)  # the worst found: 1.8% (a transient of five repetitions)
 @given(cluster=small_clusters(), technique=techniques, e=efficiency)
 def test_skipping_repetitions_agrees_with_simulating_them_all(cluster, technique, e):
-    params = PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}, slow_start_after_idle=False)
+    params = PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
     case = Case(cluster, GPT2, SMALL_WORKLOAD, params)
     try:
         schedule = build_schedule(technique, case)
     except GeosimError:
         assume(False)
-    shortcut, exact = (run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=2, exact=x).iteration_time(1)
+    shortcut, exact = (run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=2, network=TCPNetwork, exact=x).iteration_time(1)
                        for x in (False, True))
     assert abs(shortcut - exact) <= REPEAT_SHORTCUT * exact, f"{technique} on {cluster}: {shortcut!r} vs {exact!r}"
 
@@ -233,7 +248,7 @@ def test_the_faster_gpu_counterexamples_were_the_repeat_shortcut():
     hosts) came from extrapolating a Repeat block from its last repetition alone; with the mean of
     the last three they are monotone, as simulating every repetition always was."""
     def run(cluster, e):
-        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES}, slow_start_after_idle=False)
+        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
         return total(cluster, "shard", params, model=GPT2, workload=SMALL_WORKLOAD)
 
     three = Cluster("three", (_a30("h0", "A"), _a30("h1", "B"), _a30("h2", "A", "RTX6000")),
@@ -293,7 +308,8 @@ def test_bytes_sent_equal_bytes_received(cluster, technique, iterations, algorit
     assert len(received) == len(set(received)), "two receives wait for one send"
     assert set(received) == set(sent), "a send without its receive or a receive without its send"
     received_bytes = sum(sent[key] for key in received)
-    result = run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=iterations, trace=True, exact=True)
+    result = run_schedule(schedule, cluster, params, SMALL_WORKLOAD, iterations=iterations, network=TCPNetwork, trace=True,
+                          exact=True)
     assert result.bytes_sent == pytest.approx(iterations * received_bytes, rel=1e-12)
     assert result.transfers == iterations * len(received)
     links = [row for row in result.trace if row[0] == "link"]
@@ -310,7 +326,7 @@ def test_bytes_sent_equal_bytes_received_on_study_slices(technique, scenario):
     schedule = build_schedule(technique, Case(sc.cluster, GPT2M, workload, PARAMS))
     sent, received = sends_and_recvs(schedule)
     assert sorted(received, key=repr) == sorted(sent, key=repr)
-    result = run_schedule(schedule, sc.cluster, PARAMS, workload, iterations=2, exact=True)
+    result = run_schedule(schedule, sc.cluster, PARAMS, workload, iterations=2, network=TCPNetwork, exact=True)
     assert result.bytes_sent == pytest.approx(2 * sum(sent.values()), rel=1e-12)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from geosim.case import Case
 from geosim.params import default_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.studies.reference import STUDY_EPOCHS, single_vm_measurements, study_measurements
 from geosim.scenario import get_model, load_scenario
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES

@@ -16,7 +16,7 @@ from geosim.case import Case
 from geosim.cli import main
 from geosim.errors import GeosimError
 from geosim.params import default_params, load_params
-from geosim.sim.predict import predict
+from geosim.predict import predict
 from geosim.scenario import BUILTIN_SCENARIOS, builtin_scenarios, load_scenario, model_catalog
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
 from geosim.techniques import technique_names
@@ -214,10 +214,10 @@ def test_params_subset_overrides_the_defaults(tmp_path):
                  "[compute.efficiency]\nCPU = 0.05\n", "params.toml")
     params = load_params(path)
     defaults = default_params()
-    assert params.window_bytes == 8 * 2**20
+    assert params.network("tcp").window_bytes == 8 * 2**20
     assert params.gemm_fraction == 0.3 and params.efficiency == {"CPU": 0.05}
     assert params.memory_fraction == defaults.memory_fraction
-    assert params.streams == defaults.streams
+    assert params.network("tcp").streams == defaults.network("tcp").streams
     assert params.source == str(path)
 
 
@@ -283,7 +283,7 @@ def test_cli_predict_default_prints_the_five_slices(capsys):
 def test_cli_predict_json_breakdowns_add_up(capsys):
     assert main(["predict", "--json", "--scenario", "utah-gpn", "--scenario", "gat-amst"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    predictions = doc["predictions"]
+    predictions = [p for s in doc["slices"] for p in s["predictions"]]
     assert {p["scenario"] for p in predictions} == {"UTAH-GPN", "GAT-AMST"}
     ok = [p for p in predictions if p["status"] == "ok"]
     assert len(ok) >= 8
@@ -309,7 +309,7 @@ def test_cli_predict_json_breakdowns_add_up(capsys):
     (["predict", "--scenario", "utah-gpn", "--model", "gpt5"], "unknown model 'gpt5'"),
     (["predict", "--scenario", "utah-gpn", "--global-batch", "8", "--microbatches", "3"],
      "microbatches (3) must divide global_batch (8)"),
-    (["predict", "--scenario", "utah-gpn", "--epochs", "0"], "--epochs: must be > 0"),
+    (["predict", "--scenario", "utah-gpn", "--epochs", "0"], "--epochs: must be >= 1"),
     (["predict", "--params", "/nonexistent/p.toml"], "/nonexistent/p.toml: no such file"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(capsys, argv, needle):
@@ -362,11 +362,12 @@ def test_script_predict_default(tmp_path):
 
 
 def test_script_predict_json(tmp_path):
-    proc = run_cli("predict", "--json", "--scenario", "tacc-tacc", "--all-vms-only", cwd=tmp_path)
+    proc = run_cli("predict", "--json", "--scenario", "tacc-tacc", "--hosts", "all", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert [p["technique"] for p in doc["predictions"]] == technique_names()
-    for p in doc["predictions"]:
+    (answer,) = doc["slices"]
+    assert [p["technique"] for p in answer["predictions"]] == technique_names()
+    for p in answer["predictions"]:
         assert sum(p["run_breakdown"].values()) == pytest.approx(p["total_time_s"], rel=1e-9)
 
 

@@ -189,7 +189,7 @@ def test_sweep_bisects_to_the_flip():
 
 def test_select_command_json(capsys):
     assert main(["select", "--scenario", "utah-mass", "--model", "gpt2-xl", "--json"]) == 0
-    (doc,) = json.loads(capsys.readouterr().out)
+    (doc,) = json.loads(capsys.readouterr().out)["slices"]
     assert doc["branch"] == "zero2" and doc["label"] == "ZeRO2 on vm1+vm2" and set(doc["probes"]) == set(PROBES)
 
 
@@ -201,5 +201,5 @@ def test_select_command_prints_every_probe_and_the_branch(capsys):
 
 
 def test_select_measured_study_explains_what_is_missing(capsys):
-    assert main(["select", "--scenario", "utah-gpn", "--measured", "study"]) == 2
+    assert main(["select", "--scenario", "utah-gpn", "--records", "study"]) == 2
     assert "shard on vm1: `geosim live run --technique shard --model gpt2m" in capsys.readouterr().err

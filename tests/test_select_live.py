@@ -15,9 +15,9 @@ pytest.importorskip("jax", reason="live probes need the 'live' extra (jax)")
 def test_select_live_runs_every_probe_and_records_them(tmp_path, capsys):
     runs = tmp_path / "runs.jsonl"
     code = main(["select", "--scenario", "tacc-tacc", "--model", "tiny", "--live", "--steps", "4",
-                 "--records", str(runs), "--json"])
+                 "--records-out", str(runs), "--json"])
     assert code == 0
-    (doc,) = json.loads(capsys.readouterr().out)
+    (doc,) = json.loads(capsys.readouterr().out)["slices"]
     assert doc["source"] == "live"
     probes = doc["probes"]
     # the five probes always run; all ran fine on CPU devices, so each measured a throughput

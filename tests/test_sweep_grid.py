@@ -116,7 +116,7 @@ def test_command_line_grid():
     assert len(default.axes["scenario"]) == 5 and default.axes["rtt_ms"][0] == "native"
     assert default.axes["technique"] == ["data", "zero2", "shard", "pipeshard"]
     assert build_grid(_args("--technique", "all")).axes["technique"] == technique_names()
-    with pytest.raises(GeosimError, match="must be > 0"):
+    with pytest.raises(GeosimError, match="--global-batch: must be >= 1"):
         build_grid(_args("--global-batch", "0,8"))
 
 

@@ -1,5 +1,7 @@
 """The Ray path: a local Ray instance runs the same points and finds the same crossover as one process."""
 
+import os
+
 import pytest
 
 from geosim.studies.crossover import crossovers
@@ -28,3 +30,30 @@ def test_ray_executor_matches_one_process(tmp_path):
     times = {r["key"]: r["total_time_s"] for r in serial.rows}
     assert {r["key"]: r["total_time_s"] for r in result.rows} == times
     assert len(found) == 1 and found[0]["at"] == pytest.approx(analytic_rtt_ms(), rel=1.5e-3)
+
+
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def test_a_local_ray_listens_only_on_loopback_in_a_private_temp_dir(tmp_path):
+    """`geosim sweep --ray-address local`: every socket Ray's processes listen on (GCS, raylet, workers,
+    dashboard and runtime-env agents) is on loopback, never 0.0.0.0 or ::; its session directory is
+    private (mkdtemp, 0700) and gone after close (geosim/studies/sweep/local_ray.py)."""
+    ray = pytest.importorskip("ray")
+    psutil = pytest.importorskip("psutil")
+    assert not ray.is_initialized()
+    executor = RayExecutor(synthetic_context(), "local", num_cpus=1)
+    temp = executor._temp
+    try:
+        assert run_sweep(GRID, synthetic_context(), tmp_path / "ray", executor, progress=False).computed == len(GRID)  # worker processes are up too
+        me = psutil.Process()
+        listening = [(p.name(), c.laddr.ip, c.laddr.port) for p in [me, *me.children(recursive=True)]
+                     for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        assert len({name for name, _, _ in listening}) >= 3, listening  # gcs_server, raylet, a worker at least
+        assert [x for x in listening if x[1] not in LOOPBACK] == []
+        # Ray makes its own directory world-writable: the private parent (mkdtemp) keeps others out
+        assert os.stat(temp).st_mode & 0o077 == 0 and os.path.basename(temp).startswith("geosim-ray-")
+        assert os.listdir(temp) == ["r"] and os.path.isdir(os.path.join(temp, "r", "session_latest"))
+    finally:
+        executor.close()
+    assert not ray.is_initialized() and not os.path.exists(temp)

@@ -31,7 +31,7 @@ def test_draws_follow_the_covariance_of_the_logs(tmp_path):
     params = load_params(write(tmp_path, "[compute]\ngemm_fraction = 0.3\n" + COVARIANCE))
     draws = parameter_draws(params, 400, seed=1)
     gemm = np.log([d.gemm_fraction / 0.3 for d in draws])
-    window = np.log([d.window_bytes / params.window_bytes for d in draws])
+    window = np.log([d.network("tcp").window_bytes / params.network("tcp").window_bytes for d in draws])
     overhead = np.log([d.iteration_overhead_s["data"] / params.iteration_overhead_s["data"] for d in draws])
     assert abs(gemm.mean()) < 0.03 and gemm.std() == pytest.approx(0.2, rel=0.15)
     assert window.std() == pytest.approx(0.3, rel=0.15)
@@ -78,15 +78,15 @@ def test_predict_select_and_plan_draws_on_the_shipped_defaults(capsys):
 
     from geosim.cli import main
 
-    assert main(["predict", "--scenario", "tacc-tacc", "--technique", "data", "--all-vms-only", "--draws", "4",
+    assert main(["predict", "--scenario", "tacc-tacc", "--technique", "data", "--hosts", "all", "--draws", "4",
                  "--json"]) == 0
-    (prediction,) = json.loads(capsys.readouterr().out)["predictions"]
+    (prediction,) = json.loads(capsys.readouterr().out)["slices"][0]["predictions"]
     spread_ = prediction["total_time_range_s"]
     assert spread_["draws"] == 4 and spread_["low"] <= spread_["median"] <= spread_["high"]
     assert spread_["low"] < prediction["total_time_s"] * 1.5 and spread_["high"] > prediction["total_time_s"] / 1.5
     assert main(["select", "--scenario", "utah-gpn", "--draws", "4", "--json"]) == 0
-    (doc,) = json.loads(capsys.readouterr().out)
+    (doc,) = json.loads(capsys.readouterr().out)["slices"]
     assert doc["robustness"]["draws"] == 4 and 0.0 <= doc["robustness"]["share"] <= 1.0
     assert doc["robustness"]["share"] + sum(doc["robustness"]["others"].values()) == pytest.approx(1.0)
-    assert main(["select", "--scenario", "utah-gpn", "--measured", "study", "--draws", "2"]) == 2
+    assert main(["select", "--scenario", "utah-gpn", "--records", "study", "--draws", "2"]) == 2
     assert "--draws" in capsys.readouterr().err

@@ -17,7 +17,9 @@ import pkgutil
 import sys
 
 from geosim import __version__
+from geosim.cli.vocabulary import lower_choices
 from geosim.errors import GeosimError
+from geosim.validate import check_flags
 
 ENTRY_POINT_GROUP = "geosim.commands"
 # the order `geosim --help` lists them in; commands not named here follow alphabetically
@@ -76,6 +78,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
+    lower_choices(parser)  # --precision FP16 as --scenario UTAH-GPN (geosim.cli.vocabulary)
     return parser
 
 
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     args = parser.parse_args(argv)
     try:
+        check_flags(parser, args)  # every number in its bound before any work (geosim/validate.py)
         return int(args._run(args) or 0)
     except GeosimError as exc:
         print(f"geosim {args.command}: error: {exc.line()}", file=sys.stderr)

@@ -5,15 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
-from geosim.cli.vocabulary import CommaList, meaning
+from geosim import plausibility
+from geosim.case import DEFAULT_NETWORK
+from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.params import load_params
+from geosim.sim.network import network_names
+from geosim.runtime import runtime_names
 from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies.ranking import fmt_time
 from geosim.units import RANGE_SYNTAX, gbps_to_bps, ms_to_s
+from geosim.scenario import LINK_RANGES, check_number
 
 DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
 
@@ -31,9 +37,80 @@ def add_scenario_argument(parser: argparse.ArgumentParser, *, many: bool = True)
                             help="scenario file or built-in name (default: %(default)s)")
 
 
-def add_technique_argument(parser: argparse.ArgumentParser, default_help: str) -> None:
-    parser.add_argument("--technique", action=CommaList, metavar="NAME",
-                        help=f"technique(s); repeatable and comma-separated (default: {default_help})")
+def add_technique_argument(parser: argparse.ArgumentParser, default_help: str = "") -> None:
+    default_help = default_help or ("the study's four and the low-communication ones, ranked together on time "
+                                    "to the same training progress")
+    parser.add_argument("--technique", action=CommaList, metavar="NAME|all",
+                        help=f"technique(s); repeatable and comma-separated; 'all': every technique "
+                             f"(default: {default_help})")
+
+
+def add_hosts_argument(parser: argparse.ArgumentParser, default: str | None = None, what: str = "") -> None:
+    parser.add_argument("--hosts", default=default, metavar="VMS",
+                        help=f"which VMs: names joined by + (vm1+vm2: those together), 'all' (all together), "
+                             f"'each' (each alone), comma-separated for several{what} (default: "
+                             + ("%(default)s)" if default else "all)"))
+
+
+def parse_hosts(spec: str | None, cluster, *, one: bool = False, flag: str = "--hosts") -> list[tuple[str, ...]]:
+    """--hosts: 'all', 'each', vm1+vm2, comma-separated -> the VM subsets, in order, without repeats.
+    one=True: the command takes one set of VMs (trace, calibrate import)."""
+    names = tuple(h.name for h in cluster.hosts)
+    if spec is None:
+        return [names]
+    subsets = []
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:  # given, even empty: an empty name is a mistake, not "all"
+            raise GeosimError(f"empty host name in {spec!r} (VM names joined by +, sets separated by commas)",
+                              source=flag)
+        if item.lower() == "all":
+            subsets.append(names)
+        elif item.lower() == "each":
+            subsets += [(n,) for n in names]
+        else:
+            chosen = tuple(x.strip() for x in item.split("+"))
+            unknown = [n for n in chosen if n not in names]
+            if unknown or not all(chosen):
+                raise GeosimError(f"no VM {unknown[0] if unknown else item!r} in {cluster.name} (its VMs: "
+                                  f"{', '.join(names)}; join names with +)", source=flag)
+            if len(set(chosen)) < len(chosen):
+                raise GeosimError(f"host(s) named twice: {item}", source=flag)
+            subsets.append(chosen)
+    named = [x.strip() for x in spec.split(",") if x.strip().lower() not in ("all", "each")]
+    repeated = sorted({n for n in named if named.count(n) > 1})
+    if repeated:  # named twice by hand is a slip; 'all' and 'each' may cover the same VMs (one VM: both)
+        raise GeosimError(f"host(s) named twice: {', '.join(repeated)}", source=flag)
+    subsets = list(dict.fromkeys(subsets))
+    if one and len(subsets) != 1:
+        raise GeosimError(f"takes one set of VMs (join names with +: {'+'.join(names)}), got {spec!r}", source=flag)
+    return subsets
+
+
+def default_techniques() -> tuple[str, ...]:
+    """What predict, select and plan rank when --technique is not given: one set, so the three print
+    the same verdict (every technique found, low-communication ones at their token efficiency)."""
+    from geosim.techniques import default_techniques as every_technique
+
+    return tuple(every_technique())
+
+
+def chosen_techniques(names: list[str] | None, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """--technique's names ('all': every technique), checked before any work; the default when not given."""
+    from geosim.techniques import get_technique, technique_names
+
+    if not names:
+        return default if default is not None else default_techniques()
+    chosen = []
+    for name in names:
+        if name.lower() == "all":
+            chosen += technique_names()
+            continue
+        try:
+            get_technique(name.lower())
+        except GeosimError as exc:
+            raise GeosimError(exc.problem, source="--technique") from None
+        chosen.append(name.lower())
+    return tuple(dict.fromkeys(chosen))
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: bool = True) -> None:
@@ -41,6 +118,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
     add_scenario_argument(parser, many=many_scenarios)
     parser.add_argument("--model", default="gpt2m", help=f"{meaning('--model')} (default: %(default)s)")
     parser.add_argument("--params", metavar="FILE", help=meaning("--params"))
+    parser.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
+                        help=f"{meaning('--network')} (default: %(default)s)")
     parser.add_argument("--rtt-ms", type=float, metavar="MS",
                         help="set the RTT of the links between sites, ms (default: the scenario's)")
     parser.add_argument("--bandwidth-gbps", type=float, metavar="GBPS",
@@ -52,6 +131,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
     group.add_argument("--tokens-per-epoch", type=int, help=f"{meaning('--tokens-per-epoch')} (default {w.tokens_per_epoch})")
     group.add_argument("--seq-len", type=int, help=f"{meaning('--seq-len')} (default {w.seq_len})")
     group.add_argument("--precision", choices=PRECISIONS, help=f"{meaning('--precision')} (default {w.precision})")
+    group.add_argument("--runtime", choices=runtime_names(), help=f"{meaning('--runtime')} (default {w.runtime})")
+    group.add_argument("--remat", action="store_true", help=f"{meaning('--remat')} (default: the scenario's "
+                                                            f"checkpointing, else off)")
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -65,16 +147,18 @@ def add_sweep_rtt_argument(parser: argparse.ArgumentParser, what: str) -> None:
 
 def workload_overrides(args) -> dict:
     return {"epochs": args.epochs, "global_batch": args.global_batch, "microbatches": args.microbatches,
-            "tokens_per_epoch": args.tokens_per_epoch, "seq_len": args.seq_len, "precision": args.precision}
+            "tokens_per_epoch": args.tokens_per_epoch, "seq_len": args.seq_len, "precision": args.precision,
+            "runtime": getattr(args, "runtime", None),
+            "checkpointing": True if getattr(args, "remat", False) else None}
 
 
 def resolve_cluster(scenario: Scenario, args) -> Cluster:
-    from geosim.scenario import LINK_RANGES, check_number
 
     cluster = scenario.cluster
     for flag in ("rtt_ms", "bandwidth_gbps"):  # argparse's float() takes 'nan' and 'inf'
         if getattr(args, flag) is not None:
             check_number(getattr(args, flag), f"--{flag.replace('_', '-')}", None, *LINK_RANGES[flag])
+            plausibility.check(getattr(args, flag), f"--{flag.replace('_', '-')}", f"--{flag.replace('_', '-')}", flag)
     if args.rtt_ms is not None:
         cluster = with_rtt(cluster, ms_to_s(args.rtt_ms))
     if args.bandwidth_gbps is not None:
@@ -85,15 +169,20 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
 def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Workload]:
     scenario = load_scenario(name_or_path)
     for key, value in workload_overrides(args).items():
-        if value is not None and not isinstance(value, str) and value <= 0:
+        if value is not None and not isinstance(value, (str, bool)) and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")
     try:
         workload = scenario.workload(**workload_overrides(args))
-    except GeosimError as exc:  # a command-line value out of range: name the flag
+    except GeosimError as exc:  # a command-line value out of range or at odds with the file's: name the flag
         flag = (exc.key or "").removeprefix("workload.")
-        if workload_overrides(args).get(flag) is None:
+        given = [k for k, v in workload_overrides(args).items() if v is not None]
+        blamed = flag if flag in given else next((k for k in given if k in exc.problem), None)
+        if blamed is None:
             raise
-        raise GeosimError(exc.problem, source=f"--{flag.replace('_', '-')}") from None
+        others = [k for k in workload_overrides(args) if k in exc.problem and k not in given]
+        hint = "".join(f"; {k} is the scenario's workload.{k} (give --{k.replace('_', '-')} to change it)"
+                       for k in others)
+        raise GeosimError(exc.problem + hint, source=f"--{blamed.replace('_', '-')}") from None
     model = get_model(args.model, scenario.models)
     return scenario, resolve_cluster(scenario, args), model, workload
 
@@ -116,3 +205,36 @@ def print_json(doc) -> None:
 
 
 fmt_duration = fmt_time  # one way to write a duration everywhere
+
+
+class Progress:
+    """A line on stderr once planning has taken more than two seconds (and only on a terminal)."""
+
+    def __init__(self, label: str):
+        self.label, self.started, self.shown = label, time.monotonic(), False
+
+    def __call__(self, done: int, total: int | None, what: str = "simulated") -> None:
+        if sys.stderr.isatty() and time.monotonic() - self.started > 2:
+            of = f" of at most {total:,}" if total is not None else ""  # None: still weighing options
+            print(f"\r  {self.label}: {what} {done:,}{of} options" + " " * 10, end="", file=sys.stderr)
+            self.shown = True
+
+    def close(self):
+        if self.shown:
+            print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
+
+ANSWER_SCHEMA = "geosim.answer/1"
+ESTIMATE_NOTE = "times are simulator estimates"
+MEASURED_NOTE = "times are measured runs' (scaled to the workload's epochs)"
+
+
+def answer_envelope(command: str, params, slices: list[dict], note: str = ESTIMATE_NOTE) -> dict:
+    """The one JSON shape of predict, select and plan --json (docs/reference/cli.md, 'JSON answers'):
+    {"schema", "command", "params", "note", ["params_warnings"], "slices": [one object per slice,
+    each with "scenario", "model" and "verdict"]}."""
+    doc = {"schema": ANSWER_SCHEMA, "command": command, "params": params.source if params is not None else None,
+           "note": note}
+    if params is not None and params.fit_warnings:
+        doc["params_warnings"] = list(params.fit_warnings)
+    doc["slices"] = slices
+    return doc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from geosim.cli.common import add_json_argument, print_json
+from geosim.scenario import catalog_models, model_aliases, model_description
 
 HELP = "list the models: GPT-2's own sizes, the study's aliases (gpt2m, gpt2L, gpt2l), layers and parameters"
 
@@ -12,7 +13,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from geosim.scenario import catalog_models, model_aliases, model_description
 
     aliases: dict[str, list[str]] = {}
     for alias, name in model_aliases().items():

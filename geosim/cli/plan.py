@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import sys
-import time
-
 from geosim.case import Case
-from geosim.cli.common import (add_json_argument, add_sweep_rtt_argument, add_technique_argument,
-                               add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json,
+from geosim.cli.common import (Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
+                               add_workload_arguments, fmt_duration, chosen_techniques, load_case, load_params_arg, print_json,
                                scenario_names)
-from geosim.cli.predict import ESTIMATE_NOTE, describe_cluster
+from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
 from geosim.records import read_records
 from geosim.studies.plan import Plan, answer_vs_rtt, make_plan, measured_plan, parse_duration, twins
+from geosim.studies.ranking import is_assumed
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA
-from geosim.techniques import STUDY_ORDER, get_technique
-from geosim.techniques.pipeshard import INTRA_STAGES
+from geosim.techniques import add_plan_arguments, plan_choices
 from geosim.units import parse_numbers
 
 HELP = "rank every feasible option (technique x VMs x microbatches x layer split) and compare with Algorithm 1"
@@ -27,22 +24,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--deadline", metavar="TIME",
                         help="rank the options that finish within TIME (36h, 90min, 5400s) by GPU-hours")
     parser.add_argument("--max-gpus", type=int, help="only options using at most this many GPUs (default: no limit)")
-    add_technique_argument(parser, f"the study's four, {', '.join(STUDY_ORDER)}, so the plan compares with "
-                                   "Algorithm 1 like for like")
+    add_technique_argument(parser)
     parser.add_argument("--top", type=int, default=10, help="options to show (default %(default)s)")
     parser.add_argument("--all", action="store_true", help="simulate every option (no pruning) and list them all")
-    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
-                        help="what a Pipeshard stage does across its GPUs (default: the parameters file's pipeshard.intra_stage; "
-                             "'both' also tries shard, ~40x slower to plan)")
+    add_plan_arguments(parser)  # each technique's own planner flags (Pipeshard: --intra-stage)
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA,
                         help="Algorithm 1's threshold: the relative TFLOP/s gap that decides (default %(default)s)")
-    parser.add_argument("--measured", metavar="RUNS.jsonl",
+    parser.add_argument("--records", metavar="RUNS.jsonl",
                         help="rank measured runs instead ('study': the study's measurements)")
+    add_renamed(parser, "--measured", "--records", dest="records")
     add_sweep_rtt_argument(parser, "replan and show where the best option and Algorithm 1's choice flip")
     parser.add_argument("--draws", type=int, metavar="N",
                         help="re-rank the best options under N parameter draws from the fit's covariance and say "
                              "how often the best one wins")
-    fabric = parser.add_argument_group("choosing FABRIC sites (instead of --scenario; README and docs/guide/fabric.md)")
+    fabric = parser.add_argument_group("choosing FABRIC sites (instead of --scenario; docs/guide/fabric.md)")
     fabric.add_argument("--sites", metavar="SITE,SITE,...|all",
                         help="rank every slice these FABRIC sites allow (site pairs x GPU models) by the planner's "
                              "best option on it; 'all': every site whose GPUs are known")
@@ -52,36 +47,17 @@ def add_arguments(parser) -> None:
     add_json_argument(parser)
 
 
-class Progress:
-    """A line on stderr once planning has taken more than two seconds (and only on a terminal)."""
-
-    def __init__(self, label: str):
-        self.label, self.started, self.shown = label, time.monotonic(), False
-
-    def __call__(self, done: int, total: int | None, what: str = "simulated") -> None:
-        if sys.stderr.isatty() and time.monotonic() - self.started > 2:
-            of = f" of at most {total:,}" if total is not None else ""
-            print(f"\r  {self.label}: {what} {done:,}{of} options" + " " * 10, end="", file=sys.stderr)
-            self.shown = True
-
-    def close(self):
-        if self.shown:
-            print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
-
-
 def run(args) -> int:
     if args.max_gpus is not None and args.max_gpus <= 0:
         raise GeosimError(f"must be > 0, got {args.max_gpus}", source="--max-gpus")
     if args.top <= 0:
         raise GeosimError(f"must be > 0, got {args.top}", source="--top")
-    if args.draws is not None and (args.draws < 1 or args.measured):
-        raise GeosimError("needs N >= 1 and predicted options (not --measured)", source="--draws")
+    if args.draws is not None and (args.draws < 1 or args.records):
+        raise GeosimError("needs N >= 1 and predicted options (not --records)", source="--draws")
     deadline = parse_duration(args.deadline) if args.deadline else None
-    intra = INTRA_STAGES if args.intra_stage == "both" else ((args.intra_stage,) if args.intra_stage else None)
+    choices = plan_choices(args)
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
-    techniques = tuple(args.technique) if args.technique else STUDY_ORDER
-    for name in techniques:
-        get_technique(name)  # unknown names fail before any work
+    techniques = chosen_techniques(args.technique)
     params = load_params_arg(args)
     if args.sites:
         from geosim.fabric.choose_command import run_sites
@@ -90,19 +66,19 @@ def run(args) -> int:
     docs = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
-        if args.measured:
-            records = study_records() if args.measured == "study" else read_records(args.measured)
-            doc = measured_plan(records, name, cluster, model, workload, args.delta, args.measured)
+        if args.records:
+            records = study_records() if args.records == "study" else read_records(args.records)
+            doc = measured_plan(records, name, cluster, model, workload, args.delta, args.records)
             docs.append(doc)
             if not args.json:
                 print_measured(cluster, model, workload, doc)
             continue
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
 
         def plan_at(c: Case, label=cluster.name, keep=None if args.all else args.top) -> Plan:
             progress = Progress(label)
             try:
-                return make_plan(c, deadline, args.max_gpus, args.delta, keep, {"intra_stages": intra}, techniques,
+                return make_plan(c, deadline, args.max_gpus, args.delta, keep, choices, techniques,
                                  progress)
             finally:
                 progress.close()
@@ -129,8 +105,8 @@ def run(args) -> int:
                       f"(re-ranking the best {r['contenders']})"
                       + (f"; else {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())}" if r["others"] else ""))
     if args.json:
-        print_json(docs)
-    elif len(docs) > 1 and not args.sweep_rtt and not args.measured:
+        print_json(answer_envelope("plan", params, docs, MEASURED_NOTE if args.records else ESTIMATE_NOTE))
+    elif len(docs) > 1 and not args.sweep_rtt and not args.records:
         print_summary(docs)
     return 0
 
@@ -144,20 +120,28 @@ def print_plan(plan: Plan, top: int | None) -> None:
     if why:
         print(f"  why Algorithm 1 differs: {why}")
     print(f"  {c.model.name}, {w.epochs} epochs of {w.tokens_per_epoch:,} tokens, batch {w.global_batch} x {w.seq_len}, "
-          f"{w.precision}; params: {c.params.source}; {ESTIMATE_NOTE}")
+          f"{w.precision}{', remat' if w.checkpointing else ''}, runtime {w.runtime}; params: {c.params.source}; {ESTIMATE_NOTE}")
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
     limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
     failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))
     print(f"  {plan.search_line()}")
+    print(f"  {plan.search_line()}")
     print(f"  {plan.considered} options: {len(plan.options)} feasible simulated"
           + (f", {failed}" if failed else "") + (f", {plan.pruned} pruned (cannot make the top {top})" if plan.pruned
                                                  else "") + (f"; {'; '.join(limits)}" if limits else ""))
-    print(f"  {'#':>3} {'total':>9} {'per epoch':>10} {'GPU-h':>6} {'GPUs':>4} {'TFLOP/s':>7} {'mem/GPU':>8}  option")
+    # 'time': to the same training progress (the ranking's measure; the run's own time where the token
+    # efficiency is 1), 'eff': the token efficiency it was ranked at
+    print(f"  {'#':>3} {'time':>9} {'per epoch':>10} {'GPU-h':>6} {'GPUs':>4} {'TFLOP/s':>7} {'mem/GPU':>8} "
+          f"{'eff':>5}  option")
     for i, o in enumerate(plan.options[:top], start=1):
         p = o.prediction
-        late = "  (misses deadline)" if plan.deadline_s and o.total_time_s > plan.deadline_s else ""
-        print(f"  {i:>3} {fmt_duration(o.total_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
-              f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB  {o.label}{late}")
+        late = "  (misses deadline)" if plan.deadline_s and o.ranked_time_s > plan.deadline_s else ""
+        late += "  (may not fit)" if p.memory_verdict == "may not fit" else ""
+        eff = f"{o.efficiency.value:.3g}" + ("*" if is_assumed(o.efficiency) else "")
+        print(f"  {i:>3} {fmt_duration(o.ranked_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
+              f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")
+    if any(is_assumed(o.efficiency) for o in plan.options[:top]):
+        print("  * token efficiency assumed (parameters file), not measured: time is to Data's progress")
     if len(c.cluster.hosts) > 4:  # interchangeable VMs (geosim.structure.host_groups) as ranges
         from geosim.structure import host_groups, host_list
 

@@ -1,10 +1,11 @@
 """geosim predict: the verdict per slice, then time, throughput, memory and the why per technique.
 
 Each slice starts with one line (geosim.studies.ranking.verdict): what to use, where, how long,
-the runner-up and Algorithm 1 where it differs. The table below it holds the synchronous
-techniques (default: the study's four) on both VMs and each alone. Low-communication techniques
-(DiLoCo, SparseLoCo, the hybrid) need more tokens for the same loss, so they are never ranked on
-time per epoch: they get a time-to-target table with their token efficiency.
+the runner-up and Algorithm 1 where it differs. Every technique considered is ranked on one
+measure, the time to the same training progress (ranking.time_to_progress_s), the same as select
+and plan rank on. The table below it holds the synchronous techniques (the study's four) on both
+VMs and each alone; low-communication techniques (DiLoCo, SparseLoCo, the hybrid) need more tokens
+for the same loss, so their rows are in a time-to-target table beside Data with their efficiency.
 """
 
 from __future__ import annotations
@@ -12,25 +13,27 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (add_json_argument, add_technique_argument, add_workload_arguments, fmt_duration,
-                               load_case, load_params_arg, print_json, scenario_names)
+from geosim.cli.common import (Progress, add_hosts_argument, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
+                               ESTIMATE_NOTE,
+                               chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
+                               scenario_names)
 from geosim.errors import GeosimError
-from geosim.sim.predict import Prediction, predict, shared_predictions
+from geosim.predict import Prediction, predict, shared_predictions
+from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.reference import attach_measurement
 from geosim.structure import host_groups, host_list
 from geosim.studies.whatif import wan_links
-from geosim.techniques import STUDY_ORDER, get_technique, is_low_communication, label, technique_names
+from geosim.techniques import is_baseline, is_low_communication, label
 from geosim.units import s_to_ms
 
 HELP = "predict the best option and each technique's time, TFLOP/s and memory on a slice (default: the study's five)"
-ESTIMATE_NOTE = "times are simulator estimates"
 
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser)
-    add_technique_argument(parser, f"the study's four ({', '.join(STUDY_ORDER)}) in the table, and the "
-                                   "low-communication ones in the time-to-target table")
-    parser.add_argument("--all-vms-only", action="store_true", help="skip the 'each VM alone' rows")
+    add_technique_argument(parser)
+    add_hosts_argument(parser, "all,each")
+    add_renamed(parser, "--all-vms-only", "--hosts all", dest="hosts", value="all")
     add_json_argument(parser)
     parser.add_argument("--target-tokens", metavar="N|chinchilla",
                         help="time-to-target table: the time to train as far as Data gets in N tokens "
@@ -44,19 +47,30 @@ def add_arguments(parser) -> None:
                         help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
 
 
-def host_subsets(cluster, all_only: bool) -> list[tuple[str, ...]]:
-    everything = tuple(h.name for h in cluster.hosts)
-    if all_only or len(everything) == 1:
-        return [everything]
-    return [everything] + [(h,) for h in everything]
+# the "each VM alone" rows multiply the work by the VMs: past this many, only the whole slice is shown
+MAX_ALONE_ROWS = 16
 
 
-def chosen_techniques(args) -> tuple[list[str], list[str]]:
-    """(synchronous techniques for the ranked table, low-communication ones for the time-to-target table)."""
-    names = args.technique or [t for t in technique_names() if t in STUDY_ORDER or is_low_communication(t)]
-    for name in names:
-        get_technique(name)  # unknown names fail before any work
-    return [n for n in names if not is_low_communication(n)], [n for n in names if is_low_communication(n)]
+def host_subsets(cluster, spec: str) -> list[tuple[str, ...]]:
+    """The table's rows: --hosts (default: all the VMs together, then each alone)."""
+    subsets = parse_hosts(spec, cluster)
+    alone = [s for s in subsets if len(s) == 1]
+    if len(cluster.hosts) > MAX_ALONE_ROWS and len(alone) > MAX_ALONE_ROWS:
+        print(f"geosim predict: note: {cluster.name} has {len(cluster.hosts)} VMs: the 'each VM alone' rows are "
+              f"shown up to {MAX_ALONE_ROWS} VMs (name the VMs with --hosts to see them)", file=sys.stderr)
+        return [s for s in subsets if len(s) > 1] or subsets[:1]
+    return subsets
+
+
+def same_progress(args, params, model) -> SameProgress:
+    """What predict ranks on: --target-tokens (default: the workload's own tokens) at each technique's
+    token efficiency (--token-efficiency, --loss-curves, then the parameters file)."""
+    from geosim.studies import convergence
+
+    return SameProgress(params, convergence.parse_overrides(args.token_efficiency),
+                        convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves))
+                        if args.loss_curves else None,
+                        convergence.target_tokens(args.target_tokens, model) if args.target_tokens else None)
 
 
 def run(args) -> int:
@@ -71,75 +85,83 @@ def _run(args) -> int:
     params = load_params_arg(args)
     if args.draws is not None and args.draws < 1:
         raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
-    synchronous, lowcomm = chosen_techniques(args)
+    techniques = chosen_techniques(args.technique)
+    lowcomm = [t for t in techniques if is_low_communication(t)]
+    _check_target_options(args)
     slices = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
         rows: list[Prediction] = []
         if is_exhaustive(case):
-            for hosts in host_subsets(cluster, args.all_vms_only):
-                for technique in synchronous + lowcomm:
+            for hosts in host_subsets(cluster, args.hosts):
+                for technique in techniques:
                     prediction = predict(case, technique, hosts=hosts)
                     if args.rtt_ms is None and args.bandwidth_gbps is None:
                         attach_measurement(prediction, cluster)
                     rows.append(prediction)
         else:  # a large cluster: each technique's best option, not its naive layout on every VM
-            rows = [best_of_technique(case, t) for t in synchronous + lowcomm]
+            rows = [best_of_technique(case, t) for t in techniques]
         # the verdict ranks what the planner finds among the same techniques (its layer splits and
-        # microbatches included), so predict, select and plan name the same best option
-        plan = None
-        if synchronous:
-            from geosim.cli.plan import Progress  # a line on stderr once the search runs for 2 s
-
-            progress = Progress(cluster.name)
-            try:
-                plan = make_plan(case, keep=2, techniques=tuple(synchronous), progress=progress)
-            finally:
-                progress.close()
-        targets = _time_to_target(args, params, model, workload, rows) if lowcomm else None
+        # microbatches included) on the same measure, so predict, select and plan name the same best
+        # option, and the time-to-target table's figures are the ranking's
+        progress = same_progress(args, params, model)
+        bar = Progress(f"{cluster.name}: planning")
+        try:
+            plan = make_plan(case, keep=2, techniques=techniques, same_progress=progress, progress=bar)
+        finally:
+            bar.close()
+        targets = _time_to_target(progress, workload, rows) if lowcomm else None
         slices.append((case, rows, plan, targets))
     ranges = _ranges(args, params, slices)
     for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
         print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
     if args.json:
-        doc = {"params": params.source, "note": ESTIMATE_NOTE,
-                    **({"params_warnings": list(params.fit_warnings)} if params.fit_warnings else {}), "slices": [
-            {"scenario": c.cluster.name, "model": c.model.name,
-             "verdict": plan.verdict("verdict") if plan else None, "best": plan.best.to_dict() if plan and plan.best else None,
-             "runner_up": plan.options[1].to_dict() if plan and len(plan.options) > 1 else None,
-             "algorithm1": plan.algorithm.label if plan and plan.algorithm else None,
-             "why_algorithm1_differs": plan.why_algorithm1_differs() if plan else None}
-            for c, _, plan, _ in slices],
-            "predictions": [r.to_dict() | _target_fields(r, targets)
-                            | ({"total_time_range_s": ranges[id(r)]} if ranges else {})
-                            for _, rows, _, targets in slices for r in rows]}
-        estimated = [{"scenario": c.cluster.name, "between": [link.a, link.b], "rtt_ms": s_to_ms(link.rtt_s)}
-                     for c, _, _, _ in slices for link in c.cluster.links if link.rtt_estimated]
-        if estimated:  # say which RTTs are estimates (geosim.fabric.sites), not measurements
-            doc["estimated_rtts"] = estimated
-        print_json(doc)
+        docs = []
+        for c, rows, plan, targets in slices:
+            estimated = [{"between": [link.a, link.b], "rtt_ms": s_to_ms(link.rtt_s)}
+                         for link in c.cluster.links if link.rtt_estimated]
+            docs.append({"scenario": c.cluster.name, "model": c.model.name, "verdict": plan.verdict("verdict"),
+                         "best": plan.best.to_dict() if plan.best else None,
+                         "runner_up": plan.options[1].to_dict() if len(plan.options) > 1 else None,
+                         "algorithm1": plan.algorithm.label if plan.algorithm else None,
+                         "why_algorithm1_differs": plan.why_algorithm1_differs(),
+                         # which RTTs are estimates (geosim.fabric.sites), not measurements
+                         **({"estimated_rtts": estimated} if estimated else {}),
+                         "predictions": [r.to_dict() | _target_fields(r, targets)
+                                         | ({"total_time_range_s": ranges[id(r)]} if ranges else {}) for r in rows]})
+        print_json(answer_envelope("predict", params, docs))
         return 0
     for case, rows, plan, targets in slices:
         print_slice(case, plan, rows, targets, ranges)
     return 0
 
 
+def _check_target_options(args) -> None:
+    """--target-tokens and --token-efficiency checked before any work, also when no row uses them."""
+    from geosim.studies import convergence
+
+    if args.target_tokens and args.target_tokens.strip().lower() != "chinchilla":
+        convergence.target_tokens(args.target_tokens, None)
+    convergence.parse_overrides(args.token_efficiency)
+
+
 def _target_fields(prediction: Prediction, targets) -> dict:
     return targets.get(id(prediction), {}) if targets else {}
 
 
-def _time_to_target(args, params, model, workload, rows) -> dict[int, dict]:
-    """Time-to-target fields (geosim/studies/convergence.py) for the low-communication rows and Data."""
-    from geosim.studies import convergence
-
-    tokens = (convergence.target_tokens(args.target_tokens, model) if args.target_tokens
-              else workload.iterations_per_epoch * workload.epochs * workload.tokens_per_iteration)
-    overrides = convergence.parse_overrides(args.token_efficiency)
-    measured = convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves)) if args.loss_curves else None
-    picked = [r for r in rows if is_low_communication(r.technique) or r.technique == "data"]
-    fields = convergence.annotate(picked, params, lambda _: tokens, overrides, measured)
-    return {id(r): f for r, f in zip(picked, fields)}
+def _time_to_target(progress: SameProgress, workload, rows) -> dict[int, dict]:
+    """Time-to-target fields for the low-communication rows and Data: the ranking's own measure
+    (ranking.time_to_progress_s), so the table and the verdict cannot disagree."""
+    tokens = progress.target_tokens or workload.iterations_per_epoch * workload.epochs * workload.tokens_per_iteration
+    fields = {}
+    for r in rows:
+        if not (is_low_communication(r.technique) or is_baseline(r.technique)):
+            continue
+        eff = progress.efficiency(r)
+        fields[id(r)] = {"target_tokens": tokens, "token_efficiency": eff.value, "token_efficiency_source": eff.source,
+                         "time_to_target_s": time_to_progress_s(r, eff.value, progress.target_tokens)}
+    return fields
 
 
 def _ranges(args, params, slices) -> dict[int, dict | None] | None:
@@ -189,13 +211,13 @@ def describe_cluster(cluster) -> str:
 def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> None:
     cluster, model, workload = case.cluster, case.model, case.workload
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
-    if plan is not None:
-        print(f"  {plan.verdict('verdict')}")
-        why = plan.why_algorithm1_differs()
-        if why:
-            print(f"  why Algorithm 1 differs: {why}")
+    print(f"  {plan.verdict('verdict')}")
+    why = plan.why_algorithm1_differs()
+    if why:
+        print(f"  why Algorithm 1 differs: {why}")
     print(f"  {model.name}, {workload.epochs} epochs of {workload.tokens_per_epoch:,} tokens, batch {workload.global_batch} "
-          f"x {workload.seq_len}, {workload.microbatches} microbatches, {workload.precision}; params: "
+          f"x {workload.seq_len}, {workload.microbatches} microbatches, {workload.precision}{', remat' if workload.checkpointing else ''}, runtime "
+          f"{workload.runtime}; params: "
           f"{case.params.source}; {ESTIMATE_NOTE}")
     synchronous = [r for r in rows if not is_low_communication(r.technique)]
     if synchronous:
@@ -237,12 +259,12 @@ def print_targets(rows, plan) -> None:
     tokens = rows[0][1]["target_tokens"]
     print(f"  time to target ({tokens:.3g} tokens of Data's progress = tokens / token efficiency / tokens per s "
           f"+ start-up; an estimate: efficiencies are assumed unless measured)")
-    best = plan.best if plan else None
+    best = plan.best
     ok = sorted((x for x in rows if x[0].ok), key=lambda x: (-len(x[0].hosts), x[1]["time_to_target_s"]))
     same = _same_as(ok)
     print(f"    {'technique':<10} {'VMs':<8} {'to target':>10}  {'efficiency':>10}  {'vs verdict':>10}  efficiency from")
     for r, t in ok:
-        versus = f"{t['time_to_target_s'] / best.total_time_s:.2f}x" if best else "-"
+        versus = f"{t['time_to_target_s'] / best.ranked_time_s:.2f}x" if best else "-"
         twin = f"; the same run as {label(same[id(r)])} here" if id(r) in same else ""
         source = t["token_efficiency_source"].replace(f"{r_params_source(t)} ", "")
         print(f"    {r.technique:<10} {host_list(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "

@@ -1,14 +1,20 @@
-"""`geosim report DIR`: plots (PNG and SVG) and a one-page HTML report of a sweep."""
+"""`geosim report --out-dir DIR`: plots (PNG and SVG) and a one-page HTML report of a sweep."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 
 HELP = "plot a sweep directory (time vs RTT, breakdown) and write a self-contained HTML report"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("dir", nargs="?", default="sweep", help="a geosim sweep --out directory (default ./sweep)")
+    p.add_argument("--out-dir", default="sweep", metavar="DIR",
+                   help="the sweep's directory (`geosim sweep --out-dir`): its results are read and the report and "
+                        "plots written into it (default ./%(default)s)")
+    # the old positional directory, kept for now (docs/reference/cli.md: renamed flags)
+    p.add_argument("old_dir", nargs="?", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--records", metavar="FILE", help="run records (JSON Lines) to overlay as measured points")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
 
@@ -16,7 +22,11 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from geosim.report.html import build_report
 
-    written = build_report(args.dir, records=args.records)
+    directory = args.out_dir
+    if args.old_dir is not None:
+        print("geosim: warning: `geosim report DIR` is deprecated; use --out-dir DIR", file=sys.stderr)
+        directory = args.old_dir
+    written = build_report(directory, records=args.records)
     if args.json:
         print(json.dumps(written, indent=1))
     else:

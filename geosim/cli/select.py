@@ -8,15 +8,16 @@ import sys
 from dataclasses import replace
 
 from geosim.case import Case
-from geosim.cli.common import (add_json_argument, add_sweep_rtt_argument, add_workload_arguments, load_case,
-                               load_params_arg, print_json, scenario_names)
+from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
+                               add_workload_arguments, chosen_techniques, load_case, load_params_arg, print_json,
+                               scenario_names)
 from geosim.cli.plan import print_answer_vs_rtt
 from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
 from geosim.records import read_records
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA, LiveProbes, MeasuredProbes, PredictedProbes, Selection, algorithm1
-from geosim.techniques import STUDY_ORDER, label
+from geosim.techniques import label
 from geosim.units import parse_numbers
 
 HELP = "choose a technique with the study's Algorithm 1 (probes predicted, measured or run live)"
@@ -25,20 +26,23 @@ PROBE_NAMES = ("Tp", "Td1", "Ts1", "Td2", "Ts2", "Tz2")
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser)
+    add_technique_argument(parser, "the study's four and the low-communication ones, ranked together for the "
+                                   "verdict; Algorithm 1 probes its own four configurations")
     parser.add_argument("--probe-epochs", type=int, default=1,
                         help="epochs each probe trains (the algorithm's epsilon; default %(default)s); --epochs is "
                              "the workload the verdict's time is for")
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA,
                         help="relative TFLOP/s gap that decides (default %(default)s)")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--measured", metavar="RUNS.jsonl",
+    source.add_argument("--records", metavar="RUNS.jsonl",
                         help="probe values from run records ('study': the study's measurements)")
+    add_renamed(source, "--measured", "--records", dest="records")
     source.add_argument("--live", action="store_true", help="run the probes for real with `geosim live run`")
     live = parser.add_argument_group("live probes")
     live.add_argument("--steps", type=int, help="steps per live probe, instead of --probe-epochs")
     live.add_argument("--devices-per-vm", type=int, default=2,
                       help="CPU devices standing for one VM on this machine (default %(default)s)")
-    live.add_argument("--records", metavar="RUNS.jsonl", help="also append each live probe's run record here")
+    live.add_argument("--records-out", metavar="RUNS.jsonl", help="also append each live probe's run record here")
     live.add_argument("--live-args", default="", help="extra options for `geosim live run`, quoted")
     add_sweep_rtt_argument(parser, "redo the choice (predicted probes) and the ranking's best")
     parser.add_argument("--draws", type=int, metavar="N",
@@ -50,14 +54,14 @@ def add_arguments(parser) -> None:
 def make_source(args, scenario_name, cluster, model, workload, params):
     if args.live:
         return LiveProbes(model.name, workload.global_batch, workload.microbatches, epochs=workload.epochs,
-                          steps=args.steps, devices_per_vm=args.devices_per_vm, record=args.records,
+                          steps=args.steps, devices_per_vm=args.devices_per_vm, record=args.records_out,
                           extra_args=tuple(shlex.split(args.live_args)), log=lambda line: print(line, file=sys.stderr))
-    if args.measured:
-        study = args.measured == "study"
-        records = study_records() if study else read_records(args.measured)
-        return MeasuredProbes(records, cluster, scenario_name, model, workload, args.measured,
+    if args.records:
+        study = args.records == "study"
+        records = study_records() if study else read_records(args.records)
+        return MeasuredProbes(records, cluster, scenario_name, model, workload, args.records,
                               record_hint="runs.jsonl" if study else None)
-    return PredictedProbes(cluster, model, workload, params)
+    return PredictedProbes(cluster, model, workload, params, args.network)
 
 
 def two_vms(cluster) -> tuple[str, str]:
@@ -75,21 +79,24 @@ def run(args) -> int:
         raise GeosimError(f"must be > 0, got {args.probe_epochs}", source="--probe-epochs")
     if args.steps is not None and not args.live:
         raise GeosimError("only live probes take --steps", source="--steps")
-    if args.draws and (args.live or args.measured):
+    if args.records_out and not args.live:
+        raise GeosimError("only live probes write run records (--live)", source="--records-out")
+    if args.draws and (args.live or args.records):
         raise GeosimError("--draws varies the simulator's parameters, so it needs predicted probes", source="--draws")
     if args.draws is not None and args.draws < 1:
         raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
-    if args.sweep_rtt and (args.live or args.measured):
+    if args.sweep_rtt and (args.live or args.records):
         raise GeosimError("--sweep-rtt varies the simulated network, so it needs predicted probes", source="--sweep-rtt")
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
+    techniques = chosen_techniques(args.technique)
     params = load_params_arg(args)
     docs = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         v1, v2 = two_vms(cluster)
-        case = Case(cluster, model, workload, params)
+        case = Case(cluster, model, workload, params, network=args.network)
         if rtts:
-            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, techniques=STUDY_ORDER))
+            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, techniques=techniques))
             docs.append(doc)
             if not args.json:
                 print_answer_vs_rtt(doc)
@@ -100,11 +107,11 @@ def run(args) -> int:
         if args.live:
             verdict, why = (f"verdict: Algorithm 1 on live probes picks {selection.label} (live probes measure "
                             f"TFLOP/s, not whole runs, so nothing is ranked)"), None
-        elif args.measured:
-            verdict, why = measured_plan(study_records() if args.measured == "study" else read_records(args.measured),
-                                         name, cluster, model, workload, args.delta, args.measured)["verdict"], None
+        elif args.records:
+            verdict, why = measured_plan(study_records() if args.records == "study" else read_records(args.records),
+                                         name, cluster, model, workload, args.delta, args.records)["verdict"], None
         else:
-            plan = make_plan(case, keep=2, delta=args.delta, techniques=STUDY_ORDER)
+            plan = make_plan(case, keep=2, delta=args.delta, techniques=techniques)
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
                **selection.to_dict()}
@@ -112,13 +119,14 @@ def run(args) -> int:
             doc["robustness"] = robustness_of(args, cluster, model, workload, params, v1, v2, selection.label)
         docs.append(doc)
         if not args.json:
-            print_selection(cluster, model, selection, verdict, why)
+            print_selection(cluster, model, selection, verdict, why, workload.runtime)
             if args.draws:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
                       + (f" (else: {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())})" if r["others"] else ""))
     if args.json:
-        print_json(docs)
+        print_json(answer_envelope("select", params, docs,
+                                   MEASURED_NOTE if args.records else "live probes" if args.live else ESTIMATE_NOTE))
     elif len(docs) > 1 and not rtts:
         print_summary(docs)
     return 0
@@ -130,7 +138,7 @@ def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -
 
     from geosim.studies.uncertainty import parameter_draws, robustness
 
-    labels = [algorithm1(PredictedProbes(cluster, model, workload, d), v1, v2, args.delta).label
+    labels = [algorithm1(PredictedProbes(cluster, model, workload, d, args.network), v1, v2, args.delta).label
               for d in parameter_draws(params, args.draws)]
     others = {k: v / len(labels) for k, v in Counter(labels).most_common() if k != chosen}
     return {"draws": len(labels), "share": robustness(labels, chosen), "others": others}
@@ -140,12 +148,12 @@ def fmt_tflops(value: float) -> str:
     return f"{value:.3f}" if value else "0"
 
 
-def print_selection(cluster, model, s: Selection, verdict: str, why: str | None) -> None:
+def print_selection(cluster, model, s: Selection, verdict: str, why: str | None, runtime: str = "alpa") -> None:
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     print(f"  {verdict}")
     if why:
         print(f"  why Algorithm 1 differs: {why}")
-    print(f"  {model.name}, Algorithm 1 on {s.source} probes, delta {s.delta:g}")
+    print(f"  {model.name}, Algorithm 1 on {s.source} probes, delta {s.delta:g}, runtime {runtime}")
     print(f"  {'probe':<5} {'technique':<10} {'VMs':<8} {'TFLOP/s/GPU':>11}  status")
     for name in PROBE_NAMES:
         if name not in s.probes:

@@ -7,12 +7,18 @@ import sys
 import time
 from pathlib import Path
 
+from geosim.case import DEFAULT_NETWORK
 from geosim.cli.common import WORKLOAD_DEFAULTS, add_json_argument
-from geosim.cli.vocabulary import CommaList, meaning
+from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
+from geosim.sim.network import network_names
+from geosim.runtime import check_runtime_name
 from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 from geosim.units import RANGE_SYNTAX
+from geosim.cli.common import fmt_duration
+from geosim.scale import scale_name
+from geosim.techniques import default_techniques, get_technique, technique_names
 
 HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
 
@@ -35,24 +41,35 @@ def add_arguments(p) -> None:
                    help="WAN bandwidths in Gbit/s; 'native' = the scenario's own (default %(default)s)")
     g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2-large (default %(default)s)")
     g.add_argument("--technique", action=CommaList, metavar="NAME",
-                   help="techniques, or 'all'; repeatable and comma-separated (default: the study's "
-                        "data,zero2,shard,pipeshard)")
-    g.add_argument("--gpu", metavar="SPEC", default="native",
+                   help="techniques, or 'all'; repeatable and comma-separated (default: every synchronous "
+                        "technique found, today the study's data,zero2,shard,pipeshard)")
+    g.add_argument("--replace-gpu", dest="gpu", metavar="SPEC", default="native",
                    help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
-    g.add_argument("--subsets", metavar="SPEC", default="all",
-                   help="VM subsets to sweep, e.g. all,vm1,vm2 or vm1+vm2 (default %(default)s)")
+    g.add_argument("--hosts", metavar="SPEC", default="all",
+                   help="VM subsets to sweep: 'all', VM names, names joined by + (vm1+vm2), comma-separated "
+                        "(default %(default)s)")
+    add_renamed(g, "--subsets", "--hosts", dest="hosts")
+    add_renamed(g, "--gpu", "--replace-gpu", dest="gpu")
     g.add_argument("--global-batch", metavar="SPEC",
                    help=f"{meaning('--global-batch')} (default: the scenario's, else {WORKLOAD_DEFAULTS.global_batch})")
     g.add_argument("--microbatches", metavar="SPEC",
                    help=f"{meaning('--microbatches')} (default: the scenario's, else {WORKLOAD_DEFAULTS.microbatches})")
     g.add_argument("--epochs", metavar="SPEC",
                    help=f"{meaning('--epochs')} (default: the scenario's, else {WORKLOAD_DEFAULTS.epochs})")
+    g.add_argument("--runtime", metavar="SPEC", help=f"{meaning('--runtime')} (default: the scenario's, else "
+                                                    f"{WORKLOAD_DEFAULTS.runtime})")
+    g.add_argument("--remat", action="store_true", help=f"{meaning('--remat')} (default: the scenario's "
+                                                        f"checkpointing, else off; --set checkpointing=true,false sweeps both)")
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     r = p.add_argument_group("run")
-    r.add_argument("--out", default="sweep", metavar="DIR", help="results directory; a rerun resumes it (default ./%(default)s)")
-    r.add_argument("--fresh", action="store_true", help="discard rows already in --out instead of resuming")
+    r.add_argument("--out-dir", dest="out", default="sweep", metavar="DIR",
+                   help="results directory; a rerun resumes it (default ./%(default)s)")
+    add_renamed(r, "--out", "--out-dir", dest="out")
+    r.add_argument("--fresh", action="store_true", help="discard rows already in --out-dir instead of resuming")
     r.add_argument("--params", metavar="FILE", help=meaning("--params"))
+    r.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
+                   help=f"{meaning('--network')} (default: %(default)s)")
     r.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
     r.add_argument("--ray-address", metavar="ADDR", help="run on a Ray cluster: 'auto', ray://host:10001, or 'local'")
     r.add_argument("--metric", choices=METRICS, default="total_time_s", help="what crossovers compare (default %(default)s)")
@@ -66,7 +83,6 @@ def add_arguments(p) -> None:
 
 
 def build_grid(args) -> Grid:
-    from geosim.scale import scale_name
 
     scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
     if args.num_sites:
@@ -81,26 +97,33 @@ def build_grid(args) -> Grid:
         "model": parse_values(args.model, "str", "--model"),
         "rtt_ms": parse_values(args.rtt_ms, "float", "--rtt-ms", allow_native=True),
         "bandwidth_gbps": parse_values(args.bandwidth_gbps, "float", "--bandwidth-gbps", allow_native=True),
-        "gpu": parse_values(args.gpu, "str", "--gpu", allow_native=True),
-        "hosts": parse_values(args.subsets, "str", "--subsets"),
+        "gpu": parse_values(args.gpu, "str", "--replace-gpu", allow_native=True),
+        "hosts": parse_values(args.hosts, "str", "--hosts"),
     }
     for name in ("global_batch", "microbatches", "epochs"):
         if getattr(args, name):
             axes[name] = parse_values(getattr(args, name), "int", f"--{name.replace('_', '-')}")
+    if args.runtime:
+        axes["runtime"] = [check_runtime_name(r) for r in parse_values(args.runtime, "str", "--runtime")]
+    if args.remat:
+        axes["checkpointing"] = [True]
     for text in args.set:
         name, values = parse_assignment(text)
         axes[name] = values
-    for name in WORKLOAD_KINDS:
-        if WORKLOAD_KINDS[name] == "int" and any(v <= 0 for v in axes.get(name, [])):
-            raise GeosimError("values must be > 0", source=f"--{name}")
+    from geosim.scenario import WORKLOAD_RANGES
+    from geosim.validate import check_number
+
+    for name in WORKLOAD_KINDS:  # each value in a scenario's range, before any point runs
+        for value in axes.get(name, []) if WORKLOAD_KINDS[name] == "int" else []:
+            check_number(value, f"--{name.replace('_', '-')}", None, *WORKLOAD_RANGES.get(name, (1, 10**13)),
+                         integer=True)
     return Grid(axes)
 
 
 def _techniques(names: list[str] | None) -> list[str]:
-    from geosim.techniques import STUDY_ORDER, get_technique, technique_names
 
     if not names:
-        return [t for t in STUDY_ORDER if t in technique_names()]
+        return default_techniques(synchronous=True)
     found = list(dict.fromkeys(t for n in names for t in (technique_names() if n == "all" else [n])))
     for name in found:
         get_technique(name)  # unknown names fail before any work
@@ -112,12 +135,11 @@ def run(args) -> int:
     from geosim.studies.sweep.run import make_context, make_executor, run_sweep
     from geosim.studies.sweep.best import best_vs_rtt
     from geosim.studies.sweep.store import write_best, write_crossovers
-    from geosim.techniques import technique_names
 
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     grid = build_grid(args)
-    ctx = make_context(grid, args.params, args.metric)
+    ctx = make_context(grid, args.params, args.metric, args.network)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
     started = time.perf_counter()
     executor = make_executor(ctx, args.workers, args.ray_address)
@@ -179,13 +201,12 @@ def format_summary(s: dict) -> str:
                             [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"]), f"{o['high']['at']:g} {unit}",
                               _order(o["high"])) for o in s["orders"]])
     lines += format_best(s.get("best", []))
-    lines += ["", f"plots and report: geosim report {s['out']}"]
+    lines += ["", f"plots and report: geosim report --out-dir {s['out']}"]
     return "\n".join(lines)
 
 
 def format_best(best: list[dict]) -> list[str]:
     """The best option at each RTT by the planner's ranking: what `geosim plan --sweep-rtt` says too."""
-    from geosim.cli.common import fmt_duration
     from geosim.studies.crossover import describe
 
     if not best:

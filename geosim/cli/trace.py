@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 
 from geosim.case import Case
-from geosim.cli.common import add_json_argument, add_workload_arguments, fmt_duration, load_case, load_params_arg, print_json
+from pathlib import Path
+
+from geosim.cli.common import (add_hosts_argument, add_json_argument, add_technique_argument, add_workload_arguments,
+                               chosen_techniques, fmt_duration, load_case, load_params_arg, parse_hosts, print_json)
 from geosim.sim.engine import run_schedule
+from geosim.sim.network import network_model
 from geosim.errors import GeosimError
 from geosim.fileio import check_output_path, write_atomic
+from geosim.runtime import runtime_of
 from geosim.techniques import build_schedule
 
 HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
@@ -16,10 +21,11 @@ HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per l
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser, many_scenarios=False)
-    parser.add_argument("--technique", default="pipeshard", help="technique to trace (default: %(default)s)")
-    parser.add_argument("--hosts", help="VMs of the slice to use, comma-separated names (default: all)")
+    add_technique_argument(parser, "pipeshard; several write one file each, OUT with -TECHNIQUE before its suffix")
+    add_hosts_argument(parser, what=" (trace takes one set)")
     parser.add_argument("--iterations", type=int, default=2, help="iterations to simulate; the first is cold (default %(default)s)")
     parser.add_argument("--out", default="trace.json", help="trace file to write (default: %(default)s)")
+
     add_json_argument(parser)
 
 
@@ -44,30 +50,43 @@ def trace_events(rows: list, devices) -> list[dict]:
     return events
 
 
+def out_paths(out: str, techniques: tuple[str, ...]) -> dict[str, str]:
+    """One trace file per technique: OUT itself for one, OUT with -TECHNIQUE before its suffix for several."""
+    if len(techniques) == 1:
+        return {techniques[0]: out}
+    path = Path(out)
+    return {t: str(path.with_name(f"{path.stem}-{t}{path.suffix}")) for t in techniques}
+
+
 def run(args) -> int:
     if not 1 <= args.iterations <= 100:
         raise GeosimError(f"must be in 1..100, got {args.iterations}", source="--iterations")
-    out = check_output_path(args.out, "--out")
+    techniques = chosen_techniques(args.technique, default=("pipeshard",))
+    outs = {t: check_output_path(o, "--out") for t, o in out_paths(args.out, techniques).items()}
     params = load_params_arg(args)
     scenario, cluster, model, workload = load_case(args.scenario, args)
-    if args.hosts:
-        names = tuple(h.strip() for h in args.hosts.split(","))
-        unknown = [n for n in names if n not in {h.name for h in cluster.hosts}]
-        if unknown:
-            raise GeosimError(f"unknown host(s) {', '.join(unknown)}", source="--hosts")
-        cluster = cluster.subset(names)
-    schedule = build_schedule(args.technique, Case(cluster, model, workload, params))
-    result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations, trace=True)
+    (hosts,) = parse_hosts(args.hosts, cluster, one=True)
+    cluster = cluster.subset(hosts) if len(hosts) < len(cluster.hosts) else cluster
+    docs = [_trace(args, technique, outs[technique], cluster, model, workload, params) for technique in techniques]
+    if args.json:
+        print_json(docs[0] if len(docs) == 1 else docs)
+    return 0
+
+
+def _trace(args, technique, out, cluster, model, workload, params) -> dict:
+    case = Case(cluster, model, workload, params, network=args.network)
+    schedule = build_schedule(technique, case)
+    result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload, iterations=args.iterations,
+                          network=network_model(case.network), trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
-           "otherData": {"scenario": cluster.name, "technique": args.technique, "model": model.name,
+           "otherData": {"scenario": cluster.name, "technique": technique, "model": model.name,
                          "description": schedule.description, "iteration_end_s": result.iteration_end}}
     write_atomic(out, json.dumps(doc, allow_nan=False))
-    if args.json:
-        print_json({"out": str(out), "scenario": cluster.name, "technique": args.technique, "model": model.name,
-                    "iterations_s": [result.iteration_time(i) for i in range(args.iterations)],
-                    "events": len(doc["traceEvents"]), "description": schedule.description})
-        return 0
-    times = ", ".join(fmt_duration(result.iteration_time(i)) for i in range(args.iterations))
-    print(f"wrote {out}: {args.technique} on {cluster.name}, {args.iterations} iteration(s) ({times}), "
-          f"{len(doc['traceEvents'])} events; open it in https://ui.perfetto.dev")
-    return 0
+    summary = {"out": str(out), "scenario": cluster.name, "technique": technique, "model": model.name,
+               "iterations_s": [result.iteration_time(i) for i in range(args.iterations)],
+               "events": len(doc["traceEvents"]), "description": schedule.description}
+    if not args.json:
+        times = ", ".join(fmt_duration(result.iteration_time(i)) for i in range(args.iterations))
+        print(f"wrote {out}: {technique} on {cluster.name}, {args.iterations} iteration(s) ({times}), "
+              f"{len(doc['traceEvents'])} events; open it in https://ui.perfetto.dev")
+    return summary

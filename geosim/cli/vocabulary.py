@@ -2,8 +2,14 @@
 
 tests/test_cli_vocabulary.py walks every subcommand's argparse definition and fails on a flag that
 is not in FLAGS but appears in two subcommands, on a FLAGS entry used with another kind of value
-than the one written here, on an option without help, and on a help default that is not the
-code's. tools/cli_reference.py prints this table into docs/reference/cli.md.
+than the one written here, on a flag whose default differs between subcommands (unless DEFAULTS_DIFFER
+says why), on an option without help, and on a help default that is not the code's.
+tools/cli_reference.py prints this table into docs/reference/cli.md.
+
+Names: a flag that reads a file is named for what it reads (--records, --params, --scenario); the
+flag that writes one ends in -out (--records-out, --loss-curve-out); --out is a file to write and
+--out-dir a directory. A renamed flag keeps its old name for now (RENAMED; add_renamed below): it
+works, prints one deprecation line, and is listed in the reference, not in the help.
 
 A kind is what the flag takes: "list" flags are repeatable AND comma-separated (CommaList);
 "spec" flags take geosim.units' range syntax where a command sweeps, one value elsewhere.
@@ -19,23 +25,32 @@ FLAGS: dict[str, tuple[str, str]] = {
                                "command takes several)"),
     "--model": ("one|spec", "a model from the catalog (`geosim models`) or the scenario"),
     "--params": ("one", "simulator parameters file (default: the shipped defaults)"),
-    "--technique": ("list|one", "technique name(s); repeatable and comma-separated where a command takes several"),
-    "--hosts": ("one", "VMs of the slice to use, comma-separated names (default: all)"),
+    "--network": ("one", "the network model the simulation runs: tcp, alpha-beta or ideal"),
+    "--technique": ("list|one", "technique name(s), repeatable and comma-separated; 'all': every technique the "
+                                "command can run"),
+    "--hosts": ("one|_hosts_value", "which VMs of the slice: names joined by + (vm1+vm2: those together), 'all' (all "
+                                    "together), 'each' (each alone), comma-separated for several sets (live run: a "
+                                    "number of Ray nodes, or 'wan')"),
     "--global-batch": ("int|spec", "sequences per optimizer step, summed over all GPUs"),
     "--microbatches": ("int|spec", "microbatches per step (pipeline stages; gradient accumulation elsewhere)"),
     "--epochs": ("int|spec", "passes over the data set to train"),
     "--steps": ("int", "training steps"),
     "--seq-len": ("int", "tokens per sequence"),
     "--tokens-per-epoch": ("int", "data set size in tokens"),
+    "--remat": ("flag", "activation checkpointing (Alpa's remat): keep each block's input, recompute the rest "
+                        "in the backward (less memory, a third more forward compute)"),
     "--precision": ("one", "number format: fp16, bf16, fp32 (mixed precision keeps fp32 master weights)"),
     "--rtt-ms": ("float|spec", "round-trip time of the WAN links, milliseconds (a list or range where a command sweeps)"),
     "--bandwidth-gbps": ("float|spec", "bandwidth of the WAN links, Gbit/s (a list or range where a command sweeps)"),
     "--workers": ("int", "parallel worker processes"),
-    "--records": ("one", "run-records file (JSON Lines, geosim.run/1) to read or append to"),
+    "--records": ("one", "run-records file (JSON Lines, geosim.run/1) to read ('study': the study's measurements, "
+                         "where a command takes them)"),
+    "--records-out": ("one", "run-records file (JSON Lines, geosim.run/1) to append the runs to (calibrate import: "
+                             "to write)"),
     "--json": ("flag", "print the results as JSON instead of tables"),
-    "--out": ("one", "file or directory to write"),
+    "--out": ("one", "file to write"),
+    "--out-dir": ("one", "directory to write into (a rerun resumes or replaces what is there, as the command says)"),
     "--delta": ("float", "Algorithm 1's threshold: the relative TFLOP/s gap that decides"),
-    "--measured": ("one", "run records to use instead of predictions ('study': the study's measurements)"),
     "--sweep-rtt": ("spec", "redo the answer at these RTTs (ms) and show where it flips"),
     "--probe-epochs": ("int", "epochs each Algorithm 1 probe trains (the algorithm's epsilon)"),
     "--ray-address": ("one", "a Ray cluster to run on ('auto': the local one)"),
@@ -56,11 +71,93 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--kind": ("one", "which variant"),
     "--quiet": ("flag", "no progress output"),
     "--dry-run": ("flag", "print what would be requested and run; do nothing"),
-    "--gpu": ("one", "a GPU model from the catalog (sweep: a GPU spec)"),
+    "--gpu": ("one", "only slices of this GPU model (a name from the catalog: RTX6000, T4, A30, A40)"),
     "--sites": ("one", "FABRIC sites, comma-separated, or 'all'"),
     "--gpus-per-vm": ("int|spec", "GPUs per VM (a list or range where a command sweeps)"),
     "--image": ("one", "the VMs' operating-system image"),
+    "--runtime": ("one|spec", "the software stack whose fixed costs apply: alpa (the study's), jax (geosim live), "
+                              "pytorch (DDP); a list where a command sweeps"),
     "--draws": ("int", "parameter draws from the fit's covariance: the range of an answer and how often it wins"),
+    "--target-tokens": ("one", "the training progress to rank on: as far as Data gets in N tokens ('chinchilla': 20 "
+                               "per parameter; default: the workload's tokens)"),
+    "--token-efficiency": ("append", "override a technique's token efficiency, TECHNIQUE=VALUE (Data's tokens / its "
+                                     "tokens for the same loss); repeatable"),
+    "--loss-curves": ("one", "loss-vs-tokens curves (JSON Lines, from live run --loss-curve-out): measured token "
+                             "efficiencies"),
+    "--loss-curve-out": ("one", "file to append the run's loss-vs-tokens curve to (for --loss-curves)"),
+}
+
+# Where one flag has different defaults on purpose: flag -> {subcommand: why}. The vocabulary test
+# accepts a differing default only when the subcommand is named here; cli.md prints the reasons.
+DEFAULTS_DIFFER: dict[str, dict[str, str]] = {
+    "--model": {
+        "geosim live run": "live runs train on this machine's CPU: a model that trains in seconds",
+        "geosim live validate": "small-wan: a model whose gradients outweigh its activations (as gpt2m's do) and "
+                                "that trains on CPU",
+        "geosim fabric calibrate": "the calibration runs on the slice start small; gpt2m on real GPUs",
+        "geosim calibrate import": "the file's model, for importers whose files say which",
+    },
+    "--global-batch": {
+        "geosim live run": "a CPU-sized batch for the live runs (the simulator's workload is 32 sequences)",
+        "geosim live validate": "as live run",
+        "geosim fabric calibrate": "as live run",
+    },
+    "--microbatches": {
+        "geosim live run": "live runs accumulate no microbatches unless asked",
+        "geosim live validate": "as live run",
+    },
+    "--precision": {"geosim live run": "auto: what the device supports (fp32 on CPU)"},
+    "--gpus-per-vm": {
+        "geosim sweep": "the sweep generates scaled-out clusters of 8-GPU VMs (a DGX-like node); plan --sites "
+                        "asks FABRIC for VMs of 2 GPUs, as in the study",
+    },
+    "--bandwidth-gbps": {
+        "geosim sweep": "a sweep axis: 'native' keeps each slice's own links",
+        "geosim live validate": "the emulated WAN's rate: 1 Gbit/s keeps a Python forwarder on one core",
+    },
+    "--rtt-ms": {
+        "geosim sweep": "a sweep axis: 'native' and the RTTs of the study's range",
+        "geosim live validate": "the emulated WAN's RTTs the validation runs at",
+        "geosim live wan up": "the emulated WAN's RTT",
+    },
+    "--scenario": {"geosim trace": "trace one slice; the study's UTAH-GPN by default"},
+    "--technique": {
+        "geosim trace": "trace one technique by default: the pipeline, whose timeline shows most",
+        "geosim live run": "one run of Data by default",
+    },
+    "--steps": {
+        "geosim live validate": "each validation run's steps",
+        "geosim fabric calibrate": "each calibration run's steps",
+    },
+    "--cpu-devices": {"geosim live validate": "one device per emulated host"},
+    "--data": {"geosim live validate": "generated tokens: offline and the same on every run"},
+    "--timeout": {"geosim live validate": "seconds per validation run"},
+    "--max-evaluations": {"geosim live validate": "its fit has fewer parameters and a profiled grid"},
+    "--also": {"geosim calibrate crossval": "the held-out fits free what the cross-validation found worth it"},
+    "--overhead": {"geosim calibrate crossval": "one overhead shared by the techniques, so a held-out technique "
+                                                "has one"},
+    "--step-rtts": {"geosim calibrate crossval": "one global value, so a held-out slice has one"},
+    "--plot": {"geosim calibrate crossval": "the cross-validation always draws its figure"},
+    "--ray-address": {"geosim live probe": "probing needs a cluster: the local one by default"},
+    "--tcp-window-kib": {"geosim live validate": "the study's mechanism: windows smaller than the gradients"},
+    "--hosts": {"geosim predict": "all the VMs together, and each alone"},
+    "--out-dir": {"geosim live validate": "its own directory, so a validation's runs never mix with a sweep's"},
+}
+
+# Old name -> new name; the old name still works for now and prints one deprecation line
+RENAMED: dict[str, str] = {
+    "--measured": "--records",
+    "--all-vms-only": "--hosts all",
+    "--subsets": "--hosts",
+    "--nodes": "--hosts",
+    "select/live run --records (writing)": "--records-out",
+    "calibrate import --out": "--records-out",
+    "sweep --out": "--out-dir",
+    "live validate --out": "--out-dir",
+    "report DIR (positional)": "--out-dir",
+    "calibrate fit/crossval RECORDS (positional)": "--records",
+    "fabric slice create/emulate SCENARIO (positional)": "--scenario",
+    "sweep --gpu": "--replace-gpu",
 }
 
 
@@ -78,3 +175,38 @@ class CommaList(argparse.Action):
 
 def meaning(flag: str) -> str:
     return FLAGS[flag][1]
+
+
+class RenamedFlag(argparse.Action):
+    """An old flag name kept for now: it stores into the new flag's destination (or `value`, for an
+    old switch) and prints one deprecation line. Hidden from the help; listed in cli.md."""
+
+    def __init__(self, option_strings, dest, new: str, value=None, **kwargs):
+        self.new, self.value = new, value
+        super().__init__(option_strings, dest, nargs=0 if value is not None else None, help=argparse.SUPPRESS,
+                         **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import sys
+
+        print(f"geosim: warning: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, self.value if self.value is not None else values)
+
+
+def add_renamed(parser, old: str, new: str, dest: str, value=None, **kwargs) -> None:
+    """Keep `old` working for `new` (RENAMED), storing into `dest`."""
+    parser.add_argument(old, action=RenamedFlag, dest=dest, new=new, value=value, default=argparse.SUPPRESS,
+                        **kwargs)
+
+
+def lower_choices(parser: argparse.ArgumentParser) -> None:
+    """Choices are case-insensitive everywhere (--precision FP16 as --scenario UTAH-GPN): every option
+    and positional with lowercase string choices lowercases what it is given."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                lower_choices(sub)
+            continue
+        choices = action.choices
+        if choices and action.type is None and all(isinstance(c, str) and c == c.lower() for c in choices):
+            action.type = str.lower

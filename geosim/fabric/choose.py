@@ -24,6 +24,7 @@ from geosim.fabric.sites import (GPU_COMPONENT, SAME_SITE_RTT_MS, Site, estimate
 from geosim.scenario import gpu_catalog
 from geosim.specs import Cluster, Host, Link, Model, Params, Workload
 from geosim.studies.plan import Option, rank_key, search
+from geosim.studies.ranking import rank
 
 DEFAULT_BANDWIDTH_GBPS = 10.0  # as the study's scenarios: not reported, a conservative share of FABRIC's 25G NIC
 MAX_CANDIDATES = 2000
@@ -194,11 +195,11 @@ def rank_sites(sites: list[Site], model: Model, workload: Workload, params: Para
             planned += 1
             c.simulated = len(found.simulated)
             ok = [o for o in found.simulated if o.ok]
-            c.best = min(ok, key=lambda o: key(o.total_time_s, o.gpus)) if ok else None
+            c.best = rank(ok, deadline_s)[0] if ok else None  # the ranking rule, its tie-breaks included
             cache[same] = c
             if c.best is not None and len(c.best.hosts) == 1 and deadline_s is None and len(set(c.gpus)) == 1:
                 one_vm_best = c  # identical VMs: one of them alone is best, and stays so at any larger RTT
-    ranked = sorted(cands, key=lambda c: ((0, *key(c.best.total_time_s, c.best.gpus)) if c.best else (1,),
+    ranked = sorted(cands, key=lambda c: ((0, *key(c.best.ranked_time_s, c.best.gpus)) if c.best else (1,),
                                           c.max_rtt_ms, c.label))
     return SiteRanking(ranked, planned, derived, list(notes or []), deadline_s)
 

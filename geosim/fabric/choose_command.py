@@ -13,7 +13,7 @@ from geosim.scenario import get_model, make_workload
 
 
 def run_sites(args, params, deadline_s, techniques) -> int:
-    for flag, value in (("--scenario", args.scenario), ("--rtt-ms", args.rtt_ms), ("--measured", args.measured),
+    for flag, value in (("--scenario", args.scenario), ("--rtt-ms", args.rtt_ms), ("--records", args.records),
                         ("--sweep-rtt", args.sweep_rtt)):
         if value:
             raise GeosimError("not with --sites (the sites make the slices; their RTTs are measured or estimated)",
@@ -47,7 +47,8 @@ def run_sites(args, params, deadline_s, techniques) -> int:
           + (f"; deadline {fmt_duration(deadline_s)}: cheapest first" if deadline_s else ""))
     print(f"  {len(ranking.ranked)} slices: {ranking.planned} planned, {ranking.derived} derived (one VM alone is best "
           f"already at a smaller RTT), the rest share a plan with an identical slice")
-    print(f"  {'#':>3} {'total':>9} {'GPU-h':>6} {'GPUs':>4} {'RTT ms':>12}  {'slice (site:GPU per VM)':<34} best option")
+    # time: to the same training progress (the ranking's measure; the run's own time at token efficiency 1)
+    print(f"  {'#':>3} {'time':>9} {'GPU-h':>6} {'GPUs':>4} {'RTT ms':>12}  {'slice (site:GPU per VM)':<34} best option")
     shown = ranking.ranked if args.all else ranking.ranked[:args.top]
     for i, c in enumerate(shown, start=1):
         rtt = "/".join(f"{r:.1f}" + ("~" if e else "") for r, e in c.rtts.values()) or "-"
@@ -55,7 +56,7 @@ def run_sites(args, params, deadline_s, techniques) -> int:
             print(f"  {i:>3} {'-':>9} {'-':>6} {'-':>4} {rtt:>12}  {c.label:<34} no feasible option")
             continue
         b = c.best
-        print(f"  {i:>3} {fmt_duration(b.total_time_s):>9} {b.gpu_hours:>6.2f} {b.gpus:>4} {rtt:>12}  {c.label:<34} "
+        print(f"  {i:>3} {fmt_duration(b.ranked_time_s):>9} {b.gpu_hours:>6.2f} {b.gpus:>4} {rtt:>12}  {c.label:<34} "
               f"{b.label}" + (" (derived)" if c.derived_from else ""))
     if len(shown) < len(ranking.ranked):
         print(f"  ... {len(ranking.ranked) - len(shown)} more (--all lists them)")
@@ -68,7 +69,7 @@ def run_sites(args, params, deadline_s, techniques) -> int:
         print(f"  Ask for: {_ask(feasible[0], args.vms)}")
         spread = next((c for c in feasible if len(set(c.sites)) > 1), None)
         if len(set(feasible[0].sites)) == 1 and spread:
-            print(f"  Across sites, the best is {_ask(spread, args.vms)} ({fmt_duration(spread.best.total_time_s)})")
+            print(f"  Across sites, the best is {_ask(spread, args.vms)} ({fmt_duration(spread.best.ranked_time_s)})")
     return 0
 
 

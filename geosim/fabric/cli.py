@@ -1,7 +1,7 @@
 """`geosim fabric`: turn a scenario into a FABRIC slice, calibrate on it, delete it.
 
-    geosim fabric slice create SCENARIO [--dry-run]   request -> submit -> configure -> realised scenario + slice file
-    geosim fabric slice emulate SCENARIO --wan-state F a slice file for the WAN emulator's namespaces (a rehearsal)
+    geosim fabric slice create --scenario SCENARIO [--dry-run]   request -> submit -> configure -> realised scenario + slice file
+    geosim fabric slice emulate --scenario SCENARIO --wan-state F a slice file for the WAN emulator's namespaces (a rehearsal)
     geosim fabric calibrate SLICE [--dry-run]         install, Ray, probe, one run per technique, records home
     geosim fabric slice delete SLICE [--dry-run]
 
@@ -10,12 +10,15 @@ fablib (the `fabric` extra) is imported only inside run(): `geosim --help` never
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
 from geosim.cli.common import add_json_argument, add_technique_argument
 from geosim.errors import GeosimError
+from geosim.errors import require
+from geosim.techniques import is_low_communication, is_pipelined, technique_names
 
 HELP = "provision a FABRIC slice from a scenario (fablib), calibrate on it, bring the run records home"
 
@@ -33,7 +36,9 @@ def add_arguments(parser) -> None:
                                               "address the data plane, ping between the VMs, and write the realised "
                                               "scenario (OUT.toml) and the slice file (OUT.slice.json). Re-running "
                                               "reuses the slice.")
-    create.add_argument("scenario", metavar="SCENARIO", help="scenario file or built-in name (hosts name FABRIC sites)")
+    create.add_argument("--scenario", metavar="NAME|FILE",
+                        help="scenario file or built-in name (hosts name FABRIC sites; required)")
+    create.add_argument("old_scenario", nargs="?", metavar="SCENARIO", help=argparse.SUPPRESS)  # the old positional
     _request_arguments(create)
     create.add_argument("--dry-run", action="store_true", help="print the request fablib would submit; submit nothing")
     create.add_argument("--graphml", metavar="FILE", help="also write the request as FABRIC's GraphML (dry run too)")
@@ -43,7 +48,9 @@ def add_arguments(parser) -> None:
                                    description="Write a slice file whose VMs are the hosts of an emulated WAN "
                                                "(`geosim live wan up --num-hosts N --rtt-ms R`, root), so `geosim fabric "
                                                "calibrate` runs its steps there, command for command.")
-    emulate.add_argument("scenario", metavar="SCENARIO")
+    emulate.add_argument("--scenario", metavar="NAME|FILE",
+                         help="scenario file or built-in name the emulated slice stands for (required)")
+    emulate.add_argument("old_scenario", nargs="?", metavar="SCENARIO", help=argparse.SUPPRESS)  # the old positional
     _request_arguments(emulate)
     emulate.add_argument("--wan-state", default="/run/geosim-wan/state.json",
                          help="the emulator's state file (default: %(default)s)")
@@ -59,7 +66,10 @@ def add_arguments(parser) -> None:
                          description="Steps (each resumable; a re-run skips what is done): " +
                                      "bootstrap, install, ray, probe, runs, fetch. The records end in "
                                      "WORKDIR/runs.jsonl, ready for `geosim calibrate fit`.")
-    cal.add_argument("slice", metavar="SLICE", help="slice file (or the realised scenario beside it)")
+    cal.add_argument("slice", metavar="SLICE", nargs="?", help="slice file (or the realised scenario beside it)")
+    cal.add_argument("--scenario", metavar="FILE",
+                     help="the realised scenario `fabric slice create` wrote (the slice file beside it is used), "
+                          "instead of SLICE")
     cal.add_argument("--workdir", help="where state and records go (default: SLICE's directory/<slice>-calibrate)")
     cal.add_argument("--model", default="tiny", help="model for the runs (default: %(default)s; gpt2m on real GPUs)")
     cal.add_argument("--steps", type=int, default=20, help="training steps per run (default: %(default)s)")
@@ -96,8 +106,20 @@ def run(args) -> int:
         return _delete(args)
     from geosim.fabric.request import DEFAULT_IMAGE, request_from_scenario
 
+    from geosim.fileio import check_output_path
+    from geosim.validate import inside
+
+    if args.old_scenario is not None:
+        print("geosim: warning: the positional SCENARIO is deprecated; use --scenario SCENARIO", file=sys.stderr)
+        args.scenario = args.scenario or args.old_scenario
+    if not args.scenario:
+        raise GeosimError("required: the scenario to provision", source="--scenario")
     request = request_from_scenario(args.scenario, args.model, args.name, args.image or DEFAULT_IMAGE)
-    out = Path(args.out or f"{request.name}.toml")
+    # the default file is named after the slice, whose name comes from the scenario: it must stay here
+    out = check_output_path(args.out, "--out") if args.out else inside(".", f"{request.name}.toml", "the slice name",
+                                                                        "--name")
+    if getattr(args, "graphml", None):
+        check_output_path(args.graphml, "--graphml")
     if args.slice_command == "emulate":
         return _emulate(args, request, out)
     if args.dry_run:
@@ -142,11 +164,15 @@ def _dry_run_create(args, request, out: Path) -> int:
 def _emulate(args, request, out: Path) -> int:
     from geosim.fabric.provision import write_emulated_slice
 
-    try:
-        wan = json.loads(Path(args.wan_state).read_text())
-    except FileNotFoundError:
+    from geosim.validate import regular_input
+
+    if not Path(args.wan_state).exists():
         raise GeosimError("no emulated WAN is up (`geosim live wan up --num-hosts N --rtt-ms R`, as root)",
-                          source=args.wan_state) from None
+                          source=args.wan_state)
+    try:
+        wan = json.loads(regular_input(args.wan_state, "--wan-state").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise GeosimError(f"not valid JSON ({exc})", source=args.wan_state) from None
     homes = Path(args.homes) if args.homes else out.with_name(out.stem + ".homes")
     doc = write_emulated_slice(request, wan, out, sys.executable, homes.resolve())
     _print_slice(doc, args.json)
@@ -186,11 +212,13 @@ def _techniques(values) -> tuple[str, ...]:
 
     if not values:
         return TECHNIQUES
-    names = tuple(t.strip() for v in values for t in v.split(",") if t.strip())
+    names = tuple(t.strip().lower() for v in values for t in v.split(",") if t.strip())
+    if "all" in names:  # the calibration's own and every low-communication technique without a pipeline
+        every = TECHNIQUES + tuple(t for t in technique_names() if is_low_communication(t) and not is_pipelined(t))
+        names = tuple(dict.fromkeys(n for t in names for n in (every if t == "all" else (t,))))
     for t in names:
-        if t not in TECHNIQUES + ("diloco", "sparseloco"):
-            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(TECHNIQUES)}, diloco, sparseloco)",
-                              source="--technique")
+        if t not in technique_names():  # the one registry: a technique found by its module
+            raise GeosimError(f"unknown technique {t!r} (known: {', '.join(technique_names())})", source="--technique")
     return names
 
 
@@ -202,6 +230,10 @@ def _calibrate(args) -> int:
         value = getattr(args, key)
         if value is not None and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", source="--" + key.replace("_", "-"))
+    if bool(args.slice) == bool(args.scenario):
+        raise GeosimError("give the slice file (SLICE) or the realised scenario (--scenario), one of them",
+                          source="--scenario")
+    args.slice = args.slice or args.scenario
     doc = read_slice_file(args.slice)
     fablib = None
     if doc["kind"] == "fablib" and not args.dry_run:
@@ -210,7 +242,6 @@ def _calibrate(args) -> int:
         _log(UNTESTED)
         fablib = online_fablib()
     elif doc["kind"] == "fablib":
-        from geosim.errors import require
 
         require("fabrictestbed_extensions", extra="fabric", command="geosim fabric calibrate")
     nodes = nodes_from_slice_file(doc, fablib)
@@ -235,5 +266,5 @@ def _calibrate(args) -> int:
         print(json.dumps({"workdir": str(workdir), "records": str(records), "state": state}, indent=2))
     else:
         print(f"records: {records} ({state['done'].get('fetch', {}).get('count', 0)} runs); "
-              f"next: geosim calibrate fit {records} --out params.toml")
+              f"next: geosim calibrate fit --records {records} --out params.toml")
     return 0

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from geosim.fileio import write_atomic
 
 
 @dataclass
@@ -137,9 +138,7 @@ class NetnsNode:
     def upload(self, local: str | Path, remote: str) -> None:
         target = self._path(remote)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".part")
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, target)
+        write_atomic(target, Path(local).read_bytes())  # mkstemp, not a fixed name someone could plant
 
     def download(self, remote: str, local: str | Path) -> None:
         source = self._path(remote)
@@ -147,6 +146,4 @@ class NetnsNode:
             raise FileNotFoundError(f"{self.name}: {remote}")
         local = Path(local)
         local.parent.mkdir(parents=True, exist_ok=True)
-        tmp = local.with_name(local.name + ".part")
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, local)
+        write_atomic(local, source.read_bytes())

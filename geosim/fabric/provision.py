@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 import time
 from pathlib import Path
 from typing import Callable
 
 from geosim.errors import GeosimError
+from geosim.fileio import write_atomic  # the one atomic writer (mkstemp: never a planted <file>.tmp)
+from geosim.validate import inside, regular_input
 from geosim.fabric.nodes import FablibNode, NetnsNode, Node
 from geosim.fabric.request import DATAPLANE, L2_SUBNET, SliceRequest, build_slice
 from geosim.scenario import load_scenario
@@ -30,14 +31,6 @@ UNMEASURED_BANDWIDTH_GBPS = 10.0
 
 
 # -- the slice file -------------------------------------------------------------------------------
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def slice_file_for(path: str | Path) -> Path:
@@ -55,9 +48,7 @@ def slice_file_for(path: str | Path) -> Path:
 def read_slice_file(path: str | Path) -> dict:
     path = slice_file_for(path)
     try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise GeosimError("no such file", source=str(path)) from None
+        doc = json.loads(regular_input(path).read_text())
     except json.JSONDecodeError as exc:
         raise GeosimError(f"not valid JSON ({exc})", source=str(path)) from None
     if doc.get("kind") not in ("fablib", "netns"):
@@ -182,7 +173,8 @@ def write_emulated_slice(request: SliceRequest, wan: dict, out: Path, python: st
     nodes, links = [], []
     for h, n in zip(hosts, request.nodes):
         nodes.append({"name": n.name, "site": n.site, "address": h["address"], "interface": h["interface"], "gpus": 0,
-                      "namespace": h["namespace"], "home": str(Path(homes) / n.name), "python": python})
+                      "namespace": h["namespace"], "home": str(inside(homes, n.name, "the VM name")),
+                      "python": python})
     for i, a in enumerate(nodes):
         for j in range(i + 1, len(nodes)):
             links.append({"a": a["name"], "b": nodes[j]["name"], "rtt_ms": float(wan["rtt_ms"][i][j]),

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 from geosim.errors import GeosimError
+from geosim.fileio import write_atomic
 from geosim.fabric.nodes import Node, Result
 from geosim.techniques import STUDY_ORDER
+from geosim.errors import require
 
 STEPS = ("bootstrap", "install", "ray", "probe", "runs", "fetch")
 TECHNIQUES = STUDY_ORDER  # what a calibration runs by default: the study's four
@@ -82,10 +84,11 @@ class Calibration:
             raise GeosimError(f"not valid JSON ({exc}); delete it to start over", source=str(self.state_path)) from None
 
     def save_state(self, state: dict) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        tmp.write_text(json.dumps(state, indent=2, allow_nan=False))
-        os.replace(tmp, self.state_path)
+        try:  # the work directory itself, never its missing parents
+            self.workdir.mkdir(exist_ok=True)
+        except FileNotFoundError:
+            raise GeosimError(f"no such directory {str(self.workdir.parent)!r}", source="--workdir") from None
+        write_atomic(self.state_path, json.dumps(state, indent=2, allow_nan=False))
 
     # -- running commands -------------------------------------------------------------------------
     def run(self, node: Node, command: str, what: str, timeout: float | None = 600, check: bool = True) -> Result:
@@ -181,8 +184,10 @@ class Calibration:
         head = self.nodes[0]
         cpus = "--num-cpus 1 " if not head.gpus else ""
         for i, node in enumerate(self.nodes):
-            # nodes sharing a machine keep their Ray session apart; short: Ray's socket paths have a length limit
-            temp = f"--temp-dir /tmp/gray-{self.tag}-{i} " if not node.owns_machine else ""
+            # nodes sharing a machine keep their Ray session apart, each in a directory only this user can
+            # enter (mkdtemp: Ray makes its own temp directory world-writable, so it goes inside one);
+            # short: Ray's socket paths have a length limit
+            temp = f"--temp-dir {self._private_temp(i)} " if not node.owns_machine else ""
             if node.owns_machine:  # a VM of its own: a clean start (never on a shared machine: see nodes.Node)
                 self.run(node, self._ray(node, "stop"), "stop an old Ray", check=False)
             if i == 0:
@@ -200,6 +205,11 @@ class Calibration:
                 raise StepFailed(f"Ray: {alive} of {n} nodes joined {self.head()} within 2 minutes")
             time.sleep(2)
         return {"head": self.head()}
+
+    def _private_temp(self, i: int) -> str:
+        if self.dry_run:
+            return f"/tmp/gray-{self.tag}-{i}-XXXXXXXX/r"
+        return os.path.join(tempfile.mkdtemp(prefix=f"gray-{self.tag}-{i}-", dir="/tmp"), "r")
 
     def step_probe(self, state: dict) -> dict:
         head = self.nodes[0]
@@ -221,7 +231,7 @@ class Calibration:
                 continue
             args = (f"live run --technique {technique} --model {o.model} --steps {o.steps} --global-batch {o.batch} "
                     f"--ray-address {self.head()} --scenario {REMOTE_DIR}/run/probed.toml "
-                    f"--records {REMOTE_DIR}/run/runs-{technique}.jsonl --gloo-interface {head.interface} "
+                    f"--records-out {REMOTE_DIR}/run/runs-{technique}.jsonl --gloo-interface {head.interface} "
                     f"--timeout {o.run_timeout_s:g}"
                     + (f" --cpu-devices {o.cpu_devices}" if o.cpu_devices else "")
                     + (f" --nccl-interface {head.interface}" if head.gpus else "")  # NCCL over the data plane
@@ -253,9 +263,7 @@ class Calibration:
                 records = [line for line in path.read_text().splitlines() if line.strip()]
                 lines += records[-1:]
         out = self.workdir / "runs.jsonl"
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines))
-        os.replace(tmp, out)
+        write_atomic(out, "".join(line + "\n" for line in lines))
         self.log(f"{len(lines)} run record(s) in {out}")
         return {"records": "runs.jsonl", "count": len(lines)}
 
@@ -296,7 +304,6 @@ def build_wheel(workdir: Path, dry_run: bool = False) -> Path:
 
 def wheel_requirements(wheel: Path, extra: str) -> list[str]:
     """The wheel's own Requires-Dist: its base dependencies and those of `extra`, markers resolved."""
-    from geosim.errors import require
 
     Requirement = require("packaging.requirements", extra="fabric", command="geosim fabric calibrate").Requirement
 

@@ -1,4 +1,4 @@
-"""`geosim report DIR`: a sweep's plots and a one-page, self-contained HTML report.
+"""`geosim report --out-dir DIR`: a sweep's plots and a one-page, self-contained HTML report.
 
 The page embeds its PNGs as data URIs, so it can be mailed or attached as one file;
 the SVGs sit beside it in DIR/plots/ for papers.
@@ -12,15 +12,22 @@ from pathlib import Path
 
 from geosim.studies.crossover import describe
 from geosim.errors import GeosimError
+from geosim.fileio import write_atomic
 from geosim.report.plots import EFFECTIVE, breakdown_rows, panel_key, panel_title, plot_breakdown, plot_time_vs_axis
 from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.store import read_best, read_crossovers, read_manifest, read_rows
 from geosim.units import s_to_ms
+from geosim.params import load_params
+from geosim.records import read_records
+from geosim.studies.reference import STUDY_EPOCHS, measured_for, slice_rtt_ms
+from geosim.studies.sweep.run import SweepContext, evaluate_row, resolve_scenario
+from geosim.studies.sweep.store import fingerprint
+from geosim.studies.whatif import wan_links
+from geosim.techniques import STUDY_ORDER
 
 
 def study_points(rows: list[dict], axis: str, metric: str) -> list[dict]:
     """The study's Table II times, where a panel is one of its slices as measured (gpt2m, 4 GPUs, 20 epochs)."""
-    from geosim.studies.reference import STUDY_EPOCHS, measured_for, slice_rtt_ms
 
     if axis != "rtt_ms":
         return []
@@ -43,9 +50,6 @@ def study_points(rows: list[dict], axis: str, metric: str) -> list[dict]:
 
 def record_points(rows: list[dict], records_path: str, axis: str, metric: str) -> list[dict]:
     """Measured run records (geosim.records) that match a panel's scenario, technique, model and hosts."""
-    from geosim.records import read_records
-    from geosim.studies.sweep.run import resolve_scenario
-    from geosim.studies.whatif import wan_links
 
     if axis != "rtt_ms":
         return []
@@ -100,7 +104,7 @@ def build_report(out_dir: str | Path, records: str | None = None) -> dict:
     manifest = read_manifest(out_dir)
     rows = read_rows(out_dir)
     if manifest is None or not rows:
-        raise GeosimError("no sweep results here (run geosim sweep --out DIR first)", source=str(out_dir))
+        raise GeosimError("no sweep results here (run geosim sweep --out-dir DIR first)", source=str(out_dir))
     rows = _in_grid_order(rows, manifest["grid"])
     crossovers = read_crossovers(out_dir)
     axis = next((c["axis"] for c in crossovers), None) or _swept_axis(manifest["grid"])
@@ -111,13 +115,13 @@ def build_report(out_dir: str | Path, records: str | None = None) -> dict:
     files = []
     if axis:
         files += plot_time_vs_axis(rows, plots / f"time-vs-{axis.split('_')[0]}", axis=axis, metric=metric,
-                                   crossovers=crossovers, measured=measured)
+                                   crossovers=crossovers, measured=measured, best=read_best(out_dir))
     files += plot_breakdown(rows, plots / "breakdown", axis=axis or "rtt_ms",
                             measured=measured if metric == "total_time_s" else ())  # bars are whole runs
     beside = predicted_at_measured(rows, measured, manifest, axis, metric)
     page = _html(out_dir, manifest, rows, crossovers, measured, axis, metric, [f for f in files if f.suffix == ".png"],
                  beside, read_best(out_dir))
-    (out_dir / "report.html").write_text(page)
+    write_atomic(out_dir / "report.html", page)
     return {"report": str(out_dir / "report.html"), "plots": [str(f) for f in files], "rows": len(rows),
             "crossovers": sum(1 for c in crossovers if c.get("at") is not None), "measured_points": len(measured)}
 
@@ -141,7 +145,6 @@ def predicted_at_measured(rows: list[dict], measured: list[dict], manifest: dict
             ctx = ctx or _context(manifest, rows)
             if ctx is None:
                 continue  # the sweep's parameters are not at hand: no like-for-like figure to show
-            from geosim.studies.sweep.run import evaluate_row
 
             row = evaluate_row({**candidates[0]["point"], axis: float(f"{m['x']:.6g}")}, ctx)
             how = "predicted now at the measured RTT"
@@ -152,9 +155,6 @@ def predicted_at_measured(rows: list[dict], measured: list[dict], manifest: dict
 def _context(manifest: dict, rows: list[dict]):
     """The sweep's context again (its parameters and scenarios), or None if its parameters are not
     the ones this install would load: a prediction must not silently use other parameters."""
-    from geosim.params import load_params
-    from geosim.studies.sweep.run import SweepContext, resolve_scenario
-    from geosim.studies.sweep.store import fingerprint
 
     source = manifest.get("params_source")
     try:
@@ -169,7 +169,6 @@ def _context(manifest: dict, rows: list[dict]):
 
 def _in_grid_order(rows: list[dict], grid: dict) -> list[dict]:
     """Rows land in completion order; panels and legends read better in the order the grid was given."""
-    from geosim.techniques import STUDY_ORDER
 
     rank = {axis: {repr(v): i for i, v in enumerate(values)} for axis, values in grid.items()}
     rank["technique"] = {repr(t): i for i, t in enumerate(STUDY_ORDER)} | {

@@ -12,7 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from geosim.errors import require
+from geosim.fileio import save_figure
+from geosim.report.figures import save_png
 from geosim.studies.sweep.grid import NATIVE
+from geosim.techniques import get_technique, is_low_communication, label, technique_names
 
 COLORS = {"data": "#1f77b4", "zero2": "#ff7f0e", "shard": "#2ca02c", "pipeshard": "#d62728"}
 PARTS = (("run_compute_s", "compute", "#4c72b0"), ("run_exposed_comm_s", "exposed communication", "#dd8452"),
@@ -43,7 +46,6 @@ def _color(technique: str) -> str:
     """The study's four keep fixed colours; other techniques take the rest in name order."""
     if technique in COLORS:
         return COLORS[technique]
-    from geosim.techniques import technique_names
 
     others = [t for t in technique_names() if t not in COLORS]
     index = others.index(technique) if technique in others else len(others)
@@ -52,7 +54,6 @@ def _color(technique: str) -> str:
 
 def _style(technique: str) -> tuple:
     """(line style, marker) per technique, fixed across figures like its colour."""
-    from geosim.techniques import technique_names
 
     names = technique_names()
     index = names.index(technique) if technique in names else len(names)
@@ -60,7 +61,6 @@ def _style(technique: str) -> tuple:
 
 
 def _label(technique: str) -> str:
-    from geosim.techniques import get_technique, label
 
     try:
         get_technique(technique)
@@ -70,7 +70,6 @@ def _label(technique: str) -> str:
 
 
 def _low_communication(technique: str) -> bool:
-    from geosim.techniques import get_technique, is_low_communication
 
     try:
         get_technique(technique)
@@ -94,13 +93,38 @@ def panel_title(row: dict, axis: str) -> str:
 
 
 def _save(fig, base: Path, legend=None) -> list[Path]:
-    """PNG and SVG; bbox_inches="tight" with the legend as an extra artist grows the canvas to hold
-    the legend outside the axes instead of clipping it."""
+    """PNG (geosim.report.figures: >= 1200 px wide, its text overlaps recorded) and SVG;
+    bbox_inches="tight" with the legend as an extra artist grows the canvas to hold the legend
+    outside the axes instead of clipping it."""
     paths = [base.with_suffix(".png"), base.with_suffix(".svg")]
     extra = [legend] if legend is not None else []
-    fig.savefig(paths[0], dpi=DPI, bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
-    fig.savefig(paths[1], bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
+    save_png(fig, paths[0], dpi=DPI, extra=extra)
+    save_figure(fig, paths[1], bbox_inches="tight", bbox_extra_artists=extra, pad_inches=0.15)
     return paths
+
+
+BEST_STYLE = {"color": "black", "lw": 5, "alpha": 0.25, "solid_capstyle": "round", "zorder": 1}
+
+
+def _draw_best(ax, best_rows: list[dict], scale: float) -> str | None:
+    """The planner's best option at each RTT (the sweep's best.json) as a broad grey band under the
+    technique lines. Returns what it is, for the panel's title ("best: Pipeshard vm1>vm2 to 5 ms,
+    then Data on vm1"), or None if there is nothing to draw."""
+    pts = sorted((r["rtt_ms"], r["total_time_s"] / scale, r.get("best") or r["best_option"]) for r in best_rows
+                 if r.get("total_time_s") and r.get("best_option") and isinstance(r.get("rtt_ms"), (int, float)))
+    if not pts:
+        return None
+    ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], **BEST_STYLE)
+    stretches: list[list] = []  # [first x, last x, kind] of each run of one best option
+    for x, _, kind in pts:
+        if stretches and stretches[-1][2] == kind:
+            stretches[-1][1] = x
+        else:
+            stretches.append([x, x, kind])
+    if len(stretches) == 1:
+        return f"best: {stretches[0][2]} (grey band)"
+    parts = [f"{kind} to {last:g} ms" for _, last, kind in stretches[:-1]] + [f"then {stretches[-1][2]}"]
+    return "best (grey band): " + ", ".join(parts)
 
 
 def _grid(plt, n: int, width=4.6, height=3.4):
@@ -115,8 +139,9 @@ def _grid(plt, n: int, width=4.6, height=3.4):
 
 
 def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", metric: str = "total_time_s",
-                      crossovers: list[dict] = (), measured: list[dict] = ()) -> list[Path]:
-    """One panel per scenario (and per model, batch, ...): a line per technique on log-log axes."""
+                      crossovers: list[dict] = (), measured: list[dict] = (), best: list[dict] = ()) -> list[Path]:
+    """One panel per scenario (and per model, batch, ...): a line per technique on log-log axes, and
+    the recommended option (the planner's best at each RTT, `best`: the sweep's best.json) as a band."""
     plt = _pyplot()
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -164,6 +189,13 @@ def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", met
             if m["panel"] == key:
                 ax.plot([m["x"]], [m["y"] / scale], "D", color=_color(m["technique"]), mec="black", ms=6, zorder=5)
                 seen_marks.add("measured")
+        best_line = None
+        if axis == "rtt_ms" and metric == "total_time_s":
+            for doc in best:
+                if panel_key({"point": doc["point"]}, axis) == key:
+                    best_line = _draw_best(ax, doc.get("rows", []), scale) or best_line
+        if best_line:
+            seen_marks.add("best")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -176,7 +208,12 @@ def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", met
         if high < 4 * low:  # a flat curve should look flat, not fill the panel with tick labels
             mid = (low * high) ** 0.5
             ax.set_ylim(mid / 2, mid * 2)
-        ax.set_title(panel_title(group[0], axis), fontsize=9)
+        title = panel_title(group[0], axis)
+        if best_line:  # the answer, in words, under the panel's name
+            import textwrap
+
+            title += "\n" + "\n".join(textwrap.wrap(best_line, 58))
+        ax.set_title(title, fontsize=8)
         ax.set_xlabel(AXIS_LABELS.get(axis, axis), fontsize=8)
         ax.set_ylabel(f"predicted time, {ylabel}", fontsize=8)
         ax.grid(True, which="both", alpha=0.25)
@@ -188,7 +225,9 @@ def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", met
     extra = {"native": Line2D([], [], ls="", marker="o", mfc="none", mec="black", label="scenario as given"),
              "out-of-memory": Line2D([], [], ls="", marker="x", color="black", mew=2, label="out of memory"),
              "infeasible": Line2D([], [], ls="", marker="|", color="black", mew=2, label="infeasible"),
-             "measured": Line2D([], [], ls="", marker="D", color="white", mec="black", label="measured")}
+             "measured": Line2D([], [], ls="", marker="D", color="white", mec="black", label="measured"),
+             "best": Line2D([], [], label="best option (the planner's,\nto the same training progress)",
+                            **{k: v for k, v in BEST_STYLE.items() if k != "zorder"})}
     handles += [h for k, h in extra.items() if k in seen_marks]
     fig.tight_layout()
     legend = fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.98), fontsize=8, frameon=False,
@@ -223,6 +262,7 @@ def plot_breakdown(rows: list[dict], base: Path, *, axis: str = "rtt_ms", measur
     panels = breakdown_rows(rows, axis)
     keys = list(panels)[:MAX_PANELS]
     fig, axes = _grid(plt, len(keys), width=4.0, height=3.2)
+    drawn_measured = False  # the legend lists "measured" only if a dash was drawn
     for ax, key in zip(axes, keys):
         picks = panels[key]
         names = [_label(r["technique"]) for r in picks]
@@ -231,11 +271,18 @@ def plot_breakdown(rows: list[dict], base: Path, *, axis: str = "rtt_ms", measur
             heights = [(r.get(field) or 0.0) / 3600 for r in picks]
             ax.bar(names, heights, bottom=bottoms, color=color, label=label, width=0.6)
             bottoms = [b + h for b, h in zip(bottoms, heights)]
+        ok = [(r["total_time_s"], i) for i, r in enumerate(picks) if r["status"] == "ok" and r.get("total_time_s")]
+        if ok:  # the fastest bar of the panel: outlined and labelled
+            fastest = min(ok)[1]
+            ax.bar([names[fastest]], [bottoms[fastest]], fill=False, edgecolor="black", lw=1.8, width=0.6, zorder=4)
+            ax.annotate("fastest", (fastest, bottoms[fastest]), xytext=(0, 3), textcoords="offset points",
+                        ha="center", fontsize=7, fontweight="bold")
         for i, r in enumerate(picks):
             m = next((m for m in measured if m["panel"] == key and m["technique"] == r["technique"]
                       and r["point"].get(axis) == NATIVE), None)
             if m is not None:
                 ax.plot([i], [m["y"] / 3600], "_", color="black", ms=28, mew=2.5, zorder=5)
+                drawn_measured = True
             if r["status"] != "ok":
                 ax.text(i, 0, "OOM" if r["status"] == "out-of-memory" else "n/a", ha="center", va="bottom",
                         color="red", fontsize=8, fontweight="bold")
@@ -247,7 +294,7 @@ def plot_breakdown(rows: list[dict], base: Path, *, axis: str = "rtt_ms", measur
         ax.tick_params(axis="x", labelrotation=30)
         ax.grid(True, axis="y", alpha=0.25)
     handles, labels = axes[0].get_legend_handles_labels()
-    if measured:
+    if drawn_measured:
         handles.append(Line2D([], [], ls="", marker="_", color="black", ms=14, mew=2.5, label="measured"))
     fig.tight_layout()
     legend = fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.98), fontsize=8, frameon=False)

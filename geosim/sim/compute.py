@@ -100,22 +100,8 @@ def sustained_tensor_tflops(gpu: GPU, precision: str) -> float:
     peak = gpu.peak_tflops(precision)
     if precision == "fp32" or not gpu.tdp_w:
         return peak
-    per_watt = _generation_tflops_per_watt().get(gpu.architecture)
+    per_watt = gpu.generation_tflops_per_watt  # set from the catalog by geosim.scenario
     return peak if per_watt is None else min(peak, gpu.tdp_w * per_watt)
-
-
-_PER_WATT: dict[str, float] = {}
-
-
-def _generation_tflops_per_watt() -> dict[str, float]:
-    if not _PER_WATT:
-        from geosim.scenario import gpu_catalog
-
-        for g in gpu_catalog().values():
-            if g.tdp_w:
-                ratio = g.fp16_tensor_tflops / g.tdp_w
-                _PER_WATT[g.architecture] = min(ratio, _PER_WATT.get(g.architecture, ratio))
-    return _PER_WATT
 
 
 def gemm_seconds(op: Gemm, gpu: GPU, precision: str, eff: Efficiency) -> float:
@@ -373,7 +359,8 @@ _MODELS: dict[Efficiency, ComputeModel] = {}
 def compute_model(params) -> ComputeModel:
     """The compute model for a Params' constants, shared by every run with the same constants
     (a fit re-simulates hundreds of cases with few distinct values)."""
-    efficiency = params.compute_efficiency()
+    efficiency = Efficiency(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
+                            tuple(sorted(params.gemm_fraction_by_architecture.items())))
     found = _MODELS.get(efficiency)
     if found is None:
         if len(_MODELS) > 256:

@@ -9,15 +9,18 @@ here knows what a technique is or which network model runs.
 from __future__ import annotations
 
 import gc
+import math
 import statistics
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable
 
 from geosim.sim.network import NetworkFactory
-from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.sim.compute import compute_model
 from geosim.sim.kernel import Clock, Event
+from geosim.sim.symmetry import find_symmetry
 from geosim.specs import Cluster, Params, Workload
 
 
@@ -30,6 +33,7 @@ class RunResult:
     bytes_sent: float
     transfers: int
     trace: list = field(default_factory=list)
+    simulated_ranks: int = 0  # ranks whose programs ran: fewer than the ranks where a symmetry was proven
 
     def iteration_time(self, i: int) -> float:
         return self.iteration_end[i] - (self.iteration_end[i - 1] if i else 0.0)
@@ -47,6 +51,20 @@ def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int
         d.rank: d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency.get(d.gpu.name, params.gemm_fraction)
         for d in schedule.devices
     }
+
+
+_symmetry_on: ContextVar[bool] = ContextVar("symmetry_on", default=True)
+
+
+@contextmanager
+def every_rank():
+    """Within the block, runs simulate every rank even where a symmetry is proven (the full
+    simulation, for tests and benches that compare it with the reduced one)."""
+    token = _symmetry_on.set(False)
+    try:
+        yield
+    finally:
+        _symmetry_on.reset(token)
 
 
 # Collection thresholds while a run is on: a run allocates millions of short-lived events but
@@ -80,130 +98,215 @@ def compute_timer(schedule: Schedule, params: Params, workload: Workload):
 
 
 def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload: Workload,
-                 iterations: int = 3, network: NetworkFactory = TCPNetwork, trace: bool = False,
-                 exact: bool = False, clock: Callable[[], Clock] = Clock) -> RunResult:
+                 iterations: int = 3, *, network: NetworkFactory, trace: bool = False,
+                 exact: bool = False, clock: Callable[[], Clock] = Clock, symmetry: bool | None = None) -> RunResult:
     """Simulate `iterations` iterations on the network model `network` builds (a factory called
-    as network(clock, cluster, params, devices, trace)). exact=True runs every repetition of
-    Repeat blocks. `clock` makes the event kernel (tests/test_kernel.py hands it SimPy's)."""
+    as network(clock, cluster, params, devices, trace); geosim.sim.network.network_model(name)
+    gives one by name; there is no default). exact=True runs every repetition of
+    Repeat blocks. `clock` makes the event kernel (tests/test_kernel.py hands it SimPy's).
+    Ranks a proven symmetry makes alike run once (geosim.sim.symmetry; the same answers to the
+    bit, fewer events); symmetry=False runs every rank (what the tests compare that against), as
+    does every run inside `with every_rank():`."""
+    if symmetry is None:
+        symmetry = _symmetry_on.get()
     thresholds = gc.get_threshold()
     gc.set_threshold(*RUN_GC_THRESHOLDS)
     try:
-        return _run(schedule, cluster, params, workload, iterations, network, trace, exact, clock)
+        return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run(symmetry)
     finally:
         gc.set_threshold(*thresholds)
 
 
-def _run(schedule, cluster, params, workload, iterations, network, trace, exact, clock) -> RunResult:
-    env = clock()
-    trace_rows: list | None = [] if trace else None
-    net = network(env, cluster, params, schedule.devices, trace_rows)
-    compute_seconds = compute_timer(schedule, params, workload)
-    mailbox: dict[tuple, Event] = {}
-    barriers: dict[tuple, list] = {}
-    gathering: dict[tuple, list] = {}
-    repeats: dict[tuple, tuple] = {}
-    events = [len(schedule.programs)]  # scheduled: each process's start, then every timeout and event
-    ends = [[0.0] * len(schedule.devices) for _ in range(iterations)]
-    compute = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
-    overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
-    timeout, event, succeed, succeed_at, pop = env.timeout, env.event, env.succeed, env.succeed_at, mailbox.pop
+class _Gathering:
+    """The ranks of a collective the network may time whole (may_shortcut), as they arrive."""
 
-    def deliver(arrived) -> None:
-        """The receiver got there first and waits on a plain event: the arrival triggers it."""
-        succeed(arrived.value)
+    __slots__ = ("arrived", "decide", "decided", "done")
 
-    send, collective_ops = net.send, net.collective_ops
-    may_shortcut, may_precompute = net.may_shortcut, net.may_precompute
-    net.prepare(schedule.programs)
-    holding: dict[tuple, dict] = {}  # (tag, context) -> {rank: (arrival, its release event)}
+    def __init__(self, decide: Event):
+        self.arrived = 0  # ranks that have reached it
+        self.decide = decide  # a zero-delay timeout: every rank arriving at this instant is in by then
+        self.decided = False  # whether the network was asked (ranks arriving later run the steps)
+        self.done: Event | None = None  # the collective's end, where the network timed it
 
-    def hold(op, ctx, rank) -> Event:
-        """A collective the network times by arithmetic: hold the rank until the last one arrives,
-        then have each released when its steps would have ended. Returns the rank's release."""
-        key = (op.tag, ctx)
-        arrived = holding.get(key)
-        if arrived is None:
-            arrived = holding[key] = {}
-        release = arrived[rank] = (env.now, event())
-        events[0] += 1
-        if len(arrived) == len(op.group):
-            del holding[key]
-            ends = net.collective_ends(op, {r: at for r, (at, _) in arrived.items()})
-            for r, (_, released) in arrived.items():
-                succeed_at(released, ends[r])
-        return release[1]
 
-    def shortcut(op, ctx):
-        """Gather the collective's ranks that arrive at this instant; if all do, the network
-        may time the whole collective at once. Returns the event its end is, or None."""
-        key = (op.tag, ctx)
-        state = gathering.get(key)
-        if state is None:
-            events[0] += 1
-            state = gathering[key] = [0, timeout(0), False, None]  # arrived, decide, decided, done
-        elif state[2]:  # decided before this rank arrived: it runs the steps
-            state[0] += 1
-            if state[0] == len(op.group):
-                del gathering[key]
-            return None
-        state[0] += 1
-        yield state[1]
-        if not state[2]:
-            state[2] = True
-            if state[0] == len(op.group):
-                seconds = net.collective_time(op)
-                if seconds is not None:
-                    events[0] += 1
-                    state[3] = timeout(seconds)
-        if state[0] == len(op.group) and key in gathering:
-            del gathering[key]
-        return state[3]
+class _Waiting:
+    """Ranks at a barrier, or at the end of a Repeat block's measured repetitions."""
 
-    # A context numbers where an op runs: the iteration, then each enclosing Repeat's tag and
-    # repetition. Messages, barriers and blocks are matched on (..., tag, context number): an int
-    # hashes at once, where the nested tuple it stands for was hashed again at every message.
-    contexts: dict[tuple, int] = {}
+    __slots__ = ("arrived", "periods", "released")
 
-    def context(parent: int, tag, index: int) -> int:
+    def __init__(self, released: Event):
+        self.arrived = 0  # ranks at the barrier
+        self.periods: list[float] = []  # each rank's mean measured period (a Repeat block)
+        self.released = released
+
+
+class EngineRun:
+    """One run of a schedule: the GPUs' processes on one clock and network model, and the state
+    they share while they run. `run()` is called once and returns the RunResult."""
+
+    def __init__(self, schedule: Schedule, cluster: Cluster, params: Params, workload: Workload, iterations: int,
+                 network: NetworkFactory, trace: bool, exact: bool, clock: Callable[[], Clock]):
+        self.schedule = schedule
+        self.iterations = iterations
+        self.exact = exact
+        self.env = env = clock()
+        self.trace_rows: list | None = [] if trace else None
+        self.net = network(env, cluster, params, schedule.devices, self.trace_rows)
+        self.compute_seconds = compute_timer(schedule, params, workload)
+        self.mailbox: dict[tuple, Event] = {}  # (src, dst, tag, context) -> the send's arrival, or a waiting receive
+        self.barriers: dict[tuple, _Waiting] = {}  # (tag, context) -> ranks at that barrier
+        self.gathering: dict[tuple, _Gathering] = {}  # (tag, context) -> a collective's ranks (may_shortcut)
+        self.holding: dict[tuple, dict] = {}  # (tag, context) -> {rank: (arrival, its release event)}
+        self.repeats: dict[tuple, _Waiting] = {}  # (block tag, context) -> the group's measured periods
+        # A context numbers where an op runs: the iteration, then each enclosing Repeat's tag and
+        # repetition. Messages, barriers and blocks are matched on (..., tag, context number): an int
+        # hashes at once, where the nested tuple it stands for was hashed again at every message.
+        self.contexts: dict[tuple, int] = {}
+        # (enclosing context, a Repeat's tag) -> the context number of each repetition met so far:
+        # a block looks its list up once, then each repetition's number by index, not by hashing the tag
+        self.repetitions: dict[tuple, list[int]] = {}
+        self.events = len(schedule.programs)  # scheduled: each process's start, then every timeout and event
+        self.ends = [[0.0] * len(schedule.devices) for _ in range(iterations)]  # per iteration, per rank
+        self.compute = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
+        self.overhead = [dict.fromkeys(schedule.programs, 0.0) for _ in range(iterations)]
+        self.canonical = None  # under a symmetry (run()), the renaming that files a send for a representative
+        self.copies = 1  # ranks each running rank stands for
+
+    def run(self, symmetry: bool = True) -> RunResult:
+        env, net, schedule = self.env, self.net, self.schedule
+        net.prepare(schedule.programs)
+        found = find_symmetry(schedule, net) if symmetry and self.trace_rows is None else None
+        ranks = list(schedule.programs)
+        if found is not None:  # run the representatives alone; each answers for its copies
+            net.reduce_to(found)
+            ranks, self.copies, self.canonical = found.representatives(), found.copies, found.canonical
+            self.events -= len(schedule.programs) - len(ranks)
+        # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
+        self.loop = (env, env.timeout, env.event, env.succeed, self.mailbox, self.mailbox.pop, net.send,
+                     net.collective_ops, net.may_shortcut, net.may_precompute, self.compute_seconds, self.deliver,
+                     self.trace_rows, self.canonical, self.copies)
+        for rank in ranks:
+            env.process(self.gpu(rank))
+        env.run()
+        if self.mailbox:
+            raise RuntimeError(f"schedule of {schedule.technique} left an unmatched send/recv: {self.unmatched()}")
+        rep = found.representative if found is not None else (lambda rank: rank)
+        if found is not None:  # every copy's figures are its representative's
+            for per_iteration in (*self.ends, *self.compute, *self.overhead):
+                for rank in schedule.programs:
+                    per_iteration[rank] = per_iteration[rep(rank)]
+        # the totals, rank by rank (each rank's own count is symmetric; a running total of every
+        # transfer would depend on the order ranks send in)
+        sent = [net.sent(rep(rank)) for rank in schedule.programs]
+        return RunResult(
+            iteration_end=[max(e) for e in self.ends], compute_s=self.compute, overhead_s=self.overhead,
+            events=self.events, bytes_sent=math.fsum(b for b, _ in sent), transfers=sum(n for _, n in sent),
+            trace=self.trace_rows or [], simulated_ranks=len(ranks),
+        )
+
+    def unmatched(self) -> tuple:
+        """The first message left in the mailbox, its context spelled out: iteration, then each enclosing Repeat."""
+        src, dst, tag, number = next(iter(self.mailbox))
+        where = {n: key for key, n in self.contexts.items()}
+        path = []
+        while number in where:
+            number, label, index = where[number]
+            path.insert(0, (label, index))
+        return src, dst, tag, tuple(path)
+
+    def gpu(self, rank):
+        """The rank's whole run: its program once per iteration."""
+        program = self.schedule.programs[rank]
+        env, ends = self.env, self.ends
+        for it in range(self.iterations):
+            yield from self.run_ops(rank, program, self.context(0, "iteration", it), it)
+            ends[it][rank] = env.now
+
+    def context(self, parent: int, tag, index: int) -> int:
         key = (parent, tag, index)
-        number = contexts.get(key)
+        number = self.contexts.get(key)
         if number is None:
-            number = contexts[key] = len(contexts) + 1
+            number = self.contexts[key] = len(self.contexts) + 1
         return number
 
-    # (enclosing context, a Repeat's tag) -> the context number of each repetition met so far:
-    # a block looks its list up once, then each repetition's number by index, not by hashing the tag
-    repetitions: dict[tuple, list[int]] = {}
-
-    def repetition(numbers: list[int], parent: int, tag, index: int) -> int:
+    def repetition(self, numbers: list[int], parent: int, tag, index: int) -> int:
         if index < len(numbers):
             return numbers[index]
-        number = context(parent, tag, index)  # every rank runs a block's repetitions in order
+        number = self.context(parent, tag, index)  # every rank runs a block's repetitions in order
         numbers.append(number)
         return number
 
-    def run_ops(rank, ops, ctx, it):
+    def deliver(self, arrived) -> None:
+        """The receiver got there first and waits on a plain event: the arrival triggers it."""
+        self.env.succeed(arrived.value)
+
+    def hold(self, op, ctx, rank) -> Event:
+        """A collective the network times by arithmetic: hold the rank until the last one arrives,
+        then have each released when its steps would have ended. Returns the rank's release."""
+        env, key = self.env, (op.tag, ctx)
+        arrived = self.holding.get(key)
+        if arrived is None:
+            arrived = self.holding[key] = {}
+        release = arrived[rank] = (env.now, env.event())
+        self.events += 1
+        if len(arrived) == len(op.group) // self.copies:  # under a symmetry, its representatives
+            del self.holding[key]
+            ends = self.net.collective_ends(op, {r: at for r, (at, _) in arrived.items()})
+            for r, (_, released) in arrived.items():
+                env.succeed_at(released, ends[r])
+        return release[1]
+
+    def shortcut(self, op, ctx):
+        """Gather the collective's ranks that arrive at this instant; if all do, the network
+        may time the whole collective at once. Returns the event its end is, or None."""
+        key, gathering = (op.tag, ctx), self.gathering
+        state = gathering.get(key)
+        if state is None:
+            self.events += 1
+            state = gathering[key] = _Gathering(self.env.timeout(0))
+        elif state.decided:  # decided before this rank arrived: it runs the steps
+            state.arrived += 1
+            if state.arrived == len(op.group) // self.copies:
+                del gathering[key]
+            return None
+        state.arrived += 1
+        yield state.decide
+        everyone = len(op.group) // self.copies  # (a model with a fast path has said no symmetry so far)
+        if not state.decided:
+            state.decided = True
+            if state.arrived == everyone:
+                seconds = self.net.collective_time(op)
+                if seconds is not None:
+                    self.events += 1
+                    state.done = self.env.timeout(seconds)
+        if state.arrived == everyone and key in gathering:
+            del gathering[key]
+        return state.done
+
+    def run_ops(self, rank, ops, ctx, it):
         """Walk ops in order, a Repeat block through run_repeat. A nested generator per block costs
         a few percent at most against a flat walk: CPython passes a resumption down a `yield from`
         chain in C, and Shard nests three deep at most (docs/results/2026-11-24-speed.md)."""
+        (env, timeout, event, succeed, mailbox, pop, send, collective_ops, may_shortcut, may_precompute,
+         compute_seconds, deliver, trace_rows, canonical, copies) = self.loop
         for op in ops:
             kind = type(op)
             if kind is Compute:
                 seconds = op.seconds if op.kind == "overhead" else compute_seconds(rank, op)
                 start = env.now
                 if seconds > 0:
-                    events[0] += 1
+                    self.events += 1
                     yield timeout(seconds)
-                (overhead if op.kind == "overhead" else compute)[it][rank] += seconds
+                (self.overhead if op.kind == "overhead" else self.compute)[it][rank] += seconds
                 if trace_rows is not None:
                     trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
                 continue
             if kind is Collective:
                 start = env.now
                 if may_precompute(op):
-                    yield hold(op, ctx, rank)  # the network timed it whole
+                    yield self.hold(op, ctx, rank)  # the network timed it whole
                     steps = ()
-                elif may_shortcut(op) and (done := (yield from shortcut(op, ctx))) is not None:
+                elif may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
                     yield done
                     steps = ()
                 else:
@@ -211,7 +314,7 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
             elif kind is Send or kind is Recv or kind is Barrier:
                 steps, start = (op,), None
             elif kind is Repeat:
-                yield from run_repeat(rank, op, ctx, it)
+                yield from self.run_repeat(rank, op, ctx, it)
                 continue
             else:
                 raise TypeError(f"unknown op {op!r}")
@@ -220,10 +323,12 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
             for step in steps:
                 step_kind = type(step)
                 if step_kind is Send:
-                    key = (rank, step.dst, step.tag, ctx)
+                    # under a symmetry, filed as the message its renamed copy sends a representative
+                    key = (rank, step.dst, step.tag, ctx) if canonical is None else (
+                        *canonical(rank, step.dst), step.tag, ctx)
                     delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
                     waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
-                    events[0] += 1
+                    self.events += 1
                     if waiting is None:
                         mailbox[key] = timeout(delay)
                     else:
@@ -232,95 +337,73 @@ def _run(schedule, cluster, params, workload, iterations, network, trace, exact,
                     key = (step.src, rank, step.tag, ctx)
                     arrived = pop(key, None)
                     if arrived is None:
-                        events[0] += 1
+                        self.events += 1
                         arrived = mailbox[key] = event()
                         yield arrived
                     elif arrived.callbacks is not None:  # not yet arrived
                         yield arrived
                 elif step_kind is Barrier:
                     key = (step.tag, ctx)
-                    waiting = barriers.get(key)
+                    waiting = self.barriers.get(key)
                     if waiting is None:
-                        events[0] += 1
-                        waiting = barriers[key] = [0, event()]
-                    waiting[0] += 1
-                    if waiting[0] == step.size:
-                        del barriers[key]
-                        succeed(waiting[1])
-                    yield waiting[1]
+                        self.events += 1
+                        waiting = self.barriers[key] = _Waiting(event())
+                    waiting.arrived += 1
+                    if waiting.arrived == step.size // copies:
+                        del self.barriers[key]
+                        succeed(waiting.released)
+                    yield waiting.released
                 else:
                     raise TypeError(f"unknown step {step!r}")
             if trace_rows is not None and kind is Collective:
                 trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
 
-    def run_repeat(rank, block, ctx, it):
+    def run_repeat(self, rank, block, ctx, it):
         """A Repeat block: every repetition, or, for a long one (unless exact), the first
         SIMULATED_REPETITIONS, the last MEASURED_REPETITIONS of which stand for the rest.
         Collectives keep the group in lockstep: once warmed up, every member repeats with one
         common period. Take the group's median measured period as that period (a member still
         warming up does not set it), and let each member skip the rest on its own clock; the
         wait for the others hides inside the skipped time."""
-        numbers = repetitions.get((ctx, block.tag))
+        env, net, run_ops, repetition = self.env, self.net, self.run_ops, self.repetition
+        numbers = self.repetitions.get((ctx, block.tag))
         if numbers is None:
-            numbers = repetitions[(ctx, block.tag)] = []
-        if exact or block.count <= SIMULATED_REPETITIONS:
+            numbers = self.repetitions[(ctx, block.tag)] = []
+        if self.exact or block.count <= SIMULATED_REPETITIONS:
             for r in range(block.count):
                 yield from run_ops(rank, block.ops, repetition(numbers, ctx, block.tag, r), it)
             return
         start = env.now
         for r in range(WARM_UP_REPETITIONS):
             yield from run_ops(rank, block.ops, repetition(numbers, ctx, block.tag, r), it)
-        measured_start, busy, fixed = env.now, compute[it][rank], overhead[it][rank]
+        compute, overhead = self.compute[it], self.overhead[it]
+        measured_start, busy, fixed = env.now, compute[rank], overhead[rank]
         sent, sends = net.sent(rank)
         for r in range(WARM_UP_REPETITIONS, SIMULATED_REPETITIONS):
             yield from run_ops(rank, block.ops, repetition(numbers, ctx, block.tag, r), it)
         own_end = env.now
         key = (block.tag, ctx)
-        state = repeats.get(key)
+        state = self.repeats.get(key)
         if state is None:
-            events[0] += 1
-            state = repeats[key] = ([], event())
-        state[0].append((own_end - measured_start) / MEASURED_REPETITIONS)
-        if len(state[0]) == len(block.group):
-            del repeats[key]
-            succeed(state[1], statistics.median(state[0]))
-        period = yield state[1]
+            self.events += 1
+            state = self.repeats[key] = _Waiting(env.event())
+        state.periods.append((own_end - measured_start) / MEASURED_REPETITIONS)
+        if len(state.periods) == len(block.group) // self.copies:
+            # under a symmetry each period stands for `copies` equal ones: the median is the same
+            del self.repeats[key]
+            env.succeed(state.released, statistics.median(state.periods))
+        period = yield state.released
         remaining = block.count - SIMULATED_REPETITIONS
         skipped = remaining * period
         share = remaining / MEASURED_REPETITIONS
-        compute[it][rank] += share * (compute[it][rank] - busy)
-        overhead[it][rank] += share * (overhead[it][rank] - fixed)
+        compute[rank] += share * (compute[rank] - busy)
+        overhead[rank] += share * (overhead[rank] - fixed)
         # the skipped repetitions send what the measured ones sent, on average
         sent_now, sends_now = net.sent(rank)
         net.count(rank, share * (sent_now - sent), round(share * (sends_now - sends)))
         net.shift_connections(rank, since=start, delta=skipped)
         if own_end + skipped > env.now:
-            events[0] += 1
-            yield timeout(own_end + skipped - env.now)
-        if trace_rows is not None:
-            trace_rows.append(("coll", rank, f"{block.label} x{block.count}", start, env.now, 0.0))
-
-    def gpu(rank):
-        """The rank's whole run: its program once per iteration."""
-        program = schedule.programs[rank]
-        for it in range(iterations):
-            yield from run_ops(rank, program, context(0, "iteration", it), it)
-            ends[it][rank] = env.now
-
-    for rank in schedule.programs:
-        env.process(gpu(rank))
-    env.run()
-    if mailbox:
-        src, dst, tag, number = next(iter(mailbox))
-        where = {n: key for key, n in contexts.items()}
-        path = []
-        while number in where:  # the context's chain: iteration, then each enclosing Repeat
-            number, label, index = where[number]
-            path.insert(0, (label, index))
-        unmatched = (src, dst, tag, tuple(path))
-        raise RuntimeError(f"schedule of {schedule.technique} left an unmatched send/recv: {unmatched}")
-    return RunResult(
-        iteration_end=[max(e) for e in ends], compute_s=compute, overhead_s=overhead, events=events[0],
-        bytes_sent=net.bytes_sent, transfers=net.transfers,
-        trace=trace_rows or [],
-    )
+            self.events += 1
+            yield env.timeout(own_end + skipped - env.now)
+        if self.trace_rows is not None:
+            self.trace_rows.append(("coll", rank, f"{block.label} x{block.count}", start, env.now, 0.0))

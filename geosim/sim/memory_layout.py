@@ -196,6 +196,110 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
                    acts, in_flight, options)
 
 
+# --- live's program: Flax GPT-2 and optax AdamW as `geosim live` compiles them ---------------------
+#
+# The same parts, laid out as XLA lays out live's step (live/train/model.py, live/train/techniques/),
+# counted from its ops and checked against XLA's own buffer assignment of that step
+# (bench/bench_memory.py; docs/results/2026-11-25-memory-xla.md). Where it differs from Alpa's:
+# - the weights stay fp32 whatever the precision (no 16-bit copy, no master): 4 B/param, Adam 8;
+# - the gradients (fp32) are born in the backward as the residuals die, so they share the
+#   activations' memory: the step's temporaries are the larger of the forward/backward turn and
+#   the update (the gradients and their flat copy for the one all-reduce; Adam writes into the
+#   donated state);
+# - the turn holds every block's residuals, the loss's logits twice in fp32 (the head casts to
+#   fp32: the logits and their softmax), and the tied embedding's gradient, which the head's
+#   backward makes first;
+# - the GELU is the tanh form: its backward keeps the tanh (4h) besides its input and output.
+
+JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, fc out, GELU's tanh and out (4h each)
+JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
+JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
+JAX_LOGIT_VALUES = 2.0  # per vocabulary entry, fp32: the logits and their softmax (the loss's gradient)
+JAX_UPDATE_COPIES = 2.0  # at the update, per parameter held: the gradient and its flat copy for the one reduction (fp32)
+
+
+def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions, tensor_parallel: int = 1) -> float:
+    """One block's residuals per token in live's step (see above), on one GPU of a tensor-parallel group."""
+    e, t, h = options.value_bytes, tensor_parallel, model.n_embd
+    replicated = JAX_REPLICATED_H_VALUES
+    h_values = (replicated + (JAX_BLOCK_H_VALUES - replicated) / t) * h * e
+    scores = model.n_head * seq_len / t * (JAX_SCORE_FP32_VALUES * 4.0 if options.precision == "fp32"
+                                           else 4.0 + e)  # 16-bit: the fp32 softmax and its 16-bit cast
+    return h_values + scores
+
+
+def jax_activations(model: Model, sequences: float, seq_len: int, layers: int, options: LayoutOptions,
+                    tensor_parallel: int = 1) -> tuple[float, float]:
+    """(kept, rebuilt) bytes of one microbatch of `sequences` through `layers` blocks: the residuals kept
+    for the backward, and under remat, besides the block inputs kept, the one block rebuilt at a time."""
+    tokens = sequences * seq_len
+    block = jax_block_bytes_per_token(model, seq_len, options, tensor_parallel)
+    if options.remat and layers:
+        return tokens * layers * model.n_embd * options.value_bytes, tokens * block
+    return tokens * layers * block, 0.0
+
+
+def jax_head_bytes(model: Model, sequences: float, seq_len: int, options: LayoutOptions, copies: float = 1.0,
+                   tensor_parallel: int = 1) -> float:
+    """The loss at the turn: the logits and their softmax in fp32 for every token, the final layer norm's
+    input and output (`copies` sets of them), and the tied embedding's gradient (fp32, split as the
+    embedding is)."""
+    tokens = sequences * seq_len
+    return (copies * tokens * (JAX_LOGIT_VALUES * model.vocab * 4.0 + 2 * model.n_embd * options.value_bytes)
+            + model.vocab * model.n_embd * 4.0 / tensor_parallel)
+
+
+@dataclass(frozen=True)
+class LivePlacement:
+    """How one of live's techniques places a step on a device (each live technique module says it:
+    live/train/techniques/<name>.py, placement())."""
+
+    rows: float  # sequences of one microbatch that this device computes
+    layers: float  # blocks it runs
+    params_held: float  # parameters whose fp32 weights and Adam moments it holds
+    grads_held: float  # parameters whose gradient sum it keeps (ZeRO-2: its flat shard)
+    microbatch_grads: float  # parameters whose whole gradient a microbatch's backward makes on it
+    in_flight: float  # microbatches' block residuals held at the turn
+    tensor_parallel: int = 1
+    head_rows: float | None = None  # sequences whose logits it holds at once (default: rows)
+    extra_state_bytes: float = 0.0  # e.g. DiLoCo's outer parameters and momentum
+    optimizer_held: float | None = None  # parameters whose Adam moments it holds (default: params_held)
+    tree_accumulator: bool = True  # the gradient sum is shaped like the parameters (not a flat shard)
+    accumulates: bool = True  # microbatches are summed in a carried gradient (not a pipeline's schedule)
+    heads_in_flight: float = 1  # microbatches whose logits are held at once
+
+
+def live_step(model: Model, placement: LivePlacement, seq_len: int, microbatches: int,
+              options: LayoutOptions) -> dict[str, float]:
+    """Bytes one device holds at the peak of live's training step, by part (see above)."""
+    pl, mb = placement, max(microbatches, 1)
+    tensor = pl.tensor_parallel
+    optimizer_held = pl.params_held if pl.optimizer_held is None else pl.optimizer_held
+    parts = {"weights": 4.0 * pl.params_held, "master": 0.0, "optimizer": 8.0 * optimizer_held + pl.extra_state_bytes}
+    in_flight, accumulator = pl.in_flight, 0.0
+    if options.remat and pl.accumulates:
+        # remat: the turn is the head's (the blocks keep only their inputs, a block is rebuilt only once
+        # the logits are gone) on one microbatch, beside the fp32 gradient sum carried from the earlier
+        # ones; the head's embedding gradient is added into that sum in place where it is a tree like
+        # the parameters (not ZeRO-2's flat shard)
+        in_flight = 1
+        accumulator = 4.0 * pl.grads_held if mb > 1 else 0.0
+    kept, rebuilt = jax_activations(model, pl.rows, seq_len, pl.layers, options, tensor)
+    turn = in_flight * kept + (0.0 if pl.accumulates else rebuilt)  # remat: a block is rebuilt once the logits are gone
+    head = jax_head_bytes(model, pl.rows if pl.head_rows is None else pl.head_rows, seq_len, options,
+                          min(in_flight, pl.heads_in_flight), tensor)
+    if accumulator and pl.tree_accumulator:
+        head -= model.vocab * model.n_embd * 4.0 / tensor
+    # the update: a microbatch's whole gradient (fp32) and its flat copy for the one reduction, beside
+    # a flat shard's carried sum (ZeRO-2 scatters every microbatch's whole gradient into it)
+    update = JAX_UPDATE_COPIES * 4.0 * pl.microbatch_grads + (0.0 if pl.tree_accumulator else 4.0 * pl.grads_held)
+    parts["activations"] = turn
+    parts["transient"] = head
+    parts["gradients"] = max(accumulator, update - turn - head)  # the carried sum, or what the update needs beyond
+    parts["workspace"] = options.workspace_bytes
+    return parts
+
+
 # --- verdict --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -203,20 +307,22 @@ class Verdict:
     status: str  # fits | may not fit | out-of-memory
     need_bytes: float
     usable_bytes: float
+    margin_fraction: float = 0.10  # the model's error band (its spread against XLA's buffer assignment)
 
     @property
     def margin_bytes(self) -> float:
         return self.usable_bytes - self.need_bytes
 
+    @property
+    def word(self) -> str:
+        """The band in words, the same in every command: fits, may not fit, does not fit."""
+        return {FITS: "fits", MAY_NOT_FIT: "may not fit"}.get(self.status, "does not fit")
+
     def describe(self) -> str:
-        margin = self.margin_bytes / GIB
-        if self.status == FITS:
-            return f"fits ({margin:.1f} GiB to spare of {self.usable_bytes / GIB:.1f} usable)"
+        needs = f"needs {self.need_bytes / GIB:.1f} of {self.usable_bytes / GIB:.1f} GiB usable"
         if self.status == MAY_NOT_FIT:
-            side = "spare" if margin >= 0 else "short"
-            return (f"may not fit: {abs(margin):.1f} GiB {side} of {self.usable_bytes / GIB:.1f} usable, "
-                    f"within the model's 10% margin")
-        return f"out of memory: needs {self.need_bytes / GIB:.1f} GiB of {self.usable_bytes / GIB:.1f} usable"
+            return f"may not fit: {needs}, within the model's {self.margin_fraction:.0%} error"
+        return f"{self.word}: {needs}"
 
 
 def verdict(need_bytes: float, memory_gib: float, options: LayoutOptions) -> Verdict:
@@ -228,11 +334,11 @@ def verdict(need_bytes: float, memory_gib: float, options: LayoutOptions) -> Ver
         status = MAY_NOT_FIT
     else:
         status = OUT_OF_MEMORY
-    return Verdict(status, need_bytes, usable)
+    return Verdict(status, need_bytes, usable, options.margin_fraction)
 
 
 def options_for(workload, params) -> LayoutOptions:
     """The layout options of a case: its precision and checkpointing, the parameters' workspace and margins."""
     return LayoutOptions(precision=workload.precision, remat=workload.checkpointing,
-                         workspace_bytes=params.workspace_gib * GIB, usable_fraction=params.usable_memory_fraction,
+                         workspace_bytes=params.workspace_bytes, usable_fraction=params.usable_memory_fraction,
                          margin_fraction=params.memory_margin_fraction)

@@ -58,9 +58,9 @@ def case_named(name: str) -> AstraCase:
 
 def astra_params() -> Params:
     return default_params().with_values(
-        nvlink_gbps=INTRA_HOST["bytes_per_s"] * 8 / 1e9, intra_host_latency_s=INTRA_HOST["one_way_s"],
+        nvlink_bps=INTRA_HOST["bytes_per_s"] * 8, intra_host_latency_s=INTRA_HOST["one_way_s"],
         # host -> site switch -> host is two LAN edges of a quarter RTT each
-        lan_rtt_s=2 * INTER_HOST["one_way_s"], lan_bandwidth_gbps=INTER_HOST["bytes_per_s"] * 8 / 1e9)
+        lan_rtt_s=2 * INTER_HOST["one_way_s"], lan_bandwidth_bps=INTER_HOST["bytes_per_s"] * 8)
 
 
 def astra_cluster(hosts: int, gpus_per_host: int) -> Cluster:

@@ -26,8 +26,13 @@ from geosim.errors import GeosimError
 from geosim.records import json_lines
 from geosim.specs import Model, Params
 from geosim.techniques import get_technique, technique_names
+from geosim.validate import check_number
 
 CHINCHILLA_TOKENS_PER_PARAM = 20
+# bounds on the user's numbers (docs/reference/cli.md): 1e16 tokens is ~1,000x today's largest runs;
+# an efficiency is Data's tokens over the technique's, and none is 10x better than Data
+TARGET_TOKENS_RANGE = (0.0, 1e16)
+MAX_TOKEN_EFFICIENCY = 10.0
 # Hoffmann et al. 2022 (Chinchilla), approach 3: L(N, D) = E + A / N^alpha + B / D^beta
 CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 
@@ -57,9 +62,7 @@ def target_tokens(value: str, model: Model) -> int:
         tokens = float(value)
     except ValueError:
         raise GeosimError(f"must be a token count or 'chinchilla', got {value!r}", source="--target-tokens") from None
-    if tokens <= 0:
-        raise GeosimError(f"must be > 0, got {value!r}", source="--target-tokens")
-    return int(tokens)
+    return int(check_number(tokens, "--target-tokens", None, *TARGET_TOKENS_RANGE, exclusive_low=True))
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, float]:
@@ -71,8 +74,12 @@ def parse_overrides(items: list[str] | None) -> dict[str, float]:
             number = float(value)
         except ValueError:
             number = -1.0
-        if not name or number <= 0:
-            raise GeosimError(f"expected TECHNIQUE=VALUE with VALUE > 0, got {item!r}", source="--token-efficiency")
+        if not name.strip() or not 0 < number <= MAX_TOKEN_EFFICIENCY:  # NaN fails the comparison too
+            raise GeosimError(f"expected TECHNIQUE=VALUE with 0 < VALUE <= {MAX_TOKEN_EFFICIENCY:g}, got {item!r}",
+                              source="--token-efficiency")
+        if name.strip() not in technique_names():
+            raise GeosimError(f"unknown technique {name.strip()!r} (known: {', '.join(technique_names())})",
+                              source="--token-efficiency")
         out[name.strip()] = number
     return out
 

@@ -18,11 +18,12 @@ from typing import Callable
 
 from geosim.case import Case
 from geosim.errors import GeosimError
-from geosim.sim.predict import predict
-from geosim.studies.ranking import (MeasuredOption, Option, choice_vs_rtt, rank, rank_key, verdict,
+from geosim.predict import predict
+from geosim.studies.ranking import (MeasuredOption, Option, SameProgress, choice_vs_rtt, rank, rank_key, verdict,
                                    why_algorithm1_differs)
 from geosim.studies.whatif import with_rtt
 from geosim.units import ms_to_s
+from geosim.validate import check_number
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import (get_technique, is_low_communication, label, plan_floor_s, plan_variants,
@@ -52,7 +53,7 @@ def shapes(case: Case, max_gpus: int | None = None, techniques: tuple[str, ...] 
     for subset in subsets:
         if max_gpus is not None and sum(gpus[h] for h in subset) > max_gpus:
             continue
-        for technique in techniques or synchronous_techniques():
+        for technique in techniques or technique_names():
             yield technique, subset
 
 
@@ -71,8 +72,7 @@ def _every_subset(case: Case):
 
 
 def synchronous_techniques() -> list[str]:
-    """What the planner ranks by default: low-communication techniques trade tokens for time,
-    so their time per epoch is not comparable (convergence.py ranks them on time to a target)."""
+    """The techniques that compute Data's synchronous update (token efficiency 1)."""
     return [t for t in technique_names() if not is_low_communication(t)]
 
 
@@ -128,16 +128,27 @@ def best_of_technique(case: Case, technique: str) -> "Prediction":
     return (ok or tried)[0].prediction
 
 
-def evaluate(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None) -> Option:
+def evaluate(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None,
+             progress: SameProgress | None = None) -> Option:
+    """One option predicted, with the token efficiency it is ranked at (ranking.SameProgress)."""
     workload = replace(case.workload, **changes) if changes else case.workload
     prediction = predict(case.with_(workload=workload), technique, hosts=hosts, options=options)
-    return Option(technique, tuple(hosts), dict(changes), options, prediction, workload)
+    progress = progress or SameProgress(case.params)
+    return Option(technique, tuple(hosts), dict(changes), options, prediction, workload,
+                  progress.efficiency(prediction), progress.target_tokens)
 
 
-def floor_s(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None) -> float:
-    """A floor under an option's predicted total time (its module's plan_floor_s; 0 if it has none)."""
+def floor_s(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None,
+            progress: SameProgress | None = None) -> float:
+    """A floor under an option's ranked time (its module's plan_floor_s; 0 if it has none). The
+    ranked time stretches the run by 1 / efficiency, so the floor holds divided by the most the
+    technique's efficiency can be, when that is above 1."""
     workload = replace(case.workload, **changes) if changes else case.workload
-    return plan_floor_s(technique, case, hosts, workload, options)
+    floor = plan_floor_s(technique, case, hosts, workload, options)
+    if progress is not None and progress.target_tokens is not None:
+        return 0.0  # another token count than the workload's: the floor (for the workload) does not bound it
+    best = (progress or SameProgress(case.params)).best_efficiency(technique)
+    return floor / max(1.0, best)
 
 
 def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
@@ -151,7 +162,9 @@ def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
     winners = []
     for params in draws:
         case = plan.case.with_(params=params)
-        ranked = rank([evaluate(case, o.technique, o.hosts, o.changes, o.options) for o in top], plan.deadline_s)
+        progress = SameProgress(params, plan.progress.overrides, plan.progress.measured, plan.progress.target_tokens)
+        ranked = rank([evaluate(case, o.technique, o.hosts, o.changes, o.options, progress) for o in top],
+                      plan.deadline_s)
         winners.append(ranked[0].kind if ranked else "none fits")
     counts = Counter(winners)
     best = plan.best.kind
@@ -177,8 +190,8 @@ class Search:
 
 def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadline_s: float | None = None,
            choices: dict | None = None, techniques: tuple[str, ...] | None = None,
-           progress: Callable[..., None] | None = None, exhaustive: bool | None = None,
-           budget: int | None = -1) -> Search:
+           progress: Callable[..., None] | None = None, same_progress: SameProgress | None = None,
+           exhaustive: bool | None = None, budget: int | None = -1) -> Search:
     """Simulate candidates in order of their floor; stop once no floor can reach the top `keep`.
     The floor only ever underestimates, so nothing that belongs in the top `keep` is skipped;
     keep=None simulates everything. More than MAX_CANDIDATES candidates: a one-line error
@@ -196,7 +209,7 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
             raise GeosimError(f"the plan would weigh more than {MAX_CANDIDATES:,} options on "
                               f"{len(case.cluster.hosts)} VMs; narrow it with --technique, --max-gpus, "
                               f"--intra-stage or a smaller scenario", source="plan")
-        todo.append((floor_s(case, *args), args))
+        todo.append((floor_s(case, *args, same_progress), args))
         if progress and len(todo) % 200 == 0:
             progress(len(todo), None, "weighed")
     todo.sort(key=lambda fa: key(fa[0], _gpus_of(case, fa[1][1])))
@@ -209,11 +222,13 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
             rest = [fa for fa in todo[i:] if len(best) < (keep or 0) or key(fa[0], _gpus_of(case, fa[1][1])) <= best[-1]]
             return Search(simulated, len(todo), len(todo) - i - len(rest), time.perf_counter() - started, every,
                           unsettled=len(rest))
-        option = evaluate(case, *args)
+        option = evaluate(case, *args, same_progress)
         simulated.append(option)
         spent += option.ok  # an infeasible or out-of-memory option costs a build, not a simulation
         if option.ok:
-            best = sorted(best + [key(option.total_time_s, option.gpus)])[:keep]
+            # options that tie exactly (the hybrid where it is SparseLoCo) count once: the verdict names
+            # one of them and a runner-up that differs, which the search must then not prune
+            best = sorted(set(best + [key(option.ranked_time_s, option.gpus)]))[:keep]
         if progress:
             progress(len(simulated), len(todo))
     return Search(simulated, len(todo), 0, time.perf_counter() - started, every)
@@ -229,7 +244,9 @@ def parse_duration(text: str) -> float:
     if not match:
         raise GeosimError(f"not a duration (try 36h, 90min, 5400s), got {text!r}", source="--deadline")
     scale = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, None: 3600, "d": 86400}[match.group(2)]
-    return float(match.group(1)) * scale
+    # a deadline of 0 would be no deadline at all; 100 years is past any training run
+    return check_number(float(match.group(1)) * scale, "--deadline", None, 0.0, 100 * 365 * 86400.0,
+                        exclusive_low=True)
 
 
 @dataclass
@@ -243,6 +260,7 @@ class Plan:
     algorithm_option: Option | None  # its choice, predicted for the same workload
     considered: int  # candidate options, simulated or pruned
     pruned: int  # never simulated: even their compute-only floor ranks below the options kept
+    progress: SameProgress = SameProgress()  # what the options are ranked on (ranking.time_to_progress_s)
     simulated: int = 0  # options simulated (feasible or not)
     unsettled: int = 0  # left unsimulated by the structured search's budget though their floor could rank
     seconds: float = 0.0  # wall time of the search
@@ -264,7 +282,7 @@ class Plan:
     def meets_deadline(self) -> list[Option]:
         if self.deadline_s is None:
             return self.options
-        return [o for o in self.options if o.total_time_s <= self.deadline_s]
+        return [o for o in self.options if o.ranked_time_s <= self.deadline_s]
 
     def verdict(self, where: str | None = None, estimate: str = "predicted") -> str:
         """The one line a slice's answer starts with (geosim.studies.ranking.verdict)."""
@@ -287,12 +305,12 @@ class Plan:
         if best is None:
             return f"Algorithm 1 picks {algo.label}; the planner finds no feasible option either."
         if chosen is None or not chosen.ok:
-            return f"Algorithm 1 picks {algo.label}; the planner's best is {best.label} ({_hours(best.total_time_s)})."
-        ratio = chosen.total_time_s / best.total_time_s
+            return f"Algorithm 1 picks {algo.label}; the planner's best is {best.label} ({_hours(best.ranked_time_s)})."
+        ratio = chosen.ranked_time_s / best.ranked_time_s
         if ratio <= 1.0 + 1e-9:
-            return f"Algorithm 1 picks {algo.label} ({_hours(chosen.total_time_s)}), as fast as the planner's best."
-        return (f"Algorithm 1 picks {algo.label}: {_hours(chosen.total_time_s)}, {ratio:.2f}x the planner's best "
-                f"({_hours(best.total_time_s)}, {_hours(chosen.total_time_s - best.total_time_s)} more).")
+            return f"Algorithm 1 picks {algo.label} ({_hours(chosen.ranked_time_s)}), as fast as the planner's best."
+        return (f"Algorithm 1 picks {algo.label}: {_hours(chosen.ranked_time_s)}, {ratio:.2f}x the planner's best "
+                f"({_hours(best.ranked_time_s)}, {_hours(chosen.ranked_time_s - best.ranked_time_s)} more).")
 
     def to_dict(self) -> dict:
         return {"scenario": self.case.cluster.name, "model": self.case.model.name, "considered": self.considered,
@@ -309,7 +327,8 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
-def algorithm_choice(case: Case, delta: float) -> tuple[Selection | None, Option | None]:
+def algorithm_choice(case: Case, delta: float, progress: SameProgress | None = None
+                     ) -> tuple[Selection | None, Option | None]:
     """Algorithm 1 on predicted probes, and its choice predicted for the full workload."""
     hosts = [h.name for h in case.cluster.hosts]
     if len(hosts) != 2:
@@ -317,25 +336,29 @@ def algorithm_choice(case: Case, delta: float) -> tuple[Selection | None, Option
     selection = algorithm1(PredictedProbes(case.cluster, case.model, case.workload, case.params), *hosts, delta=delta)
     if selection.technique is None:
         return selection, None
-    return selection, evaluate(case, selection.technique, selection.hosts, {}, None)
+    return selection, evaluate(case, selection.technique, selection.hosts, {}, None, progress)
 
 
 def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None = None, delta: float = 0.1,
               keep: int | None = 10, choices: dict | None = None,
-              techniques: tuple[str, ...] | None = None, progress: Callable[..., None] | None = None,
-              exhaustive: bool | None = None) -> Plan:
-    """Rank every option (geosim.studies.ranking's rule) and put Algorithm 1's choice beside the best.
-    `choices` go to the techniques' plan_variants() (Pipeshard: intra_stages)."""
-    found = search(case, max_gpus, keep, deadline_s, choices, techniques, progress, exhaustive)
+              techniques: tuple[str, ...] | None = None, progress: Callable[[int, int], None] | None = None,
+              same_progress: SameProgress | None = None, exhaustive: bool | None = None) -> Plan:
+    """Rank every option (geosim.studies.ranking's rule: time to the same training progress) and put
+    Algorithm 1's choice beside the best. `choices` go to the techniques' plan_variants() (Pipeshard:
+    intra_stages); `same_progress` says what progress is (default: the workload's tokens, efficiencies
+    from the parameters file)."""
+    same_progress = same_progress or SameProgress(case.params)
+    found = search(case, max_gpus, keep, deadline_s, choices, techniques, progress, same_progress, exhaustive)
     failed: dict[str, int] = {}
     for o in found.simulated:
         if not o.ok:
             failed[o.prediction.status] = failed.get(o.prediction.status, 0) + 1
     ok = rank(found.simulated, deadline_s)
-    selection, chosen = algorithm_choice(case, delta)
+    selection, chosen = algorithm_choice(case, delta, same_progress)
     return Plan(case, ok, failed, deadline_s, max_gpus, selection, chosen,
-                considered=found.considered, pruned=found.pruned, simulated=len(found.simulated),
-                seconds=found.seconds, exhaustive=found.exhaustive, unsettled=found.unsettled)
+                considered=found.considered, pruned=found.pruned, progress=same_progress,
+                simulated=len(found.simulated), seconds=found.seconds, exhaustive=found.exhaustive,
+                unsettled=found.unsettled)
 
 
 # -- the same question on measured runs ----------------------------------------------------------
@@ -405,9 +428,9 @@ def answer_vs_rtt(case: Case, rtts_ms: list[float], plan_at: Callable[[Case, flo
         if algorithm1_flips else []
     return {"scenario": case.cluster.name, "model": case.model.name,
             "rows": [{"rtt_ms": r, "best": kind, "best_option": p.best.label if p.best else None,
-                      "total_time_s": p.best.total_time_s if p.best else None,
+                      "total_time_s": p.best.ranked_time_s if p.best else None,
                       "algorithm1": p.algorithm.label if p.algorithm else None,
-                      "algorithm1_total_time_s": p.algorithm_option.total_time_s
+                      "algorithm1_total_time_s": p.algorithm_option.ranked_time_s
                       if p.algorithm_option and p.algorithm_option.ok else None,
                       "verdict": p.verdict(f"{r:g} ms")} for r, kind, p in rows],
             "flips": [{"between_ms": [lo, hi], "below": a, "above": b} for lo, hi, a, b in flips],

@@ -1,10 +1,14 @@
 """One rule for "which is best", used by predict, select, plan, sweep and report.
 
-The rule: the option that trains the workload in the least predicted time is best; equal times
-go to the one with fewer GPU-hours, then to the one with more memory to spare. With a deadline,
-the options that meet it come first, cheapest (GPU-hours) first. Low-communication techniques
-(DiLoCo, SparseLoCo, the hybrid) need more tokens for the same loss, so their time per epoch is
-never ranked against synchronous training: they are ranked on time to a target (convergence.py).
+The rule: every option is ranked on one measure, the time to the same training progress
+(time_to_progress_s below: as far as Data gets in the workload's tokens, or in a target token
+count). A technique's tokens count at its token efficiency (convergence.py): 1 for the study's
+four, which compute the same synchronous update, so their measure is their predicted time; below
+1 for DiLoCo, SparseLoCo and the hybrid, which need more tokens for the same loss. The least time
+is best; equal times go to the one with fewer GPU-hours, then to the one with more memory to
+spare, then to the simpler technique. An option that may not fit (its peak within the memory model's
+error of the GPU's memory) comes after all that fit. With a deadline, the options that meet it
+come first, cheapest (GPU-hours) first.
 
 The verdict is the one line every predict/select/plan output starts each slice with: what to use,
 where, how long, and the runner-up with its margin. verdict() takes ranked options, so a caller
@@ -16,8 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from geosim.sim.predict import Prediction
-from geosim.techniques import option_kind, variant_label
+from geosim.predict import Prediction
+from geosim.specs import Params
+from geosim.studies.convergence import Efficiency, time_to_target_s, token_efficiency, uses_compressed_pipeline
+from geosim.techniques import get_technique, option_kind, variant_label
 from geosim.units import bisect
 
 SAME_TIME = 1e-9  # relative: closer than this, two times are equal and the cheaper option wins
@@ -34,6 +40,56 @@ def rank_key(deadline_s: float | None = None):
     return key
 
 
+SYNCHRONOUS = Efficiency(1.0, "synchronous: the same update as Data")
+
+
+@dataclass(frozen=True)
+class SameProgress:
+    """What "the same training progress" means for one ranking: as far as Data gets in
+    `target_tokens` (None: the workload's own tokens), each technique's tokens counted at its token
+    efficiency (convergence.token_efficiency: --token-efficiency overrides, measured loss curves,
+    then the parameters file)."""
+
+    params: Params | None = None
+    overrides: dict | None = None
+    measured: dict | None = None
+    target_tokens: float | None = None
+
+    def efficiency(self, prediction: Prediction) -> Efficiency:
+        if self.params is None:
+            return SYNCHRONOUS
+        return token_efficiency(prediction.technique, self.params, overrides=self.overrides, measured=self.measured,
+                                compressed_pipeline=uses_compressed_pipeline(prediction, self.params))
+
+    def best_efficiency(self, technique: str) -> float:
+        """The most a technique's efficiency can be on any run (a floor under its ranked time needs it)."""
+        if self.params is None:
+            return 1.0
+        return token_efficiency(technique, self.params, overrides=self.overrides, measured=self.measured).value
+
+
+def time_to_progress_s(prediction: Prediction, efficiency: float, target_tokens: float | None = None) -> float | None:
+    """THE ranking measure: the time a run takes to the same training progress (None if it does not run).
+
+    Without a target it is the run of the workload with its training (not its start-up) stretched by
+    1 / efficiency, so a technique of efficiency 1 keeps its predicted time exactly; with one it is
+    convergence.time_to_target_s. predict's verdict, its time-to-target table, select's verdict and
+    plan's ranks all come from here."""
+    if not prediction.ok:
+        return None
+    startup = prediction.startup_s or 0.0
+    if target_tokens is None:
+        if efficiency == 1.0:
+            return prediction.total_time_s
+        return (prediction.total_time_s - startup) / efficiency + startup
+    return time_to_target_s(target_tokens, efficiency, prediction.tokens_per_s, startup)
+
+
+def is_assumed(efficiency: Efficiency) -> bool:
+    """An efficiency below or above 1 that no measurement or user gave: an assumption to say so of."""
+    return efficiency.value != 1.0 and not efficiency.source.startswith(("measured", "given"))
+
+
 @dataclass
 class Option:
     """One way to train: a technique on some VMs, a variant of it, and what the simulator predicted."""
@@ -44,6 +100,13 @@ class Option:
     options: dict | None  # passed to predict() (Pipeshard: meshes, layer_split, intra_stage)
     prediction: Prediction
     workload: object = field(repr=False, default=None)  # the workload it was predicted for
+    efficiency: Efficiency = SYNCHRONOUS  # its token efficiency (SameProgress.efficiency)
+    target_tokens: float | None = None  # SameProgress.target_tokens
+
+    @property
+    def ranked_time_s(self) -> float | None:
+        """What it is ranked on: time to the same training progress (time_to_progress_s)."""
+        return time_to_progress_s(self.prediction, self.efficiency.value, self.target_tokens)
 
     @property
     def ok(self) -> bool:
@@ -63,7 +126,7 @@ class Option:
 
     @property
     def gpu_hours(self) -> float:
-        return self.total_time_s * self.gpus / 3600
+        return self.ranked_time_s * self.gpus / 3600
 
     @property
     def kind(self) -> str:
@@ -82,7 +145,8 @@ class Option:
                 "microbatches": self.microbatches, "options": self.options, "status": p.status, "reason": p.reason,
                 "gpus": self.gpus, "total_time_s": p.total_time_s, "time_per_epoch_s": p.time_per_epoch_s,
                 "tflops_per_gpu": p.tflops_per_gpu, "peak_memory_gib": p.peak_memory_gib,
-                "gpu_hours": self.gpu_hours if self.ok else None}
+                "token_efficiency": self.efficiency.value, "token_efficiency_source": self.efficiency.source,
+                "memory": p.memory_verdict, "time_to_progress_s": self.ranked_time_s, "gpu_hours": self.gpu_hours if self.ok else None}
 
 
 @dataclass
@@ -94,13 +158,20 @@ class MeasuredOption:
     gpus: int
     total_time_s: float
     ok: bool = True
+    efficiency: Efficiency = SYNCHRONOUS
+
+    @property
+    def ranked_time_s(self) -> float:
+        return self.total_time_s
 
 
 def rank(options: list[Option], deadline_s: float | None = None) -> list[Option]:
-    """The feasible options, best first (the module's rule)."""
+    """The feasible options, best first (the module's rule: time to the same training progress)."""
     key = rank_key(deadline_s)
+    # an option that may not fit (within the memory model's error of the GPU's memory) after those that fit
     return sorted((o for o in options if o.ok),
-                  key=lambda o: (key(o.total_time_s, o.gpus), o.prediction.peak_memory_gib or 0.0))
+                  key=lambda o: (o.prediction.memory_verdict == "may not fit", key(o.ranked_time_s, o.gpus), o.prediction.peak_memory_gib or 0.0,
+                                 len(getattr(get_technique(o.technique), "BUILDS_ON", ()))))
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -128,10 +199,12 @@ def verdict(where: str, ranked: list[Option], *, estimate: str = "predicted", al
         line = f"{where}: none of the ranked options runs (each is out of memory or infeasible)"
         return line + (f"; Algorithm 1 picks {algorithm}" if algorithm else "")
     best = ranked[0]
-    line = f"{where}: use {best.label} ({best.gpus} GPUs): {fmt_time(best.total_time_s)} {estimate}"
-    if len(ranked) > 1:
-        second = ranked[1]
-        line += f"; runner-up {second.label}, {fmt_time(second.total_time_s)} ({margin(second.total_time_s, best.total_time_s)})"
+    line = f"{where}: use {best.label} ({best.gpus} GPUs): {fmt_time(best.ranked_time_s)} {estimate}"
+    line += _efficiency_note(best, " to Data's progress")
+    second = next((o for o in ranked[1:] if not same_run(o, best)), None)
+    if second is not None:
+        line += (f"; runner-up {second.label}, {fmt_time(second.ranked_time_s)}{_efficiency_note(second)} "
+                 f"({margin(second.ranked_time_s, best.ranked_time_s)})")
     else:
         line += "; no runner-up runs"
     if algorithm is not None:
@@ -139,23 +212,41 @@ def verdict(where: str, ranked: list[Option], *, estimate: str = "predicted", al
     return line
 
 
+def _efficiency_note(option, what: str = "") -> str:
+    """' (token efficiency 0.92, assumed)' where the time is not the run's own but time to Data's progress."""
+    eff = option.efficiency
+    if eff.value == 1.0:
+        return ""
+    how = "assumed" if is_assumed(eff) else eff.source.split(" (")[0]
+    return f"{what} (token efficiency {eff.value:.3g}, {how})"
+
+
+def same_run(option, best) -> bool:
+    """Another technique whose run is the best's own (the hybrid is SparseLoCo where every VM holds a
+    replica): not a runner-up worth naming."""
+    p, q = getattr(option, "prediction", None), getattr(best, "prediction", None)
+    return (p is not None and q is not None and option.hosts == best.hosts and option.gpus == best.gpus
+            and abs(option.ranked_time_s - best.ranked_time_s) <= SAME_TIME * best.ranked_time_s
+            and p.peak_memory_gib == q.peak_memory_gib)
+
+
 def algorithm_agreement(best: Option, algorithm: str, chosen: Option | None) -> str:
     """Algorithm 1's pick beside the ranking's best, and by how much it trails."""
     if chosen is None or not chosen.ok:
         return f"Algorithm 1 picks {algorithm} (does not run for this workload)"
-    if chosen.kind == best.kind and chosen.total_time_s <= best.total_time_s * (1 + SAME_TIME):
+    if chosen.kind == best.kind and chosen.ranked_time_s <= best.ranked_time_s * (1 + SAME_TIME):
         return f"Algorithm 1 agrees ({algorithm})"
     if chosen.kind == best.kind:
         return (f"Algorithm 1 picks {algorithm} too, at its default settings "
-                f"({margin(chosen.total_time_s, best.total_time_s)})")
-    return f"Algorithm 1 picks {algorithm} ({margin(chosen.total_time_s, best.total_time_s)})"
+                f"({margin(chosen.ranked_time_s, best.ranked_time_s)})")
+    return f"Algorithm 1 picks {algorithm} ({margin(chosen.ranked_time_s, best.ranked_time_s)})"
 
 
 def why_algorithm1_differs(best: Option, selection, chosen: Option | None, probed_kinds: set[str]) -> str | None:
     """Why Algorithm 1 (the study's rule on TFLOP/s probes) lands elsewhere than the ranking, or None."""
     if selection is None or chosen is None or not chosen.ok:
         return None
-    if chosen.kind == best.kind and chosen.total_time_s <= best.total_time_s * (1 + SAME_TIME):
+    if chosen.kind == best.kind and chosen.ranked_time_s <= best.ranked_time_s * (1 + SAME_TIME):
         return None
     reasons = []
     if best.kind not in probed_kinds:

@@ -8,7 +8,7 @@ from functools import cache
 from importlib import resources
 
 from geosim.records import RunRecord
-from geosim.sim.predict import Prediction
+from geosim.predict import Prediction
 from geosim.specs import Cluster
 
 REFERENCE_FILE = "fabric-slm-2026.toml"

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from geosim.errors import GeosimError
-from geosim.case import Case
-from geosim.sim.predict import predict
+from geosim.case import DEFAULT_NETWORK, Case
+from geosim.predict import predict
 from geosim.records import RunRecord
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques import data, is_pipelined, label, option_kind, pipeshard, shard, zero2
@@ -143,7 +143,7 @@ def _one(source: ProbeSource, technique: str, hosts: tuple[str, ...]) -> Probe:
 
 def _missing_error(missing: list[MissingProbe]) -> GeosimError:
     runs = "; ".join(f"{m.technique} on {'+'.join(m.hosts)}: {m.command}" for m in missing)
-    return GeosimError(f"missing probe(s) for Algorithm 1, measure them first: {runs}", source="--measured")
+    return GeosimError(f"missing probe(s) for Algorithm 1, measure them first: {runs}", source="--records")
 
 
 # -- probe sources ---------------------------------------------------------------------------
@@ -154,11 +154,13 @@ class PredictedProbes:
 
     kind = "predicted"
 
-    def __init__(self, cluster: Cluster, model: Model, workload: Workload, params: Params):
+    def __init__(self, cluster: Cluster, model: Model, workload: Workload, params: Params,
+                 network: str = DEFAULT_NETWORK):
         self.cluster, self.model, self.workload, self.params = cluster, model, workload, params
+        self.network = network  # the network model the probes are predicted on
 
     def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:
-        p = predict(Case(self.cluster, self.model, self.workload, self.params), technique, hosts=hosts)
+        p = predict(Case(self.cluster, self.model, self.workload, self.params, self.network), technique, hosts=hosts)
         if not p.ok:
             return Probe(technique, hosts, 0.0, p.status, p.reason or "")
         return Probe(technique, hosts, p.tflops_per_gpu, "ok", p.description)
@@ -223,7 +225,7 @@ def record_tflops(record: RunRecord, model: Model, workload: Workload, gpus: int
 def live_command(technique: str, model: str, hosts: tuple[str, ...], epochs: int, scenario: str, path: str) -> str:
     # `geosim live run` records no VM names yet, so say where to run and what the record must hold
     return (f"`geosim live run --technique {technique} --model {model} --epochs {epochs} --scenario {scenario} "
-            f"--records {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
+            f"--records-out {path}` on {'+'.join(hosts)} alone, the record's hosts set to {list(hosts)}")
 
 
 class LiveProbes:
@@ -254,7 +256,7 @@ class LiveProbes:
         if is_pipelined(technique):
             cmd += ["--microbatches", str(self.microbatches)]
         if self.record:
-            cmd += ["--records", self.record]
+            cmd += ["--records-out", self.record]
         return cmd + list(self.extra_args)
 
     def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, replace
 
 from geosim.errors import GeosimError
-from geosim.params import BOUNDS, SCALARS
+from geosim.params import BOUNDS, SCALARS, scalar_si, with_scalar
 from geosim.specs import Params
 
 DEFAULT_DRAWS = 32
@@ -29,13 +29,13 @@ def _set(params: Params, name: str, factor: float) -> Params:
     """params with the parameter `name` (a file key) multiplied by factor, within its bounds."""
     if name in SCALAR_FIELDS:
         field_name, scale = SCALAR_FIELDS[name]
-        value = getattr(params, field_name) * factor
+        value = scalar_si(params, name) * factor
         low, high = BOUNDS.get(name, (0.0, None))
         if high is not None and scale not in (None, int):
             value = min(value, high * scale)
         if scale is int:
             value = max(1, round(value))
-        return replace(params, **{field_name: value})
+        return with_scalar(params, name, value)
     if name.startswith("overhead.iteration_s."):
         which = name.rsplit(".", 1)[1]
         table = dict(params.iteration_overhead_s)

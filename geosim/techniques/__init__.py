@@ -24,7 +24,8 @@ from functools import cache
 from types import ModuleType
 
 from geosim.errors import GeosimError
-from geosim.techniques._settings import with_options
+from geosim.techniques._settings import tunables, with_options
+from geosim.parameters import number_text
 
 STUDY_ORDER = ("data", "zero2", "shard", "pipeshard")  # the study's four, in its order
 
@@ -53,6 +54,17 @@ def refresh() -> None:
 def technique_names() -> list[str]:
     names = list(_modules())
     return [n for n in STUDY_ORDER if n in names] + sorted(n for n in names if n not in STUDY_ORDER)
+
+
+def default_techniques(*, synchronous: bool = False) -> list[str]:
+    """What a command runs when no --technique is given: every technique found (a new file included),
+    or only the synchronous ones (ranked on time per epoch: plan, select, sweep)."""
+    return [n for n in technique_names() if not (synchronous and is_low_communication(n))]
+
+
+def is_baseline(name: str) -> bool:
+    """The technique token efficiencies are measured against (Data: BASELINE = True in its module)."""
+    return bool(getattr(get_technique(name), "BASELINE", False))
 
 
 def get_technique(name: str) -> ModuleType:
@@ -123,8 +135,59 @@ def plan_floor_s(name: str, case, hosts: tuple[str, ...], workload, options: dic
     return module.plan_floor_s(case, tuple(hosts), workload, options) if hasattr(module, "plan_floor_s") else 0.0
 
 
+def add_plan_arguments(parser) -> None:
+    """`geosim plan`'s flags that belong to one technique: each module's add_plan_arguments(parser)."""
+    for name in technique_names():
+        module = get_technique(name)
+        if hasattr(module, "add_plan_arguments"):
+            module.add_plan_arguments(parser)
+
+
+def plan_choices(args) -> dict:
+    """The planner's choices those flags ask for (keyword arguments of the techniques' plan_variants)."""
+    choices: dict = {}
+    for name in technique_names():
+        module = get_technique(name)
+        if hasattr(module, "plan_choices"):
+            choices.update(module.plan_choices(args))
+    return choices
+
+
 def build_schedule(name: str, case, options: dict | None = None):
     """The technique's schedule for the case, with its parameter-file settings and the caller's options."""
     module = get_technique(name)
     settings = with_options(case.params.settings(name), options, name)
     return module.build(case, settings)
+
+
+def reference_table() -> str:
+    """The parameters reference's table of every technique's tunables (docs/reference/params.md), from
+    each module's Settings: a new technique's row appears with its file."""
+
+    rows = ["| key | unit | default | range | fit range | meaning | source |", "|---|---|---|---|---|---|---|"]
+    for name in technique_names():
+        cls = settings_class(name)
+        parent = settings_parent(name)
+        inherited = set(tunables(settings_class(parent))) if parent else set()
+        defaults = cls()
+        for leaf, t in tunables(cls).items():
+            if leaf in inherited:
+                continue
+            default = getattr(defaults, leaf)
+            if isinstance(default, str):
+                shown = f'`"{default}"`'
+            elif isinstance(default, (int, float, bool)):
+                shown = number_text(default)
+            else:
+                shown = "by the run"
+            if not t.in_file:
+                allowed = "*per run*"
+            elif t.choices:
+                allowed = ", ".join(f"`{c}`" for c in t.choices)
+            elif t.kind is bool:
+                allowed = ""
+            else:
+                allowed = f"{'-inf' if t.low is None else number_text(t.low)} to {'inf' if t.high is None else number_text(t.high)}"
+            fit = "" if t.fit is None else f"{number_text(t.fit[0])} to {number_text(t.fit[1])}"
+            rows.append(f"| `{name}.{leaf}` | {t.unit} | {shown} | {allowed} | {fit} | {t.help} | {t.source} |")
+    return "\n".join(rows) + "\n"

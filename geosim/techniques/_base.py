@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from geosim.errors import GeosimError
+from geosim.runtime import runtime_of
 from geosim.sim.compute import Work
 from geosim.sim.schedule import Collective, Compute, Device, Repeat
 from geosim.specs import Cluster, Model, Params, Workload
@@ -60,8 +61,14 @@ def backward_multiplier(workload: Workload) -> float:
     return 3.0 if workload.checkpointing else 2.0
 
 
-def overhead_op(technique: str, params: Params) -> Compute:
-    return Compute(0.0, "iteration overhead", kind="overhead", seconds=params.iteration_overhead_s.get(technique, 0.0))
+def overhead_op(technique: str, params: Params, workload: Workload | None = None) -> Compute:
+    """The step's fixed cost: the workload's runtime's (geosim/runtime.py; Alpa's is the parameters
+    file's per-technique [overhead.iteration_s])."""
+    if workload is None:
+        seconds = params.for_technique("iteration_overhead_s", technique)
+    else:
+        seconds = runtime_of(workload, params).iteration_overhead_s(technique, params, workload)
+    return Compute(0.0, "iteration overhead", kind="overhead", seconds=seconds)
 
 
 def require_divisible(what: str, value: int, by: int, by_what: str) -> None:
@@ -91,9 +98,14 @@ def accumulation(model: Model, workload: Workload, sequences: float, group: tupl
 
 
 def combined(op: str, group: tuple[int, ...], nbytes: float, algorithm: str, tag: tuple, label: str,
-             params: Params) -> Repeat:
-    """A gradient-sized collective as XLA runs it: its combiner packs the tensors into buffers of at
-    most params.combine_bytes, collected one after another, each paying a collective's latency."""
-    buffers = max(1, math.ceil(nbytes / params.combine_bytes))
-    return Repeat((Collective(op, group, nbytes / buffers, algorithm, tag, label),), buffers, group,
-                  tag + ("buffers",), f"{label} ({buffers} buffers)")
+             params: Params, workload: Workload | None = None) -> Repeat:
+    """A gradient-sized collective as the runtime runs it: XLA's combiner packs the tensors into
+    buffers of at most params.combine_bytes (Alpa), live JAX reduces one flat buffer, DDP 25 MiB
+    buckets; the buffers are collected one after another, each paying a collective's latency and
+    the runtime's launch cost."""
+    runtime = runtime_of(workload, params) if workload is not None else None
+    buffers = runtime.buffers(nbytes, params) if runtime else max(1, math.ceil(nbytes / params.combine_bytes))
+    ops: tuple = (Collective(op, group, nbytes / buffers, algorithm, tag, label),)
+    if runtime and runtime.collective_launch_s and len(group) > 1:  # a group of one launches nothing
+        ops = (Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s),) + ops
+    return Repeat(ops, buffers, group, tag + ("buffers",), f"{label} ({buffers} buffers)")

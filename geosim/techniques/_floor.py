@@ -30,13 +30,19 @@ def schedule_floor_s(case, schedule: Schedule, workload) -> float:
     seconds = compute_timer(schedule, params, workload)
     host_of = {d.rank: d.host for d in schedule.devices}
     hosts = {h.name: h for h in cluster.hosts}
-    ingress = {name: params.lan_bandwidth_gbps * 1e9 / 8 * (len(h.gpus) if h.nic == "per-gpu" else 1)
+    ingress = {name: params.lan_bandwidth_bps / 8 * (len(h.gpus) if h.nic == "per-gpu" else 1)
                for name, h in hosts.items()}
     site_of = {name: h.site for name, h in hosts.items()}
     wan = _site_capacity(cluster)
     collective_cache: dict[tuple, float] = {}
 
+    # the bandwidth bounds hold for the TCP model (a hop's FCFS server never beats its bandwidth);
+    # other network models (ideal, alpha-beta) get the compute floor alone
+    bounded = getattr(case, "network", "tcp") == "tcp"
+
     def collective_s(op: Collective) -> float:
+        if not bounded:
+            return 0.0
         key = (op.op, op.group, op.nbytes)
         if key not in collective_cache:
             collective_cache[key] = _collective_floor(op, host_of, site_of, ingress, wan)

@@ -22,7 +22,7 @@ from geosim.sim.schedule import Collective, Compute, Device, Recv, Repeat, Sched
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques import data as data_technique
 from geosim.techniques import pipeshard as pipeshard_technique
-from geosim.techniques._base import devices_of, require_divisible
+from geosim.techniques._base import devices_of, overhead_op, require_divisible
 
 # The outer step is element-wise over the replica's parameters, so memory-bound: about
 # eight fp32 passes (read params, outer copy, momentum or error buffer, pseudo-gradient;
@@ -81,7 +81,7 @@ def build_replica(cluster: Cluster, hosts: tuple[str, ...], kind: str, model: Mo
                                                         activation_compression=activation_compression))
     global_rank = {(d.host, d.local_index): d.rank for d in devices_of(cluster)}
     rank_of = {d.rank: global_rank[(d.host, d.local_index)] for d in inner.devices}
-    overhead = Compute(0.0, "iteration overhead", kind="overhead", seconds=params.iteration_overhead_s.get(technique, 0.0))
+    overhead = overhead_op(technique, params, workload)
     programs = {}
     for local, ops in inner.programs.items():
         programs[rank_of[local]] = [overhead if type(op) is Compute and op.kind == "overhead" else _remap(op, rank_of)

@@ -10,11 +10,11 @@ them: the params file, `--params` validation and the fitter discover them from h
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from geosim.errors import GeosimError
+from geosim.validate import is_finite
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,17 @@ class Tunable:
     choices: tuple[str, ...] = ()
     fit: tuple[float, float] | None = None  # the range the fitter may move it in
     in_file: bool = True  # False: a per-run option, never in the parameters file
+    unit: str = ""  # of the value (in the file and in the Settings alike: techniques' settings need no conversion)
+    source: str = ""  # where the default comes from
 
 
 def tunable(default, help: str, *, low: float | None = 0.0, high: float | None = None,
-            choices: tuple[str, ...] = (), fit: tuple[float, float] | None = None):
+            choices: tuple[str, ...] = (), fit: tuple[float, float] | None = None, unit: str = "", source: str = ""):
+    """A setting the parameters file holds under [NAME]: declared here once, with its unit, range
+    (low, high, or choices), the range a fit may move it in, and the source of its default."""
     kind = type(default)
-    return field(default=default, metadata={"tunable": Tunable(help, kind, low, high, tuple(choices), fit)})
+    return field(default=default, metadata={"tunable": Tunable(help, kind, low, high, tuple(choices), fit,
+                                                               unit=unit, source=source)})
 
 
 def option(default, help: str):
@@ -62,8 +67,9 @@ def check_value(t: Tunable, value: Any, source: str, key: str):
         if not isinstance(value, str):
             raise GeosimError(f"must be a string, got {value!r}", source=source, key=key)
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise GeosimError(f"must be a finite number, got {value!r}", source=source, key=key)
+    # is_finite: an int of any size is finite, but past 1e300 it is no float (a TOML integer is unbounded)
+    if not is_finite(value) or abs(value) > 1e300:
+        raise GeosimError(f"must be a finite number, got {value!r:.60}", source=source, key=key)
     if t.kind is int and int(value) != value:
         raise GeosimError(f"must be a whole number, got {value!r}", source=source, key=key)
     if (t.low is not None and value < t.low) or (t.high is not None and value > t.high):

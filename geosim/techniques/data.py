@@ -2,20 +2,34 @@
 gradients accumulated over the microbatches (Alpa's num_micro_batches), then one
 all-reduce of every gradient per iteration across all GPUs: Alpa skips the gradient
 all-reduce on all but the last microbatch. XLA's combiner packs the gradients into
-buffers of params.combine_bytes, all-reduced one after another."""
+buffers of params.combine_bytes, all-reduced one after another.
+
+Under a runtime that overlaps the all-reduce with the backward (PyTorch DDP, geosim/runtime.py),
+the last microbatch's backward runs in as many pieces as there are gradient buckets (DDP's
+25 MiB, in the reverse order of the layers) and each bucket's reduction starts as soon as its
+piece is done. The engine runs one op at a time per GPU, so a bucket is reduced as its two
+halves written as non-blocking sends: each GPU sends 1/p of the bucket to every other GPU
+(reduce-scatter), and once those have arrived sends its reduced 1/p to every other GPU
+(all-gather); a GPU waits for a bucket only when it needs it. Each GPU sends 2(p-1)/p of the
+bucket, as a ring does, with fewer latency terms: a lower bound on the ring's latency."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from geosim.sim import memory_layout
-from geosim.sim.schedule import Schedule
+from geosim.sim.schedule import Compute, Recv, Repeat, Schedule, Send
 from geosim.case import Case
-from geosim.techniques._base import (accumulation, check_dims, combined, devices_of, microbatch_per_gpu, optimizer_op,
-                                     overhead_op)
+from geosim.runtime import runtime_of
+from geosim.techniques._base import (accumulation, backward_multiplier, check_dims, combined, devices_of, forward_flops,
+                                     microbatch_per_gpu, optimizer_op, overhead_op, pass_ops, update_op, work)
+from geosim.units import MIB
 
 NAME = "data"
 LABEL = "Data"  # how tables and verdicts name it
+# token efficiencies are Data's tokens / a technique's tokens (geosim/studies/convergence.py)
+BASELINE = True
+ALPA_METHOD = "DataParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
 
 
@@ -32,16 +46,61 @@ def build(case: Case, settings: Settings) -> Schedule:
     per_gpu = microbatch_per_gpu(workload, p)
     grad_bytes = model.num_params * workload.bytes_per_value
     group = tuple(d.rank for d in devices)
-    allreduce = combined("allreduce", group, grad_bytes, params.collectives.get(NAME, "ring"), ("grads",),
-                         "gradient all-reduce", params)
-    program = [accumulation(model, workload, per_gpu, group), allreduce, optimizer_op(model, model.num_params),
-               overhead_op(NAME, params)]
     layout = memory_layout.data_parallel(model, per_gpu, workload.seq_len, memory_layout.options_for(workload, params))
     memory = {d.rank: dict(layout) for d in devices}
+    runtime = runtime_of(workload, params)
+    what = f"data parallel over {p} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences each, "
+    if runtime.overlap_backward and p > 1:
+        programs, buckets = _overlapped(model, workload, params, group, per_gpu, grad_bytes, runtime)
+        return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
+                        what + f"{buckets} buckets of {grad_bytes / buckets / MIB:.1f} MiB all-reduced during the backward")
+    allreduce = combined("allreduce", group, grad_bytes, params.for_technique("collectives", NAME), ("grads",),
+                         "gradient all-reduce", params, workload)
+    program = [accumulation(model, workload, per_gpu, group), allreduce, optimizer_op(model, model.num_params),
+               overhead_op(NAME, params, workload)]
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"data parallel over {p} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences each, "
-                    f"{allreduce.count} all-reduce buffers of {grad_bytes / allreduce.count / 2**20:.1f} MiB")
+                    what + f"{allreduce.count} all-reduce buffers of {grad_bytes / allreduce.count / MIB:.1f} MiB")
+
+
+def _overlapped(model, workload, params, group, per_gpu, grad_bytes, runtime):
+    """Programs whose gradient buckets are reduced while the last microbatch's backward runs."""
+    buckets = min(runtime.buffers(grad_bytes, params), max(1, model.n_layer))
+    share = grad_bytes / buckets / len(group)  # what one GPU sends each peer per bucket and phase
+    cut = [model.n_layer * i // buckets for i in range(buckets + 1)]  # layers of each piece, head first
+    forward, _ = pass_ops(model, workload, per_gpu, model.n_layer, True, True)
+    pieces = []
+    for i in range(buckets):
+        layers, head, embedding = cut[i + 1] - cut[i], i == 0, i == buckets - 1
+        flops = forward_flops(model, workload, per_gpu, layers, head) * backward_multiplier(workload)
+        pieces.append(Compute(flops, f"backward (bucket {i + 1} of {buckets})",
+                              work=work("backward", model, workload, per_gpu, layers, head, embedding)))
+    launch = ([Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s)]
+              if runtime.collective_launch_s else [])
+    programs = {}
+    for rank in group:
+        peers = [q for q in group if q != rank]
+
+        def reduced(i):  # the bucket's reduce-scatter has arrived: share the reduced slice
+            return ([Recv(q, ("ddp-rs", i)) for q in peers]
+                    + [Send(q, share, ("ddp-ag", i), p2p=False) for q in peers])
+
+        program = []
+        if workload.microbatches > 1:  # DDP's no_sync(): the earlier microbatches only accumulate
+            program.append(Repeat(pass_ops(model, workload, per_gpu, model.n_layer, True, True)
+                                  + (update_op(model, model.num_params),), workload.microbatches - 1, group,
+                                  ("microbatch",), "microbatches without sync"))
+        program.append(forward)
+        for i, piece in enumerate(pieces):
+            program += [piece, *launch] + [Send(q, share, ("ddp-rs", i), p2p=False) for q in peers]
+            if i:
+                program += reduced(i - 1)
+        program += reduced(buckets - 1)
+        program += [Recv(q, ("ddp-ag", i)) for i in range(buckets) for q in peers]
+        program += [update_op(model, model.num_params), optimizer_op(model, model.num_params),
+                    overhead_op(NAME, params, workload)]
+        programs[rank] = program
+    return programs, buckets
 
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:

@@ -39,15 +39,20 @@ BUILDS_ON = ("data",)  # an inner step is Data's iteration on the replica's host
 
 @dataclass(frozen=True)
 class Settings:
-    inner_steps: int = tunable(100, "H: inner steps per outer round (the DiLoCo paper uses 500, Streaming DiLoCo 100)",
-                               low=1)
+    inner_steps: int = tunable(100, "H: inner steps per outer round", low=1, unit="steps",
+                               source="Streaming DiLoCo's 100 (Douillard et al. 2025); the DiLoCo paper's 500")
     outer_optimizer: str = tunable("nesterov", "outer step: nesterov (momentum 0.9, the paper's; 8 B/param of fp32 "
-                                   "state) or sgd (4 B/param)", choices=tuple(OUTER_STATE_BYTES))
-    overlap: bool = tunable(False, "Streaming DiLoCo: fragments synced in turn while training goes on")
-    fragments: int = tunable(4, "streaming fragments (each 1/fragments of the parameters)", low=1)
-    overlap_steps: int = tunable(1, "tau: inner steps a fragment's sync overlaps before it is applied", low=0)
+                                   "state) or sgd (4 B/param)", choices=tuple(OUTER_STATE_BYTES),
+                                   source="the DiLoCo paper (Douillard et al. 2023)")
+    overlap: bool = tunable(False, "Streaming DiLoCo: fragments synced in turn while training goes on",
+                            unit="flag", source="plain DiLoCo by default")
+    fragments: int = tunable(4, "streaming fragments (each 1/fragments of the parameters)", low=1, unit="count",
+                             source="Streaming DiLoCo (Douillard et al. 2025)")
+    overlap_steps: int = tunable(1, "tau: inner steps a fragment's sync overlaps before it is applied", low=0,
+                                 unit="steps", source="Streaming DiLoCo (Douillard et al. 2025)")
     sync_dtype_bytes: float = tunable(4.0, "pseudo-gradient bytes per value on the wire: 4 fp32, 2 bf16, "
-                                      "0.5 Streaming DiLoCo's 4-bit", low=0.125, high=8.0)
+                                      "0.5 Streaming DiLoCo's 4-bit", low=0.125, high=8.0, unit="B/value",
+                                      source="the DiLoCo paper's fp32 pseudo-gradients")
     replicas: tuple | None = option(None, "host names of each replica (default: one replica per host)")
 
 
@@ -60,7 +65,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                                     OUTER_STATE_BYTES[s.outer_optimizer], "outer optimizer")
     H = s.inner_steps
     pseudo_gradient = model.num_params * s.sync_dtype_bytes
-    algorithm = params.collectives.get(NAME, "ring")
+    algorithm = params.for_technique("collectives", NAME)
     what = (f"{len(replicas)} replicas ({replicas[0].description}), H={H}, {s.outer_optimizer} outer step, "
             f"pseudo-gradient {s.sync_dtype_bytes:g} B/value")
     if not s.overlap:
@@ -71,7 +76,7 @@ def build(case: Case, settings: Settings) -> Schedule:
             ops = []
             if len(replicas) > 1:
                 ops.append(combined("allreduce", everyone, pseudo_gradient, algorithm, ("outer",),
-                                    "pseudo-gradient all-reduce", params))
+                                    "pseudo-gradient all-reduce", params, workload))
             sync[d.rank] = ops + [outer_step_op(d, model.num_params)]
         return assemble(NAME, devices, replicas, H, sync, what)
     return _streaming(devices, replicas, H, s, model.num_params, what)

@@ -47,7 +47,8 @@ EFFICIENCY_COUNTS_COMPRESSION = True
 @dataclass(frozen=True)
 class Settings(sparseloco.Settings):
     activation_compression: float = tunable(0.1, "bytes sent between pipelined stages x this (subspace projection, "
-                                            "10x)", low=1e-6, high=1.0)
+                                            "10x)", low=1e-6, high=1.0, unit="fraction",
+                                            source="Obeidi et al. 2026")
 
 
 def _fits(cluster: Cluster, host: str, model: Model, workload: Workload, params: Params, state: float,
@@ -95,7 +96,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     replicas = [build_replica(cluster, g, "full" if len(g) == 1 else "pipeline", model, inner, params, NAME,
                               activation_compression=compression) for g in groups]
     add_outer_state(replicas, state, "outer state + error feedback" if s.error_feedback else "outer state")
-    sync = sparse_gather_ops(replicas, lambda n: sparseloco.payload_bytes(n, s), params.collectives.get(NAME, "ring"),
+    sync = sparse_gather_ops(replicas, lambda n: sparseloco.payload_bytes(n, s), params.for_technique("collectives", NAME),
                              devices)
     kinds = ", ".join(("+".join(r.hosts) + (f" pipelined x{compression:g}" if r.kind == "pipeline" else " full"))
                       for r in replicas)

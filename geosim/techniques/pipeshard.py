@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
+from geosim.sim.network import least_delay
 from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable, with_options
@@ -25,6 +27,7 @@ from geosim.techniques.shard import layers_ops
 
 NAME = "pipeshard"
 LABEL = "Pipeshard"  # how tables and verdicts name it
+ALPA_METHOD = "PipeshardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
 PIPELINED = True
 BUILDS_ON = ("shard",)  # a stage sharded over its mesh runs Shard's layers
@@ -33,13 +36,16 @@ INTRA_STAGES = ("data", "shard")
 
 @dataclass(frozen=True)
 class Settings:
-    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES)
-    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"))
+    intra_stage: str = tunable("data", "what a stage does across its mesh's GPUs", choices=INTRA_STAGES,
+                                source="the study's Pipeshard: data parallel inside each stage")
+    schedule: str = tunable("1f1b", "microbatch schedule", choices=("1f1b", "gpipe"),
+                             source="Alpa's default pipeline schedule")
     stage_split: str = tunable("uniform", "layers per stage: uniform (Alpa's default) or balanced by GPU speed",
-                               choices=("uniform", "balanced"))
+                               choices=("uniform", "balanced"), source="Alpa's default (uniform)")
     # < 1: activations and their gradients cross between stages compressed (e.g. subspace
     # projection, Obeidi et al. 2026); 1 is Alpa's uncompressed send
-    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0)
+    activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0,
+                                            unit="fraction", source="no compression (the study's runs)")
     meshes: tuple | None = option(None, "host names of each stage's mesh, in stage order (default: one per host)")
     layer_split: tuple | None = option(None, "layers of each stage (default: by stage_split)")
 
@@ -187,9 +193,9 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += backward(m)
             if intra == "data" and g > 1:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
-                                          params.collectives.get(NAME, "ring"), ("stage-grads", s), "stage gradient all-reduce"))
+                                          params.for_technique("collectives", NAME), ("stage-grads", s), "stage gradient all-reduce"))
             program.append(optimizer_op(model, held))
-            program.append(overhead_op(NAME, params))
+            program.append(overhead_op(NAME, params, workload))
             programs[dev.rank] = program
             in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
             memory[dev.rank] = memory_layout.pipeline_stage(
@@ -299,6 +305,19 @@ def _group_orders(cluster, order) -> list[list[tuple[str, ...]]]:
     return [[hosts for perm in combo for hosts in perm] for combo in itertools.product(*choices)]
 
 
+def add_plan_arguments(parser) -> None:
+    """`geosim plan`'s flag for this technique's own choice (the registry adds it)."""
+    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
+                        help="what a Pipeshard stage does across its GPUs (default: the parameters file's pipeshard.intra_stage; "
+                             "'both' also tries shard, ~40x slower to plan)")
+
+
+def plan_choices(args) -> dict:
+    """--intra-stage as plan_variants' intra_stages (None: the parameters file's)."""
+    chosen = getattr(args, "intra_stage", None)
+    return {"intra_stages": INTRA_STAGES if chosen == "both" else ((chosen,) if chosen else None)}
+
+
 def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None,
                   exhaustive: bool = True):
     """Stage layout x microbatches x intra-stage parallelism x layer split, as (workload changes,
@@ -387,7 +406,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     its backward comes back before stage 0 runs B(k); under 1F1B stage 0's next op after B(k) is
     F(k + S), so the iteration holds ceil(M / S) such round trips back to back (GPipe: one), each
     costing every stage's forward and backward and each crossing's least delay on the network
-    predict() runs (TCPNetwork.least_delay_s: idle hops, the largest window).
+    predict() runs (geosim.sim.network.least_delay: idle hops, the largest window).
     Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
     if not options or "layer_split" not in options:
@@ -415,7 +434,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
     settings = with_options(params.settings(NAME), options, NAME)
-    if settings.intra_stage == "data" and options.get("meshes"):
+    if settings.intra_stage == "data" and options.get("meshes") and getattr(case, "network", "tcp") == "tcp":
         # a stage's gradient all-reduce over several hosts: its whole buffer enters every host of the
         # mesh through its network port (geosim.techniques._floor), after the stage's microbatches
         by_name = {h.name: h for h in case.cluster.hosts}
@@ -423,7 +442,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
             if len(mesh) > 1:
                 stage_params = layers[s] * case.model.params_per_layer + (case.model.embedding_params if s == 0 else 0) + (
                     case.model.vocab * case.model.n_embd if s == len(stages) - 1 else 0)
-                port = min(params.lan_bandwidth_gbps * 1e9 / 8 * (len(by_name[h].gpus) if by_name[h].nic == "per-gpu"
+                port = min(params.lan_bandwidth_bps / 8 * (len(by_name[h].gpus) if by_name[h].nic == "per-gpu"
                                                                   else 1) for h in mesh)
                 g = len(stages[s])  # a ring enters each host once per step: 2(g-1) chunks of 1/g
                 share = 2 * (g - 1) / g if params.collectives.get(NAME, "ring") == "ring" else 1.0
@@ -433,9 +452,10 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
         iteration = max(iteration, trips * (sum(forward_s) + sum(backward_s) + crossings))
-    iteration += params.iteration_overhead_s.get(NAME, 0.0)
+    runtime = runtime_of(w, params)
+    iteration += runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
-    return (params.startup_s.get(NAME, 0.0) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+    return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
 
 
 # (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the
@@ -446,18 +466,17 @@ _NETWORKS: dict[tuple, tuple] = {}
 def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:
     """Seconds a microbatch's activations take at least to cross every stage boundary forward, plus
     its gradients back: per boundary the least delay of any of its sends (build()'s sends)."""
-    from geosim.sim.kernel import Clock
-    from geosim.sim.network.tcp import TCPNetwork  # the model predict() runs
-
-    key = (id(case.cluster), id(case.params), hosts)
+    key = (id(case.cluster), id(case.params), hosts, case.network)
     known = _NETWORKS.get(key)
     if known is None or known[0] is not case.cluster or known[1] is not case.params:
         if len(_NETWORKS) >= 8:  # a 1,024-GPU network holds a route per pair of its hosts: keep few
             _NETWORKS.clear()
         on = case.on(hosts).cluster
         devices = devices_of(on)
-        known = _NETWORKS[key] = (case.cluster, case.params, devices, TCPNetwork(Clock(), on, case.params, devices), {})
-    _, _, devices, network, crossings = known
+        # the best case of the network model predict() runs for this case
+        known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay(case.network, on, case.params, devices),
+                                  {})
+    _, _, devices, least_delay_s, crossings = known
     act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
     layout = (tuple(map(tuple, options["meshes"])) if "meshes" in options else None, act_bytes)
     if layout in crossings:  # options differing only in their layer split cross alike
@@ -469,7 +488,7 @@ def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compr
         # a send's least delay depends on its hosts and bytes only: each such send once
         pairs = {(before[j].host, after[k].host, frac): (before[j].rank, after[k].rank)
                  for j, k, frac in _overlaps(len(before), len(after))}
-        total += min(network.least_delay_s(a, b, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
-        total += min(network.least_delay_s(b, a, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
+        total += min(least_delay_s(a, b, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
+        total += min(least_delay_s(b, a, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
     crossings[layout] = total
     return total

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.specs import Model, Params, Workload
 from geosim.techniques._settings import tunable
 from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, optimizer_op, overhead_op, pass_ops,
@@ -18,13 +19,15 @@ from geosim.techniques._base import (backward_multiplier, check_dims, devices_of
 
 NAME = "shard"
 LABEL = "Shard"  # how tables and verdicts name it
+ALPA_METHOD = "ShardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "tensor parallelism over all GPUs: activation all-reduces inside every layer"
 COLLECTIVES_PER_LAYER = 4  # Megatron-style: two all-reduces forward, two backward
 
 
 @dataclass(frozen=True)
 class Settings:
-    collectives_per_layer: int = tunable(COLLECTIVES_PER_LAYER, "activation all-reduces per layer", low=0, high=64)
+    collectives_per_layer: int = tunable(COLLECTIVES_PER_LAYER, "activation all-reduces per layer", low=0, high=64,
+                                         unit="count", source="Megatron-LM: two forward, two backward")
 
 
 def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,
@@ -36,8 +39,11 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
     total = model.layer_forward_flops(tokens, s)
     attention_share = (8 * h * h + 4 * s * h) / (24 * h * h + 4 * s * h)
     act_bytes = tokens * h * workload.bytes_per_value
-    algorithm = params.collectives.get(NAME, "ring")
+    algorithm = params.for_technique("collectives", NAME)
     per_half = max(1, collectives_per_layer // 2)
+    # each all-reduce pays the runtime's launch cost (gloo's call through XLA:CPU for jax; none for Alpa)
+    launch_s = runtime_of(workload, params).collective_launch_s if p > 1 else 0.0
+    launch = (Compute(0.0, "collective launch", kind="overhead", seconds=launch_s),) if launch_s else ()
     forward, backward = [], []
     for direction, ops, mult in (("fwd", forward, 1.0), ("bwd", backward, backward_multiplier(workload))):
         phase = "forward" if direction == "fwd" else "backward"
@@ -47,6 +53,7 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
             half = work(phase, model, workload, sequences, 1, False, False, p, "attention" if part == "attn" else "mlp")
             ops.append(Compute(total * share * mult / p, f"{part} {direction}", work=half))
             for c in range(per_half // 2 if part == "attn" else per_half - per_half // 2):
+                ops.extend(launch)
                 ops.append(Collective("allreduce", group, act_bytes, algorithm, tag + (direction, part, c),
                                       f"{direction} all-reduce"))
     return forward, backward
@@ -77,7 +84,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     microbatch = (forward, head_fwd, head_bwd, backward, update_op(model, held))
     # gradient accumulation, as Alpa's num_micro_batches
     program = [Repeat(microbatch, workload.microbatches, group, ("microbatch",), "microbatches"),
-               optimizer_op(model, held), overhead_op(NAME, params)]
+               optimizer_op(model, held), overhead_op(NAME, params, workload)]
     layout = memory_layout.auto_sharded(model, batch, workload.seq_len, p, memory_layout.options_for(workload, params))
     memory = {d.rank: dict(layout) for d in devices}
     return Schedule(NAME, devices, {d.rank: program for d in devices},

@@ -40,11 +40,15 @@ BUILDS_ON = ("data",)  # an inner step is Data's iteration on the replica's host
 
 @dataclass(frozen=True)
 class Settings:
-    inner_steps: int = tunable(100, "H: inner steps per outer round (the paper sweeps 15-250)", low=1)
-    topk_fraction: float = tunable(0.01, "values kept per chunk (the paper: 1-3%)", low=1e-6, high=1.0)
-    bits: int = tunable(2, "bits of a quantized value", low=1, high=32)
-    index_bits: float = tunable(12.0, "chunk-local index bits: log2 of the 4096-value chunk", low=0.0, high=64.0)
-    error_feedback: bool = tunable(True, "keep an fp32 error-feedback buffer (4 bytes/param)")
+    inner_steps: int = tunable(100, "H: inner steps per outer round", low=1, unit="steps",
+                               source="Sarfi et al. 2025 sweep 15-250")
+    topk_fraction: float = tunable(0.01, "values kept per chunk", low=1e-6, high=1.0, unit="fraction",
+                                     source="Sarfi et al. 2025: 1-3%")
+    bits: int = tunable(2, "bits of a quantized value", low=1, high=32, unit="bits", source="Sarfi et al. 2025")
+    index_bits: float = tunable(12.0, "chunk-local index bits: log2 of the 4096-value chunk", low=0.0, high=64.0,
+                                   unit="bits", source="Sarfi et al. 2025's 4096-value chunks")
+    error_feedback: bool = tunable(True, "keep an fp32 error-feedback buffer (4 bytes/param)", unit="flag",
+                                   source="Sarfi et al. 2025")
     replicas: tuple | None = option(None, "host names of each replica (default: one replica per host)")
 
 
@@ -65,7 +69,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     devices = devices_of(cluster)
     replicas = single_host_replicas(cluster, {"replicas": s.replicas}, model, workload, params, NAME, state_bytes_per_param(s),
                                     "outer state + error feedback" if s.error_feedback else "outer state")
-    sync = sparse_gather_ops(replicas, lambda n: payload_bytes(n, s), params.collectives.get(NAME, "ring"), devices)
+    sync = sparse_gather_ops(replicas, lambda n: payload_bytes(n, s), params.for_technique("collectives", NAME), devices)
     return assemble(NAME, devices, replicas, s.inner_steps, sync,
                     f"{len(replicas)} replicas ({replicas[0].description}), H={s.inner_steps}, "
                     f"top-{s.topk_fraction:g} x {s.bits}-bit (+{s.index_bits:g}-bit index)"

@@ -24,9 +24,11 @@ from geosim.case import Case
 from geosim.techniques._settings import tunable
 from geosim.techniques._base import (accumulation, check_dims, combined, devices_of, microbatch_per_gpu, optimizer_op,
                                      overhead_op)
+from geosim.units import MIB
 
 NAME = "zero2"
 LABEL = "ZeRO2"  # how tables and verdicts name it
+ALPA_METHOD = "Zero2Parallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "data parallel, gradients reduce-scattered every microbatch, sharded optimizer, parameters all-gathered"
 
 
@@ -35,7 +37,8 @@ class Settings:
     # 2: the fp16 parameters cast from each fp32 master shard (Alpa's TrainState with a master copy);
     # 4: a run without a master copy that keeps fp32 parameters
     gather_bytes_per_param: float = tunable(2.0, "bytes per parameter the all-gather moves", low=1.0, high=16.0,
-                                            fit=(1.0, 16.0))
+                                            fit=(1.0, 16.0), unit="B/param",
+                                            source="Alpa's TrainState: fp16 parameters cast from the fp32 master shards")
 
 
 def build(case: Case, settings: Settings) -> Schedule:
@@ -46,8 +49,9 @@ def build(case: Case, settings: Settings) -> Schedule:
     per_gpu = microbatch_per_gpu(workload, p)
     grad_bytes = model.num_params * workload.bytes_per_value
     group = tuple(d.rank for d in devices)
-    algorithm = params.collectives.get(NAME, "ring")
-    scatter = combined("reduce_scatter", group, grad_bytes, algorithm, ("rs",), "gradient reduce-scatter", params)
+    algorithm = params.for_technique("collectives", NAME)
+    scatter = combined("reduce_scatter", group, grad_bytes, algorithm, ("rs",), "gradient reduce-scatter", params,
+                       workload)
     buffers = scatter.count
     buffer = grad_bytes / buffers
     program = [accumulation(model, workload, per_gpu, group, after_each=(scatter,))]
@@ -58,12 +62,12 @@ def build(case: Case, settings: Settings) -> Schedule:
     gathered = buffer * settings.gather_bytes_per_param / workload.bytes_per_value
     program.append(Repeat((Collective("all_gather", group, gathered, algorithm, ("ag",), "parameter all-gather"),),
                           buffers, group, ("ag", "buffers"), f"parameter all-gather ({buffers} buffers)"))
-    program.append(overhead_op(NAME, params))
+    program.append(overhead_op(NAME, params, workload))
     layout = memory_layout.zero2(model, per_gpu, workload.seq_len, p, memory_layout.options_for(workload, params))
     memory = {d.rank: dict(layout) for d in devices}
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"ZeRO-2 over {p} GPUs, {buffers} buffers of {buffer / 2**20:.1f} MiB, "
+                    f"ZeRO-2 over {p} GPUs, {buffers} buffers of {buffer / MIB:.1f} MiB, "
                     f"reduce-scattered every microbatch")
 
 

@@ -30,6 +30,8 @@ import argparse
 import json
 import statistics
 import sys
+from geosim.errors import GeosimError
+from geosim.fileio import append_lines
 
 # ------------------------------------------------------------------ curves
 def loss_curve(losses: list[float], tokens_per_step: int, window: int = 10, smooth: int = 5) -> list[list[float]]:
@@ -82,7 +84,6 @@ def curve_doc(record, losses: list[float], step_times: list[float], window: int 
 
 def append_curve(path: str, doc: dict) -> None:
     """One whole line, one O_APPEND write: concurrent runs never interleave."""
-    from geosim.fileio import append_lines
 
     append_lines(path, [json.dumps(doc, allow_nan=False)])
 
@@ -99,7 +100,6 @@ def factors(path: str, target_loss: float | None = None, baseline: str = "data")
 
 
 def main(argv=None) -> int:
-    from geosim.errors import GeosimError
 
     parser = argparse.ArgumentParser(prog="python -m geosim.live.experiments.token_efficiency", description=__doc__.split("\n\n")[0])
     parser.add_argument("curves", help="JSON lines with technique and loss_curve (--loss-curve-out)")

@@ -21,16 +21,22 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from geosim.cli.vocabulary import CommaList
+from geosim.cli.vocabulary import CommaList, add_renamed
 from geosim.errors import GeosimError
 from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, Row, latency_costs, plot, print_report
 from geosim.techniques import is_pipelined
+from geosim.fileio import write_atomic
+from geosim.params import load_params, write_params
+from geosim.records import read_records
+from geosim.scenario import get_model
+from geosim.units import MIB
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
-# Parameters fitted for CPU "GPUs" talking gloo over TCP (see README: Real runs on the emulated WAN): the CPU's
-# efficiency, one fixed cost per technique, and the transport's per-RTT costs, which absorb
-# gloo's one round trip per tensor: collective steps (all-reduce, all-gather) and point-to-point
-# sends (pipeshard's ppermute) each wait a fitted number of RTTs.
+# Parameters fitted for CPU "GPUs" talking gloo over TCP (docs/guide/wan-emulator.md): the CPU's
+# efficiency, the jax runtime's fixed costs (one per step and one per collective, the same for every
+# technique: geosim/runtime.py), and the per-RTT costs, which absorb gloo's one round trip per
+# tensor: collective steps (all-reduce, all-gather; the runtime's collective_step_rtts) and
+# point-to-point sends (pipeshard's ppermute) each wait a fitted number of RTTs.
 FIT_SCALARS = {
     "transport.collective_step_rtts": (0.0, 200.0, ""),
     "transport.p2p_handshake_rtts": (0.0, 200.0, ""),
@@ -45,19 +51,26 @@ START_POINTS = ({}, {"transport.collective_step_rtts": 3.0, "transport.p2p_hands
 # whole number (a stepped residual a finite-difference fit cannot follow), so it is profiled:
 # fitted on a coarse grid, then refined around the best.
 SHARD_GRID = (4, 8, 16, 32, 64, 128)
+PROFILED = {"shard.collectives_per_layer": SHARD_GRID}  # whole-number settings fitted on a grid
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--rtt-ms", default=",".join(f"{r:g}" for r in DEFAULT_RTTS),
                         help="RTTs of the emulated WAN, ms: a list or range (default %(default)s)")
-    parser.add_argument("--technique", dest="techniques", action=CommaList, metavar="NAME",
-                        help=f"techniques to run; repeatable and comma-separated (default: {','.join(TECHNIQUES)})")
+    parser.add_argument("--technique", dest="techniques", action=CommaList, metavar="NAME|all",
+                        help=f"techniques to run; repeatable and comma-separated; 'all': {','.join(TECHNIQUES)} "
+                             f"(the default)")
     parser.add_argument("--hold-out", type=float,
                         help="the RTT predicted from a fit on the others (default: the middle one); "
                              "every other RTT is also held out in turn and reported")
     # The defaults reproduce the study's mechanism: a model whose gradients outweigh its
     # activations (as gpt2m's do) behind TCP windows smaller than those gradients.
-    parser.add_argument("--model", default="small-wan", help="a model from the catalog (default %(default)s: 1.65 M parameters)")
+    from geosim.scenario import get_model
+
+    small = get_model("small-wan")  # the help quotes the catalog's count, as `geosim models` prints it
+    parser.add_argument("--model", default="small-wan",
+                        help=f"a model from the catalog (default %(default)s: {small.num_params / 1e6:.0f}M parameters "
+                             f"as `geosim models` counts them, most in the token embedding)")
     parser.add_argument("--steps", type=int, default=12, help="training steps per run (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=2, help="steps after the first excluded from timing (default %(default)s)")
     parser.add_argument("--global-batch", dest="batch", type=int, default=8,
@@ -72,7 +85,9 @@ def add_arguments(parser) -> None:
                              "(default %(default)s; 0 = no cap, BDP-sized buffers)")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's n_ctx)")
     parser.add_argument("--data", default="generated", help="training data (default %(default)s: offline)")
-    parser.add_argument("--out", default="live-validate", help="output directory (default ./%(default)s)")
+    parser.add_argument("--out-dir", dest="out", default="live-validate",
+                        help="directory to write the runs, the fit and the plot into (default ./%(default)s)")
+    add_renamed(parser, "--out", "--out-dir", dest="out")
     parser.add_argument("--records", help="fit and predict these run records instead of running (a runs.jsonl "
                                           "written by an earlier validate)")
     parser.add_argument("--quick", action="store_true",
@@ -162,7 +177,7 @@ def effective_window_mib(tcp_window_kib: float, bandwidth_mbit: float | None, st
                           f"{bandwidth_mbit:g} Mbit/s: use a smaller --tcp-window-kib", key="--tcp-window-kib")
     log(f"TCP window cap {tcp_window_kib:g} KiB: {tput['mbit_steady']:.1f} Mbit/s at RTT {rtt:.2f} ms, "
         f"an effective window of {window / 1024:.1f} KiB ({window / 1024 / tcp_window_kib:.0%} of the cap)")
-    return window / 2**20
+    return window / MIB
 
 
 def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window_mib: float | None = None) -> dict:
@@ -209,21 +224,39 @@ FLAT_EFFICIENCY_START = 0.1
 def free_params(cases, base):
     from geosim.calibrate.free import FreeParam
 
+    from geosim.runtime import shipped_runtimes
+
     free = []
-    for gpu in sorted({g for c in cases if c.metric for g in c.gpus}):
+    runtimes = sorted({c.workload.runtime for c in cases if c.metric})
+    # a runtime that states its devices' efficiency (jax: XLA:CPU here) brings it, fitted once on the
+    # rate-capped runs (docs/results/2026-11-25-runtime-validation.md): runs far apart in RTT are
+    # dominated by round trips and cannot tell compute from fixed costs
+    declared = {d for name in runtimes for d, _ in shipped_runtimes()[name].device_efficiency}
+    for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.efficiency)):
         free.append(FreeParam("efficiency", gpu, base.efficiency.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
-    values = {"transport.collective_step_rtts": base.collective_step_rtts,
-              "transport.p2p_handshake_rtts": base.p2p_handshake_rtts,
-              "transport.per_message_overhead_us": base.per_message_overhead_s * 1e6,
-              "transport.window_mib": base.window_bytes / 2**20}
+    tcp = base.network("tcp")  # the live runs' collectives go over TCP (gloo, NCCL's socket transport)
+    values = {"transport.collective_step_rtts": tcp.collective_step_rtts,
+              "transport.p2p_handshake_rtts": tcp.p2p_handshake_rtts,
+              "transport.per_message_overhead_us": tcp.per_message_overhead_s * 1e6,
+              "transport.window_mib": tcp.window_bytes / MIB}
     techniques = sorted({c.technique for c in cases if c.metric})
     for key, (lo, hi, unit) in FIT_SCALARS.items():
         if key == "transport.p2p_handshake_rtts" and not any(is_pipelined(t) for t in techniques):
             continue
+        if key == "transport.collective_step_rtts" and runtimes != ["alpa"]:
+            continue  # the runtime's collective library's round trips, fitted below
         lo = max(lo, 1e-3)  # fitted in log space: bounds must be > 0
         free.append(FreeParam("scalar", key, min(max(values[key], 0.5 if unit == "" else lo), hi), lo, hi, unit))
-    for t in techniques:
-        free.append(FreeParam("iteration_overhead", t, 0.01, 1e-5, 30.0, "s"))
+    # the fixed costs: a runtime's own, as it ships them (geosim/runtime.py; `geosim live` runs the jax
+    # runtime, its costs fitted once on the rate-capped runs) with only its collectives' round trips
+    # fitted here, what RTTs identify; for records of the study's runtime, one overhead per technique
+    for name in runtimes:
+        if name == "alpa":
+            for t in sorted({c.technique for c in cases if c.metric and c.workload.runtime == "alpa"}):
+                free.append(FreeParam("iteration_overhead", t, 0.01, 1e-5, 30.0, "s"))
+            continue
+        free.append(FreeParam("runtime", f"{name}.collective_step_rtts",
+                              shipped_runtimes()[name].collective_step_rtts or 1.0, 1e-3, 200.0, ""))
     # never more parameters than records: drop the ones least likely to matter first
     timed = sum(1 for c in cases if c.metric)
     for drop in ("transport.window_mib", "transport.per_message_overhead_us", "CPU"):
@@ -235,7 +268,6 @@ def free_params(cases, base):
 def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
     """Fit on the records at every RTT but held_out; (fit result, [(record, predicted, role)])."""
     from geosim.calibrate.fit import fit, predict_with
-    from geosim.params import load_params
 
     base = base or load_params(None)
     ok = [r for r in records if r.status == "ok" and "time_per_iteration_s" in r.measured]
@@ -259,16 +291,18 @@ def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
                 best = candidate
         return best
 
-    if "shard" not in techniques:
+    profiled = [key for key in PROFILED if key.partition(".")[0] in techniques]
+    if not profiled:
         result = best_fit(base)
     else:
+        technique, _, leaf = profiled[0].partition(".")
         tried = {}
-        for k in SHARD_GRID:
-            tried[k] = best_fit(base.with_settings("shard", collectives_per_layer=k))
+        for k in PROFILED[profiled[0]]:
+            tried[k] = best_fit(base.with_settings(technique, **{leaf: k}))
         k0 = min(tried, key=lambda k: tried[k].rms_log_error)
         for k in sorted({max(1, round(k0 / 1.4)), max(1, round(k0 * 1.4)), max(1, round(k0 / 1.18)),
                          max(1, round(k0 * 1.18))} - set(tried)):
-            tried[k] = best_fit(base.with_settings("shard", collectives_per_layer=k))
+            tried[k] = best_fit(base.with_settings(technique, **{leaf: k}))
         result = min(tried.values(), key=lambda r: r.rms_log_error)
     out = [(c.case.record, c.predicted, "fit") for c in result.cases]
     out += [(c.case.record, c.predicted, "held out") for c in predict_with(result, per_iteration_cases(test, "test"))]
@@ -292,9 +326,11 @@ def validate_records(records, held_out: float, *, max_nfev: int = 40):
     fitted = {f.param.name: {"value": f.value, "unit": f.param.unit, "sigma_log": None if not math.isfinite(f.sigma_log)
                              else f.sigma_log, "note": f.note} for f in result.fitted}
     slowdown, round_trips, qualitative = latency_costs(rows)
-    if any(r.technique == "shard" for r in records):
-        fitted["shard.collectives_per_layer"] = {"value": float(result.params.settings("shard").collectives_per_layer), "unit": "",
-                                                 "sigma_log": None, "note": "profiled on a grid"}
+    for key in PROFILED:
+        technique, _, leaf = key.partition(".")
+        if any(r.technique == technique for r in records):
+            fitted[key] = {"value": float(getattr(result.params.settings(technique), leaf)), "unit": "",
+                           "sigma_log": None, "note": "profiled on a grid"}
     report = Report(rows, held_out, fitted, list(result.warnings), slowdown, qualitative, within,
                     round_trips=round_trips)
     report.fit_seconds = time.perf_counter() - started
@@ -323,7 +359,8 @@ def run(args) -> int:
     from geosim.live.train.loop import Options
 
     rtts = _csv_floats(args.rtt_ms, "--rtt-ms")
-    techniques = args.techniques or list(TECHNIQUES)
+    techniques = list(dict.fromkeys(t for n in args.techniques or ["all"]
+                                    for t in (TECHNIQUES if n.lower() == "all" else [n.lower()])))
     for t in techniques:
         if t not in TECHNIQUES:
             raise GeosimError(f"unknown technique {t!r} (known: {', '.join(TECHNIQUES)})", key="--technique")
@@ -337,11 +374,11 @@ def run(args) -> int:
     for key, value in (("--seq-len", args.seq_len), ("--tcp-window-kib", args.tcp_window_kib)):
         if value is not None and not value > 0:
             raise GeosimError(f"must be > 0, got {value}", key=key)
-    from geosim.scenario import get_model
 
     get_model(args.model)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from geosim.fileio import make_output_dir
+
+    out = make_output_dir(args.out, "--out-dir")
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     started = time.monotonic()
     if args.records:
@@ -367,7 +404,6 @@ def run(args) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
     run_seconds = time.monotonic() - started
-    from geosim.records import read_records
 
     records = [r for r in read_records(runs) if r.technique in techniques]
     rtts_seen = sorted({requested_rtt(r) for r in records})
@@ -380,7 +416,6 @@ def run(args) -> int:
     rep, result = validate_records(records, held_out, max_nfev=args.max_evaluations)
     rep.other_holdouts = other_holdouts(records, held_out, args.max_evaluations)
     rep.runs_path, rep.run_seconds = str(runs), run_seconds
-    from geosim.params import write_params
 
     rep.params_path = str(out / "fitted.toml")
     write_params(result.params, rep.params_path, fitted={"on": sorted({f"live:wan-rtt{requested_rtt(r):g}ms/{r.technique}"
@@ -390,7 +425,6 @@ def run(args) -> int:
     if plot_path:
         plot(rep, Path(plot_path))
         rep.plot_path = plot_path
-    from geosim.fileio import write_atomic
 
     write_atomic(out / "validate.json", json.dumps(rep.to_dict(), indent=2, allow_nan=False))
     if args.json:

@@ -1,4 +1,4 @@
-"""Multi-host live runs over the emulated WAN (`geosim live run --nodes wan`).
+"""Multi-host live runs over the emulated WAN (`geosim live run --hosts wan`).
 
 One JAX process per emulated host, each started in its host's network namespace with
 `ip netns exec` as a `geosim live run --coordinator HOST0:PORT --num-processes N
@@ -30,9 +30,10 @@ from pathlib import Path
 
 import geosim
 from geosim.errors import GeosimError
+from geosim.records import append_record, validate
 
 # With no bandwidth cap the link runs as fast as the forwarder moves frames: ~5.5 Gbit/s
-# measured on an idle 2-core machine (README: the WAN emulator), less when training competes for the CPU.
+# measured on an idle 2-core machine (docs/guide/wan-emulator.md), less when training competes for the CPU.
 UNCAPPED_GBPS = 5.0
 OPTION_FLAGS = (  # live.train.Options field -> flag of `geosim live run`
     ("technique", "--technique"), ("model", "--model"), ("steps", "--steps"), ("epochs", "--epochs"),
@@ -68,9 +69,9 @@ def require_wan(wan=None):
     wan = wan or current()
     if wan is None:
         raise GeosimError("no WAN slice is up: start one with `geosim live wan up --rtt-ms 40 --num-hosts 2` "
-                          "(root), or set GEOSIM_WAN_STATE to its state file", key="--nodes")
+                          "(root), or set GEOSIM_WAN_STATE to its state file", key="--hosts")
     if len(wan.hosts) < 2:
-        raise GeosimError("the WAN slice has fewer than 2 hosts", key="--nodes")
+        raise GeosimError("the WAN slice has fewer than 2 hosts", key="--hosts")
     return wan
 
 
@@ -79,6 +80,8 @@ def child_argv(opts, *, coordinator: str, num_processes: int, process_id: int, c
     argv = [sys.executable, "-m", "geosim", "live", "run"]
     for name, flag in OPTION_FLAGS:
         value = getattr(opts, name)
+        if name == "warmup" and value >= (opts.steps or value + 1):
+            continue  # more warm-up than steps: each process times what is left (an explicit --warmup is refused)
         if value is not None:
             argv += [flag, str(value)]
     for name, value in (opts.lowcomm or {}).items():  # as arguments: every process gets the same options
@@ -107,8 +110,34 @@ def wan_cluster(wan, per_host: list[int], gpu_table: dict | None = None) -> dict
                     "rtt_ms": float(wan.rtt_ms[i][j]), "bandwidth_gbps": float(bandwidth)}
             if window_kib:  # the emulator's TCP buffer cap: the simulator limits each flow to it
                 link["window_mib"] = float(window_kib) / 1024
+            else:  # buffers sized for the path: the window they allow (never the bottleneck by design)
+                link["window_mib"] = round(uncapped_window_bytes(wan) / 2**20, 4)
+            if wan.bandwidth_mbit:  # the cap is a tbf on each host's egress: a token bucket, not a line
+                link["shaper"] = shaper_table(wan)
             cluster["links"].append(link)
     return cluster
+
+
+# The window a socket gets out of its buffer: the kernel keeps part of each buffer for its own skb
+# overhead; measured on this machine's slices, a 128 KiB cap gave ~93 KiB in flight
+# (live/experiments/validate.effective_window_mib).
+WINDOW_PER_BUFFER = 0.73
+
+
+def uncapped_window_bytes(wan) -> float:
+    """The TCP window of a slice without --tcp-window-kib: its hosts' buffer maximum x WINDOW_PER_BUFFER."""
+    from geosim.live.wan.emulator import socket_buffer_bytes
+
+    return socket_buffer_bytes(wan.bandwidth_mbit, wan.rtt_ms) * WINDOW_PER_BUFFER
+
+
+def shaper_table(wan) -> dict:
+    """The slice's tbf as a scenario link's `shaper` table (geosim.specs.Shaper)."""
+    from geosim.live.wan.netns import TBF_LATENCY_MS, tbf_burst_bytes
+
+    offload = bool((getattr(wan, "extra", None) or {}).get("offload"))
+    burst = tbf_burst_bytes(wan.bandwidth_mbit, wan.mtu, offload)
+    return {"burst_kib": round(burst / 1024, 4), "queue_ms": TBF_LATENCY_MS, "mtu": int(wan.mtu)}
 
 
 def _die_with_parent() -> None:
@@ -162,7 +191,7 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
 
     wan = require_wan(wan)
     if os.geteuid() != 0:
-        raise GeosimError("running inside the WAN's namespaces needs root (ip netns exec)", key="--nodes")
+        raise GeosimError("running inside the WAN's namespaces needs root (ip netns exec)", key="--hosts")
     n = len(wan.hosts)
     port = port or random.randint(20000, 59999)
     coordinator = f"{wan.hosts[0].address}:{port}"
@@ -228,7 +257,6 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
 
 def to_wan_record(doc: dict, wan) -> dict:
     """Process 0's record (its inline cluster says the devices per host) -> the same run on the slice."""
-    from geosim.records import validate
 
     local = doc.get("cluster") or {}
     per_host = [len(h["gpus"]) for h in local.get("hosts", [])] or [1] * len(wan.hosts)
@@ -242,12 +270,11 @@ def to_wan_record(doc: dict, wan) -> dict:
             + (f", jitter {wan.jitter_ms:g} ms" if wan.jitter_ms else "") + (f", loss {wan.loss:g}" if wan.loss else "")
             + (f", TCP window {wan.extra['tcp_window_kib']:g} KiB" if (wan.extra or {}).get("tcp_window_kib") else ""))
     doc["note"] = f"{doc['note']}; {note}" if doc.get("note") else note
-    validate(doc, "geosim live run --nodes wan")  # the record must be one calibrate can read
+    validate(doc, "geosim live run --hosts wan")  # the record must be one calibrate can read
     return doc
 
 
 def append(path: str, doc: dict) -> None:
-    from geosim.records import append_record, validate
 
     append_record(path, validate(doc, path))
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 
 from geosim.errors import GeosimError
-from geosim.techniques import is_pipelined
+from geosim.techniques import get_technique, is_pipelined
+from geosim.scenario import get_model
 
 ALPA_MISSING = ("--backend alpa needs Alpa (Python 3.8/3.9, CUDA 11, jax 0.3.22; "
                 "see https://alpa.ai/install.html); use --backend jax on this installation")
@@ -28,21 +29,19 @@ def import_alpa():
 
 def method_spec(technique: str, microbatches: int, n_layer: int, stages: int | None) -> tuple[str, dict]:
     """Our technique -> (alpa class name, keyword arguments), as the study configured them."""
-    if technique == "data":
-        return "DataParallel", {}
-    if technique == "zero2":
-        return "Zero2Parallel", {}
-    if technique == "shard":
-        return "ShardParallel", {}
-    if is_pipelined(technique):  # Alpa's PipeshardParallel
-        layers = stages or 2
-        if n_layer % layers:
-            raise GeosimError(f"n_layer ({n_layer}) must be divisible by stages ({layers})", key="--stages")
-        # layer_option: cut the model into `layers` pipeline layers; "uniform": one stage each,
-        # on equal sub-meshes (the study: two 1x2 meshes, one per VM)
-        return "PipeshardParallel", {"num_micro_batches": microbatches, "layer_option": ("AutoLayerOption", {"layer_num": layers}),
-                                     "stage_option": "uniform"}
-    raise GeosimError(f"unknown technique {technique!r}", key="--technique")
+    method = getattr(get_technique(technique), "ALPA_METHOD", None)  # declared by the technique's module
+    if method is None:
+        raise GeosimError(f"{technique!r} has no Alpa method (no ALPA_METHOD in geosim/techniques/{technique}.py)",
+                          key="--technique")
+    if not is_pipelined(technique):
+        return method, {}
+    layers = stages or 2  # a pipeline (Alpa's PipeshardParallel): cut into pipeline layers
+    if n_layer % layers:
+        raise GeosimError(f"n_layer ({n_layer}) must be divisible by stages ({layers})", key="--stages")
+    # layer_option: cut the model into `layers` pipeline layers; "uniform": one stage each,
+    # on equal sub-meshes (the study: two 1x2 meshes, one per VM)
+    return method, {"num_micro_batches": microbatches, "layer_option": ("AutoLayerOption", {"layer_num": layers}),
+                    "stage_option": "uniform"}
 
 
 def make_method(alpa, technique, microbatches, n_layer, stages):
@@ -60,7 +59,6 @@ def run_alpa(opts, ray_address: str | None):
     import jax.numpy as jnp
     from flax.training import train_state
 
-    from geosim.scenario import get_model
     from geosim.live.train import corpus
     from geosim.live.train.model import GPT, GPTConfig, alpa_flops_per_iter, cross_entropy, optimizer
     from geosim.live.train.loop import Result, is_out_of_memory, resolve_precision
@@ -91,7 +89,7 @@ def run_alpa(opts, ray_address: str | None):
     result.model_dims = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head, "vocab": cfg.vocab, "n_ctx": n_ctx}
     per_epoch = dataset.steps_per_epoch(opts.batch)
     steps = opts.steps or (opts.epochs * per_epoch if opts.epochs else 20)
-    result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx,
+    result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx, "runtime": "alpa",
                        "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision}
     start = time.perf_counter()
     try:

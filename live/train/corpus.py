@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from geosim.errors import GeosimError
+from geosim.errors import require
 
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.ace")
 
 
 # ---------------------------------------------------------------- text sources
 def wikipedia_texts(limit: int | None = None) -> list[str]:
-    from geosim.errors import require
 
     datasets = require("datasets", extra="live", command="geosim live run --data wikipedia")
     ds = datasets.load_dataset(*WIKIPEDIA, split="train")

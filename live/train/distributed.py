@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from geosim.errors import GeosimError, require
 
 
 def configure_cpu_devices(count: int | None):
@@ -23,7 +24,6 @@ def configure_cpu_devices(count: int | None):
 
 
 def split_address(address: str) -> tuple[str, int]:
-    from geosim.errors import GeosimError
 
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -131,7 +131,6 @@ def pinned(ray, cls, node_id: str, **options):
 def run_on_ray(address: str, opts, hosts: int | None, cpu_devices, gloo_interface, env: dict, timeout_s: float):
     """Start one worker per node, run the same training everywhere, return (result of
     process 0, host names)."""
-    from geosim.errors import GeosimError, require
     from geosim.live.train import interrupts
 
     ray = require("ray", extra="live", command="geosim live run --ray-address")
@@ -139,7 +138,7 @@ def run_on_ray(address: str, opts, hosts: int | None, cpu_devices, gloo_interfac
     try:
         nodes = ray_nodes(ray, hosts)
         if hosts and len(nodes) < hosts:
-            raise GeosimError(f"the Ray cluster has {len(nodes)} alive node(s), {hosts} requested", key="--nodes")
+            raise GeosimError(f"the Ray cluster has {len(nodes)} alive node(s), {hosts} requested", key="--hosts")
         actors = [pinned(ray, Worker, n["NodeID"]).remote(env) for n in nodes]
         where = ray.get([a.where.remote() for a in actors], timeout=timeout_s)
         coordinator = f"{where[0]['ip']}:{where[0]['port']}"

@@ -16,6 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from geosim.errors import GeosimError
+from geosim.errors import require
+from geosim.scenario import get_model
 
 
 @dataclass
@@ -122,16 +124,17 @@ def device_limit_gib(jax, override: float | None) -> float | None:
 
 
 def check_estimate(opts: Options, cfg, technique, limit_gib: float | None) -> float:
-    """Refuse a run whose estimated step cannot fit, before any weight is allocated."""
-    from geosim.live.train.memory import estimate_gib
+    """Refuse a run that the simulator's memory model says does not fit, before any weight is allocated
+    (within the model's margin of the limit it may fit: the compiled step is checked again)."""
+    from geosim.live.train.memory import estimate_gib, verdict
 
     need = estimate_gib(opts.technique, n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head, vocab=cfg.vocab,
                         n_ctx=cfg.n_ctx, precision=cfg.precision, global_batch=opts.batch,
                         microbatches=opts.microbatches, devices=technique.n,
-                        stages=getattr(technique, "stages", None), replicas=getattr(technique, "replicas", None))
-    if limit_gib is not None and need > limit_gib:
+                        stages=getattr(technique, "stages", None), remat=getattr(cfg, "remat", False))
+    if limit_gib is not None and verdict(need, limit_gib).status == "out-of-memory":
         raise MemoryError(f"RESOURCE_EXHAUSTED: out of memory: the step needs about {need:.3g} GiB per device "
-                          f"(estimated from the model before allocating), the limit is {limit_gib:.3g} GiB")
+                          f"(geosim's memory model, before allocating), the limit is {limit_gib:.3g} GiB")
     return need
 
 
@@ -153,8 +156,6 @@ def check_memory(compiled, limit_gib: float | None):
 def run(opts: Options, log=print) -> Result:
     """Train and measure. SIGINT/SIGTERM (live/train/interrupts.py, when the CLI installed
     its handlers) and Ctrl-C stop the run at the next safe point with status interrupted."""
-    from geosim.errors import require
-    from geosim.scenario import get_model
 
     from geosim.live.train import interrupts
 
@@ -188,7 +189,8 @@ def run(opts: Options, log=print) -> Result:
         result.model_dims = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head, "vocab": cfg.vocab,
                              "n_ctx": cfg.n_ctx}
         result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx,
-                           "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision}
+                           "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision,
+                           "runtime": "jax"}  # its fixed costs: geosim/data/runtimes.toml [jax]
         if opts.epochs:
             result.workload["epochs"] = opts.epochs
         if getattr(technique, "stages", None):

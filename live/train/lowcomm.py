@@ -16,6 +16,7 @@ DEFAULTS = {"replicas": None, "inner_steps": 10, "outer_lr": 0.7, "outer_momentu
             "topk": 0.01, "bits": 2, "chunk": 4096}
 # DiLoCo's paper: outer lr 0.7, Nesterov 0.9. SparseLoCo's: outer lr 1, no momentum.
 OWN_DEFAULTS = {"diloco": {}, "sparseloco": {"outer_lr": 1.0, "outer_momentum": 0.0}}
+SPARSE_SYNC = {"diloco": False, "sparseloco": True}  # whose sync sends top-k quantized values (topk, bits, chunk)
 
 
 def given(options: dict | None) -> dict:
@@ -51,7 +52,7 @@ def note(technique: str, options: dict | None = None) -> str | None:
     o = effective(technique, options)
     text = (f"{technique}: H={o['inner_steps']}, replicas {o['replicas'] or 'one per host (2 on one host)'}, "
             f"outer sgd lr {o['outer_lr']:g}" + (f" nesterov {o['outer_momentum']:g}" if o["outer_momentum"] else ""))
-    if technique == "sparseloco":
+    if SPARSE_SYNC[technique]:
         text += (f", top-k {o['topk']:g} of {o['chunk']}, " + ("fp32" if o["bits"] == 32 else f"{o['bits']}-bit")
                  + ", error feedback")
     return text

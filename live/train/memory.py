@@ -1,62 +1,49 @@
-"""Memory a training step needs per device, estimated from the model's dimensions before
-any weight exists (an oversized run on CPU meets the kernel's OOM killer: exit 137, no
-record). Deliberately simple and on the generous side of what XLA really allocates: the
-compiled step's own memory analysis is checked again after compilation.
-
-Per device: the training state (fp32 weights, gradients, AdamW's two moments: 16 bytes per
-parameter, divided as each technique divides it) plus the activations kept for the backward
-pass (Korthikanti et al. 2022: 34 sh + 5 a s^2 bytes per token and layer at 16-bit; twice
-that at fp32; the tensor-parallel share of it split over the devices) plus the fp32 logits
-and their gradient.
+"""Memory a training step needs per device, before any weight exists: the simulator's own
+memory model (geosim.sim.memory_layout.live_step, the layout XLA gives live's step, checked
+against XLA's buffer assignment by bench/bench_memory.py), not a table of its own. An
+oversized run on CPU meets the kernel's OOM killer (exit 137, no record), so the run is
+refused before allocating when the model says it does not fit; the compiled step's own
+memory analysis is checked again after compilation.
 """
 
 from __future__ import annotations
 
 import os
 
-from geosim.techniques import is_pipelined
-
 GIB = 2**30
 
 
-def num_params(n_layer: int, n_embd: int, vocab: int, n_ctx: int) -> int:
-    c = n_embd
-    return vocab * c + n_ctx * c + n_layer * (12 * c * c + 13 * c) + 2 * c
+def layout(technique: str, *, n_layer: int, n_embd: int, n_head: int, vocab: int, n_ctx: int, precision: str,
+           global_batch: int, microbatches: int, devices: int, stages: int | None = None, remat: bool = False,
+           replicas: int | None = None) -> dict[str, float]:
+    """Bytes one device holds at the step's peak, by part (weights, optimizer, activations, ...): the
+    technique's placement (live/train/techniques/<name>.py) through the simulator's memory model.
+    `replicas` is accepted for the low-communication techniques' callers (their replicas train data
+    parallel, which is how their placement lays them out)."""
+    import importlib
+
+    from geosim.sim.memory_layout import LayoutOptions, live_step
+    from geosim.specs import Model
+
+    model = Model(name="live", n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab=vocab, n_ctx=n_ctx)
+    module = importlib.import_module(f"geosim.live.train.techniques.{technique}")
+    placement = module.placement(model, global_batch, microbatches, devices, stages)
+    return live_step(model, placement, n_ctx, microbatches, LayoutOptions(precision=precision, remat=remat,
+                                                                         workspace_bytes=0.0))
 
 
-def estimate_gib(technique: str, *, n_layer: int, n_embd: int, n_head: int, vocab: int, n_ctx: int,
-                 precision: str, global_batch: int, microbatches: int, devices: int, stages: int | None = None,
-                 replicas: int | None = None) -> float:
-    """GiB one device needs for one training step of this run (see the module's docstring)."""
-    p = num_params(n_layer, n_embd, vocab, n_ctx)
-    n = max(devices, 1)
-    act_bytes = 2 if precision in ("bf16", "fp16") else 4
-    layers = n_layer
-    tensor = 1  # devices a layer's matmuls are split over
-    if technique in ("data", "diloco", "sparseloco"):
-        state = 16 * p + 4 * p  # + the flat gradient buffer reduced in one piece
-        if technique != "data":
-            state += 8 * p  # outer parameters and outer momentum
-        rows = global_batch / n / microbatches
-    elif technique == "zero2":
-        state = 8 * p + 12 * p / n + 4 * p
-        rows = global_batch / n / microbatches
-    elif technique == "shard":
-        state = 16 * p / n
-        rows = global_batch / microbatches  # every device sees the whole (micro)batch
-        tensor = n
-    elif is_pipelined(technique):
-        s = stages or min(2, n)
-        state = 16 * p / n
-        layers = n_layer / s
-        tensor = max(1, n // s)
-        rows = global_batch  # GPipe keeps every microbatch's activations until its backward pass
-    else:
-        raise ValueError(technique)
-    # Korthikanti et al.: with tensor parallelism over t devices, 10 sh + (24 sh + 5 a s^2) / t
-    per_row_layer = n_ctx * (10 * n_embd + (24 * n_embd + 5 * n_head * n_ctx) / tensor) * act_bytes / 2
-    logits = 2 * 4 * n_ctx * vocab
-    return (state + rows * (layers * per_row_layer + logits)) / GIB
+def estimate_gib(technique: str, **dims) -> float:
+    """GiB one device needs for one training step of this run (the sum of `layout`)."""
+    return sum(layout(technique, **dims).values()) / GIB
+
+
+def verdict(need_gib: float, limit_gib: float):
+    """The simulator's band for this need against a device's whole limit (fits / may not fit / out-of-memory)."""
+    from geosim.params import default_params
+    from geosim.sim.memory_layout import LayoutOptions, verdict as band
+
+    options = LayoutOptions(usable_fraction=1.0, margin_fraction=default_params().memory_margin_fraction)
+    return band(need_gib * GIB, limit_gib, options)
 
 
 def host_available_gib() -> float | None:

@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from geosim.specs import Model
+
 DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
 
 
@@ -30,15 +32,19 @@ class GPTConfig:
     vocab: int
     n_ctx: int
     precision: str = "fp32"  # compute dtype: fp32 | bf16 | fp16
+    remat: bool = False  # rebuild each block's activations in the backward (activation checkpointing)
 
     @property
     def dtype(self):
         return DTYPES[self.precision]
 
+    @property
+    def spec(self) -> Model:
+        """The simulator's description of this model: its counts are written once, there."""
+        return Model("live", self.n_layer, self.n_embd, self.n_head, self.vocab, self.n_ctx)
+
     def num_params(self) -> int:
-        c, v, t, l = self.n_embd, self.vocab, self.n_ctx, self.n_layer
-        per_block = 12 * c * c + 13 * c  # attn 4C^2+4C, mlp 8C^2+5C, two layer norms 4C
-        return v * c + t * c + l * per_block + 2 * c
+        return self.spec.num_params
 
 
 # GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer).
@@ -97,7 +103,8 @@ class GPT(nn.Module):
         cfg = self.config
         self.wte = nn.Embed(cfg.vocab, cfg.n_embd, embedding_init=_normal(0.02), name="wte")
         self.wpe = nn.Embed(cfg.n_ctx, cfg.n_embd, embedding_init=_normal(0.01), name="wpe")
-        self.h = [Block(cfg, name=f"h_{i}") for i in range(cfg.n_layer)]
+        block = nn.remat(Block) if cfg.remat else Block  # only each block's input is kept for the backward
+        self.h = [block(cfg, name=f"h_{i}") for i in range(cfg.n_layer)]
         self.ln_f = nn.LayerNorm(epsilon=1e-5, dtype=cfg.dtype, name="ln_f")
 
     def embed(self, idx):
@@ -137,7 +144,8 @@ def embed_apply(cfg, params, idx):
 
 
 def block_apply(cfg, block_params, x):
-    return Block(cfg).apply({"params": block_params}, x)
+    apply = lambda p, h: Block(cfg).apply({"params": p}, h)
+    return jax.checkpoint(apply)(block_params, x) if cfg.remat else apply(block_params, x)
 
 
 def head_loss(cfg, params, x, targets):
@@ -153,7 +161,5 @@ def optimizer(learning_rate: float = 3e-4, weight_decay: float = 0.1):
 
 
 def alpa_flops_per_iter(cfg: GPTConfig, batch: int, checkpointing: bool = False) -> float:
-    """alpa.util.compute_gpt_tflops' numerator: F*B*S*H^2*L*(1 + S/(6H)) + 6*B*S*H*V."""
-    factor = 96 if checkpointing else 72
-    b, s, h, l, v = batch, cfg.n_ctx, cfg.n_embd, cfg.n_layer, cfg.vocab
-    return factor * b * s * h * h * l * (1 + s / (6 * h)) + 6 * b * s * h * v
+    """alpa.util.compute_gpt_tflops' numerator: F*B*S*H^2*L*(1 + S/(6H)) + 6*B*S*H*V (geosim.specs.Model)."""
+    return cfg.spec.alpa_flops_per_iteration(batch, cfg.n_ctx, checkpointing)

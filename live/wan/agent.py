@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 
 from geosim.live.wan.probe import TcpServer, tcp_gbps, tcp_rtt_ms
+from geosim.errors import GeosimError, require
+from geosim.fileio import write_atomic
+from geosim.scenario import load_scenario
 
 
 class Agent:
@@ -58,7 +61,6 @@ def local_gpus() -> list[dict]:
 
 
 def probe(address: str, *, seconds=3.0, streams=4, pings=20, log=print) -> dict:
-    from geosim.errors import GeosimError, require
     from geosim.live.train.distributed import pinned, ray_nodes
 
     ray = require("ray", extra="live", command="geosim live probe")
@@ -132,8 +134,6 @@ def _table_key(device_name: str) -> str:
 def write_scenario(result: dict, out: str, name: str | None = None) -> None:
     """Write atomically (a unique temporary file beside it, renamed over it), then check the
     file loads as a scenario (what `geosim predict` reads)."""
-    from geosim.fileio import write_atomic
-    from geosim.scenario import load_scenario
 
     path = Path(out)
     write_atomic(path, scenario_text(result, name or path.stem))

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
+from geosim.errors import GeosimError
+from geosim.scenario import check_number
 
 HELP = "emulate a geo-distributed slice on this machine: hosts in network namespaces joined by a delayed WAN link (root)"
 
@@ -49,11 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--dst", type=int, default=1, help="receiving host (default %(default)s)")
     p.add_argument("--count", type=int, default=20, help="RTT samples (default %(default)s)")
     p.add_argument("--seconds", type=float, default=3.0, help="length of the TCP transfer (default %(default)s; 0 skips it)")
+    p.add_argument("--message-sizes", metavar="BYTES",
+                   help="also time one message of each size (comma-separated bytes) and its one-byte ack, 5 times "
+                        "each after 0.3 s idle, as a training step's gradient exchange goes")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
 def _matrix(text: str) -> list[list[float]]:
-    from geosim.errors import GeosimError
 
     try:
         return [[float(x) for x in row.split(",")] for row in text.strip().strip(";").split(";")]
@@ -90,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
         rtt = _matrix(args.rtt_matrix) if args.rtt_matrix else args.rtt_ms
         mbit = None
         if args.bandwidth_gbps is not None:  # the emulator's tbf takes Mbit/s: check in the unit the user typed
-            from geosim.scenario import check_number
 
             mbit = 1000 * check_number(args.bandwidth_gbps, None, "--bandwidth-gbps", emulator.MIN_MBIT / 1000,
                                        emulator.MAX_MBIT / 1000)
@@ -130,7 +134,6 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from geosim.errors import GeosimError
     from geosim.live.wan import emulator, measure
 
     wan = emulator.current()
@@ -142,9 +145,19 @@ def _measure(args: argparse.Namespace) -> int:
     if args.src == args.dst:
         raise GeosimError("must differ from --src", source="geosim live wan measure", key="--dst")
     rtt = measure.measure_rtt(wan, src=args.src, dst=args.dst, count=max(1, args.count))
+    sizes = []
+    if args.message_sizes:
+        try:
+            sizes = [int(x) for x in args.message_sizes.split(",")]
+        except ValueError:
+            sizes = [0]
+        if not sizes or any(not 1 <= s <= 1 << 30 for s in sizes):
+            raise GeosimError(f"must be comma-separated byte counts in [1, 2^30], got {args.message_sizes!r}",
+                              source="geosim live wan measure", key="--message-sizes")
     tput = measure.measure_throughput(wan, src=args.src, dst=args.dst, seconds=args.seconds) if args.seconds > 0 else None
+    messages = measure.measure_messages(wan, sizes, src=args.src, dst=args.dst) if sizes else None
     if args.json:
-        print(json.dumps({"slice": wan.id, "rtt": rtt, "throughput": tput}, indent=2))
+        print(json.dumps({"slice": wan.id, "rtt": rtt, "throughput": tput, "messages_s": messages}, indent=2))
         return 0
     print(f"RTT host{args.src} -> host{args.dst}: median {rtt['median_ms']:.2f} ms (min {rtt['min_ms']:.2f}, "
           f"max {rtt['max_ms']:.2f}, {len(rtt['samples_ms'])} pings, {rtt['lost']} lost; requested {rtt['requested_ms']:g} ms)")
@@ -152,4 +165,7 @@ def _measure(args: argparse.Namespace) -> int:
         cap = f"cap {tput['requested_mbit']:g} Mbit/s" if tput["requested_mbit"] else "no cap"
         print(f"TCP host{args.src} -> host{args.dst}: {tput['mbit_steady']:.1f} Mbit/s after slow start "
               f"({tput['mbit_total']:.1f} over all {tput['seconds']:.1f} s; {cap})")
+    for size, seconds in (messages or {}).items():
+        print(f"message of {size:,} B host{args.src} -> host{args.dst} and its ack: median "
+              f"{statistics.median(seconds) * 1e3:.1f} ms of {len(seconds)}")
     return 0

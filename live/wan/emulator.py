@@ -225,6 +225,12 @@ def _rtt_matrix(rtt_ms, hosts: int) -> list[list[float]]:
     return matrix
 
 
+def socket_buffer_bytes(bandwidth_mbit: float | None, rtt_matrix_ms: list[list[float]]) -> int:
+    """The hosts' TCP buffer maximum: 4 x the bandwidth-delay product of the slowest pair, 6-64 MB."""
+    bdp = (bandwidth_mbit or 2000) * 1e6 / 8 * max(max(r) for r in rtt_matrix_ms) / 1000
+    return int(min(64 << 20, max(6 << 20, 4 * bdp)))
+
+
 def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None = None, hosts: int = 2,
        jitter_ms: float = 0.0, loss: float = 0.0, ttl_s: float = 3600.0, mtu: int = 1500,
        state: str | None = None, seed: int | None = None, timeout_s: float = 60.0,
@@ -290,12 +296,10 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
         started_at=now, expires_at=now + ttl_s, state_path=path, log_path=log_path,
         extra={"subnet": f"{netns.SUBNET}.0/24", "macs": [netns.mac(i) for i in range(hosts)], "offload": offload,
                "tcp_window_kib": None if window_bytes is None else window_bytes / 1024})
-    # Socket buffers for a bandwidth-delay product: 4 x BDP of the slowest pair, 6-64 MB.
-    bdp = (bandwidth_mbit or 2000) * 1e6 / 8 * max(max(r) for r in matrix) / 1000
     cfg = {"id": sid, "hosts": hosts, "rtt_ms": matrix, "jitter_ms": jitter_ms, "loss": loss,
            "bandwidth_mbit": bandwidth_mbit, "mtu": mtu, "ttl_s": ttl_s, "seed": seed,
            "offload": offload, "realtime": realtime, "window_bytes": window_bytes,
-           "rmem_max": int(min(64 << 20, max(6 << 20, 4 * bdp))), "state_path": path, "state": wan.to_dict()}
+           "rmem_max": socket_buffer_bytes(bandwidth_mbit, matrix), "state_path": path, "state": wan.to_dict()}
     proc = _spawn_forwarder(cfg, log_fd)
     _children[sid] = proc
     line = _wait_ready(proc, timeout_s)

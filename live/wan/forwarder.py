@@ -25,6 +25,7 @@ import time
 from collections import deque
 
 from geosim.live.wan import netns
+from geosim.fileio import write_atomic
 
 
 # Frames due within BATCH_S of now go out together: one wake-up per batch instead of per
@@ -163,7 +164,6 @@ def _tune_process(realtime: bool) -> None:
 def write_state(path: str, state: dict) -> None:
     """Atomically (geosim.fileio: a unique temporary file beside it, renamed over it): readers
     never see half a file, and no fixed temporary name can be linked elsewhere."""
-    from geosim.fileio import write_atomic
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     write_atomic(path, json.dumps(state, indent=2))

@@ -104,3 +104,22 @@ def measure_throughput(wan, *, src: int = 0, dst: int = 1, seconds: float = 3.0,
             "bytes_sent": sent["bytes"], "mbit_total": mbit(b_end, t_end), "mbit_steady": mbit(b_end - b0, t_end - t0),
             "warmup_s": t0}
 
+
+
+def measure_messages(wan, sizes: list[int], *, src: int = 0, dst: int = 1, repeats: int = 5,
+                     gap_s: float = 0.3) -> dict:
+    """Seconds to move one message of each size from src to dst and get its one-byte ack, on one
+    TCP connection, each after `gap_s` idle (longer than the RTO, so Linux restarts slow start as it
+    does between a training step's gradient exchanges). {size: [seconds, ...]}."""
+    server, port = _server(wan, dst, "msgsink")
+    try:
+        budget = 30 + repeats * sum(gap_s + 8 * s / ((wan.bandwidth_mbit or 1000) * 1e6) + 1 for s in sizes)
+        client = _probe(wan, src, "messages", wan.hosts[dst].address, str(port), ",".join(str(int(s)) for s in sizes),
+                        str(repeats), str(gap_s))
+        try:
+            result = json.loads(_readline(client, budget))
+        finally:
+            _stop(client)
+    finally:
+        _stop(server)
+    return {int(k): v for k, v in result["seconds"].items()}

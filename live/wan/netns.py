@@ -149,16 +149,24 @@ def sysctls(rmem_max: int, window_bytes: int | None = None) -> list[str]:
     ]
 
 
-def tbf_args(bandwidth_mbit: float, mtu: int, offload: bool = False) -> list[str]:
+TBF_LATENCY_MS = 50.0  # the queue tbf holds before it drops, at the rate
+
+
+def tbf_burst_bytes(bandwidth_mbit: float, mtu: int, offload: bool = False) -> int:
+    """The token bucket's size (tbf_args explains the choice); the simulator's Shaper takes it too."""
     rate_bytes = bandwidth_mbit * 1e6 / 8
+    return int(max(4 * (mtu + 14), rate_bytes * 0.001, 65536 + 2 * (mtu + 14) if offload else 0))
+
+
+def tbf_args(bandwidth_mbit: float, mtu: int, offload: bool = False) -> list[str]:
     # Burst: 1 ms worth at the rate, at least a few frames. With offload, at least one
     # 64 KB TSO super-frame: a smaller bucket makes tbf cut every super-frame into MTU
     # frames and the forwarder's CPU goes from ~0.1 to ~0.7 core at 200 Mbit/s; the long-run
     # rate is the same (tbf charges every segment's headers), only bursts get coarser.
     # Queue of ~50 ms before tbf drops: local TCP senders see the qdisc's backpressure
     # (TCP small queues) and rarely fill it; it bounds what several flows can pile up.
-    burst = int(max(4 * (mtu + 14), rate_bytes * 0.001, 65536 + 2 * (mtu + 14) if offload else 0))
-    return ["rate", f"{int(bandwidth_mbit * 1e6)}bit", "burst", str(burst), "latency", "50ms"]
+    burst = tbf_burst_bytes(bandwidth_mbit, mtu, offload)
+    return ["rate", f"{int(bandwidth_mbit * 1e6)}bit", "burst", str(burst), "latency", f"{TBF_LATENCY_MS:g}ms"]
 
 
 def configure_host(slice_id: str, i: int, n: int, *, mtu: int, bandwidth_mbit: float | None, rmem_max: int,

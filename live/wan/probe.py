@@ -7,6 +7,8 @@ In a namespace, as separate processes:
     python -m geosim.live.wan.probe ping ADDR PORT COUNT INTERVAL_S TIMEOUT_S
     python -m geosim.live.wan.probe sink BIND_ADDR       # TCP receiver: prints "ready PORT"
     python -m geosim.live.wan.probe source ADDR PORT SECONDS
+    python -m geosim.live.wan.probe msgsink BIND_ADDR    # acks each message: prints "ready PORT"
+    python -m geosim.live.wan.probe messages ADDR PORT SIZES REPEATS GAP_S
 
 Results are one JSON line on stdout. Between Ray nodes, in the agent's process: TcpServer
 (echo and byte sink on one port), tcp_rtt_ms and tcp_gbps. Servers bind the address they
@@ -117,6 +119,60 @@ def source(addr: str, port: int, seconds: float) -> None:
     print(json.dumps({"bytes": total}), flush=True)
 
 
+_MSG = struct.Struct("!Q")  # a message's length, ahead of its bytes
+
+
+def msgsink(bind: str) -> None:
+    """Receives length-prefixed messages on one connection and acks each with one byte once all of
+    it has arrived: the sender's clock then spans the message's transfer plus one RTT."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((bind, 0))
+    srv.listen(1)
+    srv.settimeout(IDLE_S)
+    print(f"ready {srv.getsockname()[1]}", flush=True)
+    conn, _ = srv.accept()
+    conn.settimeout(IDLE_S * 4)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray(1 << 20)
+    while True:
+        head = b""
+        while len(head) < _MSG.size:
+            got = conn.recv(_MSG.size - len(head))
+            if not got:
+                return
+            head += got
+        left = _MSG.unpack(head)[0]
+        while left:
+            n = conn.recv_into(buf, min(left, len(buf)))
+            if not n:
+                return
+            left -= n
+        conn.sendall(b"k")
+
+
+def messages(addr: str, port: int, sizes: list[int], repeats: int, gap_s: float) -> None:
+    """Sends each size `repeats` times on one connection, idle `gap_s` before each (a training
+    step's compute between two gradient exchanges): seconds from the first byte written to the ack."""
+    s = socket.create_connection((addr, port), timeout=IDLE_S * 4)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    out = {}
+    for size in sizes:
+        payload = memoryview(bytearray(size))
+        times = []
+        for _ in range(repeats):
+            time.sleep(gap_s)
+            t0 = time.perf_counter()
+            s.sendall(_MSG.pack(size))
+            s.sendall(payload)
+            if s.recv(1) != b"k":
+                raise ConnectionError("the message sink closed early")
+            times.append(time.perf_counter() - t0)
+        out[str(size)] = times
+    s.close()
+    print(json.dumps({"seconds": out}), flush=True)
+
+
 # ----------------------------------------------------------------- between Ray nodes (the agent)
 CHUNK = 1 << 20
 
@@ -219,6 +275,10 @@ def main(argv: list[str]) -> int:
         sink(args[0])
     elif role == "source":
         source(args[0], int(args[1]), float(args[2]))
+    elif role == "msgsink":
+        msgsink(args[0])
+    elif role == "messages":
+        messages(args[0], int(args[1]), [int(x) for x in args[2].split(",")], int(args[3]), float(args[4]))
     else:
         print(f"unknown probe {role!r}", file=sys.stderr)
         return 2

@@ -13,17 +13,39 @@ transfer counts the engine reports. Models, one file each:
                                links, no TCP; symmetric collectives simulated once
   ideal.IdealNetwork           free communication: sends cost nothing, collectives are barriers
 
+Two members are optional (the engine simulates every rank without them; CountingNetwork says no):
+  symmetric_under(image) -> bool   whether renaming each rank r as image(r) maps the run's network
+                                   onto itself (the routes the programs use cost the same, each hop
+                                   onto one hop) and its outcome does not depend on the order of
+                                   simultaneous events (geosim.sim.symmetry; the proof's network half)
+  reduce_to(symmetry)              only the symmetry's representatives run: collective_ends is then
+                                   asked with their arrivals alone
+
 A model is built per run by a factory called as
     factory(clock, cluster, params, devices, trace) -> NetworkModel
 where clock has `.now` (the simulation's time) and trace is a list to append
 ("link", name, label, start, end, bytes) rows to, or None. The model classes are
 their own factories.
+
+Each model is a backend found by its module: `NAME` (what a case or `--network` calls it),
+`MODEL` (its factory) and, where it has constants of its own, `PARAMETERS` (their declaration:
+geosim.parameters.Scalar, key, unit, range, fit range, prior, source), `TABLE` (the parameters
+file's table that holds them: the TCP model's is [transport]) and `Settings` (a frozen dataclass
+with one SI field per declared parameter). geosim.params reads and writes them
+(`Params.network(NAME)`), the fit frees them from the same declaration, and the reference page
+lists them (`network_parameters()`). The engine has no default: the caller names the model
+(`network_model(case.network)`); a Case runs "tcp" unless it says otherwise.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
+from functools import cache
 from typing import Protocol
+
+from geosim.errors import GeosimError
 
 from geosim.sim import collectives
 from geosim.sim.schedule import Collective, Device
@@ -66,7 +88,6 @@ class NetworkModel(Protocol):
 
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's transfer state active since `since` moves on by delta."""
-
 
 NetworkFactory = Callable[..., NetworkModel]
 
@@ -114,3 +135,49 @@ class CountingNetwork:
 
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         return None
+
+    def symmetric_under(self, image) -> bool:
+        return False  # not proven for this model: every rank runs
+
+    def reduce_to(self, symmetry) -> None:
+        return None
+
+@cache
+def _backends() -> dict[str, object]:
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")  # found by name: adding a model is one file
+        if hasattr(module, "NAME") and hasattr(module, "MODEL"):
+            found[module.NAME] = module
+    return found
+
+
+def network_parameters() -> dict[str, tuple]:
+    """name -> (its TABLE, its PARAMETERS, its Settings class) of every model with constants of its own."""
+    return {name: (module.TABLE, module.PARAMETERS, module.Settings)
+            for name, module in sorted(_backends().items()) if hasattr(module, "PARAMETERS")}
+
+
+def network_names() -> list[str]:
+    return sorted(_backends())
+
+
+def network_model(name: str) -> NetworkFactory:
+    """The factory of the network model called `name` (tcp, alpha-beta, ideal)."""
+    backends = _backends()
+    if name not in backends:
+        raise GeosimError(f"unknown network model {name!r} (known: {', '.join(sorted(backends))})", key="network")
+    return backends[name].MODEL
+
+
+class _Still:
+    """A clock that never moves: asking a model for a best case needs no simulation."""
+
+    now = 0.0
+
+
+def least_delay(name: str, cluster: Cluster, params: Params, devices: list[Device]) -> Callable[..., float]:
+    """(src, dst, nbytes, p2p) -> the fewest seconds a send can take on the model `name`: every hop
+    idle, windows at their largest (a floor the planner prunes with); 0 for a model without one."""
+    model = network_model(name)(_Still(), cluster, params, devices)
+    return getattr(model, "least_delay_s", lambda src, dst, nbytes, p2p: 0.0)

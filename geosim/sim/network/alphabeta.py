@@ -141,3 +141,7 @@ def _interchangeable(routes: list[Route]) -> bool:
     hops = [h for r in routes for h in r.hops]
     return (all(r.line_rate == first.line_rate and r.one_way_s == first.one_way_s for r in routes)
             and len(hops) == len(set(hops)))
+
+
+NAME = "alpha-beta"
+MODEL = AlphaBetaNetwork

@@ -18,6 +18,8 @@ collectives under one tag; a trace wanted) run every step as events.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from geosim.sim import collectives
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
 
@@ -84,13 +86,15 @@ def one_sender_per_hop(pairs, route) -> bool:
     return True
 
 
-def collective_ends(steps_of, arrivals: dict[int, float], send_at) -> dict[int, float]:
+def collective_ends(steps_of, arrivals: dict[int, float], send_at, canonical=None) -> dict[int, float]:
     """Each rank's end time for a collective whose ranks reached it at `arrivals` (rank -> time),
     walking every rank's steps (steps_of(rank): Sends and Recvs) as the engine would run them:
     a send starts at the rank's time and arrives at `now + (arrival - now)` (the clock's own
     sum, so the times are the event run's to the last bit); a receive waits for its message.
     send_at(src, dst, nbytes, p2p, label, now) -> arrival time does the send's bookkeeping.
-    The order senders are visited in is free: no two share a hop or a connection."""
+    The order senders are visited in is free: no two share a hop or a connection. With `canonical`
+    (a symmetry's, geosim.sim.symmetry), arrivals hold only its representatives, and a send to any
+    rank is filed as the message it stands for: canonical(src, dst), a representative's receive."""
     clock = dict(arrivals)
     position = dict.fromkeys(arrivals, 0)
     steps = {rank: steps_of(rank) for rank in arrivals}
@@ -104,8 +108,8 @@ def collective_ends(steps_of, arrivals: dict[int, float], send_at) -> dict[int, 
             while i < len(ops):
                 op = ops[i]
                 if type(op) is Send:
-                    messages[(rank, op.dst, op.tag)] = now + (send_at(rank, op.dst, op.nbytes, op.p2p, op.tag[0], now)
-                                                             - now)
+                    key = (rank, op.dst, op.tag) if canonical is None else (*canonical(rank, op.dst), op.tag)
+                    messages[key] = now + (send_at(rank, op.dst, op.nbytes, op.p2p, op.tag[0], now) - now)
                 else:
                     arrived = messages.pop((op.src, rank, op.tag), None)
                     if arrived is None:
@@ -123,25 +127,34 @@ def collective_ends(steps_of, arrivals: dict[int, float], send_at) -> dict[int, 
     return clock
 
 
-def lockstep_rounds(group: tuple[int, ...], steps: list[tuple]) -> list[tuple] | None:
+def lockstep_rounds(group: tuple[int, ...], steps: list[tuple], symmetry=None) -> list[tuple] | None:
     """A collective whose every rank runs the same number of (Send, Recv) pairs, the k-th Recv
     taking the k-th Send of its sender (rings, and the phases of the hierarchical form), as
     rounds: per round, each rank's send (rank, dst, nbytes, p2p, label) and the index of the
-    rank whose send it receives. None for any other shape (the tree: collective_ends walks it)."""
+    rank whose send it receives. None for any other shape (the tree: collective_ends walks it).
+    With a symmetry (geosim.sim.symmetry), `group` is its representatives in the collective: a
+    receive from s takes the send of s's representative that stands for s's (canonical())."""
     index = {rank: i for i, rank in enumerate(group)}
     length = len(steps[0])
     if length % 2 or any(len(ops) != length for ops in steps):
         return None
+    stands_for = symmetry.representative if symmetry is not None else None
     rounds = []
     for k in range(0, length, 2):
         sends, sources = [], []
         for i, rank in enumerate(group):
             send, recv = steps[i][k], steps[i][k + 1]
-            if type(send) is not Send or type(recv) is not Recv or recv.src not in index:
+            if type(send) is not Send or type(recv) is not Recv:
                 return None
-            source = index[recv.src]
+            sender = recv.src if stands_for is None else stands_for(recv.src)
+            if sender not in index:
+                return None
+            source = index[sender]
             theirs = steps[source][k]
-            if type(theirs) is not Send or theirs.dst != rank or theirs.tag != recv.tag:
+            if type(theirs) is not Send or theirs.tag != recv.tag:
+                return None
+            if (theirs.dst != rank if symmetry is None
+                    else symmetry.canonical(sender, theirs.dst) != (recv.src, rank)):
                 return None
             sends.append((rank, send.dst, send.nbytes, send.p2p, send.tag[0]))
             sources.append(source)
@@ -167,30 +180,84 @@ class ExclusiveLinks:
 
     precompute = True
     _one_sender_per_hop = False  # until prepare() has seen the run's programs
+    _symmetry = None  # when only a symmetry's representatives run (reduce_to)
 
     def prepare(self, programs: dict[int, list]) -> None:
-        self._rounds: dict[Collective, list | None] = {}
+        self._rounds: dict[Collective, tuple] = {}  # -> (the ranks that run it, its lockstep rounds or None)
+        self._shapes: dict[tuple, tuple] = {}  # the same, by what the rounds are made of (collective_ends)
+        self._pairs_used: list[tuple[int, int]] = []
         if self.precompute and self.trace is None:  # a trace lists transfers in the order they start
+            pairs = self._pairs_used
+
+            def kept():  # the pairs, kept as one_sender_per_hop meets them (it stops at a shared hop)
+                for pair in sender_pairs(programs, self.hosts):
+                    pairs.append(pair)
+                    yield pair
+
             try:
-                self._one_sender_per_hop = one_sender_per_hop(sender_pairs(programs, self.hosts), self.route)
+                self._one_sender_per_hop = one_sender_per_hop(kept(), self.route)
             except SharedTag:
                 self._one_sender_per_hop = False
+
+    def symmetric_under(self, image) -> bool:
+        """Every hop has one sender (so event order is free, as for collective_ends), and renaming
+        maps each pair the programs send over onto a route of the same cost whose hops are the
+        images of its hops, one hop onto one hop across the whole run: then each sender's hops and
+        connections go through the same states as its image's."""
+        if not self._one_sender_per_hop:
+            return False
+        hop_image: dict[int, int] = {}
+        for src, dst in self._pairs_used:
+            mine, theirs = self.route(src, dst), self.route(image(src), image(dst))
+            if len(mine.hops) != len(theirs.hops) or _cost(mine) != _cost(theirs):
+                return False
+            for hop, other in zip(mine.hops, theirs.hops):
+                if hop_image.setdefault(hop, other) != other:
+                    return False
+        return len(set(hop_image.values())) == len(hop_image)
+
+    def reduce_to(self, symmetry) -> None:
+        self._symmetry = symmetry
 
     def may_precompute(self, coll: Collective) -> bool:
         return self._one_sender_per_hop and len(coll.group) > 1  # a group of one has no steps to save
 
     def collective_ends(self, coll: Collective, arrivals: dict[int, float]) -> dict[int, float]:
-        rounds = self._rounds.get(coll, False)
-        if rounds is False:
-            # a run meets the same collective ops again and again (repetitions, iterations)
-            steps = [self.collective_ops(coll, rank) for rank in coll.group]
-            rounds = self._rounds[coll] = lockstep_rounds(coll.group, steps)
+        known = self._rounds.get(coll)
+        if known is None:
+            # a run meets the same collective ops again and again (repetitions, iterations), and
+            # collectives that differ only past their tag's first item (Shard's per layer) have the
+            # same rounds: a round's sends carry that first item alone. The ranks that run it:
+            # every member, or a symmetry's representatives among them (in group order)
+            shape = (coll.op, coll.group, coll.nbytes, coll.algorithm, coll.tag[:1])
+            known = self._shapes.get(shape)
+            if known is None:
+                group = coll.group if self._symmetry is None else tuple(r for r in coll.group if r in arrivals)
+                steps = [self.collective_ops(coll, rank) for rank in group]
+                known = self._shapes[shape] = (group, lockstep_rounds(group, steps, self._symmetry))
+            self._rounds[coll] = known
+        group, rounds = known
         if rounds is None:
-            ends = collective_ends(lambda rank: self.collective_ops(coll, rank), arrivals, self.send_at)
+            canonical = self._symmetry.canonical if self._symmetry is not None else None
+            ends = collective_ends(lambda rank: self.collective_ops(coll, rank), arrivals, self.send_at, canonical)
         else:
-            ends = lockstep_ends(coll.group, rounds, arrivals, self.send_at)
+            ends = lockstep_ends(group, rounds, arrivals, self.send_at)
         if min(ends.values()) < max(arrivals.values()):
             # the event run would have let that rank go on before the last one arrived: holding
             # it was wrong. Every form here (ring, hierarchical, tree) ends after all have arrived.
             raise RuntimeError(f"a rank's share of {coll.op} ended before every rank had arrived")
         return ends
+
+
+def _cost(route) -> tuple:
+    """Everything a route's sends are computed from but its hops and its name; a field naming one
+    of its hops (the TCP model's shaped_hop, a token bucket's) by where that hop is in the route."""
+    values = []
+    for f in fields(route):
+        if f.name in ("hops", "name"):
+            continue
+        value = getattr(route, f.name)
+        if f.name.endswith("_hop") and value in route.hops:
+            value = ("position", route.hops.index(value))
+        values.append(value)
+    return tuple(values)

@@ -9,6 +9,9 @@ from geosim.sim.network import CountingNetwork
 from geosim.sim.schedule import Barrier, Collective
 
 
+NAME = "ideal"
+
+
 class IdealNetwork(CountingNetwork):
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
         self.count(src, nbytes)
@@ -18,3 +21,10 @@ class IdealNetwork(CountingNetwork):
         # keyed by the group too: DiLoCo's replicas run their outer all-reduces under one tag, and a
         # barrier keyed by the tag alone would let ranks of different replicas release each other
         return (Barrier(coll.tag + (coll.group,), len(coll.group)),)
+
+    def symmetric_under(self, image) -> bool:
+        """No state to map: a send costs nothing and a barrier's release is its last arrival, whatever
+        order simultaneous events go in. The programs' own check (geosim.sim.symmetry) is the proof."""
+        return True
+
+MODEL = IdealNetwork

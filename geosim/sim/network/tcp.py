@@ -18,11 +18,71 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geosim.parameters import FLAG, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network.exclusive import ExclusiveLinks
 from geosim.sim.network.topology import Topology
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
+
+
+NAME = "tcp"
+
+
+# The TCP model's own parameters, declared here once (key and unit in the parameters file, range,
+# fit range, prior, source): geosim.params reads and writes them as the file's [transport] table
+# (TABLE), geosim.calibrate fits the ones with a `fit` range, tools/write_params_reference.py writes
+# their rows of docs/reference/params.md. Each Scalar's `field` is a field of Settings (SI units).
+TABLE = "transport"
+PARAMETERS: tuple[Scalar, ...] = (
+    Scalar("transport.window_mib", "window_bytes", "MiB",
+           "TCP window of one socket: a flow moves at most streams x window / RTT",
+           "fitted to the study's Table II; Linux autotunes up to ~4 MiB (tcp_rmem/tcp_wmem maximum)",
+           range=(1e-3, 1e5), fit=(1 / 16, 512.0)),
+    Scalar("transport.streams", "streams", WHOLE, "sockets per NCCL connection",
+           "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS default to one; only streams x window matters",
+           range=(1, 1024)),
+    Scalar("transport.stream_rate_gbps", "stream_rate_bps", "Gbit/s",
+           "what one socket can copy: NCCL's socket proxy is CPU-bound",
+           "an earlier fit of the study's Table II", range=(1e-6, 1e5), fit=(0.1, 100.0)),
+    Scalar("transport.per_message_overhead_us", "per_message_overhead_s", "us",
+           "fixed cost of each message (NCCL's proxy hand-off, the socket calls, a chunk's copy to the host)",
+           "prior 100 us x/ e; the study's records hardly move it", range=(0.0, 1e6), fit=(1.0, 2e4),
+           prior=(100.0, 1.0)),
+    Scalar("transport.p2p_handshake_rtts", "p2p_handshake_rtts", "RTT",
+           "round trips of the rendezvous before a point-to-point send (pipeline stages)",
+           "fitted to the study's Table II: Alpa's cross-mesh send", range=(0.0, 1e3), fit=(0.1, 50.0)),
+    Scalar("transport.collective_step_rtts", "collective_step_rtts", "RTT",
+           "round trips each ring step over TCP waits for NCCL's flow control (a link's step_rtts overrides it)",
+           "fitted to the study's Table II", range=(0.0, 1e3), fit=(0.02, 20.0)),
+    Scalar("transport.slow_start_after_idle", "slow_start_after_idle", FLAG,
+           "restart slow start after an idle period", "Linux's tcp_slow_start_after_idle (on by default)"),
+    Scalar("transport.initial_window_kib", "initial_window_bytes", "KiB", "initial congestion window",
+           "10 segments of 1460 bytes (RFC 6928)", range=(1e-3, 1e8)),
+    Scalar("transport.idle_restart_ms", "idle_restart_s", "ms",
+           "idle time after which the window restarts", "Linux: one RTO, at least 200 ms", range=(0.0, 1e8)),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The TCP model's own constants, one field per entry of PARAMETERS, in SI units; the parameters
+    file's [transport] table sets them (Params.network("tcp")). A scenario's link may override
+    window, streams and step_rtts."""
+
+    window_bytes: float  # in-flight window per stream
+    streams: int  # sockets NCCL opens per connection
+    stream_rate_bps: float  # what one socket can move, host-side (copies through host memory)
+    per_message_overhead_s: float
+    p2p_handshake_rtts: float  # extra round trips per point-to-point send (rendezvous)
+    collective_step_rtts: float  # round trips each collective step waits for flow control
+    slow_start_after_idle: bool
+    initial_window_bytes: float
+    idle_restart_s: float  # idle time after which TCP restarts from the initial window
+
+    @classmethod
+    def from_params(cls, params: Params) -> "Settings":
+        return params.network(NAME)
 
 
 @dataclass(slots=True)
@@ -43,6 +103,10 @@ class Route:
     initial_window: float = 0.0  # bytes a restarted or new flow starts from
     handshake_s: float = 0.0  # a point-to-point send's rendezvous
     credit_s: float = 0.0  # a collective step's wait for the receiver's credit
+    # a rate-limited hop (a token bucket, specs.Shaper): the payload bytes its full bucket lets through at
+    # once after idling, and which hop it is (its free_at says how long the bucket has been refilling)
+    burst_bytes: float = 0.0
+    shaped_hop: int = -1
 
     def __post_init__(self) -> None:
         self.windowed = self.tcp and self.rtt_s > 0
@@ -67,6 +131,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
     def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None,
                  precompute: bool = True):
         super().__init__(clock, cluster, params, devices, trace)
+        self.settings = Settings.from_params(params)
         self.precompute = precompute
         self.topology = Topology(cluster, params, devices)
         self.free_at = self.topology.free_at
@@ -79,18 +144,26 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         if key in self._routes:
             return self._routes[key]
         a, b = self.devices[src], self.devices[dst]
-        p = self.params
+        p = self.settings
         topo = self.topology
         names = [f"gpu{src}:out", f"gpu{dst}:in"]
         same_host = a.host == b.host
         nvlink = topo.same_host_nvlink(a, b)
         rates = [topo.gpu_rate(a, nvlink), topo.gpu_rate(b, nvlink)]
-        one_way = p.intra_host_latency_s
+        one_way = self.params.intra_host_latency_s  # the host's, shared with every model
         window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
+        burst, shaped, shaped_rate = 0.0, None, 0.0
         if not same_host:
             for u, v, edge in topo.path(a.host, b.host):
                 names.append(topo.hop_name(u, v, a, b))
-                rates.append(edge["bandwidth_bps"] / 8)
+                shaper = edge["link"].shaper if edge["link"] is not None else None
+                if shaper is None:
+                    rates.append(edge["bandwidth_bps"] / 8)
+                else:  # a token bucket's rate counts frames: TCP's payload gets the rest
+                    rates.append(edge["bandwidth_bps"] / 8 * shaper.goodput_fraction)
+                    if shaped is None or rates[-1] < shaped_rate:
+                        burst, shaped, shaped_rate = shaper.burst_bytes * shaper.goodput_fraction, names[-1], rates[-1]
+                        queue = rates[-1] * shaper.queue_s + burst  # tbf's limit: latency x rate + burst
                 one_way += edge["one_way_s"]
                 link = edge["link"]
                 hop_streams = link.streams if link and link.streams else p.streams
@@ -103,11 +176,19 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         route = Route(
             hops=tuple(topo.hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
-            stream_rate=streams * p.stream_rate_gbps * 1e9 / 8, step_rtts=step_rtts,
+            stream_rate=streams * p.stream_rate_bps / 8, step_rtts=step_rtts,
         )
+        if shaped is not None and route.windowed:
+            # a congestion window grows past the bandwidth-delay product into the shaper's queue (the
+            # excess waits there, adding latency, not rate), so after an idle halving it still covers
+            # what a line of the same rate would need two round trips for
+            route.max_window = min(route.window_bytes, route.line_rate * route.rtt_s + queue,
+                                   route.stream_rate * route.rtt_s)
         route.restart_after_s = route.rtt_s + p.idle_restart_s
         route.initial_window = min(route.max_window, p.initial_window_bytes)
         route.handshake_s = p.p2p_handshake_rtts * route.rtt_s
+        if shaped is not None and shaped_rate <= route.line_rate * (1 + 1e-12):  # the bucket is the bottleneck
+            route.burst_bytes, route.shaped_hop = burst, topo.hop(shaped)
         self._routes[key] = route
         return route
 
@@ -119,7 +200,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         cwnd = conn.cwnd if conn.cwnd < w_max else w_max
         idle = start - conn.last_active
         rto = route.restart_after_s
-        if idle > rto and self.params.slow_start_after_idle:
+        if idle > rto and self.settings.slow_start_after_idle:
             # Linux (tcp_cwnd_restart) halves the window for each RTO of idleness after the
             # first, down to the initial window; halving continuously keeps the model monotonic
             initial = route.initial_window
@@ -138,7 +219,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         largest. send() only adds to it (queueing, slow start, waiting for the connection); a floor
         the planner prunes with."""
         route = self._routes.get((src, dst)) or self.route(src, dst)
-        p = self.params
+        p = self.settings
         line = nbytes / route.line_rate
         if route.windowed:
             # a flow moves at most its largest window per round trip (flow_time)
@@ -165,7 +246,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         mine = self._sent[src]
         mine[0] += nbytes
         mine[1] += 1
-        p, key = self.params, (src, dst)
+        p, key = self.settings, (src, dst)
         pair = self._pairs.get(key)  # one look-up for the route and the connection
         if pair is None:
             conn = self.connections.get(key)
@@ -179,6 +260,14 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         last_active = conn.last_active
         start = ready if ready >= last_active else last_active  # one connection is one byte stream
         serialize = nbytes / route.line_rate
+        if route.burst_bytes:
+            # a token bucket refills at its rate while its hop idles, up to the burst: that many bytes
+            # leave at once (the probes of live/wan/measure.py see it: 1 MiB at 50 Mbit/s takes ~11 ms
+            # less than the rate's arithmetic with the emulator's 67 KiB bucket)
+            idle = start - self.free_at[route.shaped_hop]
+            if idle > 0:
+                tokens = min(route.burst_bytes, idle * route.line_rate, nbytes)
+                serialize = (nbytes - tokens) / route.line_rate
         # Each hop serves its backlog first come, first served, at line rate. The backlog grows
         # by line time counted from the request, never from a later start, so a send waiting
         # for its rendezvous or its connection does not hold the line for anyone else.
@@ -202,3 +291,6 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         return arrival
 
 Network = TCPNetwork  # the name before network models had a protocol
+
+
+MODEL = TCPNetwork

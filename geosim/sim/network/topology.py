@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
+from geosim.parameters import TABLE_BY_KEY
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
+
+# a PCIe generation the parameters do not name: the declared default (PCIe 3 x16), bit/s
+PCIE_MISSING_BPS = TABLE_BY_KEY["host.pcie_gbps"].missing * TABLE_BY_KEY["host.pcie_gbps"].scale
 
 # a path's latency plus this many seconds per (Gbit/s)^-1 of each edge: far below any real latency
 # difference (1 us), it only decides between paths whose latencies are equal up to float rounding
@@ -66,7 +70,7 @@ def build_topology(cluster: Cluster, params: Params) -> Graph:
     for host in cluster.hosts:
         # a host reaches its site's switch in a quarter of the LAN RTT each way
         graph.add_edge(host.name, f"site:{host.site}", one_way_s=params.lan_rtt_s / 4,
-                       bandwidth_bps=params.lan_bandwidth_gbps * 1e9, link=None)
+                       bandwidth_bps=params.lan_bandwidth_bps, link=None)
     host_names = {h.name for h in cluster.hosts}
     for link in cluster.links:
         a = link.a if link.a in host_names else f"site:{link.a}"
@@ -98,8 +102,8 @@ class Topology:
 
     def gpu_rate(self, device: Device, nvlink: bool) -> float:
         p = self.params
-        gbps = p.nvlink_gbps if nvlink else p.pcie_gbps.get(device.gpu.pcie_gen, 80.0)
-        return gbps * 1e9 / 8
+        bps = p.nvlink_bps if nvlink else p.pcie_bps.get(device.gpu.pcie_gen, PCIE_MISSING_BPS)
+        return bps / 8
 
     def same_host_nvlink(self, a: Device, b: Device) -> bool:
         return a.host == b.host and self.intra_kind.get(a.host) == "nvlink"

@@ -13,14 +13,15 @@ from geosim.scenario import get_model
 from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.run import SweepContext
 from geosim.studies.whatif import with_bandwidth, with_gpu
-from geosim.techniques import is_low_communication
 from geosim.units import gbps_to_bps
+from geosim.studies.plan import answer_vs_rtt, make_plan
 
 MAX_PLANNED_HOSTS = 4  # the planner enumerates VM subsets: beyond a few VMs that is the scale sweep's job
 
 
 def best_jobs(rows: list[dict]) -> list[dict]:
-    """One job per panel of all-VM rows that vary RTT: the RTTs and the synchronous techniques swept."""
+    """One job per panel of all-VM rows that vary RTT: the RTTs and the techniques swept (every one of them,
+    ranked on time to the same training progress: geosim.studies.ranking)."""
     groups: dict[str, dict] = {}
     for row in rows:
         p = row["point"]
@@ -30,14 +31,13 @@ def best_jobs(rows: list[dict]) -> list[dict]:
         job = groups.setdefault(repr(sorted(template.items(), key=lambda kv: kv[0])),
                                 {"point": template, "rtts": set(), "techniques": []})
         job["rtts"].add(p["rtt_ms"])
-        if not is_low_communication(p["technique"]) and p["technique"] not in job["techniques"]:
+        if p["technique"] not in job["techniques"]:
             job["techniques"].append(p["technique"])
     return [{**job, "rtts": sorted(job["rtts"])} for job in groups.values() if job["techniques"]]
 
 
 def solve_best(ctx: SweepContext, job: dict) -> dict:
     """The planner's best (and Algorithm 1's choice) at each of the job's RTTs (runs in a worker)."""
-    from geosim.studies.plan import answer_vs_rtt, make_plan
 
     p = job["point"]
     sc = ctx.scenarios[p["scenario"]]
@@ -49,7 +49,7 @@ def solve_best(ctx: SweepContext, job: dict) -> dict:
         cluster = with_gpu(cluster, p["gpu"])
     if p["bandwidth_gbps"] != NATIVE:
         cluster = with_bandwidth(cluster, gbps_to_bps(p["bandwidth_gbps"]))
-    case = Case(cluster, get_model(p["model"], sc.models), sc.workload(**p["workload"]), ctx.params)
+    case = Case(cluster, get_model(p["model"], sc.models), sc.workload(**p["workload"]), ctx.params, ctx.network)
     techniques = tuple(job["techniques"])
     # flips stay bracketed by the grid's RTTs: bisecting each on the planner would cost ~7 plans a flip
     # (`geosim plan --sweep-rtt` locates them); the crossover table bisects technique pairs already

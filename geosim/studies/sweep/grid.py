@@ -15,6 +15,7 @@ import math
 from dataclasses import fields
 
 from geosim.errors import GeosimError
+from geosim.scenario import PRECISIONS
 from geosim.specs import Workload
 from geosim.units import parse_range
 
@@ -24,7 +25,7 @@ ALL_HOSTS = "all"
 # Axes the sweep understands besides the workload fields; their value kinds.
 WHATIF_AXES = {"scenario": "str", "technique": "str", "model": "str", "rtt_ms": "float",
                "bandwidth_gbps": "float", "gpu": "str", "hosts": "str"}
-WORKLOAD_KINDS = {f.name: ("str" if f.name == "precision" else "bool" if f.name == "checkpointing" else "int")
+WORKLOAD_KINDS = {f.name: ("str" if f.name in ("precision", "runtime") else "bool" if f.name == "checkpointing" else "int")
                   for f in fields(Workload)}
 NATIVE_ALLOWED = {"rtt_ms", "bandwidth_gbps", "gpu"}
 MAX_RANGE_POINTS = 100_000
@@ -96,7 +97,13 @@ def parse_assignment(text: str, source: str = "--set") -> tuple[str, list]:
     name, spec = (part.strip() for part in text.split("=", 1))
     if name not in WORKLOAD_KINDS:
         raise GeosimError(f"unknown workload field {name!r} (known: {', '.join(WORKLOAD_KINDS)})", source=source)
-    return name, parse_values(spec, WORKLOAD_KINDS[name], f"{source} {name}")
+    values = parse_values(spec, WORKLOAD_KINDS[name], f"{source} {name}")
+    if name == "precision":  # the one workload field whose strings are a fixed set
+        wrong = [v for v in values if v not in PRECISIONS]
+        if wrong:
+            raise GeosimError(f"unknown precision {', '.join(map(repr, wrong))} (known: {', '.join(PRECISIONS)})",
+                              source=f"{source} {name}")
+    return name, values
 
 
 class Grid:

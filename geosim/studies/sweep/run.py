@@ -23,16 +23,19 @@ from dataclasses import dataclass, field
 
 from geosim.errors import GeosimError, require
 from geosim.params import load_params
-from geosim.case import Case
-from geosim.sim.predict import predict
+from geosim.case import DEFAULT_NETWORK, Case
+from geosim.sim.network import network_model
+from geosim.predict import predict
 from geosim.scale import is_scale_name, scale_scenario
 from geosim.scenario import Scenario, get_model, load_scenario
 from geosim.specs import Params
+from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint
 from geosim.techniques import technique_names
 from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
 from geosim.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
+from geosim.scenario import LINK_RANGES, check_number
 
 
 @dataclass
@@ -42,13 +45,15 @@ class SweepContext:
     params: Params
     scenarios: dict[str, Scenario] = field(default_factory=dict)
     metric: str = "total_time_s"
+    network: str = DEFAULT_NETWORK  # the network model every point is predicted on
 
 
 def resolve_scenario(name: str) -> Scenario:
     return scale_scenario(name) if is_scale_name(name) else load_scenario(name)
 
 
-def make_context(grid: Grid, params_path: str | None = None, metric: str = "total_time_s") -> SweepContext:
+def make_context(grid: Grid, params_path: str | None = None, metric: str = "total_time_s",
+                 network: str = DEFAULT_NETWORK) -> SweepContext:
     """Load every scenario once and check every axis value, so a typo fails before any work starts."""
     params = load_params(params_path)
     scenarios = {name: resolve_scenario(name) for name in grid.axes["scenario"]}
@@ -66,7 +71,6 @@ def make_context(grid: Grid, params_path: str | None = None, metric: str = "tota
                 raise GeosimError(f"scenario {name} has no host {missing[0]!r}", source="--hosts")
         if any(v != NATIVE for v in grid.axes.get("rtt_ms", [])) and not sc.cluster.links:
             raise GeosimError("has no link between hosts whose RTT could change", source=name, key="--rtt-ms")
-    from geosim.scenario import LINK_RANGES, check_number
 
     for axis in ("rtt_ms", "bandwidth_gbps"):
         for v in grid.axes.get(axis, []):
@@ -77,13 +81,14 @@ def make_context(grid: Grid, params_path: str | None = None, metric: str = "tota
             try:
                 with_gpu(next(iter(scenarios.values())).cluster, g)
             except GeosimError as exc:
-                raise GeosimError(exc.problem, source="--gpu") from None
-    return SweepContext(params, scenarios, metric)
+                raise GeosimError(exc.problem, source="--replace-gpu") from None
+    network_model(network)  # an unknown model fails before any work
+    return SweepContext(params, scenarios, metric, network)
 
 
 def manifest(grid: Grid, ctx: SweepContext) -> dict:
     return {"schema": SCHEMA, "params": fingerprint(ctx.params), "params_source": ctx.params.source,
-            "metric": ctx.metric, "grid": grid.to_dict(),
+            "network": ctx.network, "metric": ctx.metric, "grid": grid.to_dict(),
             "scenarios": {name: fingerprint((sc.cluster, sc.workload_overrides, sc.models))
                           for name, sc in ctx.scenarios.items()}}
 
@@ -103,7 +108,7 @@ def evaluate(point: dict, ctx: SweepContext):
     except GeosimError as exc:
         return cluster, None, None, exc.problem
     model = get_model(point["model"], sc.models)
-    return cluster, predict(Case(cluster, model, workload, ctx.params), point["technique"], hosts=host_subset(point["hosts"])), workload, None
+    return cluster, predict(Case(cluster, model, workload, ctx.params, ctx.network), point["technique"], hosts=host_subset(point["hosts"])), workload, None
 
 
 def metric_of(point: dict, ctx: SweepContext) -> float | None:
@@ -133,7 +138,8 @@ def evaluate_row(point: dict, ctx: SweepContext) -> dict:
     else:
         row.update(num_gpus=len(pred.gpus), gpus=_gpu_summary(pred.gpus), **vars(workload))
         for name in ("status", "reason", "total_time_s", "time_per_epoch_s", "iteration_time_s", "first_iteration_s",
-                     "startup_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "bytes_per_iteration", "description"):
+                     "startup_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "memory_verdict", "bytes_per_iteration",
+                     "description"):
             row[name] = getattr(pred, name)
         for prefix, breakdown in (("run", pred.run_breakdown), ("iter", pred.iteration_breakdown)):
             for part, seconds in (vars(breakdown) if breakdown else {}).items():
@@ -207,10 +213,15 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, ctx: SweepContext, address: str, num_cpus: int | None = None):
+        if address == "local":
+            loopback_ray_env()  # before the import where possible: Ray reads it then (local_ray.py)
         self.ray = require("ray", extra="sweep", command="geosim sweep --ray-address")
+        self._temp = None
         if not self.ray.is_initialized():
-            kwargs = {"num_cpus": num_cpus} if address == "local" else {}
-            self.ray.init(address=address, include_dashboard=False, log_to_driver=False, **kwargs)
+            if address == "local":  # ours alone: on loopback, in a private temp directory
+                self._temp = init_local(self.ray, num_cpus)
+            else:  # a cluster someone started deliberately: attach to it
+                self.ray.init(address=address, include_dashboard=False, log_to_driver=False)
             self._owns = True
         else:
             self._owns = False
@@ -233,6 +244,7 @@ class RayExecutor:
     def close(self):
         if self._owns:
             self.ray.shutdown()
+            remove_temp_dir(self._temp)
 
 
 def make_executor(ctx: SweepContext, jobs: int | None = None, ray_address: str | None = None):

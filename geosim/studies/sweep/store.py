@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from geosim.errors import GeosimError
-from geosim.fileio import locked, write_atomic
+from geosim.fileio import locked, make_output_dir, write_atomic
 
 SCHEMA = "geosim.studies.sweep.run/1"
 RESULTS = "results.jsonl"
@@ -37,7 +37,7 @@ COLUMNS = (
     "wan_rtt_ms", "wan_bandwidth_gbps", "num_gpus", "gpus",
     "tokens_per_epoch", "seq_len", "global_batch", "microbatches", "precision", "epochs", "checkpointing",
     "status", "reason", "total_time_s", "time_per_epoch_s", "iteration_time_s", "first_iteration_s", "startup_s",
-    "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "bytes_per_iteration",
+    "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "memory_verdict", "bytes_per_iteration",
     "run_compute_s", "run_exposed_comm_s", "run_bubble_s", "run_overhead_s",
     "iter_compute_s", "iter_exposed_comm_s", "iter_bubble_s", "iter_overhead_s",
     "description", "reference_slice", "wall_s", "key",
@@ -140,10 +140,7 @@ class ResultStore:
         self._lock = None
 
     def open(self, manifest: dict, fresh: bool = False) -> "ResultStore":
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise GeosimError("exists and is not a directory", source=str(self.dir)) from None
+        make_output_dir(self.dir, "--out-dir")  # the directory, never its missing parents
         self._lock = locked(self.dir, wait=False, what="sweep directory")
         self._lock.__enter__()  # held until close(): a second sweep into this directory fails at once
         try:
@@ -178,6 +175,9 @@ class ResultStore:
             raise GeosimError(f"not a sweep directory of this geosim ({old.get('schema')!r}); {hint}", source=str(self.dir))
         if old.get("params") != new.get("params"):
             raise GeosimError(f"its rows were predicted with other simulator parameters; {hint}", source=str(self.dir))
+        if old.get("network", "tcp") != new.get("network", "tcp"):  # directories from before --network: tcp
+            raise GeosimError(f"its rows were predicted on the {old.get('network', 'tcp')} network model, not "
+                              f"{new.get('network', 'tcp')}; {hint}", source=str(self.dir))
         for name, print_ in new["scenarios"].items():
             if old.get("scenarios", {}).get(name, print_) != print_:
                 raise GeosimError(f"scenario {name!r} changed since its rows were predicted; {hint}", source=str(self.dir))

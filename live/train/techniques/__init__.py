@@ -21,12 +21,14 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.errors import GeosimError
+from geosim.live.registry import check_live, low_communication, synchronous
 from geosim.live.train.model import GPTConfig, loss_fn
 
-TECHNIQUES = ("data", "zero2", "shard", "pipeshard")
-# low-communication techniques (issue 8): a different update (local steps, then a sync), so
-# not in TECHNIQUES, whose members all compute the same synchronous step
-LOWCOMM = ("diloco", "sparseloco")
+# from the one registry (geosim/live/registry.py): the modules of this folder that the simulator knows.
+# Low-communication techniques make a different update (local steps, then a sync), so they are
+# not in TECHNIQUES, whose members all compute the same synchronous step.
+TECHNIQUES = synchronous()
+LOWCOMM = low_communication()
 
 
 @dataclass
@@ -128,8 +130,7 @@ class Technique:
 def get(name: str, setup: Setup, **options) -> Technique:
     """The technique `name` on `setup`; `options` (live/train/lowcomm.py) go to diloco and
     sparseloco, the only techniques that take any."""
-    if name not in TECHNIQUES + LOWCOMM:
-        raise GeosimError(f"unknown technique {name!r} (known: {', '.join(TECHNIQUES + LOWCOMM)})", key="--technique")
+    check_live(name)
     module = importlib.import_module(f"geosim.live.train.techniques.{name}")
     return module.TECHNIQUE(setup, **options) if name in LOWCOMM else module.TECHNIQUE(setup)
 

@@ -129,3 +129,23 @@ class Pipeshard(Technique):
 
 
 TECHNIQUE = Pipeshard
+
+
+# ticks' worth of residuals the scan over a stage's layers, nested in the scan over ticks, holds in its
+# own loop buffers, forward and backward (XLA does not write a nested loop's stack in place into the
+# outer one): measured on XLA's GPU buffer assignment, docs/results/2026-11-25-memory-xla.md
+NESTED_SCAN_TICKS = 2
+
+
+def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
+    """A stage's blocks split over its devices, the embeddings (held by every stage) too; GPipe in a scan
+    over M + S - 1 ticks keeps every tick's residuals; every stage runs the head on the whole batch."""
+    from geosim.sim.memory_layout import LivePlacement
+
+    s = stages or min(2, devices)
+    tensor = max(1, devices // s)
+    layers = model.n_layer / s
+    held = (layers * model.params_per_layer + model.embedding_params) / tensor
+    return LivePlacement(rows=global_batch / microbatches, layers=layers, params_held=held, grads_held=held, microbatch_grads=held,
+                         in_flight=microbatches + s - 1 + NESTED_SCAN_TICKS, tensor_parallel=tensor,
+                         head_rows=global_batch, accumulates=False)

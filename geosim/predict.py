@@ -1,5 +1,8 @@
 """One prediction: spec -> technique schedule -> engine -> time, throughput, memory and why.
 
+It sits above the techniques (it asks the registry for a schedule) and the simulator core
+(geosim/sim/: the engine, the network models), which know nothing of it.
+
 A run's iterations are alike once TCP connections have warmed, so the engine
 simulates a few and the rest are extrapolated from the steady state
 (bench/bench_predict.py checks this against simulating every iteration).
@@ -11,13 +14,15 @@ import copy
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from geosim.sim import memory_layout
 from geosim.sim.engine import run_schedule
+from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.errors import GeosimError
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.specs import GIB
 from geosim.techniques import build_schedule
 
@@ -61,6 +66,7 @@ class Prediction:
     gpus: list[str]
     status: str  # ok | out-of-memory | infeasible
     reason: str | None = None
+    runtime: str = "alpa"  # whose fixed costs (geosim/runtime.py)
     description: str = ""
     epochs: int = 0
     iterations: int = 0
@@ -73,6 +79,7 @@ class Prediction:
     tokens_per_s: float | None = None
     peak_memory_gib: float | None = None
     memory_note: str | None = None  # "may not fit: ..." when the peak is within the layout model's margin
+    memory_verdict: str | None = None  # fits | may not fit | does not fit (memory_layout.Verdict.word)
     memory: list[GpuMemory] = field(default_factory=list)
     iteration_breakdown: Breakdown | None = None
     run_breakdown: Breakdown | None = None
@@ -165,13 +172,17 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
 def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options: dict | None,
              simulated_iterations: int, exact: bool) -> Prediction:
     started = time.perf_counter()
+    runtime = runtime_of(case.workload, case.params)
+    applied = runtime.applied_to(case.params)  # its launch gap, collective round trips, devices' efficiency
+    if applied is not case.params:
+        case = replace(case, params=applied)
     cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     on = case.on(hosts)
     used = on.cluster
     result = Prediction(
         scenario=cluster.name, technique=technique, model=model.name, hosts=[h.name for h in used.hosts],
         gpus=[g.name for h in used.hosts for g in h.gpus], status="ok", epochs=workload.epochs,
-        iterations=workload.iterations_per_epoch * workload.epochs,
+        iterations=workload.iterations_per_epoch * workload.epochs, runtime=workload.runtime,
     )
     try:
         schedule = build_schedule(technique, on, options)
@@ -188,6 +199,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     result.peak_memory_gib = max(m.need_gib for m in result.memory)
     worst, where = min(verdicts, key=lambda x: x[0].margin_bytes / x[0].usable_bytes)
     place = f"{where.gpu} ({where.host} GPU {where.rank})"
+    result.memory_verdict = worst.word
     if worst.status == memory_layout.OUT_OF_MEMORY:
         result.status = "out-of-memory"
         result.reason = f"{worst.describe()} on {place}"
@@ -196,12 +208,14 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     if worst.status == memory_layout.MAY_NOT_FIT:
         result.memory_note = f"{worst.describe()} on {place}"
 
-    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
+    network = network_model(case.network)
+    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network, exact=exact)
     if simulated_iterations >= 3 and not _settled(real):
         # TCP windows that never settle (idle restarts against heterogeneous GPUs) make
         # iterations wander: average over more of them rather than trust the last two
         simulated_iterations = UNSETTLED_ITERATIONS
-        real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, exact=exact)
+        real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network,
+                            exact=exact)
     ideal = run_schedule(schedule, used, params, workload, iterations=1, network=IdealNetwork, exact=exact)
     last = simulated_iterations - 1
     steady = (real.iteration_end[last] - real.iteration_end[0]) / last if last else real.iteration_end[0]
@@ -218,7 +232,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     # has n / k programs, and per-iteration figures are a program's divided by k
     k = schedule.iterations_per_program
     programs = max(1.0, result.iterations / k)
-    startup = params.startup_s.get(technique, 0.0)
+    startup = runtime.startup(technique, params)
     run_time = first + (programs - 1) * steady
     run_breakdown = breakdown.scaled(programs)
     run_breakdown.exposed_comm_s += first - steady  # the cold first iteration: connections still warming

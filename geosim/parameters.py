@@ -1,0 +1,227 @@
+"""Every simulator-wide parameter, declared once: its key, unit, range, prior, fit range and source.
+
+This table is the one place a parameter is written down. From it come: reading and writing
+the parameters file (geosim/params.py: the key, the unit's scale to SI, the range every value
+is checked against), what a fit may move and how hard its prior pulls (calibrate/free.py:
+`fit`, `prior`), the check that the shipped defaults (geosim/data/params-default.toml) hold
+every key and nothing else (tests/test_params_declared.py), and the reference tables of
+docs/reference/params.md (`reference_table()`, checked by the same test; rewrite them with
+`python tools/write_params_reference.py`).
+
+To add a parameter: one `Scalar(...)` (or `Table(...)`) below, a field of that name in
+`geosim.specs.Params` (SI units: the file's unit is converted here, at the boundary, never
+inside the simulator), its shipped value in params-default.toml, then
+`python tools/write_params_reference.py`. A technique's own constants are not here: they are
+`tunable(...)` fields of its Settings (geosim/techniques/_settings.py), declared in its file
+with the same facts (help, range, fit range, source). Nor are a network model's: each backend
+declares its own with the same `Scalar` (geosim/sim/network/tcp.py: PARAMETERS, the file's
+[transport] table), and geosim.params joins them to these (`geosim.params.ALL_SCALARS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from geosim.units import GIB, KIB, MIB
+
+# A range's default: wide (far beyond any real machine); it exists so that no parameters file can
+# make a prediction infinite or NaN (a rate or an efficiency of 0 would divide by zero).
+DEFAULT_RANGE = (0.0, 1e9)
+FLAG = "flag"  # the unit of a true/false parameter
+WHOLE = "count"  # the unit of a whole number
+# file unit -> factor to the simulator's unit (SI: seconds, bytes, bit/s; fractions and counts as they are)
+UNIT_SCALE = {
+    "": 1.0, "fraction": 1.0, "RTT": 1.0, "s": 1.0, "us": 1e-6, "ms": 1e-3,
+    "MiB": float(MIB), "KiB": float(KIB), "GiB": float(GIB), "Gbit/s": 1e9,
+    WHOLE: 1.0, FLAG: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """One number (or flag) of the parameters file, `table.key = value` in `unit`."""
+
+    key: str  # the TOML key, `table.name`; the unit is in its name
+    field: str  # the geosim.specs.Params field that holds it, in SI units
+    unit: str  # the file's unit (a key of UNIT_SCALE)
+    help: str  # what it means, one line
+    source: str  # where its default comes from
+    range: tuple[float, float] = DEFAULT_RANGE  # (lowest, highest) a file may set, in the file's unit
+    fit: tuple[float, float] | None = None  # the range `geosim calibrate fit` may move it in; None: never fitted
+    prior: tuple[float, float] | None = None  # (centre, 1-sigma of its log): a fit's pull towards the centre
+
+    @property
+    def scale(self) -> float:
+        return UNIT_SCALE[self.unit]
+
+    def to_si(self, value):
+        if self.unit == FLAG:
+            return bool(value)
+        if self.unit == WHOLE:
+            return int(value)
+        return float(value) * self.scale
+
+    def from_si(self, value):
+        if self.unit in (FLAG, WHOLE):
+            return value
+        return float(value) / self.scale
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of numbers (or names) keyed by a technique, a GPU, a generation: `[key]` with `NAME = value`."""
+
+    key: str
+    field: str  # a Params field holding a dict NAME -> value (SI units)
+    unit: str
+    help: str
+    source: str
+    keyed_by: str  # technique | gpu | architecture | pcie-generation
+    range: tuple[float, float] = DEFAULT_RANGE
+    choices: tuple[str, ...] = ()  # for a table of names (collectives): the allowed values
+    # the value for a name the table lacks (None: no default); a technique's numbers: the median of the
+    # table's entries first (geosim.specs.Params.for_technique), this when the table is empty
+    missing: float | str | None = None
+    fit: tuple[float, float] | None = None
+    prior: tuple[float, float] | None = None
+
+    @property
+    def scale(self) -> float:
+        return 1.0 if self.choices else UNIT_SCALE[self.unit]
+
+
+COLLECTIVE_ALGORITHMS = ("ring", "tree", "hierarchical")
+NVIDIA_GEMM = ("NVIDIA, Matrix Multiplication Background User's Guide (tile and wave quantization); "
+               "public torch.matmul benchmarks")
+
+SCALARS: tuple[Scalar, ...] = (
+    # the op-level compute model (geosim/sim/compute.py)
+    Scalar("compute.gemm_fraction", "gemm_fraction", "fraction",
+           "attainable fraction of the tensor peak for large GEMMs, every GPU",
+           "cuBLAS reaches roughly 65-80% of the datasheet peak on large fp16 GEMMs (" + NVIDIA_GEMM + ")",
+           range=(1e-4, 1.0), fit=(0.05, 1.0), prior=(0.7, 0.5)),
+    Scalar("compute.gemm_half_us", "gemm_half_s", "us",
+           "a GEMM of (rate x this) FLOPs runs at half the large-GEMM rate",
+           "a GEMM kernel's fill/drain ramp: well under a wave of tiles runs far below peak (" + NVIDIA_GEMM + ")",
+           range=(0.0, 1e6)),
+    Scalar("compute.memory_fraction", "memory_fraction", "fraction",
+           "attainable fraction of the memory bandwidth for streaming kernels",
+           "STREAM-like kernels reach about 80-90% of the datasheet bandwidth (BabelStream, Deakin et al.)",
+           range=(1e-4, 1.0), fit=(0.05, 1.0), prior=(0.8, 0.4)),
+    Scalar("compute.kernel_us", "kernel_s", "us", "launch gap per kernel",
+           "a CUDA kernel launch costs a few microseconds; XLA (2022, no CUDA graphs) launches kernels one by one",
+           range=(0.0, 1e6)),
+    # inside a VM and between VMs of one site (geosim/sim/network/topology.py)
+    Scalar("host.latency_us", "intra_host_latency_s", "us", "one-way latency between GPUs of one VM",
+           "a PCIe round trip through host memory", range=(0.0, 1e6)),
+    Scalar("host.nvlink_gbps", "nvlink_bps", "Gbit/s", "GPU-to-GPU rate over NVLink (intra_host = \"nvlink\")",
+           "NVLink 3 (A100): 600 GB/s both directions", range=(1e-6, 1e6)),
+    Scalar("host.lan_rtt_ms", "lan_rtt_s", "ms", "RTT between VMs of one site (through the site's LAN)",
+           "a data-centre LAN", range=(0.0, 1e5)),
+    Scalar("host.lan_bandwidth_gbps", "lan_bandwidth_bps", "Gbit/s", "bandwidth between VMs of one site",
+           "FABRIC's 25 Gbit/s dedicated NICs", range=(1e-6, 1e5)),
+    # XLA
+    Scalar("xla.combine_mib", "combine_bytes", "MiB",
+           "XLA's combiner merges gradient collectives into buffers of up to this; each pays a collective's latency",
+           "XLA's kDefaultAllReduceCombineThreshold (30 MiB)", range=(1e-3, 1e6)),
+    # memory (geosim/sim/memory_layout.py)
+    Scalar("memory.workspace_gib", "workspace_bytes", "GiB", "cuBLAS and XLA scratch per GPU",
+           "chosen from out-of-memory records when a fit has some", range=(0.0, 1e5)),
+    Scalar("memory.usable_fraction", "usable_memory_fraction", "fraction",
+           "of a GPU's memory, what JAX's allocator preallocates",
+           "XLA_PYTHON_CLIENT_MEM_FRACTION's default in the jaxlib 0.3 releases Alpa pins", range=(0.05, 1.0)),
+    Scalar("memory.margin_fraction", "memory_margin_fraction", "fraction",
+           "within this of the usable memory a prediction says \"may not fit\"",
+           "the memory model's spread against XLA's own buffer assignment of live's step (bench/bench_memory.py, "
+           "docs/results/2026-11-25-memory-xla.md: median 3%, most cases within 10%)", range=(0.0, 0.9)),
+    # convergence
+    Scalar("convergence.compressed_activation_efficiency", "compressed_activation_efficiency", "fraction",
+           "multiplies the token efficiency of a pipeline whose activations cross compressed",
+           "+0.5% loss, \"modest cost\" (Obeidi et al. 2026)", range=(1e-6, 10.0)),
+)
+
+TABLES: tuple[Table, ...] = (
+    Table("compute.efficiency", "efficiency", "fraction",
+          "a flat fraction of peak for a device the datasheet model does not describe (CPU devices of live runs)",
+          "`geosim live validate` fits it for CPU devices; empty by default", "gpu", range=(1e-6, 1.0)),
+    Table("compute.gemm_fraction_by_architecture", "gemm_fraction_by_architecture", "fraction",
+          "optional per-generation override of compute.gemm_fraction", "never fitted; empty by default",
+          "architecture", range=(1e-4, 1.0)),
+    Table("host.pcie_gbps", "pcie_bps", "Gbit/s", "effective GPU-to-host rate per PCIe generation (x16)",
+          "PCIe 3/4/5 x16 line rates less protocol overhead", "pcie-generation", range=(1e-6, 1e6), missing=80.0),
+    Table("collectives", "collectives", "", "collective algorithm per technique",
+          "NCCL's default ring", "technique", choices=COLLECTIVE_ALGORITHMS, missing="ring"),
+    Table("overhead.iteration_s", "iteration_overhead_s", "s",
+          "fixed cost per iteration (launch, optimizer, host sync); per inner step for low-communication techniques",
+          "fitted to the study's Table II (one value for every technique)", "technique", range=(0.0, 1e5),
+          missing=0.15, fit=(1e-4, 1.0), prior=(0.1, 1.0)),
+    Table("overhead.startup_s", "startup_s", "s", "once per run: compilation and placement",
+          "the study's runs' start-up, rounded", "technique", range=(0.0, 1e8), missing=60.0),
+    Table("convergence.token_efficiency", "token_efficiency", "fraction",
+          "tokens Data needs / tokens this technique needs for the same loss (used by --target-tokens); "
+          "a technique without an entry is assumed 1.0, and the output says so",
+          "loss gaps read off the papers, turned into tokens with Chinchilla's fit", "technique",
+          range=(1e-6, 10.0)),
+)
+
+BY_KEY: dict[str, Scalar] = {p.key: p for p in SCALARS}
+TABLE_BY_KEY: dict[str, Table] = {t.key: t for t in TABLES}
+BY_FIELD: dict[str, Scalar | Table] = {p.field: p for p in (*SCALARS, *TABLES)}
+
+
+def fittable(scalars: tuple[Scalar, ...] = SCALARS) -> dict[str, Scalar]:
+    """The scalars a fit may move, key -> declaration (of these; geosim.params.fittable: with the network's)."""
+    return {p.key: p for p in scalars if p.fit is not None}
+
+
+def priors(scalars: tuple[Scalar, ...] = SCALARS) -> dict[str, tuple[float, float]]:
+    """key -> (centre, 1-sigma of its log), for every scalar with a prior."""
+    return {p.key: p.prior for p in scalars if p.prior is not None}
+
+
+def missing_value(field: str):
+    """A technique-keyed table's value for a technique it does not name: a sane default, never 0."""
+    return BY_FIELD[field].missing
+
+
+def number_text(value) -> str:
+    """A default or a bound as the reference shows it."""
+    return "true" if value is True else "false" if value is False else f"{value:g}"
+
+
+def _range(low, high, unit: str) -> str:
+    if unit == FLAG:
+        return ""
+    return f"{number_text(low)} to {number_text(high)}"
+
+
+def reference_table(shipped: dict[str, object], scalars: tuple[Scalar, ...] = SCALARS,
+                    tables: tuple[Table, ...] = TABLES) -> str:
+    """The markdown table of these scalars and tables (every simulator-wide one by default; a network
+    model's PARAMETERS and no tables for its own); shipped: the flattened defaults file."""
+    rows = ["| key | unit | default | range | fit range | prior (centre, 1-sigma of log) | meaning | source |",
+            "|---|---|---|---|---|---|---|---|"]
+    for p in scalars:
+        value = shipped.get(p.key)
+        rows.append(f"| `{p.key}` | {p.unit} | {'' if value is None else number_text(value)} | "
+                    f"{_range(*p.range, p.unit)} | {'' if p.fit is None else _range(*p.fit, p.unit)} | "
+                    f"{'' if p.prior is None else f'{number_text(p.prior[0])}, sigma {number_text(p.prior[1])}'} | "
+                    f"{p.help} | {p.source} |")
+    for t in tables:
+        table = shipped.get(t.key) or {}
+        values = sorted({v for v in table.values()}, key=str) if isinstance(table, dict) else []
+        shown = (f"{number_text(values[0]) if not isinstance(values[0], str) else values[0]} for each {t.keyed_by}"
+                 if len(values) == 1 else ", ".join(f"{k} {v:g}" if not isinstance(v, str) else f"{k} {v}"
+                                                      for k, v in table.items()) or "empty")
+        allowed = " \\| ".join(t.choices) if t.choices else _range(*t.range, t.unit)
+        missing = ("" if t.missing is None or t.keyed_by != "technique"
+                   else f" (one it does not name: {t.missing})" if isinstance(t.missing, str)
+                   else f" (one it does not name: the median of the entries, else {number_text(t.missing)})")
+        if t.missing is not None and t.keyed_by != "technique":
+            missing = f" (one it does not name: {number_text(t.missing)})"
+        rows.append(f"| `{t.key}.NAME` | {t.unit} | {shown} | {allowed} | "
+                    f"{'' if t.fit is None else _range(*t.fit, t.unit)} | "
+                    f"{'' if t.prior is None else f'{number_text(t.prior[0])}, sigma {number_text(t.prior[1])}'} | "
+                    f"{t.help}; NAME: {t.keyed_by}{missing} | {t.source} |")
+    return "\n".join(rows) + "\n"
+

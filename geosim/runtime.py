@@ -1,0 +1,191 @@
+"""Runtimes: the software stack that runs a technique (Alpa, JAX as `geosim live` runs it,
+PyTorch DDP) and the fixed costs that belong to it rather than to the hardware.
+
+A workload names its runtime (Workload.runtime, default "alpa"); its costs are read from
+geosim/data/runtimes.toml (sources beside every value), or from Params.runtimes where a fit
+changed them. Alpa's table leaves its per-iteration and start-up costs to the parameters
+file ([overhead.iteration_s], [overhead.startup_s], fitted to the study), so `--runtime alpa`
+is the simulator as the study was fitted, to the bit.
+
+What each cost becomes in a schedule:
+- iteration_s + microbatches x microbatch_s: the step's "iteration overhead" op;
+- collective_launch_s: a fixed-seconds op before every gradient buffer's collective;
+- startup_s: the prediction's start-up (once per run);
+- overlap_backward: Data's gradient buckets are reduced while the backward runs (techniques/data.py);
+- gradient_buckets: how the gradient is cut into collectives (XLA's combiner, one buffer, DDP's buckets);
+- kernel_s: the compute model's launch gap per kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, replace
+from importlib import resources
+
+from geosim.errors import GeosimError
+from geosim.specs import MIB, Params, Workload
+
+DEFAULT_RUNTIME = "alpa"  # the study's: keeps every prediction the study was fitted with
+SOURCE = "geosim/data/runtimes.toml"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    name: str
+    description: str = ""
+    iteration_s: float | None = None  # None: the parameters file's [overhead.iteration_s][technique]
+    microbatch_s: float = 0.0
+    collective_launch_s: float = 0.0
+    startup_s: float | None = None  # None: the parameters file's [overhead.startup_s][technique]
+    overlap_backward: bool = False
+    gradient_buckets: str | float = "combiner"  # "combiner" | "whole" | bucket size in MiB
+    kernel_s: float | None = None  # None: the parameters file's compute.kernel_us
+    # round trips each step of a collective waits besides its bytes (the collective library's own
+    # handshakes: NCCL's credit, gloo's per-step rendezvous); None: the parameters file's
+    # transport.collective_step_rtts (NCCL's, fitted to the study)
+    collective_step_rtts: float | None = None
+    # flat fraction of the peak this runtime reaches on devices the datasheet compute model does not
+    # describe (XLA:CPU on the CPU "GPUs" of live runs); a parameters file's [compute.efficiency] wins
+    device_efficiency: tuple[tuple[str, float], ...] = ()
+    source: str = ""
+
+    def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
+        """Fixed seconds per optimizer step, microbatches included."""
+        base = params.for_technique("iteration_overhead_s", technique) if self.iteration_s is None else self.iteration_s
+        if self.microbatch_s:
+            base += workload.microbatches * self.microbatch_s
+        return base
+
+    def startup(self, technique: str, params: Params) -> float:
+        return params.for_technique("startup_s", technique) if self.startup_s is None else self.startup_s
+
+    def buffers(self, nbytes: float, params: Params) -> int:
+        """How many collectives a gradient of nbytes is reduced in."""
+        if self.gradient_buckets == "whole":
+            return 1
+        size = params.combine_bytes if self.gradient_buckets == "combiner" else float(self.gradient_buckets) * MIB
+        return max(1, math.ceil(nbytes / size))
+
+    def applied_to(self, params: Params) -> Params:
+        """The parameters a simulation runs with under this runtime: its own launch gap per kernel
+        and its collectives' round trips, where it has them."""
+        changes = {}
+        if self.kernel_s is not None and self.kernel_s != params.kernel_s:
+            changes["kernel_s"] = self.kernel_s
+        missing = {d: v for d, v in self.device_efficiency if d not in params.efficiency}
+        if missing:
+            changes["efficiency"] = {**params.efficiency, **missing}
+        applied = replace(params, **changes) if changes else params
+        if self.collective_step_rtts is not None and STEP_RTTS_MODEL in params.networks and \
+                self.collective_step_rtts != params.network(STEP_RTTS_MODEL).collective_step_rtts:
+            applied = applied.with_network(STEP_RTTS_MODEL, collective_step_rtts=self.collective_step_rtts)
+        return applied
+
+
+# the network model whose collective steps wait round trips (its Settings' collective_step_rtts, the
+# file's transport.collective_step_rtts): what a runtime's own collective_step_rtts replaces
+STEP_RTTS_MODEL = "tcp"
+NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "collective_step_rtts")
+KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS}
+_SHIPPED: dict[str, Runtime] = {}
+
+
+def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str = "") -> Runtime:
+    """A runtime from its TOML table, every value checked (one line naming the key otherwise; prefix:
+    the tables holding it, in that line's key, e.g. "runtime." in a parameters file)."""
+    if not isinstance(table, dict):
+        raise GeosimError("must be a table", source=source, key=prefix + name)
+    values: dict = {}
+    for key, value in table.items():
+        where = f"{prefix}{name}.{key}"
+        if key not in KEYS:
+            raise GeosimError(f"unknown key (expected one of: {', '.join(sorted(KEYS))})", source=source, key=where)
+        if key in NUMBERS or key == "kernel_us":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e7:
+                raise GeosimError(f"must be a number in [0, 1e7), got {value!r}", source=source, key=where)
+            values["kernel_s" if key == "kernel_us" else key] = float(value) * (1e-6 if key == "kernel_us" else 1.0)
+        elif key == "device_efficiency":
+            if not isinstance(value, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                       and 0 < v <= 1 for v in value.values()):
+                raise GeosimError(f"must be a table of device name = fraction in (0, 1], got {value!r}",
+                                  source=source, key=where)
+            values[key] = tuple(sorted((str(k), float(v)) for k, v in value.items()))
+        elif key == "overlap_backward":
+            if not isinstance(value, bool):
+                raise GeosimError(f"must be true or false, got {value!r}", source=source, key=where)
+            values[key] = value
+        elif key == "gradient_buckets":
+            ok = value in ("combiner", "whole") or (not isinstance(value, bool) and isinstance(value, (int, float))
+                                                      and 0.001 <= value <= 1e6)
+            if not ok:
+                raise GeosimError(f"must be \"combiner\", \"whole\" or a bucket size in MiB, got {value!r}",
+                                  source=source, key=where)
+            values[key] = value if isinstance(value, str) else float(value)
+        else:
+            values[key] = str(value)
+    return Runtime(name, **values)
+
+
+# a table's key -> the Runtime field it sets (the same name but for the launch gap, in microseconds)
+FIELD_OF_KEY = {**{k: k for k in KEYS}, "kernel_us": "kernel_s"}
+
+
+def runtime_changes_table(runtime: Runtime) -> dict:
+    """What a parameters file writes for a runtime a fit changed: the keys (runtimes.toml's names and
+    units) whose values differ from the shipped runtime of that name; runtime_from_table reads them."""
+    shipped = shipped_runtimes().get(runtime.name, Runtime(runtime.name))
+    table: dict = {}
+    for key, field in FIELD_OF_KEY.items():
+        value = getattr(runtime, field)
+        if value == getattr(shipped, field) or value is None:  # None: "as the parameters file says", shipped only
+            continue
+        table[key] = (value * 1e6 if key == "kernel_us" else dict(value) if key == "device_efficiency" else value)
+    return table
+
+
+def changed_runtimes(tables, current: dict, source: str) -> dict:
+    """Params.runtimes with a parameters file's [runtime.NAME] tables applied: each names a shipped
+    runtime and sets some of its keys (checked as in runtimes.toml)."""
+    if not isinstance(tables, dict):
+        raise GeosimError("must be a table of runtimes ([runtime.NAME])", source=source, key="runtime")
+    merged = dict(current or {})
+    for name, table in tables.items():
+        check_runtime_name(name, source=source, key=f"runtime.{name}")
+        parsed = runtime_from_table(name, table, source, prefix="runtime.")
+        base = merged.get(name) or shipped_runtimes()[name]
+        merged[name] = replace(base, **{FIELD_OF_KEY[k]: getattr(parsed, FIELD_OF_KEY[k]) for k in table})
+    return merged
+
+
+def shipped_runtimes() -> dict[str, Runtime]:
+    if not _SHIPPED:
+        text = resources.files("geosim.data").joinpath("runtimes.toml").read_text()
+        for name, table in tomllib.loads(text).items():
+            _SHIPPED[name] = runtime_from_table(name, table)
+    return _SHIPPED
+
+
+def runtime_names() -> tuple[str, ...]:
+    return tuple(shipped_runtimes())
+
+
+def check_runtime_name(name, source: str = "--runtime", key: str | None = None) -> str:
+    if name not in shipped_runtimes():
+        raise GeosimError(f"unknown runtime {name!r} (known: {', '.join(runtime_names())})", source=source, key=key)
+    return name
+
+
+def runtime_of(workload: Workload, params: Params | None = None) -> Runtime:
+    """The workload's runtime, as a fit changed it (Params.runtimes) or as shipped."""
+    name = getattr(workload, "runtime", DEFAULT_RUNTIME)
+    if params is not None and params.runtimes:
+        found = params.runtimes.get(name)
+        if found is not None:
+            return found
+    return shipped_runtimes()[check_runtime_name(name, key="workload.runtime")]
+
+
+def with_runtime(params: Params, runtime: Runtime) -> Params:
+    """Params whose runtime of that name is this one (what a fit of a runtime's costs moves)."""
+    return replace(params, runtimes={**(params.runtimes or {}), runtime.name: runtime})

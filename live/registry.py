@@ -1,0 +1,40 @@
+"""Which techniques run live: the simulator's one registry (geosim.techniques), narrowed to those
+with a live implementation, a module of the same name in live/train/techniques/.
+
+A technique is found by its simulator module; adding `live/train/techniques/<name>.py` (a
+`TECHNIQUE` class) is what makes it run live, in `geosim live run` and on FABRIC. This module
+imports neither jax nor the live implementations: the command line lists them before any work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from geosim.errors import GeosimError
+from geosim.techniques import is_low_communication, technique_names
+
+IMPLEMENTATIONS = Path(__file__).resolve().parent / "train" / "techniques"
+
+
+def live_techniques() -> list[str]:
+    """Every technique with a live implementation, in the registry's order."""
+    return [n for n in technique_names() if (IMPLEMENTATIONS / f"{n}.py").is_file()]
+
+
+def synchronous() -> tuple[str, ...]:
+    """The live techniques that compute the same synchronous step (same losses from the same seed)."""
+    return tuple(n for n in live_techniques() if not is_low_communication(n))
+
+
+def low_communication() -> tuple[str, ...]:
+    """The live techniques that train locally and synchronize every H steps (they take options)."""
+    return tuple(n for n in live_techniques() if is_low_communication(n))
+
+
+def check_live(name: str, key: str = "--technique") -> str:
+    if name in live_techniques():
+        return name
+    if name in technique_names():
+        raise GeosimError(f"{name!r} runs in the simulator only: no live implementation "
+                          f"(live/train/techniques/{name}.py); live: {', '.join(live_techniques())}", key=key)
+    raise GeosimError(f"unknown technique {name!r} (known: {', '.join(live_techniques())})", key=key)

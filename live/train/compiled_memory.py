@@ -1,0 +1,216 @@
+"""XLA's own buffer assignment for live's GPT-2 train step, compiled and never run.
+
+`jax.jit(step).lower(...).compile().memory_analysis()` gives, per device, the bytes of the
+arguments (weights, optimizer state, batch), of the outputs, of the outputs aliased onto
+donated arguments, and of the temporaries (one heap, packed by XLA's liveness analysis).
+A device's peak is arguments + outputs - aliased + temporaries.
+
+Two compilers:
+- "gpu": XLA's CUDA compiler, ahead of time for a GPU that is not here (the jax-cuda12
+  plugin with a target config: an A100's description, below). No CUDA driver is needed to
+  compile. This is the layout a GPU run gets.
+- "cpu": the host backend on N virtual devices (XLA_FLAGS=--xla_force_host_platform_device_count).
+  It differs from the GPU's: 16-bit dots and reductions are widened to fp32 (the CPU has no
+  16-bit GEMMs), there is no reduce-scatter (all-reduce, then a slice), and fusion differs.
+
+Nothing is allocated: the state and the batch are abstract (shape, dtype, sharding), so
+gpt2-large compiles on a laptop. Run one configuration of devices per process (the device
+count is fixed when JAX starts): `python -m geosim.live.train.compiled_memory` reads cases
+as JSON lines on stdin and prints one JSON line per case (bench/bench_memory.py drives it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+# An A100-SXM4-40GB as XLA's GPU compiler describes its target (GpuTargetConfigProto):
+# the datasheet's figures (108 SMs, 40 MiB L2, 1555 GB/s, compute capability 8.0), the
+# fields XLA's own gpu_specs/a100_sxm_40 lists.
+A100_TARGET = """gpu_device_info {
+  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
+  shared_memory_per_core: 167936 threads_per_core_limit: 2048 core_count: 108 fpus_per_core: 64
+  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
+  memory_bandwidth: 1555200000000 l2_cache_size: 41943040 clock_rate_ghz: 1.41
+  device_memory_size: 42331013120 shared_memory_per_block_optin: 166912
+  cuda_compute_capability { major: 8 } registers_per_core_limit: 65536 registers_per_block_limit: 65536
+}
+platform_name: "CUDA"
+dnn_version_info { major: 9 minor: 1 patch: 0 }
+device_description_str: "NVIDIA A100-SXM4-40GB"
+"""
+
+
+def prepare_environment(backend: str, devices: int) -> None:
+    """Before JAX starts: N host devices (cpu), or the CUDA plugin without a driver (gpu)."""
+    if "jax" in sys.modules:
+        raise RuntimeError("prepare_environment must run before JAX is imported")
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+    os.environ["JAX_PLATFORMS"] = "cpu"  # run nothing on a GPU; the CUDA plugin still compiles for one
+    if backend == "gpu":
+        os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"  # no CUDA runtime here: compile only
+
+
+def gpu_devices(count: int) -> list:
+    """Compile-only devices of `count` A100s on one host, or ImportError saying what is missing."""
+    from jax.experimental import topologies
+
+    try:
+        topology = topologies.get_topology_desc(platform="cuda", topology_name="a100",
+                                                target_config=A100_TARGET, topology=f"1x1x{count}")
+    except Exception as exc:  # no plugin: "Unknown backend", or an older plugin without deviceless topologies
+        raise ImportError(f"XLA's GPU compiler is not available here ({type(exc).__name__}: {str(exc)[:200]}); "
+                          f"install the xla-gpu extra (jax-cuda12-plugin, jax-cuda12-pjrt)") from exc
+    return list(topology.devices)
+
+
+def _state_shardings(technique, mesh):
+    """The shardings live gives the state: the technique's own (shard, pipeshard, zero2), else replicated."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    replicated = NamedSharding(mesh, P())
+    params = getattr(technique, "_param_shardings", None)
+    opt = getattr(technique, "_opt_shardings", None)
+    if opt is None and getattr(technique, "_opt_in_specs", None) is not None:
+        opt = jax.tree.map(lambda spec: NamedSharding(mesh, spec), technique._opt_in_specs)
+    return params, opt, replicated
+
+
+def compile_case(case: dict, devices: list) -> dict:
+    """Compile one case ({technique, model, precision, remat, global_batch, microbatches, stages,
+    seq_len}) on `devices`; XLA's figures per device, in bytes."""
+    import jax
+    import jax.numpy as jnp
+
+    from geosim.live.train import techniques
+    from geosim.live.train.model import GPT, GPTConfig, optimizer
+    from geosim.scenario import get_model
+    from geosim.specs import Model
+
+    spec = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
+    n_ctx = case.get("seq_len") or spec.n_ctx
+    cfg = GPTConfig(spec.n_layer, spec.n_embd, spec.n_head, spec.vocab, n_ctx, case["precision"],
+                    remat=bool(case.get("remat")))
+    setup = techniques.Setup(cfg, optimizer(), case["global_batch"], case["microbatches"],
+                             stages=case.get("stages"), devices=devices)
+    technique = techniques.get(case["technique"], setup)
+    params = jax.eval_shape(lambda: GPT(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, n_ctx), jnp.int32))["params"])
+    state = jax.eval_shape(technique.init, params)  # sets the technique's layout, allocates nothing
+    param_sh, opt_sh, replicated = _state_shardings(technique, technique.mesh)
+    place = lambda tree, sh: jax.tree.map(  # noqa: E731
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree,
+        sh if sh is not None else jax.tree.map(lambda _: replicated, tree))
+    state = (place(state[0], param_sh), place(state[1], opt_sh))
+    batch = jax.ShapeDtypeStruct((case["global_batch"], n_ctx + 1), jnp.int32, sharding=technique.batch_sharding())
+    started = time.perf_counter()
+    compiled = technique.step_fn().lower(*state, batch).compile()
+    m = compiled.memory_analysis()
+    peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+    return {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes, "alias": m.alias_size_in_bytes,
+            "temp": m.temp_size_in_bytes, "peak": peak, "compile_s": round(time.perf_counter() - started, 2)}
+
+
+def main() -> int:
+    backend, count = sys.argv[1], int(sys.argv[2])
+    prepare_environment(backend, count)
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+    if backend == "gpu":
+        try:
+            devices = gpu_devices(count)
+        except ImportError as exc:
+            print(json.dumps({"error": str(exc)}), flush=True)
+            return 3
+    else:
+        import jax
+
+        devices = jax.devices()[:count]
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        case = json.loads(line)
+        try:
+            result = compile_case(case, devices)
+        except Exception as exc:  # one case failing (a shape that does not divide) must not lose the others
+            result = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        print(json.dumps({**case, **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# --- beside geosim's model ------------------------------------------------------------------------
+
+def geosim_bytes(case: dict, devices: int) -> dict[str, float]:
+    """geosim's memory model for the same case, by part, without the workspace (XLA's figure does not
+    hold the CUDA context or the allocator's slack either)."""
+    from geosim.live.train.memory import layout
+    from geosim.scenario import get_model
+    from geosim.specs import Model
+
+    model = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
+    return layout(case["technique"], n_layer=model.n_layer, n_embd=model.n_embd, n_head=model.n_head,
+                  vocab=model.vocab, n_ctx=case.get("seq_len") or model.n_ctx, precision=case["precision"],
+                  global_batch=case["global_batch"], microbatches=case["microbatches"], devices=devices,
+                  stages=case.get("stages"), remat=bool(case.get("remat")))
+
+
+def cpu_correction(case: dict, devices: int) -> float:
+    """Bytes the CPU backend's layout holds beyond the GPU's, added to geosim's figure when comparing with
+    a CPU compile (the model itself is the GPU's). Only for fp32 cases: the CPU widens 16-bit dots to
+    fp32, which no correction per part captures, so 16-bit cases are compared on the GPU compiler only.
+    ZeRO-2: the CPU has no reduce-scatter; it all-reduces the whole flat gradient and slices it, so the
+    whole reduced gradient (fp32) is live beside the slice."""
+    from geosim.scenario import get_model
+    from geosim.specs import Model
+
+    if case["precision"] != "fp32":
+        raise ValueError("16-bit cases are compared on XLA's GPU compiler only (the CPU widens them to fp32)")
+    import importlib
+
+    model = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
+    module = importlib.import_module(f"geosim.live.train.techniques.{case['technique']}")
+    placement = module.placement(model, case["global_batch"], case["microbatches"], devices, case.get("stages"))
+    if not placement.tree_accumulator and devices > 1:  # a reduce-scatter into a flat shard, on GPUs
+        return 4.0 * placement.microbatch_grads * (1 - 1 / devices)
+    return 0.0
+
+
+def run_cases(backend: str, devices: int, cases: list[dict], timeout_s: float = 3600.0, each=None) -> list[dict]:
+    """Compile `cases` in a fresh process with `devices` devices of `backend`; XLA's figures per case
+    (or {"error": ...}), each also handed to `each` as it comes. The device count is fixed when JAX
+    starts, hence the process."""
+    import subprocess
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([sys.executable, "-m", "geosim.live.train.compiled_memory", backend, str(devices)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True)
+        try:
+            proc.stdin.write("".join(json.dumps(c) + "\n" for c in cases))
+            proc.stdin.close()
+            started = time.monotonic()
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    rows.append(json.loads(line))
+                    if each is not None:
+                        each(rows[-1])
+                if time.monotonic() - started > timeout_s:
+                    raise subprocess.TimeoutExpired(proc.args, timeout_s)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if proc.returncode and not rows:
+            errors.seek(0)
+            raise RuntimeError(f"compile process failed ({proc.returncode}): {errors.read()[-500:]}")
+    return rows

@@ -1,0 +1,61 @@
+"""geosim's per-device peak against XLA's own buffer assignment of live's train step (compiled, never
+run): the CI subset of bench/bench_memory.py. The CPU backend runs here always (fp32: it widens
+16-bit dots, so 16-bit cases are checked on XLA's GPU compiler only, when the xla-gpu extra is
+installed); each device count compiles in its own process."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from geosim.live.train.compiled_memory import cpu_correction, geosim_bytes, run_cases
+
+pytest.importorskip("jax")
+pytest.importorskip("flax")
+
+TOLERANCE = 0.10  # the issue's target, and the memory model's band (params: memory.margin_fraction)
+
+
+def case(technique, precision="fp32", remat=False, global_batch=8, microbatches=2):
+    return {"technique": technique, "model": "tiny", "precision": precision, "remat": remat,
+            "global_batch": global_batch, "microbatches": microbatches}
+
+
+def errors(rows, backend, devices):
+    out = {}
+    for row in rows:
+        assert "peak" in row, row.get("error")
+        ours = sum(geosim_bytes(row, devices).values())
+        if backend == "cpu":
+            ours += cpu_correction(row, devices)
+        out[(row["technique"], row["precision"], row["remat"])] = ours / row["peak"] - 1
+    return out
+
+
+def test_tiny_on_four_cpu_devices_within_ten_percent():
+    """Data, ZeRO-2 (with the CPU's all-reduce in place of a reduce-scatter corrected for) and the
+    pipeline, fp32, two microbatches. Shard is left to the GPU compiler: the CPU's partitioner keeps
+    the tied head's logits split over the devices where the GPU's gathers them whole."""
+    rows = run_cases("cpu", 4, [case("data"), case("zero2"), case("pipeshard")], timeout_s=600)
+    found = errors(rows, "cpu", 4)
+    assert len(found) == 3
+    for what, error in found.items():
+        assert abs(error) <= TOLERANCE, (what, f"{error:+.1%}")
+
+
+@pytest.mark.slow  # ~40 s of compiling
+@pytest.mark.skipif(importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
+                    reason="XLA's GPU compiler needs the xla-gpu extra (jax-cuda12-plugin, jax-cuda12-pjrt)")
+def test_tiny_on_xla_gpu_compiler_16_bit_and_remat():
+    rows = run_cases("gpu", 4, [case("data", "bf16", True), case("zero2", "fp16")], timeout_s=600)
+    if rows and "technique" not in rows[0]:
+        pytest.skip(rows[0].get("error", "XLA's GPU compiler is not available"))
+    for what, error in errors(rows, "gpu", 4).items():
+        assert abs(error) <= TOLERANCE, (what, f"{error:+.1%}")
+
+
+def test_cpu_correction_refuses_16_bit_cases():
+    with pytest.raises(ValueError, match="GPU compiler only"):
+        cpu_correction(case("data", "bf16"), 4)
+    assert cpu_correction(case("zero2"), 4) > 0 and cpu_correction(case("data"), 4) == 0

@@ -1,0 +1,130 @@
+"""Each parameter is declared once (geosim/parameters.py; a network model's in its module); the
+defaults file, the parameters class, the fit's free set and the reference page are checked against
+that declaration."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from geosim import parameters
+from geosim.params import ALL_SCALARS, _flatten, load_params, params_to_toml, setting_keys
+from geosim.sim.network import network_parameters
+from geosim.specs import Params
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "geosim" / "data" / "params-default.toml"
+# Params fields that are not parameters: where the values came from and what a fit said
+PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "technique_settings",
+              "networks",  # each network model's Settings: declared by the model (checked below)
+              "runtimes"}  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/runtime.py)
+
+
+def shipped() -> dict:
+    return _flatten({k: v for k, v in tomllib.loads(SHIPPED.read_text()).items() if k != "fitted"})
+
+
+def test_the_shipped_file_holds_every_declared_key_and_no_other():
+    keys = set(shipped())
+    declared = {p.key for p in ALL_SCALARS} | {t.key for t in parameters.TABLES}
+    settings = {f"{technique}.{leaf}" for technique, leaf in setting_keys()}
+    assert declared - keys == set(), "declared but not shipped"
+    assert keys - declared - settings == set(), "shipped but not declared"
+
+
+def test_every_shipped_value_is_in_its_declared_range():
+    values = shipped()
+    for p in ALL_SCALARS:
+        if p.unit != parameters.FLAG:
+            assert p.range[0] <= values[p.key] <= p.range[1], p.key
+        if p.fit is not None:
+            assert p.range[0] <= p.fit[0] <= p.fit[1] <= p.range[1], p.key
+    for t in parameters.TABLES:
+        for name, value in values[t.key].items():
+            assert (value in t.choices) if t.choices else (t.range[0] <= value <= t.range[1]), f"{t.key}.{name}"
+
+
+def test_every_parameters_field_is_declared_once():
+    fields = {f.name for f in dataclasses.fields(Params)} - PROVENANCE
+    declared = [p.field for p in (*parameters.SCALARS, *parameters.TABLES)]
+    assert len(declared) == len(set(declared)), "a field declared twice"
+    assert fields == set(declared)
+
+
+def test_every_network_models_settings_are_its_declared_parameters():
+    """A network model declares its own constants beside it (PARAMETERS), one Settings field each, all
+    under its file table; the parameters file builds them (Params.network)."""
+    assert set(network_parameters()) == {"tcp"}  # alpha-beta and ideal have no constants of their own
+    params = load_params()
+    for model, (table, declared, settings_class) in network_parameters().items():
+        fields = [p.field for p in declared]
+        assert len(fields) == len(set(fields)) and set(fields) == set(settings_class.__dataclass_fields__), model
+        assert all(p.key.startswith(table + ".") for p in declared), model
+        assert not {p.key for p in declared} & {p.key for p in parameters.SCALARS}, "declared twice"
+        assert isinstance(params.network(model), settings_class)
+
+
+def test_the_file_round_trips_through_the_si_units():
+    """Units are converted at the boundary: what is read is written back as the same numbers."""
+    values, written = shipped(), _flatten(params_to_toml(load_params()))
+    for p in ALL_SCALARS:
+        assert written[p.key] == pytest.approx(values[p.key], rel=1e-12), p.key
+    params = load_params()
+    assert params.network("tcp").window_bytes == values["transport.window_mib"] * 2**20
+    assert params.network("tcp").per_message_overhead_s == pytest.approx(values["transport.per_message_overhead_us"] * 1e-6)
+
+
+def test_the_fit_takes_its_ranges_and_priors_from_the_declaration():
+    from geosim.calibrate import free
+
+    assert free.SCALAR_RANGES == {p.key: p.fit for p in ALL_SCALARS if p.fit is not None}
+    assert free.SCALAR_PRIORS == {p.key: p.prior for p in ALL_SCALARS if p.prior is not None}
+    assert "transport.window_mib" in free.SCALAR_RANGES  # a network model's own, fitted from its declaration
+    assert free.OVERHEAD_RANGE == parameters.TABLE_BY_KEY["overhead.iteration_s"].fit
+
+
+def test_the_reference_page_is_what_the_declaration_writes():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import write_params_reference as writer
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    text = writer.PAGE.read_text()
+    assert writer.render(text) == text, "docs/reference/params.md is stale: python tools/write_params_reference.py"
+    for p in ALL_SCALARS:  # a network model's rows too
+        assert f"| `{p.key}` | {p.unit} |" in text
+    for technique, leaf in setting_keys():
+        assert f"| `{technique}.{leaf}` |" in text
+
+
+def test_every_technique_setting_is_declared_with_its_source_and_unit():
+    """A technique's tunable carries the same facts as a simulator-wide parameter: its range (or
+    choices), its unit (numbers and flags) and where its default comes from."""
+    from geosim.techniques import settings_class, technique_names
+    from geosim.techniques._settings import file_tunables
+
+    missing = []
+    for name in technique_names():
+        for leaf, t in file_tunables(settings_class(name)).items():
+            if not t.source or (t.kind is not str and not t.unit):
+                missing.append(f"{name}.{leaf}")
+    assert missing == []
+
+
+def test_a_technique_the_file_does_not_name_costs_what_a_typical_one_does():
+    """Not 0 s of overhead (it would win by default): the median of the file's entries, else the
+    declared default."""
+    from dataclasses import replace
+
+    params = load_params()
+    assert params.for_technique("iteration_overhead_s", "new") == 0.15
+    assert params.for_technique("startup_s", "new") == 60.0  # data, zero2, diloco, ... 60; shard 120; pipeshard 180
+    assert params.for_technique("collectives", "new") == "ring"
+    fitted = replace(params, iteration_overhead_s={"data": 0.3, "zero2": 0.3, "shard": 0.4})
+    assert fitted.for_technique("iteration_overhead_s", "new") == 0.3
+    empty = replace(params, iteration_overhead_s={})
+    assert empty.for_technique("iteration_overhead_s", "new") == parameters.TABLE_BY_KEY["overhead.iteration_s"].missing
