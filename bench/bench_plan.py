@@ -6,7 +6,7 @@
     python bench/bench_plan.py --json       # the figures as JSON on stdout (the lines go to stderr)
 
 Each case is one fresh `geosim predict --scenario FILE --model M --global-batch 512
---microbatches 16 --all-vms-only` (every technique's row, the planner's search for the
+--microbatches 16 --hosts all` (every technique's row, the planner's search for the
 verdict included) in a subprocess, so its resident memory is its own. The clusters are
 bench/clusters/*.toml: 8 H100 per host joined by NVLink, sites joined by 100 Gbit/s links
 with RTTs estimated from FABRIC geography (bench/clusters/make_clusters.py writes them).
@@ -62,7 +62,7 @@ def run_case(scenario: Path, model: str) -> tuple[float, float, float, str]:
     children's rusage before and after; the resident peak is the largest of any child so far
     (Linux keeps one maximum for all waited children), so cases run smallest first."""
     command = [sys.executable, "-m", "geosim", "predict", "--scenario", str(scenario), "--model", model,
-               "--global-batch", "512", "--microbatches", "16", "--all-vms-only"]
+               "--global-batch", "512", "--microbatches", "16", "--hosts", "all"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         OUT = sys.stderr
     cases = CASES[:2] if args.quick else CASES
-    say(f"geosim predict --model M --global-batch 512 --microbatches 16 --all-vms-only, {args.runs} runs each "
+    say(f"geosim predict --model M --global-batch 512 --microbatches 16 --hosts all, {args.runs} runs each "
         f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     say(f"  {'cluster':<42} {'wall median':>11} {'CPU median':>10} {'CPU min..max':>14} {'RSS MB':>7}  target")
     figures, sticks = [], []

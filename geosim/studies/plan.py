@@ -25,6 +25,7 @@ from geosim.studies.whatif import with_rtt
 from geosim.units import ms_to_s
 from geosim.validate import check_number
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
+from geosim.structure import structured_subsets
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import (get_technique, is_low_communication, label, plan_floor_s, plan_variants,
                                technique_names)
@@ -47,8 +48,6 @@ def shapes(case: Case, max_gpus: int | None = None, techniques: tuple[str, ...] 
     if is_exhaustive(case, exhaustive):
         subsets = _every_subset(case)
     else:
-        from geosim.structure import structured_subsets
-
         subsets = structured_subsets(case.cluster, case.workload.precision)
     for subset in subsets:
         if max_gpus is not None and sum(gpus[h] for h in subset) > max_gpus:

@@ -19,13 +19,14 @@ handful of a 1,024-GPU cluster's options instead of all of them.
 
 from __future__ import annotations
 
+from geosim.errors import GeosimError
+from geosim.sim.engine import compute_timer
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.techniques import build_schedule
 
 
 def schedule_floor_s(case, schedule: Schedule, workload) -> float:
     """startup + programs x the busiest GPU's ops back to back (seconds, slightly under)."""
-    from geosim.sim.engine import compute_timer
-
     cluster, params = case.cluster, case.params
     seconds = compute_timer(schedule, params, workload)
     host_of = {d.rank: d.host for d in schedule.devices}
@@ -114,9 +115,6 @@ def _collective_floor(op: Collective, host_of, site_of, ingress, wan) -> float:
 def plan_floor_s(case, hosts: tuple[str, ...], workload, options: dict | None, technique: str) -> float:
     """A technique's floor on `hosts`: its schedule's (0 where the schedule cannot be built: predict()
     reports why, at the cost of a build)."""
-    from geosim.errors import GeosimError
-    from geosim.techniques import build_schedule
-
     on = case.on(hosts).with_(workload=workload)
     try:
         schedule = build_schedule(technique, on, options)

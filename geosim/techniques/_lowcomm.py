@@ -219,3 +219,4 @@ def plan_variants(case: Case, hosts: tuple[str, ...], **_):
         by_site.setdefault(h.site, []).append(h.name)
     if len(by_site) > 1 and any(len(v) > 1 for v in by_site.values()):
         yield {}, {"replicas": [tuple(v) for v in by_site.values()]}
+

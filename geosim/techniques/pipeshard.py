@@ -20,6 +20,7 @@ from geosim.sim.network import least_delay
 from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
+from geosim.structure import host_groups, host_list, hosts_at, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable, with_options
@@ -271,8 +272,6 @@ def _stage_layouts(case: Case, hosts: tuple[str, ...], exhaustive: bool) -> list
     in every order, except between two VMs with the same GPUs. Structured: one stage per site in the
     orders geosim.structure.site_orders gives, and one stage per host (sites in those orders, each
     site's hosts in the scenario's order: same-group hosts are interchangeable) up to MAX_HOST_STAGES."""
-    from geosim.structure import hosts_at, site_orders, sites
-
     if exhaustive:
         same = {h.name: (tuple(g.name for g in h.gpus), h.intra_host) for h in case.cluster.hosts}
         orders = [hosts] if len(hosts) == 2 and same[hosts[0]] == same[hosts[1]] else itertools.permutations(hosts)
@@ -295,8 +294,6 @@ def _stage_layouts(case: Case, hosts: tuple[str, ...], exhaustive: bool) -> list
 def _group_orders(cluster, order) -> list[list[tuple[str, ...]]]:
     """Each site's host groups (geosim.structure.host_groups) in every order, sites in `order`; the
     scenario's order alone where that would be more than a few layouts."""
-    from geosim.structure import host_groups
-
     groups = host_groups(cluster)
     per_site = [[g.hosts for g in groups if g.site == site] for site in order]
     choices = [list(itertools.permutations(site_groups)) for site_groups in per_site]
@@ -362,16 +359,12 @@ def _split_weights(case: Case, stages: list[tuple], microbatch: int, intra: str)
 
 def _order(hosts: tuple[str, ...], options: dict | None) -> tuple[str, ...]:
     """Each stage's VMs (a mesh of several written as geosim.structure.host_list does)."""
-    from geosim.structure import host_list
-
     return tuple(host_list(m) for m in options["meshes"]) if options and options.get("meshes") else hosts
 
 
 def option_kind(hosts: tuple[str, ...], options: dict | None = None) -> str:
     order = _order(hosts, options)
     if len(order) > 4 and all("[" not in stage for stage in order):  # a stage per VM, many VMs: in order
-        from geosim.structure import host_list
-
         return f"{LABEL} {len(order)} stages {host_list(order).replace('+', '>')}"
     if len(order) > 1:
         return f"{LABEL} {'>'.join(order)}"

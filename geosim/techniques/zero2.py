@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Repeat, Schedule
 from geosim.case import Case
+from geosim.techniques import _floor
 from geosim.techniques._settings import tunable
 from geosim.techniques._base import (accumulation, check_dims, combined, devices_of, microbatch_per_gpu, optimizer_op,
                                      overhead_op)
@@ -73,6 +74,4 @@ def build(case: Case, settings: Settings) -> Schedule:
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
     """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
-    from geosim.techniques import _floor
-
     return _floor.plan_floor_s(case, hosts, workload, options, NAME)
