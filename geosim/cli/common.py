@@ -213,9 +213,10 @@ class Progress:
     def __init__(self, label: str):
         self.label, self.started, self.shown = label, time.monotonic(), False
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int | None, what: str = "simulated") -> None:
         if sys.stderr.isatty() and time.monotonic() - self.started > 2:
-            print(f"\r  {self.label}: simulated {done} of at most {total} options", end="", file=sys.stderr)
+            of = f" of at most {total:,}" if total is not None else ""  # None: still weighing options
+            print(f"\r  {self.label}: {what} {done:,}{of} options" + " " * 10, end="", file=sys.stderr)
             self.shown = True
 
     def close(self):

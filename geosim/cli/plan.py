@@ -124,6 +124,8 @@ def print_plan(plan: Plan, top: int | None) -> None:
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
     limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
     failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))
+    print(f"  {plan.search_line()}")
+    print(f"  {plan.search_line()}")
     print(f"  {plan.considered} options: {len(plan.options)} feasible simulated"
           + (f", {failed}" if failed else "") + (f", {plan.pruned} pruned (cannot make the top {top})" if plan.pruned
                                                  else "") + (f"; {'; '.join(limits)}" if limits else ""))
@@ -140,7 +142,13 @@ def print_plan(plan: Plan, top: int | None) -> None:
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")
     if any(is_assumed(o.efficiency) for o in plan.options[:top]):
         print("  * token efficiency assumed (parameters file), not measured: time is to Data's progress")
-    for group in twins(c.cluster):
+    if len(c.cluster.hosts) > 4:  # interchangeable VMs (geosim.structure.host_groups) as ranges
+        from geosim.structure import host_groups, host_list
+
+        alike = [g for g in host_groups(c.cluster) if g.count > 1]
+        if alike:
+            print(f"  interchangeable VMs (same site, GPUs and links): {'; '.join(host_list(g.hosts) for g in alike)}")
+    for group in (twins(c.cluster) if len(c.cluster.hosts) <= 4 else []):
         print(f"  {', '.join(group[1:])} {'has' if len(group) == 2 else 'have'} the same GPUs as {group[0]}: "
               f"options on {group[0]} stand for {'it' if len(group) == 2 else 'them'} too")
     if plan.deadline_s and not plan.meets_deadline:

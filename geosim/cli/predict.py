@@ -21,6 +21,7 @@ from geosim.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
 from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.reference import attach_measurement
+from geosim.structure import host_groups, host_list
 from geosim.studies.whatif import wan_links
 from geosim.techniques import is_baseline, is_low_communication, label
 from geosim.units import s_to_ms
@@ -79,7 +80,7 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from geosim.studies.plan import make_plan
+    from geosim.studies.plan import best_of_technique, is_exhaustive, make_plan
 
     params = load_params_arg(args)
     if args.draws is not None and args.draws < 1:
@@ -92,12 +93,15 @@ def _run(args) -> int:
         scenario, cluster, model, workload = load_case(name, args)
         case = Case(cluster, model, workload, params, network=args.network)
         rows: list[Prediction] = []
-        for hosts in host_subsets(cluster, args.hosts):
-            for technique in techniques:
-                prediction = predict(case, technique, hosts=hosts)
-                if args.rtt_ms is None and args.bandwidth_gbps is None:
-                    attach_measurement(prediction, cluster)
-                rows.append(prediction)
+        if is_exhaustive(case):
+            for hosts in host_subsets(cluster, args.hosts):
+                for technique in techniques:
+                    prediction = predict(case, technique, hosts=hosts)
+                    if args.rtt_ms is None and args.bandwidth_gbps is None:
+                        attach_measurement(prediction, cluster)
+                    rows.append(prediction)
+        else:  # a large cluster: each technique's best option, not its naive layout on every VM
+            rows = [best_of_technique(case, t) for t in techniques]
         # the verdict ranks what the planner finds among the same techniques (its layer splits and
         # microbatches included) on the same measure, so predict, select and plan name the same best
         # option, and the time-to-target table's figures are the ranking's
@@ -187,17 +191,21 @@ def print_ranges(rows, ranges) -> None:
         return
     print(f"  range over {drawn[0][1]['draws']} parameter draws from the fit's covariance (5th..95th percentile):")
     for r, g in drawn:
-        print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(g['low']):>10} .. {fmt_duration(g['high']):<10} "
+        print(f"    {r.technique:<10} {host_list(r.hosts):<8} {fmt_duration(g['low']):>10} .. {fmt_duration(g['high']):<10} "
               f"(median {fmt_duration(g['median'])})")
 
 def describe_cluster(cluster) -> str:
-    hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
+    if len(cluster.hosts) <= 4:
+        hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
+    else:  # interchangeable VMs as one group (geosim.structure.host_groups)
+        hosts = ", ".join(f"{host_list(g.hosts)}: {len(g.gpus)}x {g.gpus[0]} @{g.site}" for g in host_groups(cluster))
     links = wan_links(cluster)
     if not links:  # one VM, or VMs of one site: nothing crosses a WAN
         return f"{hosts}; no WAN link"
     rtts = sorted({round(s_to_ms(link.rtt_s), 1) if link.rtt_estimated else s_to_ms(link.rtt_s) for link in links})
     estimated = any(link.rtt_estimated for link in links)
-    return f"{hosts}; RTT {'/'.join(f'{r:g}' for r in rtts)} ms" + (" (estimated from distance)" if estimated else "")
+    shown = '/'.join(f'{r:g}' for r in rtts) if len(rtts) <= 6 else f"{rtts[0]:g} to {rtts[-1]:g}"
+    return f"{hosts}; RTT {shown} ms" + (" (estimated from distance)" if estimated else "")
 
 
 def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> None:
@@ -227,7 +235,7 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
     print("  " + "-" * (len(head) - 2))
     ok = sorted((r for r in rows if r.ok), key=lambda r: (len(r.hosts) != len(cluster.hosts), r.total_time_s))
     for r in ok + [r for r in rows if not r.ok]:
-        vms = "+".join(r.hosts)
+        vms = host_list(r.hosts)
         if not r.ok:
             print(f"  {r.technique:<10} {vms:<8} fails: {r.reason}")
             continue
@@ -259,13 +267,13 @@ def print_targets(rows, plan) -> None:
         versus = f"{t['time_to_target_s'] / best.ranked_time_s:.2f}x" if best else "-"
         twin = f"; the same run as {label(same[id(r)])} here" if id(r) in same else ""
         source = t["token_efficiency_source"].replace(f"{r_params_source(t)} ", "")
-        print(f"    {r.technique:<10} {'+'.join(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "
+        print(f"    {r.technique:<10} {host_list(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "
               f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
         if r.memory_note:
             print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
     failed = [r for r, _ in rows if not r.ok]
     if failed:
-        print(f"    does not run: {', '.join(f'{r.technique} on {chr(43).join(r.hosts)}' for r in failed)}")
+        print(f"    does not run: {', '.join(f'{r.technique} on {host_list(r.hosts)}' for r in failed)}")
 
 
 def r_params_source(fields: dict) -> str:

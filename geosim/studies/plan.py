@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import re
+import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -24,28 +25,49 @@ from geosim.studies.whatif import with_rtt
 from geosim.units import ms_to_s
 from geosim.validate import check_number
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
+from geosim.structure import structured_subsets
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import (get_technique, is_low_communication, label, plan_floor_s, plan_variants,
                                technique_names)
 
 
-def shapes(case: Case, max_gpus: int | None = None, techniques: tuple[str, ...] | None = None):
-    """(technique, hosts) for each technique on each subset of the VMs (twins planned once)."""
-    hosts = [h.name for h in case.cluster.hosts]
+EXHAUSTIVE_HOSTS = 2  # up to this many VMs (the study's slices) every subset and stage order is tried
+
+
+def is_exhaustive(case: Case, exhaustive: bool | None = None) -> bool:
+    """Whether the planner tries every subset of VMs and every order (None: where that is cheap)."""
+    return len(case.cluster.hosts) <= EXHAUSTIVE_HOSTS if exhaustive is None else exhaustive
+
+
+def shapes(case: Case, max_gpus: int | None = None, techniques: tuple[str, ...] | None = None,
+           exhaustive: bool | None = None):
+    """(technique, hosts) for each technique on each set of VMs worth planning on: every subset
+    (twins planned once) where that is cheap, else geosim.structure.structured_subsets (by site and
+    host group: how many hosts of each, never every combination)."""
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
+    if is_exhaustive(case, exhaustive):
+        subsets = _every_subset(case)
+    else:
+        subsets = structured_subsets(case.cluster, case.workload.precision)
+    for subset in subsets:
+        if max_gpus is not None and sum(gpus[h] for h in subset) > max_gpus:
+            continue
+        for technique in techniques or technique_names():
+            yield technique, subset
+
+
+def _every_subset(case: Case):
+    hosts = [h.name for h in case.cluster.hosts]
     signature = _signature(case.cluster)
     seen = set()
     for size in range(1, len(hosts) + 1):
         for subset in itertools.combinations(hosts, size):
-            if max_gpus is not None and sum(gpus[h] for h in subset) > max_gpus:
-                continue
             # VMs with the same GPUs are interchangeable when nothing or one link joins them:
             # plan on the first and say it stands for its twins (twins() below)
             if size <= 2 and tuple(sorted(map(signature, subset))) in seen:
                 continue
             seen.add(tuple(sorted(map(signature, subset))))
-            for technique in techniques or technique_names():
-                yield technique, subset
+            yield subset
 
 
 def synchronous_techniques() -> list[str]:
@@ -54,12 +76,15 @@ def synchronous_techniques() -> list[str]:
 
 
 def candidates(case: Case, max_gpus: int | None = None, choices: dict | None = None,
-               techniques: tuple[str, ...] | None = None):
+               techniques: tuple[str, ...] | None = None, exhaustive: bool | None = None):
     """Every option: (technique, hosts, workload changes, predict options). A technique's variants
     (Pipeshard: stage order x microbatches x intra-stage x layer split) come from its module's
-    plan_variants(); `choices` go to it as keyword arguments (e.g. intra_stages)."""
-    for technique, hosts in shapes(case, max_gpus, techniques):
-        for changes, options in plan_variants(technique, case, hosts, **_choices_for(technique, choices)):
+    plan_variants(); `choices` go to it as keyword arguments (e.g. intra_stages), and so does
+    `exhaustive` (every variant, or the structured few) where it takes one."""
+    every = is_exhaustive(case, exhaustive)
+    for technique, hosts in shapes(case, max_gpus, techniques, every):
+        for changes, options in plan_variants(technique, case, hosts,
+                                              **_choices_for(technique, {**(choices or {}), "exhaustive": every})):
             yield technique, hosts, changes, options
 
 
@@ -83,6 +108,23 @@ def twins(cluster: Cluster) -> list[list[str]]:
     for h in cluster.hosts:
         groups.setdefault(signature(h.name), []).append(h.name)
     return [g for g in groups.values() if len(g) > 1]
+
+
+def best_of_technique(case: Case, technique: str) -> "Prediction":
+    """A technique's best option on the slice: the planner's (a synchronous one) or the fastest of its
+    module's plan_variants on every VM (a low-communication one); where nothing runs, the prediction
+    on every VM that says why."""
+    everyone = tuple(h.name for h in case.cluster.hosts)
+    if not is_low_communication(technique):
+        found = search(case, keep=1, techniques=(technique,))
+        ok = rank(found.simulated, None)
+        if ok:
+            return ok[0].prediction
+        return predict(case, technique, hosts=everyone)
+    tried = [evaluate(case, technique, everyone, changes, options)
+             for changes, options in plan_variants(technique, case, everyone)]
+    ok = sorted((o for o in tried if o.ok), key=lambda o: o.total_time_s)
+    return (ok or tried)[0].prediction
 
 
 def evaluate(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None,
@@ -129,34 +171,66 @@ def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
             "others": {k: v / len(winners) for k, v in counts.most_common() if k != best}}
 
 
+MAX_CANDIDATES = 50_000  # options the planner will weigh (a floor each); beyond, it asks to be narrowed
+# the structured search simulates at most this many options, lowest floors first, and says how many
+# it left whose floors did not rule them out (a 1,024-GPU option costs seconds to simulate)
+STRUCTURED_BUDGET = 24
+
+
 @dataclass
 class Search:
     simulated: list[Option]
     considered: int  # every candidate, simulated or not
     pruned: int  # never simulated: their floor ranks below the top `keep` already found
+    seconds: float = 0.0  # wall time of the search
+    exhaustive: bool = True  # every subset and order, or the structured search
+    unsettled: int = 0  # never simulated though their floor could still beat the options kept (budget)
 
 
 def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadline_s: float | None = None,
            choices: dict | None = None, techniques: tuple[str, ...] | None = None,
-           progress: Callable[[int, int], None] | None = None, same_progress: SameProgress | None = None) -> Search:
+           progress: Callable[..., None] | None = None, same_progress: SameProgress | None = None,
+           exhaustive: bool | None = None, budget: int | None = -1) -> Search:
     """Simulate candidates in order of their floor; stop once no floor can reach the top `keep`.
     The floor only ever underestimates, so nothing that belongs in the top `keep` is skipped;
-    keep=None simulates everything."""
+    keep=None simulates everything. More than MAX_CANDIDATES candidates: a one-line error
+    naming what narrows the search, before anything is simulated. `budget` caps the simulations
+    (-1: none for the exhaustive search, STRUCTURED_BUDGET for the structured one; None: none);
+    what it leaves unsimulated though its floor could still rank is counted in `unsettled`."""
+    started = time.perf_counter()
     key = rank_key(deadline_s)
-    todo = [(floor_s(case, *args, same_progress), args) for args in candidates(case, max_gpus, choices, techniques)]
+    every = is_exhaustive(case, exhaustive)
+    if budget == -1:
+        budget = None if every or keep is None else STRUCTURED_BUDGET
+    todo = []
+    for args in candidates(case, max_gpus, choices, techniques, every):
+        if len(todo) >= MAX_CANDIDATES:
+            raise GeosimError(f"the plan would weigh more than {MAX_CANDIDATES:,} options on "
+                              f"{len(case.cluster.hosts)} VMs; narrow it with --technique, --max-gpus, "
+                              f"--intra-stage or a smaller scenario", source="plan")
+        todo.append((floor_s(case, *args, same_progress), args))
+        if progress and len(todo) % 200 == 0:
+            progress(len(todo), None, "weighed")
     todo.sort(key=lambda fa: key(fa[0], _gpus_of(case, fa[1][1])))
     best: list[tuple] = []  # keys of the best feasible options so far, sorted, at most `keep`
-    simulated = []
+    simulated, spent = [], 0
     for i, (floor, args) in enumerate(todo):
         if keep is not None and len(best) >= keep and key(floor, _gpus_of(case, args[1])) > best[-1]:
-            return Search(simulated, len(todo), len(todo) - i)
+            return Search(simulated, len(todo), len(todo) - i, time.perf_counter() - started, every)
+        if budget is not None and spent >= budget and best:
+            rest = [fa for fa in todo[i:] if len(best) < (keep or 0) or key(fa[0], _gpus_of(case, fa[1][1])) <= best[-1]]
+            return Search(simulated, len(todo), len(todo) - i - len(rest), time.perf_counter() - started, every,
+                          unsettled=len(rest))
         option = evaluate(case, *args, same_progress)
         simulated.append(option)
+        spent += option.ok  # an infeasible or out-of-memory option costs a build, not a simulation
         if option.ok:
-            best = sorted(best + [key(option.ranked_time_s, option.gpus)])[:keep]
+            # options that tie exactly (the hybrid where it is SparseLoCo) count once: the verdict names
+            # one of them and a runner-up that differs, which the search must then not prune
+            best = sorted(set(best + [key(option.ranked_time_s, option.gpus)]))[:keep]
         if progress:
             progress(len(simulated), len(todo))
-    return Search(simulated, len(todo), 0)
+    return Search(simulated, len(todo), 0, time.perf_counter() - started, every)
 
 
 def _gpus_of(case: Case, hosts: tuple[str, ...]) -> int:
@@ -186,6 +260,18 @@ class Plan:
     considered: int  # candidate options, simulated or pruned
     pruned: int  # never simulated: even their compute-only floor ranks below the options kept
     progress: SameProgress = SameProgress()  # what the options are ranked on (ranking.time_to_progress_s)
+    simulated: int = 0  # options simulated (feasible or not)
+    unsettled: int = 0  # left unsimulated by the structured search's budget though their floor could rank
+    seconds: float = 0.0  # wall time of the search
+    exhaustive: bool = True  # every subset and order was tried (else the structured search)
+
+    def search_line(self) -> str:
+        """How much the planner looked at: options weighed, simulated, pruned, and how long it took."""
+        how = "every subset and order" if self.exhaustive else "structured by site and host group"
+        left = (f", {self.unsettled:,} left unsimulated by the budget of {STRUCTURED_BUDGET} (their floors do not "
+                f"rule them out)" if self.unsettled else "")
+        return (f"search ({how}): {self.considered:,} options weighed, {self.simulated:,} simulated, "
+                f"{self.pruned:,} pruned by their floor{left}, in {self.seconds:.2f} s")
 
     @property
     def best(self) -> Option | None:
@@ -227,7 +313,8 @@ class Plan:
 
     def to_dict(self) -> dict:
         return {"scenario": self.case.cluster.name, "model": self.case.model.name, "considered": self.considered,
-                "pruned": self.pruned, "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
+                "pruned": self.pruned, "simulated": self.simulated, "search_seconds": self.seconds,
+                "search": "exhaustive" if self.exhaustive else "structured", "unsettled": self.unsettled, "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
                 "best": self.best.to_dict() if self.best else None,
                 "algorithm1": self.algorithm.to_dict() if self.algorithm else None,
                 "algorithm1_option": self.algorithm_option.to_dict() if self.algorithm_option else None,
@@ -254,13 +341,13 @@ def algorithm_choice(case: Case, delta: float, progress: SameProgress | None = N
 def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None = None, delta: float = 0.1,
               keep: int | None = 10, choices: dict | None = None,
               techniques: tuple[str, ...] | None = None, progress: Callable[[int, int], None] | None = None,
-              same_progress: SameProgress | None = None) -> Plan:
+              same_progress: SameProgress | None = None, exhaustive: bool | None = None) -> Plan:
     """Rank every option (geosim.studies.ranking's rule: time to the same training progress) and put
     Algorithm 1's choice beside the best. `choices` go to the techniques' plan_variants() (Pipeshard:
     intra_stages); `same_progress` says what progress is (default: the workload's tokens, efficiencies
     from the parameters file)."""
     same_progress = same_progress or SameProgress(case.params)
-    found = search(case, max_gpus, keep, deadline_s, choices, techniques, progress, same_progress)
+    found = search(case, max_gpus, keep, deadline_s, choices, techniques, progress, same_progress, exhaustive)
     failed: dict[str, int] = {}
     for o in found.simulated:
         if not o.ok:
@@ -268,7 +355,9 @@ def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None 
     ok = rank(found.simulated, deadline_s)
     selection, chosen = algorithm_choice(case, delta, same_progress)
     return Plan(case, ok, failed, deadline_s, max_gpus, selection, chosen,
-                considered=found.considered, pruned=found.pruned, progress=same_progress)
+                considered=found.considered, pruned=found.pruned, progress=same_progress,
+                simulated=len(found.simulated), seconds=found.seconds, exhaustive=found.exhaustive,
+                unsettled=found.unsettled)
 
 
 # -- the same question on measured runs ----------------------------------------------------------

@@ -24,6 +24,7 @@ from functools import cache
 from types import ModuleType
 
 from geosim.errors import GeosimError
+from geosim.structure import host_list
 from geosim.techniques._settings import tunables, with_options
 from geosim.parameters import number_text
 
@@ -109,7 +110,7 @@ def option_kind(name: str, hosts: tuple[str, ...], options: dict | None = None) 
     module = get_technique(name)
     if hasattr(module, "option_kind"):
         return module.option_kind(tuple(hosts), options)
-    return f"{label(name)} on {'+'.join(hosts)}"
+    return f"{label(name)} on {host_list(hosts)}"
 
 
 def variant_label(name: str, hosts: tuple[str, ...], workload, options: dict | None) -> str:

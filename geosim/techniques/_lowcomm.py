@@ -120,11 +120,9 @@ def _remap(op, rank_of: dict[int, int], prefix: tuple = (), suffix: tuple = ()):
 
 def single_host_replicas(cluster: Cluster, options: dict, model: Model, workload: Workload, params: Params,
                          technique: str, state_bytes_per_param: float, state_part: str) -> list[Replica]:
-    """One full replica per host (DiLoCo, SparseLoCo), each with its outer state."""
+    """Full replicas (DiLoCo, SparseLoCo), each with its outer state: one per host by default, or
+    the groups of options["replicas"], each data parallel over all of its hosts' GPUs."""
     groups = replica_hosts(cluster, options)
-    if any(len(g) != 1 for g in groups):
-        raise GeosimError(f"{technique} replicas are single hosts (use the hybrid technique for pipelined replicas)",
-                          key="replicas")
     inner_workload = replica_workload(workload, len(groups))
     replicas = [build_replica(cluster, g, "full", model, inner_workload, params, technique) for g in groups]
     add_outer_state(replicas, state_bytes_per_param, state_part)
@@ -221,3 +219,17 @@ def assemble(technique: str, devices: list[Device], replicas: list[Replica], inn
     return Schedule(technique, devices, programs, {r: sum(p.values()) for r, p in memory_parts.items()}, memory_parts,
                     description, iterations_per_program=inner_steps,
                     activation_compression=activation_compression)
+
+
+def plan_variants(case: Case, hosts: tuple[str, ...], **_):
+    """What a low-communication technique's planner tries (DiLoCo, SparseLoCo): a replica per host
+    (the default), and where a site holds several hosts, a replica per site, data parallel inside
+    it (what a cross-region run does: the wide-area links carry only the outer synchronization)."""
+    yield {}, None
+    chosen = [h for h in case.cluster.hosts if h.name in hosts]
+    by_site: dict[str, list[str]] = {}
+    for h in chosen:
+        by_site.setdefault(h.site, []).append(h.name)
+    if len(by_site) > 1 and any(len(v) > 1 for v in by_site.values()):
+        yield {}, {"replicas": [tuple(v) for v in by_site.values()]}
+

@@ -21,6 +21,7 @@ from geosim.sim import memory_layout
 from geosim.sim.schedule import Compute, Recv, Repeat, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
+from geosim.techniques import _floor
 from geosim.techniques._base import (accumulation, backward_multiplier, check_dims, combined, devices_of, forward_flops,
                                      microbatch_per_gpu, optimizer_op, overhead_op, pass_ops, update_op, work)
 from geosim.units import MIB
@@ -101,3 +102,8 @@ def _overlapped(model, workload, params, group, per_gpu, grad_bytes, runtime):
                     overhead_op(NAME, params, workload)]
         programs[rank] = program
     return programs, buckets
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 
 from geosim.sim.schedule import Collective, Recv, Schedule, Send
 from geosim.case import Case
+from geosim.techniques import _floor
 from geosim.techniques._base import check_dims, combined, devices_of
 from geosim.techniques._settings import option, tunable
+from geosim.techniques._lowcomm import plan_variants  # noqa: F401 (the planner's choices)
 from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, assemble, inner_step, outer_step_op,
                                         replica_name, single_host_replicas)
 
@@ -118,3 +120,8 @@ def _streaming(devices, replicas, H: int, s: Settings, num_params: int, what: st
     return Schedule(NAME, devices, programs, {r: sum(p.values()) for r, p in memory_parts.items()}, memory_parts,
                     what + f", streaming {F} fragments overlapped {s.overlap_steps} steps",
                     iterations_per_program=H)
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """The busiest GPU's inner steps and synchronization back to back (geosim.techniques._floor)."""
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)

@@ -20,6 +20,7 @@ from geosim.sim.network import least_delay
 from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
+from geosim.structure import host_groups, host_list, hosts_at, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable, with_options
@@ -216,7 +217,7 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
     g = len(mesh)
     sequences, tp = (microbatch / g, 1) if intra == "data" else (microbatch, g)
     times = []
-    for d in mesh:
+    for d in {d.gpu.name: d for d in mesh}.values():  # a GPU's time depends on its kind only
         if d.gpu.name in params.efficiency:  # a flat-rate device
             flops = forward_flops(model, workload, sequences, layers, head) / tp * (4.0 if workload.checkpointing else 3.0)
             times.append(flops / (d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency[d.gpu.name]))
@@ -229,20 +230,76 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
 
 # -- what the planner tries (geosim.studies.plan) --------------------------------------------
 
-MAX_SPLITS = 400  # per pipeline shape; beyond it (3+ stages of a deep model) only near-even splits
+MAX_SPLITS = 400  # per pipeline shape: up to this many splits every one is tried, beyond it a few
+MAX_HOST_STAGES = 16  # a stage per host is tried up to this many hosts; beyond, a stage per site
+FEW_SPLITS = 64  # the structured search still tries every split where there are this few (2 stages)
+NEIGHBOUR_STAGES = 8  # up to this many stages the balanced split's one-layer neighbours are tried too
 
 
-def layer_splits(n_layer: int, stages: int) -> list[list[int]]:
-    """Every way to give each stage >= 1 layer, or near-even ones only when there are too many."""
+def layer_splits(n_layer: int, stages: int, speeds: list[float] | None = None,
+                 extra: list[float] | None = None, every: bool = True) -> list[list[int]]:
+    """Every way to give each stage >= 1 layer while there are at most MAX_SPLITS of them (FEW_SPLITS
+    unless `every`); else (3+ stages of a deep model: millions) the uniform split, the split balanced by
+    the stages' speeds (split_layers: the least slowest stage) and every split one layer away from it."""
     if stages == 1:
         return [[n_layer]]
-    if math.comb(n_layer - 1, stages - 1) <= MAX_SPLITS:
+    if n_layer < stages:
+        return []
+    if math.comb(n_layer - 1, stages - 1) <= (MAX_SPLITS if every else FEW_SPLITS):
         cuts = itertools.combinations(range(1, n_layer), stages - 1)
-    else:
-        even = n_layer / stages
-        cuts = (c for c in itertools.combinations(range(1, n_layer), stages - 1)
-                if all(abs(c[i] - even * (i + 1)) <= 2 for i in range(len(c))))
-    return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
+        return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
+    found = [split_layers(n_layer, [1.0] * stages, "uniform")]
+    balanced = split_layers(n_layer, speeds or [1.0] * stages, "balanced", extra=extra)
+    found.append(balanced)
+    for s in range(stages - 1 if stages <= NEIGHBOUR_STAGES else 0):  # one layer across each boundary, either way
+        for give in (1, -1):
+            moved = list(balanced)
+            moved[s], moved[s + 1] = moved[s] - give, moved[s + 1] + give
+            if min(moved) >= 1:
+                found.append(moved)
+    return [list(t) for t in dict.fromkeys(map(tuple, found))]
+
+
+def _microbatch_choices(batch: int, exhaustive: bool, current: int) -> list[int]:
+    """Every divisor of the batch (exhaustive), else powers of two that divide it and the workload's own."""
+    if exhaustive:
+        return [m for m in range(1, batch + 1) if batch % m == 0]
+    return sorted({m for m in (2 ** k for k in range(batch.bit_length())) if batch % m == 0} | {current})
+
+
+def _stage_layouts(case: Case, hosts: tuple[str, ...], exhaustive: bool) -> list[list[list[str]]]:
+    """Meshes (host names per stage, in stage order) to try. Exhaustive (a few VMs): one stage per VM
+    in every order, except between two VMs with the same GPUs. Structured: one stage per site in the
+    orders geosim.structure.site_orders gives, and one stage per host (sites in those orders, each
+    site's hosts in the scenario's order: same-group hosts are interchangeable) up to MAX_HOST_STAGES."""
+    if exhaustive:
+        same = {h.name: (tuple(g.name for g in h.gpus), h.intra_host) for h in case.cluster.hosts}
+        orders = [hosts] if len(hosts) == 2 and same[hosts[0]] == same[hosts[1]] else itertools.permutations(hosts)
+        return [[[h] for h in order] for order in orders]
+    sub = case.cluster.subset(hosts)
+    layouts = []
+    orders = site_orders(sub, sites(sub))
+    for i, order in enumerate(orders):
+        if len(order) > 1:
+            layouts.append([list(hosts_at(sub, site)) for site in order])
+        # a stage per host: the sites' first two orders only (a deep pipeline's ends matter less),
+        # the groups inside each site in every order where there are few (a slow GPU's place matters)
+        if i < 2 and len(hosts) <= min(MAX_HOST_STAGES, case.model.n_layer):
+            for inside in _group_orders(sub, order):
+                layouts.append([[h] for part in inside for h in part])
+    unique = {tuple(map(tuple, m)): m for m in layouts}
+    return list(unique.values())
+
+
+def _group_orders(cluster, order) -> list[list[tuple[str, ...]]]:
+    """Each site's host groups (geosim.structure.host_groups) in every order, sites in `order`; the
+    scenario's order alone where that would be more than a few layouts."""
+    groups = host_groups(cluster)
+    per_site = [[g.hosts for g in groups if g.site == site] for site in order]
+    choices = [list(itertools.permutations(site_groups)) for site_groups in per_site]
+    if math.prod(len(c) for c in choices) > 6:
+        return [[hosts for site_groups in per_site for hosts in site_groups]]
+    return [[hosts for perm in combo for hosts in perm] for combo in itertools.product(*choices)]
 
 
 def add_plan_arguments(parser) -> None:
@@ -258,35 +315,57 @@ def plan_choices(args) -> dict:
     return {"intra_stages": INTRA_STAGES if chosen == "both" else ((chosen,) if chosen else None)}
 
 
-def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None):
-    """Stage order x microbatches x intra-stage parallelism x layer split, as (workload changes,
-    options). Stage order matters (the first stage holds the embeddings, the last the LM head),
-    except between two VMs with the same GPUs."""
+def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None,
+                  exhaustive: bool = True):
+    """Stage layout x microbatches x intra-stage parallelism x layer split, as (workload changes,
+    options). Stage order matters (the first stage holds the embeddings, the last the LM head).
+    exhaustive=False (large clusters, geosim.studies.plan): layouts by site and host group,
+    powers-of-two microbatches, and the balanced layer split with its neighbours."""
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
-    same = {h.name: (tuple(g.name for g in h.gpus), h.intra_host) for h in case.cluster.hosts}
     batch = case.workload.global_batch
     intra_stages = intra_stages or (case.params.settings(NAME).intra_stage,)
-    orders = [hosts] if len(hosts) == 2 and same[hosts[0]] == same[hosts[1]] else itertools.permutations(hosts)
-    for order in orders:
-        for m in (m for m in range(1, batch + 1) if batch % m == 0):
+    if len(hosts) == 1 and gpus[hosts[0]] > 1:
+        layouts = [None]  # one VM: one GPU per stage, as Alpa runs it
+    else:
+        layouts = _stage_layouts(case, hosts, exhaustive)
+    for meshes in layouts:
+        for m in _microbatch_choices(batch, exhaustive, case.workload.microbatches):
             for intra in intra_stages:
                 # intra-stage data parallelism splits each microbatch over a mesh's GPUs
-                if intra == "data" and any((batch // m) % gpus[h] for h in order):
+                # (exhaustive: as the planner always has, a lone VM's GPU count, though its stages hold one each)
+                stage_sizes = ([sum(gpus[h] for h in mesh) for mesh in meshes] if meshes
+                               else [gpus[hosts[0]] if exhaustive else 1])
+                if intra == "data" and any((batch // m) % g for g in stage_sizes):
                     continue
-                if len(order) == 1 and gpus[order[0]] > 1:  # one VM: one GPU per stage, as Alpa runs it
-                    shape = {"intra_stage": intra}
-                else:
-                    shape = {"meshes": [[h] for h in order], "intra_stage": intra}
-                for split in layer_splits(case.model.n_layer, len(stage_gpus(case, order, shape))):
+                shape = {"intra_stage": intra} if meshes is None else {"meshes": meshes, "intra_stage": intra}
+                stages = stage_gpus(case, hosts, shape)
+                if len(stages) > case.model.n_layer:
+                    continue
+                speeds, extra = (None, None) if exhaustive else _split_weights(case, stages, batch // m, intra)
+                for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive):
                     yield {"microbatches": m}, {**shape, "layer_split": split}
 
 
+def _split_weights(case: Case, stages: list[tuple], microbatch: int, intra: str):
+    """(speeds, extra) for split_layers' balanced split: each stage's layers per second on its
+    slowest GPU kind, and the LM head on the last stage in layer-equivalents (as build() weighs them)."""
+    def seconds(gpus, layers, head):
+        return _mesh_seconds(case, [Device(i, "", i, g) for i, g in enumerate(gpus)], microbatch, layers, head, intra)
+
+    layer_s = [seconds(gpus, 1, False) for gpus in stages]
+    head = seconds(stages[-1], 0, True) / layer_s[-1]
+    return [1.0 / t for t in layer_s], [0.0] * (len(stages) - 1) + [head]
+
+
 def _order(hosts: tuple[str, ...], options: dict | None) -> tuple[str, ...]:
-    return tuple(m[0] for m in options["meshes"]) if options and options.get("meshes") else hosts
+    """Each stage's VMs (a mesh of several written as geosim.structure.host_list does)."""
+    return tuple(host_list(m) for m in options["meshes"]) if options and options.get("meshes") else hosts
 
 
 def option_kind(hosts: tuple[str, ...], options: dict | None = None) -> str:
     order = _order(hosts, options)
+    if len(order) > 4 and all("[" not in stage for stage in order):  # a stage per VM, many VMs: in order
+        return f"{LABEL} {len(order)} stages {host_list(order).replace('+', '>')}"
     if len(order) > 1:
         return f"{LABEL} {'>'.join(order)}"
     one_stage = bool(options and "meshes" in options)  # else Alpa's layout on one VM: a stage per GPU
@@ -334,7 +413,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         sequences = w.global_batch / w.microbatches / len(gpus)
         first, last = s == 0, s == len(stages) - 1
         times = []
-        for g in gpus:  # engine.compute_timer: a flat-rate device, else the op-level model
+        for g in {g.name: g for g in gpus}.values():  # engine.compute_timer: a flat-rate device, else the op-level model
             if g.name in params.efficiency:
                 flops = forward_flops(case.model, w, sequences, layers[s], last)
                 rate = g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]
@@ -348,6 +427,20 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
     settings = with_options(params.settings(NAME), options, NAME)
+    if settings.intra_stage == "data" and options.get("meshes") and getattr(case, "network", "tcp") == "tcp":
+        # a stage's gradient all-reduce over several hosts: its whole buffer enters every host of the
+        # mesh through its network port (geosim.techniques._floor), after the stage's microbatches
+        by_name = {h.name: h for h in case.cluster.hosts}
+        for s, mesh in enumerate(options["meshes"]):
+            if len(mesh) > 1:
+                stage_params = layers[s] * case.model.params_per_layer + (case.model.embedding_params if s == 0 else 0) + (
+                    case.model.vocab * case.model.n_embd if s == len(stages) - 1 else 0)
+                port = min(params.lan_bandwidth_bps / 8 * (len(by_name[h].gpus) if by_name[h].nic == "per-gpu"
+                                                                  else 1) for h in mesh)
+                g = len(stages[s])  # a ring enters each host once per step: 2(g-1) chunks of 1/g
+                share = 2 * (g - 1) / g if params.collectives.get(NAME, "ring") == "ring" else 1.0
+                iteration = max(iteration, w.microbatches * per_microbatch[s]
+                                + share * stage_params * w.bytes_per_value / port)
     if len(stages) > 1 and settings.intra_stage == "data":
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
@@ -369,21 +462,26 @@ def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compr
     key = (id(case.cluster), id(case.params), hosts, case.network)
     known = _NETWORKS.get(key)
     if known is None or known[0] is not case.cluster or known[1] is not case.params:
-        if len(_NETWORKS) >= 64:
+        if len(_NETWORKS) >= 8:  # a 1,024-GPU network holds a route per pair of its hosts: keep few
             _NETWORKS.clear()
         on = case.on(hosts).cluster
         devices = devices_of(on)
         # the best case of the network model predict() runs for this case
-        known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay(case.network, on, case.params, devices))
-    _, _, devices, least_delay_s = known
+        known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay(case.network, on, case.params, devices),
+                                  {})
+    _, _, devices, least_delay_s, crossings = known
+    act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
+    layout = (tuple(map(tuple, options["meshes"])) if "meshes" in options else None, act_bytes)
+    if layout in crossings:  # options differing only in their layer split cross alike
+        return crossings[layout]
     meshes = ([[d for d in devices if d.host in mesh] for mesh in options["meshes"]] if "meshes" in options
               else [[d] for d in devices])
-    act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
     total = 0.0
     for before, after in zip(meshes, meshes[1:]):
-        pairs = _overlaps(len(before), len(after))
-        total += min(least_delay_s(before[j].rank, after[k].rank, act_bytes * frac, True)
-                     for j, k, frac in pairs)
-        total += min(least_delay_s(after[k].rank, before[j].rank, act_bytes * frac, True)
-                     for j, k, frac in pairs)
+        # a send's least delay depends on its hosts and bytes only: each such send once
+        pairs = {(before[j].host, after[k].host, frac): (before[j].rank, after[k].rank)
+                 for j, k, frac in _overlaps(len(before), len(after))}
+        total += min(least_delay_s(a, b, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
+        total += min(least_delay_s(b, a, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
+    crossings[layout] = total
     return total

@@ -13,6 +13,7 @@ from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.specs import Model, Params, Workload
+from geosim.techniques import _floor
 from geosim.techniques._settings import tunable
 from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
@@ -91,3 +92,8 @@ def build(case: Case, settings: Settings) -> Schedule:
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"tensor parallel over {p} GPUs, {settings.collectives_per_layer} all-reduces per layer, "
                     f"{workload.microbatches} microbatches")
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 
 from geosim.sim.schedule import Schedule
 from geosim.case import Case
+from geosim.techniques import _floor
 from geosim.techniques._base import check_dims, devices_of
 from geosim.techniques._settings import option, tunable
+from geosim.techniques._lowcomm import plan_variants  # noqa: F401 (the planner's choices)
 from geosim.techniques._lowcomm import (ERROR_FEEDBACK_BYTES, OUTER_COPY_BYTES, assemble, single_host_replicas,
                                         sparse_gather_ops)
 
@@ -73,3 +75,8 @@ def build(case: Case, settings: Settings) -> Schedule:
                     f"{len(replicas)} replicas ({replicas[0].description}), H={s.inner_steps}, "
                     f"top-{s.topk_fraction:g} x {s.bits}-bit (+{s.index_bits:g}-bit index)"
                     + (", error feedback" if s.error_feedback else ""))
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """The busiest GPU's inner steps and synchronization back to back (geosim.techniques._floor)."""
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Repeat, Schedule
 from geosim.case import Case
+from geosim.techniques import _floor
 from geosim.techniques._settings import tunable
 from geosim.techniques._base import (accumulation, check_dims, combined, devices_of, microbatch_per_gpu, optimizer_op,
                                      overhead_op)
@@ -69,3 +70,8 @@ def build(case: Case, settings: Settings) -> Schedule:
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"ZeRO-2 over {p} GPUs, {buffers} buffers of {buffer / MIB:.1f} MiB, "
                     f"reduce-scattered every microbatch")
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)

@@ -1,0 +1,136 @@
+"""How long `geosim predict` takes to plan large clusters, and how that grows with the cluster.
+
+    python bench/bench_plan.py              # every cluster, 3 runs each (several minutes on 2 cores)
+    python bench/bench_plan.py --runs 5
+    python bench/bench_plan.py --quick      # the 16- and 128-GPU clusters only
+    python bench/bench_plan.py --json       # the figures as JSON on stdout (the lines go to stderr)
+
+Each case is one fresh `geosim predict --scenario FILE --model M --global-batch 512
+--microbatches 16 --hosts all` (every technique's row, the planner's search for the
+verdict included) in a subprocess, so its resident memory is its own. The clusters are
+bench/clusters/*.toml: 8 H100 per host joined by NVLink, sites joined by 100 Gbit/s links
+with RTTs estimated from FABRIC geography (bench/clusters/make_clusters.py writes them).
+
+Prints per case the median, min and max of wall and CPU time over the runs, the largest
+resident set, and the target; then a fixed CPU yardstick (a pure-Python loop, timed in the
+same run) and each case's CPU time in yardsticks, so figures from busy or other machines
+compare; and the growth exponent: the slope of log(CPU time) against log(hosts) over the
+gpt2-xl clusters (1 = linear in sites x hosts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import geosim
+
+ROOT = Path(geosim.__file__).resolve().parent.parent
+CLUSTERS = Path(__file__).resolve().parent / "clusters"
+# (label, scenario file, model, hosts, target seconds)
+CASES = [("2 sites x 1 host x 8 H100 (16 GPUs)", "h100-2x1.toml", "gpt2-xl", 2, 2.0),
+         ("4 sites x 4 hosts x 8 H100 (128 GPUs)", "h100-4x4.toml", "gpt2-xl", 16, 5.0),
+         ("8 sites x 16 hosts x 8 H100 (1,024 GPUs)", "h100-8x16.toml", "gpt2-xl", 128, 15.0),
+         ("1,024 GPUs, GPT-3 6.7B", "h100-8x16.toml", "gpt3-6.7b", 128, 15.0)]
+MEMORY_TARGET_MB = 1024.0  # the 1,024-GPU gpt2-xl case
+OUT = sys.stdout
+
+
+def say(*parts) -> None:
+    print(*parts, file=OUT, flush=True)
+
+
+def yardstick_s() -> float:
+    """CPU seconds of a fixed pure-Python loop: what this machine does per unit of interpreter work."""
+    start = time.process_time()
+    total = 0
+    for i in range(3_000_000):
+        total += i * i % 7
+    return time.process_time() - start
+
+
+def run_case(scenario: Path, model: str) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak resident MB, verdict line) of one fresh `geosim predict`. CPU from the
+    children's rusage before and after; the resident peak is the largest of any child so far
+    (Linux keeps one maximum for all waited children), so cases run smallest first."""
+    command = [sys.executable, "-m", "geosim", "predict", "--scenario", str(scenario), "--model", model,
+               "--global-batch", "512", "--microbatches", "16", "--hosts", "all"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_plan: {' '.join(command)} failed: {proc.stderr.strip()}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    verdict = next((line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("verdict:")), "")
+    return wall, cpu, after.ru_maxrss / 1024, verdict  # ru_maxrss: KiB on Linux
+
+
+def exponent(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of log(seconds) on log(hosts)."""
+    xs = [math.log(h) for h, _ in points]
+    ys = [math.log(s) for _, s in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    global OUT
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="the 16- and 128-GPU clusters only")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.json:
+        OUT = sys.stderr
+    cases = CASES[:2] if args.quick else CASES
+    say(f"geosim predict --model M --global-batch 512 --microbatches 16 --hosts all, {args.runs} runs each "
+        f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    say(f"  {'cluster':<42} {'wall median':>11} {'CPU median':>10} {'CPU min..max':>14} {'RSS MB':>7}  target")
+    figures, sticks = [], []
+    for label, name, model, hosts, target in cases:
+        walls, cpus, rss, verdict = [], [], 0.0, ""
+        for _ in range(args.runs):
+            sticks.append(yardstick_s())  # interleaved: the yardstick sees the same load as the cases
+            wall, cpu, peak, verdict = run_case(CLUSTERS / name, model)
+            walls.append(wall)
+            cpus.append(cpu)
+            rss = max(rss, peak)
+        cpu_med = statistics.median(cpus)
+        ok = "ok  " if cpu_med <= target else "SLOW"
+        memory = ""
+        if hosts == 128 and model == "gpt2-xl":
+            memory = f", RSS {'ok' if rss <= MEMORY_TARGET_MB else 'OVER'} (<= {MEMORY_TARGET_MB:.0f} MB)"
+        say(f"  {label + ', ' + model:<42} {statistics.median(walls):>10.2f}s {cpu_med:>9.2f}s "
+            f"{min(cpus):>6.2f}..{max(cpus):<6.2f} {rss:>7.0f}  {ok} CPU <= {target:g} s{memory}")
+        say(f"      {verdict}")
+        figures.append({"cluster": label, "scenario": name, "model": model, "hosts": hosts, "runs": args.runs,
+                        "wall_median_s": statistics.median(walls), "cpu_median_s": cpu_med,
+                        "cpu_min_s": min(cpus), "cpu_max_s": max(cpus), "peak_rss_mb": rss, "target_s": target,
+                        "verdict": verdict})
+    stick = statistics.median(sticks)
+    say(f"\n  CPU yardstick (3 M iterations of a Python loop): median {stick:.3f} s over {len(sticks)} runs")
+    for f in figures:
+        f["cpu_median_yardsticks"] = f["cpu_median_s"] / stick
+        say(f"    {f['cluster'] + ', ' + f['model']:<52} {f['cpu_median_yardsticks']:>8.1f} yardsticks")
+    growth = [(f["hosts"], f["cpu_median_s"]) for f in figures if f["model"] == "gpt2-xl"]
+    slope = exponent(growth) if len(growth) > 1 else None
+    if slope is not None:
+        say(f"  growth: CPU time ~ hosts^{slope:.2f} over {', '.join(str(h) for h, _ in growth)} hosts "
+            f"({'no faster than linear' if slope <= 1.0 else 'FASTER than linear'})")
+    if args.json:
+        print(json.dumps({"yardstick_s": stick, "growth_exponent": slope, "cases": figures}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""A floor under a schedule's predicted time, from the schedule alone (no simulation).
+
+The engine runs each GPU's ops one after another, so an iteration takes at least the
+busiest GPU's ops back to back: its compute at the compute model's time (the engine's
+own timer), and each collective at least the bytes that must cross a host's network
+port or a site's wide-area links, at their full bandwidth. Those bytes follow from what
+the collective computes, whatever its algorithm: an all-reduce's result on a host needs
+the other hosts' whole buffer to enter it (B), a reduce-scatter's the host's share of it
+(k/n x B), an all-gather's everything the host lacks ((n - k)/n x B); a ring enters every
+host it spans at least once per step, a chunk of B/n each (2(n-1) steps for an all-reduce,
+n-1 for the others), whichever is more. The network model
+never moves a hop's bytes faster than its bandwidth, so the floor never exceeds the
+prediction (tests/test_plan_scale.py checks it). Point-to-point sends count nothing.
+
+The planner (geosim.studies.plan) simulates options in the order of their floors and
+stops once no floor can beat the options kept: a tight floor is what lets it simulate a
+handful of a 1,024-GPU cluster's options instead of all of them.
+"""
+
+from __future__ import annotations
+
+from geosim.errors import GeosimError
+from geosim.sim.engine import compute_timer
+from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.techniques import build_schedule
+
+
+def schedule_floor_s(case, schedule: Schedule, workload) -> float:
+    """startup + programs x the busiest GPU's ops back to back (seconds, slightly under)."""
+    cluster, params = case.cluster, case.params
+    seconds = compute_timer(schedule, params, workload)
+    host_of = {d.rank: d.host for d in schedule.devices}
+    hosts = {h.name: h for h in cluster.hosts}
+    ingress = {name: params.lan_bandwidth_bps / 8 * (len(h.gpus) if h.nic == "per-gpu" else 1)
+               for name, h in hosts.items()}
+    site_of = {name: h.site for name, h in hosts.items()}
+    wan = _site_capacity(cluster)
+    collective_cache: dict[tuple, float] = {}
+
+    # the bandwidth bounds hold for the TCP model (a hop's FCFS server never beats its bandwidth);
+    # other network models (ideal, alpha-beta) get the compute floor alone
+    bounded = getattr(case, "network", "tcp") == "tcp"
+
+    def collective_s(op: Collective) -> float:
+        if not bounded:
+            return 0.0
+        key = (op.op, op.group, op.nbytes)
+        if key not in collective_cache:
+            collective_cache[key] = _collective_floor(op, host_of, site_of, ingress, wan)
+        return collective_cache[key]
+
+    def ops_s(rank: int, ops) -> float:
+        total = 0.0
+        for op in ops:
+            kind = type(op)
+            if kind is Compute:
+                total += op.seconds if op.kind == "overhead" else seconds(rank, op)
+            elif kind is Collective:
+                total += collective_s(op)
+            elif kind is Repeat:
+                total += op.count * ops_s(rank, op.ops)
+        return total
+
+    busiest, done = 0.0, {}
+    for rank, program in schedule.programs.items():
+        key = (id(program), schedule.devices[rank].gpu.name)  # ranks sharing a program and a GPU kind
+        if key not in done:
+            done[key] = ops_s(rank, program)
+        busiest = max(busiest, done[key])
+    programs = max(1.0, workload.iterations_per_epoch * workload.epochs / schedule.iterations_per_program)
+    startup = params.startup_s.get(schedule.technique, 0.0)
+    return (startup + programs * busiest) * (1 - 1e-9)
+
+
+def _site_capacity(cluster) -> dict[str, float]:
+    """Bytes per second that can enter each site over the scenario's links (links inside a site excluded)."""
+    site_of = {h.name: h.site for h in cluster.hosts}
+    capacity: dict[str, float] = {}
+    for link in cluster.links:
+        a, b = site_of.get(link.a, link.a), site_of.get(link.b, link.b)
+        if a != b:
+            for site in (a, b):
+                capacity[site] = capacity.get(site, 0.0) + link.bandwidth_bps / 8
+    return capacity
+
+
+def _collective_floor(op: Collective, host_of, site_of, ingress, wan) -> float:
+    n = len(op.group)
+    if n < 2:
+        return 0.0
+    per_host: dict[str, int] = {}
+    for r in op.group:
+        per_host[host_of[r]] = per_host.get(host_of[r], 0) + 1
+    if len(per_host) < 2:
+        return 0.0  # inside one host: PCIe or NVLink, not bounded here
+    per_site: dict[str, int] = {}
+    for h, k in per_host.items():
+        per_site[site_of[h]] = per_site.get(site_of[h], 0) + k
+
+    def must_enter(k: int) -> float:
+        if op.algorithm == "ring":  # the ring enters a host at least once per step: a chunk of B / n
+            return op.nbytes * (n - 1) / n * (2 if op.op == "allreduce" else 1)
+        if op.op == "allreduce":
+            return op.nbytes
+        if op.op == "reduce_scatter":
+            return op.nbytes * k / n
+        return op.nbytes * (n - k) / n  # all_gather
+
+    worst = max(must_enter(k) / ingress[h] for h, k in per_host.items())
+    if len(per_site) > 1:
+        worst = max(worst, max(must_enter(k) / wan[s] if wan.get(s) else 0.0 for s, k in per_site.items()))
+    return worst
+
+
+def plan_floor_s(case, hosts: tuple[str, ...], workload, options: dict | None, technique: str) -> float:
+    """A technique's floor on `hosts`: its schedule's (0 where the schedule cannot be built: predict()
+    reports why, at the cost of a build)."""
+    on = case.on(hosts).with_(workload=workload)
+    try:
+        schedule = build_schedule(technique, on, options)
+    except GeosimError:
+        return 0.0
+    return schedule_floor_s(on, schedule, workload)

@@ -1,0 +1,125 @@
+"""The planner at scale: structured search against exhaustive search, the GPT-3 sizes, large options."""
+
+from geosim.scenario import get_model
+
+
+def test_gpt3_sizes_match_the_papers_table():
+    # Brown et al. 2020, Table 2.1: n_params, n_layers, d_model (13B's d_model as 40 heads x 128)
+    table = {"gpt3-1.3b": (1.3e9, 24, 2048), "gpt3-2.7b": (2.7e9, 32, 2560), "gpt3-6.7b": (6.7e9, 32, 4096),
+             "gpt3-13b": (13.0e9, 40, 5120)}
+    for name, (params, layers, width) in table.items():
+        m = get_model(name)
+        assert (m.n_layer, m.n_embd, m.n_ctx) == (layers, width, 2048)
+        assert abs(m.num_params - params) / params < 0.03, (name, m.num_params)
+
+
+# -- the structured search against the exhaustive one ---------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from geosim.case import Case  # noqa: E402
+from geosim.params import load_params  # noqa: E402
+from geosim.scenario import gpu_catalog  # noqa: E402
+from geosim.specs import Cluster, Host, Link, Model, Workload  # noqa: E402
+from geosim.studies.plan import make_plan  # noqa: E402
+
+SMALL_MODEL = Model("planner-test", n_layer=6, n_embd=1024, n_head=16, n_ctx=256)
+KINDS = ("RTX6000", "T4", "A30", "L4")
+
+
+@st.composite
+def small_clusters(draw):
+    """Up to 4 VMs of 1-2 GPUs (8 GPUs at most) at 1-3 sites, VMs of a site sometimes alike, sites
+    joined pairwise by links of 1-80 ms and 1-25 Gbit/s: small enough to search exhaustively."""
+    catalog = gpu_catalog()
+    n_sites = draw(st.integers(1, 3))
+    n_hosts = draw(st.integers(max(2, n_sites), 4))
+    hosts = []
+    for i in range(n_hosts):
+        site = f"S{i % n_sites}" if i < n_sites else f"S{draw(st.integers(0, n_sites - 1))}"
+        like = [h for h in hosts if h.site == site]
+        if like and draw(st.booleans()):  # a twin of a VM at the same site
+            hosts.append(Host(f"vm{i}", site, like[0].gpus))
+            continue
+        kind = catalog[draw(st.sampled_from(KINDS))]
+        hosts.append(Host(f"vm{i}", site, (kind,) * draw(st.integers(1, 2))))
+    links = tuple(Link(f"S{a}", f"S{b}", rtt_s=draw(st.floats(1.0, 80.0)) / 1e3,
+                       bandwidth_bps=draw(st.floats(1.0, 25.0)) * 1e9)
+                  for a in range(n_sites) for b in range(a + 1, n_sites))
+    return Cluster("random", tuple(hosts), links)
+
+
+@settings(max_examples=6)
+@given(small_clusters(), st.sampled_from([(8, 2), (16, 4), (8, 8)]))
+def test_structured_search_is_within_one_percent_of_exhaustive(cluster, batch):
+    global_batch, microbatches = batch
+    workload = Workload(global_batch=global_batch, microbatches=microbatches, seq_len=256, tokens_per_epoch=2**30,
+                        epochs=2)
+    case = Case(cluster, SMALL_MODEL, workload, load_params())
+    every = make_plan(case, keep=1, exhaustive=True)
+    structured = make_plan(case, keep=1, exhaustive=False)
+    assert (every.best is None) == (structured.best is None)
+    if every.best is not None:
+        assert structured.best.total_time_s <= every.best.total_time_s * 1.01, (
+            structured.best.label, every.best.label)
+
+
+def test_a_search_too_large_is_refused_in_one_line_naming_what_narrows_it(monkeypatch, capsys):
+    from geosim.cli import main
+    from geosim.studies import plan
+
+    monkeypatch.setattr(plan, "MAX_CANDIDATES", 10)
+    assert main(["plan", "--scenario", "utah-gpn"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "more than 10 options" in err and "--technique" in err and "--max-gpus" in err
+
+
+def test_the_plan_says_what_it_weighed_simulated_and_how_long(capsys):
+    import json
+
+    from geosim.cli import main
+
+    assert main(["plan", "--scenario", "utah-gpn", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)["slices"]
+    assert doc["considered"] == doc["simulated"] + doc["pruned"] + doc["unsettled"]
+    assert doc["search"] == "exhaustive" and doc["search_seconds"] > 0
+    assert main(["plan", "--scenario", "utah-gpn"]) == 0
+    assert "options weighed" in capsys.readouterr().out
+
+
+def test_floors_stay_under_predictions_on_a_large_cluster():
+    """The floors that prune a 128-GPU cluster's options (geosim.techniques._floor, pipeshard's)
+    never exceed the prediction: checked on the options the search simulates."""
+    from pathlib import Path
+
+    from geosim.scenario import load_scenario
+    from geosim.studies.plan import floor_s, search
+
+    scenario = load_scenario(Path(__file__).resolve().parents[1] / "bench" / "clusters" / "h100-4x4.toml")
+    case = Case(scenario.cluster, get_model("gpt2-xl"), scenario.workload(global_batch=512, microbatches=16),
+                load_params())
+    found = search(case, keep=3)
+    checked = [o for o in found.simulated if o.ok]
+    assert len(checked) >= 3 and not found.exhaustive
+    for o in checked:
+        assert floor_s(case, o.technique, o.hosts, o.changes, o.options) <= o.total_time_s
+
+
+def test_diloco_offers_a_replica_per_site_data_parallel_inside_it():
+    from pathlib import Path
+
+    from geosim.scenario import load_scenario
+    from geosim.predict import predict
+    from geosim.techniques import plan_variants
+
+    scenario = load_scenario(Path(__file__).resolve().parents[1] / "bench" / "clusters" / "h100-4x4.toml")
+    case = Case(scenario.cluster, get_model("gpt2-xl"), scenario.workload(global_batch=512, microbatches=4),
+                load_params())
+    everyone = tuple(h.name for h in scenario.cluster.hosts)
+    for technique in ("diloco", "sparseloco"):
+        layouts = [options for _, options in plan_variants(technique, case, everyone)]
+        per_site = [o for o in layouts if o and o.get("replicas")]
+        assert len(per_site) == 1 and [len(r) for r in per_site[0]["replicas"]] == [4, 4, 4, 4]
+        p = predict(case, technique, options=per_site[0])
+        assert p.ok and p.description.startswith("4 replicas (data parallel over 32 GPUs")
