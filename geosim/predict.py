@@ -146,7 +146,7 @@ def _question(case: Case, technique: str, hosts, options, simulated_iterations: 
         workload = id(workload)
     # the cluster, model and params by identity: hashing them field by field costs more than a
     # repeat is worth, and the case is kept with the answer, so no id is reused meanwhile
-    return (id(case.cluster), id(case.model), id(case.params), workload, technique,
+    return (id(case.cluster), id(case.model), id(case.params), workload, case.network, technique,
             tuple(hosts) if hosts is not None else None, _frozen(options), simulated_iterations)
 
 

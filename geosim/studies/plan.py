@@ -142,10 +142,10 @@ def floor_s(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, o
     """A floor under an option's ranked time (its module's plan_floor_s; 0 if it has none). The
     ranked time stretches the run by 1 / efficiency, so the floor holds divided by the most the
     technique's efficiency can be, when that is above 1."""
-    workload = replace(case.workload, **changes) if changes else case.workload
-    floor = plan_floor_s(technique, case, hosts, workload, options)
     if progress is not None and progress.target_tokens is not None:
         return 0.0  # another token count than the workload's: the floor (for the workload) does not bound it
+    workload = replace(case.workload, **changes) if changes else case.workload
+    floor = plan_floor_s(technique, case, hosts, workload, options)
     best = (progress or SameProgress(case.params)).best_efficiency(technique)
     return floor / max(1.0, best)
 

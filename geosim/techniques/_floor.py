@@ -20,6 +20,7 @@ handful of a 1,024-GPU cluster's options instead of all of them.
 from __future__ import annotations
 
 from geosim.errors import GeosimError
+from geosim.runtime import runtime_of
 from geosim.sim.engine import compute_timer
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.techniques import build_schedule
@@ -68,7 +69,7 @@ def schedule_floor_s(case, schedule: Schedule, workload) -> float:
             done[key] = ops_s(rank, program)
         busiest = max(busiest, done[key])
     programs = max(1.0, workload.iterations_per_epoch * workload.epochs / schedule.iterations_per_program)
-    startup = params.startup_s.get(schedule.technique, 0.0)
+    startup = runtime_of(workload, params).startup(schedule.technique, params)  # the runtime's, as predict() adds
     return (startup + programs * busiest) * (1 - 1e-9)
 
 
