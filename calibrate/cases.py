@@ -12,8 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from geosim.errors import GeosimError
-from geosim.records import RunRecord
-from geosim.records import read_runs as records_read_runs
+from geosim.records import RunRecord, read_runs as records_read_runs
 from geosim.scenario import Scenario, get_model, load_scenario, scenario_from_doc
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import get_technique

@@ -16,9 +16,8 @@ from geosim.parameters import TABLE_BY_KEY
 from geosim.params import NETWORK_KEYS, SCALARS, fittable, priors, scalar_si, with_scalar
 from geosim.runtime import runtime_of, shipped_runtimes, with_runtime
 from geosim.specs import Cluster, Params
-from geosim.techniques import is_pipelined
+from geosim.techniques import is_pipelined, builds_on, settings_class, technique_names
 from geosim.studies.whatif import wan_links
-from geosim.techniques import builds_on, settings_class, technique_names
 from geosim.techniques._settings import tunables
 from geosim.units import MIB
 

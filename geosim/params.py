@@ -7,11 +7,10 @@ from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
-from geosim import plausibility
+from geosim import plausibility, parameters
 from geosim.errors import GeosimError, toml_key_line
-from geosim import parameters
-from geosim.parameters import COLLECTIVE_ALGORITHMS, DEFAULT_RANGE, FLAG, WHOLE, TABLE_BY_KEY, Scalar
-from geosim.parameters import TABLES as DECLARED_TABLES
+from geosim.parameters import (COLLECTIVE_ALGORITHMS, DEFAULT_RANGE, FLAG, WHOLE, TABLE_BY_KEY, Scalar,
+                               TABLES as DECLARED_TABLES)
 from geosim.sim.network import network_parameters
 from geosim.specs import Params
 from geosim.techniques._settings import check_value, file_tunables
@@ -86,7 +85,6 @@ def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
 
 
 def _check_number(value, source: str, key: str, bounds: tuple = DEFAULT_RANGE, *, integer: bool = False):
-
     return check_number(value, source, key, *bounds, integer=integer)
 
 
@@ -228,10 +226,10 @@ def _merge_settings(current: dict, changes: dict[str, dict[str, object]]) -> dic
 def _network_settings(current: dict, changes: dict[str, dict[str, object]], source: str) -> dict:
     """Every network model's Settings with the file's changes (the shipped file holds every value)."""
     merged = {}
-    for model, (table, declared, settings_class) in network_parameters().items():
+    for model, (table, declared, network_settings) in network_parameters().items():
         try:
             merged[model] = (replace(current[model], **changes.get(model, {})) if model in current
-                             else settings_class(**changes.get(model, {})))
+                             else network_settings(**changes.get(model, {})))
         except TypeError as exc:  # a defaults file missing a key
             raise GeosimError(f"incomplete [{table}] parameters of the {model} network model ({exc})",
                               source=source) from None

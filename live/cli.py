@@ -10,9 +10,8 @@ import os
 import sys
 
 from geosim.cli.vocabulary import CommaList, add_renamed
-from geosim.errors import GeosimError
+from geosim.errors import GeosimError, require
 from geosim.live.registry import check_live, low_communication, synchronous
-from geosim.errors import require
 from geosim.records import append_record, validate
 from geosim.scenario import get_model, load_scenario
 

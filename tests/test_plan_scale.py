@@ -1,7 +1,7 @@
 """The planner at scale: structured search against exhaustive search, the GPT-3 sizes, large options."""
 
 import pytest
-from geosim.scenario import get_model
+from geosim.scenario import get_model, gpu_catalog
 
 
 def test_gpt3_sizes_match_the_papers_table():
@@ -20,7 +20,6 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from geosim.case import Case  # noqa: E402
 from geosim.params import load_params  # noqa: E402
-from geosim.scenario import gpu_catalog  # noqa: E402
 from geosim.specs import Cluster, Host, Link, Model, Workload  # noqa: E402
 from geosim.studies.plan import make_plan  # noqa: E402
 

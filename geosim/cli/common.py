@@ -14,12 +14,11 @@ from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.sim.network import network_names
 from geosim.runtime import runtime_names
-from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario
+from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario, LINK_RANGES, check_number
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies.ranking import fmt_time
 from geosim.units import RANGE_SYNTAX, gbps_to_bps, ms_to_s
-from geosim.scenario import LINK_RANGES, check_number
 
 DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
 

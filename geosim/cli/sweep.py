@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from geosim.case import DEFAULT_NETWORK
-from geosim.cli.common import WORKLOAD_DEFAULTS, add_json_argument
+from geosim.cli.common import WORKLOAD_DEFAULTS, add_json_argument, fmt_duration
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
@@ -16,7 +16,6 @@ from geosim.sim.network import network_names
 from geosim.runtime import check_runtime_name
 from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 from geosim.units import RANGE_SYNTAX
-from geosim.cli.common import fmt_duration
 from geosim.scale import scale_name
 from geosim.techniques import default_techniques, get_technique, technique_names
 

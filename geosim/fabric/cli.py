@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 
 from geosim.cli.common import add_json_argument, add_technique_argument
-from geosim.errors import GeosimError
-from geosim.errors import require
+from geosim.errors import GeosimError, require
 from geosim.techniques import is_low_communication, is_pipelined, technique_names
 
 HELP = "provision a FABRIC slice from a scenario (fablib), calibrate on it, bring the run records home"

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from geosim.errors import GeosimError
+from geosim.errors import GeosimError, require
 from geosim.fileio import write_atomic
 from geosim.fabric.nodes import Node, Result
 from geosim.techniques import STUDY_ORDER
-from geosim.errors import require
 
 STEPS = ("bootstrap", "install", "ray", "probe", "runs", "fetch")
 TECHNIQUES = STUDY_ORDER  # what a calibration runs by default: the study's four

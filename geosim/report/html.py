@@ -15,13 +15,12 @@ from geosim.errors import GeosimError
 from geosim.fileio import write_atomic
 from geosim.report.plots import EFFECTIVE, breakdown_rows, panel_key, panel_title, plot_breakdown, plot_time_vs_axis
 from geosim.studies.sweep.grid import NATIVE
-from geosim.studies.sweep.store import read_best, read_crossovers, read_manifest, read_rows
+from geosim.studies.sweep.store import read_best, read_crossovers, read_manifest, read_rows, fingerprint
 from geosim.units import s_to_ms
 from geosim.params import load_params
 from geosim.records import read_records
 from geosim.studies.reference import STUDY_EPOCHS, measured_for, slice_rtt_ms
 from geosim.studies.sweep.run import SweepContext, evaluate_row, resolve_scenario
-from geosim.studies.sweep.store import fingerprint
 from geosim.studies.whatif import wan_links
 from geosim.techniques import STUDY_ORDER
 

@@ -20,8 +20,7 @@ from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.sim.schedule import Collective, Compute, Device, Recv, Repeat, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques import data as data_technique
-from geosim.techniques import pipeshard as pipeshard_technique
+from geosim.techniques import data as data_technique, pipeshard as pipeshard_technique
 from geosim.techniques._base import devices_of, overhead_op, require_divisible
 
 # The outer step is element-wise over the replica's parameters, so memory-bound: about

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geosim.errors import GeosimError
-from geosim.errors import require
+from geosim.errors import GeosimError, require
 
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.ace")
 

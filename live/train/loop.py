@@ -15,8 +15,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from geosim.errors import GeosimError
-from geosim.errors import require
+from geosim.errors import GeosimError, require
 from geosim.scenario import get_model
 
 

@@ -27,7 +27,7 @@ from geosim.case import DEFAULT_NETWORK, Case
 from geosim.sim.network import network_model
 from geosim.predict import predict
 from geosim.scale import is_scale_name, scale_scenario
-from geosim.scenario import Scenario, get_model, load_scenario
+from geosim.scenario import Scenario, get_model, load_scenario, LINK_RANGES, check_number
 from geosim.specs import Params
 from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
@@ -35,7 +35,6 @@ from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint
 from geosim.techniques import technique_names
 from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
 from geosim.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
-from geosim.scenario import LINK_RANGES, check_number
 
 
 @dataclass
