@@ -13,6 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's geosim, not an installed one
 
+from _generated import write_or_check  # noqa: E402 (tools/_generated.py)
 from geosim import scenario  # noqa: E402
 from geosim.studies import convergence  # noqa: E402
 from geosim.studies.sweep.grid import MAX_GRID_POINTS, MAX_RANGE_POINTS  # noqa: E402
@@ -91,16 +92,7 @@ def render() -> str:
 
 
 def main() -> int:
-    text = render()
-    if "--check" in sys.argv[1:]:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT.relative_to(ROOT)} is out of date: run python tools/bounds_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    from geosim.fileio import write_atomic
-
-    write_atomic(OUT, text)
-    return 0
+    return write_or_check(OUT, render(), sys.argv[1:], "bounds_reference.py")[0]
 
 
 if __name__ == "__main__":

@@ -7,13 +7,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's geosim, not an installed one
 
+from _generated import write_or_check  # noqa: E402 (tools/_generated.py)
 from geosim.cli import build_parser  # noqa: E402
 from geosim.cli.common import ANSWER_SCHEMA  # noqa: E402
 from geosim.cli.vocabulary import DEFAULTS_DIFFER, FLAGS, RENAMED, RenamedFlag  # noqa: E402
@@ -127,18 +127,10 @@ def render() -> str:
 
 
 def main() -> int:
-    text = render()
-    if "--check" in sys.argv[1:]:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT.relative_to(ROOT)} is out of date: run python tools/cli_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = OUT.with_name(OUT.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, OUT)
-    print(f"wrote {OUT.relative_to(ROOT)}")
-    return 0
+    code, _ = write_or_check(OUT, render(), sys.argv[1:], "cli_reference.py")
+    if "--check" not in sys.argv[1:]:
+        print(f"wrote {OUT.relative_to(ROOT)}")
+    return code
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's geosim, not an installed one
 
+from _generated import write_or_check  # noqa: E402 (tools/_generated.py)
+
 PAGE = ROOT / "docs" / "reference" / "params.md"
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
@@ -41,17 +43,7 @@ def render(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = PAGE.read_text()
-    new = render(text)
-    if "--check" in argv:
-        if new != text:
-            print(f"{PAGE.relative_to(ROOT)} is out of date: run python tools/write_params_reference.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    if new != text:
-        PAGE.write_text(new)
-    return 0
+    return write_or_check(PAGE, render(PAGE.read_text()), argv, "write_params_reference.py")[0]
 
 
 if __name__ == "__main__":
