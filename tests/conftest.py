@@ -76,3 +76,13 @@ def default_sigint() -> None:
     `nohup python -m pytest &`), and Python then installs no KeyboardInterrupt handler, so the
     test's SIGINT would do nothing. With the default restored the child behaves as under a terminal."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def assert_same_run(full, reduced) -> None:
+    """Two engine runs of one schedule agree to the last bit on what a prediction reads: the
+    shortcuts (symmetry, arithmetic collectives) must change nothing but how long they take."""
+    assert reduced.iteration_end == full.iteration_end
+    assert reduced.compute_s == full.compute_s
+    assert reduced.overhead_s == full.overhead_s
+    assert reduced.bytes_sent == full.bytes_sent
+    assert reduced.transfers == full.transfers

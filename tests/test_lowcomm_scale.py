@@ -25,6 +25,7 @@ from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Collective, Repeat
 from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
+from conftest import assert_same_run  # noqa: E402
 
 CATALOG = gpu_catalog()
 MODEL = get_model("gpt2")
@@ -77,14 +78,6 @@ def test_each_tag_names_one_group(technique, options):
             pytest.fail(f"two groups under tag {shared}")
 
 
-def _same(a, b) -> None:
-    assert a.iteration_end == b.iteration_end
-    assert a.compute_s == b.compute_s
-    assert a.overhead_s == b.overhead_s
-    assert a.bytes_sent == b.bytes_sent
-    assert a.transfers == b.transfers
-
-
 PROPERTY = settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -105,8 +98,8 @@ def test_one_gpu_replicas_take_the_arithmetic_path_with_the_same_answers(sites, 
     run = functools.partial(run_schedule, schedule, cluster, PARAMS, workload, iterations=2, exact=exact)
     arithmetic, events = run(network=TCPNetwork), run(network=EVENTS_ONLY)
     full = run(network=TCPNetwork, symmetry=False)
-    _same(arithmetic, events)
-    _same(arithmetic, full)
+    assert_same_run(arithmetic, events)
+    assert_same_run(arithmetic, full)
     if technique == "diloco" and options is None:  # its outer all-reduce's steps are timed at once
         assert full.events < events.events / (2 if sites * hosts >= 8 else 1)
     # alike hosts and sites: a shift moves each replica onto another's (its group and the host its
@@ -128,7 +121,7 @@ def test_one_gpu_replicas_at_one_site_run_one_replica():
         schedule, workload = schedule_of(cluster, technique, options)
         run = functools.partial(run_schedule, schedule, cluster, PARAMS, workload, iterations=2)
         reduced, full = run(network=TCPNetwork), run(network=TCPNetwork, symmetry=False)
-        _same(reduced, full)
+        assert_same_run(reduced, full)
         assert (reduced.simulated_ranks, full.simulated_ranks) == (1, 8)
         assert reduced.events < full.events / 4
 
@@ -143,5 +136,5 @@ def test_a_gpu_receiving_from_its_replica_and_from_the_outer_ring_keeps_every_st
         schedule, workload = schedule_of(cluster, technique, options)
         run = functools.partial(run_schedule, schedule, cluster, PARAMS, workload, iterations=2)
         reduced, events = run(network=TCPNetwork), run(network=EVENTS_ONLY, symmetry=False)
-        _same(reduced, events)
+        assert_same_run(reduced, events)
         assert (reduced.events, reduced.simulated_ranks) == (events.events, 6)

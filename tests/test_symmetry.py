@@ -25,6 +25,7 @@ from geosim.sim.schedule import Collective, Compute, Schedule
 from geosim.sim.symmetry import Symmetry, find_symmetry
 from geosim.specs import Cluster, Host, Link, Shaper, Workload
 from geosim.techniques import build_schedule, technique_names
+from conftest import assert_same_run  # noqa: E402
 
 CATALOG = gpu_catalog()
 GPUS = [CATALOG[name] for name in ("RTX6000", "A30", "H100")]
@@ -70,14 +71,6 @@ def clusters(draw) -> Cluster:
     return Cluster(f"{cluster.name}-{flaw}-shaped-{shaped}", tuple(made), tuple(links))
 
 
-def _same(full, reduced) -> None:
-    assert reduced.iteration_end == full.iteration_end
-    assert reduced.compute_s == full.compute_s
-    assert reduced.overhead_s == full.overhead_s
-    assert reduced.bytes_sent == full.bytes_sent
-    assert reduced.transfers == full.transfers
-
-
 @PROPERTY
 @given(cluster=clusters(), technique=st.sampled_from(sorted(technique_names())),
        algorithm=st.sampled_from(["ring", "hierarchical", "tree"]), microbatches=st.sampled_from([1, 2, 8]),
@@ -97,7 +90,7 @@ def test_simulating_alike_ranks_once_changes_no_figure(cluster, technique, algor
                             symmetry=False)
         reduced = run_schedule(schedule, cluster, params, workload, iterations=2, network=network, exact=exact)
         assert full.simulated_ranks == p and reduced.simulated_ranks <= p
-        _same(full, reduced)
+        assert_same_run(full, reduced)
     with every_rank():
         every = predict(case, technique).to_dict()
     once = predict(case, technique).to_dict()
@@ -116,7 +109,7 @@ def test_a_symmetric_cluster_runs_one_host_or_one_site():
         reduced = run_schedule(schedule, cluster, params, workload, iterations=2, network=TCPNetwork)
         full = run_schedule(schedule, cluster, params, workload, iterations=2, network=TCPNetwork, symmetry=False)
         assert (reduced.simulated_ranks, full.simulated_ranks) == (ranks, 16 if ranks == 4 else 24)
-        _same(full, reduced)
+        assert_same_run(full, reduced)
         assert reduced.events < full.events
 
 
@@ -198,7 +191,7 @@ def test_a_group_the_shift_moves_elsewhere_is_refused():
     for network in (TCPNetwork, IdealNetwork):
         full = run_schedule(schedule, cluster, params, workload, iterations=1, network=network, symmetry=False)
         reduced = run_schedule(schedule, cluster, params, workload, iterations=1, network=network)
-        _same(full, reduced)
+        assert_same_run(full, reduced)
         assert reduced.simulated_ranks == 4
 
 
@@ -214,6 +207,6 @@ def test_each_check_of_the_proof_refuses_its_counterexample():
         for network in (TCPNetwork, IdealNetwork):
             full = run_schedule(schedule, cluster, params, workload, iterations=2, network=network, symmetry=False)
             reduced = run_schedule(schedule, cluster, params, workload, iterations=2, network=network)
-            _same(full, reduced)
+            assert_same_run(full, reduced)
             if network is TCPNetwork:
                 assert reduced.simulated_ranks == p
