@@ -25,7 +25,7 @@ from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Collective, Repeat
 from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
-from conftest import assert_same_run  # noqa: E402
+from conftest import assert_same_run
 
 CATALOG = gpu_catalog()
 MODEL = get_model("gpt2")

@@ -25,7 +25,7 @@ from geosim.sim.schedule import Collective, Compute, Schedule
 from geosim.sim.symmetry import Symmetry, find_symmetry
 from geosim.specs import Cluster, Host, Link, Shaper, Workload
 from geosim.techniques import build_schedule, technique_names
-from conftest import assert_same_run  # noqa: E402
+from conftest import assert_same_run
 
 CATALOG = gpu_catalog()
 GPUS = [CATALOG[name] for name in ("RTX6000", "A30", "H100")]
