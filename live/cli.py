@@ -276,8 +276,9 @@ def _run(args) -> int:
     record = build_record(result, opts, backend=backend, collective_impl=impl, scenario=args.scenario, host_names=hosts,
                           extra_note=lowcomm.note(opts.technique, opts.lowcomm))
     _report(result, record, args)  # first: an unwritable file must not lose what was measured
-    _save(record, result, args, opts)
-    interrupts.mark_recorded()
+    with interrupts.writing_record():
+        _save(record, result, args, opts)
+        interrupts.mark_recorded()
     code = {"ok": 0, "interrupted": interrupts.exit_code()}.get(result.status, 1)
     if interrupts.hard_exit_needed():  # a compilation still runs in its thread: no interpreter teardown
         interrupts.hard_exit(code)
@@ -348,9 +349,11 @@ def _run_wan(args, opts) -> int:
     result = Result(status=record.status, error=record.error, losses=run.losses, step_times=run.step_times,
                     devices={"platform": "cpu", "count": sum(per_host), "processes": len(per_host), "per_host": per_host})
     _report(result, record, args)
-    _save(record, result, args, opts)
     from geosim.live.train import interrupts
 
+    with interrupts.writing_record():
+        _save(record, result, args, opts)
+        interrupts.mark_recorded()
     return {"ok": 0, "interrupted": interrupts.exit_code()}.get(record.status, 1)
 
 

@@ -118,6 +118,31 @@ def test_a_second_signal_exits_at_once_without_a_record(tmp_path):
         assert "exiting now (the record is written)" in err or "interrupted" in out
 
 
+def test_a_second_signal_while_the_record_is_appended_waits_for_the_whole_line(tmp_path):
+    """The CI failure of 2026-11-25: the second SIGINT came after the append and before the run
+    marked its record written, so the process said "without a record" about one on disk. Now a
+    signal during the append waits for it, and the message tells the truth."""
+    runs = tmp_path / "runs.jsonl"
+    script = f"""
+import os, signal
+from geosim.live.train import interrupts
+interrupts.install()
+os.kill(os.getpid(), signal.SIGINT)
+with interrupts.writing_record():
+    os.kill(os.getpid(), signal.SIGINT)  # the second one, in the middle of the write
+    with open({str(runs)!r}, "a") as f:
+        f.write('{{"whole": true}}\\n')
+    interrupts.mark_recorded()
+print("not reached")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=60,
+                          preexec_fn=default_sigint)
+    assert proc.returncode == 130, proc.stderr
+    assert "not reached" not in proc.stdout
+    assert "exiting now (the record is written)" in proc.stderr
+    assert json.loads(runs.read_text()) == {"whole": True}
+
+
 @pytest.mark.parametrize("record", ["missing-dir/runs.jsonl", "."])
 def test_unwritable_record_path_is_refused_before_the_run(tmp_path, record):
     started = time.monotonic()

@@ -10,14 +10,21 @@ writing nothing more, so no record is ever half-written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 
-_state = {"signal": None, "installed": False, "abandoned": False, "recorded": False}
+_state = {"signal": None, "installed": False, "abandoned": False, "recorded": False, "writing": False,
+          "exit_after_write": None}
 
 
 def _handler(signum, frame):
+    if _state["signal"] is not None and _state["writing"]:
+        # the record is being appended (a few milliseconds): exiting now could leave a half line
+        # or say "without a record" about one that lands; exit the moment it is on disk
+        _state["exit_after_write"] = signum
+        return
     if _state["signal"] is not None:  # the second one: stop now, write nothing more
         try:
             sys.stderr.write("interrupted again: exiting now (the record is written)\n" if _state["recorded"]
@@ -37,6 +44,19 @@ def _handler(signum, frame):
 def mark_recorded() -> None:
     """The run's record is on disk: a second signal from now on loses nothing."""
     _state["recorded"] = True
+
+
+@contextlib.contextmanager
+def writing_record():
+    """Append the record inside this block: a second signal that comes meanwhile waits for the
+    block's end, then exits at once (130) saying whether the record was written."""
+    _state["writing"] = True
+    try:
+        yield
+    finally:
+        _state["writing"] = False
+        if _state["exit_after_write"] is not None:
+            _handler(_state["exit_after_write"], None)
 
 
 def install() -> None:
