@@ -28,10 +28,12 @@ every command a reader may copy is run here.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -197,6 +199,7 @@ def package_shim() -> Path:
     the tests do, without making the checkout's other top-level directories importable (a user's
     `geosim` cannot import `live` or `calibrate` by those names either)."""
     shim = Path(tempfile.mkdtemp(prefix="geosim-docs-shim-"))
+    atexit.register(shutil.rmtree, shim, ignore_errors=True)  # (each run left one in /tmp)
     (shim / "geosim").symlink_to(ROOT / "geosim", target_is_directory=True)
     return shim
 
