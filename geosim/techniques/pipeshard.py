@@ -5,6 +5,13 @@ GPU per stage, as Alpa lays a single VM's two GPUs out), layers are
 split across stages (uniform like Alpa's default, balanced by GPU speed, or given
 explicitly), microbatches flow under 1F1B or GPipe, and activations and their
 gradients cross between stages point-to-point, one rendezvous per microbatch.
+
+What a stage does across its mesh's GPUs (intra_stage): "data", data parallel over all of
+them (the study's); "shard", Shard's tensor parallelism over all of them, even across
+hosts; "shard-data", Megatron's 3D layout: each host of the stage shards the stage's
+layers over its own GPUs (tensor parallel on NVLink), the microbatch is split over the
+stage's hosts, and GPU i of every host all-reduces the gradients of the shard it holds
+with GPU i of the others (data parallel across hosts).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ ALPA_METHOD = "PipeshardParallel"  # the alpa class the study ran it with (live/
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
 PIPELINED = True
 BUILDS_ON = ("shard",)  # a stage sharded over its mesh runs Shard's layers
-INTRA_STAGES = ("data", "shard")
+INTRA_STAGES = ("data", "shard", "shard-data")
 
 
 @dataclass(frozen=True)
@@ -124,8 +131,12 @@ def build(case: Case, settings: Settings) -> Schedule:
     for mesh in meshes:
         if intra == "data":
             require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh), "the GPUs of a mesh")
-    layer_s = [_mesh_seconds(case, mesh, b, 1, False, intra) for mesh in meshes]
-    head_in_layers = _mesh_seconds(case, meshes[-1], b, 0, True, intra) / layer_s[-1]
+        elif intra == "shard-data":
+            _host_groups(mesh)  # the same GPU count on every host of the stage
+            require_divisible("microbatch size (global_batch / microbatches)", int(b), len(_hosts_of(mesh)),
+                              "the hosts of a stage")
+    layer_s = [_mesh_seconds(case, mesh, b, 1, False, intra, len(_hosts_of(mesh))) for mesh in meshes]
+    head_in_layers = _mesh_seconds(case, meshes[-1], b, 0, True, intra, len(_hosts_of(meshes[-1]))) / layer_s[-1]
     layers = split_layers(model.n_layer, [1.0 / t for t in layer_s], settings.stage_split,
                           list(settings.layer_split) if settings.layer_split is not None else None,
                           extra=[0.0] * (S - 1) + [head_in_layers])
@@ -134,10 +145,22 @@ def build(case: Case, settings: Settings) -> Schedule:
     options = memory_layout.options_for(workload, params)
     compression = settings.activation_compression
     act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value * compression
+    algorithm = params.for_technique("collectives", NAME)
     programs, memory = {}, {}
     for s, mesh in enumerate(meshes):
         g = len(mesh)
-        group = tuple(d.rank for d in mesh)
+        # tensor-parallel groups (GPUs that shard the stage's layers between them: the whole mesh
+        # under "shard", each host's GPUs under "shard-data") and the sequences each group computes
+        if intra == "data":
+            tp_groups, sequences = [], b / g
+        elif intra == "shard":
+            tp_groups, sequences = [tuple(d.rank for d in mesh)], b
+        else:
+            tp_groups = [tuple(d.rank for d in host) for host in _host_groups(mesh)]
+            sequences = b / len(tp_groups)
+        tp = len(tp_groups[0]) if tp_groups else 1
+        group_of = {r: grp for grp in tp_groups for r in grp}
+        by_host = len(tp_groups) > 1  # tags name the host: each host's collectives are its own
         last = s == S - 1
         prev_mesh, next_mesh = (meshes[s - 1] if s else None), (meshes[s + 1] if not last else None)
         from_prev = _overlaps(len(prev_mesh), g) if prev_mesh else []
@@ -145,22 +168,31 @@ def build(case: Case, settings: Settings) -> Schedule:
         first = s == 0
         stage_params = layers[s] * model.params_per_layer + (model.embedding_params if first else 0) + (
             model.vocab * model.n_embd if last and S > 1 else 0)
-        held = stage_params if intra == "data" else (
-            stage_params - layers[s] * 12 * model.n_embd ** 2 * (1 - 1 / g))
-        if intra == "data":
-            stage_fwd, stage_bwd = pass_ops(model, workload, b / g, layers[s], last, first)
-        else:
-            stage_fwd, stage_bwd = pass_ops(model, workload, b, 0, last, first, " head", tensor_parallel=g)
+        held = stage_params - layers[s] * 12 * model.n_embd ** 2 * (1 - 1 / tp)  # the blocks' matrices split
+        stage_fwd, stage_bwd = (pass_ops(model, workload, sequences, layers[s], last, first) if intra == "data" else
+                                pass_ops(model, workload, sequences, 0, last, first, " head", tensor_parallel=tp))
         accumulate = update_op(model, held)
+        # gradients all-reduced once per iteration: the whole stage over the mesh (data), or each
+        # GPU's shard with the GPUs holding the same shard on the stage's other hosts (shard-data)
+        if intra == "data":
+            grad_groups = {d.rank: tuple(d.rank for d in mesh) for d in mesh} if g > 1 else {}
+        elif intra == "shard-data" and len(tp_groups) > 1:
+            grad_groups = {r: tuple(grp[i] for grp in tp_groups) for grp in tp_groups for i, r in enumerate(grp)}
+        else:
+            grad_groups = {}
         for j, dev in enumerate(mesh):
-            def forward(m, j=j):
+            group = group_of.get(dev.rank, ())
+            host_tag = (dev.host,) if by_host else ()
+
+            def forward(m, j=j, group=group, host_tag=host_tag):
                 ops = []
                 if prev_mesh:
                     ops += [Recv(prev_mesh[i].rank, ("act", s, m)) for i, k, _ in from_prev if k == j]
                 if intra == "data":
                     ops.append(stage_fwd._replace(label=f"F{m}"))
                 else:
-                    ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pf", m), per_layer)[0])
+                    ops.append(layers_ops(model, workload, params, group, sequences, layers[s], ("pf", m) + host_tag,
+                                          per_layer)[0])
                     if last or first:
                         ops.append(stage_fwd._replace(label=f"F{m} head"))
                 if next_mesh:
@@ -168,7 +200,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                             for i, k, frac in to_next if i == j]
                 return ops
 
-            def backward(m, j=j):
+            def backward(m, j=j, group=group, host_tag=host_tag):
                 ops = []
                 if next_mesh:
                     ops += [Recv(next_mesh[k].rank, ("grad", s, m)) for i, k, _ in to_next if i == j]
@@ -177,7 +209,8 @@ def build(case: Case, settings: Settings) -> Schedule:
                 else:
                     if last or first:
                         ops.append(stage_bwd._replace(label=f"B{m} head"))
-                    ops.append(layers_ops(model, workload, params, group, b, layers[s], ("pb", m), per_layer)[1])
+                    ops.append(layers_ops(model, workload, params, group, sequences, layers[s], ("pb", m) + host_tag,
+                                          per_layer)[1])
                 ops.append(accumulate)
                 if prev_mesh:
                     ops += [Send(prev_mesh[i].rank, act_bytes * frac, ("grad", s - 1, m))
@@ -192,30 +225,49 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += forward(warmup + m) + backward(m)
             for m in range(M - warmup, M):
                 program += backward(m)
-            if intra == "data" and g > 1:
-                program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
-                                          params.for_technique("collectives", NAME), ("stage-grads", s), "stage gradient all-reduce"))
+            if dev.rank in grad_groups:
+                shard_tag = (group.index(dev.rank),) if intra == "shard-data" else ()
+                program.append(Collective("allreduce", grad_groups[dev.rank], held * workload.bytes_per_value,
+                                          algorithm, ("stage-grads", s) + shard_tag, "stage gradient all-reduce"))
             program.append(optimizer_op(model, held))
             program.append(overhead_op(NAME, params, workload))
             programs[dev.rank] = program
             in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
             memory[dev.rank] = memory_layout.pipeline_stage(
-                model, b / g if intra == "data" else b, workload.seq_len, layers[s], first, last, S, in_flight, options,
-                tensor_parallel=1 if intra == "data" else g)
+                model, sequences, workload.seq_len, layers[s], first, last, S, in_flight, options, tensor_parallel=tp)
     return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
                     f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""),
                     activation_compression=compression if S > 1 else 1.0)
 
 
+def _hosts_of(mesh: list[Device]) -> list[str]:
+    """The hosts of a mesh, in its order."""
+    return list(dict.fromkeys(d.host for d in mesh))
 
 
-def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int, head: bool, intra: str) -> float:
+def _host_groups(mesh: list[Device]) -> list[list[Device]]:
+    """A shard-data stage's GPUs by host: every host shards the stage over its own GPUs, so each
+    must have as many (GPU i of each host holds the same shard)."""
+    groups = [[d for d in mesh if d.host == h] for h in _hosts_of(mesh)]
+    if len({len(grp) for grp in groups}) > 1:
+        raise GeosimError(f"a shard-data stage needs the same number of GPUs on each of its hosts "
+                          f"({', '.join(f'{grp[0].host}: {len(grp)}' for grp in groups)})", key="intra_stage")
+    return groups
+
+
+def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int, head: bool, intra: str,
+                  hosts: int = 1) -> float:
     """Forward + backward seconds of `layers` blocks (and the head) of one microbatch on a mesh's slowest
-    GPU: what a balanced split weighs stages by."""
+    GPU (a mesh over `hosts` hosts): what a balanced split weighs stages by."""
     model, workload, params = case.model, case.workload, case.params
     g = len(mesh)
-    sequences, tp = (microbatch / g, 1) if intra == "data" else (microbatch, g)
+    if intra == "data":
+        sequences, tp = microbatch / g, 1
+    elif intra == "shard":
+        sequences, tp = microbatch, g
+    else:  # shard-data: each host's GPUs shard its share of the microbatch
+        sequences, tp = microbatch / hosts, g // hosts
     times = []
     for d in {d.gpu.name: d for d in mesh}.values():  # a GPU's time depends on its kind only
         if d.gpu.name in params.efficiency:  # a flat-rate device
@@ -232,20 +284,25 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
 
 MAX_SPLITS = 400  # per pipeline shape: up to this many splits every one is tried, beyond it a few
 MAX_HOST_STAGES = 16  # a stage per host is tried up to this many hosts; beyond, a stage per site
+# the structured search tries shard-data unasked on up to this many GPUs: a larger option costs
+# seconds to simulate (every GPU runs its layers' all-reduces) and its floor is loose (the hosts'
+# gradient rings are bounded one at a time), so a few of them would take the search's whole budget
+MAX_DEFAULT_SHARD_DATA_GPUS = 128
 FEW_SPLITS = 64  # the structured search still tries every split where there are this few (2 stages)
 NEIGHBOUR_STAGES = 8  # up to this many stages the balanced split's one-layer neighbours are tried too
 
 
 def layer_splits(n_layer: int, stages: int, speeds: list[float] | None = None,
-                 extra: list[float] | None = None, every: bool = True) -> list[list[int]]:
+                 extra: list[float] | None = None, every: bool = True, most: int | None = None) -> list[list[int]]:
     """Every way to give each stage >= 1 layer while there are at most MAX_SPLITS of them (FEW_SPLITS
-    unless `every`); else (3+ stages of a deep model: millions) the uniform split, the split balanced by
-    the stages' speeds (split_layers: the least slowest stage) and every split one layer away from it."""
+    unless `every`; `most` if given); else (3+ stages of a deep model: millions) the uniform split, the
+    split balanced by the stages' speeds (split_layers: the least slowest stage) and every split one
+    layer away from it."""
     if stages == 1:
         return [[n_layer]]
     if n_layer < stages:
         return []
-    if math.comb(n_layer - 1, stages - 1) <= (MAX_SPLITS if every else FEW_SPLITS):
+    if math.comb(n_layer - 1, stages - 1) <= (most if most is not None else MAX_SPLITS if every else FEW_SPLITS):
         cuts = itertools.combinations(range(1, n_layer), stages - 1)
         return [[b - a for a, b in zip((0, *c), (*c, n_layer))] for c in cuts]
     found = [split_layers(n_layer, [1.0] * stages, "uniform")]
@@ -304,15 +361,19 @@ def _group_orders(cluster, order) -> list[list[tuple[str, ...]]]:
 
 def add_plan_arguments(parser) -> None:
     """`geosim plan`'s flag for this technique's own choice (the registry adds it)."""
-    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both"),
-                        help="what a Pipeshard stage does across its GPUs (default: the parameters file's pipeshard.intra_stage; "
-                             "'both' also tries shard, ~40x slower to plan)")
+    parser.add_argument("--intra-stage", choices=(*INTRA_STAGES, "both", "all"),
+                        help="what a Pipeshard stage does across its GPUs: data parallel, sharded over all of them, or "
+                             "shard-data (sharded inside each host, data parallel across the stage's hosts) "
+                             "(default: the parameters file's pipeshard.intra_stage, and above two VMs shard-data "
+                             "where a stage spans several hosts; 'both': data and shard, ~40x slower to plan; "
+                             "'all': every kind)")
 
 
 def plan_choices(args) -> dict:
-    """--intra-stage as plan_variants' intra_stages (None: the parameters file's)."""
+    """--intra-stage as plan_variants' intra_stages (None: the parameters file's, and shard-data where it applies)."""
     chosen = getattr(args, "intra_stage", None)
-    return {"intra_stages": INTRA_STAGES if chosen == "both" else ((chosen,) if chosen else None)}
+    kinds = {"both": ("data", "shard"), "all": INTRA_STAGES}
+    return {"intra_stages": kinds.get(chosen, (chosen,) if chosen else None)}
 
 
 def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None,
@@ -320,40 +381,61 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
     """Stage layout x microbatches x intra-stage parallelism x layer split, as (workload changes,
     options). Stage order matters (the first stage holds the embeddings, the last the LM head).
     exhaustive=False (large clusters, geosim.studies.plan): layouts by site and host group,
-    powers-of-two microbatches, and the balanced layer split with its neighbours."""
+    powers-of-two microbatches, and the balanced layer split with its neighbours; unless the
+    caller names the intra-stage kinds, stages of several multi-GPU hosts also try shard-data
+    (sharded inside each host, data parallel across the stage's hosts: Megatron's 3D layout)."""
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
     batch = case.workload.global_batch
+    structured_default = intra_stages is None and not exhaustive
     intra_stages = intra_stages or (case.params.settings(NAME).intra_stage,)
     if len(hosts) == 1 and gpus[hosts[0]] > 1:
         layouts = [None]  # one VM: one GPU per stage, as Alpa runs it
     else:
         layouts = _stage_layouts(case, hosts, exhaustive)
     for meshes in layouts:
+        kinds = intra_stages
+        if (structured_default and meshes and "shard-data" not in kinds and _shard_data_applies(meshes, gpus)
+                and sum(gpus[h] for mesh in meshes for h in mesh) <= MAX_DEFAULT_SHARD_DATA_GPUS):
+            kinds = (*kinds, "shard-data")
         for m in _microbatch_choices(batch, exhaustive, case.workload.microbatches):
-            for intra in intra_stages:
-                # intra-stage data parallelism splits each microbatch over a mesh's GPUs
+            for intra in kinds:
+                # intra-stage data parallelism splits each microbatch over a mesh's GPUs, shard-data over its hosts
                 # (exhaustive: as the planner always has, a lone VM's GPU count, though its stages hold one each)
                 stage_sizes = ([sum(gpus[h] for h in mesh) for mesh in meshes] if meshes
                                else [gpus[hosts[0]] if exhaustive else 1])
                 if intra == "data" and any((batch // m) % g for g in stage_sizes):
                     continue
+                if intra == "shard-data" and (not meshes or not _shard_data_applies(meshes, gpus)
+                                              or any((batch // m) % len(mesh) for mesh in meshes)):
+                    continue
                 shape = {"intra_stage": intra} if meshes is None else {"meshes": meshes, "intra_stage": intra}
                 stages = stage_gpus(case, hosts, shape)
                 if len(stages) > case.model.n_layer:
                     continue
-                speeds, extra = (None, None) if exhaustive else _split_weights(case, stages, batch // m, intra)
-                for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive):
+                spans = [len(mesh) for mesh in meshes] if meshes else [1] * len(stages)  # hosts per stage
+                speeds, extra = (None, None) if exhaustive else _split_weights(case, stages, batch // m, intra, spans)
+                # shard-data (stages of like hosts): the balanced split and its neighbours, never every split
+                most = 0 if intra == "shard-data" else None
+                for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive, most):
                     yield {"microbatches": m}, {**shape, "layer_split": split}
 
 
-def _split_weights(case: Case, stages: list[tuple], microbatch: int, intra: str):
-    """(speeds, extra) for split_layers' balanced split: each stage's layers per second on its
-    slowest GPU kind, and the LM head on the last stage in layer-equivalents (as build() weighs them)."""
-    def seconds(gpus, layers, head):
-        return _mesh_seconds(case, [Device(i, "", i, g) for i, g in enumerate(gpus)], microbatch, layers, head, intra)
+def _shard_data_applies(meshes, gpus: dict[str, int]) -> bool:
+    """Whether a layout's stages can run shard-data and differ from the options already tried: some
+    stage spans several hosts of more than one GPU, and each stage's hosts have as many GPUs."""
+    return (any(len(mesh) > 1 and gpus[mesh[0]] > 1 for mesh in meshes)
+            and all(len({gpus[h] for h in mesh}) == 1 for mesh in meshes))
 
-    layer_s = [seconds(gpus, 1, False) for gpus in stages]
-    head = seconds(stages[-1], 0, True) / layer_s[-1]
+
+def _split_weights(case: Case, stages: list[tuple], microbatch: int, intra: str, hosts: list[int]):
+    """(speeds, extra) for split_layers' balanced split: each stage's layers per second on its
+    slowest GPU kind, and the LM head on the last stage in layer-equivalents (as build() weighs them);
+    hosts: how many hosts each stage spans."""
+    def seconds(gpus, layers, head, k):
+        return _mesh_seconds(case, [Device(i, "", i, g) for i, g in enumerate(gpus)], microbatch, layers, head, intra, k)
+
+    layer_s = [seconds(gpus, 1, False, k) for gpus, k in zip(stages, hosts)]
+    head = seconds(stages[-1], 0, True, hosts[-1]) / layer_s[-1]
     return [1.0 / t for t in layer_s], [0.0] * (len(stages) - 1) + [head]
 
 
@@ -408,7 +490,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     layers = options["layer_split"]
     stages = stage_gpus(case, hosts, options)
     timer = compute_model(params)
-    per_microbatch, forward_s, backward_s = [], [], []
+    per_microbatch, forward_s, backward_s, sharding = [], [], [], []
     for s, gpus in enumerate(stages):
         sequences = w.global_batch / w.microbatches / len(gpus)
         first, last = s == 0, s == len(stages) - 1
@@ -421,15 +503,17 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
             else:
                 times.append(tuple(timer.seconds(work(phase, case.model, w, sequences, layers[s], last, first), g,
                                                  w.precision) for phase in ("forward", "backward")))
-        per_microbatch.append(max(f + b for f, b in times))
+        sharding.append(_sharding_floor_s(case, hosts, options, w, s, layers[s]))
+        per_microbatch.append(max(f + b for f, b in times) + sharding[-1])
         forward_s.append(min(f for f, _ in times))  # a path runs through one GPU of each stage
         backward_s.append(min(b for _, b in times))
     busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
     settings = with_options(params.settings(NAME), options, NAME)
-    if settings.intra_stage == "data" and options.get("meshes") and getattr(case, "network", "tcp") == "tcp":
+    if settings.intra_stage in ("data", "shard-data") and options.get("meshes") and getattr(case, "network", "tcp") == "tcp":
         # a stage's gradient all-reduce over several hosts: its whole buffer enters every host of the
-        # mesh through its network port (geosim.techniques._floor), after the stage's microbatches
+        # mesh through its network port (geosim.techniques._floor), after the stage's microbatches;
+        # under shard-data each GPU's buffer is its shard, all-reduced over one GPU of each host
         by_name = {h.name: h for h in case.cluster.hosts}
         for s, mesh in enumerate(options["meshes"]):
             if len(mesh) > 1:
@@ -438,13 +522,21 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
                 port = min(params.lan_bandwidth_bps / 8 * (len(by_name[h].gpus) if by_name[h].nic == "per-gpu"
                                                                   else 1) for h in mesh)
                 g = len(stages[s])  # a ring enters each host once per step: 2(g-1) chunks of 1/g
+                if settings.intra_stage == "shard-data":
+                    # a ring of GPU i of each host, of the shard GPU i holds (one ring's bytes: the hosts'
+                    # rings need not share a port)
+                    tp = g // len(mesh)
+                    g, stage_params = len(mesh), stage_params - layers[s] * 12 * case.model.n_embd ** 2 * (1 - 1 / tp)
                 share = 2 * (g - 1) / g if params.collectives.get(NAME, "ring") == "ring" else 1.0
                 iteration = max(iteration, w.microbatches * per_microbatch[s]
                                 + share * stage_params * w.bytes_per_value / port)
-    if len(stages) > 1 and settings.intra_stage == "data":
+    if len(stages) > 1 and settings.intra_stage in ("data", "shard-data"):
         trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
-        iteration = max(iteration, trips * (sum(forward_s) + sum(backward_s) + crossings))
+        # shard-data: a path's compute is its tensor-parallel ops (no data-parallel floor for them), its
+        # activation all-reduces at least the rings' steps
+        compute = sum(forward_s) + sum(backward_s) if settings.intra_stage == "data" else sum(sharding)
+        iteration = max(iteration, trips * (compute + crossings))
     runtime = runtime_of(w, params)
     iteration += runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
@@ -456,9 +548,28 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
 _NETWORKS: dict[tuple, tuple] = {}
 
 
-def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:
-    """Seconds a microbatch's activations take at least to cross every stage boundary forward, plus
-    its gradients back: per boundary the least delay of any of its sends (build()'s sends)."""
+def _sharding_floor_s(case: Case, hosts: tuple[str, ...], options: dict, w, stage: int, layers: int) -> float:
+    """A shard-data stage's activation all-reduces of one microbatch (Shard's layer_ops, inside a host):
+    a ring's 2(t-1) steps follow one another (each forwards the chunk the step before brought), each
+    at least the least delay of a send of a 1/t chunk between two of the host's GPUs."""
+    if "meshes" not in options or options.get("intra_stage") != "shard-data":
+        return 0.0
+    mesh = options["meshes"][stage]
+    t = len(case.cluster.host(mesh[0]).gpus)
+    if t < 2 or case.params.for_technique("collectives", "shard") != "ring":
+        return 0.0
+    devices, least_delay_s, known = _network(case, hosts)
+    nbytes = w.global_batch / w.microbatches / len(mesh) * w.seq_len * case.model.n_embd * w.bytes_per_value
+    key = ("ring step", mesh[0], nbytes)
+    if key not in known:  # options differing in their layer split or other stages step alike
+        a, b = [d.rank for d in devices if d.host == mesh[0]][:2]
+        per_half = max(1, case.params.settings("shard").collectives_per_layer // 2)  # as layer_ops counts them
+        known[key] = 2 * per_half * 2 * (t - 1) * least_delay_s(a, b, nbytes / t, False)
+    return layers * known[key]
+
+
+def _network(case: Case, hosts: tuple[str, ...]):
+    """(devices, least delay of a send, crossings already computed) of the case on `hosts`, cached."""
     key = (id(case.cluster), id(case.params), hosts, case.network)
     known = _NETWORKS.get(key)
     if known is None or known[0] is not case.cluster or known[1] is not case.params:
@@ -469,7 +580,13 @@ def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compr
         # the best case of the network model predict() runs for this case
         known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay(case.network, on, case.params, devices),
                                   {})
-    _, _, devices, least_delay_s, crossings = known
+    return known[2:]
+
+
+def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:
+    """Seconds a microbatch's activations take at least to cross every stage boundary forward, plus
+    its gradients back: per boundary the least delay of any of its sends (build()'s sends)."""
+    devices, least_delay_s, crossings = _network(case, hosts)
     act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
     layout = (tuple(map(tuple, options["meshes"])) if "meshes" in options else None, act_bytes)
     if layout in crossings:  # options differing only in their layer split cross alike
