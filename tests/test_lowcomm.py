@@ -15,11 +15,11 @@ from geosim.sim.network.tcp import TCPNetwork
 from geosim.errors import GeosimError
 from geosim.params import default_params, load_params
 from geosim.predict import predict
-from geosim.scenario import gpu_catalog, load_scenario, model_catalog
+from geosim.scenario import get_model, gpu_catalog, load_scenario, model_catalog
 from geosim.sim.schedule import Collective, Repeat
 from geosim.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule, sparseloco
-from geosim.techniques.hybrid import plan_replicas
+from geosim.techniques.hybrid import plan_replicas, replica_layout
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies import convergence
 
@@ -264,3 +264,49 @@ def test_cli_predict_target_tokens_json(capsys):
     for r in rows.values():
         assert r["time_to_target_s"] == pytest.approx(1e9 / r["token_efficiency"] / r["tokens_per_s"] + r["startup_s"])
     assert rows["sparseloco"]["time_to_target_s"] < rows["data"]["time_to_target_s"]
+
+
+def test_a_hybrid_replica_per_site_is_sparselocos_where_every_site_fits():
+    """replica_per = site: each site's hosts train one replica data parallel (not a pipeline); where every
+    site fits, the run is SparseLoCo's replica per site, figure for figure (so the planner, which weighs
+    that one, does not offer it twice)."""
+    from geosim.techniques import build_schedule, plan_variants
+
+    h100 = gpu_catalog()["H100"]
+    hosts = tuple(Host(f"s{s}h{h}", f"S{s}", (h100,) * 2, intra_host="nvlink") for s in range(2) for h in range(2))
+    cluster = Cluster("two-sites", hosts, (Link("S0", "S1", 30e-3, 10e9),))
+    workload = Workload(global_batch=16, microbatches=2, seq_len=1024, tokens_per_epoch=2 ** 22, epochs=1)
+    case = Case(cluster, GPT2M, workload, PARAMS)
+    everyone = tuple(h.name for h in hosts)
+    assert list(plan_variants("hybrid", case, everyone)) == [({}, None)]
+    per_site = [("s0h0", "s0h1"), ("s1h0", "s1h1")]
+    hybrid = build_schedule("hybrid", case, {"replica_per": "site"})
+    assert "pipelined" not in hybrid.description and hybrid.description.startswith("2 replicas (s0h0+s0h1 full")
+    sparse = build_schedule("sparseloco", case, {"replicas": per_site})
+    assert hybrid.memory_parts == sparse.memory_parts
+    a, b = predict(case, "hybrid", options={"replica_per": "site"}), predict(case, "sparseloco",
+                                                                              options={"replicas": per_site})
+    assert a.ok and b.ok
+    assert a.iteration_time_s == b.iteration_time_s and a.total_time_s == b.total_time_s
+    assert a.iteration_breakdown == b.iteration_breakdown and a.memory == b.memory
+
+
+def test_a_hybrid_site_that_cannot_hold_a_replica_joins_the_pipeline():
+    from geosim.techniques import plan_variants
+
+    catalog = gpu_catalog()
+    big, small = catalog["H100"], catalog["T4"]
+    model = get_model("gpt2L")
+    hosts = (Host("b0", "S0", (big,)), Host("b1", "S0", (big,)), Host("t0", "S1", (small,)), Host("t1", "S2", (small,)))
+    cluster = Cluster("mixed", hosts, (Link("S0", "S1", 20e-3, 10e9), Link("S1", "S2", 20e-3, 10e9)))
+    workload = Workload(global_batch=8, microbatches=2, seq_len=1024, tokens_per_epoch=2 ** 22, epochs=1)
+    layout = replica_layout(cluster, model, workload, PARAMS, 8.0, None, "site")
+    assert layout == [(("b0", "b1"), "full"), (("t0", "t1"), "pipeline")]
+    case = Case(cluster, model, workload, PARAMS)
+    assert ({}, {"replica_per": "site"}) in list(plan_variants("hybrid", case, tuple(h.name for h in hosts)))
+    p = predict(case, "hybrid", options={"replica_per": "site"})
+    assert p.ok and "b0+b1 full" in p.description and "t0+t1 pipelined" in p.description
+    from geosim.techniques import plan_floor_s
+    assert 0 < plan_floor_s("hybrid", case, tuple(h.name for h in hosts), workload, {"replica_per": "site"}) <= p.total_time_s
+    with pytest.raises(GeosimError, match="replica_per"):
+        replica_layout(cluster, model, workload, PARAMS, 8.0, None, "rack")

@@ -13,8 +13,13 @@ the others form one pipeline. A lone host that fits nothing makes the technique
 infeasible (it has no partner to pipeline with). Where every host fits, this is
 SparseLoCo; where none does, one compressed pipeline (no outer synchronization).
 
+With replica_per = "site" (per run: the planner tries it where a site holds several hosts),
+what holds one full replica is a site rather than a host: a site whose GPUs fit the model
+trains one replica data parallel over all of its hosts (as DiLoCo's and SparseLoCo's
+replica per site does), and the hosts of the sites that do not fit form the pipeline.
+
 Settings: SparseLoCo's (from the params file's [sparseloco]) plus activation_compression
-(from [hybrid]); replicas is per run.
+(from [hybrid]); replicas and replica_per are per run.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ from geosim.errors import GeosimError
 from geosim.sim.schedule import Schedule
 from geosim.case import Case
 from geosim.specs import GIB, Cluster, Model, Params, Workload
-from geosim.techniques import sparseloco
+from geosim.structure import hosts_at, sites
+from geosim.techniques import _floor, sparseloco
 from geosim.techniques._base import check_dims, devices_of
-from geosim.techniques._settings import tunable
+from geosim.techniques._settings import option, tunable
 from geosim.techniques._lowcomm import (add_outer_state, assemble, build_replica, replica_hosts, replica_workload,
                                         sparse_gather_ops)
 
@@ -49,39 +55,56 @@ class Settings(sparseloco.Settings):
     activation_compression: float = tunable(0.1, "bytes sent between pipelined stages x this (subspace projection, "
                                             "10x)", low=1e-6, high=1.0, unit="fraction",
                                             source="Obeidi et al. 2026")
+    replica_per: str = option("host", "what holds a full replica where memory allows: a host, or a site "
+                              "(data parallel over its hosts)")
 
 
-def _fits(cluster: Cluster, host: str, model: Model, workload: Workload, params: Params, state: float,
+REPLICA_UNITS = ("host", "site")
+
+
+def _fits(cluster: Cluster, hosts: tuple[str, ...], model: Model, workload: Workload, params: Params, state: float,
           replicas: int) -> bool:
-    # this host's share of the batch, rounded up until it splits over the microbatches and
-    # the host's GPUs: a memory question, not a divisibility one (build() reports that)
-    gpus = len(cluster.host(host).gpus)
+    # these hosts' share of the batch, rounded up until it splits over the microbatches and
+    # their GPUs: a memory question, not a divisibility one (build() reports that)
+    gpus = sum(len(cluster.host(h).gpus) for h in hosts)
     per_microbatch = -(-workload.global_batch // (replicas * workload.microbatches * gpus)) * gpus
     share = replace(workload, global_batch=per_microbatch * workload.microbatches)
-    replica = build_replica(cluster, (host,), "full", model, share, params, NAME)
+    replica = build_replica(cluster, hosts, "full", model, share, params, NAME)
     gpus = {d.rank: d.gpu for d in devices_of(cluster)}
     return all(sum(replica.memory_parts[r].values()) + replica.held[r] * state <= gpus[r].memory_gib * GIB
                for r in replica.ranks)
 
 
 def plan_replicas(cluster: Cluster, model: Model, workload: Workload, params: Params, state: float,
-                  replicas: tuple | None) -> list[tuple[str, ...]]:
+                  replicas: tuple | None, per: str = "host") -> list[tuple[str, ...]]:
+    """The hosts of each replica (the pipelined one, if any, last)."""
+    return [hosts for hosts, _ in replica_layout(cluster, model, workload, params, state, replicas, per)]
+
+
+def replica_layout(cluster: Cluster, model: Model, workload: Workload, params: Params, state: float,
+                   replicas: tuple | None, per: str = "host") -> list[tuple[tuple[str, ...], str]]:
+    """(hosts, full | pipeline) of each replica: the replicas option's groups (one host: full; more: a
+    pipeline), else every unit (a host, or a site's hosts) that fits a full replica, and the hosts of
+    the others pooled into one pipeline, a stage per host."""
     if replicas:
-        return replica_hosts(cluster, {"replicas": replicas})
+        return [(g, "full" if len(g) == 1 else "pipeline") for g in replica_hosts(cluster, {"replicas": replicas})]
+    if per not in REPLICA_UNITS:
+        raise GeosimError(f"replica_per must be one of {', '.join(REPLICA_UNITS)}, got {per!r}", key="hybrid.replica_per")
     hosts = [h.name for h in cluster.hosts]
-    pooled: list[str] = []
+    units = [(h,) for h in hosts] if per == "host" else [hosts_at(cluster, site) for site in sites(cluster)]
+    pooled: list[tuple[str, ...]] = []
     while True:  # fewer replicas means a bigger share of the batch each: re-check until stable
-        full = [h for h in hosts if h not in pooled]
+        full = [u for u in units if u not in pooled]
         count = len(full) + (1 if pooled else 0)
-        unfit = [h for h in full if not _fits(cluster, h, model, workload, params, state, count)]
+        unfit = [u for u in full if not _fits(cluster, u, model, workload, params, state, count)]
         if not unfit:
             break
         pooled += unfit
-    if len(pooled) == 1:
-        raise GeosimError(f"host {pooled[0]} cannot hold a full replica and has no partner to pipeline with",
+    pipeline = sorted((h for u in pooled for h in u), key=hosts.index)
+    if len(pipeline) == 1:
+        raise GeosimError(f"host {pipeline[0]} cannot hold a full replica and has no partner to pipeline with",
                           key="replicas")
-    pooled.sort(key=hosts.index)
-    return [(h,) for h in hosts if h not in pooled] + ([tuple(pooled)] if pooled else [])
+    return [(u, "full") for u in full] + ([(tuple(pipeline), "pipeline")] if pipeline else [])
 
 
 def build(case: Case, settings: Settings) -> Schedule:
@@ -91,10 +114,10 @@ def build(case: Case, settings: Settings) -> Schedule:
     compression = s.activation_compression
     state = sparseloco.state_bytes_per_param(s)
     devices = devices_of(cluster)
-    groups = plan_replicas(cluster, model, workload, params, state, s.replicas)
+    groups = replica_layout(cluster, model, workload, params, state, s.replicas, s.replica_per)
     inner = replica_workload(workload, len(groups))
-    replicas = [build_replica(cluster, g, "full" if len(g) == 1 else "pipeline", model, inner, params, NAME,
-                              activation_compression=compression) for g in groups]
+    replicas = [build_replica(cluster, g, kind, model, inner, params, NAME, activation_compression=compression)
+                for g, kind in groups]
     add_outer_state(replicas, state, "outer state + error feedback" if s.error_feedback else "outer state")
     sync = sparse_gather_ops(replicas, lambda n: sparseloco.payload_bytes(n, s), params.for_technique("collectives", NAME),
                              devices)
@@ -104,3 +127,39 @@ def build(case: Case, settings: Settings) -> Schedule:
     return assemble(NAME, devices, replicas, s.inner_steps, sync,
                     f"{len(replicas)} replicas ({kinds}), H={s.inner_steps}, SparseLoCo top-{s.topk_fraction:g} "
                     f"x {s.bits}-bit", activation_compression=compression if pipelined else 1.0)
+
+
+def plan_variants(case: Case, hosts: tuple[str, ...], **_):
+    """What the planner tries: a full replica per host where it fits (the default), and where a site
+    holds several of the hosts, a full replica per site, data parallel over its hosts, as DiLoCo and
+    SparseLoCo offer (geosim.techniques._lowcomm.plan_variants). Where every site holds its replica
+    that option is SparseLoCo's replica per site, which the planner already weighs, and where none
+    does it is the per-host option's one pipeline: it is offered only where both kinds of replica
+    are left."""
+    yield {}, None
+    chosen = [h for h in case.cluster.hosts if h.name in hosts]
+    by_site: dict[str, int] = {}
+    for h in chosen:
+        by_site[h.site] = by_site.get(h.site, 0) + 1
+    if len(by_site) > 1 and max(by_site.values()) > 1:
+        on = case.on(hosts)
+        state = sparseloco.state_bytes_per_param(on.params.settings(NAME))
+        try:
+            layout = replica_layout(on.cluster, on.model, on.workload, on.params, state, None, "site")
+        except GeosimError:
+            return  # predict() would say why; the per-host option already does
+        # a site of several hosts holds a replica and another site's hosts pipeline: else this is either
+        # SparseLoCo's replica per site or the per-host option's layout (no site fits: all pooled)
+        if any(kind == "pipeline" for _, kind in layout) and any(kind == "full" and len(g) > 1 for g, kind in layout):
+            yield {}, {"replica_per": "site"}
+
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """A replica per site: the busiest GPU's inner steps and synchronization back to back
+    (geosim.techniques._floor, at the cost of a build). A replica per host (the default): none, as
+    before the per-site option: every such option is simulated, and a second build for a floor
+    would double what the hybrid costs a large plan."""
+    if not options or options.get("replica_per", "host") == "host":
+        return 0.0
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)
