@@ -27,7 +27,7 @@ from geosim.sim.network import least_delay
 from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
-from geosim.structure import host_groups, host_list, hosts_at, site_orders, sites
+from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable, with_options
@@ -288,6 +288,7 @@ MAX_HOST_STAGES = 16  # a stage per host is tried up to this many hosts; beyond,
 # seconds to simulate (every GPU runs its layers' all-reduces) and its floor is loose (the hosts'
 # gradient rings are bounded one at a time), so a few of them would take the search's whole budget
 MAX_DEFAULT_SHARD_DATA_GPUS = 128
+SHARD_DATA_ORDERS = 2  # per set of VMs, shard-data unasked on this many stage orders (the shortest paths)
 FEW_SPLITS = 64  # the structured search still tries every split where there are this few (2 stages)
 NEIGHBOUR_STAGES = 8  # up to this many stages the balanced split's one-layer neighbours are tried too
 
@@ -392,10 +393,11 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
         layouts = [None]  # one VM: one GPU per stage, as Alpa runs it
     else:
         layouts = _stage_layouts(case, hosts, exhaustive)
+    unasked = ([] if not structured_default or layouts == [None] or "shard-data" in intra_stages
+               else _shard_data_layouts(case, layouts, gpus))
     for meshes in layouts:
         kinds = intra_stages
-        if (structured_default and meshes and "shard-data" not in kinds and _shard_data_applies(meshes, gpus)
-                and sum(gpus[h] for mesh in meshes for h in mesh) <= MAX_DEFAULT_SHARD_DATA_GPUS):
+        if any(meshes is chosen for chosen in unasked):
             kinds = (*kinds, "shard-data")
         for m in _microbatch_choices(batch, exhaustive, case.workload.microbatches):
             for intra in kinds:
@@ -418,6 +420,24 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
                 most = 0 if intra == "shard-data" else None
                 for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive, most):
                     yield {"microbatches": m}, {**shape, "layer_split": split}
+
+
+def _shard_data_layouts(case: Case, layouts: list, gpus: dict[str, int]) -> list:
+    """The layouts the structured search tries shard-data on unasked: those it applies to, of up to
+    MAX_DEFAULT_SHARD_DATA_GPUS GPUs, and of them the SHARD_DATA_ORDERS whose stages' sites make the
+    shortest path (a microbatch crosses every boundary; the data-parallel stages try every order)."""
+    fit = [m for m in layouts if m and _shard_data_applies(m, gpus)
+           and sum(gpus[h] for mesh in m for h in mesh) <= MAX_DEFAULT_SHARD_DATA_GPUS]
+    if len(fit) <= SHARD_DATA_ORDERS:
+        return fit
+    site_of = {h.name: h.site for h in case.cluster.hosts}
+    distance = site_distances(case.cluster)
+
+    def path(meshes) -> float:
+        stage_sites = [site_of[mesh[0]] for mesh in meshes]
+        return sum(distance[(a, b)] for a, b in zip(stage_sites, stage_sites[1:]))
+
+    return sorted(fit, key=path)[:SHARD_DATA_ORDERS]  # sorted() is stable: ties keep the search's order
 
 
 def _shard_data_applies(meshes, gpus: dict[str, int]) -> bool:
