@@ -56,6 +56,34 @@ def test_tiny_on_xla_gpu_compiler_16_bit_and_remat():
         assert abs(error) <= TOLERANCE, (what, f"{error:+.1%}")
 
 
+# a model whose pipeline stages are dominated by the blocks' residuals, not by the tied head's logits
+# (tiny's 50257-entry vocabulary over 64-wide blocks is all head)
+BLOCKS = {"n_layer": 4, "n_embd": 512, "n_head": 8, "vocab": 4096, "n_ctx": 512}
+
+
+def test_pipeline_blocks_in_a_scan_keep_jax_residual_list_on_cpu():
+    """live's pipeline runs each stage's blocks in a scan inside the scan over ticks: the stacked residuals
+    are JAX's own list per block (memory_layout.JAX_SCANNED_*), which the CPU's buffer assignment shows as
+    the GPU's does (mid-size blocks, 2 stages of 2, fp32): within 10% with the rule, and far under without
+    it (the straight-line list that XLA's fusion leaves outside a loop)."""
+    from dataclasses import replace
+
+    from geosim.live.train.techniques.pipeshard import placement
+    from geosim.sim.memory_layout import LayoutOptions, live_step
+    from geosim.specs import Model
+
+    cases = [{**case("pipeshard", global_batch=8, microbatches=2), "model": "blocks", "dims": BLOCKS}]
+    rows = run_cases("cpu", 4, cases, timeout_s=600)
+    found = errors(rows, "cpu", 4)
+    assert len(found) == 1
+    for what, error in found.items():
+        assert abs(error) <= TOLERANCE, (what, f"{error:+.1%}")
+    model = Model(name="blocks", **BLOCKS)
+    straight = replace(placement(model, 8, 2, 4, None), scanned=False)
+    fp32 = LayoutOptions(precision="fp32", workspace_bytes=0.0)
+    assert sum(live_step(model, straight, 512, 2, fp32).values()) < 0.8 * rows[0]["peak"]
+
+
 def test_cpu_correction_refuses_16_bit_cases():
     with pytest.raises(ValueError, match="GPU compiler only"):
         cpu_correction(case("data", "bf16"), 4)

@@ -318,8 +318,13 @@ def live_step(model: Model, placement: LivePlacement, seq_len: int, microbatches
                           min(in_flight, pl.heads_in_flight), embedding_split)
     if accumulator and pl.tree_accumulator:
         head -= model.vocab * model.n_embd * 4.0 / embedding_split
-    if pl.scanned:  # the backward's loop body: one tick's slice of the stack, and under remat a rebuilt block;
-        head = max(head, kept + rebuilt)  # the logits are gone by then, the stack is not
+    if pl.scanned:
+        # the backward's loop body, once the logits are gone (the stack is not: XLA frees the stacked loop
+        # output only after the loop): one tick's slice copied out of the stack, under remat the rebuilt
+        # block, one block's backward buffers (score gradients, the MLP's 4h-wide gradients) and the
+        # stage's weight gradients carried over the ticks (fp32)
+        block_backward = pl.rows * seq_len * block_transient_bytes_per_token(model, seq_len, options, tensor)
+        head = max(head, kept + rebuilt + block_backward + 4.0 * pl.microbatch_grads)
     elif not pl.accumulates:
         turn += rebuilt  # remat: a block is rebuilt once the logits are gone
     # the update: a microbatch's whole gradient (fp32) and its flat copy for the one reduction, beside
