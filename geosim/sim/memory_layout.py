@@ -209,7 +209,11 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
 # - the turn holds every block's residuals, the loss's logits twice in fp32 (the head casts to
 #   fp32: the logits and their softmax), and the tied embedding's gradient, which the head's
 #   backward makes first;
-# - the GELU is the tanh form: its backward keeps the tanh (4h) besides its input and output.
+# - the GELU is the tanh form: its backward keeps the tanh (4h) besides its input and output;
+# - live's pipeline runs its blocks in a differentiated scan: JAX's own residual list per block, stacked
+#   over the ticks and kept whole through the backward loop (JAX_SCANNED_*; LivePlacement.scanned);
+# - remat keeps a block's input, split over a tensor-parallel group outside a scan; two microbatches
+#   (live's one-step scan, unrolled) run both forwards before either backward.
 
 JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, fc out, GELU's tanh and out (4h each)
 JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
