@@ -84,6 +84,25 @@ def test_pipeline_blocks_in_a_scan_keep_jax_residual_list_on_cpu():
     assert sum(live_step(model, straight, 512, 2, fp32).values()) < 0.8 * rows[0]["peak"]
 
 
+@pytest.mark.slow  # ~30 s of compiling
+@pytest.mark.skipif(importlib.util.find_spec("jax_plugins") is None
+                    or importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
+                    reason="XLA's GPU compiler needs the xla-gpu extra (jax-cuda12-plugin, jax-cuda12-pjrt)")
+def test_pipeline_and_remat_pair_rules_on_xla_gpu_compiler():
+    """The pipeline's scanned blocks (mid-size blocks, 2 and 8 microbatches) and remat's pair of
+    microbatches that turn before any gradient (ZeRO-2, bf16): bench/memory-checks.jsonl's cases."""
+    blocks = {"model": "blocks", "dims": BLOCKS}
+    cases = [{**case("pipeshard"), **blocks}, {**case("pipeshard", global_batch=16, microbatches=8), **blocks},
+             case("zero2", "bf16", True)]
+    rows = run_cases("gpu", 4, cases, timeout_s=600)
+    if rows and "technique" not in rows[0]:
+        pytest.skip(rows[0].get("error", "XLA's GPU compiler is not available"))
+    found = [sum(geosim_bytes(row, 4).values()) / row["peak"] - 1 for row in rows]
+    assert len(found) == 3
+    for row, error in zip(rows, found):
+        assert abs(error) <= TOLERANCE, (row["technique"], row["microbatches"], f"{error:+.1%}")
+
+
 def test_cpu_correction_refuses_16_bit_cases():
     with pytest.raises(ValueError, match="GPU compiler only"):
         cpu_correction(case("data", "bf16"), 4)
