@@ -1,0 +1,95 @@
+"""Shard's collectives under the `jax` runtime are the compiled program's (issue 24): the simulator
+issues as many collectives, of the sizes, as XLA:CPU compiles into live's real step."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from geosim.live.train.compiled_collectives import collectives, shard_tables
+from geosim.runtime import shipped_runtimes
+
+HLO = """
+  %all-reduce.1 = (f32[8,32]{1,0}, f32[8,32]{1,0}) all-reduce(f32[8,32]{1,0} %a, f32[8,32]{1,0} %b), to_apply=%add
+  %all-gather.2 = f32[256]{0} all-gather(f32[128]{0} %c), dimensions={0}
+  %collective-permute.3 = f32[8,32,256]{2,1,0} collective-permute(f32[8,32,256]{2,1,0} %d), source_target_pairs={{0,1},{1,0}}
+  %all-to-all.4 = (f32[1,4,32,128]{3,2,1,0}, f32[1,4,32,128]{3,2,1,0}) all-to-all(%e, %f), dimensions={0}
+  %fusion.5 = f32[256]{0} fusion(%all-gather.2), kind=kLoop, calls=%fused
+"""
+
+
+def test_every_tensor_of_a_compiled_collective_is_one_collective_in_the_simulators_terms():
+    found = collectives(HLO, devices=2)
+    # gloo makes one call per tensor: the tuple all-reduce is two; a fusion reading a gather is none
+    assert [(op, sim) for op, sim, _ in found] == [("all-reduce", "allreduce")] * 2 + [
+        ("all-gather", "all_gather"), ("collective-permute", "all_gather")] + [("all-to-all", "all_gather")] * 2
+    sizes = [b for _, _, b in found]
+    assert sizes[:3] == [8 * 32 * 4, 8 * 32 * 4, 256 * 4]
+    # a permute on 2 ranks moves its whole buffer: what an all-gather of twice it moves
+    assert sizes[3] == 2 * 8 * 32 * 256 * 4
+    assert sizes[4] == 4 * 32 * 128 * 4
+
+
+def simulated_collectives(schedule) -> Counter:
+    """(op, bytes) of every collective rank 0's program runs in one step, repeats expanded."""
+    from geosim.sim.schedule import Collective, Repeat
+
+    counts: Counter = Counter()
+
+    def walk(ops, times):
+        for op in ops:
+            if isinstance(op, Repeat):
+                walk(op.ops, times * op.count)
+            elif isinstance(op, Collective):
+                counts[(op.op, round(op.nbytes))] += times
+            elif isinstance(op, (tuple, list)):
+                walk(op, times)
+
+    walk(schedule.programs[schedule.devices[0].rank], 1)
+    return counts
+
+
+def small_wan_case(runtime: str):
+    """Live's Shard run of small-wan over the emulated WAN, as its record describes it (2 hosts, one CPU
+    device each, batch 8 x 32, the byte vocabulary), under `runtime`."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from geosim.calibrate.cases import cases_from_records
+    from geosim.case import Case
+    from geosim.params import load_params
+    from geosim.records import read_records
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "results" / "data" / "2026-11-25-validate-runs.jsonl"
+    record = next(r for r in read_records(data) if r.technique == "shard")
+    case = cases_from_records([record], "t")[0]
+    return Case(case.cluster, case.model, replace(case.workload, runtime=runtime), load_params(None))
+
+
+@pytest.mark.slow
+def test_the_simulators_jax_shard_issues_the_collectives_xla_compiles():
+    """Two compiles of live's Shard step on 2 CPU devices (1 and 2 layers) give one layer's collectives and
+    the step's own; the shipped jax runtime holds them, and the simulator's Shard step for the same
+    model issues exactly the compiled program's collectives, of its sizes."""
+    from geosim.techniques import shard
+
+    tables = shard_tables("small-wan", vocab=257, devices=2, global_batch=8)
+    jax_runtime = shipped_runtimes()["jax"]
+    as_shipped = lambda rows: [(r["op"], r["count"], pytest.approx(r["activations"], abs=1e-6))  # noqa: E731
+                               for r in rows]
+    assert list(jax_runtime.shard_layer_collectives) == as_shipped(tables["layer"])
+    assert list(jax_runtime.shard_step_collectives) == as_shipped(tables["step"])
+
+    case = small_wan_case("jax")
+    simulated = simulated_collectives(shard.build(case, shard.Settings()))
+    assert sum(simulated.values()) == tables["total_two_layers"] == 99
+    activation = 8 * 32 * 256 * 4
+    compiled = Counter()
+    for rows, times in ((tables["layer"], 2), (tables["step"], 1)):
+        for r in rows:
+            compiled[(r["op"], round(activation * r["activations"]))] += r["count"] * times
+    assert simulated == compiled
+    # the study's runtime keeps Megatron's 4 all-reduces a layer (its golden answers are unchanged)
+    alpa = simulated_collectives(shard.build(small_wan_case("alpa"), shard.Settings()))
+    assert sum(alpa.values()) == 4 * 2 and set(op for op, _ in alpa) == {"allreduce"}
