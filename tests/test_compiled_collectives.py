@@ -93,3 +93,25 @@ def test_the_simulators_jax_shard_issues_the_collectives_xla_compiles():
     # the study's runtime keeps Megatron's 4 all-reduces a layer (its golden answers are unchanged)
     alpa = simulated_collectives(shard.build(small_wan_case("alpa"), shard.Settings()))
     assert sum(alpa.values()) == 4 * 2 and set(op for op, _ in alpa) == {"allreduce"}
+
+
+@pytest.mark.slow
+def test_live_zero2_gathers_its_fp32_parameters_as_validate_prices_them():
+    """live's ZeRO-2 step (fp32) compiles to a reduce-scatter of the gradient and an all-gather of every
+    parameter in fp32: 4 bytes a parameter, what `live validate` sets (the study's Alpa gathered 2)."""
+    from geosim.live.experiments.validate import live_settings
+    from geosim.live.train.compiled_collectives import run_cases
+    from geosim.params import load_params
+
+    case = {"technique": "zero2", "model": "small-wan", "precision": "fp32", "global_batch": 8, "microbatches": 1,
+            "dims": {"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab": 257, "n_ctx": 32}}
+    found = run_cases(2, [case])[0]["collectives"]
+    gathers = [b for op, _, b in found if op == "all-gather"]
+    params = small_wan_case("jax").model.num_params
+    assert gathers == [params * 4]
+    assert [(op, b) for op, _, b in found if b > 1024] == [("reduce-scatter", params * 4), ("all-gather", params * 4)]
+
+    class Run:
+        workload = {"runtime": "jax", "precision": "fp32"}
+
+    assert live_settings(load_params(None), [Run()]).settings("zero2").gather_bytes_per_param == 4.0

@@ -304,11 +304,21 @@ def profiled_settings(cases) -> dict:
     return out
 
 
+def live_settings(base, records):
+    """What live's compiled programs fix, set rather than fitted: its ZeRO-2 all-gathers the parameters at
+    the run's own precision (compiled: an f32 all-gather of every parameter for fp32 runs,
+    tests/test_compiled_collectives.py), where the study's Alpa gathered fp16 casts (2 bytes)."""
+    precisions = {r.workload.get("precision") for r in records if r.workload.get("runtime") == "jax"}
+    if len(precisions) == 1 and None not in precisions:
+        base = base.with_settings("zero2", gather_bytes_per_param=4.0 if precisions.pop() == "fp32" else 2.0)
+    return base
+
+
 def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
     """Fit on the records at every RTT but held_out; (fit result, [(record, predicted, role)])."""
     from geosim.calibrate.fit import fit, predict_with
 
-    base = base or load_params(None)
+    base = live_settings(base or load_params(None), records)
     ok = [r for r in records if r.status == "ok" and "time_per_iteration_s" in r.measured]
     train = [r for r in ok if not math.isclose(requested_rtt(r), held_out)]
     test = [r for r in ok if math.isclose(requested_rtt(r), held_out)]

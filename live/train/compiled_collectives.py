@@ -55,6 +55,8 @@ def collectives(hlo_text: str, devices: int) -> list[tuple[str, str, int]]:
             nbytes = elements * BYTES.get(dtype, 4)
             if op == "collective-permute" and devices > 1:
                 nbytes = nbytes * devices / (devices - 1)
+            elif op == "reduce-scatter":  # the HLO's shape is each rank's slice; the simulator's, the whole buffer
+                nbytes *= devices
             out.append((op, SIMULATOR_OP[op], int(nbytes)))
     return out
 
