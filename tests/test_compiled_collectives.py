@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from geosim.live.train.compiled_collectives import collectives, shard_tables
+from geosim.live.train.compiled_collectives import collectives, layer_tables
 from geosim.runtime import shipped_runtimes
 
 HLO = """
@@ -74,7 +74,7 @@ def test_the_simulators_jax_shard_issues_the_collectives_xla_compiles():
     model issues exactly the compiled program's collectives, of its sizes."""
     from geosim.techniques import shard
 
-    tables = shard_tables("small-wan", vocab=257, devices=2, global_batch=8)
+    tables = layer_tables("shard", "small-wan", vocab=257, devices=2, global_batch=8)
     jax_runtime = shipped_runtimes()["jax"]
     as_shipped = lambda rows: [(r["op"], r["count"], pytest.approx(r["activations"], abs=1e-6))  # noqa: E731
                                for r in rows]

@@ -17,7 +17,8 @@ all-gather of T does, a collective-permute of T (every rank sends T to its neigh
 all-gather of T x p / (p - 1) does.
 
 `python -m geosim.live.train.compiled_collectives DEVICES` reads cases (compiled_memory's form) as
-JSON lines on stdin and prints each case's collectives as one JSON line; shard_tables() drives it.
+JSON lines on stdin and prints each case's collectives as one JSON line; layer_tables() drives it
+(`--layer-tables TECHNIQUE [MODEL]` prints the tables).
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def table(rows: list[tuple[str, int]], activation_bytes: float) -> list[dict]:
             for (op, nbytes), n in sorted(counts.items())]
 
 
-def shard_tables(model_name: str = "small-wan", vocab: int = 257, devices: int = 2, global_batch: int = 8,
-                 technique: str = "shard") -> dict:
+def layer_tables(technique: str, model_name: str = "small-wan", vocab: int = 257, devices: int = 2,
+                 global_batch: int = 8) -> dict:
     """The per-layer and per-step collectives of live's `technique` step for a model, from compiles with
     1 and 2 layers (vocab 257: the byte tokenizer live's WAN runs use). Also the 2-layer total."""
     from geosim.scenario import get_model
@@ -135,7 +136,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--shard-tables":
-        print(json.dumps(shard_tables(*(sys.argv[2:3] or ["small-wan"])), indent=1))
+    if len(sys.argv) > 2 and sys.argv[1] == "--layer-tables":  # --layer-tables TECHNIQUE [MODEL]
+        print(json.dumps(layer_tables(*sys.argv[2:4]), indent=1))
         sys.exit(0)
     sys.exit(main(sys.argv[1:]))
