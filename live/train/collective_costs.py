@@ -12,8 +12,13 @@ runs far apart in RTT cannot identify them (there a step is seconds of round tri
   processes' devices, each on its own value so XLA cannot merge them), K = 0 and K = 32: the
   slope is the cost of one small collective through XLA:CPU and gloo on loopback, which is what
   Shard's compiled step makes ~100 of;
+- the same 32 psums chained (each one's input depends on the previous result), and 32 of an
+  activation's size, both ways: whether the program's independent collectives overlap;
 - one all-reduce of S bytes for a few sizes: the cost per byte beyond loopback's transfer (the
   reduction and copies on the CPU).
+
+On a loaded machine every collective waits for both processes to be scheduled (at load 6 on 2
+cores a small one took 3.4-7.3 ms, against 0.26 ms at load 1.3): measure on a quiet one.
 
 `python -m geosim.live.train.collective_costs` runs both processes and prints one JSON object
 (the medians of `--repeat` timed programs after warm-up); each process is one CPU device.
@@ -46,17 +51,22 @@ def _worker(process_id: int, coordinator: str, repeat: int) -> dict:
     mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
     sharding = NamedSharding(mesh, P("x"))
 
-    def program(count: int, elements: int):
+    def program(count: int, elements: int, chained: bool = False):
         def body(x):
-            # count separate psums, each on its own slice (a different value), so none are merged
-            outs = [jax.lax.psum(x[i:i + elements] * (i + 1), "x") for i in range(count)]
+            # count separate psums, each on its own slice (a different value), so none are merged;
+            # chained: each psum's input depends on the previous one's result, so none can run beside another
+            outs, carry = [], 0.0
+            for i in range(count):
+                outs.append(jax.lax.psum(x[i:i + elements] * (i + 1) + carry, "x"))
+                if chained:
+                    carry = outs[-1][0] * 1e-9
             return sum(o.sum() for o in outs) + x.sum() if outs else x.sum()
 
         mapped = jax.shard_map(lambda x: body(x)[None], mesh=mesh, in_specs=P("x"), out_specs=P("x"))
         return jax.jit(mapped)
 
-    def timed(count: int, elements: int) -> float:
-        fn = program(count, elements)
+    def timed(count: int, elements: int, chained: bool = False) -> float:
+        fn = program(count, elements, chained)
         local = np.ones((count + elements,), np.float32)
         x = jax.make_array_from_process_local_data(sharding, local)
         float(fn(x).addressable_data(0)[0])  # compile, first run
@@ -67,7 +77,10 @@ def _worker(process_id: int, coordinator: str, repeat: int) -> dict:
             times.append(time.perf_counter() - t)
         return statistics.median(times[3:])
 
-    out = {"step_s": timed(0, 1), f"step_{SMALL_COUNT}_small_s": timed(SMALL_COUNT, 256)}
+    out = {"step_s": timed(0, 1), f"step_{SMALL_COUNT}_small_s": timed(SMALL_COUNT, 256),
+           f"step_{SMALL_COUNT}_small_chained_s": timed(SMALL_COUNT, 256, chained=True),
+           f"step_{SMALL_COUNT}_activation_s": timed(SMALL_COUNT, 65536),
+           f"step_{SMALL_COUNT}_activation_chained_s": timed(SMALL_COUNT, 65536, chained=True)}
     for size in SIZES:
         out[f"allreduce_{size}_s"] = timed(1, size // 4)
     return out
@@ -95,7 +108,9 @@ def measure(repeat: int = 30, timeout_s: float = 300.0) -> dict:
     small = (raw[f"step_{SMALL_COUNT}_small_s"] - raw["step_s"]) / SMALL_COUNT
     big, little = SIZES[-1], SIZES[0]
     per_mib = max(0.0, (raw[f"allreduce_{big}_s"] - raw[f"allreduce_{little}_s"]) / ((big - little) / 2**20))
-    return {**raw, "iteration_s": raw["step_s"], "collective_launch_s": small, "collective_s_per_mib": per_mib,
+    chained = (raw[f"step_{SMALL_COUNT}_small_chained_s"] - raw["step_s"]) / SMALL_COUNT
+    return {**raw, "iteration_s": raw["step_s"], "collective_launch_s": small, "collective_launch_chained_s": chained,
+            "collective_s_per_mib": per_mib,
             "load": os.getloadavg()[0], "cores": os.cpu_count()}
 
 
@@ -104,7 +119,14 @@ def main(argv: list[str]) -> int:
         print(json.dumps(_worker(int(argv[1]), argv[2], int(argv[3]))), flush=True)
         return 0
     repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 30
-    print(json.dumps(measure(repeat), indent=1))
+    before = os.getloadavg()[0]
+    result = measure(repeat)
+    print(json.dumps(result, indent=1))
+    if max(before, result["load"]) > (os.cpu_count() or 1):
+        # measured at load 6 on 2 cores: 3.4-7.3 ms a small collective, against 0.26 ms at load 1.3
+        print(f"warning: the 1-minute load ({max(before, result['load']):.1f}) was above the {os.cpu_count()} cores: "
+              f"every collective waits for both processes to be scheduled; measure on a quiet machine",
+              file=sys.stderr)
     return 0
 
 
