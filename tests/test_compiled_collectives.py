@@ -115,3 +115,18 @@ def test_live_zero2_gathers_its_fp32_parameters_as_validate_prices_them():
         workload = {"runtime": "jax", "precision": "fp32"}
 
     assert live_settings(load_params(None), [Run()]).settings("zero2").gather_bytes_per_param == 4.0
+
+
+@pytest.mark.slow
+def test_the_jax_runtimes_fixed_costs_are_measured_by_two_gloo_processes_on_loopback():
+    """live/train/collective_costs.py: the figures runtimes.toml's iteration_s and collective_launch_s come
+    from. Only what holds on any load: a step with 32 collectives costs more than an empty one."""
+    import math
+
+    from geosim.live.train.collective_costs import measure
+
+    costs = measure(repeat=3, timeout_s=300)
+    assert all(math.isfinite(v) and v >= 0 for v in costs.values())
+    assert costs["step_32_small_s"] > costs["step_s"] and costs["collective_launch_s"] > 0
+    assert {f"allreduce_{size}_s" for size in (1024, 262_144, 1_048_576, 6_616_064)} <= set(costs)
+    assert costs["cores"] >= 1
