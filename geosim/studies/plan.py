@@ -18,7 +18,7 @@ from typing import Callable
 
 from geosim.case import Case
 from geosim.errors import GeosimError
-from geosim.predict import predict
+from geosim.predict import predict, shared_floor
 from geosim.studies.ranking import (MeasuredOption, Option, SameProgress, choice_vs_rtt, rank, rank_key, verdict,
                                    why_algorithm1_differs)
 from geosim.studies.whatif import with_rtt
@@ -145,7 +145,8 @@ def floor_s(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, o
     if progress is not None and progress.target_tokens is not None:
         return 0.0  # another token count than the workload's: the floor (for the workload) does not bound it
     workload = replace(case.workload, **changes) if changes else case.workload
-    floor = plan_floor_s(technique, case, hosts, workload, options)
+    floor = shared_floor(case.with_(workload=workload) if changes else case, technique, hosts, options,
+                         lambda: plan_floor_s(technique, case, hosts, workload, options))
     best = (progress or SameProgress(case.params)).best_efficiency(technique)
     return floor / max(1.0, best)
 
