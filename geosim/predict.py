@@ -158,7 +158,10 @@ def shared_floor(case: Case, technique: str, hosts: tuple[str, ...], options: di
     shared = _shared.get()
     if shared is None:
         return floor()
-    key = ("floor",) + _question(case, technique, hosts, options, 0)
+    # the options by their repr: thousands of Pipeshard options each name every host of every stage,
+    # and walking them (_frozen) cost as much as the floor saved; for the plain values options hold
+    # (str, int, float, lists and tuples of them) an equal repr is an equal value
+    key = ("floor",) + _question(case, technique, hosts, None, 0) + (repr(options),)
     known = shared.get(key)
     if known is None:
         known = shared[key] = (case, floor())  # the case kept with it: no id in the key is reused meanwhile
