@@ -411,22 +411,26 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     layout = tuple(map(tuple, meshes)) if meshes is not None else (hosts[0],)
     stages = tables["stages"].get(layout)
     if stages is None:
-        stages = tables["stages"][layout] = [(len(gpus), tuple({g.name: g for g in gpus}.values()))
-                                             for gpus in stage_gpus(case, hosts, options)]
+        stages = []
+        for gpus in stage_gpus(case, hosts, options):
+            kinds = tuple({g.name: g for g in gpus}.values())
+            # the GPUs by identity (the tables hold the cluster that holds them): hashing each would cost more
+            stages.append((len(gpus), kinds, tuple(map(id, kinds))))
+        tables["stages"][layout] = stages
     # a stage's times depend on its GPUs, layers and place, and the workload's shape alone: the
-    # planner weighs thousands of layer splits over the same few stages, so each is timed once
+    # planner weighs thousands of layer splits and stage orders over a few kinds of stage, so each is timed once
     shape = (w.global_batch, w.microbatches, w.seq_len, w.checkpointing, w.precision)
     times_of = tables["times"]
+    count = len(stages)
     per_microbatch, forward_s, backward_s = [], [], []
-    for s, (size, kinds) in enumerate(stages):
-        key = (layout, s, layers[s], shape)
+    for s, (size, kinds, ids) in enumerate(stages):
+        key = (size, ids, layers[s], s == 0, s == count - 1, shape)
         known = times_of.get(key)
         if known is None:
-            known = times_of[key] = _stage_times(case, w, size, kinds, layers[s], s == 0, s == len(stages) - 1)
+            known = times_of[key] = _stage_times(case, w, size, kinds, layers[s], s == 0, s == count - 1)
         per_microbatch.append(known[0])
         forward_s.append(known[1])
         backward_s.append(known[2])
-    count = len(stages)
     busiest = max(range(count), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
     settings = with_options(params.settings(NAME), options, NAME)
