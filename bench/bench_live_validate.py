@@ -10,6 +10,14 @@ prediction of the third (and of each other RTT in turn). Prints the table and th
 time of each phase; docs/results/2026-11-22-live-validate.md logs its figures. `--records`
 re-fits earlier runs without running anything (no root needed then).
 
+Issue 24's configuration (docs/results/2026-11-25-runtime-validation.md, ~10 min):
+
+    sudo .venv/bin/python bench/bench_live_validate.py --rtt-ms 0.1,25,70 --hold-out 0.1
+
+Each run's record holds the machine's 1-minute load before and after its timed steps and its
+fastest step (the figure compared); the benchmark prints the load at its start and end beside the
+wall time, and validate warns in one line when a run's load went above the cores.
+
 The window-limited configuration (that page's "Window-limited runs"), where each ms of RTT
 costs Data, ZeRO2 and Shard more than Pipeshard, as in the study:
 
@@ -23,6 +31,7 @@ activations per pipeline send; TCP buffers capped at 128 KiB in the emulated hos
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -34,9 +43,10 @@ def main() -> int:
     validate.add_arguments(parser)
     parser.set_defaults(out="bench-validate")
     args = parser.parse_args()
-    started = time.perf_counter()
+    started, load = time.perf_counter(), os.getloadavg()[0]
     code = validate.run(args)
-    print(f"wall time: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    print(f"wall time: {time.perf_counter() - started:.0f} s (1-minute load {load:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} cores)", file=sys.stderr)
     return code
 
 

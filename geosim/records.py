@@ -29,6 +29,12 @@ MEASURED_KEYS = {
     "peak_memory_gib": "peak device memory of the busiest GPU, GiB",
     "compile_time_s": "compilation / first-step time, seconds",
     "steps": "iterations measured",
+    # how loaded the machine was (live runs): the simulator predicts an uncontended step
+    "fastest_iteration_s": "fastest timed iteration (warm-up excluded), seconds: the least disturbed step",
+    "cpu_per_iteration_s": "the process's CPU time per timed iteration (median; all its threads), seconds",
+    "load_before": "the machine's 1-minute load average when the timed steps began",
+    "load_after": "the machine's 1-minute load average when the timed steps ended",
+    "cores": "CPU cores of the machine the run shared (os.cpu_count)",
 }
 WORKLOAD_KEYS = ("tokens_per_epoch", "seq_len", "global_batch", "microbatches", "precision", "epochs", "checkpointing",
                  "runtime")
@@ -65,6 +71,8 @@ class RunRecord:
 MEASURED_RANGES = {
     "total_time_s": (1e-6, 1e10), "time_per_iteration_s": (1e-6, 1e8), "tflops_per_gpu": (1e-9, 1e7),
     "tokens_per_s": (1e-6, 1e13), "peak_memory_gib": (0.0, 1e5), "compile_time_s": (0.0, 1e8), "steps": (0, 1e12),
+    "fastest_iteration_s": (1e-6, 1e8), "cpu_per_iteration_s": (0.0, 1e8), "load_before": (0.0, 1e6),
+    "load_after": (0.0, 1e6), "cores": (1, 1e7),
 }
 OPTIONAL_STRINGS = ("scenario", "source", "backend", "collective_impl", "error", "note", "when", "run_id")
 
@@ -127,7 +135,7 @@ def validate(doc: object, where: str) -> RunRecord:
     for key, value in measured.items():
         if key not in MEASURED_KEYS:
             _fail(f"unknown measured key (expected: {', '.join(MEASURED_KEYS)})", where, f"measured.{key}")
-        check_number(value, where, f"measured.{key}", *MEASURED_RANGES[key], integer=key == "steps")
+        check_number(value, where, f"measured.{key}", *MEASURED_RANGES[key], integer=key in ("steps", "cores"))
     if doc["status"] == "ok" and not ({"total_time_s", "time_per_iteration_s", "tflops_per_gpu", "tokens_per_s"} & set(measured)):
         _fail("an 'ok' record needs a time or a throughput", where, "measured")
     hosts = doc.get("hosts")

@@ -48,6 +48,11 @@ class Runtime:
     # flat fraction of the peak this runtime reaches on devices the datasheet compute model does not
     # describe (XLA:CPU on the CPU "GPUs" of live runs); a parameters file's [compute.efficiency] wins
     device_efficiency: tuple[tuple[str, float], ...] = ()
+    # Shard's collectives as this runtime's compiler emits them, (op, count, size in activations): per
+    # layer and per step outside the layers (jax: read from live's compiled step by
+    # live/train/compiled_collectives.py). Empty: Megatron's count (shard.collectives_per_layer).
+    shard_layer_collectives: tuple[tuple[str, int, float], ...] = ()
+    shard_step_collectives: tuple[tuple[str, int, float], ...] = ()
     source: str = ""
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
@@ -87,7 +92,10 @@ class Runtime:
 # file's transport.collective_step_rtts): what a runtime's own collective_step_rtts replaces
 STEP_RTTS_MODEL = "tcp"
 NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "collective_step_rtts")
-KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS}
+COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives")
+COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
+KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS,
+        *COLLECTIVE_LISTS}
 _SHIPPED: dict[str, Runtime] = {}
 
 
@@ -111,6 +119,8 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
                 raise GeosimError(f"must be a table of device name = fraction in (0, 1], got {value!r}",
                                   source=source, key=where)
             values[key] = tuple(sorted((str(k), float(v)) for k, v in value.items()))
+        elif key in COLLECTIVE_LISTS:
+            values[key] = collective_list(value, source, where)
         elif key == "overlap_backward":
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=where)
@@ -127,6 +137,24 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
     return Runtime(name, **values)
 
 
+def collective_list(value, source: str, where: str) -> tuple[tuple[str, int, float], ...]:
+    """[{op, count, activations}, ...] -> ((op, count, activations), ...), each entry checked."""
+    problem = (f"must be a list of {{ op = {' | '.join(COLLECTIVE_OPS)}, count = N, activations = size }}, "
+               f"got {value!r}")
+    if not isinstance(value, list):
+        raise GeosimError(problem, source=source, key=where)
+    out = []
+    for entry in value:
+        ok = (isinstance(entry, dict) and set(entry) == {"op", "count", "activations"} and entry["op"] in COLLECTIVE_OPS
+              and isinstance(entry["count"], int) and not isinstance(entry["count"], bool) and 0 <= entry["count"] < 1e6
+              and isinstance(entry["activations"], (int, float)) and not isinstance(entry["activations"], bool)
+              and 0 <= entry["activations"] < 1e6)
+        if not ok:
+            raise GeosimError(problem, source=source, key=where)
+        out.append((entry["op"], entry["count"], float(entry["activations"])))
+    return tuple(out)
+
+
 # a table's key -> the Runtime field it sets (the same name but for the launch gap, in microseconds)
 FIELD_OF_KEY = {**{k: k for k in KEYS}, "kernel_us": "kernel_s"}
 
@@ -140,7 +168,9 @@ def runtime_changes_table(runtime: Runtime) -> dict:
         value = getattr(runtime, field)
         if value == getattr(shipped, field) or value is None:  # None: "as the parameters file says", shipped only
             continue
-        table[key] = (value * 1e6 if key == "kernel_us" else dict(value) if key == "device_efficiency" else value)
+        table[key] = (value * 1e6 if key == "kernel_us" else dict(value) if key == "device_efficiency"
+                      else [{"op": o, "count": n, "activations": a} for o, n, a in value] if key in COLLECTIVE_LISTS
+                      else value)
     return table
 
 

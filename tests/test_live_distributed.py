@@ -57,6 +57,10 @@ def test_two_processes_data_and_pipeshard_over_gloo(tmp_path):
         assert record.status == "ok" and record.collective_impl == "gloo"
         assert [h["name"] for h in record.cluster["hosts"]] == ["host0", "host1"]
         assert "2 process(es)" in record.note
+        # what live validate reads: the fastest step, the process's CPU per step and the machine's load
+        m = record.measured
+        assert 0 < m["fastest_iteration_s"] <= m["time_per_iteration_s"] and m["cpu_per_iteration_s"] > 0
+        assert m["load_before"] >= 0 and m["load_after"] >= 0 and m["cores"] == os.cpu_count()
     assert "2 stages" in pipe_record.note
     assert data["losses"] == pytest.approx(pipe["losses"], rel=2e-5)  # same model, same losses
 

@@ -32,8 +32,12 @@ class Settings:
 
 
 def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,
-              tag: tuple = (), collectives_per_layer: int = COLLECTIVES_PER_LAYER) -> tuple[list, list]:
-    """Forward and backward ops of one block sharded over `group` (also used by Pipeshard stages)."""
+              tag: tuple = (), collectives_per_layer: int = COLLECTIVES_PER_LAYER,
+              compiled: tuple = ()) -> tuple[list, list]:
+    """Forward and backward ops of one block sharded over `group` (also used by Pipeshard stages).
+    compiled: the runtime's own collectives per layer, (op, count, size in activations), as its compiler
+    emits them (geosim/runtime.py); half of each count in the forward, the rest in the backward.
+    Without them, Megatron's collectives_per_layer all-reduces of one activation."""
     p = len(group)
     h, s = model.n_embd, workload.seq_len
     tokens = sequences * s
@@ -53,6 +57,11 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
         for part, share in (halves if direction == "fwd" else halves[::-1]):
             half = work(phase, model, workload, sequences, 1, False, False, p, "attention" if part == "attn" else "mlp")
             ops.append(Compute(total * share * mult / p, f"{part} {direction}", work=half))
+            if compiled:
+                if part == "attn":
+                    ops.extend(compiled_ops(compiled, group, act_bytes, algorithm, launch, tag + (direction,),
+                                            direction, first_half=direction == "fwd"))
+                continue
             for c in range(per_half // 2 if part == "attn" else per_half - per_half // 2):
                 ops.extend(launch)
                 ops.append(Collective("allreduce", group, act_bytes, algorithm, tag + (direction, part, c),
@@ -60,11 +69,24 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
     return forward, backward
 
 
+def compiled_ops(entries: tuple, group: tuple[int, ...], act_bytes: float, algorithm: str, launch: tuple, tag: tuple,
+                 label: str, first_half: bool | None = None) -> list:
+    """Collectives from a runtime's compiled list, each after its launch cost. first_half: only the first
+    (count // 2) of each entry, or only the rest (False); None: all."""
+    ops = []
+    for i, (op, count, activations) in enumerate(entries):
+        n = count if first_half is None else count // 2 if first_half else count - count // 2
+        for c in range(n):
+            ops.extend(launch)
+            ops.append(Collective(op, group, act_bytes * activations, algorithm, tag + (i, c), f"{label} {op}"))
+    return ops
+
+
 def layers_ops(model: Model, workload: Workload, params: Params, group: tuple[int, ...], sequences: float,
-               layers: int, tag: tuple = (), collectives_per_layer: int = COLLECTIVES_PER_LAYER
-               ) -> tuple[Repeat, Repeat]:
+               layers: int, tag: tuple = (), collectives_per_layer: int = COLLECTIVES_PER_LAYER,
+               compiled: tuple = ()) -> tuple[Repeat, Repeat]:
     """`layers` identical sharded blocks, forward and backward, as repeated blocks."""
-    forward, backward = layer_ops(model, workload, params, group, sequences, tag, collectives_per_layer)
+    forward, backward = layer_ops(model, workload, params, group, sequences, tag, collectives_per_layer, compiled)
     return (Repeat(tuple(forward), layers, group, tag + ("layers fwd",), "layers fwd"),
             Repeat(tuple(backward), layers, group, tag + ("layers bwd",), "layers bwd"))
 
@@ -77,12 +99,22 @@ def build(case: Case, settings: Settings) -> Schedule:
     group = tuple(d.rank for d in devices)
     require_divisible("global_batch", workload.global_batch, workload.microbatches, "microbatches")
     batch = workload.global_batch / workload.microbatches  # sequences per microbatch
+    # the runtime's compiled collectives where it ships them (jax: read from live's compiled step), else
+    # Megatron's count; Alpa's runtime has none, so the study's predictions are unchanged
+    runtime = runtime_of(workload, params)
+    compiled = runtime.shard_layer_collectives if p > 1 else ()
     forward, backward = layers_ops(model, workload, params, group, batch, model.n_layer,
-                                   collectives_per_layer=settings.collectives_per_layer)
+                                   collectives_per_layer=settings.collectives_per_layer, compiled=compiled)
     # the embedding and the LM head (vocabulary split over the GPUs), around the sharded blocks
     head_fwd, head_bwd = pass_ops(model, workload, batch, 0, True, True, " head", tensor_parallel=p)
     held = memory_layout.auto_sharded_params(model, p)
     microbatch = (forward, head_fwd, head_bwd, backward, update_op(model, held))
+    if compiled and runtime.shard_step_collectives:  # the embedding's, the logits' and the optimizer's
+        launch_s = runtime.collective_launch_s
+        launch = (Compute(0.0, "collective launch", kind="overhead", seconds=launch_s),) if launch_s else ()
+        act_bytes = batch * workload.seq_len * model.n_embd * workload.bytes_per_value
+        microbatch += tuple(compiled_ops(runtime.shard_step_collectives, group, act_bytes,
+                                         params.for_technique("collectives", NAME), launch, ("step",), "step"))
     # gradient accumulation, as Alpa's num_micro_batches
     program = [Repeat(microbatch, workload.microbatches, group, ("microbatch",), "microbatches"),
                optimizer_op(model, held), overhead_op(NAME, params, workload)]
@@ -90,8 +122,10 @@ def build(case: Case, settings: Settings) -> Schedule:
     memory = {d.rank: dict(layout) for d in devices}
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"tensor parallel over {p} GPUs, {settings.collectives_per_layer} all-reduces per layer, "
-                    f"{workload.microbatches} microbatches")
+                    f"tensor parallel over {p} GPUs, "
+                    + (f"{sum(n for _, n, _ in compiled)} collectives per layer as {runtime.name} compiles them, "
+                       if compiled else f"{settings.collectives_per_layer} all-reduces per layer, ")
+                    + f"{workload.microbatches} microbatches")
 
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:

@@ -32,26 +32,53 @@ from geosim.scenario import get_model
 from geosim.units import MIB
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
-# Parameters fitted for CPU "GPUs" talking gloo over TCP (docs/guide/wan-emulator.md): the CPU's
-# efficiency, the jax runtime's fixed costs (one per step and one per collective, the same for every
-# technique: geosim/runtime.py), and the per-RTT costs, which absorb gloo's one round trip per
-# tensor: collective steps (all-reduce, all-gather; the runtime's collective_step_rtts) and
-# point-to-point sends (pipeshard's ppermute) each wait a fitted number of RTTs.
-FIT_SCALARS = {
-    "transport.collective_step_rtts": (0.0, 200.0, ""),
-    "transport.p2p_handshake_rtts": (0.0, 200.0, ""),
-    "transport.per_message_overhead_us": (1.0, 1e6, "us"),
-    "transport.window_mib": (1 / 16, 512.0, "MiB"),
-}
-
-
-START_POINTS = ({}, {"transport.collective_step_rtts": 3.0, "transport.p2p_handshake_rtts": 2.0})
-# gloo makes every all-reduce, all-gather and all-to-all of the sharded layers its own round trip
-# (the compiled tiny step has ~80 of them); the simulator's Megatron count is 4 per layer. It is a
-# whole number (a stepped residual a finite-difference fit cannot follow), so it is profiled:
-# fitted on a coarse grid, then refined around the best.
+# What runs far apart in RTT identify: only costs that scale with the RTT. For CPU "GPUs" talking gloo
+# over TCP (docs/guide/wan-emulator.md) those are the round trips each collective step waits (the
+# runtime's collective_step_rtts; transport.collective_step_rtts for the study's runtime) and a
+# point-to-point send's handshake (pipeshard's ppermute). Everything else comes shipped and measured:
+# the jax runtime's per-step and per-collective costs and XLA:CPU's efficiency (geosim/data/runtimes.toml,
+# live/train/collective_costs.py), Shard's collectives as XLA compiles them (compiled_collectives.py),
+# the TCP window (measured on the slice, in the records' links) and the per-message cost (the TCP
+# model's prior). Their ranges are the TCP model's own (geosim/sim/network/tcp.py PARAMETERS).
+ROUND_TRIP_SCALARS = ("transport.collective_step_rtts", "transport.p2p_handshake_rtts")
+START_POINTS = ({}, {"transport.collective_step_rtts": 3.0, "transport.p2p_handshake_rtts": 2.0,
+                     "jax.collective_step_rtts": 3.0})
+# The study's runtime (records naming `alpa`) has no compiled collective list: there Shard's
+# all-reduces per layer are a whole number (a stepped residual a finite-difference fit cannot
+# follow), profiled: fitted on a coarse grid, then refined around the best.
 SHARD_GRID = (4, 8, 16, 32, 64, 128)
 PROFILED = {"shard.collectives_per_layer": SHARD_GRID}  # whole-number settings fitted on a grid
+
+
+def run_time_s(record) -> float:
+    """The figure of a run the simulator predicts: its fastest timed step. The simulator prices an
+    uncontended machine, and another process's burst only ever adds time to a step, so the least
+    disturbed step is the best estimate of it (as `timeit` takes the minimum); the same figure for
+    every RTT. Records from before live recorded it (no fastest_iteration_s) give their median."""
+    return record.measured.get("fastest_iteration_s") or record.measured["time_per_iteration_s"]
+
+
+def busy_runs(records) -> list[str]:
+    """'RTT technique load/cores' for every run whose 1-minute load went above the machine's cores."""
+    out = []
+    for r in records:
+        m = r.measured
+        load = max(m.get("load_before", 0.0), m.get("load_after", 0.0))
+        cores = m.get("cores")
+        if cores and load > cores:
+            out.append(f"{requested_rtt(r):g} ms {r.technique} (load {load:.1f})")
+    return out
+
+
+def load_warning(records) -> str | None:
+    """One line when any run shared a machine loaded beyond its cores (its steps waited for the CPU)."""
+    busy = busy_runs(records)
+    if not busy:
+        return None
+    cores = next(r.measured["cores"] for r in records if r.measured.get("cores"))
+    return (f"warning: the 1-minute load was above the {cores} cores during {len(busy)} of {len(records)} runs "
+            f"({', '.join(busy[:4])}{', ...' if len(busy) > 4 else ''}): their steps waited for the CPU; the "
+            f"fastest step stands for each, and predictions price an uncontended machine")
 
 
 def add_arguments(parser) -> None:
@@ -146,9 +173,12 @@ def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, ba
                     continue
                 doc = with_measured_rtt(doc, measured["median_ms"], rtt, window_mib)
                 wan_runs.append(str(runs), doc)
-                t = doc.get("measured", {}).get("time_per_iteration_s")
+                m = doc.get("measured", {})
+                t, fastest = m.get("time_per_iteration_s"), m.get("fastest_iteration_s")
                 log(f"  {technique:<10} {doc['status']:<6} " + (f"{t * 1e3:8.1f} ms/step" if t else "")
-                    + f"  ({time.monotonic() - started:.0f} s)")
+                    + (f" (fastest {fastest * 1e3:.1f})" if fastest else "")
+                    + (f", load {m['load_before']:.1f}-{m['load_after']:.1f} on {m['cores']} cores" if "cores" in m
+                       and "load_after" in m else "") + f"  ({time.monotonic() - started:.0f} s)")
         finally:
             wan.down()
     return runs
@@ -206,70 +236,89 @@ def requested_rtt(record) -> float:
 
 
 def per_iteration_cases(records, source: str):
-    """Cases fitted to the time per iteration (see the module's docstring)."""
+    """Cases fitted to each run's figure (run_time_s; see the module's docstring)."""
     from geosim.calibrate.cases import cases_from_records
 
     trimmed = []
     for r in records:
-        measured = {k: v for k, v in r.measured.items() if k in ("time_per_iteration_s", "steps")}
+        measured = {"time_per_iteration_s": run_time_s(r), **({"steps": r.measured["steps"]} if "steps" in r.measured
+                                                                else {})}
         trimmed.append(replace(r, measured=measured))
     return cases_from_records(trimmed, source)
 
 
 # a live run's CPU devices are outside the datasheet compute model: they run at a flat fraction of their
-# peak ([compute.efficiency]), fitted here from this start
+# peak ([compute.efficiency]), fitted here from this start when no runtime declares it
 FLAT_EFFICIENCY_START = 0.1
 
 
 def free_params(cases, base):
+    """What the fit moves: the round trips RTTs identify (ROUND_TRIP_SCALARS, the runtime's own
+    collective round trips), and, for the study's runtime, one overhead per technique."""
     from geosim.calibrate.free import FreeParam
-
+    from geosim.params import fittable
     from geosim.runtime import shipped_runtimes
 
     free = []
     runtimes = sorted({c.workload.runtime for c in cases if c.metric})
-    # a runtime that states its devices' efficiency (jax: XLA:CPU here) brings it, fitted once on the
-    # rate-capped runs (docs/results/2026-11-25-runtime-validation.md): runs far apart in RTT are
-    # dominated by round trips and cannot tell compute from fixed costs
+    # a runtime that states its devices' efficiency (jax: XLA:CPU here) brings it
     declared = {d for name in runtimes for d, _ in shipped_runtimes()[name].device_efficiency}
     for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.efficiency)):
         free.append(FreeParam("efficiency", gpu, base.efficiency.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
     tcp = base.network("tcp")  # the live runs' collectives go over TCP (gloo, NCCL's socket transport)
-    values = {"transport.collective_step_rtts": tcp.collective_step_rtts,
-              "transport.p2p_handshake_rtts": tcp.p2p_handshake_rtts,
-              "transport.per_message_overhead_us": tcp.per_message_overhead_s * 1e6,
-              "transport.window_mib": tcp.window_bytes / MIB}
     techniques = sorted({c.technique for c in cases if c.metric})
-    for key, (lo, hi, unit) in FIT_SCALARS.items():
+    declared_scalars = fittable()
+    for key in ROUND_TRIP_SCALARS:
         if key == "transport.p2p_handshake_rtts" and not any(is_pipelined(t) for t in techniques):
             continue
         if key == "transport.collective_step_rtts" and runtimes != ["alpa"]:
             continue  # the runtime's collective library's round trips, fitted below
-        lo = max(lo, 1e-3)  # fitted in log space: bounds must be > 0
-        free.append(FreeParam("scalar", key, min(max(values[key], 0.5 if unit == "" else lo), hi), lo, hi, unit))
-    # the fixed costs: a runtime's own, as it ships them (geosim/runtime.py; `geosim live` runs the jax
-    # runtime, its costs fitted once on the rate-capped runs) with only its collectives' round trips
-    # fitted here, what RTTs identify; for records of the study's runtime, one overhead per technique
+        lo, hi = declared_scalars[key].fit
+        value = getattr(tcp, declared_scalars[key].field)
+        free.append(FreeParam("scalar", key, min(max(value, 0.5), hi), lo, hi, ""))
     for name in runtimes:
         if name == "alpa":
             for t in sorted({c.technique for c in cases if c.metric and c.workload.runtime == "alpa"}):
                 free.append(FreeParam("iteration_overhead", t, 0.01, 1e-5, 30.0, "s"))
             continue
+        lo, hi = declared_scalars["transport.collective_step_rtts"].fit
         free.append(FreeParam("runtime", f"{name}.collective_step_rtts",
-                              shipped_runtimes()[name].collective_step_rtts or 1.0, 1e-3, 200.0, ""))
-    # never more parameters than records: drop the ones least likely to matter first
+                              shipped_runtimes()[name].collective_step_rtts or 1.0, lo, hi, ""))
     timed = sum(1 for c in cases if c.metric)
-    for drop in ("transport.window_mib", "transport.per_message_overhead_us", "CPU"):
-        if len(free) > timed:
-            free = [p for p in free if p.target != drop]
+    if len(free) > timed:  # never more parameters than records: the efficiency goes first (a runtime brings it)
+        free = [p for p in free if p.kind != "efficiency"]
     return free
+
+
+def profiled_settings(cases) -> dict:
+    """The whole-number settings profiled on a grid: Shard's per-layer count, only for runs of a runtime
+    without Shard's compiled collectives (the study's); jax's come from its compiled step."""
+    from geosim.runtime import shipped_runtimes
+
+    out = {}
+    for key, grid in PROFILED.items():
+        technique = key.partition(".")[0]
+        if any(c.metric and c.technique == technique and not shipped_runtimes()[c.workload.runtime].shard_layer_collectives
+               for c in cases):
+            out[key] = grid
+    return out
+
+
+def live_settings(base, records):
+    """What live's compiled programs fix, set rather than fitted: its ZeRO-2 all-gathers the parameters at
+    the run's own precision (compiled: an f32 all-gather of every parameter for fp32 runs,
+    tests/test_compiled_collectives.py), where the study's Alpa gathered fp16 casts (2 bytes)."""
+    precisions = {r.workload.get("precision") for r in records if r.workload.get("runtime") == "jax"}
+    if len(precisions) == 1 and None not in precisions:
+        base = base.with_settings("zero2", gather_bytes_per_param=4.0 if precisions.pop() == "fp32" else 2.0)
+    return base
 
 
 def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
     """Fit on the records at every RTT but held_out; (fit result, [(record, predicted, role)])."""
     from geosim.calibrate.fit import fit, predict_with
 
-    base = base or load_params(None)
+    base = live_settings(base or load_params(None), records)
     ok = [r for r in records if r.status == "ok" and "time_per_iteration_s" in r.measured]
     train = [r for r in ok if not math.isclose(requested_rtt(r), held_out)]
     test = [r for r in ok if math.isclose(requested_rtt(r), held_out)]
@@ -278,7 +327,6 @@ def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
                           key="--hold-out")
     train_cases = per_iteration_cases(train, "fit")
     free = free_params(train_cases, base)
-    techniques = {c.technique for c in train_cases if c.metric}
 
     def best_fit(params):
         # A few starting points: the per-RTT costs trade off against each other and against the
@@ -291,7 +339,7 @@ def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
                 best = candidate
         return best
 
-    profiled = [key for key in PROFILED if key.partition(".")[0] in techniques]
+    profiled = list(profiled_settings(train_cases))
     if not profiled:
         result = best_fit(base)
     else:
@@ -315,7 +363,7 @@ def validate_records(records, held_out: float, *, max_nfev: int = 40):
     result, predictions = fit_and_predict(records, held_out, max_nfev=max_nfev)
     rows = []
     for r, predicted, role in predictions:
-        rows.append(Row(requested_rtt(r), r.technique, r.measured["time_per_iteration_s"], predicted, role,
+        rows.append(Row(requested_rtt(r), r.technique, run_time_s(r), predicted, role,
                         measured_rtt_ms=r.cluster["links"][0]["rtt_ms"]))
     for r in records:
         if r.status != "ok":
@@ -326,12 +374,14 @@ def validate_records(records, held_out: float, *, max_nfev: int = 40):
     fitted = {f.param.name: {"value": f.value, "unit": f.param.unit, "sigma_log": None if not math.isfinite(f.sigma_log)
                              else f.sigma_log, "note": f.note} for f in result.fitted}
     slowdown, round_trips, qualitative = latency_costs(rows)
-    for key in PROFILED:
+    for key in profiled_settings(per_iteration_cases([r for r in records if r.status == "ok"], "fit")):
         technique, _, leaf = key.partition(".")
         if any(r.technique == technique for r in records):
             fitted[key] = {"value": float(getattr(result.params.settings(technique), leaf)), "unit": "",
                            "sigma_log": None, "note": "profiled on a grid"}
-    report = Report(rows, held_out, fitted, list(result.warnings), slowdown, qualitative, within,
+    warning = load_warning([r for r in records if r.status == "ok"])
+    report = Report(rows, held_out, fitted, list(result.warnings) + ([warning] if warning else []), slowdown,
+                    qualitative, within,
                     round_trips=round_trips)
     report.fit_seconds = time.perf_counter() - started
     return report, result
@@ -348,7 +398,7 @@ def other_holdouts(records, held_out: float, max_nfev: int) -> dict:
         except GeosimError as exc:
             out[f"{rtt:g}"] = {"error": exc.problem}
             continue
-        out[f"{rtt:g}"] = {r.technique: p / r.measured["time_per_iteration_s"] - 1 for r, p, role in predictions
+        out[f"{rtt:g}"] = {r.technique: p / run_time_s(r) - 1 for r, p, role in predictions
                            if role == "held out"}
     return out
 
@@ -411,6 +461,9 @@ def run(args) -> int:
     if not any(math.isclose(held_out, r) for r in rtts_seen):
         raise GeosimError(f"no runs at RTT {held_out:g} ms (runs at {', '.join(f'{r:g}' for r in rtts_seen)})",
                           key="--hold-out")
+    warning = load_warning([r for r in records if r.status == "ok"])
+    if warning:
+        log(warning)
     log(f"fitting on RTT {', '.join(f'{r:g}' for r in rtts_seen if not math.isclose(r, held_out))} ms, "
         f"predicting {held_out:g} ms")
     rep, result = validate_records(records, held_out, max_nfev=args.max_evaluations)

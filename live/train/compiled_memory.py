@@ -83,6 +83,17 @@ def _state_shardings(technique, mesh):
 def compile_case(case: dict, devices: list) -> dict:
     """Compile one case ({technique, model, precision, remat, global_batch, microbatches, stages,
     seq_len}) on `devices`; XLA's figures per device, in bytes."""
+    started = time.perf_counter()
+    compiled = compiled_step(case, devices)
+    m = compiled.memory_analysis()
+    peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+    return {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes, "alias": m.alias_size_in_bytes,
+            "temp": m.temp_size_in_bytes, "peak": peak, "compile_s": round(time.perf_counter() - started, 2)}
+
+
+def compiled_step(case: dict, devices: list):
+    """live's train step for one case, lowered and compiled on `devices` (abstract state: nothing allocated);
+    also what live/train/compiled_collectives.py reads the collectives from."""
     import jax
     import jax.numpy as jnp
 
@@ -106,12 +117,7 @@ def compile_case(case: dict, devices: list) -> dict:
         sh if sh is not None else jax.tree.map(lambda _: replicated, tree))
     state = (place(state[0], param_sh), place(state[1], opt_sh))
     batch = jax.ShapeDtypeStruct((case["global_batch"], n_ctx + 1), jnp.int32, sharding=technique.batch_sharding())
-    started = time.perf_counter()
-    compiled = technique.step_fn().lower(*state, batch).compile()
-    m = compiled.memory_analysis()
-    peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
-    return {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes, "alias": m.alias_size_in_bytes,
-            "temp": m.temp_size_in_bytes, "peak": peak, "compile_s": round(time.perf_counter() - started, 2)}
+    return technique.step_fn().lower(*state, batch).compile()
 
 
 def main() -> int:

@@ -9,6 +9,7 @@ Ctrl-C keeps the steps measured so far.
 from __future__ import annotations
 
 import math
+import os
 import resource
 import statistics
 import sys
@@ -50,6 +51,12 @@ class Result:
     error: str | None = None
     losses: list = field(default_factory=list)
     step_times: list = field(default_factory=list)
+    cpu_times: list = field(default_factory=list)  # the process's CPU seconds per step (all its threads)
+    load_before: float | None = None  # 1-minute load average when the steps began / ended
+    load_after: float | None = None
+    cores: int | None = None
+    fastest_iteration_s: float | None = None
+    cpu_per_iteration_s: float | None = None
     compile_time_s: float | None = None
     total_time_s: float | None = None
     peak_memory_gib: float | None = None
@@ -208,13 +215,16 @@ def run(opts: Options, log=print) -> Result:
         compiled = interrupts.call(technique.compile, state, batch)  # seconds to minutes: a signal stops the wait
         check_memory(compiled, limit)
         interrupts.check()
+        result.cores = os.cpu_count()
+        result.load_before = os.getloadavg()[0]
         for step in range(steps):
             if step:
                 batch = technique.place_batch(dataset.batch(step, opts.batch, opts.seed))
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             state, loss = technique.step(state, batch)
             loss = float(loss)  # waits for the step
             elapsed = time.perf_counter() - t
+            result.cpu_times.append(time.process_time() - cpu)
             if step == 0:
                 result.compile_time_s = time.perf_counter() - t0  # compilation + first step
             result.losses.append(loss)
@@ -238,10 +248,15 @@ def run(opts: Options, log=print) -> Result:
             result.peak_memory_gib = peak_memory_gib(jax)
         except Exception:
             pass
+    if result.load_before is not None:
+        result.load_after = os.getloadavg()[0]
     # steady state: drop the first (compiling) step and the warm-up steps, when there are more
-    timed = result.step_times[1 + opts.warmup:] or result.step_times[1:] or result.step_times
+    first = 1 + opts.warmup if len(result.step_times) > 1 + opts.warmup else 1 if len(result.step_times) > 1 else 0
+    timed = result.step_times[first:]
     if timed:
         result.time_per_iteration_s = statistics.median(timed)
+        result.fastest_iteration_s = min(timed)
+        result.cpu_per_iteration_s = statistics.median(result.cpu_times[first:]) if result.cpu_times[first:] else None
         result.tokens_per_s = opts.batch * n_ctx / result.time_per_iteration_s
         result.tflops_per_gpu = flops / result.time_per_iteration_s / result.devices["count"] / 1e12
     if result.status == "ok" and len(result.step_times) < 1 + opts.warmup + 1:

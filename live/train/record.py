@@ -102,10 +102,13 @@ def inline_cluster(devices: dict, host_names: list[str] | None = None) -> dict:
 def build_record(result, opts, *, backend="jax", collective_impl="xla-cpu", scenario=None, host_names=None,
                  extra_note=None) -> RunRecord:
     measured = {"steps": len(result.step_times)}
-    for key in ("total_time_s", "time_per_iteration_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "compile_time_s"):
-        value = getattr(result, key)
+    for key in ("total_time_s", "time_per_iteration_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "compile_time_s",
+                "fastest_iteration_s", "cpu_per_iteration_s", "load_before", "load_after"):
+        value = getattr(result, key, None)
         if value is not None:
             measured[key] = round(float(value), 6)
+    if getattr(result, "cores", None):
+        measured["cores"] = int(result.cores)
     catalog = model_catalog().get(opts.model)
     dims = result.model_dims or None
     if catalog and dims and (dims["vocab"], dims["n_ctx"]) == (catalog.vocab, catalog.n_ctx):

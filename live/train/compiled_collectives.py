@@ -1,0 +1,142 @@
+"""The collectives XLA compiles into live's train step: how many, of which kind and size.
+
+A fact of the compiled program, not a fit: live's step for a technique is lowered and compiled on
+N CPU devices exactly as live/train/compiled_memory.py compiles it (abstract state, nothing
+allocated), and every collective of the optimized HLO (`compiled.as_text()`) is listed. Gloo,
+the CPU backend's collectives library, makes one call (one round trip or ring) per tensor, even
+where XLA merged several tensors into one tuple-shaped all-reduce, so a collective here is one
+tensor: a tuple counts once per element.
+
+What the simulator's `jax` runtime issues for Shard (geosim/data/runtimes.toml, the
+shard_layer_collectives and shard_step_collectives tables) is read from two compiles of the same
+model, with 1 and 2 layers: the difference is one layer's collectives, the rest the step's own
+(the embedding, the LM head's logits, the optimizer's gathers). Sizes are in activations (one
+microbatch's tokens x n_embd values), as the simulator prices Shard's all-reduces. Each HLO op is
+put in the simulator's vocabulary by the bytes a rank moves: an all-to-all of T bytes moves what an
+all-gather of T does, a collective-permute of T (every rank sends T to its neighbour) what an
+all-gather of T x p / (p - 1) does.
+
+`python -m geosim.live.train.compiled_collectives DEVICES` reads cases (compiled_memory's form) as
+JSON lines on stdin and prints each case's collectives as one JSON line; layer_tables() drives it
+(`--layer-tables TECHNIQUE [MODEL]` prints the tables).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from collections import Counter
+
+# one collective of the optimized HLO: "%name = SHAPE op(" or "... op-start(" (async form)
+_OP = re.compile(r"=\s+(.*?)\s+(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
+_ARRAY = re.compile(r"([a-z]+\d*)\[([\d,]*)\]")
+BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1, "u8": 1, "pred": 1, "s64": 8, "u64": 8}
+SIMULATOR_OP = {"all-reduce": "allreduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
+                "all-to-all": "all_gather", "collective-permute": "all_gather"}
+
+
+def collectives(hlo_text: str, devices: int) -> list[tuple[str, str, int]]:
+    """Every tensor collective of an optimized HLO module: (HLO op, simulator op, bytes in the simulator's
+    sense: an allreduce's buffer, an all_gather's result). The *-done halves of async pairs are not
+    collectives of their own; their -start is counted."""
+    out = []
+    for line in hlo_text.splitlines():
+        m = _OP.search(line)
+        if not m:
+            continue
+        op = m.group(2)
+        shapes = _ARRAY.findall(m.group(1))
+        if op in ("all-reduce", "all-gather", "reduce-scatter") and m.group(1).startswith("(") and "-start" in line:
+            shapes = shapes[len(shapes) // 2:] if op != "all-reduce" else shapes  # (operands, results) of a start
+        for dtype, dims in shapes:
+            elements = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
+            nbytes = elements * BYTES.get(dtype, 4)
+            if op == "collective-permute" and devices > 1:
+                nbytes = nbytes * devices / (devices - 1)
+            elif op == "reduce-scatter":  # the HLO's shape is each rank's slice; the simulator's, the whole buffer
+                nbytes *= devices
+            out.append((op, SIMULATOR_OP[op], int(nbytes)))
+    return out
+
+
+def compile_collectives(case: dict, devices: list) -> list[tuple[str, str, int]]:
+    from geosim.live.train.compiled_memory import compiled_step
+
+    return collectives(compiled_step(case, devices).as_text(), len(devices))
+
+
+def run_cases(devices: int, cases: list[dict], timeout_s: float = 900.0) -> list[dict]:
+    """Compile `cases` on `devices` CPU devices in a fresh process (the count is fixed when JAX starts);
+    per case {"collectives": [[hlo op, simulator op, bytes], ...]} or {"error": ...}."""
+    proc = subprocess.run([sys.executable, "-m", "geosim.live.train.compiled_collectives", str(devices)],
+                          input="".join(json.dumps(c) + "\n" for c in cases), capture_output=True, text=True,
+                          timeout=timeout_s)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or len(rows) != len(cases):
+        raise RuntimeError(f"compile process failed ({proc.returncode}): {proc.stderr[-500:]}")
+    return rows
+
+
+def activations_of(case: dict, model) -> float:
+    """Bytes of one activation of the case's microbatch (tokens x n_embd, fp32 on the CPU)."""
+    seq = case.get("seq_len") or model.n_ctx
+    return case["global_batch"] / case["microbatches"] * seq * model.n_embd * 4
+
+
+def table(rows: list[tuple[str, int]], activation_bytes: float) -> list[dict]:
+    """[(simulator op, bytes)] -> the runtimes.toml form: one entry per (op, size), sizes in activations."""
+    counts = Counter(rows)
+    return [{"op": op, "count": n, "activations": round(nbytes / activation_bytes, 6)}
+            for (op, nbytes), n in sorted(counts.items())]
+
+
+def layer_tables(technique: str, model_name: str = "small-wan", vocab: int = 257, devices: int = 2,
+                 global_batch: int = 8) -> dict:
+    """The per-layer and per-step collectives of live's `technique` step for a model, from compiles with
+    1 and 2 layers (vocab 257: the byte tokenizer live's WAN runs use). Also the 2-layer total."""
+    from geosim.scenario import get_model
+    from geosim.specs import Model
+
+    base = get_model(model_name)
+    cases = []
+    for layers in (1, 2):
+        dims = {"n_layer": layers, "n_embd": base.n_embd, "n_head": base.n_head, "vocab": vocab, "n_ctx": base.n_ctx}
+        cases.append({"technique": technique, "model": model_name, "dims": dims, "precision": "fp32",
+                      "global_batch": global_batch, "microbatches": 1})
+    one, two = (Counter((op, b) for _, op, b in row["collectives"]) for row in run_cases(devices, cases))
+    layer = two - one
+    if one - two or any(one[k] < layer[k] for k in layer):
+        raise RuntimeError(f"the 2-layer step does not hold the 1-layer step's collectives: {one} vs {two}")
+    step = one - layer
+    act = activations_of(cases[0], Model(name=model_name, **cases[0]["dims"]))
+    return {"layer": table(list(layer.elements()), act), "step": table(list(step.elements()), act),
+            "total_two_layers": sum(two.values())}
+
+
+def main(argv: list[str]) -> int:
+    from geosim.live.train.compiled_memory import prepare_environment
+
+    count = int(argv[0])
+    prepare_environment("cpu", count)
+    import jax
+
+    devices = jax.devices()[:count]
+    for line in sys.stdin:
+        if line.strip():
+            case = json.loads(line)
+            try:
+                result = {"collectives": compile_collectives(case, devices)}
+            except Exception as exc:  # one case failing must not lose the others
+                result = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            print(json.dumps({**case, **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--layer-tables":  # --layer-tables TECHNIQUE [MODEL]
+        print(json.dumps(layer_tables(*sys.argv[2:4]), indent=1))
+        sys.exit(0)
+    sys.exit(main(sys.argv[1:]))

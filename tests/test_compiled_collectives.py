@@ -1,0 +1,132 @@
+"""Shard's collectives under the `jax` runtime are the compiled program's (issue 24): the simulator
+issues as many collectives, of the sizes, as XLA:CPU compiles into live's real step."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from geosim.live.train.compiled_collectives import collectives, layer_tables
+from geosim.runtime import shipped_runtimes
+
+HLO = """
+  %all-reduce.1 = (f32[8,32]{1,0}, f32[8,32]{1,0}) all-reduce(f32[8,32]{1,0} %a, f32[8,32]{1,0} %b), to_apply=%add
+  %all-gather.2 = f32[256]{0} all-gather(f32[128]{0} %c), dimensions={0}
+  %collective-permute.3 = f32[8,32,256]{2,1,0} collective-permute(f32[8,32,256]{2,1,0} %d), source_target_pairs={{0,1},{1,0}}
+  %all-to-all.4 = (f32[1,4,32,128]{3,2,1,0}, f32[1,4,32,128]{3,2,1,0}) all-to-all(%e, %f), dimensions={0}
+  %fusion.5 = f32[256]{0} fusion(%all-gather.2), kind=kLoop, calls=%fused
+"""
+
+
+def test_every_tensor_of_a_compiled_collective_is_one_collective_in_the_simulators_terms():
+    found = collectives(HLO, devices=2)
+    # gloo makes one call per tensor: the tuple all-reduce is two; a fusion reading a gather is none
+    assert [(op, sim) for op, sim, _ in found] == [("all-reduce", "allreduce")] * 2 + [
+        ("all-gather", "all_gather"), ("collective-permute", "all_gather")] + [("all-to-all", "all_gather")] * 2
+    sizes = [b for _, _, b in found]
+    assert sizes[:3] == [8 * 32 * 4, 8 * 32 * 4, 256 * 4]
+    # a permute on 2 ranks moves its whole buffer: what an all-gather of twice it moves
+    assert sizes[3] == 2 * 8 * 32 * 256 * 4
+    assert sizes[4] == 4 * 32 * 128 * 4
+
+
+def simulated_collectives(schedule) -> Counter:
+    """(op, bytes) of every collective rank 0's program runs in one step, repeats expanded."""
+    from geosim.sim.schedule import Collective, Repeat
+
+    counts: Counter = Counter()
+
+    def walk(ops, times):
+        for op in ops:
+            if isinstance(op, Repeat):
+                walk(op.ops, times * op.count)
+            elif isinstance(op, Collective):
+                counts[(op.op, round(op.nbytes))] += times
+            elif isinstance(op, (tuple, list)):
+                walk(op, times)
+
+    walk(schedule.programs[schedule.devices[0].rank], 1)
+    return counts
+
+
+def small_wan_case(runtime: str):
+    """Live's Shard run of small-wan over the emulated WAN, as its record describes it (2 hosts, one CPU
+    device each, batch 8 x 32, the byte vocabulary), under `runtime`."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from geosim.calibrate.cases import cases_from_records
+    from geosim.case import Case
+    from geosim.params import load_params
+    from geosim.records import read_records
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "results" / "data" / "2026-11-25-validate-runs.jsonl"
+    record = next(r for r in read_records(data) if r.technique == "shard")
+    case = cases_from_records([record], "t")[0]
+    return Case(case.cluster, case.model, replace(case.workload, runtime=runtime), load_params(None))
+
+
+@pytest.mark.slow
+def test_the_simulators_jax_shard_issues_the_collectives_xla_compiles():
+    """Two compiles of live's Shard step on 2 CPU devices (1 and 2 layers) give one layer's collectives and
+    the step's own; the shipped jax runtime holds them, and the simulator's Shard step for the same
+    model issues exactly the compiled program's collectives, of its sizes."""
+    from geosim.techniques import shard
+
+    tables = layer_tables("shard", "small-wan", vocab=257, devices=2, global_batch=8)
+    jax_runtime = shipped_runtimes()["jax"]
+    as_shipped = lambda rows: [(r["op"], r["count"], pytest.approx(r["activations"], abs=1e-6))  # noqa: E731
+                               for r in rows]
+    assert list(jax_runtime.shard_layer_collectives) == as_shipped(tables["layer"])
+    assert list(jax_runtime.shard_step_collectives) == as_shipped(tables["step"])
+
+    case = small_wan_case("jax")
+    simulated = simulated_collectives(shard.build(case, shard.Settings()))
+    assert sum(simulated.values()) == tables["total_two_layers"] == 99
+    activation = 8 * 32 * 256 * 4
+    compiled = Counter()
+    for rows, times in ((tables["layer"], 2), (tables["step"], 1)):
+        for r in rows:
+            compiled[(r["op"], round(activation * r["activations"]))] += r["count"] * times
+    assert simulated == compiled
+    # the study's runtime keeps Megatron's 4 all-reduces a layer (its golden answers are unchanged)
+    alpa = simulated_collectives(shard.build(small_wan_case("alpa"), shard.Settings()))
+    assert sum(alpa.values()) == 4 * 2 and set(op for op, _ in alpa) == {"allreduce"}
+
+
+@pytest.mark.slow
+def test_live_zero2_gathers_its_fp32_parameters_as_validate_prices_them():
+    """live's ZeRO-2 step (fp32) compiles to a reduce-scatter of the gradient and an all-gather of every
+    parameter in fp32: 4 bytes a parameter, what `live validate` sets (the study's Alpa gathered 2)."""
+    from geosim.live.experiments.validate import live_settings
+    from geosim.live.train.compiled_collectives import run_cases
+    from geosim.params import load_params
+
+    case = {"technique": "zero2", "model": "small-wan", "precision": "fp32", "global_batch": 8, "microbatches": 1,
+            "dims": {"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab": 257, "n_ctx": 32}}
+    found = run_cases(2, [case])[0]["collectives"]
+    gathers = [b for op, _, b in found if op == "all-gather"]
+    params = small_wan_case("jax").model.num_params
+    assert gathers == [params * 4]
+    assert [(op, b) for op, _, b in found if b > 1024] == [("reduce-scatter", params * 4), ("all-gather", params * 4)]
+
+    class Run:
+        workload = {"runtime": "jax", "precision": "fp32"}
+
+    assert live_settings(load_params(None), [Run()]).settings("zero2").gather_bytes_per_param == 4.0
+
+
+@pytest.mark.slow
+def test_the_jax_runtimes_fixed_costs_are_measured_by_two_gloo_processes_on_loopback():
+    """live/train/collective_costs.py: the figures runtimes.toml's iteration_s and collective_launch_s come
+    from. Only what holds on any load: a step with 32 collectives costs more than an empty one."""
+    import math
+
+    from geosim.live.train.collective_costs import measure
+
+    costs = measure(repeat=3, timeout_s=300)
+    assert all(math.isfinite(v) and v >= 0 for v in costs.values())
+    assert costs["step_32_small_s"] > costs["step_s"] and costs["collective_launch_s"] > 0
+    assert {f"allreduce_{size}_s" for size in (1024, 262_144, 1_048_576, 6_616_064)} <= set(costs)
+    assert costs["cores"] >= 1
