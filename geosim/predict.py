@@ -150,6 +150,24 @@ def _question(case: Case, technique: str, hosts, options, simulated_iterations: 
             tuple(hosts) if hosts is not None else None, _frozen(options), simulated_iterations)
 
 
+def shared_floor(case: Case, technique: str, hosts: tuple[str, ...], options: dict | None, floor) -> float:
+    """floor() (a technique's floor under the prediction of this question), or within
+    shared_predictions() the floor first found for the same question: a floor is a pure function
+    of it, and `geosim predict` weighs the same options in each technique's search and again in
+    the verdict's."""
+    shared = _shared.get()
+    if shared is None:
+        return floor()
+    # the options by their repr: thousands of Pipeshard options each name every host of every stage,
+    # and walking them (_frozen) cost as much as the floor saved; for the plain values options hold
+    # (str, int, float, lists and tuples of them) an equal repr is an equal value
+    key = ("floor",) + _question(case, technique, hosts, None, 0) + (repr(options),)
+    known = shared.get(key)
+    if known is None:
+        known = shared[key] = (case, floor())  # the case kept with it: no id in the key is reused meanwhile
+    return known[1]
+
+
 def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, options: dict | None = None,
             simulated_iterations: int = SIMULATED_ITERATIONS, exact: bool = False) -> Prediction:
     """Predict `technique` on the case's slice (or the VMs `hosts` of it), with per-run options

@@ -141,3 +141,35 @@ def test_diloco_offers_a_replica_per_site_data_parallel_inside_it():
         assert len(per_site) == 1 and [len(r) for r in per_site[0]["replicas"]] == [4, 4, 4, 4]
         p = predict(case, technique, options=per_site[0])
         assert p.ok and p.description.startswith("4 replicas (data parallel over 32 GPUs")
+
+
+@settings(max_examples=5, deadline=None)
+@given(small_clusters(), st.sampled_from([(8, 2), (16, 4), (8, 8)]), st.randoms(use_true_random=False))
+def test_floors_from_the_shared_tables_equal_floors_worked_out_afresh(cluster, batch, rng):
+    # Pipeshard's floor keeps stage times and crossings per cluster, `predict` shares floors within a
+    # command, devices_of keeps devices per set of hosts: in any order of the candidates, each floor
+    # is the one worked out from empty tables, to the bit
+    from geosim.predict import shared_predictions
+    from geosim.studies.plan import candidates, floor_s
+    from geosim.techniques import _base, pipeshard
+
+    global_batch, microbatches = batch
+    workload = Workload(global_batch=global_batch, microbatches=microbatches, seq_len=256, tokens_per_epoch=2**30,
+                        epochs=2)
+    case = Case(cluster, SMALL_MODEL, workload, load_params())
+    options = list(candidates(case, exhaustive=False))
+
+    def afresh(args):
+        pipeshard._FLOOR_TABLES.clear()
+        pipeshard._NETWORKS.clear()
+        _base._DEVICES.clear()
+        return floor_s(case, *args)
+
+    cold = [afresh(args) for args in options]
+    order = list(range(len(options)))
+    rng.shuffle(order)
+    with shared_predictions():
+        warm = {i: floor_s(case, *options[i]) for i in order}
+        again = {i: floor_s(case, *options[i]) for i in order}
+    assert [warm[i] for i in range(len(options))] == cold
+    assert again == warm

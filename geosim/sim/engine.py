@@ -80,20 +80,23 @@ def compute_timer(schedule: Schedule, params: Params, workload: Workload):
     gpus = {d.rank: d.gpu for d in schedule.devices}
     flat = {d.rank for d in schedule.devices if d.gpu.name in params.efficiency}
     precision = workload.precision
-    cache: dict[tuple, float] = {}
+    # rank -> id of a Work -> (its seconds on the rank's GPU, the Work, kept so the id is not reused):
+    # keyed by the Work object's identity, as a schedule's ops share a few Work objects for the whole
+    # run, and hashing one (its Model dataclass field by field) would cost more than the look-up saves.
+    # The engine reads a rank's table itself (seconds.per_rank) before it calls.
+    per_rank: dict[int, dict[int, tuple]] = {d.rank: {} for d in schedule.devices if d.rank not in flat}
 
     def seconds(rank: int, op: Compute) -> float:
         work = op.work
         if work is None or rank in flat:
             return op.flops / rate[rank]
-        # keyed by the Work object's identity: a schedule's ops share a few Work objects for the whole
-        # run, and hashing one (its Model dataclass field by field) would cost more than the look-up saves
-        key = (id(work), rank)
-        hit = cache.get(key)
+        known = per_rank[rank]
+        hit = known.get(id(work))
         if hit is None:
-            hit = cache[key] = (model.seconds(work, gpus[rank], precision), work)
+            hit = known[id(work)] = (model.seconds(work, gpus[rank], precision), work)
         return hit[0]
 
+    seconds.per_rank = per_rank
     return seconds
 
 
@@ -186,8 +189,9 @@ class EngineRun:
             self.events -= len(schedule.programs) - len(ranks)
         # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
         self.loop = (env, env.timeout, env.event, env.succeed, self.mailbox, self.mailbox.pop, net.send,
-                     net.collective_ops, net.may_shortcut, net.may_precompute, self.compute_seconds, self.deliver,
-                     self.trace_rows, self.canonical, self.copies)
+                     getattr(net, "send_at", None), net.collective_ops, net.may_shortcut, net.may_precompute,
+                     self.compute_seconds, self.compute_seconds.per_rank, self.deliver, self.trace_rows,
+                     self.canonical, self.copies)
         for rank in ranks:
             env.process(self.gpu(rank))
         env.run()
@@ -300,19 +304,51 @@ class EngineRun:
         """Walk ops in order, a Repeat block through run_repeat. A nested generator per block costs
         a few percent at most against a flat walk: CPython passes a resumption down a `yield from`
         chain in C, and Shard nests three deep at most (docs/results/2026-11-24-speed.md)."""
-        (env, timeout, event, succeed, mailbox, pop, send, collective_ops, may_shortcut, may_precompute,
-         compute_seconds, deliver, trace_rows, canonical, copies) = self.loop
+        (env, timeout, event, succeed, mailbox, pop, send, send_at, collective_ops, may_shortcut, may_precompute,
+         compute_seconds, per_rank, deliver, trace_rows, canonical, copies) = self.loop
+        # the rank's compute times, read here rather than through a call per op (compute_timer's table)
+        times = per_rank.get(rank)
         for op in ops:
             kind = type(op)
             if kind is Compute:
-                seconds = op.seconds if op.kind == "overhead" else compute_seconds(rank, op)
+                if op.kind == "overhead":
+                    seconds, spent = op.seconds, self.overhead
+                else:
+                    hit = times.get(id(op.work)) if times is not None and op.work is not None else None
+                    seconds, spent = (hit[0] if hit is not None else compute_seconds(rank, op)), self.compute
                 start = env.now
                 if seconds > 0:
                     self.events += 1
                     yield timeout(seconds)
-                (self.overhead if op.kind == "overhead" else self.compute)[it][rank] += seconds
+                spent[it][rank] += seconds
                 if trace_rows is not None:
                     trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
+                continue
+            # A program's own Send and Recv run here, and the same ops as a collective's steps run in
+            # the loop below: written twice, because the program's are a pipeline's every message
+            if kind is Send:
+                key = (rank, op.dst, op.tag, ctx) if canonical is None else (*canonical(rank, op.dst), op.tag, ctx)
+                if send_at is None:
+                    delay = send(rank, op.dst, op.nbytes, op.p2p, op.tag[0])
+                else:  # send() written out: the arrival less now, the same arithmetic
+                    now = env.now
+                    delay = send_at(rank, op.dst, op.nbytes, op.p2p, op.tag[0], now) - now
+                waiting = pop(key, None)
+                self.events += 1
+                if waiting is None:
+                    mailbox[key] = timeout(delay)
+                else:
+                    timeout(delay, waiting).callbacks.append(deliver)
+                continue
+            if kind is Recv:
+                key = (op.src, rank, op.tag, ctx)
+                arrived = pop(key, None)
+                if arrived is None:
+                    self.events += 1
+                    arrived = mailbox[key] = event()
+                    yield arrived
+                elif arrived.callbacks is not None:
+                    yield arrived
                 continue
             if kind is Collective:
                 start = env.now
@@ -324,7 +360,7 @@ class EngineRun:
                     steps = ()
                 else:
                     steps = collective_ops(op, rank)
-            elif kind is Send or kind is Recv or kind is Barrier:
+            elif kind is Barrier:
                 steps, start = (op,), None
             elif kind is Repeat:
                 yield from self.run_repeat(rank, op, ctx, it)
@@ -339,7 +375,11 @@ class EngineRun:
                     # under a symmetry, filed as the message its renamed copy sends a representative
                     key = (rank, step.dst, step.tag, ctx) if canonical is None else (
                         *canonical(rank, step.dst), step.tag, ctx)
-                    delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
+                    if send_at is None:
+                        delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
+                    else:
+                        now = env.now
+                        delay = send_at(rank, step.dst, step.nbytes, step.p2p, step.tag[0], now) - now
                     waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
                     self.events += 1
                     if waiting is None:

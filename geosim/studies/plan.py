@@ -18,7 +18,7 @@ from typing import Callable
 
 from geosim.case import Case
 from geosim.errors import GeosimError
-from geosim.predict import predict
+from geosim.predict import predict, shared_floor
 from geosim.studies.ranking import (MeasuredOption, Option, SameProgress, choice_vs_rtt, rank, rank_key, verdict,
                                    why_algorithm1_differs)
 from geosim.studies.whatif import with_rtt
@@ -145,7 +145,8 @@ def floor_s(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, o
     if progress is not None and progress.target_tokens is not None:
         return 0.0  # another token count than the workload's: the floor (for the workload) does not bound it
     workload = replace(case.workload, **changes) if changes else case.workload
-    floor = plan_floor_s(technique, case, hosts, workload, options)
+    floor = shared_floor(case.with_(workload=workload) if changes else case, technique, hosts, options,
+                         lambda: plan_floor_s(technique, case, hosts, workload, options))
     best = (progress or SameProgress(case.params)).best_efficiency(technique)
     return floor / max(1.0, best)
 
@@ -211,14 +212,15 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
         todo.append((floor_s(case, *args, same_progress), args))
         if progress and len(todo) % 200 == 0:
             progress(len(todo), None, "weighed")
-    todo.sort(key=lambda fa: key(fa[0], _gpus_of(case, fa[1][1])))
+    gpus_of = _gpus_counter(case)
+    todo.sort(key=lambda fa: key(fa[0], gpus_of(fa[1][1])))
     best: list[tuple] = []  # keys of the best feasible options so far, sorted, at most `keep`
     simulated, spent = [], 0
     for i, (floor, args) in enumerate(todo):
-        if keep is not None and len(best) >= keep and key(floor, _gpus_of(case, args[1])) > best[-1]:
+        if keep is not None and len(best) >= keep and key(floor, gpus_of(args[1])) > best[-1]:
             return Search(simulated, len(todo), len(todo) - i, time.perf_counter() - started, every)
         if budget is not None and spent >= budget and best:
-            rest = [fa for fa in todo[i:] if len(best) < (keep or 0) or key(fa[0], _gpus_of(case, fa[1][1])) <= best[-1]]
+            rest = [fa for fa in todo[i:] if len(best) < (keep or 0) or key(fa[0], gpus_of(fa[1][1])) <= best[-1]]
             return Search(simulated, len(todo), len(todo) - i - len(rest), time.perf_counter() - started, every,
                           unsettled=len(rest))
         option = evaluate(case, *args, same_progress)
@@ -235,6 +237,20 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
 
 def _gpus_of(case: Case, hosts: tuple[str, ...]) -> int:
     return sum(len(case.cluster.host(h).gpus) for h in hosts)
+
+
+def _gpus_counter(case: Case):
+    """_gpus_of(case, hosts), each set of hosts counted once: the search asks for thousands of
+    options over a few dozen sets."""
+    counted: dict[tuple, int] = {}
+
+    def gpus_of(hosts: tuple[str, ...]) -> int:
+        n = counted.get(hosts)
+        if n is None:
+            n = counted[hosts] = _gpus_of(case, hosts)
+        return n
+
+    return gpus_of
 
 
 def parse_duration(text: str) -> float:

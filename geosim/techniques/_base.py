@@ -11,12 +11,25 @@ from geosim.sim.schedule import Collective, Compute, Device, Repeat
 from geosim.specs import Cluster, Model, Params, Workload
 
 
+# (id of each host) -> (the hosts, their devices): the low-communication techniques ask for a 1,024-GPU
+# cluster's devices once per host they weigh, and a Device is a frozen dataclass, slow to make by the
+# thousand. Hosts are frozen, and the entry holds them, so no id in a key is reused while it is kept.
+_DEVICES: dict[tuple, tuple] = {}
+
+
 def devices_of(cluster: Cluster) -> list[Device]:
-    devices = []
-    for host in cluster.hosts:
-        for i, gpu in enumerate(host.gpus):
-            devices.append(Device(rank=len(devices), host=host.name, local_index=i, gpu=gpu))
-    return devices
+    hosts = cluster.hosts
+    key = tuple(map(id, hosts))
+    known = _DEVICES.get(key)
+    if known is None:
+        devices = []
+        for host in hosts:
+            for i, gpu in enumerate(host.gpus):
+                devices.append(Device(rank=len(devices), host=host.name, local_index=i, gpu=gpu))
+        if len(_DEVICES) >= 64:  # a planner asks about a few dozen sets of hosts at a time
+            _DEVICES.clear()
+        known = _DEVICES[key] = (hosts, tuple(devices))
+    return list(known[1])  # a list of its own: a caller may change its list, never a (frozen) Device
 
 
 def forward_flops(model: Model, workload: Workload, sequences: float, layers: int, with_head: bool) -> float:

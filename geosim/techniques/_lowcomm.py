@@ -103,17 +103,28 @@ def replica_name(hosts: tuple[str, ...]) -> tuple:
     return ("replica", hosts[0])
 
 
+# _remap makes ops field by field: a field added to an op must be added there too
+_REMAPPED_FIELDS = {Send: ("dst", "nbytes", "tag", "p2p"), Recv: ("src", "tag"),
+                    Collective: ("op", "group", "nbytes", "algorithm", "tag", "label"),
+                    Repeat: ("ops", "count", "group", "tag", "label")}
+if any(kind._fields != fields for kind, fields in _REMAPPED_FIELDS.items()):
+    raise ImportError("geosim.techniques._lowcomm._remap does not know every field of the schedule's ops")
+
+
 def _remap(op, rank_of: dict[int, int], prefix: tuple = (), suffix: tuple = ()):
+    # each op made field by field rather than by _replace (a hybrid weighing 128 hosts remaps
+    # hundreds of thousands of ops, and _replace goes through a dict of the fields)
     kind = type(op)
     if kind is Send:
-        return op._replace(dst=rank_of[op.dst], tag=prefix + op.tag + suffix)
+        return Send(rank_of[op.dst], op.nbytes, prefix + op.tag + suffix, op.p2p)
     if kind is Recv:
-        return op._replace(src=rank_of[op.src], tag=prefix + op.tag + suffix)
+        return Recv(rank_of[op.src], prefix + op.tag + suffix)
     if kind is Collective:
-        return op._replace(group=tuple(rank_of[r] for r in op.group), tag=prefix + op.tag + suffix)
+        return Collective(op.op, tuple(rank_of[r] for r in op.group), op.nbytes, op.algorithm,
+                          prefix + op.tag + suffix, op.label)
     if kind is Repeat:  # e.g. Data's microbatches: its group and the ops inside move too
-        return op._replace(ops=tuple(_remap(inner, rank_of, prefix, suffix) for inner in op.ops),
-                           group=tuple(rank_of[r] for r in op.group), tag=prefix + op.tag + suffix)
+        return Repeat(tuple(_remap(inner, rank_of, prefix, suffix) for inner in op.ops), op.count,
+                      tuple(rank_of[r] for r in op.group), prefix + op.tag + suffix, op.label)
     return op
 
 

@@ -508,26 +508,33 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         return 0.0
     w, params = workload, case.params
     layers = options["layer_split"]
-    stages = stage_gpus(case, hosts, options)
-    timer = compute_model(params)
+    tables = _floor_tables(case)
+    meshes = options.get("meshes")
+    layout = tuple(map(tuple, meshes)) if meshes is not None else (hosts[0],)
+    stages = tables["stages"].get(layout)
+    if stages is None:
+        stages = []
+        for gpus in stage_gpus(case, hosts, options):
+            kinds = tuple({g.name: g for g in gpus}.values())
+            # the GPUs by identity (the tables hold the cluster that holds them): hashing each would cost more
+            stages.append((len(gpus), kinds, tuple(map(id, kinds))))
+        tables["stages"][layout] = stages
+    # a stage's times depend on its GPUs, layers and place, and the workload's shape alone: the
+    # planner weighs thousands of layer splits and stage orders over a few kinds of stage, so each is timed once
+    shape = (w.global_batch, w.microbatches, w.seq_len, w.checkpointing, w.precision)
+    times_of = tables["times"]
+    count = len(stages)
     per_microbatch, forward_s, backward_s, sharding = [], [], [], []
-    for s, gpus in enumerate(stages):
-        sequences = w.global_batch / w.microbatches / len(gpus)
-        first, last = s == 0, s == len(stages) - 1
-        times = []
-        for g in {g.name: g for g in gpus}.values():  # engine.compute_timer: a flat-rate device, else the op-level model
-            if g.name in params.efficiency:
-                flops = forward_flops(case.model, w, sequences, layers[s], last)
-                rate = g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]
-                times.append((flops / rate, flops * (3.0 if w.checkpointing else 2.0) / rate))
-            else:
-                times.append(tuple(timer.seconds(work(phase, case.model, w, sequences, layers[s], last, first), g,
-                                                 w.precision) for phase in ("forward", "backward")))
+    for s, (size, kinds, ids) in enumerate(stages):
+        key = (size, ids, layers[s], s == 0, s == count - 1, shape)
+        known = times_of.get(key)
+        if known is None:
+            known = times_of[key] = _stage_times(case, w, size, kinds, layers[s], s == 0, s == count - 1)
         sharding.append(_sharding_floor_s(case, hosts, options, w, s, layers[s]))
-        per_microbatch.append(max(f + b for f, b in times) + sharding[-1])
-        forward_s.append(min(f for f, _ in times))  # a path runs through one GPU of each stage
-        backward_s.append(min(b for _, b in times))
-    busiest = max(range(len(stages)), key=per_microbatch.__getitem__)
+        per_microbatch.append(known[0] + sharding[-1])
+        forward_s.append(known[1])
+        backward_s.append(known[2])
+    busiest = max(range(count), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
     settings = with_options(params.settings(NAME), options, NAME)
     if settings.intra_stage in ("data", "shard-data") and options.get("meshes") and getattr(case, "network", "tcp") == "tcp":
@@ -538,10 +545,10 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         for s, mesh in enumerate(options["meshes"]):
             if len(mesh) > 1:
                 stage_params = layers[s] * case.model.params_per_layer + (case.model.embedding_params if s == 0 else 0) + (
-                    case.model.vocab * case.model.n_embd if s == len(stages) - 1 else 0)
+                    case.model.vocab * case.model.n_embd if s == count - 1 else 0)
                 port = min(params.lan_bandwidth_bps / 8 * (len(by_name[h].gpus) if by_name[h].nic == "per-gpu"
                                                                   else 1) for h in mesh)
-                g = len(stages[s])  # a ring enters each host once per step: 2(g-1) chunks of 1/g
+                g = stages[s][0]  # a ring enters each host once per step: 2(g-1) chunks of 1/g
                 if settings.intra_stage == "shard-data":
                     # a ring of GPU i of each host, of the shard GPU i holds (one ring's bytes: the hosts'
                     # rings need not share a port)
@@ -550,8 +557,8 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
                 share = 2 * (g - 1) / g if params.collectives.get(NAME, "ring") == "ring" else 1.0
                 iteration = max(iteration, w.microbatches * per_microbatch[s]
                                 + share * stage_params * w.bytes_per_value / port)
-    if len(stages) > 1 and settings.intra_stage in ("data", "shard-data"):
-        trips = -(-w.microbatches // len(stages)) if settings.schedule == "1f1b" else 1
+    if count > 1 and settings.intra_stage in ("data", "shard-data"):
+        trips = -(-w.microbatches // count) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
         # shard-data: a path's compute is its tensor-parallel ops (no data-parallel floor for them), its
         # activation all-reduces at least the rings' steps
@@ -561,6 +568,42 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     iteration += runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
     return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+
+
+# (id of the cluster, of the model, of the params) -> (them, the floor's tables): which GPUs each
+# stage layout has, and each stage's times per microbatch. Holding the objects keeps their ids
+# from being reused while the entry is kept.
+_FLOOR_TABLES: dict[tuple, tuple] = {}
+
+
+def _floor_tables(case: Case) -> dict:
+    key = (id(case.cluster), id(case.model), id(case.params))
+    known = _FLOOR_TABLES.get(key)
+    if known is None or known[0] is not case.cluster or known[1] is not case.model or known[2] is not case.params:
+        if len(_FLOOR_TABLES) >= 8:
+            _FLOOR_TABLES.clear()
+        known = _FLOOR_TABLES[key] = (case.cluster, case.model, case.params, {"stages": {}, "times": {}})
+    return known[3]
+
+
+def _stage_times(case: Case, w, size: int, kinds: tuple, layers: int, first: bool, last: bool
+                 ) -> tuple[float, float, float]:
+    """(the slowest GPU's forward + backward, the fastest forward, the fastest backward) of one
+    microbatch on a stage of `size` GPUs of these kinds, as engine.compute_timer times them: a
+    flat-rate device, else the op-level model."""
+    params, timer = case.params, compute_model(case.params)
+    sequences = w.global_batch / w.microbatches / size
+    times = []
+    for g in kinds:
+        if g.name in params.efficiency:
+            flops = forward_flops(case.model, w, sequences, layers, last)
+            rate = g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]
+            times.append((flops / rate, flops * (3.0 if w.checkpointing else 2.0) / rate))
+        else:
+            times.append(tuple(timer.seconds(work(phase, case.model, w, sequences, layers, last, first), g,
+                                             w.precision) for phase in ("forward", "backward")))
+    # a path runs through one GPU of each stage: the fastest's forward and backward
+    return max(f + b for f, b in times), min(f for f, _ in times), min(b for _, b in times)
 
 
 # (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the
@@ -611,14 +654,28 @@ def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compr
     layout = (tuple(map(tuple, options["meshes"])) if "meshes" in options else None, act_bytes)
     if layout in crossings:  # options differing only in their layer split cross alike
         return crossings[layout]
-    meshes = ([[d for d in devices if d.host in mesh] for mesh in options["meshes"]] if "meshes" in options
-              else [[d] for d in devices])
+    if "meshes" not in options:
+        meshes = [[d] for d in devices]
+        boundaries = [(before, after, None) for before, after in zip(meshes, meshes[1:])]
+    else:
+        names = [tuple(mesh) for mesh in options["meshes"]]
+        boundaries = [(None, None, (a, b, act_bytes)) for a, b in zip(names, names[1:])]
     total = 0.0
-    for before, after in zip(meshes, meshes[1:]):
-        # a send's least delay depends on its hosts and bytes only: each such send once
-        pairs = {(before[j].host, after[k].host, frac): (before[j].rank, after[k].rank)
-                 for j, k, frac in _overlaps(len(before), len(after))}
-        total += min(least_delay_s(a, b, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
-        total += min(least_delay_s(b, a, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items())
+    for before, after, key in boundaries:
+        # stage orders share most of their boundaries: each (hosts before, hosts after, bytes) once
+        known = crossings.get(key) if key is not None else None
+        if known is None:
+            if key is not None:
+                before = [d for d in devices if d.host in key[0]]
+                after = [d for d in devices if d.host in key[1]]
+            # a send's least delay depends on its hosts and bytes only: each such send once
+            pairs = {(before[j].host, after[k].host, frac): (before[j].rank, after[k].rank)
+                     for j, k, frac in _overlaps(len(before), len(after))}
+            known = (min(least_delay_s(a, b, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items()),
+                     min(least_delay_s(b, a, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items()))
+            if key is not None:
+                crossings[key] = known
+        total += known[0]
+        total += known[1]
     crossings[layout] = total
     return total
