@@ -31,9 +31,10 @@ from geosim.sim.schedule import Schedule
 from geosim.case import Case
 from geosim.specs import GIB, Cluster, Model, Params, Workload
 from geosim.structure import hosts_at, sites
-from geosim.techniques import _floor, sparseloco
+from geosim.runtime import runtime_of
+from geosim.techniques import _floor, pipeshard, sparseloco
 from geosim.techniques._base import check_dims, devices_of
-from geosim.techniques._settings import option, tunable
+from geosim.techniques._settings import option, tunable, with_options
 from geosim.techniques._lowcomm import (add_outer_state, assemble, build_replica, replica_hosts, replica_workload,
                                         sparse_gather_ops)
 
@@ -157,9 +158,48 @@ def plan_variants(case: Case, hosts: tuple[str, ...], **_):
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
     """A replica per site: the busiest GPU's inner steps and synchronization back to back
-    (geosim.techniques._floor, at the cost of a build). A replica per host (the default): none, as
-    before the per-site option: every such option is simulated, and a second build for a floor
-    would double what the hybrid costs a large plan."""
-    if not options or options.get("replica_per", "host") == "host":
+    (geosim.techniques._floor, at the cost of a build). A replica per host (the default), without a
+    build: each inner step of a pipelined replica is at least Pipeshard's floor under one iteration
+    of that pipeline (its busiest stage's microbatches with the fill and drain, and its microbatches'
+    round trips with each crossing's least delay on the whole cluster's network, activations
+    compressed), plus the hybrid's fixed overhead per step; a run is startup plus its outer rounds
+    of H such steps (the synchronization counted as nothing). Where every host holds a full
+    replica there is no pipeline: no floor. tests/test_plan_scale.py checks it stays under the
+    prediction."""
+    if options and options.get("replica_per", "host") != "host":
+        return _floor.plan_floor_s(case, hosts, workload, options, NAME)
+    on = case.on(hosts).with_(workload=workload)
+    cluster, model, params = on.cluster, on.model, on.params
+    try:
+        s = with_options(params.settings(NAME), options, NAME)
+        check_dims(model, workload)
+        groups = replica_layout(cluster, model, workload, params, sparseloco.state_bytes_per_param(s), s.replicas,
+                                s.replica_per)
+        inner = replica_workload(workload, len(groups))
+    except GeosimError:
+        return 0.0  # predict() says why
+    pipelines = [g for g, kind in groups if kind == "pipeline" and len(g) > 1]
+    if not pipelines:
         return 0.0
-    return _floor.plan_floor_s(case, hosts, workload, options, NAME)
+    stage = replace(params.settings(pipeshard.NAME), activation_compression=s.activation_compression)
+    b = inner.global_batch / inner.microbatches
+    step = 0.0
+    for pipeline in pipelines:
+        sub = cluster.subset(pipeline)
+        meshes = [[d for d in devices_of(sub) if d.host == h] for h in pipeline]
+        if stage.intra_stage == "data" and (b != int(b) or any(int(b) % len(m) for m in meshes)):
+            return 0.0  # build() refuses it: predict() says why
+        try:
+            layers = pipeshard.layers_per_stage(Case(sub, model, inner, params), meshes,
+                                                replace(stage, meshes=tuple((h,) for h in pipeline)))
+        except GeosimError:
+            return 0.0
+        # the whole case's network (the pipeline's sends cross it beside the other replicas' traffic)
+        step = max(step, pipeshard.iteration_floor_s(
+            case, hosts, inner, {"meshes": [[h] for h in pipeline], "layer_split": layers,
+                                 "activation_compression": s.activation_compression}))
+    runtime = runtime_of(workload, params)
+    step += runtime.iteration_overhead_s(NAME, params, inner)  # build_replica's overhead op, per inner step
+    steps = max(1.0, workload.iterations_per_epoch * workload.epochs / s.inner_steps) * s.inner_steps
+    # 1e-9: the engine adds the same terms in another order, a rounding apart
+    return (runtime.startup(NAME, params) + steps * step) * (1 - 1e-9)

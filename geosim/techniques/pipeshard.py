@@ -135,11 +135,7 @@ def build(case: Case, settings: Settings) -> Schedule:
             _host_groups(mesh)  # the same GPU count on every host of the stage
             require_divisible("microbatch size (global_batch / microbatches)", int(b), len(_hosts_of(mesh)),
                               "the hosts of a stage")
-    layer_s = [_mesh_seconds(case, mesh, b, 1, False, intra, len(_hosts_of(mesh))) for mesh in meshes]
-    head_in_layers = _mesh_seconds(case, meshes[-1], b, 0, True, intra, len(_hosts_of(meshes[-1]))) / layer_s[-1]
-    layers = split_layers(model.n_layer, [1.0 / t for t in layer_s], settings.stage_split,
-                          list(settings.layer_split) if settings.layer_split is not None else None,
-                          extra=[0.0] * (S - 1) + [head_in_layers])
+    layers = layers_per_stage(case, meshes, settings)
     schedule_kind = settings.schedule
     per_layer = params.settings("shard").collectives_per_layer  # a sharded stage all-reduces as Shard does
     options = memory_layout.options_for(workload, params)
@@ -239,6 +235,20 @@ def build(case: Case, settings: Settings) -> Schedule:
                     f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
                     f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""),
                     activation_compression=compression if S > 1 else 1.0)
+
+
+def layers_per_stage(case: Case, meshes: list[list[Device]], settings: Settings) -> list[int]:
+    """The layers of each stage build() gives these meshes (the settings' explicit split, else by
+    stage_split); the hybrid's floor asks it for its pipelined replica's split."""
+    b = case.workload.global_batch / case.workload.microbatches
+    intra = settings.intra_stage
+    if settings.layer_split is None and settings.stage_split == "uniform":  # no stage needs timing
+        return split_layers(case.model.n_layer, [1.0] * len(meshes), "uniform")
+    layer_s = [_mesh_seconds(case, mesh, b, 1, False, intra, len(_hosts_of(mesh))) for mesh in meshes]
+    head_in_layers = _mesh_seconds(case, meshes[-1], b, 0, True, intra, len(_hosts_of(meshes[-1]))) / layer_s[-1]
+    return split_layers(case.model.n_layer, [1.0 / t for t in layer_s], settings.stage_split,
+                        list(settings.layer_split) if settings.layer_split is not None else None,
+                        extra=[0.0] * (len(meshes) - 1) + [head_in_layers])
 
 
 def _hosts_of(mesh: list[Device]) -> list[str]:
@@ -507,6 +517,18 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     if not options or "layer_split" not in options:
         return 0.0
     w, params = workload, case.params
+    runtime = runtime_of(w, params)
+    iteration = iteration_floor_s(case, hosts, w, options) + runtime.iteration_overhead_s(NAME, params, w)
+    # 1e-9: the engine adds the same terms in another order, a rounding apart
+    return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+
+
+def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict) -> float:
+    """plan_floor_s's floor under one iteration of the option on `hosts` (options: its meshes and
+    layer_split at least), its runtime's fixed overhead left out: the larger of the busiest stage's
+    microbatches with the fill and drain, and the microbatches' round trips (see plan_floor_s).
+    The hybrid's floor (geosim.techniques.hybrid) bounds its pipelined replica's inner steps by it."""
+    w, params = workload, case.params
     layers = options["layer_split"]
     tables = _floor_tables(case)
     meshes = options.get("meshes")
@@ -564,10 +586,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         # activation all-reduces at least the rings' steps
         compute = sum(forward_s) + sum(backward_s) if settings.intra_stage == "data" else sum(sharding)
         iteration = max(iteration, trips * (compute + crossings))
-    runtime = runtime_of(w, params)
-    iteration += runtime.iteration_overhead_s(NAME, params, w)
-    # 1e-9: the engine adds the same terms in another order, a rounding apart
-    return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+    return iteration
 
 
 # (id of the cluster, of the model, of the params) -> (them, the floor's tables): which GPUs each
