@@ -234,3 +234,18 @@ def test_the_hybrid_per_host_floor_is_close_enough_to_prune(network):
     floor, p = _hybrid_floor_and_prediction(cluster, workload, network)
     assert p.ok and "big full, t0+t1+t2+t3 pipelined" in p.description
     assert p.total_time_s / 1.5 < floor <= p.total_time_s
+
+
+@settings(max_examples=8, deadline=None)
+@given(mixed_clusters(), st.sampled_from([(8, 2), (16, 4), (32, 4)]), st.integers(1, 5))
+def test_the_hybrids_fit_answers_shared_between_like_hosts_equal_their_builds(cluster, batch, replicas):
+    """hybrid._fits answers a host from an earlier like host's build (same GPUs, link and NICs): the
+    same answer as building that host's own replica."""
+    from geosim.techniques import hybrid, sparseloco
+
+    params = load_params()
+    workload = Workload(global_batch=batch[0], microbatches=batch[1], seq_len=256, tokens_per_epoch=2 ** 22, epochs=1)
+    state = sparseloco.state_bytes_per_param(params.settings("hybrid"))
+    for h in cluster.hosts:
+        shared = hybrid._fits(cluster, (h.name,), HYBRID_MODEL, workload, params, state, replicas)
+        assert shared == hybrid._fits_built(cluster, (h.name,), HYBRID_MODEL, workload, params, state, replicas)

@@ -63,8 +63,29 @@ class Settings(sparseloco.Settings):
 REPLICA_UNITS = ("host", "site")
 
 
+# whether a one-host unit holds a full replica, by what decides it (the host's GPUs, its intra-host link
+# and NICs, the model, the workload, the parameters, the state and the replica count; not its name or
+# site): a 1,024-GPU cluster's 128 like hosts cost one build, and the floor's layout and build()'s share
+# them. The params object is held with its answer, so its id is not reused while the entry is kept.
+_FITS: dict[tuple, tuple] = {}
+
+
 def _fits(cluster: Cluster, hosts: tuple[str, ...], model: Model, workload: Workload, params: Params, state: float,
           replicas: int) -> bool:
+    if len(hosts) != 1:
+        return _fits_built(cluster, hosts, model, workload, params, state, replicas)
+    host = cluster.host(hosts[0])
+    key = (host.gpus, host.intra_host, host.nic, model, workload, id(params), state, replicas)
+    known = _FITS.get(key)
+    if known is None or known[0] is not params:
+        if len(_FITS) >= 256:
+            _FITS.clear()
+        known = _FITS[key] = (params, _fits_built(cluster, hosts, model, workload, params, state, replicas))
+    return known[1]
+
+
+def _fits_built(cluster: Cluster, hosts: tuple[str, ...], model: Model, workload: Workload, params: Params,
+                state: float, replicas: int) -> bool:
     # these hosts' share of the batch, rounded up until it splits over the microbatches and
     # their GPUs: a memory question, not a divisibility one (build() reports that)
     gpus = sum(len(cluster.host(h).gpus) for h in hosts)
