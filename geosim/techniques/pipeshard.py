@@ -17,7 +17,7 @@ from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
 from geosim.sim.network import least_delay
-from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
+from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.structure import host_groups, host_list, hosts_at, site_orders, sites
@@ -192,6 +192,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += forward(warmup + m) + backward(m)
             for m in range(M - warmup, M):
                 program += backward(m)
+            program += runtime_pipeline_ops(case, meshes, j, b)
             if intra == "data" and g > 1:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
                                           params.for_technique("collectives", NAME), ("stage-grads", s), "stage gradient all-reduce"))
@@ -208,6 +209,32 @@ def build(case: Case, settings: Settings) -> Schedule:
                     activation_compression=compression if S > 1 else 1.0)
 
 
+
+
+def runtime_pipeline_ops(case: Case, meshes: list[list[Device]], j: int, microbatch: float) -> list:
+    """What the workload's runtime runs in a pipeline step besides the schedule's stage sends (jax: live's
+    compiled GPipe scan, geosim/data/runtimes.toml's pipeshard_tick_collectives once per tick, M + S - 1 a
+    step, and pipeshard_step_collectives), among the j-th device of every stage, each after the runtime's
+    launch cost. None for a runtime that declares none (alpa: the study's predictions are unchanged)."""
+    from geosim.techniques.shard import compiled_ops
+
+    model, workload, params = case.model, case.workload, case.params
+    runtime = runtime_of(workload, params)
+    if not (runtime.pipeshard_tick_collectives or runtime.pipeshard_step_collectives) or len(meshes) < 2 \
+            or any(len(m) <= j for m in meshes):
+        return []
+    group = tuple(m[j].rank for m in meshes)
+    launch = ((Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s),)
+              if runtime.collective_launch_s else ())
+    act_bytes = microbatch * workload.seq_len * model.n_embd * workload.bytes_per_value
+    algorithm = params.for_technique("collectives", NAME)
+    ticks = workload.microbatches + len(meshes) - 1
+    ops = []
+    for t in range(ticks):
+        ops += compiled_ops(runtime.pipeshard_tick_collectives, group, act_bytes, algorithm, launch, ("tick", j, t),
+                            "tick")
+    return ops + compiled_ops(runtime.pipeshard_step_collectives, group, act_bytes, algorithm, launch, ("step", j),
+                              "step")
 
 
 def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int, head: bool, intra: str) -> float:
