@@ -57,6 +57,8 @@ class Runtime:
     # read by compiled_collectives.pipeline_tables): per tick (M + S - 1 a step) and once a step
     pipeshard_tick_collectives: tuple[tuple[str, int, float], ...] = ()
     pipeshard_step_collectives: tuple[tuple[str, int, float], ...] = ()
+    # the runtime's pipeline loop exchanges between stages on every tick (M + S - 1), not once a microbatch
+    pipeshard_sends_every_tick: bool = False
     source: str = ""
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
@@ -99,7 +101,7 @@ NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "c
 COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipeshard_tick_collectives",
                     "pipeshard_step_collectives")
 COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
-KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS,
+KEYS = {"description", "source", "overlap_backward", "pipeshard_sends_every_tick", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS,
         *COLLECTIVE_LISTS}
 _SHIPPED: dict[str, Runtime] = {}
 
@@ -126,7 +128,7 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
             values[key] = tuple(sorted((str(k), float(v)) for k, v in value.items()))
         elif key in COLLECTIVE_LISTS:
             values[key] = collective_list(value, source, where)
-        elif key == "overlap_backward":
+        elif key in ("overlap_backward", "pipeshard_sends_every_tick"):
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=where)
             values[key] = value

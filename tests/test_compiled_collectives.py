@@ -174,16 +174,20 @@ def small_wan_pipeshard_case(runtime: str, microbatches: int = 1):
 
 
 def test_the_simulators_jax_pipeshard_issues_the_compiled_steps_other_collectives():
-    """Besides its M sends each way, the jax runtime's pipeline step all-reduces the embedding's cotangent once a
-    tick (M + S - 1 ticks) and, once a step, the shared parameters' gradients, the loss, and the bubble ticks'
-    exchanges; alpa's runs none of them (its golden answers are unchanged)."""
+    """Besides its M sends each way, the jax runtime's pipeline step exchanges on each bubble tick too (M + S - 1
+    sends each way), all-reduces the embedding's cotangent once a tick and, once a step, the shared
+    parameters' gradients and the loss; alpa's does none of it (its golden answers are unchanged)."""
+    from geosim.sim.schedule import Recv, Send
     from geosim.techniques import pipeshard
 
     jax_runtime = shipped_runtimes()["jax"]
     activation = 8 * 32 * 256 * 4
     for microbatches in (1, 2, 4):
         case = small_wan_pipeshard_case("jax", microbatches)
-        simulated = simulated_collectives(pipeshard.build(case, pipeshard.Settings()))
+        schedule = pipeshard.build(case, pipeshard.Settings())
+        simulated = simulated_collectives(schedule)
+        first = schedule.programs[schedule.devices[0].rank]  # stage 0: sends activations, receives their gradients
+        assert sum(isinstance(op, Send) for op in first) == sum(isinstance(op, Recv) for op in first) == microbatches + 1
         per = activation / microbatches
         expected = Counter()
         for rows, times in ((jax_runtime.pipeshard_tick_collectives, microbatches + 1),
@@ -191,8 +195,9 @@ def test_the_simulators_jax_pipeshard_issues_the_compiled_steps_other_collective
             for op, count, activations in rows:
                 expected[(op, round(per * activations))] += count * times
         assert simulated == expected
-    alpa = simulated_collectives(pipeshard.build(small_wan_pipeshard_case("alpa"), pipeshard.Settings()))
-    assert not alpa
+    alpa = pipeshard.build(small_wan_pipeshard_case("alpa"), pipeshard.Settings())
+    assert not simulated_collectives(alpa)
+    assert sum(isinstance(op, Send) for op in alpa.programs[alpa.devices[0].rank]) == 1
 
 
 @pytest.mark.slow
@@ -207,12 +212,15 @@ def test_the_jax_runtimes_pipeline_collectives_are_the_compiled_programs():
     jax_runtime = shipped_runtimes()["jax"]
     assert list(jax_runtime.pipeshard_tick_collectives) == as_shipped(tables["tick"])
     assert list(jax_runtime.pipeshard_step_collectives) == as_shipped(tables["step"])
+    # one bubble tick (S - 1): one more exchange each way than the schedule's microbatch
+    assert tables["extra_sends"] == 2 and jax_runtime.pipeshard_sends_every_tick
     two = pipeline_tables("pipeshard", "small-wan", microbatches=2)
     # the same per-tick collective (one microbatch's activation); per step the same but for the loss's
     # size in the smaller microbatch's activations
     assert [(r["op"], r["count"], r["activations"]) for r in two["tick"]] == \
         [(r["op"], r["count"], r["activations"]) for r in tables["tick"]]
     assert [r["count"] for r in two["step"]] == [r["count"] for r in tables["step"]]
+    assert two["extra_sends"] == 2
 
 
 def test_the_jax_launch_cost_is_the_measured_collective_net_of_what_the_tcp_model_charges_it():

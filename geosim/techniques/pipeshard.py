@@ -192,7 +192,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += forward(warmup + m) + backward(m)
             for m in range(M - warmup, M):
                 program += backward(m)
-            program += runtime_pipeline_ops(case, meshes, j, b)
+            program = with_runtime_pipeline_ops(case, program, meshes, j, b)
             if intra == "data" and g > 1:
                 program.append(Collective("allreduce", group, stage_params * workload.bytes_per_value,
                                           params.for_technique("collectives", NAME), ("stage-grads", s), "stage gradient all-reduce"))
@@ -211,29 +211,41 @@ def build(case: Case, settings: Settings) -> Schedule:
 
 
 
-def runtime_pipeline_ops(case: Case, meshes: list[list[Device]], j: int, microbatch: float) -> list:
-    """What the workload's runtime runs in a pipeline step besides the schedule's stage sends (jax: live's
-    compiled GPipe scan, geosim/data/runtimes.toml's pipeshard_tick_collectives once per tick, M + S - 1 a
-    step, and pipeshard_step_collectives), among the j-th device of every stage, each after the runtime's
-    launch cost. None for a runtime that declares none (alpa: the study's predictions are unchanged)."""
+def with_runtime_pipeline_ops(case: Case, program: list, meshes: list[list[Device]], j: int,
+                              microbatch: float) -> list:
+    """A stage's program with what the workload's runtime runs in a pipeline step besides the schedule's
+    sends (jax: live's compiled GPipe scan; geosim/data/runtimes.toml): its loop exchanges activations and
+    their gradients on every tick, M + S - 1, so S - 1 bubble sends follow each direction's last real one
+    (pipeshard_sends_every_tick); pipeshard_tick_collectives run once a tick and pipeshard_step_collectives
+    once a step, among the j-th device of every stage, after the microbatches, each after the runtime's
+    launch cost. Unchanged for a runtime that declares none (alpa: the study's predictions)."""
     from geosim.techniques.shard import compiled_ops
 
     model, workload, params = case.model, case.workload, case.params
     runtime = runtime_of(workload, params)
-    if not (runtime.pipeshard_tick_collectives or runtime.pipeshard_step_collectives) or len(meshes) < 2 \
-            or any(len(m) <= j for m in meshes):
-        return []
+    S = len(meshes)
+    if S < 2 or any(len(m) <= j for m in meshes):
+        return program
+    out = list(program)
+    if runtime.pipeshard_sends_every_tick:
+        for kind in ("act", "grad"):
+            for cls in (Send, Recv):
+                last = max((i for i, op in enumerate(out) if isinstance(op, cls) and op.tag[0] == kind), default=None)
+                if last is None:
+                    continue
+                op = out[last]
+                out[last + 1:last + 1] = [op._replace(tag=(f"bubble {kind}", *op.tag[1:], k)) for k in range(S - 1)]
+    if not (runtime.pipeshard_tick_collectives or runtime.pipeshard_step_collectives):
+        return out
     group = tuple(m[j].rank for m in meshes)
     launch = ((Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s),)
               if runtime.collective_launch_s else ())
     act_bytes = microbatch * workload.seq_len * model.n_embd * workload.bytes_per_value
     algorithm = params.for_technique("collectives", NAME)
-    ticks = workload.microbatches + len(meshes) - 1
-    ops = []
-    for t in range(ticks):
-        ops += compiled_ops(runtime.pipeshard_tick_collectives, group, act_bytes, algorithm, launch, ("tick", j, t),
+    for t in range(workload.microbatches + S - 1):
+        out += compiled_ops(runtime.pipeshard_tick_collectives, group, act_bytes, algorithm, launch, ("tick", j, t),
                             "tick")
-    return ops + compiled_ops(runtime.pipeshard_step_collectives, group, act_bytes, algorithm, launch, ("step", j),
+    return out + compiled_ops(runtime.pipeshard_step_collectives, group, act_bytes, algorithm, launch, ("step", j),
                               "step")
 
 

@@ -166,8 +166,9 @@ def pipeline_tables(technique: str = "pipeshard", model_name: str = "small-wan",
                     global_batch: int = 8, microbatches: int = 1, stages: int = 2) -> dict:
     """What live's pipeline step (GPipe over M + S - 1 ticks, one device per stage) runs besides the M sends
     per direction a pipeline schedule has: {"tick": collectives run once a tick (the embedding's cotangent
-    summed over the stages), "step": once a step (the shared parameters' gradients, the loss; and the
-    stage exchanges of the S - 1 bubble ticks, each a collective-permute)}, in runtimes.toml's form."""
+    summed over the stages), "step": once a step (the shared parameters' gradients, the loss), in
+    runtimes.toml's form, and "extra_sends": stage exchanges (collective-permutes) beyond the M per
+    direction: those of the S - 1 bubble ticks}."""
     from geosim.scenario import get_model
     from geosim.specs import Model
 
@@ -179,10 +180,10 @@ def pipeline_tables(technique: str = "pipeshard", model_name: str = "small-wan",
     if "error" in row:
         raise RuntimeError(row["error"])
     ticks = microbatches + stages - 1
-    tick, step = [], []
+    tick, step, extra_sends = [], [], 0
     for op, sim, nbytes, times in row["collectives"]:
         if op == "collective-permute" and times == ticks:  # a stage exchange each tick: M are the schedule's sends
-            step += [(sim, nbytes)] * (ticks - microbatches)
+            extra_sends += ticks - microbatches
         elif times == ticks:
             tick.append((sim, nbytes))
         elif times == 1:
@@ -190,7 +191,7 @@ def pipeline_tables(technique: str = "pipeshard", model_name: str = "small-wan",
         else:
             raise RuntimeError(f"a {op} of {nbytes} B runs {times} times a step: neither once nor once a tick ({ticks})")
     act = activations_of(case, Model(name=model_name, **dims))
-    return {"tick": table(tick, act), "step": table(step, act)}
+    return {"tick": table(tick, act), "step": table(step, act), "extra_sends": extra_sends}
 
 
 def main(argv: list[str]) -> int:
