@@ -1,6 +1,6 @@
 """Benchmark: geosim's per-device peak memory against XLA's own buffer assignment.
 
-    .venv/bin/python bench/bench_memory.py [--backend gpu|cpu] [--quick] [--xla FILE] [--out FILE]
+    .venv/bin/python bench/bench_memory.py [--backend gpu|cpu] [--quick] [--xla FILE] [--out FILE] [--cases FILE]
 
 Compiles (never runs) the real GPT-2 train step that `geosim live` runs, with each technique's
 sharding, for a grid of models (tiny .. gpt2-large), precisions (fp32, bf16, fp16), remat on
@@ -30,7 +30,8 @@ from pathlib import Path
 
 from geosim.live.train.compiled_memory import cpu_correction, geosim_bytes, run_cases
 
-DEVICES = 4  # data, zero2, shard over 4; pipeshard as 2 stages x 2
+DEVICES = 4  # data, zero2, shard over 4; pipeshard as 2 stages x 2 (unless a case names its stages)
+CASE_KEYS = ("technique", "model", "dims", "precision", "remat", "global_batch", "microbatches", "stages", "seq_len")
 
 
 def case(technique, model, precision, remat, global_batch, microbatches, **extra) -> dict:
@@ -75,8 +76,9 @@ def compared(rows: list[dict], backend: str) -> list[dict]:
 
 
 def label(row: dict) -> str:
+    stages = f" S={row['stages']}" if row.get("stages") else ""
     return (f"{row['technique']:<9} {row['model']:<11} {row['precision']:<4} {'remat' if row['remat'] else '-':<5} "
-            f"B={row['global_batch']:<3} mb={row['microbatches']:<2}")
+            f"B={row['global_batch']:<3} mb={row['microbatches']:<2}{stages}")
 
 
 def print_table(rows: list[dict], backend: str) -> None:
@@ -108,18 +110,28 @@ def main() -> int:
     parser.add_argument("--out", help="also write the compared rows as JSON")
     parser.add_argument("--models", help="only these models of the grid, comma-separated (to split the compiles "
                                          "over processes sharing one --xla file)")
+    parser.add_argument("--cases", help="JSON Lines of cases to compile instead of the grid (the keys of a grid "
+                                        "case; a model not in the catalog as \"dims\": {n_layer, n_embd, n_head, "
+                                        "vocab, n_ctx}; pipeshard's \"stages\")")
     args = parser.parse_args()
-    cases = grid(args.quick)
+    if args.cases:
+        try:
+            cases = [json.loads(line) for line in Path(args.cases).read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as exc:
+            print(f"bench_memory: --cases {args.cases}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        cases = grid(args.quick)
     if args.models:
         cases = [c for c in cases if c["model"] in args.models.split(",")]
     if args.backend == "cpu":
         cases = [c for c in cases if c["precision"] == "fp32"]
     known: dict[str, dict] = {}
+    key = lambda c: json.dumps({k: c[k] for k in CASE_KEYS if k in c}, sort_keys=True)  # noqa: E731
     if args.xla and Path(args.xla).exists():
         for line in Path(args.xla).read_text().splitlines():
             row = json.loads(line)
-            known[json.dumps({k: row[k] for k in cases[0] if k in row}, sort_keys=True)] = row
-    key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731
+            known[key(row)] = row
     todo = [c for c in cases if key(c) not in known]
     load = os.getloadavg()
     print(f"bench_memory: {len(cases)} cases on {DEVICES} devices, XLA's {args.backend.upper()} compiler; "
@@ -141,7 +153,7 @@ def main() -> int:
             print(f"XLA's {args.backend} compiler is not available: {fresh[0].get('error')}", file=sys.stderr)
             return 3
         for row in fresh:
-            known[key({k: row[k] for k in cases[0] if k in row})] = row
+            known[key(row)] = row
     rows = compared([known[key(c)] for c in cases if key(c) in known], args.backend)
     compile_s = sum(r.get("compile_s", 0) for r in rows)
     print_table(rows, args.backend)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from geosim.scenario import model_catalog
@@ -130,10 +132,11 @@ FP32 = LayoutOptions(precision="fp32", workspace_bytes=0.0)
 
 
 def replica(rows, microbatches=1, **changes):
-    """Data's placement (live/train/techniques/data.py) of gpt2."""
+    """Data's placement (live/train/techniques/data.py) of gpt2: two microbatches (the unrolled pair) are in
+    flight together, more run one at a time."""
     n = GPT2.num_params
     fields = dict(rows=rows, layers=12, params_held=n, grads_held=n, microbatch_grads=n,
-                  in_flight=min(microbatches, 2))
+                  in_flight=2 if microbatches == 2 else 1)
     return LivePlacement(**{**fields, **changes})
 
 
@@ -162,6 +165,28 @@ def test_live_gradients_show_when_the_activations_are_small():
     assert carried["gradients"] >= 4 * GPT2.num_params
 
 
+def test_live_remat_pair_of_microbatches_turns_before_any_gradient():
+    """Under remat, two microbatches (live's one-step scan, which XLA unrolls) run both forwards before
+    either backward: the turn holds both microbatches' block inputs and no gradient sum yet. Under Shard
+    each device keeps 1/t of a block's input (the partitioner keeps the residual stream split between
+    blocks). XLA's GPU buffer assignment (gpt2-medium, fp32, B=8, 2 microbatches, Shard over 4 A100s):
+    both heads' logits run one after the other, the peak is 2944 MiB."""
+    pytest.importorskip("jax")
+    from geosim.live.train.techniques.shard import placement
+
+    medium = model_catalog()["gpt2-medium"]
+    remat = LayoutOptions(precision="fp32", remat=True, workspace_bytes=0.0)
+    pair = placement(medium, 8, 2, 4)
+    parts = live_step(medium, pair, 1024, 2, remat)
+    assert parts["activations"] == pytest.approx(2 * 4 * 1024 * 24 * 1024 * 4 / 4)  # 2 x 4 rows, h/4 fp32
+    assert parts["gradients"] == 0.0  # none yet at the turn; the update's 8 B/param is smaller than the turn
+    assert sum(parts.values()) / 2**20 == pytest.approx(2944, rel=0.05)
+    # four microbatches run one at a time in the loop: one microbatch's inputs beside the carried fp32 sum
+    looped = live_step(medium, placement(medium, 16, 4, 4), 1024, 4, remat)
+    assert looped["activations"] == pytest.approx(parts["activations"] / 2)
+    assert looped["gradients"] == pytest.approx(4 * medium.num_params / 4)
+
+
 def test_live_zero2_makes_a_whole_gradient_per_microbatch():
     """ZeRO-2 keeps a 1/n flat shard of the sum, but each microbatch's backward makes the whole gradient
     and its flat copy before the reduce-scatter."""
@@ -182,3 +207,27 @@ def test_live_accumulation_and_pipeline_in_flight():
                          head_rows=8, accumulates=False)
     block = 20 * 768 * 4 + 2 * 12 * 1024 * 4
     assert live_step(GPT2, pipe, 1024, 4, FP32)["activations"] == pytest.approx(7 * 2 * 1024 * 6 * block)
+
+
+def test_live_pipeline_blocks_in_a_scan_keep_jax_residual_list():
+    """live's pipeline runs a stage's blocks in a scan inside the scan over ticks, both differentiated
+    from outside: each block keeps JAX's own residual list (the layer norms' three fp32 values and their
+    outputs, whole on every device; q, k, v, the attention output, the fc output and the GELU's five
+    intermediates, split), stacked over the M + S - 1 ticks, beside the whole batch's fp32 logits twice
+    and the whole gathered embedding. XLA's GPU buffer assignment of this very step (gpt2, fp32, B=8,
+    2 microbatches, 2 stages of 2 tensor-parallel A100s): the stack 8208 MiB, the peak 12097 MiB."""
+    pytest.importorskip("jax")
+    from geosim.live.train.techniques.pipeshard import placement
+
+    pipe = placement(GPT2, 8, 2, 4, 2)
+    assert pipe.scanned and pipe.in_flight == 3 and pipe.tensor_parallel == 2
+    parts = live_step(GPT2, pipe, 1024, 2, FP32)
+    h, t = 768, 2
+    block = (6 * 4 + 2 * 4 + 28 * 4 / t) * h + 2 * 4 * 12 * 1024 / t  # per token
+    assert parts["activations"] == pytest.approx(3 * 6 * 4 * 1024 * block)
+    assert parts["activations"] / 2**20 == pytest.approx(8208, rel=0.001)
+    assert parts["transient"] == pytest.approx(8 * 1024 * (2 * 50257 * 4 + 2 * h * 4) + 50257 * h * 4)
+    assert sum(parts.values()) / 2**20 == pytest.approx(12097, rel=0.02)
+    # the same blocks straight-line (not in a scan) keep XLA's fused list: 20 h-wide values, 2 split over t
+    straight = live_step(GPT2, replace(pipe, scanned=False), 1024, 2, FP32)["activations"]
+    assert straight == pytest.approx(3 * 6 * 4 * 1024 * ((2 + 18 / t) * h * 4 + 2 * 4 * 12 * 1024 / t))

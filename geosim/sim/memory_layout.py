@@ -209,7 +209,11 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
 # - the turn holds every block's residuals, the loss's logits twice in fp32 (the head casts to
 #   fp32: the logits and their softmax), and the tied embedding's gradient, which the head's
 #   backward makes first;
-# - the GELU is the tanh form: its backward keeps the tanh (4h) besides its input and output.
+# - the GELU is the tanh form: its backward keeps the tanh (4h) besides its input and output;
+# - live's pipeline runs its blocks in a differentiated scan: JAX's own residual list per block, stacked
+#   over the ticks and kept whole through the backward loop (JAX_SCANNED_*; LivePlacement.scanned);
+# - remat keeps a block's input, split over a tensor-parallel group outside a scan; two microbatches
+#   (live's one-step scan, unrolled) run both forwards before either backward.
 
 JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, fc out, GELU's tanh and out (4h each)
 JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
@@ -218,25 +222,46 @@ JAX_LOGIT_VALUES = 2.0  # per vocabulary entry, fp32: the logits and their softm
 JAX_UPDATE_COPIES = 2.0  # at the update, per parameter held: the gradient and its flat copy for the one reduction (fp32)
 
 
-def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions, tensor_parallel: int = 1) -> float:
-    """One block's residuals per token in live's step (see above), on one GPU of a tensor-parallel group."""
+# A block inside a scan that is differentiated from outside it (live's pipeline: a scan over ticks around a
+# scan over the stage's layers) keeps JAX's own residual list: the forward loop writes every residual
+# JAX's linearization names into a stacked loop output, and XLA cannot rebuild the cheap elementwise ones
+# in the backward's fusions across the loop boundary as it does in straight-line code. Per token and block
+# (read off the scan's outputs in XLA's buffer assignment, and jax.ad_checkpoint.print_saved_residuals):
+JAX_SCANNED_LN_FP32_H_VALUES = 6.0  # each layer norm in fp32 (Flax upcasts): x squared, x - mean, the normalized x
+JAX_SCANNED_LN_OUT_H_VALUES = 2.0  # each layer norm's output in the compute dtype
+JAX_SCANNED_SPLIT_H_VALUES = 28.0  # q, k, v, the merged attention output (h each); the MLP's fc output and
+#                                    the tanh-GELU's five intermediates (4h each): split over a tensor-parallel group
+
+
+def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions, tensor_parallel: int = 1,
+                              scanned: bool = False) -> float:
+    """One block's residuals per token in live's step (see above), on one GPU of a tensor-parallel group;
+    `scanned`: the block runs inside a differentiated scan and keeps JAX's own residual list."""
     e, t, h = options.value_bytes, tensor_parallel, model.n_embd
-    replicated = JAX_REPLICATED_H_VALUES
-    h_values = (replicated + (JAX_BLOCK_H_VALUES - replicated) / t) * h * e
     scores = model.n_head * seq_len / t * (JAX_SCORE_FP32_VALUES * 4.0 if options.precision == "fp32"
                                            else 4.0 + e)  # 16-bit: the fp32 softmax and its 16-bit cast
+    if scanned:
+        replicated_bytes = JAX_SCANNED_LN_FP32_H_VALUES * 4.0 + JAX_SCANNED_LN_OUT_H_VALUES * e
+        return (replicated_bytes + JAX_SCANNED_SPLIT_H_VALUES * e / t) * h + scores
+    replicated = JAX_REPLICATED_H_VALUES
+    h_values = (replicated + (JAX_BLOCK_H_VALUES - replicated) / t) * h * e
     return h_values + scores
 
 
 def jax_activations(model: Model, sequences: float, seq_len: int, layers: int, options: LayoutOptions,
-                    tensor_parallel: int = 1) -> tuple[float, float]:
+                    tensor_parallel: int = 1, scanned: bool = False) -> tuple[float, float]:
     """(kept, rebuilt) bytes of one microbatch of `sequences` through `layers` blocks: the residuals kept
     for the backward, and under remat, besides the block inputs kept, the one block rebuilt at a time."""
     tokens = sequences * seq_len
-    block = jax_block_bytes_per_token(model, seq_len, options, tensor_parallel)
     if options.remat and layers:
-        return tokens * layers * model.n_embd * options.value_bytes, tokens * block
-    return tokens * layers * block, 0.0
+        # a block's saved input is the residual stream, which the SPMD partitioner keeps split over a tensor-
+        # parallel group between blocks (reduce-scatter after the row-parallel matmul, all-gather before the
+        # layer norm), so each device keeps 1/t of it; a scan's stacked carry stays whole (the pipeline).
+        # The block rebuilt in the backward runs straight-line (inside the loop body under a scan).
+        split = 1 if scanned else tensor_parallel
+        return (tokens * layers * model.n_embd * options.value_bytes / split,
+                tokens * jax_block_bytes_per_token(model, seq_len, options, tensor_parallel))
+    return tokens * layers * jax_block_bytes_per_token(model, seq_len, options, tensor_parallel, scanned), 0.0
 
 
 def jax_head_bytes(model: Model, sequences: float, seq_len: int, options: LayoutOptions, copies: float = 1.0,
@@ -267,6 +292,11 @@ class LivePlacement:
     tree_accumulator: bool = True  # the gradient sum is shaped like the parameters (not a flat shard)
     accumulates: bool = True  # microbatches are summed in a carried gradient (not a pipeline's schedule)
     heads_in_flight: float = 1  # microbatches whose logits are held at once
+    # the blocks run inside a scan differentiated from outside (live's pipeline: `in_flight` is then its
+    # ticks): each block keeps JAX's own residual list (JAX_SCANNED_*), stacked over the ticks, and the
+    # backward loop copies one tick's slice out of the stack beside it
+    scanned: bool = False
+    head_gathers_embedding: bool = False  # the tied head all-gathers the whole fp32 embedding (not split)
 
 
 def live_step(model: Model, placement: LivePlacement, seq_len: int, microbatches: int,
@@ -277,19 +307,30 @@ def live_step(model: Model, placement: LivePlacement, seq_len: int, microbatches
     optimizer_held = pl.params_held if pl.optimizer_held is None else pl.optimizer_held
     parts = {"weights": 4.0 * pl.params_held, "master": 0.0, "optimizer": 8.0 * optimizer_held + pl.extra_state_bytes}
     in_flight, accumulator = pl.in_flight, 0.0
-    if options.remat and pl.accumulates:
+    if options.remat and pl.accumulates and mb > 1 and in_flight == 1:
         # remat: the turn is the head's (the blocks keep only their inputs, a block is rebuilt only once
-        # the logits are gone) on one microbatch, beside the fp32 gradient sum carried from the earlier
-        # ones; the head's embedding gradient is added into that sum in place where it is a tree like
-        # the parameters (not ZeRO-2's flat shard)
-        in_flight = 1
-        accumulator = 4.0 * pl.grads_held if mb > 1 else 0.0
-    kept, rebuilt = jax_activations(model, pl.rows, seq_len, pl.layers, options, tensor)
-    turn = in_flight * kept + (0.0 if pl.accumulates else rebuilt)  # remat: a block is rebuilt once the logits are gone
+        # the logits are gone); when the loop runs the microbatches one at a time, beside the fp32 gradient
+        # sum carried from the earlier ones (the head's embedding gradient is added into that sum in place
+        # where it is a tree like the parameters, not ZeRO-2's flat shard). Two microbatches (the unrolled
+        # one-step scan, in_flight 2) run both forwards before either backward: no gradient exists yet at
+        # their turn, and both keep their block inputs.
+        accumulator = 4.0 * pl.grads_held
+    kept, rebuilt = jax_activations(model, pl.rows, seq_len, pl.layers, options, tensor, pl.scanned)
+    embedding_split = 1 if pl.head_gathers_embedding else tensor
+    turn = in_flight * kept
     head = jax_head_bytes(model, pl.rows if pl.head_rows is None else pl.head_rows, seq_len, options,
-                          min(in_flight, pl.heads_in_flight), tensor)
+                          min(in_flight, pl.heads_in_flight), embedding_split)
     if accumulator and pl.tree_accumulator:
-        head -= model.vocab * model.n_embd * 4.0 / tensor
+        head -= model.vocab * model.n_embd * 4.0 / embedding_split
+    if pl.scanned:
+        # the backward's loop body, once the logits are gone (the stack is not: XLA frees the stacked loop
+        # output only after the loop): one tick's slice copied out of the stack, under remat the rebuilt
+        # block, one block's backward buffers (score gradients, the MLP's 4h-wide gradients) and the
+        # stage's weight gradients carried over the ticks (fp32)
+        block_backward = pl.rows * seq_len * block_transient_bytes_per_token(model, seq_len, options, tensor)
+        head = max(head, kept + rebuilt + block_backward + 4.0 * pl.microbatch_grads)
+    elif not pl.accumulates:
+        turn += rebuilt  # remat: a block is rebuilt once the logits are gone
     # the update: a microbatch's whole gradient (fp32) and its flat copy for the one reduction, beside
     # a flat shard's carried sum (ZeRO-2 scatters every microbatch's whole gradient into it)
     update = JAX_UPDATE_COPIES * 4.0 * pl.microbatch_grads + (0.0 if pl.tree_accumulator else 4.0 * pl.grads_held)

@@ -131,15 +131,12 @@ class Pipeshard(Technique):
 TECHNIQUE = Pipeshard
 
 
-# ticks' worth of residuals the scan over a stage's layers, nested in the scan over ticks, holds in its
-# own loop buffers, forward and backward (XLA does not write a nested loop's stack in place into the
-# outer one): measured on XLA's GPU buffer assignment, docs/results/2026-11-25-memory-xla.md
-NESTED_SCAN_TICKS = 2
-
-
 def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
     """A stage's blocks split over its devices, the embeddings (held by every stage) too; GPipe in a scan
-    over M + S - 1 ticks keeps every tick's residuals; every stage runs the head on the whole batch."""
+    over M + S - 1 ticks keeps every tick's residuals, each block's as JAX lists them (the blocks run in a
+    scan inside that scan: memory_layout.JAX_SCANNED_*); every stage runs the head on the whole batch,
+    with the tied embedding all-gathered whole (the partitioner gathers the stage's n_embd-split table
+    for the lookup and keeps it for the head)."""
     from geosim.sim.memory_layout import LivePlacement
 
     s = stages or min(2, devices)
@@ -147,5 +144,5 @@ def placement(model, global_batch: int, microbatches: int, devices: int, stages:
     layers = model.n_layer / s
     held = (layers * model.params_per_layer + model.embedding_params) / tensor
     return LivePlacement(rows=global_batch / microbatches, layers=layers, params_held=held, grads_held=held, microbatch_grads=held,
-                         in_flight=microbatches + s - 1 + NESTED_SCAN_TICKS, tensor_parallel=tensor,
-                         head_rows=global_batch, accumulates=False)
+                         in_flight=microbatches + s - 1, tensor_parallel=tensor,
+                         head_rows=global_batch, accumulates=False, scanned=True, head_gathers_embedding=True)
