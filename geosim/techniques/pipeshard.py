@@ -24,7 +24,7 @@ from geosim.structure import host_groups, host_list, hosts_at, site_orders, site
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable, with_options
-from geosim.techniques.shard import layers_ops
+from geosim.techniques.shard import compiled_ops, layers_ops
 
 NAME = "pipeshard"
 LABEL = "Pipeshard"  # how tables and verdicts name it
@@ -219,8 +219,6 @@ def with_runtime_pipeline_ops(case: Case, program: list, meshes: list[list[Devic
     (pipeshard_sends_every_tick); pipeshard_tick_collectives run once a tick and pipeshard_step_collectives
     once a step, among the j-th device of every stage, after the microbatches, each after the runtime's
     launch cost. Unchanged for a runtime that declares none (alpa: the study's predictions)."""
-    from geosim.techniques.shard import compiled_ops
-
     model, workload, params = case.model, case.workload, case.params
     runtime = runtime_of(workload, params)
     S = len(meshes)

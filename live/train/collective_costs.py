@@ -117,7 +117,7 @@ def transport_share_s(params=None, count: int = SMALL_COUNT, elements: int = SMA
     cluster = Cluster("loopback", hosts, (Link("a", "b", LOOPBACK_RTT_S, LOOPBACK_BPS),))
     devices = [Device(i, h.name, 0, gpu) for i, h in enumerate(hosts)]
     program = [Collective("allreduce", (0, 1), elements * 4.0, "ring", ("psum", i), "psum") for i in range(count)]
-    schedule = Schedule("data", devices, {d.rank: list(program) for d in devices}, {0: 0.0, 1: 0.0})
+    schedule = Schedule("loopback psums", devices, {d.rank: list(program) for d in devices}, {0: 0.0, 1: 0.0})
     workload = Workload(global_batch=2, microbatches=1, runtime="jax")
     result = run_schedule(schedule, cluster, params, workload, iterations=3, network=network_model("tcp"))
     return result.iteration_time(2) / count

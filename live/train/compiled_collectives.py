@@ -162,7 +162,7 @@ def layer_tables(technique: str, model_name: str = "small-wan", vocab: int = 257
             "total_two_layers": sum(two.values())}
 
 
-def pipeline_tables(technique: str = "pipeshard", model_name: str = "small-wan", vocab: int = 257,
+def pipeline_tables(technique: str, model_name: str = "small-wan", vocab: int = 257,
                     global_batch: int = 8, microbatches: int = 1, stages: int = 2) -> dict:
     """What live's pipeline step (GPipe over M + S - 1 ticks, one device per stage) runs besides the M sends
     per direction a pipeline schedule has: {"tick": collectives run once a tick (the embedding's cotangent
@@ -219,7 +219,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--layer-tables":  # --layer-tables TECHNIQUE [MODEL]
         print(json.dumps(layer_tables(*sys.argv[2:4]), indent=1))
         sys.exit(0)
-    if len(sys.argv) > 1 and sys.argv[1] == "--pipeline-tables":  # --pipeline-tables [TECHNIQUE [MODEL]]
+    if len(sys.argv) > 2 and sys.argv[1] == "--pipeline-tables":  # --pipeline-tables TECHNIQUE [MODEL]
         print(json.dumps(pipeline_tables(*sys.argv[2:4]), indent=1))
         sys.exit(0)
     sys.exit(main(sys.argv[1:]))
