@@ -127,7 +127,10 @@ def test_the_jax_runtimes_fixed_costs_are_measured_by_two_gloo_processes_on_loop
 
     costs = measure(repeat=3, timeout_s=300)
     assert all(math.isfinite(v) and v >= 0 for v in costs.values())
-    assert costs["step_32_small_s"] > costs["step_s"] and costs["collective_launch_s"] > 0
+    assert costs["step_32_small_s"] > costs["step_s"] and costs["collective_launch_gross_s"] > 0
+    # net of what the TCP model already charges: on a quiet machine the model charges more than the
+    # measured gross (0.34 against 0.22-0.29 ms), so the net is 0 there, never below
+    assert costs["collective_launch_s"] == max(0.0, costs["collective_launch_gross_s"] - costs["transport_share_s"])
     assert {f"allreduce_{size}_s" for size in (1024, 262_144, 1_048_576, 6_616_064)} <= set(costs)
     assert costs["cores"] >= 1
 
