@@ -53,6 +53,12 @@ class Runtime:
     # live/train/compiled_collectives.py). Empty: Megatron's count (shard.collectives_per_layer).
     shard_layer_collectives: tuple[tuple[str, int, float], ...] = ()
     shard_step_collectives: tuple[tuple[str, int, float], ...] = ()
+    # what this runtime's pipeline step runs besides the schedule's stage sends (jax: live's GPipe scan,
+    # read by compiled_collectives.pipeline_tables): per tick (M + S - 1 a step) and once a step
+    pipeshard_tick_collectives: tuple[tuple[str, int, float], ...] = ()
+    pipeshard_step_collectives: tuple[tuple[str, int, float], ...] = ()
+    # the runtime's pipeline loop exchanges between stages on every tick (M + S - 1), not once a microbatch
+    pipeshard_sends_every_tick: bool = False
     source: str = ""
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
@@ -92,9 +98,10 @@ class Runtime:
 # file's transport.collective_step_rtts): what a runtime's own collective_step_rtts replaces
 STEP_RTTS_MODEL = "tcp"
 NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "collective_step_rtts")
-COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives")
+COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipeshard_tick_collectives",
+                    "pipeshard_step_collectives")
 COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
-KEYS = {"description", "source", "overlap_backward", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS,
+KEYS = {"description", "source", "overlap_backward", "pipeshard_sends_every_tick", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS,
         *COLLECTIVE_LISTS}
 _SHIPPED: dict[str, Runtime] = {}
 
@@ -121,7 +128,7 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
             values[key] = tuple(sorted((str(k), float(v)) for k, v in value.items()))
         elif key in COLLECTIVE_LISTS:
             values[key] = collective_list(value, source, where)
-        elif key == "overlap_backward":
+        elif key in ("overlap_backward", "pipeshard_sends_every_tick"):
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=where)
             values[key] = value

@@ -89,8 +89,10 @@ def test_validate_recovers_a_held_out_rtt_of_simulated_jax_runs():
 
 @pytest.mark.slow
 def test_the_evening_validate_runs_regenerate_the_pages_table():
-    """docs/results/2026-11-25-runtime-validation.md (evening): 25 ms held out within 15% from the
-    compiled collectives, the measured fixed costs and a fit of round trips alone; the runs name their load."""
+    """docs/results/2026-11-25-runtime-validation.md (evening, second refit): 25 ms held out from the compiled
+    collectives (Pipeshard's bubble-tick sends and per-tick all-reduces included), the measured fixed costs
+    (jax's launch cost net of the TCP model's, so none) and a fit of round trips alone: within 15% but for
+    Pipeshard; the runs name their load."""
     from pathlib import Path
 
     from geosim.records import read_records
@@ -100,7 +102,8 @@ def test_the_evening_validate_runs_regenerate_the_pages_table():
     assert all({"fastest_iteration_s", "load_before", "load_after", "cores"} <= set(r.measured) for r in records)
     rep, _ = live_validate.validate_records(records, 25.0, max_nfev=40)
     held = {r.technique: r.error for r in rep.rows if r.role == "held out"}
-    assert set(held) == {"data", "zero2", "shard", "pipeshard"} and rep.within_target, held
-    assert {k: round(v, 3) for k, v in held.items()} == {"data": -0.096, "zero2": 0.027, "shard": -0.091,
-                                                         "pipeshard": -0.104}
+    assert set(held) == {"data", "zero2", "shard", "pipeshard"}
+    assert {k: round(v, 3) for k, v in held.items()} == {"data": -0.095, "zero2": 0.028, "shard": -0.069,
+                                                         "pipeshard": -0.161}
+    assert not rep.within_target  # Pipeshard's step is sublinear in the RTT, the model's is not (the page)
     assert any("above the 2 cores" in w for w in rep.warnings)

@@ -24,14 +24,14 @@ from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
 from geosim.sim.network import least_delay
-from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
+from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._settings import option, tunable, with_options
-from geosim.techniques.shard import layers_ops
+from geosim.techniques.shard import compiled_ops, layers_ops
 
 NAME = "pipeshard"
 LABEL = "Pipeshard"  # how tables and verdicts name it
@@ -221,6 +221,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 program += forward(warmup + m) + backward(m)
             for m in range(M - warmup, M):
                 program += backward(m)
+            program = with_runtime_pipeline_ops(case, program, meshes, j, b)
             if dev.rank in grad_groups:
                 shard_tag = (group.index(dev.rank),) if intra == "shard-data" else ()
                 program.append(Collective("allreduce", grad_groups[dev.rank], held * workload.bytes_per_value,
@@ -264,6 +265,42 @@ def _host_groups(mesh: list[Device]) -> list[list[Device]]:
         raise GeosimError(f"a shard-data stage needs the same number of GPUs on each of its hosts "
                           f"({', '.join(f'{grp[0].host}: {len(grp)}' for grp in groups)})", key="intra_stage")
     return groups
+
+
+def with_runtime_pipeline_ops(case: Case, program: list, meshes: list[list[Device]], j: int,
+                              microbatch: float) -> list:
+    """A stage's program with what the workload's runtime runs in a pipeline step besides the schedule's
+    sends (jax: live's compiled GPipe scan; geosim/data/runtimes.toml): its loop exchanges activations and
+    their gradients on every tick, M + S - 1, so S - 1 bubble sends follow each direction's last real one
+    (pipeshard_sends_every_tick); pipeshard_tick_collectives run once a tick and pipeshard_step_collectives
+    once a step, among the j-th device of every stage, after the microbatches, each after the runtime's
+    launch cost. Unchanged for a runtime that declares none (alpa: the study's predictions)."""
+    model, workload, params = case.model, case.workload, case.params
+    runtime = runtime_of(workload, params)
+    S = len(meshes)
+    if S < 2 or any(len(m) <= j for m in meshes):
+        return program
+    out = list(program)
+    if runtime.pipeshard_sends_every_tick:
+        for kind in ("act", "grad"):
+            for cls in (Send, Recv):
+                last = max((i for i, op in enumerate(out) if isinstance(op, cls) and op.tag[0] == kind), default=None)
+                if last is None:
+                    continue
+                op = out[last]
+                out[last + 1:last + 1] = [op._replace(tag=(f"bubble {kind}", *op.tag[1:], k)) for k in range(S - 1)]
+    if not (runtime.pipeshard_tick_collectives or runtime.pipeshard_step_collectives):
+        return out
+    group = tuple(m[j].rank for m in meshes)
+    launch = ((Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s),)
+              if runtime.collective_launch_s else ())
+    act_bytes = microbatch * workload.seq_len * model.n_embd * workload.bytes_per_value
+    algorithm = params.for_technique("collectives", NAME)
+    for t in range(workload.microbatches + S - 1):
+        out += compiled_ops(runtime.pipeshard_tick_collectives, group, act_bytes, algorithm, launch, ("tick", j, t),
+                            "tick")
+    return out + compiled_ops(runtime.pipeshard_step_collectives, group, act_bytes, algorithm, launch, ("step", j),
+                              "step")
 
 
 def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int, head: bool, intra: str,

@@ -62,6 +62,52 @@ def collectives(hlo_text: str, devices: int) -> list[tuple[str, str, int]]:
     return out
 
 
+# a computation's first line ("%name (params) -> shape {" or "ENTRY %name ..."), a while loop's body and trip count
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_WHILE_BODY = re.compile(r"\bwhile\(.*?\bbody=%([\w.\-]+)")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_CALLED = re.compile(r"\b(?:calls|to_apply)=%([\w.\-]+)")
+
+
+def executed_collectives(hlo_text: str, devices: int) -> list[tuple[str, str, int, int]]:
+    """collectives() with how many times each runs in one execution of the program: a collective inside a
+    while loop's body (a scan: live's pipeline ticks) runs once per trip (XLA's known_trip_count; nested
+    loops multiply). (HLO op, simulator op, bytes, times)."""
+    bodies: dict[str, list[str]] = {}
+    entry, current = None, None
+    for line in hlo_text.splitlines():
+        m = _COMPUTATION.match(line) if line and not line.startswith(" ") else None
+        if m:
+            current = m.group(1)
+            bodies[current] = []
+            entry = current if line.startswith("ENTRY") else entry
+        elif current is not None:
+            bodies[current].append(line)
+    if entry is None:
+        raise ValueError("no ENTRY computation in the HLO text")
+    times: Counter = Counter()
+
+    def visit(name: str, n: int) -> None:
+        times[name] += n
+        for line in bodies.get(name, ()):
+            loop = _WHILE_BODY.search(line)
+            if loop:
+                trips = _TRIPS.search(line)
+                if trips is None:
+                    raise ValueError(f"a while loop without a known trip count: {line.strip()[:120]}")
+                visit(loop.group(1), n * int(trips.group(1)))
+            for called in _CALLED.findall(line):
+                if called in bodies and called != name:
+                    visit(called, n)
+
+    visit(entry, 1)
+    out = []
+    for name, lines in bodies.items():
+        for op, sim, nbytes in collectives("\n".join(lines), devices):
+            out.append((op, sim, nbytes, times[name]))
+    return out
+
+
 def compile_collectives(case: dict, devices: list) -> list[tuple[str, str, int]]:
     from geosim.live.train.compiled_memory import compiled_step
 
@@ -116,8 +162,40 @@ def layer_tables(technique: str, model_name: str = "small-wan", vocab: int = 257
             "total_two_layers": sum(two.values())}
 
 
+def pipeline_tables(technique: str, model_name: str = "small-wan", vocab: int = 257,
+                    global_batch: int = 8, microbatches: int = 1, stages: int = 2) -> dict:
+    """What live's pipeline step (GPipe over M + S - 1 ticks, one device per stage) runs besides the M sends
+    per direction a pipeline schedule has: {"tick": collectives run once a tick (the embedding's cotangent
+    summed over the stages), "step": once a step (the shared parameters' gradients, the loss), in
+    runtimes.toml's form, and "extra_sends": stage exchanges (collective-permutes) beyond the M per
+    direction: those of the S - 1 bubble ticks}."""
+    from geosim.scenario import get_model
+    from geosim.specs import Model
+
+    base = get_model(model_name)
+    dims = {"n_layer": base.n_layer, "n_embd": base.n_embd, "n_head": base.n_head, "vocab": vocab, "n_ctx": base.n_ctx}
+    case = {"technique": technique, "model": model_name, "dims": dims, "precision": "fp32",
+            "global_batch": global_batch, "microbatches": microbatches, "stages": stages, "executed": True}
+    row = run_cases(stages, [case])[0]
+    if "error" in row:
+        raise RuntimeError(row["error"])
+    ticks = microbatches + stages - 1
+    tick, step, extra_sends = [], [], 0
+    for op, sim, nbytes, times in row["collectives"]:
+        if op == "collective-permute" and times == ticks:  # a stage exchange each tick: M are the schedule's sends
+            extra_sends += ticks - microbatches
+        elif times == ticks:
+            tick.append((sim, nbytes))
+        elif times == 1:
+            step.append((sim, nbytes))
+        else:
+            raise RuntimeError(f"a {op} of {nbytes} B runs {times} times a step: neither once nor once a tick ({ticks})")
+    act = activations_of(case, Model(name=model_name, **dims))
+    return {"tick": table(tick, act), "step": table(step, act), "extra_sends": extra_sends}
+
+
 def main(argv: list[str]) -> int:
-    from geosim.live.train.compiled_memory import prepare_environment
+    from geosim.live.train.compiled_memory import compiled_step, prepare_environment
 
     count = int(argv[0])
     prepare_environment("cpu", count)
@@ -128,7 +206,9 @@ def main(argv: list[str]) -> int:
         if line.strip():
             case = json.loads(line)
             try:
-                result = {"collectives": compile_collectives(case, devices)}
+                compiled = compiled_step(case, devices).as_text()
+                result = {"collectives": executed_collectives(compiled, count) if case.get("executed")
+                          else collectives(compiled, count)}
             except Exception as exc:  # one case failing must not lose the others
                 result = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             print(json.dumps({**case, **result}), flush=True)
@@ -138,5 +218,8 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--layer-tables":  # --layer-tables TECHNIQUE [MODEL]
         print(json.dumps(layer_tables(*sys.argv[2:4]), indent=1))
+        sys.exit(0)
+    if len(sys.argv) > 2 and sys.argv[1] == "--pipeline-tables":  # --pipeline-tables TECHNIQUE [MODEL]
+        print(json.dumps(pipeline_tables(*sys.argv[2:4]), indent=1))
         sys.exit(0)
     sys.exit(main(sys.argv[1:]))
