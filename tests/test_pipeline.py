@@ -229,3 +229,22 @@ def test_more_microbatches_shrink_the_bubble_with_an_ideal_network():
         fractions.append(b.bubble_s / (b.compute_s + b.bubble_s))
     assert fractions == sorted(fractions, reverse=True)
     assert fractions[0] == pytest.approx(3 / 4, rel=1e-9)
+
+
+@pytest.mark.parametrize("sizes", [(1, 2), (2, 1), (2, 1, 2)])
+def test_jax_bubble_sends_reach_every_peer_of_stages_of_unlike_sizes(sizes):
+    """Under jax every real activation and gradient send is followed by S - 1 bubble sends: with stages of
+    different GPU counts each GPU repeats its last microbatch's sends to every peer, and a GPU with no
+    counterpart in another stage still gets its bubbles (they once left a send unmatched: the run failed)."""
+    from geosim.sim.schedule import Recv, Send
+
+    cluster = Cluster("unlike", tuple(Host(f"h{i}", "S0", (CATALOG["T4"],) * n) for i, n in enumerate(sizes)), ())
+    workload = Workload(global_batch=8, microbatches=2, seq_len=256, tokens_per_epoch=2 ** 22, epochs=1, runtime="jax")
+    case = Case(cluster, GPT2, workload, default_params())
+    schedule = build_schedule("pipeshard", case)
+    sends = sorted((r, op.dst, op.tag) for r, ops in schedule.programs.items() for op in ops if type(op) is Send)
+    recvs = sorted((op.src, r, op.tag) for r, ops in schedule.programs.items() for op in ops if type(op) is Recv)
+    assert sends == recvs
+    real = [s for s in sends if not s[2][0].startswith("bubble")]
+    assert len(sends) - len(real) == (len(sizes) - 1) * len({(a, b, t[0]) for a, b, t in real})
+    assert predict(case, "pipeshard").ok

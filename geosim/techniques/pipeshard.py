@@ -278,7 +278,7 @@ def with_runtime_pipeline_ops(case: Case, program: list, meshes: list[list[Devic
     model, workload, params = case.model, case.workload, case.params
     runtime = runtime_of(workload, params)
     S = len(meshes)
-    if S < 2 or any(len(m) <= j for m in meshes):
+    if S < 2:
         return program
     out = list(program)
     if runtime.pipeshard_sends_every_tick:
@@ -287,9 +287,13 @@ def with_runtime_pipeline_ops(case: Case, program: list, meshes: list[list[Devic
                 last = max((i for i, op in enumerate(out) if isinstance(op, cls) and op.tag[0] == kind), default=None)
                 if last is None:
                     continue
-                op = out[last]
-                out[last + 1:last + 1] = [op._replace(tag=(f"bubble {kind}", *op.tag[1:], k)) for k in range(S - 1)]
-    if not (runtime.pipeshard_tick_collectives or runtime.pipeshard_step_collectives):
+                # the last microbatch's ops of this kind: one per peer where the next mesh has another
+                # number of GPUs (copying the last op alone left its other peers' bubbles unmatched)
+                final = [op for op in out if isinstance(op, cls) and op.tag == out[last].tag]
+                out[last + 1:last + 1] = [op._replace(tag=(f"bubble {kind}", *op.tag[1:], k))
+                                          for k in range(S - 1) for op in final]
+    # the collectives run among the j-th GPU of every stage: none where a stage has fewer GPUs
+    if not (runtime.pipeshard_tick_collectives or runtime.pipeshard_step_collectives) or any(len(m) <= j for m in meshes):
         return out
     group = tuple(m[j].rank for m in meshes)
     launch = ((Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s),)
