@@ -34,6 +34,7 @@ from geosim.structure import hosts_at, sites
 from geosim.runtime import runtime_of
 from geosim.techniques import _floor, pipeshard, sparseloco
 from geosim.techniques._base import check_dims, devices_of
+from geosim.techniques._pipeline_floor import iteration_floor_s
 from geosim.techniques._settings import option, tunable, with_options
 from geosim.techniques._lowcomm import (add_outer_state, assemble, build_replica, replica_hosts, replica_workload,
                                         sparse_gather_ops)
@@ -216,7 +217,7 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
         except GeosimError:
             return 0.0
         # the whole case's network (the pipeline's sends cross it beside the other replicas' traffic)
-        step = max(step, pipeshard.iteration_floor_s(
+        step = max(step, iteration_floor_s(
             case, hosts, inner, {"meshes": [[h] for h in pipeline], "layer_split": layers,
                                  "activation_compression": s.activation_compression}))
     runtime = runtime_of(workload, params)

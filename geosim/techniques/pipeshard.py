@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
-from geosim.sim.network import least_delay
 from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
-from geosim.techniques._settings import option, tunable, with_options
+from geosim.techniques._pipeline_floor import iteration_floor_s, overlaps, stage_gpus
+from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import compiled_ops, layers_ops
 
 NAME = "pipeshard"
@@ -100,19 +100,6 @@ def split_layers(n_layer: int, speeds: list[float], how: str, explicit: list[int
     return greedy(candidates[lo])
 
 
-def _overlaps(n_from: int, n_to: int) -> list[tuple[int, int, float]]:
-    """(sender j, receiver k, fraction of the microbatch) for data slices that overlap:
-    GPU j of a mesh of n holds [j/n, (j+1)/n) of each microbatch."""
-    pairs = []
-    for j in range(n_from):
-        first, last = (j * n_to) // n_from, -(-((j + 1) * n_to) // n_from) - 1
-        for k in range(first, min(last, n_to - 1) + 1):
-            lo, hi = max(j / n_from, k / n_to), min((j + 1) / n_from, (k + 1) / n_to)
-            if hi > lo + 1e-12:
-                pairs.append((j, k, hi - lo))
-    return pairs
-
-
 def build(case: Case, settings: Settings) -> Schedule:
     cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
     check_dims(model, workload)
@@ -159,8 +146,8 @@ def build(case: Case, settings: Settings) -> Schedule:
         by_host = len(tp_groups) > 1  # tags name the host: each host's collectives are its own
         last = s == S - 1
         prev_mesh, next_mesh = (meshes[s - 1] if s else None), (meshes[s + 1] if not last else None)
-        from_prev = _overlaps(len(prev_mesh), g) if prev_mesh else []
-        to_next = _overlaps(g, len(next_mesh)) if next_mesh else []
+        from_prev = overlaps(len(prev_mesh), g) if prev_mesh else []
+        to_next = overlaps(g, len(next_mesh)) if next_mesh else []
         first = s == 0
         stage_params = layers[s] * model.params_per_layer + (model.embedding_params if first else 0) + (
             model.vocab * model.n_embd if last and S > 1 else 0)
@@ -534,14 +521,6 @@ def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str
             + (f", intra-stage {intra}" if intra else ""))
 
 
-def stage_gpus(case: Case, hosts: tuple[str, ...], options: dict) -> list[tuple]:
-    """The GPUs of each pipeline stage of an option: a VM's per stage, or one each on a lone VM."""
-    by_name = {h.name: h for h in case.cluster.hosts}
-    if "meshes" not in options:
-        return [(g,) for g in by_name[hosts[0]].gpus]
-    return [tuple(g for h in mesh for g in by_name[h].gpus) for mesh in options["meshes"]]
-
-
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
     """A floor under the predicted total time: the larger of two paths through an iteration that
     every run takes, whatever the network does beyond its best case.
@@ -562,180 +541,3 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     iteration = iteration_floor_s(case, hosts, w, options) + runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
     return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
-
-
-def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict) -> float:
-    """plan_floor_s's floor under one iteration of the option on `hosts` (options: its meshes and
-    layer_split at least), its runtime's fixed overhead left out: the larger of the busiest stage's
-    microbatches with the fill and drain, and the microbatches' round trips (see plan_floor_s).
-    The hybrid's floor (geosim.techniques.hybrid) bounds its pipelined replica's inner steps by it."""
-    w, params = workload, case.params
-    layers = options["layer_split"]
-    tables = _floor_tables(case)
-    meshes = options.get("meshes")
-    layout = tuple(map(tuple, meshes)) if meshes is not None else (hosts[0],)
-    stages = tables["stages"].get(layout)
-    if stages is None:
-        stages = []
-        for gpus in stage_gpus(case, hosts, options):
-            kinds = tuple({g.name: g for g in gpus}.values())
-            # the GPUs by identity (the tables hold the cluster that holds them): hashing each would cost more
-            stages.append((len(gpus), kinds, tuple(map(id, kinds))))
-        tables["stages"][layout] = stages
-    # a stage's times depend on its GPUs, layers and place, and the workload's shape alone: the
-    # planner weighs thousands of layer splits and stage orders over a few kinds of stage, so each is timed once
-    shape = (w.global_batch, w.microbatches, w.seq_len, w.checkpointing, w.precision)
-    times_of = tables["times"]
-    count = len(stages)
-    per_microbatch, forward_s, backward_s, sharding = [], [], [], []
-    for s, (size, kinds, ids) in enumerate(stages):
-        key = (size, ids, layers[s], s == 0, s == count - 1, shape)
-        known = times_of.get(key)
-        if known is None:
-            known = times_of[key] = _stage_times(case, w, size, kinds, layers[s], s == 0, s == count - 1)
-        sharding.append(_sharding_floor_s(case, hosts, options, w, s, layers[s]))
-        per_microbatch.append(known[0] + sharding[-1])
-        forward_s.append(known[1])
-        backward_s.append(known[2])
-    busiest = max(range(count), key=per_microbatch.__getitem__)
-    iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
-    settings = with_options(params.settings(NAME), options, NAME)
-    if settings.intra_stage in ("data", "shard-data") and options.get("meshes") and getattr(case, "network", "tcp") == "tcp":
-        # a stage's gradient all-reduce over several hosts: its whole buffer enters every host of the
-        # mesh through its network port (geosim.techniques._floor), after the stage's microbatches;
-        # under shard-data each GPU's buffer is its shard, all-reduced over one GPU of each host
-        by_name = {h.name: h for h in case.cluster.hosts}
-        for s, mesh in enumerate(options["meshes"]):
-            if len(mesh) > 1:
-                stage_params = layers[s] * case.model.params_per_layer + (case.model.embedding_params if s == 0 else 0) + (
-                    case.model.vocab * case.model.n_embd if s == count - 1 else 0)
-                port = min(params.lan_bandwidth_bps / 8 * (len(by_name[h].gpus) if by_name[h].nic == "per-gpu"
-                                                                  else 1) for h in mesh)
-                g = stages[s][0]  # a ring enters each host once per step: 2(g-1) chunks of 1/g
-                if settings.intra_stage == "shard-data":
-                    # a ring of GPU i of each host, of the shard GPU i holds (one ring's bytes: the hosts'
-                    # rings need not share a port)
-                    tp = g // len(mesh)
-                    g, stage_params = len(mesh), stage_params - layers[s] * 12 * case.model.n_embd ** 2 * (1 - 1 / tp)
-                share = 2 * (g - 1) / g if params.collectives.get(NAME, "ring") == "ring" else 1.0
-                iteration = max(iteration, w.microbatches * per_microbatch[s]
-                                + share * stage_params * w.bytes_per_value / port)
-    if count > 1 and settings.intra_stage in ("data", "shard-data"):
-        trips = -(-w.microbatches // count) if settings.schedule == "1f1b" else 1
-        crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
-        # shard-data: a path's compute is its tensor-parallel ops (no data-parallel floor for them), its
-        # activation all-reduces at least the rings' steps
-        compute = sum(forward_s) + sum(backward_s) if settings.intra_stage == "data" else sum(sharding)
-        iteration = max(iteration, trips * (compute + crossings))
-    return iteration
-
-
-# (id of the cluster, of the model, of the params) -> (them, the floor's tables): which GPUs each
-# stage layout has, and each stage's times per microbatch. Holding the objects keeps their ids
-# from being reused while the entry is kept.
-_FLOOR_TABLES: dict[tuple, tuple] = {}
-
-
-def _floor_tables(case: Case) -> dict:
-    key = (id(case.cluster), id(case.model), id(case.params))
-    known = _FLOOR_TABLES.get(key)
-    if known is None or known[0] is not case.cluster or known[1] is not case.model or known[2] is not case.params:
-        if len(_FLOOR_TABLES) >= 8:
-            _FLOOR_TABLES.clear()
-        known = _FLOOR_TABLES[key] = (case.cluster, case.model, case.params, {"stages": {}, "times": {}})
-    return known[3]
-
-
-def _stage_times(case: Case, w, size: int, kinds: tuple, layers: int, first: bool, last: bool
-                 ) -> tuple[float, float, float]:
-    """(the slowest GPU's forward + backward, the fastest forward, the fastest backward) of one
-    microbatch on a stage of `size` GPUs of these kinds, as engine.compute_timer times them: a
-    flat-rate device, else the op-level model."""
-    params, timer = case.params, compute_model(case.params)
-    sequences = w.global_batch / w.microbatches / size
-    times = []
-    for g in kinds:
-        if g.name in params.efficiency:
-            flops = forward_flops(case.model, w, sequences, layers, last)
-            rate = g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]
-            times.append((flops / rate, flops * (3.0 if w.checkpointing else 2.0) / rate))
-        else:
-            times.append(tuple(timer.seconds(work(phase, case.model, w, sequences, layers, last, first), g,
-                                             w.precision) for phase in ("forward", "backward")))
-    # a path runs through one GPU of each stage: the fastest's forward and backward
-    return max(f + b for f, b in times), min(f for f, _ in times), min(b for _, b in times)
-
-
-# (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the
-# same VMs for hundreds of options; holding the cluster and params keeps their ids from being reused
-_NETWORKS: dict[tuple, tuple] = {}
-
-
-def _sharding_floor_s(case: Case, hosts: tuple[str, ...], options: dict, w, stage: int, layers: int) -> float:
-    """A shard-data stage's activation all-reduces of one microbatch (Shard's layer_ops, inside a host):
-    a ring's 2(t-1) steps follow one another (each forwards the chunk the step before brought), each
-    at least the least delay of a send of a 1/t chunk between two of the host's GPUs."""
-    if "meshes" not in options or options.get("intra_stage") != "shard-data":
-        return 0.0
-    mesh = options["meshes"][stage]
-    t = len(case.cluster.host(mesh[0]).gpus)
-    if t < 2 or case.params.for_technique("collectives", "shard") != "ring":
-        return 0.0
-    devices, least_delay_s, known = _network(case, hosts)
-    nbytes = w.global_batch / w.microbatches / len(mesh) * w.seq_len * case.model.n_embd * w.bytes_per_value
-    key = ("ring step", mesh[0], nbytes)
-    if key not in known:  # options differing in their layer split or other stages step alike
-        a, b = [d.rank for d in devices if d.host == mesh[0]][:2]
-        per_half = max(1, case.params.settings("shard").collectives_per_layer // 2)  # as layer_ops counts them
-        known[key] = 2 * per_half * 2 * (t - 1) * least_delay_s(a, b, nbytes / t, False)
-    return layers * known[key]
-
-
-def _network(case: Case, hosts: tuple[str, ...]):
-    """(devices, least delay of a send, crossings already computed) of the case on `hosts`, cached."""
-    key = (id(case.cluster), id(case.params), hosts, case.network)
-    known = _NETWORKS.get(key)
-    if known is None or known[0] is not case.cluster or known[1] is not case.params:
-        if len(_NETWORKS) >= 8:  # a 1,024-GPU network holds a route per pair of its hosts: keep few
-            _NETWORKS.clear()
-        on = case.on(hosts).cluster
-        devices = devices_of(on)
-        # the best case of the network model predict() runs for this case
-        known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay(case.network, on, case.params, devices),
-                                  {})
-    return known[2:]
-
-
-def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:
-    """Seconds a microbatch's activations take at least to cross every stage boundary forward, plus
-    its gradients back: per boundary the least delay of any of its sends (build()'s sends)."""
-    devices, least_delay_s, crossings = _network(case, hosts)
-    act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
-    layout = (tuple(map(tuple, options["meshes"])) if "meshes" in options else None, act_bytes)
-    if layout in crossings:  # options differing only in their layer split cross alike
-        return crossings[layout]
-    if "meshes" not in options:
-        meshes = [[d] for d in devices]
-        boundaries = [(before, after, None) for before, after in zip(meshes, meshes[1:])]
-    else:
-        names = [tuple(mesh) for mesh in options["meshes"]]
-        boundaries = [(None, None, (a, b, act_bytes)) for a, b in zip(names, names[1:])]
-    total = 0.0
-    for before, after, key in boundaries:
-        # stage orders share most of their boundaries: each (hosts before, hosts after, bytes) once
-        known = crossings.get(key) if key is not None else None
-        if known is None:
-            if key is not None:
-                before = [d for d in devices if d.host in key[0]]
-                after = [d for d in devices if d.host in key[1]]
-            # a send's least delay depends on its hosts and bytes only: each such send once
-            pairs = {(before[j].host, after[k].host, frac): (before[j].rank, after[k].rank)
-                     for j, k, frac in _overlaps(len(before), len(after))}
-            known = (min(least_delay_s(a, b, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items()),
-                     min(least_delay_s(b, a, act_bytes * frac, True) for (_, _, frac), (a, b) in pairs.items()))
-            if key is not None:
-                crossings[key] = known
-        total += known[0]
-        total += known[1]
-    crossings[layout] = total
-    return total
