@@ -110,6 +110,13 @@ def accumulation(model: Model, workload: Workload, sequences: float, group: tupl
     return Repeat(ops, workload.microbatches, group, ("microbatch",), "microbatches")
 
 
+def launch_ops(runtime) -> tuple:
+    """What the runtime costs to launch one collective, as ops to put before it: none where it
+    declares no launch cost (Alpa)."""
+    seconds = runtime.collective_launch_s
+    return (Compute(0.0, "collective launch", kind="overhead", seconds=seconds),) if seconds else ()
+
+
 def combined(op: str, group: tuple[int, ...], nbytes: float, algorithm: str, tag: tuple, label: str,
              params: Params, workload: Workload | None = None) -> Repeat:
     """A gradient-sized collective as the runtime runs it: XLA's combiner packs the tensors into
@@ -119,6 +126,6 @@ def combined(op: str, group: tuple[int, ...], nbytes: float, algorithm: str, tag
     runtime = runtime_of(workload, params) if workload is not None else None
     buffers = runtime.buffers(nbytes, params) if runtime else max(1, math.ceil(nbytes / params.combine_bytes))
     ops: tuple = (Collective(op, group, nbytes / buffers, algorithm, tag, label),)
-    if runtime and runtime.collective_launch_s and len(group) > 1:  # a group of one launches nothing
-        ops = (Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s),) + ops
+    if runtime and len(group) > 1:  # a group of one launches nothing
+        ops = launch_ops(runtime) + ops
     return Repeat(ops, buffers, group, tag + ("buffers",), f"{label} ({buffers} buffers)")

@@ -23,7 +23,8 @@ from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.techniques import _floor
 from geosim.techniques._base import (accumulation, backward_multiplier, check_dims, combined, devices_of, forward_flops,
-                                     microbatch_per_gpu, optimizer_op, overhead_op, pass_ops, update_op, work)
+                                     launch_ops, microbatch_per_gpu, optimizer_op, overhead_op, pass_ops, update_op,
+                                     work)
 from geosim.units import MIB
 
 NAME = "data"
@@ -76,8 +77,7 @@ def _overlapped(model, workload, params, group, per_gpu, grad_bytes, runtime):
         flops = forward_flops(model, workload, per_gpu, layers, head) * backward_multiplier(workload)
         pieces.append(Compute(flops, f"backward (bucket {i + 1} of {buckets})",
                               work=work("backward", model, workload, per_gpu, layers, head, embedding)))
-    launch = ([Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s)]
-              if runtime.collective_launch_s else [])
+    launch = launch_ops(runtime)
     programs = {}
     for rank in group:
         peers = [q for q in group if q != rank]

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
-from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
+from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
-from geosim.techniques._base import (check_dims, devices_of, forward_flops, optimizer_op, overhead_op, pass_ops,
+from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._pipeline_floor import iteration_floor_s, overlaps, stage_gpus
 from geosim.techniques._settings import option, tunable
@@ -283,8 +283,7 @@ def with_runtime_pipeline_ops(case: Case, program: list, meshes: list[list[Devic
     if not (runtime.pipeshard_tick_collectives or runtime.pipeshard_step_collectives) or any(len(m) <= j for m in meshes):
         return out
     group = tuple(m[j].rank for m in meshes)
-    launch = ((Compute(0.0, "collective launch", kind="overhead", seconds=runtime.collective_launch_s),)
-              if runtime.collective_launch_s else ())
+    launch = launch_ops(runtime)
     act_bytes = microbatch * workload.seq_len * model.n_embd * workload.bytes_per_value
     algorithm = params.for_technique("collectives", NAME)
     for t in range(workload.microbatches + S - 1):

@@ -15,7 +15,7 @@ from geosim.runtime import runtime_of
 from geosim.specs import Model, Params, Workload
 from geosim.techniques import _floor
 from geosim.techniques._settings import tunable
-from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, optimizer_op, overhead_op, pass_ops,
+from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 
 NAME = "shard"
@@ -47,8 +47,7 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
     algorithm = params.for_technique("collectives", NAME)
     per_half = max(1, collectives_per_layer // 2)
     # each all-reduce pays the runtime's launch cost (gloo's call through XLA:CPU for jax; none for Alpa)
-    launch_s = runtime_of(workload, params).collective_launch_s if p > 1 else 0.0
-    launch = (Compute(0.0, "collective launch", kind="overhead", seconds=launch_s),) if launch_s else ()
+    launch = launch_ops(runtime_of(workload, params)) if p > 1 else ()
     forward, backward = [], []
     for direction, ops, mult in (("fwd", forward, 1.0), ("bwd", backward, backward_multiplier(workload))):
         phase = "forward" if direction == "fwd" else "backward"
@@ -110,8 +109,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     held = memory_layout.auto_sharded_params(model, p)
     microbatch = (forward, head_fwd, head_bwd, backward, update_op(model, held))
     if compiled and runtime.shard_step_collectives:  # the embedding's, the logits' and the optimizer's
-        launch_s = runtime.collective_launch_s
-        launch = (Compute(0.0, "collective launch", kind="overhead", seconds=launch_s),) if launch_s else ()
+        launch = launch_ops(runtime)
         act_bytes = batch * workload.seq_len * model.n_embd * workload.bytes_per_value
         microbatch += tuple(compiled_ops(runtime.shard_step_collectives, group, act_bytes,
                                          params.for_technique("collectives", NAME), launch, ("step",), "step"))
