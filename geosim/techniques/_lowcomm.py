@@ -236,10 +236,19 @@ def plan_variants(case: Case, hosts: tuple[str, ...], **_):
     (the default), and where a site holds several hosts, a replica per site, data parallel inside
     it (what a cross-region run does: the wide-area links carry only the outer synchronization)."""
     yield {}, None
-    chosen = [h for h in case.cluster.hosts if h.name in hosts]
+    groups = site_groups(case, hosts)
+    if groups:
+        yield {}, {"replicas": groups}
+
+
+def site_groups(case: Case, hosts: tuple[str, ...]) -> list[tuple[str, ...]] | None:
+    """The chosen hosts by site (scenario order), where a replica per site differs from one per host
+    and from a single replica: several sites, one of them with several hosts; else None."""
     by_site: dict[str, list[str]] = {}
-    for h in chosen:
-        by_site.setdefault(h.site, []).append(h.name)
+    for h in case.cluster.hosts:
+        if h.name in hosts:
+            by_site.setdefault(h.site, []).append(h.name)
     if len(by_site) > 1 and any(len(v) > 1 for v in by_site.values()):
-        yield {}, {"replicas": [tuple(v) for v in by_site.values()]}
+        return [tuple(v) for v in by_site.values()]
+    return None
 

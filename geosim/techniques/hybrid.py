@@ -37,7 +37,7 @@ from geosim.techniques._base import check_dims, devices_of
 from geosim.techniques._pipeline_floor import iteration_floor_s
 from geosim.techniques._settings import option, tunable, with_options
 from geosim.techniques._lowcomm import (add_outer_state, assemble, build_replica, replica_hosts, replica_workload,
-                                        sparse_gather_ops)
+                                        site_groups, sparse_gather_ops)
 
 NAME = "hybrid"
 LOW_COMMUNICATION = True  # more tokens for the same loss: ranked on time to a target
@@ -160,11 +160,7 @@ def plan_variants(case: Case, hosts: tuple[str, ...], **_):
     does it is the per-host option's one pipeline: it is offered only where both kinds of replica
     are left."""
     yield {}, None
-    chosen = [h for h in case.cluster.hosts if h.name in hosts]
-    by_site: dict[str, int] = {}
-    for h in chosen:
-        by_site[h.site] = by_site.get(h.site, 0) + 1
-    if len(by_site) > 1 and max(by_site.values()) > 1:
+    if site_groups(case, hosts):
         on = case.on(hosts)
         state = sparseloco.state_bytes_per_param(on.params.settings(NAME))
         try:
