@@ -16,9 +16,10 @@ put in the simulator's vocabulary by the bytes a rank moves: an all-to-all of T 
 all-gather of T does, a collective-permute of T (every rank sends T to its neighbour) what an
 all-gather of T x p / (p - 1) does.
 
-`python -m geosim.live.train.compiled_collectives DEVICES` reads cases (compiled_memory's form) as
-JSON lines on stdin and prints each case's collectives as one JSON line; layer_tables() drives it
-(`--layer-tables TECHNIQUE [MODEL]` prints the tables).
+Each compile runs in a worker process of its own (`run_cases`, through compiled_memory's: the device
+count is fixed when JAX starts); layer_tables() and pipeline_tables() drive it, and
+`python -m geosim.live.train.compiled_collectives --layer-tables TECHNIQUE [MODEL]` (or
+`--pipeline-tables`) prints the tables.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
 import sys
 from collections import Counter
 
@@ -115,14 +115,13 @@ def compile_collectives(case: dict, devices: list) -> list[tuple[str, str, int]]
 
 
 def run_cases(devices: int, cases: list[dict], timeout_s: float = 900.0) -> list[dict]:
-    """Compile `cases` on `devices` CPU devices in a fresh process (the count is fixed when JAX starts);
-    per case {"collectives": [[hlo op, simulator op, bytes], ...]} or {"error": ...}."""
-    proc = subprocess.run([sys.executable, "-m", "geosim.live.train.compiled_collectives", str(devices)],
-                          input="".join(json.dumps(c) + "\n" for c in cases), capture_output=True, text=True,
-                          timeout=timeout_s)
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode or len(rows) != len(cases):
-        raise RuntimeError(f"compile process failed ({proc.returncode}): {proc.stderr[-500:]}")
+    """Compile `cases` on `devices` CPU devices in a fresh process (compiled_memory's worker: the count is
+    fixed when JAX starts); per case {"collectives": [[hlo op, simulator op, bytes], ...]} or {"error": ...}."""
+    from geosim.live.train.compiled_memory import run_cases as run_compiles
+
+    rows = run_compiles("cpu", devices, cases, timeout_s, worker="geosim.live.train.compiled_collectives")
+    if len(rows) != len(cases):
+        raise RuntimeError(f"the compile process answered {len(rows)} of {len(cases)} cases")
     return rows
 
 
@@ -194,25 +193,15 @@ def pipeline_tables(technique: str, model_name: str = "small-wan", vocab: int = 
     return {"tick": table(tick, act), "step": table(step, act), "extra_sends": extra_sends}
 
 
-def main(argv: list[str]) -> int:
-    from geosim.live.train.compiled_memory import compiled_step, prepare_environment
+def case_collectives(case: dict, devices: list) -> dict:
+    """One case's collectives (compiled_memory's worker calls this): every tensor collective of the
+    compiled step, or with case["executed"] each counted as often as its loops run it."""
+    from geosim.live.train.compiled_memory import compiled_step
 
-    count = int(argv[0])
-    prepare_environment("cpu", count)
-    import jax
-
-    devices = jax.devices()[:count]
-    for line in sys.stdin:
-        if line.strip():
-            case = json.loads(line)
-            try:
-                compiled = compiled_step(case, devices).as_text()
-                result = {"collectives": executed_collectives(compiled, count) if case.get("executed")
-                          else collectives(compiled, count)}
-            except Exception as exc:  # one case failing must not lose the others
-                result = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            print(json.dumps({**case, **result}), flush=True)
-    return 0
+    compiled = compiled_step(case, devices).as_text()
+    count = len(devices)
+    return {"collectives": executed_collectives(compiled, count) if case.get("executed")
+            else collectives(compiled, count)}
 
 
 if __name__ == "__main__":
@@ -222,4 +211,10 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--pipeline-tables":  # --pipeline-tables TECHNIQUE [MODEL]
         print(json.dumps(pipeline_tables(*sys.argv[2:4]), indent=1))
         sys.exit(0)
-    sys.exit(main(sys.argv[1:]))
+    if len(sys.argv) != 3:
+        print("usage: python -m geosim.live.train.compiled_collectives --layer-tables | --pipeline-tables "
+              "TECHNIQUE [MODEL]   (or BACKEND DEVICES: run_cases' worker, cases on stdin)", file=sys.stderr)
+        sys.exit(2)
+    from geosim.live.train.compiled_memory import serve
+
+    sys.exit(serve(sys.argv[1], int(sys.argv[2]), case_collectives))  # run_cases' worker: BACKEND DEVICES

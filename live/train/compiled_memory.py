@@ -121,7 +121,14 @@ def compiled_step(case: dict, devices: list):
 
 
 def main() -> int:
-    backend, count = sys.argv[1], int(sys.argv[2])
+    """`python -m geosim.live.train.compiled_memory BACKEND DEVICES`: XLA's memory figures of the cases
+    read as JSON lines on stdin, one JSON line each."""
+    return serve(sys.argv[1], int(sys.argv[2]), compile_case)
+
+
+def serve(backend: str, count: int, answer) -> int:
+    """The worker's loop: `count` devices of `backend`, then answer(case, devices) for each case read as
+    a JSON line on stdin, printed as one JSON line (also compiled_collectives' worker)."""
     prepare_environment(backend, count)
     import warnings
 
@@ -141,7 +148,7 @@ def main() -> int:
             continue
         case = json.loads(line)
         try:
-            result = compile_case(case, devices)
+            result = answer(case, devices)
         except Exception as exc:  # one case failing (a shape that does not divide) must not lose the others
             result = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         print(json.dumps({**case, **result}), flush=True)
@@ -189,16 +196,17 @@ def cpu_correction(case: dict, devices: int) -> float:
     return 0.0
 
 
-def run_cases(backend: str, devices: int, cases: list[dict], timeout_s: float = 3600.0, each=None) -> list[dict]:
+def run_cases(backend: str, devices: int, cases: list[dict], timeout_s: float = 3600.0, each=None,
+              worker: str = "geosim.live.train.compiled_memory") -> list[dict]:
     """Compile `cases` in a fresh process with `devices` devices of `backend`; XLA's figures per case
-    (or {"error": ...}), each also handed to `each` as it comes. The device count is fixed when JAX
-    starts, hence the process."""
+    (or what another `worker` module's serve() answers: compiled_collectives') or {"error": ...}, each
+    also handed to `each` as it comes. The device count is fixed when JAX starts, hence the process."""
     import subprocess
     import tempfile
 
     rows = []
     with tempfile.TemporaryFile("w+") as errors:
-        proc = subprocess.Popen([sys.executable, "-m", "geosim.live.train.compiled_memory", backend, str(devices)],
+        proc = subprocess.Popen([sys.executable, "-m", worker, backend, str(devices)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True)
         try:
             proc.stdin.write("".join(json.dumps(c) + "\n" for c in cases))
