@@ -35,6 +35,9 @@ MEASURED_KEYS = {
     "load_before": "the machine's 1-minute load average when the timed steps began",
     "load_after": "the machine's 1-minute load average when the timed steps ended",
     "cores": "CPU cores of the machine the run shared (os.cpu_count)",
+    # live runs on the emulated WAN (live/wan/connections.py)
+    "tcp_window_kib": "the TCP window the run's own connections were given, read with `ss`: the peer's advertised "
+                      "window while data moved, or what was in flight while more waited, if less; KiB",
 }
 WORKLOAD_KEYS = ("tokens_per_epoch", "seq_len", "global_batch", "microbatches", "precision", "epochs", "checkpointing",
                  "runtime")
@@ -72,7 +75,7 @@ MEASURED_RANGES = {
     "total_time_s": (1e-6, 1e10), "time_per_iteration_s": (1e-6, 1e8), "tflops_per_gpu": (1e-9, 1e7),
     "tokens_per_s": (1e-6, 1e13), "peak_memory_gib": (0.0, 1e5), "compile_time_s": (0.0, 1e8), "steps": (0, 1e12),
     "fastest_iteration_s": (1e-6, 1e8), "cpu_per_iteration_s": (0.0, 1e8), "load_before": (0.0, 1e6),
-    "load_after": (0.0, 1e6), "cores": (1, 1e7),
+    "load_after": (0.0, 1e6), "cores": (1, 1e7), "tcp_window_kib": (1.0, 1e9),
 }
 OPTIONAL_STRINGS = ("scenario", "source", "backend", "collective_impl", "error", "note", "when", "run_id")
 

@@ -107,8 +107,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bandwidth-gbps", type=float, default=1.0,
                         help="egress cap of every emulated host, Gbit/s (default %(default)s; 0 = none)")
     parser.add_argument("--tcp-window-kib", type=float, default=128.0, metavar="N",
-                        help="cap TCP buffers in the emulated hosts at N KiB (geosim live wan up --tcp-window-kib); the "
-                             "effective window, measured once on a 40 ms slice, goes in the records' link as window_mib "
+                        help="cap TCP buffers in the emulated hosts at N KiB (geosim live wan up --tcp-window-kib); each "
+                             "run's link gets the window its own connections had (read with ss while it ran; a "
+                             "transfer on a 40 ms slice measures the fallback) as window_mib "
                              "(default %(default)s; 0 = no cap, BDP-sized buffers)")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's n_ctx)")
     parser.add_argument("--data", default="generated", help="training data (default %(default)s: offline)")
@@ -213,15 +214,17 @@ def effective_window_mib(tcp_window_kib: float, bandwidth_mbit: float | None, st
 def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window_mib: float | None = None) -> dict:
     """The link's RTT as measured on the slice (at 0.1 ms the kernel path's own ~0.1-0.3 ms is
     not negligible); the requested one stays in the note and the slice's name. window_mib: the
-    effective TCP window measured under the slice's buffer cap (effective_window_mib)."""
+    effective TCP window measured under the slice's buffer cap (effective_window_mib), for a record
+    without its own connections' window (measured.tcp_window_kib, live/wan/connections.py)."""
     doc = json.loads(json.dumps(doc))
+    own = "tcp_window_kib" in (doc.get("measured") or {})  # the run's own connections' window
     for link in doc["cluster"]["links"]:
         link["rtt_ms"] = round(max(measured_ms, 1e-3), 4)
-        if window_mib:
+        if window_mib and not own:
             link["window_mib"] = round(window_mib, 5)
     doc["cluster"]["name"] = f"wan-rtt{requested_ms:g}ms"
     doc["note"] = (doc.get("note") or "") + f"; RTT requested {requested_ms:g} ms, measured {measured_ms:.3f} ms"
-    if window_mib:
+    if window_mib and not own:
         doc["note"] += f"; effective TCP window {window_mib * 1024:.1f} KiB (measured)"
     return doc
 

@@ -207,6 +207,9 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
     tails: list[list[str]] = [[] for _ in range(n)]
     pumps = []
     started = time.monotonic()
+    from geosim.live.wan.connections import ConnectionSampler
+
+    sampler = ConnectionSampler(wan).start()  # the window the run's own connections get
     with tempfile.TemporaryFile() as out0:
         try:
             for i in range(n):
@@ -235,6 +238,7 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
                 interrupts.check()  # SIGINT/SIGTERM to this process: stop the children (finally)
                 time.sleep(0.1)
         finally:
+            sampler.stop()
             _kill(procs)
             for t in pumps:
                 t.join(timeout=2)
@@ -250,13 +254,21 @@ def run_on_wan(opts, *, wan=None, cpu_devices: int = 1, timeout_s: float = 900.0
         raise GeosimError(f"process 0 reported no record (exit codes {codes}); host {bad}: {_tail(tails[bad])}")
     losses = doc.pop("losses", [])
     step_times = doc.pop("step_times_s", [])
-    doc = to_wan_record(doc, wan)
+    connections = sampler.summary()
+    if connections is None and (wan.extra or {}).get("tcp_window_kib"):
+        why = sampler.errors[-1] if sampler.errors else "no sample caught data moving"
+        print(f"geosim: note: the run's TCP window was not measured ({why[:120]}); its link keeps the slice's "
+              "buffer cap as its window", file=sys.stderr)
+    doc = to_wan_record(doc, wan, connections)
     return WanRun(record=doc, losses=losses, step_times=step_times, wall_s=time.monotonic() - started,
                   returncodes=codes)
 
 
-def to_wan_record(doc: dict, wan) -> dict:
-    """Process 0's record (its inline cluster says the devices per host) -> the same run on the slice."""
+def to_wan_record(doc: dict, wan, connections: dict | None = None) -> dict:
+    """Process 0's record (its inline cluster says the devices per host) -> the same run on the slice.
+    connections: ConnectionSampler.summary(); under a TCP buffer cap the window the run's own
+    connections were given becomes its links' window_mib (the cap's share of it depends on how
+    the run drains its sockets: live/wan/connections.py)."""
 
     local = doc.get("cluster") or {}
     per_host = [len(h["gpus"]) for h in local.get("hosts", [])] or [1] * len(wan.hosts)
@@ -265,10 +277,19 @@ def to_wan_record(doc: dict, wan) -> dict:
     doc = dict(doc)
     doc["cluster"] = wan_cluster(wan, per_host, (local.get("gpus") or None))
     doc.pop("scenario", None)
+    window_note = ""
+    if connections:
+        window_kib = connections["window_bytes"] / 1024
+        doc["measured"] = dict(doc.get("measured") or {}, tcp_window_kib=round(window_kib, 3))
+        if (wan.extra or {}).get("tcp_window_kib"):
+            for link in doc["cluster"]["links"]:
+                link["window_mib"] = round(window_kib / 1024, 6)
+            window_note = f"; window_mib: the run's own connections' ({window_kib:.1f} KiB, read with ss)"
     bw = f"{wan.bandwidth_mbit:g} Mbit/s per host" if wan.bandwidth_mbit else "no bandwidth cap"
     note = (f"emulated WAN slice {wan.id}: {len(wan.hosts)} namespaces, RTT {wan.rtt_ms[0][1]:g} ms, {bw}"
             + (f", jitter {wan.jitter_ms:g} ms" if wan.jitter_ms else "") + (f", loss {wan.loss:g}" if wan.loss else "")
             + (f", TCP window {wan.extra['tcp_window_kib']:g} KiB" if (wan.extra or {}).get("tcp_window_kib") else ""))
+    note += window_note
     doc["note"] = f"{doc['note']}; {note}" if doc.get("note") else note
     validate(doc, "geosim live run --hosts wan")  # the record must be one calibrate can read
     return doc
