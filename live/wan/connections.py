@@ -10,8 +10,11 @@ wscale 7). The same bytes then take 1.6x the round trips at 25 ms, which is why 
 grew less than linearly with the RTT. So a run records the window its own connection had, the way
 it records the RTT its slice measured, and the simulator limits its flows to that.
 
-`ss -tin` prints, per established socket, the peer's advertised window as `snd_wnd` (bytes).
-Sampling costs one short `ip netns exec ss` a host per interval (~3 ms of CPU).
+`ss -tin` prints, per established socket, the peer's advertised window (`snd_wnd`, bytes), the
+segments in flight (`unacked`) and the bytes written but not yet sent (`notsent`): in flight while
+something waits is what the sender itself allows (its buffer, its congestion control), which can be
+less than the peer advertises (summary()). Sampling costs one short `ip netns exec ss` a host per
+interval (~3 ms of CPU).
 """
 
 from __future__ import annotations
