@@ -32,8 +32,9 @@ RANGES: dict[str, Plausible] = {
     "rtt_ms": Plausible(0.01, 1000.0, "ms", "a round trip between VMs",
                         "a LAN round trip through NICs and a switch takes >= ~10 us; light in fibre needs ~200 ms "
                         "to the antipodes and a geostationary satellite hop ~600 ms"),
-    "window_mib": Plausible(0.0625, 1024.0, "MiB", "a TCP window",
-                            "TCP's window scaling allows at most 1 GiB (RFC 7323); Linux starts at 64 KiB"),
+    "window_mib": Plausible(1 / 64, 1024.0, "MiB", "a TCP window",
+                            "TCP's window scaling allows at most 1 GiB (RFC 7323); a socket buffer capped at 128 KiB "
+                            "gave a measured 61.5 KiB, and under ~16 KiB a window is a few segments"),
     "memory_gib": Plausible(1.0, 300.0, "GiB", "a GPU's memory", "the largest GPUs of 2026 hold 288 GB (B300)"),
     "fp16_tensor_tflops": Plausible(1.0, 5000.0, "TFLOP/s", "a GPU's dense fp16 tensor rate",
                                     "B200: ~2,250 dense fp16 TFLOP/s; a T4: 65"),
