@@ -34,14 +34,14 @@ def test_parse_ss_reads_each_socket_and_its_window():
     assert len(sockets) == 3
     gloo = sockets[("10.213.0.1:36045", "10.213.0.2:51040")]
     # rcvmss and advmss are other fields than mss
-    assert gloo == {"mss": 1448, "cwnd": 170, "bytes_acked": 9658816, "bytes_received": 9729776, "snd_wnd": 101120}
+    assert gloo == {"mss": 1448, "bytes_acked": 9658816, "bytes_received": 9729776, "snd_wnd": 101120}
 
 
 def sampler_with(series: dict) -> ConnectionSampler:
     """series: key -> [(snd_wnd, bytes moved)] or [(snd_wnd, bytes moved, in flight, not sent)], a
     sample a second."""
     s = ConnectionSampler(fake_slice())
-    s.samples = {key: [Sample(t, p[0], 0, p[1], *p[2:]) for t, p in enumerate(points)] for key, points in series.items()}
+    s.samples = {key: [Sample(t, p[0], p[1], *p[2:]) for t, p in enumerate(points)] for key, points in series.items()}
     return s
 
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 _ADDRESSES = re.compile(r"(\S+):(\d+)\s+(\S+):(\d+)\s*$")
-_FIELD = re.compile(r"\b(snd_wnd|cwnd|mss|bytes_acked|bytes_received|unacked|notsent):(\d+)")
+_FIELD = re.compile(r"\b(snd_wnd|mss|bytes_acked|bytes_received|unacked|notsent):(\d+)")
 
 
 MIN_BLOCKED = 3  # samples with data waiting before what was in flight counts as the cap
@@ -37,7 +37,6 @@ MIN_BLOCKED = 3  # samples with data waiting before what was in flight counts as
 class Sample:
     t: float
     snd_wnd: int  # bytes the peer lets this socket have in flight
-    cwnd_bytes: int
     bytes_moved: int  # bytes_acked + bytes_received: grows while the connection carries data
     in_flight: int = 0  # unacked segments x mss
     notsent: int = 0  # bytes the application wrote that TCP has not sent yet
@@ -85,11 +84,10 @@ class ConnectionSampler:
         now = time.monotonic()
         for key, info in parse_ss(out.stdout):
             local, peer = key
-            if local.rsplit(":", 1)[0] in self._addresses and peer.rsplit(":", 1)[0] in self._addresses \
-                    and local.rsplit(":", 1)[0] != peer.rsplit(":", 1)[0] and "snd_wnd" in info:
+            here, there = local.rsplit(":", 1)[0], peer.rsplit(":", 1)[0]
+            if here in self._addresses and there in self._addresses and here != there and "snd_wnd" in info:
                 self.samples.setdefault((i, local, peer), []).append(
-                    Sample(now, info["snd_wnd"], info.get("cwnd", 0) * info.get("mss", 0),
-                           info.get("bytes_acked", 0) + info.get("bytes_received", 0),
+                    Sample(now, info["snd_wnd"], info.get("bytes_acked", 0) + info.get("bytes_received", 0),
                            info.get("unacked", 0) * info.get("mss", 0), info.get("notsent", 0)))
 
     def summary(self) -> dict | None:
@@ -104,7 +102,7 @@ class ConnectionSampler:
         be, when the kernel clamps the window for part of a run). None without a sample where data
         moved."""
         busiest = max((s[-1].bytes_moved for s in self.samples.values()), default=0)
-        windows, blocked, cwnds, used = [], [], [], 0
+        windows, blocked, used = [], [], 0
         for series in self.samples.values():
             if series[-1].bytes_moved < 0.1 * busiest:  # a coordinator's or a probe's socket
                 continue
@@ -113,7 +111,6 @@ class ConnectionSampler:
             busy = [b for a, b in later if b.bytes_moved > a.bytes_moved]
             windows += [s.snd_wnd for s in busy]
             blocked += [s.in_flight for _, s in later if s.notsent > 0 and s.in_flight > 0]
-            cwnds += [s.cwnd_bytes for s in busy if s.cwnd_bytes]
             used += 1 if busy else 0
         if not windows:
             return None
@@ -121,8 +118,7 @@ class ConnectionSampler:
         in_flight = statistics.median(blocked) if len(blocked) >= MIN_BLOCKED else None
         return {"window_bytes": min(advertised, in_flight) if in_flight else advertised,
                 "advertised_bytes": advertised, "in_flight_bytes": in_flight,
-                "samples": len(windows), "blocked_samples": len(blocked), "connections": used,
-                "cwnd_bytes": statistics.median(cwnds) if cwnds else None}
+                "samples": len(windows), "blocked_samples": len(blocked), "connections": used}
 
 
 def parse_ss(text: str) -> list[tuple[tuple[str, str], dict]]:
