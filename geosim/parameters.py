@@ -142,8 +142,10 @@ SCALARS: tuple[Scalar, ...] = (
 
 TABLES: tuple[Table, ...] = (
     Table("compute.efficiency", "efficiency", "fraction",
-          "a flat fraction of peak for a device the datasheet model does not describe (CPU devices of live runs)",
-          "`geosim live validate` fits it for CPU devices; empty by default", "gpu", range=(1e-6, 1.0)),
+          "a flat fraction of peak for a device the datasheet model does not describe; wins over a runtime's "
+          "measured device constants (runtimes.toml device_compute)",
+          "`geosim live validate` fits it for a CPU device no runtime measured; empty by default", "gpu",
+          range=(1e-6, 1.0)),
     Table("compute.gemm_fraction_by_architecture", "gemm_fraction_by_architecture", "fraction",
           "optional per-generation override of compute.gemm_fraction", "never fitted; empty by default",
           "architecture", range=(1e-4, 1.0)),

@@ -13,7 +13,8 @@ What each cost becomes in a schedule:
 - startup_s: the prediction's start-up (once per run);
 - overlap_backward: Data's gradient buckets are reduced while the backward runs (techniques/data.py);
 - gradient_buckets: how the gradient is cut into collectives (XLA's combiner, one buffer, DDP's buckets);
-- kernel_s: the compute model's launch gap per kernel.
+- kernel_s: the compute model's launch gap per kernel;
+- device_compute: the compute model's constants on a device this runtime's speed was measured on (XLA:CPU).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 
 from geosim.errors import GeosimError
-from geosim.specs import MIB, Params, Workload
+from geosim.specs import MIB, DeviceCompute, Params, Workload
 
 DEFAULT_RUNTIME = "alpa"  # the study's: keeps every prediction the study was fitted with
 SOURCE = "geosim/data/runtimes.toml"
@@ -45,9 +46,10 @@ class Runtime:
     # handshakes: NCCL's credit, gloo's per-step rendezvous); None: the parameters file's
     # transport.collective_step_rtts (NCCL's, fitted to the study)
     collective_step_rtts: float | None = None
-    # flat fraction of the peak this runtime reaches on devices the datasheet compute model does not
-    # describe (XLA:CPU on the CPU "GPUs" of live runs); a parameters file's [compute.efficiency] wins
-    device_efficiency: tuple[tuple[str, float], ...] = ()
+    # the op-level compute model's constants on devices whose speed this runtime measured rather than
+    # the GPU calibration describes (XLA:CPU on the CPU "GPUs" of live runs: live/experiments/cpu_compute.py):
+    # (device name, DeviceCompute); a parameters file's flat [compute.efficiency] wins
+    device_compute: tuple[tuple[str, DeviceCompute], ...] = ()
     # Shard's collectives as this runtime's compiler emits them, (op, count, size in activations): per
     # layer and per step outside the layers (jax: read from live's compiled step by
     # live/train/compiled_collectives.py). Empty: Megatron's count (shard.collectives_per_layer).
@@ -84,9 +86,9 @@ class Runtime:
         changes = {}
         if self.kernel_s is not None and self.kernel_s != params.kernel_s:
             changes["kernel_s"] = self.kernel_s
-        missing = {d: v for d, v in self.device_efficiency if d not in params.efficiency}
+        missing = {d: e for d, e in self.device_compute if d not in params.efficiency}
         if missing:
-            changes["efficiency"] = {**params.efficiency, **missing}
+            changes["device_compute"] = {**params.device_compute, **missing}
         applied = replace(params, **changes) if changes else params
         if self.collective_step_rtts is not None and STEP_RTTS_MODEL in params.networks and \
                 self.collective_step_rtts != params.network(STEP_RTTS_MODEL).collective_step_rtts:
@@ -101,7 +103,7 @@ NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "c
 COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipeshard_tick_collectives",
                     "pipeshard_step_collectives")
 COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
-KEYS = {"description", "source", "overlap_backward", "pipeshard_sends_every_tick", "gradient_buckets", "kernel_us", "device_efficiency", *NUMBERS,
+KEYS = {"description", "source", "overlap_backward", "pipeshard_sends_every_tick", "gradient_buckets", "kernel_us", "device_compute", *NUMBERS,
         *COLLECTIVE_LISTS}
 _SHIPPED: dict[str, Runtime] = {}
 
@@ -120,12 +122,8 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e7:
                 raise GeosimError(f"must be a number in [0, 1e7), got {value!r}", source=source, key=where)
             values["kernel_s" if key == "kernel_us" else key] = float(value) * (1e-6 if key == "kernel_us" else 1.0)
-        elif key == "device_efficiency":
-            if not isinstance(value, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                       and 0 < v <= 1 for v in value.values()):
-                raise GeosimError(f"must be a table of device name = fraction in (0, 1], got {value!r}",
-                                  source=source, key=where)
-            values[key] = tuple(sorted((str(k), float(v)) for k, v in value.items()))
+        elif key == "device_compute":
+            values[key] = device_compute_tables(value, source, where)
         elif key in COLLECTIVE_LISTS:
             values[key] = collective_list(value, source, where)
         elif key in ("overlap_backward", "pipeshard_sends_every_tick"):
@@ -162,6 +160,42 @@ def collective_list(value, source: str, where: str) -> tuple[tuple[str, int, flo
     return tuple(out)
 
 
+# a device's compute constants: key -> (DeviceCompute field, factor from the key's unit to SI, allowed range).
+# A CPU device's datasheet (live/train/record.py's [gpus.CPU]) is nominal: cores x 2.5 GHz x 32 FLOP/cycle,
+# 20 GB/s, so a measured fraction of it may exceed 1 (AVX-512, a faster clock).
+DEVICE_COMPUTE_KEYS = {"gemm_fraction": ("gemm_fraction", 1.0, (1e-4, 10.0)),
+                       "gemm_half_us": ("gemm_half_s", 1e-6, (0.0, 1e4)),
+                       "memory_fraction": ("memory_fraction", 1.0, (1e-4, 10.0)),
+                       "kernel_us": ("kernel_s", 1e-6, (0.0, 1e4))}
+
+
+def device_compute_tables(value, source: str, where: str) -> tuple[tuple[str, DeviceCompute], ...]:
+    """{ DEVICE = { gemm_fraction, gemm_half_us, memory_fraction, kernel_us } } -> ((name, DeviceCompute), ...)."""
+    if not isinstance(value, dict) or not value:
+        raise GeosimError(f"must be a table of device name = {{ {', '.join(DEVICE_COMPUTE_KEYS)} }}, got {value!r}",
+                          source=source, key=where)
+    out = []
+    for device, table in sorted(value.items()):
+        if not isinstance(table, dict) or set(table) != set(DEVICE_COMPUTE_KEYS):
+            raise GeosimError(f"must set exactly {', '.join(DEVICE_COMPUTE_KEYS)}, got {table!r}", source=source,
+                              key=f"{where}.{device}")
+        fields = {}
+        for key, (field, factor, (lo, hi)) in DEVICE_COMPUTE_KEYS.items():
+            v = table[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise GeosimError(f"must be a number in [{lo:g}, {hi:g}], got {v!r}", source=source,
+                                  key=f"{where}.{device}.{key}")
+            fields[field] = float(v) * factor
+        out.append((str(device), DeviceCompute(**fields)))
+    return tuple(out)
+
+
+def device_compute_table(entries) -> dict:
+    """device_compute_tables' inverse: the TOML table a parameters file writes."""
+    return {device: {key: getattr(eff, field) / factor for key, (field, factor, _) in DEVICE_COMPUTE_KEYS.items()}
+            for device, eff in entries}
+
+
 # a table's key -> the Runtime field it sets (the same name but for the launch gap, in microseconds)
 FIELD_OF_KEY = {**{k: k for k in KEYS}, "kernel_us": "kernel_s"}
 
@@ -175,7 +209,7 @@ def runtime_changes_table(runtime: Runtime) -> dict:
         value = getattr(runtime, field)
         if value == getattr(shipped, field) or value is None:  # None: "as the parameters file says", shipped only
             continue
-        table[key] = (value * 1e6 if key == "kernel_us" else dict(value) if key == "device_efficiency"
+        table[key] = (value * 1e6 if key == "kernel_us" else device_compute_table(value) if key == "device_compute"
                       else [{"op": o, "count": n, "activations": a} for o, n, a in value] if key in COLLECTIVE_LISTS
                       else value)
     return table

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from geosim.errors import GeosimError
 from geosim.parameters import missing_value
@@ -190,6 +191,16 @@ class Workload:
         return 4 if self.precision == "fp32" else 2
 
 
+class DeviceCompute(NamedTuple):
+    """The op-level compute model's constants (geosim.sim.compute.Efficiency's) on one kind of device,
+    where its runtime measured them: XLA:CPU on live's CPU devices (geosim/data/runtimes.toml)."""
+
+    gemm_fraction: float
+    gemm_half_s: float
+    memory_fraction: float
+    kernel_s: float
+
+
 @dataclass(frozen=True)
 class Params:
     """Every tunable constant of the simulator, in SI units (seconds, bytes, bit/s).
@@ -238,6 +249,10 @@ class Params:
     # runtime name -> geosim.runtime.Runtime where a fit changed a runtime's fixed costs; empty: as shipped
     # (geosim/data/runtimes.toml, declared there with their sources, not here)
     runtimes: dict[str, object] = field(default_factory=dict)
+    # device name -> DeviceCompute: the op-level model's constants on a device whose speed
+    # the workload's runtime measured (Runtime.applied_to sets it from runtimes.toml's device_compute, e.g.
+    # XLA:CPU on live's CPU devices); a device not here runs with the global constants above
+    device_compute: dict[str, object] = field(default_factory=dict)
     usable_memory_fraction: float = 0.9  # of a GPU's memory, what JAX's allocator preallocates
     memory_margin_fraction: float = 0.1  # within this of the usable memory: "may not fit"
 

@@ -21,7 +21,8 @@ SHIPPED = ROOT / "geosim" / "data" / "params-default.toml"
 # Params fields that are not parameters: where the values came from and what a fit said
 PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "technique_settings",
               "networks",  # each network model's Settings: declared by the model (checked below)
-              "runtimes"}  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/runtime.py)
+              "runtimes",  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/runtime.py)
+              "device_compute"}  # a runtime's measured device constants: declared there too (device_compute)
 
 
 def shipped() -> dict:

@@ -170,3 +170,25 @@ def test_cli_rejects_bad_matrix_before_touching_the_system():
     cli.add_arguments(p)
     with pytest.raises(GeosimError, match="rtt-matrix"):
         cli.run(p.parse_args(["up", "--rtt-matrix", "0,x;1,0"]))
+
+
+def test_the_icmp_checksum_is_rfc_1071s():
+    """RFC 1071's worked example: 00 01 f2 03 f4 f5 f6 f7 sums to 2ddf0, folds to ddf2, whose
+    complement is 220d; a packet carrying its checksum sums to zero; an odd length pads a zero byte."""
+    from geosim.live.wan.probe import icmp_checksum, icmp_echo_request
+
+    assert icmp_checksum(bytes.fromhex("0001f203f4f5f6f7")) == 0x220D
+    packet = icmp_echo_request(0x1234, 7, b"\0" * 48)
+    assert packet[:2] == b"\x08\x00" and packet[4:8] == bytes.fromhex("12340007") and len(packet) == 56
+    assert icmp_checksum(packet) == 0
+    assert icmp_checksum(b"\x01") == icmp_checksum(b"\x01\x00")
+
+
+def test_an_unknown_rtt_method_is_one_line():
+    from geosim.live.wan.measure import measure_rtt
+
+    class Slice:
+        rtt_ms, jitter_ms = [[0, 1], [1, 0]], 0.0
+
+    with pytest.raises(GeosimError, match="unknown RTT method 'tcp'"):
+        measure_rtt(Slice(), method="tcp")

@@ -90,6 +90,18 @@ def test_tcp_window_cap_is_applied_in_every_namespace_and_goes_with_the_slice(sl
     assert subprocess.run(["ip", "netns", "exec", wan.hosts[0].namespace, "true"], capture_output=True).returncode != 0
 
 
+def test_icmp_echo_sees_the_path_without_the_udp_echo_servers_wake_up(slice_up):
+    """The destination's kernel answers an ICMP echo: no process at the far end to schedule. On a
+    0.1 ms slice the UDP echo (a Python server) adds its wake-up; the ICMP figure is the lower one
+    and both stay near what was asked."""
+    wan = slice_up(rtt_ms=0.1)
+    icmp = [measure_rtt(wan, count=30, interval_s=0.005, method="icmp") for _ in range(2)]
+    udp = [measure_rtt(wan, count=30, interval_s=0.005, method="udp") for _ in range(2)]
+    assert all(r["lost"] == 0 and r["method"] == m for rs, m in ((icmp, "icmp"), (udp, "udp")) for r in rs)
+    best_icmp, best_udp = min(r["median_ms"] for r in icmp), min(r["median_ms"] for r in udp)
+    assert 0.05 < best_icmp < best_udp < 2.0, (icmp, udp)
+
+
 def test_slice_is_findable_and_hosts_resolve_their_own_address(slice_up):
     wan = slice_up(rtt_ms=2, hosts=3)
     assert emulator.current(wan.state_path).id == wan.id

@@ -325,8 +325,10 @@ def kernel_flops(ops: list[KernelOp]) -> float:
 class ComputeModel:
     """Seconds of Work on a GPU, cached per (work, GPU, precision)."""
 
-    def __init__(self, efficiency: Efficiency | None = None):
+    def __init__(self, efficiency: Efficiency | None = None, by_device: tuple[tuple[str, tuple], ...] = ()):
         self.efficiency = efficiency or Efficiency()
+        # a device's own constants (geosim.specs.DeviceCompute: a runtime measured its speed)
+        self.by_device = {name: Efficiency(*constants) for name, constants in by_device}
         self._cache: dict[tuple, float] = {}
 
     def seconds(self, work: Work, gpu: GPU, precision: str) -> float:
@@ -343,17 +345,19 @@ class ComputeModel:
             one = self.seconds(work._replace(layers=1, head=False, embedding=False), gpu, precision)
             rest = self.seconds(work._replace(layers=0), gpu, precision)
             return one * work.layers + rest
-        return sum(op_seconds(op, gpu, precision, self.efficiency) for op in kernels(work, precision))
+        eff = self.by_device.get(gpu.name, self.efficiency)
+        return sum(op_seconds(op, gpu, precision, eff) for op in kernels(work, precision))
 
     def breakdown(self, work: Work, gpu: GPU, precision: str) -> dict[str, float]:
         """Seconds per kernel label (summed over the blocks): what the time is made of."""
         out: dict[str, float] = {}
         for op in kernels(work, precision):
-            out[op.label] = out.get(op.label, 0.0) + op_seconds(op, gpu, precision, self.efficiency)
+            out[op.label] = out.get(op.label, 0.0) + op_seconds(op, gpu, precision,
+                                                                self.by_device.get(gpu.name, self.efficiency))
         return out
 
 
-_MODELS: dict[Efficiency, ComputeModel] = {}
+_MODELS: dict[tuple, ComputeModel] = {}
 
 
 def compute_model(params) -> ComputeModel:
@@ -361,9 +365,11 @@ def compute_model(params) -> ComputeModel:
     (a fit re-simulates hundreds of cases with few distinct values)."""
     efficiency = Efficiency(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
                             tuple(sorted(params.gemm_fraction_by_architecture.items())))
-    found = _MODELS.get(efficiency)
+    by_device = tuple(sorted(params.device_compute.items()))
+    key = (efficiency, by_device)
+    found = _MODELS.get(key)
     if found is None:
         if len(_MODELS) > 256:
             _MODELS.clear()
-        found = _MODELS[efficiency] = ComputeModel(efficiency)
+        found = _MODELS[key] = ComputeModel(efficiency, by_device)
     return found

@@ -3,9 +3,10 @@
 
 Every run is predicted from its link's stated rate and RTT (a token-bucket link, as the
 emulator's tbf is: geosim.specs.Shaper), the model and workload it trained, and the `jax`
-runtime (geosim/data/runtimes.toml). Two constants are fitted once, on a subset of the runs,
-and the rest are held out: the CPU device's flat efficiency (the datasheet compute model does
-not describe a CPU share) and the jax runtime's per-step fixed cost. Nothing is fitted per run.
+runtime (geosim/data/runtimes.toml), whose CPU compute constants are measured, not fitted
+(live/experiments/cpu_compute.py). Three constants are fitted once, on a subset of the runs, and the
+rest are held out: the jax runtime's per-step and per-collective fixed costs and its collectives'
+round trips. Nothing is fitted per run.
 
     python -m geosim.live.experiments.runtime_validation RUNS.jsonl [--fit-rates 5] [--json]
 """
@@ -105,7 +106,8 @@ def predict_run(run: Run, params: Params) -> float:
 
 
 # what the fit moves: (name, start, lower, upper); fitted in log space
-FREE = (("cpu_efficiency", 0.3, 1e-3, 0.9), ("jax.iteration_s", 0.004, 1e-5, 1.0),
+# (the CPU device's compute is not among them: the jax runtime brings it, measured by cpu_compute.py)
+FREE = (("jax.iteration_s", 0.004, 1e-5, 1.0),
         ("jax.collective_launch_s", 0.01, 1e-6, 1.0), ("jax.collective_step_rtts", 1.0, 1e-3, 50.0))
 
 
@@ -113,12 +115,12 @@ def fitted_params(base: Params, values: dict) -> Params:
     jax = replace(shipped_runtimes()["jax"], iteration_s=values["jax.iteration_s"],
                   collective_launch_s=values["jax.collective_launch_s"],
                   collective_step_rtts=values["jax.collective_step_rtts"])
-    return with_runtime(replace(base, efficiency={**base.efficiency, "CPU": values["cpu_efficiency"]}), jax)
+    return with_runtime(base, jax)
 
 
 def fit(runs: list[Run], base: Params) -> tuple[Params, dict]:
-    """Least squares on log(predicted / measured) over the fit subset: the CPU's efficiency and the
-    jax runtime's per-step and per-collective costs."""
+    """Least squares on log(predicted / measured) over the fit subset: the jax runtime's per-step and
+    per-collective costs and its collectives' round trips."""
     from scipy.optimize import least_squares
 
     def values(x) -> dict:
@@ -252,8 +254,7 @@ def main(argv=None) -> int:
         return 0
     f = report["fitted"]
     subset = [f"{x:g} Gbit/s" for x in report["fit_rates_gbps"]] + [f"RTT {x:g} ms" for x in report["fit_rtts_ms"]]
-    print(f"fit on the runs at {', '.join(subset)}: CPU efficiency "
-          f"{f['cpu_efficiency']:.4f}, jax per step {f['jax.iteration_s'] * 1e3:.2f} ms, per collective "
+    print(f"fit on the runs at {', '.join(subset)}: jax per step {f['jax.iteration_s'] * 1e3:.2f} ms, per collective "
           f"{f['jax.collective_launch_s'] * 1e3:.2f} ms, {f['jax.collective_step_rtts']:.2f} round trips per collective "
           f"step (rms log error {f['rms_log_error']:.3f})")
     print(f"{'rate':>6} {'RTT':>5} {'run':<14} {'measured':>9} {'predicted':>9} {'error':>7} {'alpa':>9}  role      load")

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from geosim.cli.vocabulary import CommaList, add_renamed
+from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, Row, latency_costs, plot, print_report
 from geosim.techniques import is_pipelined
@@ -121,6 +121,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="CI size: 6 steps, 1 warm-up step (the RTTs and techniques as given)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run before it is stopped (default %(default)s)")
+    parser.add_argument("--params", metavar="FILE", help=meaning("--params"))
     parser.add_argument("--max-evaluations", type=int, default=40, help="least-squares iterations per fit (default %(default)s)")
     parser.add_argument("--plot", help="PNG to write (default OUT/validate.png; '' for none)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -162,7 +163,8 @@ def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, ba
                  tcp_window_kib=tcp_window_kib or None)
         try:
             measured = measure_rtt(wan, count=20, interval_s=0.01)
-            log(f"  measured RTT: median {measured['median_ms']:.3f} ms (min {measured['min_ms']:.3f})")
+            log(f"  measured RTT ({measured['method'].upper()} echo): median {measured['median_ms']:.3f} ms "
+                f"(min {measured['min_ms']:.3f})")
             for technique in techniques:
                 started = time.monotonic()
                 try:
@@ -172,7 +174,7 @@ def run_all(rtts: list[float], techniques: list[str], opts_for, *, out: Path, ba
                 except GeosimError as exc:
                     log(f"  {technique:<10} failed: {exc}")
                     continue
-                doc = with_measured_rtt(doc, measured["median_ms"], rtt, window_mib)
+                doc = with_measured_rtt(doc, measured["median_ms"], rtt, window_mib, method=measured["method"])
                 wan_runs.append(str(runs), doc)
                 m = doc.get("measured", {})
                 t, fastest = m.get("time_per_iteration_s"), m.get("fastest_iteration_s")
@@ -211,9 +213,10 @@ def effective_window_mib(tcp_window_kib: float, bandwidth_mbit: float | None, st
     return window / MIB
 
 
-def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window_mib: float | None = None) -> dict:
-    """The link's RTT as measured on the slice (at 0.1 ms the kernel path's own ~0.1-0.3 ms is
-    not negligible); the requested one stays in the note and the slice's name. window_mib: the
+def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window_mib: float | None = None,
+                      method: str | None = None) -> dict:
+    """The link's RTT as measured on the slice (at 0.1 ms the path's own ~0.1 ms is not negligible);
+    the requested one stays in the note and the slice's name; method: how it was measured (icmp, udp). window_mib: the
     effective TCP window measured under the slice's buffer cap (effective_window_mib), for a record
     without its own connections' window (measured.tcp_window_kib, live/wan/connections.py)."""
     doc = json.loads(json.dumps(doc))
@@ -223,7 +226,8 @@ def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window
         if window_mib and not own:
             link["window_mib"] = round(window_mib, 5)
     doc["cluster"]["name"] = f"wan-rtt{requested_ms:g}ms"
-    doc["note"] = (doc.get("note") or "") + f"; RTT requested {requested_ms:g} ms, measured {measured_ms:.3f} ms"
+    doc["note"] = (doc.get("note") or "") + f"; RTT requested {requested_ms:g} ms, measured {measured_ms:.3f} ms" + (
+        f" ({method.upper()} echo)" if method else "")
     if window_mib and not own:
         doc["note"] += f"; effective TCP window {window_mib * 1024:.1f} KiB (measured)"
     return doc
@@ -264,8 +268,8 @@ def free_params(cases, base):
 
     free = []
     runtimes = sorted({c.workload.runtime for c in cases if c.metric})
-    # a runtime that states its devices' efficiency (jax: XLA:CPU here) brings it
-    declared = {d for name in runtimes for d, _ in shipped_runtimes()[name].device_efficiency}
+    # a runtime that measured its devices' speed (jax: XLA:CPU here, live/experiments/cpu_compute.py) brings it
+    declared = {d for name in runtimes for d, _ in shipped_runtimes()[name].device_compute}
     for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.efficiency)):
         free.append(FreeParam("efficiency", gpu, base.efficiency.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
     tcp = base.network("tcp")  # the live runs' collectives go over TCP (gloo, NCCL's socket transport)
@@ -360,10 +364,10 @@ def fit_and_predict(records, held_out: float, *, base=None, max_nfev: int = 40):
     return result, out
 
 
-def validate_records(records, held_out: float, *, max_nfev: int = 40):
-    """(report, fit result) for one held-out RTT."""
+def validate_records(records, held_out: float, *, max_nfev: int = 40, base=None):
+    """(report, fit result) for one held-out RTT; base: the parameters to start from (default: shipped)."""
     started = time.perf_counter()
-    result, predictions = fit_and_predict(records, held_out, max_nfev=max_nfev)
+    result, predictions = fit_and_predict(records, held_out, max_nfev=max_nfev, base=base)
     rows = []
     for r, predicted, role in predictions:
         rows.append(Row(requested_rtt(r), r.technique, run_time_s(r), predicted, role,
@@ -390,14 +394,14 @@ def validate_records(records, held_out: float, *, max_nfev: int = 40):
     return report, result
 
 
-def other_holdouts(records, held_out: float, max_nfev: int) -> dict:
+def other_holdouts(records, held_out: float, max_nfev: int, base=None) -> dict:
     """Every other RTT held out in turn: {rtt: {technique: signed error}}."""
     out = {}
     for rtt in sorted({requested_rtt(r) for r in records if r.status == "ok"}):
         if math.isclose(rtt, held_out):
             continue
         try:
-            _, predictions = fit_and_predict(records, rtt, max_nfev=max_nfev)
+            _, predictions = fit_and_predict(records, rtt, max_nfev=max_nfev, base=base)
         except GeosimError as exc:
             out[f"{rtt:g}"] = {"error": exc.problem}
             continue
@@ -429,6 +433,7 @@ def run(args) -> int:
             raise GeosimError(f"must be > 0, got {value}", key=key)
 
     get_model(args.model)
+    base = load_params(args.params)  # a bad file is one line before any run starts
     from geosim.fileio import make_output_dir
 
     out = make_output_dir(args.out, "--out-dir")
@@ -469,8 +474,8 @@ def run(args) -> int:
         log(warning)
     log(f"fitting on RTT {', '.join(f'{r:g}' for r in rtts_seen if not math.isclose(r, held_out))} ms, "
         f"predicting {held_out:g} ms")
-    rep, result = validate_records(records, held_out, max_nfev=args.max_evaluations)
-    rep.other_holdouts = other_holdouts(records, held_out, args.max_evaluations)
+    rep, result = validate_records(records, held_out, max_nfev=args.max_evaluations, base=base)
+    rep.other_holdouts = other_holdouts(records, held_out, args.max_evaluations, base=base)
     rep.runs_path, rep.run_seconds = str(runs), run_seconds
 
     rep.params_path = str(out / "fitted.toml")

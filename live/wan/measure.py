@@ -1,4 +1,4 @@
-"""Measure a slice from the inside: RTT (UDP echo) and TCP throughput between two hosts.
+"""Measure a slice from the inside: RTT (ICMP echo, or UDP echo) and TCP throughput between two hosts.
 
 Both run the probes of live/wan/probe.py in the hosts' namespaces, as separate processes,
 the way training processes will run there. `wan` is an emulator.WanSlice (this module does
@@ -44,6 +44,15 @@ def _server(wan, i: int, role: str) -> tuple[subprocess.Popen, int]:
     return proc, int(line.split()[1])
 
 
+def _answer(wan, i: int, budget_s: float, *args: str) -> dict:
+    """Run a client probe in host i and return the JSON line it prints (within budget_s)."""
+    client = _probe(wan, i, *args)
+    try:
+        return json.loads(_readline(client, budget_s))
+    finally:
+        _stop(client)
+
+
 def _stop(*procs: subprocess.Popen) -> None:
     for p in procs:
         if p.poll() is None:
@@ -53,29 +62,36 @@ def _stop(*procs: subprocess.Popen) -> None:
             f.close()
 
 
+RTT_METHODS = ("icmp", "udp")
+
+
 def measure_rtt(wan, *, src: int = 0, dst: int = 1, count: int = 20,
-                interval_s: float = 0.02, timeout_s: float | None = None) -> dict:
-    """Round trips of a 56-byte UDP datagram from host src to host dst, in milliseconds.
-    A ping without an echo within timeout_s (default max(0.25 s, 4 x RTT + jitter)) is lost."""
+                interval_s: float = 0.02, timeout_s: float | None = None, method: str = "icmp") -> dict:
+    """Round trips of a 56-byte echo from host src to host dst, in milliseconds: an ICMP echo the
+    destination's kernel answers (default: what a TCP segment and its ACK see on the path), or a UDP
+    datagram a Python echo server in dst sends back ("udp": also counts that server's wake-up, which on
+    a busy 2-core machine doubled a 0.1 ms RTT: docs/results/2026-11-26-cpu-compute.md). A ping without
+    an echo within timeout_s (default max(0.25 s, 4 x RTT + jitter)) is lost."""
+    if method not in RTT_METHODS:
+        raise GeosimError(f"unknown RTT method {method!r} (known: {', '.join(RTT_METHODS)})", source=SOURCE)
     if timeout_s is None:
         timeout_s = max(0.25, 4 * wan.rtt_ms[src][dst] / 1000 + 2 * wan.jitter_ms / 1000)
-    server, port = _server(wan, dst, "echo")
-    try:
-        client = _probe(wan, src, "ping", wan.hosts[dst].address, str(port), str(count), str(interval_s),
-                        str(timeout_s))
+    budget = 20 + (count + 1) * (interval_s + timeout_s)
+    if method == "icmp":
+        result = _answer(wan, src, budget, "icmp", wan.hosts[dst].address, str(count), str(interval_s), str(timeout_s))
+    else:
+        server, port = _server(wan, dst, "echo")
         try:
-            budget = 20 + (count + 1) * (interval_s + timeout_s)
-            result = json.loads(_readline(client, budget))
+            result = _answer(wan, src, budget, "ping", wan.hosts[dst].address, str(port), str(count), str(interval_s),
+                             str(timeout_s))
         finally:
-            _stop(client)
-    finally:
-        _stop(server)
+            _stop(server)
     rtts = result["rtt_ms"]
     if not rtts:
         raise GeosimError(f"no echo came back from {wan.hosts[dst].address} ({count} sent)", source=SOURCE)
-    return {"src": src, "dst": dst, "requested_ms": wan.rtt_ms[src][dst], "count": count, "lost": result["lost"],
-            "median_ms": statistics.median(rtts), "mean_ms": statistics.fmean(rtts), "min_ms": min(rtts),
-            "max_ms": max(rtts), "samples_ms": rtts}
+    return {"src": src, "dst": dst, "requested_ms": wan.rtt_ms[src][dst], "method": method, "count": count,
+            "lost": result["lost"], "median_ms": statistics.median(rtts), "mean_ms": statistics.fmean(rtts),
+            "min_ms": min(rtts), "max_ms": max(rtts), "samples_ms": rtts}
 
 
 def measure_throughput(wan, *, src: int = 0, dst: int = 1, seconds: float = 3.0,
@@ -114,12 +130,8 @@ def measure_messages(wan, sizes: list[int], *, src: int = 0, dst: int = 1, repea
     server, port = _server(wan, dst, "msgsink")
     try:
         budget = 30 + repeats * sum(gap_s + 8 * s / ((wan.bandwidth_mbit or 1000) * 1e6) + 1 for s in sizes)
-        client = _probe(wan, src, "messages", wan.hosts[dst].address, str(port), ",".join(str(int(s)) for s in sizes),
-                        str(repeats), str(gap_s))
-        try:
-            result = json.loads(_readline(client, budget))
-        finally:
-            _stop(client)
+        result = _answer(wan, src, budget, "messages", wan.hosts[dst].address, str(port),
+                         ",".join(str(int(s)) for s in sizes), str(repeats), str(gap_s))
     finally:
         _stop(server)
     return {int(k): v for k, v in result["seconds"].items()}

@@ -5,6 +5,7 @@ In a namespace, as separate processes:
 
     python -m geosim.live.wan.probe echo BIND_ADDR       # UDP echo server: prints "ready PORT"
     python -m geosim.live.wan.probe ping ADDR PORT COUNT INTERVAL_S TIMEOUT_S
+    python -m geosim.live.wan.probe icmp ADDR COUNT INTERVAL_S TIMEOUT_S   # echo answered by ADDR's kernel (root)
     python -m geosim.live.wan.probe sink BIND_ADDR       # TCP receiver: prints "ready PORT"
     python -m geosim.live.wan.probe source ADDR PORT SECONDS
     python -m geosim.live.wan.probe msgsink BIND_ADDR    # acks each message: prints "ready PORT"
@@ -47,36 +48,46 @@ def echo(bind: str) -> None:
         s.sendto(data, peer)
 
 
-def ping(addr: str, port: int, count: int, interval_s: float, timeout_s: float) -> None:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.connect((addr, port))
+def _pings(count: int, interval_s: float, one) -> None:
+    """Send count + 1 pings, one(seq) -> its round trip in ms or None (lost), one every interval_s; seq 0
+    is a warm-up (the first packet through a fresh path). Prints {"rtt_ms": [...], "lost": n}."""
     rtts, lost = [], 0
-    pad = b"\0" * 48  # 56-byte payload, like ping's default
-    for seq in range(count + 1):  # seq 0 is a warm-up (first packet through a fresh path)
-        t0 = time.perf_counter()
-        s.send(_PING.pack(seq, t0) + pad)
-        deadline = t0 + timeout_s  # a later echo is counted lost (and ignored when it comes)
-        got = None
-        while got is None:
-            s.settimeout(max(1e-3, deadline - time.perf_counter()))
-            try:
-                data = s.recv(2048)
-            except TimeoutError:
-                break
-            t1 = time.perf_counter()
-            rseq, sent = _PING.unpack_from(data)
-            if rseq == seq:
-                got = (t1 - sent) * 1000.0
+    for seq in range(count + 1):
+        start = time.monotonic()
+        got = one(seq)
         if seq > 0:
             if got is None:
                 lost += 1
             else:
                 rtts.append(got)
-        left = t0 + interval_s - time.perf_counter()
+        left = start + interval_s - time.monotonic()
         if left > 0:
             time.sleep(left)
-    s.send(b"quit")
     print(json.dumps({"rtt_ms": rtts, "lost": lost}), flush=True)
+
+
+def ping(addr: str, port: int, count: int, interval_s: float, timeout_s: float) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect((addr, port))
+    pad = b"\0" * 48  # 56-byte payload, like ping's default
+
+    def one(seq: int) -> float | None:
+        t0 = time.perf_counter()
+        s.send(_PING.pack(seq, t0) + pad)
+        deadline = t0 + timeout_s  # a later echo is counted lost (and ignored when it comes)
+        while True:
+            s.settimeout(max(1e-3, deadline - time.perf_counter()))
+            try:
+                data = s.recv(2048)
+            except TimeoutError:
+                return None
+            t1 = time.perf_counter()
+            rseq, sent = _PING.unpack_from(data)
+            if rseq == seq:
+                return (t1 - sent) * 1000.0
+
+    _pings(count, interval_s, one)
+    s.send(b"quit")
 
 
 def _accept_one(bind: str, timeout_s: float) -> socket.socket:
@@ -260,6 +271,60 @@ def tcp_gbps(ip: str, port: int, streams: int, seconds: float) -> float:
     return sum(totals) * 8 / (time.perf_counter() - start) / 1e9
 
 
+# Linux's SO_TIMESTAMPNS (Python's socket module does not name it): each received datagram carries
+# the kernel's receive time, so the reply's wait in the socket for this process to run is not counted
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_ICMP_HEADER = struct.Struct("!BBHHH")  # type, code, checksum, identifier, sequence
+ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
+
+
+def icmp_checksum(data: bytes) -> int:
+    """RFC 1071: the one's complement of the one's complement sum of the 16-bit words."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def icmp_echo_request(ident: int, seq: int, payload: bytes) -> bytes:
+    header = _ICMP_HEADER.pack(ICMP_ECHO_REQUEST, 0, 0, ident, seq)
+    return _ICMP_HEADER.pack(ICMP_ECHO_REQUEST, 0, icmp_checksum(header + payload), ident, seq) + payload
+
+
+def icmp(addr: str, count: int, interval_s: float, timeout_s: float) -> None:
+    """Round trips of ICMP echo requests, answered by the destination's kernel: no process at the far end
+    has to be scheduled (a UDP echo server's wake-up added 0.1-0.2 ms on a busy 2-core machine, more than a
+    0.1 ms emulated RTT), and the reply is timed by the kernel's receive timestamp. What a TCP segment and
+    its ACK see on the path. Needs a raw socket (root, as inside a slice's namespaces)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    ident, pad = os.getpid() & 0xFFFF, b"\0" * 48
+
+    def one(seq: int) -> float | None:
+        request = icmp_echo_request(ident, seq, pad)
+        start = time.monotonic()
+        t0 = time.clock_gettime_ns(time.CLOCK_REALTIME)  # the clock SO_TIMESTAMPNS stamps with
+        s.sendto(request, (addr, 0))
+        while True:
+            s.settimeout(max(1e-3, start + timeout_s - time.monotonic()))
+            try:
+                data, ancillary, _, _ = s.recvmsg(2048, 1024)
+            except TimeoutError:
+                return None
+            ihl = (data[0] & 0x0F) * 4  # a raw ICMP socket receives the IP header too
+            kind, _, _, rid, rseq = _ICMP_HEADER.unpack_from(data, ihl)
+            if kind != ICMP_ECHO_REPLY or rid != ident or rseq != seq:
+                continue  # another process's echo, or a late one counted lost
+            stamp = next((struct.unpack("qq", d[:16]) for level, kind_, d in ancillary
+                          if level == socket.SOL_SOCKET and kind_ == SO_TIMESTAMPNS), None)
+            t1 = stamp[0] * 10**9 + stamp[1] if stamp else time.clock_gettime_ns(time.CLOCK_REALTIME)
+            return (t1 - t0) / 1e6
+
+    _pings(count, interval_s, one)
+
+
 def main(argv: list[str]) -> int:
     role, args = argv[1], argv[2:]
     try:  # measure the emulated link, not how long a busy 2-core machine takes to schedule us
@@ -270,6 +335,8 @@ def main(argv: list[str]) -> int:
         echo(args[0])
     elif role == "ping":
         ping(args[0], int(args[1]), int(args[2]), float(args[3]), float(args[4]))
+    elif role == "icmp":
+        icmp(args[0], int(args[1]), float(args[2]), float(args[3]))
     elif role == "sink":
         sink(args[0])
     elif role == "source":
