@@ -106,21 +106,28 @@ def _positive(value, source: str, key: str, *, allow_zero: bool = False) -> floa
     return check_number(value, source, key, 0.0, 1e300, exclusive_low=not allow_zero)
 
 
+# how live/train/record.py names a CPU device ("CPU share (2 cores / 1 devices)"): architecture "cpu"
+CPU_DEVICE_PREFIX = "CPU share"
+
+
 def _gpu_from_table(name: str, table, source: str, prefix: str) -> GPU:
     table = _table(table, source, prefix.rstrip("."))
     numeric = set(GPU_RANGES)
     _only_keys(table, numeric | {"name", "architecture"}, numeric - {"bf16_tensor_tflops", "tdp_w"}, source, prefix)
     values = {k: check_number(v, source, prefix + k, *GPU_RANGES[k], integer=k == "pcie_gen")
               for k, v in table.items() if k in numeric}
-    for key, value in values.items():  # valid, but does any GPU have it?
-        plausibility.check(value, source, prefix + key)
     if "name" in table:
         _string(table["name"], source, prefix + "name")
     architecture = table.get("architecture")
+    if architecture is None and str(table.get("name", "")).startswith(CPU_DEVICE_PREFIX):
+        architecture = "cpu"  # a live record's CPU device, written before records named its architecture
     if architecture is None:  # the catalog's descriptions end in the generation: "NVIDIA Tesla T4 (Turing)"
         found = re.search(r"\(([A-Za-z]+)\)\s*$", str(table.get("name", "")))
         architecture = found.group(1) if found else "unknown"
     architecture = _string(architecture, source, prefix + "architecture")
+    if architecture.lower() != "cpu":  # valid, but does any GPU have it? (the ranges are GPUs'; a CPU share is slower)
+        for key, value in values.items():
+            plausibility.check(value, source, prefix + key)
     return GPU(name=name, architecture=architecture.lower(), **values)
 
 

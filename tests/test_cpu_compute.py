@@ -154,3 +154,20 @@ def test_a_workload_of_the_jax_runtime_predicts_with_the_measured_cpu():
     workload = Workload(global_batch=4, microbatches=1, seq_len=32, precision="fp32", runtime="jax")
     result = predict(Case(cluster, small_wan(), workload, load_params()), "data")
     assert 0.008 < result.iteration_breakdown.compute_s < 0.016
+
+
+def test_a_cpu_device_is_not_judged_by_a_gpus_plausible_range(capsys):
+    """A live record's CPU share (0.16 TFLOP/s, 20 GB/s) is architecture "cpu", by name in older records:
+    no "below anything real" warning; the same figures under a GPU's name still warn."""
+    from geosim.live.train.record import cpu_gpu_table
+    from geosim.scenario import _gpu_from_table
+
+    table = cpu_gpu_table(1)["CPU"]
+    assert table["architecture"] == "cpu"
+    older = {k: v for k, v in table.items() if k != "architecture"}
+    for i, t in enumerate((table, older)):
+        assert _gpu_from_table("CPU", t, f"rec{i}.jsonl", "gpus.CPU.").architecture == "cpu"
+    assert "below anything real" not in capsys.readouterr().err
+    gpu = {**older, "name": "A slow GPU (Turing)"}
+    assert _gpu_from_table("G", gpu, "gpu.toml", "gpus.G.").architecture == "turing"
+    assert "gpus.G.memory_bandwidth_gbs: 20 GB/s" in capsys.readouterr().err

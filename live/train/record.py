@@ -75,7 +75,8 @@ def cpu_gpu_table(devices_per_host: int) -> dict:
         mem_gib = 8.0
     share = max(devices_per_host, 1)
     fp32 = round(cores * 2.5e9 * 32 / 1e12 / share, 4)
-    return {"CPU": {"name": f"CPU share ({cores} cores / {share} devices)", "memory_gib": round(mem_gib / share, 2),
+    return {"CPU": {"name": f"CPU share ({cores} cores / {share} devices)", "architecture": "cpu",
+                    "memory_gib": round(mem_gib / share, 2),
                     "memory_bandwidth_gbs": round(20.0 / share, 2), "fp32_tflops": fp32, "fp16_tensor_tflops": fp32,
                     "pcie_gen": 3}}
 
