@@ -351,9 +351,9 @@ class ComputeModel:
     def breakdown(self, work: Work, gpu: GPU, precision: str) -> dict[str, float]:
         """Seconds per kernel label (summed over the blocks): what the time is made of."""
         out: dict[str, float] = {}
+        eff = self.by_device.get(gpu.name, self.efficiency)
         for op in kernels(work, precision):
-            out[op.label] = out.get(op.label, 0.0) + op_seconds(op, gpu, precision,
-                                                                self.by_device.get(gpu.name, self.efficiency))
+            out[op.label] = out.get(op.label, 0.0) + op_seconds(op, gpu, precision, eff)
         return out
 
 

@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -115,12 +116,12 @@ def measure(processes: int = 2, batches=DEFAULT_BATCHES, model: str = "small-wan
                for _ in range(processes)]
     try:
         deadline = time.monotonic() + timeout_s
-        for w in workers:
+        for w in workers:  # each compiles its programs, then says so
+            if not select.select([w.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise GeosimError(f"workers not ready within {timeout_s:g} s", key="cpu_compute")
             line = w.stdout.readline().strip()
             if line != "ready":
                 raise GeosimError(f"a worker did not start (said {line!r}; exit {w.poll()})", key="cpu_compute")
-            if time.monotonic() > deadline:
-                raise GeosimError(f"workers not ready within {timeout_s:g} s", key="cpu_compute")
         log(f"{processes} worker(s) compiled; timing {len(batches) + 1} windows of {WINDOW_S:g} s")
         start = time.time() + 0.5
         for w in workers:
@@ -128,7 +129,10 @@ def measure(processes: int = 2, batches=DEFAULT_BATCHES, model: str = "small-wan
             w.stdin.flush()
         results = []
         for w in workers:
-            out, _ = w.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            try:
+                out, _ = w.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise GeosimError(f"a worker did not finish within {timeout_s:g} s", key="cpu_compute") from None
             if w.returncode != 0:
                 raise GeosimError(f"a worker failed (exit {w.returncode})", key="cpu_compute")
             results.append(json.loads(out.strip().splitlines()[-1]))
@@ -136,7 +140,7 @@ def measure(processes: int = 2, batches=DEFAULT_BATCHES, model: str = "small-wan
         for w in workers:
             if w.poll() is None:
                 w.kill()
-    steps, update = {}, []
+    steps = {}
     for b in batches:
         found = [r["median_s"] for res in results for r in res if r["kind"] == "step" and r["batch"] == b]
         if None in found:
