@@ -216,9 +216,9 @@ def effective_window_mib(tcp_window_kib: float, bandwidth_mbit: float | None, st
 def with_measured_rtt(doc: dict, measured_ms: float, requested_ms: float, window_mib: float | None = None,
                       method: str | None = None) -> dict:
     """The link's RTT as measured on the slice (at 0.1 ms the path's own ~0.1 ms is not negligible);
-    the requested one stays in the note and the slice's name; method: how it was measured (icmp, udp). window_mib: the
-    effective TCP window measured under the slice's buffer cap (effective_window_mib), for a record
-    without its own connections' window (measured.tcp_window_kib, live/wan/connections.py)."""
+    the requested one stays in the note and the slice's name; method: how it was measured (icmp, udp).
+    window_mib: the effective TCP window measured under the slice's buffer cap (effective_window_mib),
+    for a record without its own connections' window (measured.tcp_window_kib, live/wan/connections.py)."""
     doc = json.loads(json.dumps(doc))
     own = "tcp_window_kib" in (doc.get("measured") or {})  # the run's own connections' window
     for link in doc["cluster"]["links"]:

@@ -1,7 +1,7 @@
 """`geosim live wan up|down|status|measure`: the emulated WAN slice from the command line.
 
 live/cli.py hooks this in with add_arguments(parser) and run(args). Only the standard
-library and geosim.errors load at import; the emulator loads when a command runs.
+library, geosim.errors and the probes' RTT methods load at import; the emulator loads when a command runs.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import statistics
 import sys
 import time
 from geosim.errors import GeosimError
+from geosim.live.wan.probe import RTT_METHODS
 from geosim.scenario import check_number
 
 HELP = "emulate a geo-distributed slice on this machine: hosts in network namespaces joined by a delayed WAN link (root)"
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--src", type=int, default=0, help="sending host (default %(default)s)")
     p.add_argument("--dst", type=int, default=1, help="receiving host (default %(default)s)")
     p.add_argument("--count", type=int, default=20, help="RTT samples (default %(default)s)")
-    p.add_argument("--rtt-method", choices=("icmp", "udp"), default="icmp",
+    p.add_argument("--rtt-method", choices=RTT_METHODS, default=RTT_METHODS[0],
                    help="icmp: echo answered by the destination's kernel, what TCP's segments see (default); "
                         "udp: a Python echo server, whose wake-up adds 0.1-0.2 ms on a busy machine")
     p.add_argument("--seconds", type=float, default=3.0, help="length of the TCP transfer (default %(default)s; 0 skips it)")

@@ -15,6 +15,7 @@ import sys
 
 from geosim.errors import GeosimError
 from geosim.live.wan import netns
+from geosim.live.wan.probe import RTT_METHODS
 
 SOURCE = "geosim live wan measure"
 
@@ -60,9 +61,6 @@ def _stop(*procs: subprocess.Popen) -> None:
         p.wait(5)
         for f in (p.stdout, p.stderr):
             f.close()
-
-
-RTT_METHODS = ("icmp", "udp")
 
 
 def measure_rtt(wan, *, src: int = 0, dst: int = 1, count: int = 20,

@@ -271,6 +271,10 @@ def tcp_gbps(ip: str, port: int, streams: int, seconds: float) -> float:
     return sum(totals) * 8 / (time.perf_counter() - start) / 1e9
 
 
+# how an RTT can be read (live.wan.measure.measure_rtt): an ICMP echo the kernel answers (`icmp`), or a UDP
+# datagram this module's echo server sends back (`echo` + `ping`)
+RTT_METHODS = ("icmp", "udp")
+
 # Linux's SO_TIMESTAMPNS (Python's socket module does not name it): each received datagram carries
 # the kernel's receive time, so the reply's wait in the socket for this process to run is not counted
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
