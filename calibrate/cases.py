@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from geosim.errors import GeosimError
+from geosim.gpu_names import with_catalog_gpus
 from geosim.records import RunRecord, read_runs as records_read_runs
 from geosim.scenario import Scenario, get_model, load_scenario, scenario_from_doc
 from geosim.specs import Cluster, Model, Workload
@@ -67,7 +68,7 @@ def _scenario(name_or_path: str) -> Scenario:
 def _inline_scenario(doc: dict, where: str) -> Scenario:
     """A record's inline cluster is scenario-file TOML as JSON: validated by the same loader."""
     try:
-        return scenario_from_doc(doc, where, "inline")
+        return scenario_from_doc(with_catalog_gpus(doc), where, "inline")
     except GeosimError as exc:  # name the record's key
         key = f"cluster.{exc.key}" if exc.key else "cluster"
         raise GeosimError(exc.problem, source=where, key=key) from None

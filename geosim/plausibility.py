@@ -40,6 +40,8 @@ RANGES: dict[str, Plausible] = {
                                     "B200: ~2,250 dense fp16 TFLOP/s; a T4: 65"),
     "bf16_tensor_tflops": Plausible(1.0, 5000.0, "TFLOP/s", "a GPU's dense bf16 tensor rate",
                                     "B200: ~2,250 dense bf16 TFLOP/s"),
+    "tf32_tensor_tflops": Plausible(1.0, 2500.0, "TFLOP/s", "a GPU's dense TF32 tensor rate",
+                                    "B200: ~1,125 dense TF32 TFLOP/s; an A10: 62.5"),
     "memory_bandwidth_gbs": Plausible(50.0, 16000.0, "GB/s", "a GPU's memory bandwidth",
                                       "a T4: 320 GB/s; B200: 8,000 GB/s"),
 }

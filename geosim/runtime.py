@@ -61,6 +61,17 @@ class Runtime:
     pipeshard_step_collectives: tuple[tuple[str, int, float], ...] = ()
     # the runtime's pipeline loop exchanges between stages on every tick (M + S - 1), not once a microbatch
     pipeshard_sends_every_tick: bool = False
+    # kernel choices that are the runtime's, not the GPU's: fp32 matmuls on TF32 tensor cores (XLA's
+    # default precision on Ampere and newer; PyTorch's torch.backends.cuda.matmul.allow_tf32 is False by
+    # default), attention as one fused kernel that never writes the scores (PyTorch's SDPA)
+    tf32_matmul: bool = False
+    fused_attention: bool = False
+    # GPUs (catalog names) whose speed under this runtime is what the parameters file's global [compute]
+    # constants were fitted to (alpa: the study's): a generation's measured constants do not replace them there
+    fitted_devices: tuple[str, ...] = ()
+    # how the step's memory is laid out: "alpa" (TrainState: 16-bit weights, fp32 master, a workspace) or
+    # "jax" (live's step: fp32 weights, XLA's buffer assignment, geosim.sim.memory_layout.live_step)
+    memory_layout: str = "alpa"
     source: str = ""
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
@@ -84,6 +95,9 @@ class Runtime:
         """The parameters a simulation runs with under this runtime: its own launch gap per kernel
         and its collectives' round trips, where it has them."""
         changes = {}
+        choices = {"tf32_matmul": self.tf32_matmul, "fused_attention": self.fused_attention,
+                   "fitted_devices": self.fitted_devices}
+        changes.update({k: v for k, v in choices.items() if getattr(params, k) != v})
         if self.kernel_s is not None and self.kernel_s != params.kernel_s:
             changes["kernel_s"] = self.kernel_s
         missing = {d: e for d, e in self.device_compute if d not in params.efficiency}
@@ -103,8 +117,11 @@ NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "c
 COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipeshard_tick_collectives",
                     "pipeshard_step_collectives")
 COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
-KEYS = {"description", "source", "overlap_backward", "pipeshard_sends_every_tick", "gradient_buckets", "kernel_us", "device_compute", *NUMBERS,
-        *COLLECTIVE_LISTS}
+FLAGS = ("overlap_backward", "pipeshard_sends_every_tick", "tf32_matmul", "fused_attention")
+MEMORY_LAYOUTS = ("alpa", "jax")
+KEYS = {"description", "source", "gradient_buckets", "kernel_us", "device_compute", "fitted_devices", "memory_layout",
+        *FLAGS,
+        *NUMBERS, *COLLECTIVE_LISTS}
 _SHIPPED: dict[str, Runtime] = {}
 
 
@@ -126,7 +143,15 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
             values[key] = device_compute_tables(value, source, where)
         elif key in COLLECTIVE_LISTS:
             values[key] = collective_list(value, source, where)
-        elif key in ("overlap_backward", "pipeshard_sends_every_tick"):
+        elif key == "memory_layout":
+            if value not in MEMORY_LAYOUTS:
+                raise GeosimError(f"must be one of {', '.join(MEMORY_LAYOUTS)}, got {value!r}", source=source, key=where)
+            values[key] = value
+        elif key == "fitted_devices":
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise GeosimError(f"must be a list of GPU names, got {value!r}", source=source, key=where)
+            values[key] = tuple(value)
+        elif key in FLAGS:
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=where)
             values[key] = value
@@ -210,6 +235,7 @@ def runtime_changes_table(runtime: Runtime) -> dict:
         if value == getattr(shipped, field) or value is None:  # None: "as the parameters file says", shipped only
             continue
         table[key] = (value * 1e6 if key == "kernel_us" else device_compute_table(value) if key == "device_compute"
+                      else list(value) if key == "fitted_devices"
                       else [{"op": o, "count": n, "activations": a} for o, n, a in value] if key in COLLECTIVE_LISTS
                       else value)
     return table

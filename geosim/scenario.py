@@ -32,7 +32,8 @@ NIC_KINDS = ("shared", "per-gpu")
 LINK_RANGES = {"rtt_ms": (0.0, 1e5), "bandwidth_gbps": (1e-6, 1e5), "window_mib": (1e-3, 1e5),
                "streams": (1, 1024), "step_rtts": (0.0, 1e3)}
 GPU_RANGES = {"memory_gib": (1e-3, 1e5), "memory_bandwidth_gbs": (1e-3, 1e7), "fp32_tflops": (1e-3, 1e7),
-              "fp16_tensor_tflops": (1e-3, 1e7), "bf16_tensor_tflops": (1e-3, 1e7), "pcie_gen": (1, 9),
+              "fp16_tensor_tflops": (1e-3, 1e7), "bf16_tensor_tflops": (1e-3, 1e7), "tf32_tensor_tflops": (1e-3, 1e7),
+              "pcie_gen": (1, 9),
               "tdp_w": (1.0, 1e5)}
 MODEL_RANGES = {"n_layer": (1, 1024), "n_embd": (1, 65536), "n_head": (1, 1024), "vocab": (1, 10_000_000),
                 "n_ctx": (1, 1_000_000)}
@@ -113,11 +114,13 @@ CPU_DEVICE_PREFIX = "CPU share"
 def _gpu_from_table(name: str, table, source: str, prefix: str) -> GPU:
     table = _table(table, source, prefix.rstrip("."))
     numeric = set(GPU_RANGES)
-    _only_keys(table, numeric | {"name", "architecture"}, numeric - {"bf16_tensor_tflops", "tdp_w"}, source, prefix)
+    optional = {"bf16_tensor_tflops", "tf32_tensor_tflops", "tdp_w"}
+    _only_keys(table, numeric | {"name", "architecture", "source"}, numeric - optional, source, prefix)
     values = {k: check_number(v, source, prefix + k, *GPU_RANGES[k], integer=k == "pcie_gen")
               for k, v in table.items() if k in numeric}
-    if "name" in table:
-        _string(table["name"], source, prefix + "name")
+    for key in ("name", "source"):
+        if key in table:
+            _string(table[key], source, prefix + key)
     architecture = table.get("architecture")
     if architecture is None and str(table.get("name", "")).startswith(CPU_DEVICE_PREFIX):
         architecture = "cpu"  # a live record's CPU device, written before records named its architecture

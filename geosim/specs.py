@@ -25,15 +25,18 @@ class GPU:
     fp16_tensor_tflops: float
     pcie_gen: int
     bf16_tensor_tflops: float | None = None  # None: no bf16 (Turing)
+    tf32_tensor_tflops: float | None = None  # None: no TF32 tensor cores (before Ampere)
     architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the compute model's overrides
     tdp_w: float | None = None  # board power: caps a power-dense card's sustained tensor rate (sim/compute.py)
     # the least tensor TFLOP/s per watt of its generation's cards in the catalog (geosim.scenario sets it):
     # what a power-dense card of that generation sustains per watt of tdp_w; None: no cap
     generation_tflops_per_watt: float | None = None
 
-    def peak_tflops(self, precision: str) -> float:
+    def peak_tflops(self, precision: str, tf32: bool = False) -> float:
+        """The datasheet peak a matmul of this precision runs at; fp32 on TF32 tensor cores where the
+        runtime allows it (`tf32`) and the GPU has them."""
         if precision == "fp32":
-            return self.fp32_tflops
+            return self.tf32_tensor_tflops if tf32 and self.tf32_tensor_tflops else self.fp32_tflops
         if precision == "bf16":
             return self.bf16_tensor_tflops or self.fp32_tflops
         return self.fp16_tensor_tflops
@@ -245,7 +248,17 @@ class Params:
     gemm_half_s: float = 20e-6  # a GEMM of (rate x this) FLOPs runs at half the large-GEMM rate
     memory_fraction: float = 0.8  # attainable fraction of the memory bandwidth
     kernel_s: float = 5e-6  # launch gap per kernel
-    gemm_fraction_by_architecture: dict[str, float] = field(default_factory=dict)  # optional, never fitted
+    # a GPU generation's own measured constants (geosim/data/params-default.toml [compute.*_by_architecture]);
+    # never fitted by `calibrate fit`
+    gemm_fraction_by_architecture: dict[str, float] = field(default_factory=dict)
+    memory_fraction_by_architecture: dict[str, float] = field(default_factory=dict)
+    gemm_half_s_by_architecture: dict[str, float] = field(default_factory=dict)
+    # what the workload's runtime decides (Runtime.applied_to sets them from runtimes.toml): the GPUs whose
+    # speed the global constants were fitted to under it (the generation's values skip them), whether fp32
+    # matmuls run on TF32 tensor cores, whether attention is one fused kernel that never writes the scores
+    fitted_devices: tuple[str, ...] = ()
+    tf32_matmul: bool = False
+    fused_attention: bool = False
     # runtime name -> geosim.runtime.Runtime where a fit changed a runtime's fixed costs; empty: as shipped
     # (geosim/data/runtimes.toml, declared there with their sources, not here)
     runtimes: dict[str, object] = field(default_factory=dict)

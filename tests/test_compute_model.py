@@ -140,12 +140,14 @@ def step_seconds(gpu, eff: Efficiency) -> float:
 
 
 def test_a_gpu_with_more_flops_and_bandwidth_is_never_slower():
-    """Every ordered pair of the catalog where one GPU's tensor TFLOP/s and bandwidth are both at least
-    the other's: it is at least as fast, under the shipped fractions and under very different ones."""
+    """Every ordered pair of the catalog where one GPU's sustained tensor TFLOP/s (its datasheet's, capped by
+    its board power) and bandwidth are both at least the other's: it is at least as fast, under the shipped
+    fractions and under very different ones."""
     dominated = 0
     for a, b in itertools.permutations(sorted(CATALOG), 2):
         ga, gb = CATALOG[a], CATALOG[b]
-        if ga.fp16_tensor_tflops >= gb.fp16_tensor_tflops and ga.memory_bandwidth_gbs >= gb.memory_bandwidth_gbs:
+        if (sustained_tensor_tflops(ga, "fp16") >= sustained_tensor_tflops(gb, "fp16")
+                and ga.memory_bandwidth_gbs >= gb.memory_bandwidth_gbs):
             dominated += 1
             for eff in (Efficiency(), Efficiency(gemm_fraction=0.2, memory_fraction=0.9, gemm_half_s=1e-4)):
                 assert step_seconds(ga, eff) <= step_seconds(gb, eff), (a, b)
@@ -158,7 +160,12 @@ def test_power_dense_cards_are_capped_at_their_generations_tflops_per_watt():
     assert sustained_tensor_tflops(T4, "fp16") == pytest.approx(70 * 130.5 / 295)
     # Ampere's is the A100 (312 in 400 W): the A30 (165 in 165 W) is capped at 128.7
     assert sustained_tensor_tflops(A30, "fp16") == pytest.approx(165 * 312 / 400)
-    assert sustained_tensor_tflops(CATALOG["H100"], "fp16") == 989.0  # the only Hopper card
+    assert sustained_tensor_tflops(CATALOG["H100"], "fp16") == 989.0  # Hopper's least power-dense card
+    # the PCIe H100 (756 in 350 W) is capped at Hopper's 989 / 700 TFLOP/s per W, its TF32 rate alike
+    assert sustained_tensor_tflops(CATALOG["H100-PCIe"], "bf16") == pytest.approx(350 * 989 / 700)
+    assert sustained_tensor_tflops(CATALOG["H100-PCIe"], "fp32", tf32=True) == pytest.approx(378 * 350 * 989 / 700 / 756)
+    assert sustained_tensor_tflops(CATALOG["H100"], "fp32", tf32=True) == 494.0  # TF32 tensor cores
+    assert sustained_tensor_tflops(T4, "fp32", tf32=True) == 8.1  # Turing has none
     assert sustained_tensor_tflops(T4, "fp32") == 8.1  # CUDA cores: not capped
     assert sustained_tensor_tflops(replace(T4, tdp_w=None), "fp16") == 65.0
 

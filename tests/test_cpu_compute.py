@@ -12,7 +12,7 @@ from geosim.errors import GeosimError
 from geosim.live.experiments import cpu_compute
 from geosim.params import load_params
 from geosim.runtime import runtime_changes_table, runtime_from_table, shipped_runtimes
-from geosim.scenario import get_model
+from geosim.scenario import get_model, gpu_catalog
 from geosim.sim.compute import ComputeModel, Efficiency, Work, compute_model
 from geosim.specs import DeviceCompute, Workload
 
@@ -69,7 +69,12 @@ def test_the_runtime_gives_the_cpu_its_own_constants_and_a_flat_override_wins():
     base = load_params()
     applied = jax.applied_to(base)
     assert applied.device_compute == dict(jax.device_compute)
-    assert shipped_runtimes()["alpa"].applied_to(base) is base  # the study's predictions are untouched
+    alpa = shipped_runtimes()["alpa"].applied_to(base)  # the study's GPUs keep the fitted constants, to the bit
+    work = Work("backward", get_model("gpt2m"), 4, 1024, 24, head=True, embedding=True)
+    for gpu in ("RTX6000", "T4", "A30"):
+        assert compute_model(alpa).seconds(work, gpu_catalog()[gpu], "fp16") == \
+            compute_model(replace(base, gemm_fraction_by_architecture={}, memory_fraction_by_architecture={},
+                                  gemm_half_s_by_architecture={})).seconds(work, gpu_catalog()[gpu], "fp16")
     flat = replace(base, efficiency={"CPU": 0.5})
     assert "CPU" not in jax.applied_to(flat).device_compute
 

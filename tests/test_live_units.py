@@ -117,15 +117,22 @@ def test_out_of_memory_is_recognised_from_a_real_xla_error():
 @pytest.mark.parametrize("device, memory_gib, name", [
     ("NVIDIA A100-SXM4-40GB", None, "A100-40GB"),
     ("NVIDIA A100-SXM4-80GB", None, "A100-80GB"),
-    ("NVIDIA A100-PCIE", 30.0, "A100-40GB"),  # XLA's allocator limit (75% of 40 GB)
-    ("NVIDIA A100-PCIE", 60.0, "A100-80GB"),
+    ("NVIDIA A100-PCIE", 30.0, "A100-40GB-PCIe"),  # XLA's allocator limit (75% of 40 GB)
+    ("NVIDIA A100-PCIE", 60.0, "A100-80GB-PCIe"),
+    ("NVIDIA A100-PCIE-40GB", None, "A100-40GB-PCIe"),  # a variant word picks the PCIe card
+    ("NVIDIA A100 80GB PCIe", None, "A100-80GB-PCIe"),
+    ("NVIDIA H200", None, "H200"),
+    ("NVIDIA H100 PCIe", None, "H100-PCIe"),
+    ("NVIDIA H100 NVL", None, "H100-NVL"),
+    ("NVIDIA RTX 6000 Ada Generation", None, "RTX6000-Ada"),
+    ("NVIDIA B200", None, "B200"),
     ("NVIDIA A100-PCIE", None, None),  # ambiguous: no guessed size
     ("Quadro RTX 6000", None, "RTX6000"),
     ("Tesla T4", None, "T4"),
     ("NVIDIA H100 80GB HBM3", None, "H100"),
     ("NVIDIA L4", None, "L4"),
     ("NVIDIA L40S", None, "L40S"),
-    ("NVIDIA A10", None, None),  # not A100
+    ("NVIDIA A10", None, "A10"),  # not A100
 ])
 def test_gpu_names_resolve_through_the_catalog(device, memory_gib, name):
     from geosim.live.train.record import catalog_gpu, inline_cluster

@@ -22,7 +22,9 @@ SHIPPED = ROOT / "geosim" / "data" / "params-default.toml"
 PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "technique_settings",
               "networks",  # each network model's Settings: declared by the model (checked below)
               "runtimes",  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/runtime.py)
-              "device_compute"}  # a runtime's measured device constants: declared there too (device_compute)
+              "device_compute",  # a runtime's measured device constants: declared there too (device_compute)
+              # a runtime's kernel choices and the GPUs its fit describes: runtimes.toml's keys (geosim/runtime.py)
+              "tf32_matmul", "fused_attention", "fitted_devices"}
 
 
 def shipped() -> dict:

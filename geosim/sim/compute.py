@@ -22,7 +22,7 @@ the engine's millions of Compute ops cost one dictionary look-up each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from geosim.specs import GPU, Model
@@ -52,22 +52,37 @@ class MemoryOp(NamedTuple):
     nbytes: float
 
 
-KernelOp = Gemm | MemoryOp
+class FusedAttention(NamedTuple):
+    """Attention as one fused kernel (flash attention, PyTorch's SDPA): the score and value products on
+    the tensor cores, streaming q, k, v and the output, never writing the S x S scores."""
+
+    label: str
+    flops: float
+    nbytes: float
+
+
+KernelOp = Gemm | MemoryOp | FusedAttention
 
 
 @dataclass(frozen=True)
 class Efficiency:
-    """The compute model's global constants (priors and sources: docs/reference/params.md).
+    """The compute model's constants (priors and sources: docs/reference/params.md).
 
-    gemm_fraction: attainable fraction of the dense tensor (or fp32) peak for large GEMMs, the
-        same for every GPU, so that one GPU's speed relative to another's comes from the catalog.
-        by_architecture may override it for one generation (the word in parentheses in a catalog
-        GPU's name, lower case); calibration never frees those overrides.
+    gemm_fraction: attainable fraction of the dense tensor (or fp32) peak for large GEMMs, so that one
+        GPU's speed relative to another's comes from the catalog. The global value is fitted to the
+        study (Alpa 2022 on Turing and the A30); by_architecture gives a generation its own measured
+        value (the word in parentheses in a catalog GPU's name, lower case), as do
+        memory_by_architecture and gemm_half_by_architecture for the other two.
     gemm_half_s: a GEMM's size-dependent saturation: one of F FLOPs reaches
         F / (F + R * gemm_half_s) of the large-GEMM rate R (tile and wave quantization, the
         ramp of filling and draining the SMs). A GEMM of R * gemm_half_s FLOPs runs at half rate.
     memory_fraction: attainable fraction of the memory bandwidth for streaming kernels.
     kernel_s: launch gap per kernel (XLA launches its fused kernels one by one).
+    fitted_devices: GPUs (catalog names) whose speed under this runtime is what the global constants were
+        fitted to (alpa: the study's RTX6000, T4 and A30): the per-generation values skip them.
+    tf32: the runtime runs fp32 matmuls on TF32 tensor cores where the GPU has them (XLA's default).
+    fused_attention: the runtime's attention never writes the S x S scores (flash attention, PyTorch's
+        SDPA): their memory-bound passes go, and the backward recomputes the scores' product.
     """
 
     gemm_fraction: float = 0.7
@@ -75,11 +90,25 @@ class Efficiency:
     memory_fraction: float = 0.8
     kernel_s: float = 5e-6
     by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, gemm fraction) overrides
+    memory_by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, memory fraction)
+    gemm_half_by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, gemm_half_s)
+    fitted_devices: tuple[str, ...] = ()
+    tf32: bool = False
+    fused_attention: bool = False
 
     def gemm_fraction_of(self, gpu: GPU) -> float:
-        if self.by_architecture:
-            return dict(self.by_architecture).get(architecture(gpu), self.gemm_fraction)
-        return self.gemm_fraction
+        return self.for_gpu(gpu).gemm_fraction
+
+    def for_gpu(self, gpu: GPU) -> "Efficiency":
+        """These constants as they apply to one GPU: its generation's own values where it has them."""
+        if gpu.name in self.fitted_devices or not (self.by_architecture or self.memory_by_architecture
+                                                   or self.gemm_half_by_architecture):
+            return self
+        generation = architecture(gpu)
+        return replace(self, gemm_fraction=dict(self.by_architecture).get(generation, self.gemm_fraction),
+                       memory_fraction=dict(self.memory_by_architecture).get(generation, self.memory_fraction),
+                       gemm_half_s=dict(self.gemm_half_by_architecture).get(generation, self.gemm_half_s),
+                       by_architecture=(), memory_by_architecture=(), gemm_half_by_architecture=())
 
 
 def architecture(gpu: GPU) -> str:
@@ -91,21 +120,26 @@ def value_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def sustained_tensor_tflops(gpu: GPU, precision: str) -> float:
+def sustained_tensor_tflops(gpu: GPU, precision: str, tf32: bool = False) -> float:
     """The datasheet peak for the precision, capped by board power for tensor precisions: a card cannot
     sustain more tensor TFLOP/s per watt than its generation's least power-dense card of the built-in
     catalog (whose datasheet peak is taken as sustainable). The T4's 65 TFLOP/s in 70 W is capped at
     70 W x the RTX 6000's 130.5 / 295 TFLOP/s per W = 31 TFLOP/s: the T4 throttles its clock under
     sustained tensor load. A card of a generation the catalog does not hold, or without tdp_w, is not capped."""
-    peak = gpu.peak_tflops(precision)
-    if precision == "fp32" or not gpu.tdp_w:
+    peak = gpu.peak_tflops(precision, tf32)
+    tensor_fp32 = precision == "fp32" and peak != gpu.fp32_tflops
+    if (precision == "fp32" and not tensor_fp32) or not gpu.tdp_w:
         return peak
     per_watt = gpu.generation_tflops_per_watt  # set from the catalog by geosim.scenario
-    return peak if per_watt is None else min(peak, gpu.tdp_w * per_watt)
+    if per_watt is None:
+        return peak
+    if tensor_fp32:  # TF32 throttles as the card's 16-bit tensor rate does
+        return peak * min(1.0, gpu.tdp_w * per_watt / gpu.fp16_tensor_tflops)
+    return min(peak, gpu.tdp_w * per_watt)
 
 
 def gemm_seconds(op: Gemm, gpu: GPU, precision: str, eff: Efficiency) -> float:
-    rate = sustained_tensor_tflops(gpu, precision) * 1e12 * eff.gemm_fraction_of(gpu)
+    rate = sustained_tensor_tflops(gpu, precision, eff.tf32) * 1e12 * eff.gemm_fraction
     bandwidth = gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction
     flops = op.flops
     # F / (rate * F / (F + rate * half)) = F / rate + half: saturation is a fixed ramp per GEMM
@@ -118,9 +152,17 @@ def memory_seconds(op: MemoryOp, gpu: GPU, eff: Efficiency) -> float:
     return op.nbytes / (gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction) + eff.kernel_s
 
 
+def fused_seconds(op: FusedAttention, gpu: GPU, precision: str, eff: Efficiency) -> float:
+    rate = sustained_tensor_tflops(gpu, precision, eff.tf32) * 1e12 * eff.gemm_fraction
+    memory = op.nbytes / (gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction)
+    return max(op.flops / rate + eff.gemm_half_s, memory) + eff.kernel_s
+
+
 def op_seconds(op: KernelOp, gpu: GPU, precision: str, eff: Efficiency) -> float:
     if type(op) is Gemm:
         return gemm_seconds(op, gpu, precision, eff)
+    if type(op) is FusedAttention:
+        return fused_seconds(op, gpu, precision, eff)
     return memory_seconds(op, gpu, eff)
 
 
@@ -133,8 +175,28 @@ SOFTMAX_PASSES_FORWARD = 4
 SOFTMAX_PASSES_BACKWARD = 5
 
 
+# Fused causal attention skips the score blocks above the diagonal (FlashAttention-2, Dao 2023): half the
+# products' FLOPs; its backward recomputes the scores and makes dV, dP, dQ, dK: 5 products to the forward's 2.
+FUSED_CAUSAL_FRACTION = 0.5
+FUSED_BACKWARD_PRODUCTS = 2.5
+
+
+def attention_ops(sequences: float, seq_len: int, d: float, heads: float, e: int, dropout: bool,
+                  fused: bool) -> list[KernelOp]:
+    """The attention core of one block's forward: scores, masked softmax (and dropout), probabilities x
+    values; or, fused, one kernel streaming q, k, v and the output."""
+    s, scores = seq_len, sequences * heads * seq_len * seq_len
+    if fused:
+        flops = 2 * 2.0 * s * s * d * sequences * heads * FUSED_CAUSAL_FRACTION
+        return [FusedAttention("fused attention", flops, 4 * sequences * heads * s * d * e)]
+    return [Gemm("scores", s, s, d, sequences * heads),
+            MemoryOp("mask+softmax", SOFTMAX_PASSES_FORWARD * scores * e),
+            *([MemoryOp("attention dropout", scores * (2 * e + 1))] if dropout else []),
+            Gemm("probs@v", s, d, s, sequences * heads)]
+
+
 def block_forward(model: Model, sequences: float, seq_len: int, precision: str, tensor_parallel: int = 1,
-                  dropout: bool = True) -> list[KernelOp]:
+                  dropout: bool = True, fused_attention: bool = False) -> list[KernelOp]:
     """One transformer block's forward for `sequences` sequences on one GPU of a `tensor_parallel`
     split (Megatron's layout: heads and MLP columns split, layer norms and residuals replicated)."""
     e, t = value_bytes(precision), tensor_parallel
@@ -146,10 +208,7 @@ def block_forward(model: Model, sequences: float, seq_len: int, precision: str, 
         MemoryOp("ln1", 2 * tokens * h * e),
         Gemm("qkv", tokens, 3 * h / t, h),
         MemoryOp("qkv bias", 2 * tokens * 3 * h / t * e),
-        Gemm("scores", s, s, d, sequences * heads),
-        MemoryOp("mask+softmax", SOFTMAX_PASSES_FORWARD * scores * e),
-        *([MemoryOp("attention dropout", scores * (2 * e + 1))] if dropout else []),
-        Gemm("probs@v", s, d, s, sequences * heads),
+        *attention_ops(sequences, seq_len, d, heads, e, dropout, fused_attention),
         MemoryOp("merge heads", 2 * tokens * h / t * e),
         Gemm("attention out", tokens, h, h / t),
         MemoryOp("bias+dropout+residual", tokens * h * (3 * e + drop)),
@@ -167,7 +226,7 @@ def _backward_gemms(op: Gemm) -> list[Gemm]:
 
 
 def block_backward(model: Model, sequences: float, seq_len: int, precision: str, tensor_parallel: int = 1,
-                   dropout: bool = True) -> list[KernelOp]:
+                   dropout: bool = True, fused_attention: bool = False) -> list[KernelOp]:
     """The block's backward: two GEMMs per forward GEMM, and per memory-bound kernel one that reads
     what it saved and the incoming gradient and writes the outgoing one (plus bias-gradient reduces)."""
     e, t = value_bytes(precision), tensor_parallel
@@ -176,9 +235,12 @@ def block_backward(model: Model, sequences: float, seq_len: int, precision: str,
     scores = sequences * heads * s * s
     drop = 1 if dropout else 0
     ops: list[KernelOp] = []
-    for op in reversed(block_forward(model, sequences, seq_len, precision, tensor_parallel, dropout)):
+    for op in reversed(block_forward(model, sequences, seq_len, precision, tensor_parallel, dropout, fused_attention)):
         if type(op) is Gemm:
             ops += _backward_gemms(op)
+            continue
+        if type(op) is FusedAttention:  # reads q, k, v, o, dO and the row statistics; writes dq, dk, dv
+            ops.append(FusedAttention(op.label + " bwd", op.flops * FUSED_BACKWARD_PRODUCTS, op.nbytes * 2))
             continue
         label = op.label
         if label == "bias+dropout+residual":  # dropout's grad, the residual's grad add, the bias reduce
@@ -275,7 +337,7 @@ class Work(NamedTuple):
     part: str = "block"  # block | attention | mlp: a tensor-parallel block is timed in its two halves
 
 
-def kernels(work: Work, precision: str) -> list[KernelOp]:
+def kernels(work: Work, precision: str, fused_attention: bool = False) -> list[KernelOp]:
     m, b, s, t = work.model, work.sequences, work.seq_len, work.tensor_parallel
     if work.phase == "update":
         return accumulate_ops(work.params, precision)
@@ -283,8 +345,8 @@ def kernels(work: Work, precision: str) -> list[KernelOp]:
         return optimizer_ops(work.params)
     if work.phase not in ("forward", "backward"):
         raise ValueError(f"unknown phase {work.phase!r}")
-    block_fwd = block_forward(m, b, s, precision, t, work.dropout)
-    block_bwd = block_backward(m, b, s, precision, t, work.dropout)
+    block_fwd = block_forward(m, b, s, precision, t, work.dropout, fused_attention)
+    block_bwd = block_backward(m, b, s, precision, t, work.dropout, fused_attention)
     if work.part != "block":
         block_fwd, block_bwd = _half(block_fwd, work.part), _half(block_bwd, work.part)
     forward: list[KernelOp] = []
@@ -319,7 +381,7 @@ def _half(ops: list[KernelOp], part: str) -> list[KernelOp]:
 
 
 def kernel_flops(ops: list[KernelOp]) -> float:
-    return sum(op.flops for op in ops if type(op) is Gemm)
+    return sum(op.flops for op in ops if type(op) is not MemoryOp)
 
 
 class ComputeModel:
@@ -330,6 +392,15 @@ class ComputeModel:
         # a device's own constants (geosim.specs.DeviceCompute: a runtime measured its speed)
         self.by_device = {name: Efficiency(*constants) for name, constants in by_device}
         self._cache: dict[tuple, float] = {}
+        self._per_gpu: dict[GPU, Efficiency] = {}
+
+    def efficiency_for(self, gpu: GPU) -> Efficiency:
+        """The constants one GPU runs with: a device's measured ones, else its generation's, else the global."""
+        found = self._per_gpu.get(gpu)
+        if found is None:
+            own = self.by_device.get(gpu.name)
+            found = self._per_gpu[gpu] = own if own is not None else self.efficiency.for_gpu(gpu)
+        return found
 
     def seconds(self, work: Work, gpu: GPU, precision: str) -> float:
         key = (work, gpu, precision)
@@ -345,14 +416,14 @@ class ComputeModel:
             one = self.seconds(work._replace(layers=1, head=False, embedding=False), gpu, precision)
             rest = self.seconds(work._replace(layers=0), gpu, precision)
             return one * work.layers + rest
-        eff = self.by_device.get(gpu.name, self.efficiency)
-        return sum(op_seconds(op, gpu, precision, eff) for op in kernels(work, precision))
+        eff = self.efficiency_for(gpu)
+        return sum(op_seconds(op, gpu, precision, eff) for op in kernels(work, precision, self.efficiency.fused_attention))
 
     def breakdown(self, work: Work, gpu: GPU, precision: str) -> dict[str, float]:
         """Seconds per kernel label (summed over the blocks): what the time is made of."""
         out: dict[str, float] = {}
-        eff = self.by_device.get(gpu.name, self.efficiency)
-        for op in kernels(work, precision):
+        eff = self.efficiency_for(gpu)
+        for op in kernels(work, precision, self.efficiency.fused_attention):
             out[op.label] = out.get(op.label, 0.0) + op_seconds(op, gpu, precision, eff)
         return out
 
@@ -364,7 +435,10 @@ def compute_model(params) -> ComputeModel:
     """The compute model for a Params' constants, shared by every run with the same constants
     (a fit re-simulates hundreds of cases with few distinct values)."""
     efficiency = Efficiency(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
-                            tuple(sorted(params.gemm_fraction_by_architecture.items())))
+                            tuple(sorted(params.gemm_fraction_by_architecture.items())),
+                            tuple(sorted(params.memory_fraction_by_architecture.items())),
+                            tuple(sorted(params.gemm_half_s_by_architecture.items())),
+                            tuple(sorted(params.fitted_devices)), params.tf32_matmul, params.fused_attention)
     by_device = tuple(sorted(params.device_compute.items()))
     key = (efficiency, by_device)
     found = _MODELS.get(key)

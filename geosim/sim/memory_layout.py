@@ -27,7 +27,7 @@ Alpa pins; XLA_PYTHON_CLIENT_MEM_FRACTION). Within margin_fraction of it the ver
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from geosim.specs import GIB, Model
 
@@ -42,6 +42,8 @@ class LayoutOptions:
     workspace_bytes: float = 1.0 * GIB
     usable_fraction: float = 0.9
     margin_fraction: float = 0.10
+    architecture: str = ""  # the GPU generation XLA compiles for (its fusions keep different residuals)
+    fused_attention: bool = False  # the runtime's attention never writes the scores: none are kept
 
     @property
     def value_bytes(self) -> int:
@@ -77,8 +79,10 @@ def block_residual_bytes_per_token(model: Model, seq_len: int, options: LayoutOp
     inputs and outputs), the rest and the attention's a*S values are split over the group."""
     e, t, h = options.value_bytes, tensor_parallel, model.n_embd
     scores = model.n_head * seq_len  # softmax values per token
+    if options.fused_attention:  # flash attention keeps each row's log-sum-exp (fp32) instead of its scores
+        scores = model.n_head * 4.0 / e
     values = (replicated_h_values + (16.0 - replicated_h_values) / t) * h * e + scores * e / t
-    if options.dropout:  # masks of the two residual dropouts and the attention dropout, its output
+    if options.dropout and not options.fused_attention:  # masks of the two residual dropouts and the attention dropout, its output
         values += 2 * h * 1 + scores * (1 + e) / t
     return values
 
@@ -91,7 +95,8 @@ def block_input_bytes_per_token(model: Model, options: LayoutOptions) -> float:
 def block_transient_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions, tensor_parallel: int = 1) -> float:
     """A block's backward: the score gradients (dP, dS) and the MLP's 4h-wide gradients."""
     e, t = options.value_bytes, tensor_parallel
-    return 2 * model.n_head * seq_len * e / t + 8 * model.n_embd * e / t
+    scores = 0.0 if options.fused_attention else 2 * model.n_head * seq_len * e / t
+    return scores + 8 * model.n_embd * e / t
 
 
 def head_bytes_per_token(model: Model, options: LayoutOptions, tensor_parallel: int = 1) -> tuple[float, float]:
@@ -218,6 +223,11 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
 JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, fc out, GELU's tanh and out (4h each)
 JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
 JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
+# In 16-bit, per score: the fp32 softmax and its 16-bit cast (XLA for sm_80, the grid above); XLA for sm_90
+# (Hopper) keeps two 16-bit values a score instead: its buffer assignment of live's gpt2 and gpt2-medium step
+# (batch 8, one device) is 8.49 and 23.54 GiB, and an H200's allocator peaked at 8.50 and 23.55 GiB
+# (docs/results/2026-11-27-gpu-compute.md)
+JAX_SCORE_16BIT_VALUES = {"hopper": 2.0}
 JAX_LOGIT_VALUES = 2.0  # per vocabulary entry, fp32: the logits and their softmax (the loss's gradient)
 JAX_UPDATE_COPIES = 2.0  # at the update, per parameter held: the gradient and its flat copy for the one reduction (fp32)
 
@@ -238,8 +248,10 @@ def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions
     """One block's residuals per token in live's step (see above), on one GPU of a tensor-parallel group;
     `scanned`: the block runs inside a differentiated scan and keeps JAX's own residual list."""
     e, t, h = options.value_bytes, tensor_parallel, model.n_embd
-    scores = model.n_head * seq_len / t * (JAX_SCORE_FP32_VALUES * 4.0 if options.precision == "fp32"
-                                           else 4.0 + e)  # 16-bit: the fp32 softmax and its 16-bit cast
+    two_values = JAX_SCORE_16BIT_VALUES.get(options.architecture)
+    per_score = (JAX_SCORE_FP32_VALUES * 4.0 if options.precision == "fp32"
+                 else two_values * e if two_values else 4.0 + e)  # 16-bit: the fp32 softmax and its 16-bit cast
+    scores = model.n_head * seq_len / t * per_score
     if scanned:
         replicated_bytes = JAX_SCANNED_LN_FP32_H_VALUES * 4.0 + JAX_SCANNED_LN_OUT_H_VALUES * e
         return (replicated_bytes + JAX_SCANNED_SPLIT_H_VALUES * e / t) * h + scores
@@ -382,4 +394,25 @@ def options_for(workload, params) -> LayoutOptions:
     """The layout options of a case: its precision and checkpointing, the parameters' workspace and margins."""
     return LayoutOptions(precision=workload.precision, remat=workload.checkpointing,
                          workspace_bytes=params.workspace_bytes, usable_fraction=params.usable_memory_fraction,
-                         margin_fraction=params.memory_margin_fraction)
+                         margin_fraction=params.memory_margin_fraction, fused_attention=params.fused_attention)
+
+
+def per_device(devices, model: Model, workload, params, runtime, alpa_layout, jax_placement) -> dict[int, dict]:
+    """Bytes by part for each device (rank -> parts), as the workload's runtime lays the step out: Alpa's
+    TrainState (alpa_layout(options)), or live's JAX step (runtime memory_layout = "jax": the technique's
+    jax_placement() through live_step, per GPU generation, without a workspace: XLA's temporaries hold
+    cuBLAS's, and a GPU's allocator peak is XLA's buffer assignment)."""
+    options = options_for(workload, params)
+    if runtime.memory_layout != "jax":
+        layout = alpa_layout(options)
+        return {d.rank: dict(layout) for d in devices}
+    placement = jax_placement()
+    by_generation: dict[str, dict] = {}
+    out = {}
+    for d in devices:
+        generation = d.gpu.architecture
+        if generation not in by_generation:
+            by_generation[generation] = live_step(model, placement, workload.seq_len, workload.microbatches,
+                                                  replace(options, workspace_bytes=0.0, architecture=generation))
+        out[d.rank] = dict(by_generation[generation])
+    return out

@@ -48,9 +48,11 @@ def build(case: Case, settings: Settings) -> Schedule:
     per_gpu = microbatch_per_gpu(workload, p)
     grad_bytes = model.num_params * workload.bytes_per_value
     group = tuple(d.rank for d in devices)
-    layout = memory_layout.data_parallel(model, per_gpu, workload.seq_len, memory_layout.options_for(workload, params))
-    memory = {d.rank: dict(layout) for d in devices}
     runtime = runtime_of(workload, params)
+    memory = memory_layout.per_device(
+        devices, model, workload, params, runtime,
+        lambda options: memory_layout.data_parallel(model, per_gpu, workload.seq_len, options),
+        lambda: jax_placement(model, workload.global_batch, workload.microbatches, p))
     what = f"data parallel over {p} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences each, "
     if runtime.overlap_backward and p > 1:
         programs, buckets = _overlapped(model, workload, params, group, per_gpu, grad_bytes, runtime)
@@ -107,3 +109,15 @@ def _overlapped(model, workload, params, group, per_gpu, grad_bytes, runtime):
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
     """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
     return _floor.plan_floor_s(case, hosts, workload, options, NAME)
+
+
+def jax_placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
+    """How live's JAX step (live/train/techniques/data.py) places Data on a device, for the memory model
+    (geosim.sim.memory_layout.live_step): a whole replica, 1/n of each microbatch. live accumulates the
+    first microbatch before a scan over the rest; with two microbatches that scan has one step, which XLA
+    unrolls, and its scheduler then holds both microbatches' residuals and logits at once (measured: gpt2
+    and tiny, 2 microbatches); with more, the loop runs them one at a time."""
+    return memory_layout.LivePlacement(rows=global_batch / devices / microbatches, layers=model.n_layer,
+                                       params_held=model.num_params, grads_held=model.num_params,
+                                       microbatch_grads=model.num_params, in_flight=2 if microbatches == 2 else 1,
+                                       heads_in_flight=2)

@@ -116,8 +116,10 @@ def build(case: Case, settings: Settings) -> Schedule:
     # gradient accumulation, as Alpa's num_micro_batches
     program = [Repeat(microbatch, workload.microbatches, group, ("microbatch",), "microbatches"),
                optimizer_op(model, held), overhead_op(NAME, params, workload)]
-    layout = memory_layout.auto_sharded(model, batch, workload.seq_len, p, memory_layout.options_for(workload, params))
-    memory = {d.rank: dict(layout) for d in devices}
+    memory = memory_layout.per_device(
+        devices, model, workload, params, runtime,
+        lambda options: memory_layout.auto_sharded(model, batch, workload.seq_len, p, options),
+        lambda: jax_placement(model, workload.global_batch, workload.microbatches, p))
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"tensor parallel over {p} GPUs, "
@@ -129,3 +131,15 @@ def build(case: Case, settings: Settings) -> Schedule:
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
     """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
     return _floor.plan_floor_s(case, hosts, workload, options, NAME)
+
+
+def jax_placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
+    """live's Shard step (live/train/techniques/shard.py): every weight (embeddings included) split over the n
+    devices; each sees every sequence of a microbatch, split by heads and columns (see data.jax_placement for
+    the microbatches in flight); the logits come out of an all-reduce of partial sums, and XLA runs the two
+    microbatches' reductions one after the other, so one microbatch's logits are held at a time (measured:
+    gpt2, 2 microbatches)."""
+    held = model.num_params / devices
+    return memory_layout.LivePlacement(rows=global_batch / microbatches, layers=model.n_layer, params_held=held,
+                                       grads_held=held, microbatch_grads=held,
+                                       in_flight=2 if microbatches == 2 else 1, tensor_parallel=devices)

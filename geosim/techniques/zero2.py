@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from geosim.runtime import runtime_of
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Repeat, Schedule
 from geosim.case import Case
@@ -64,8 +65,10 @@ def build(case: Case, settings: Settings) -> Schedule:
     program.append(Repeat((Collective("all_gather", group, gathered, algorithm, ("ag",), "parameter all-gather"),),
                           buffers, group, ("ag", "buffers"), f"parameter all-gather ({buffers} buffers)"))
     program.append(overhead_op(NAME, params, workload))
-    layout = memory_layout.zero2(model, per_gpu, workload.seq_len, p, memory_layout.options_for(workload, params))
-    memory = {d.rank: dict(layout) for d in devices}
+    memory = memory_layout.per_device(
+        devices, model, workload, params, runtime_of(workload, params),
+        lambda options: memory_layout.zero2(model, per_gpu, workload.seq_len, p, options),
+        lambda: jax_placement(model, workload.global_batch, workload.microbatches, p))
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"ZeRO-2 over {p} GPUs, {buffers} buffers of {buffer / MIB:.1f} MiB, "
@@ -75,3 +78,15 @@ def build(case: Case, settings: Settings) -> Schedule:
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
     """The busiest GPU's compute and collectives back to back (geosim.techniques._floor)."""
     return _floor.plan_floor_s(case, hosts, workload, options, NAME)
+
+
+def jax_placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
+    """live's ZeRO-2 step (live/train/techniques/zero2.py): Data's placement with Adam's moments and the
+    gradient sum as 1/n flat shards."""
+    from dataclasses import replace
+
+    from geosim.techniques.data import jax_placement as data_placement
+
+    shard = model.num_params / devices
+    return replace(data_placement(model, global_batch, microbatches, devices), grads_held=shard, optimizer_held=shard,
+                   tree_accumulator=False)

@@ -8,48 +8,15 @@ import socket
 from importlib import metadata
 
 from geosim.records import RunRecord
-from geosim.scenario import gpu_catalog, model_catalog
-
-
-def _squash(text: str) -> str:
-    return re.sub(r"[^A-Z0-9]", "", text.upper())
-
-
-def catalog_gpu(device_name: str, memory_gib: float | None = None) -> str | None:
-    """A device's name as jax or nvidia-smi says it ('NVIDIA A100-SXM4-40GB', 'Tesla T4',
-    'Quadro RTX 6000') -> its name in the GPU catalog (geosim/data/gpus.toml), or None.
-
-    A catalog name's model (the part before '-', e.g. A100 in A100-40GB) must appear in the
-    device name not followed by a digit (so A10 is not A100, L4 not L40S). Several sizes of
-    one model: the one the device name states (40GB), else the smallest that holds memory_gib."""
-    catalog = gpu_catalog()
-    name = _squash(device_name)
-    spaced = re.sub(r"[^A-Z0-9]+", " ", device_name.upper())  # separators kept: "H100 80GB" is no H10080
-
-    def model_pattern(key: str) -> str:  # RTX6000 also matches "RTX 6000"
-        return " ?".join(re.escape(ch) for ch in _squash(key.split("-")[0])) + r"(?![0-9])"
-
-    matches = [key for key in catalog if re.search(model_pattern(key), spaced)]
-    if len(matches) <= 1:
-        return matches[0] if matches else None
-    stated = [key for key in matches if f"{catalog[key].memory_gib:g}GB" in name]
-    if len(stated) == 1:
-        return stated[0]
-    if memory_gib is None:
-        return None  # ambiguous: better a table with the device's own name than a wrong size
-    # the smallest size that holds what the device reports (an allocator's limit is below the
-    # physical size: XLA reserves 75% by default)
-    fitting = sorted((key for key in matches if catalog[key].memory_gib >= 0.95 * memory_gib),
-                     key=lambda key: catalog[key].memory_gib)
-    return fitting[0] if fitting else max(matches, key=lambda key: catalog[key].memory_gib)
+from geosim.gpu_names import PLACEHOLDER_FIGURES, catalog_gpu  # noqa: F401 (catalog_gpu: where live looked it up)
+from geosim.scenario import model_catalog
 
 
 def unknown_gpu_table(device_name: str, memory_gib: float | None) -> dict:
     """A [gpus] table for a device the catalog does not have: its name and, when the device
     reports it, its memory; the speed figures are placeholders to fill in by hand (the
     record's note says so), as calibration cannot infer a datasheet."""
-    return {"name": device_name, "memory_gib": round(memory_gib, 2) if memory_gib else 16.0,
-            "memory_bandwidth_gbs": 500, "fp32_tflops": 10, "fp16_tensor_tflops": 60, "pcie_gen": 3}
+    return {"name": device_name, "memory_gib": round(memory_gib, 2) if memory_gib else 16.0, **PLACEHOLDER_FIGURES}
 
 
 def software() -> dict:

@@ -57,14 +57,7 @@ TECHNIQUE = Data
 
 
 def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
-    """How this technique places a step on a device, for the memory model (geosim.sim.memory_layout):
-    a whole replica, 1/n of each microbatch. live accumulates the first microbatch before a scan over
-    the rest; with two microbatches that scan has one step, which XLA unrolls, and its scheduler then
-    holds both microbatches' residuals and logits at once (measured: gpt2 and tiny, 2 microbatches);
-    with more, the loop runs them one at a time."""
-    from geosim.sim.memory_layout import LivePlacement
+    """This step's placement for the memory model: the simulator's technique says it (one place for both)."""
+    from geosim.techniques.data import jax_placement
 
-    return LivePlacement(rows=global_batch / devices / microbatches, layers=model.n_layer,
-                         params_held=model.num_params, grads_held=model.num_params,
-                         microbatch_grads=model.num_params, in_flight=2 if microbatches == 2 else 1,
-                         heads_in_flight=2)
+    return jax_placement(model, global_batch, microbatches, devices, stages)

@@ -74,12 +74,7 @@ TECHNIQUE = Shard
 
 
 def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
-    """Every weight (embeddings included) split over the n devices; each sees every sequence of a
-    microbatch, split by heads and columns (see data.placement for the microbatches in flight); the
-    logits come out of an all-reduce of partial sums, and XLA runs the two microbatches' reductions one
-    after the other, so one microbatch's logits are held at a time (measured: gpt2, 2 microbatches)."""
-    from geosim.sim.memory_layout import LivePlacement
+    """This step's placement for the memory model: the simulator's technique says it (one place for both)."""
+    from geosim.techniques.shard import jax_placement
 
-    held = model.num_params / devices
-    return LivePlacement(rows=global_batch / microbatches, layers=model.n_layer, params_held=held, grads_held=held, microbatch_grads=held,
-                         in_flight=2 if microbatches == 2 else 1, tensor_parallel=devices)
+    return jax_placement(model, global_batch, microbatches, devices, stages)

@@ -86,11 +86,7 @@ TECHNIQUE = Zero2
 
 
 def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
-    """Data's placement with Adam's moments and the gradient sum as 1/n flat shards (see data.placement)."""
-    from dataclasses import replace
+    """This step's placement for the memory model: the simulator's technique says it (one place for both)."""
+    from geosim.techniques.zero2 import jax_placement
 
-    from geosim.live.train.techniques.data import placement as data_placement
-
-    shard = model.num_params / devices
-    return replace(data_placement(model, global_batch, microbatches, devices), grads_held=shard, optimizer_held=shard,
-                   tree_accumulator=False)
+    return jax_placement(model, global_batch, microbatches, devices, stages)
