@@ -12,6 +12,7 @@ locally (no hub download is attempted), else bytes (vocab 257: 256 bytes + end-o
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,18 +88,48 @@ class GPT2Tokenizer:
         return self._tok.encode(text)
 
 
-def get_tokenizer(kind: str = "auto"):
-    """'auto': GPT-2's tokenizer if it is installed with its files cached locally, else bytes."""
+# GPT-2's BPE encodes this as these ids (its vocab.json and merges.txt): a tokenizer that does not is not GPT-2's
+GPT2_PROBE = ("Hello world", [15496, 995])
+
+
+def is_gpt2_vocabulary(tok) -> str | None:
+    """None if `tok` really is GPT-2's tokenizer, else what is wrong with it. transformers 5's
+    from_pretrained(..., local_files_only=True) without the files cached returns a tokenizer with a
+    one-entry vocabulary that encodes every text to nothing, instead of raising."""
+    try:
+        size = len(tok)
+        ids = list(tok.encode(GPT2_PROBE[0]))
+    except Exception as exc:  # a tokenizer that cannot even encode
+        return f"it failed to encode ({type(exc).__name__})"
+    if size != GPT2Tokenizer.vocab:
+        return f"its vocabulary has {size} entries, GPT-2's has {GPT2Tokenizer.vocab}"
+    if ids != GPT2_PROBE[1]:
+        return f"it encodes {GPT2_PROBE[0]!r} as {ids[:8]}, GPT-2 as {GPT2_PROBE[1]}"
+    return None
+
+
+def get_tokenizer(kind: str = "auto", warn=None):
+    """'auto': GPT-2's tokenizer if it is installed with its files cached locally (and really is GPT-2's),
+    else bytes, with one line to `warn` (stderr by default) saying why; 'gpt2': GPT-2's or a clear error."""
     if kind == "bytes":
         return ByteTokenizer()
     try:
         from transformers import GPT2TokenizerFast  # noqa: PLC0415
 
-        return GPT2Tokenizer(GPT2TokenizerFast.from_pretrained("gpt2", local_files_only=True))
-    except Exception:  # not installed, or files not cached: no hub download from here
-        if kind == "gpt2":
-            raise GeosimError("the GPT-2 tokenizer needs transformers and its files cached locally", key="--tokenizer") from None
-        return ByteTokenizer()
+        tok = GPT2TokenizerFast.from_pretrained("gpt2", local_files_only=True)
+        problem = is_gpt2_vocabulary(tok)
+    except Exception as exc:  # not installed, or files not cached: no hub download from here
+        problem = ("transformers is not installed" if isinstance(exc, ImportError)
+                   else f"its files are not cached locally ({type(exc).__name__})")
+    if problem is None:
+        return GPT2Tokenizer(tok)
+    if kind == "gpt2":
+        raise GeosimError(f"GPT-2's tokenizer is not usable here: {problem} (it needs transformers and GPT-2's "
+                          "tokenizer files cached locally; --tokenizer bytes needs neither)", key="--tokenizer")
+    if not problem.startswith("transformers is not installed"):
+        (warn or (lambda line: print(line, file=sys.stderr)))(
+            f"geosim live: GPT-2's tokenizer is not usable ({problem}): using bytes (vocabulary 257)")
+    return ByteTokenizer()
 
 
 # ---------------------------------------------------------------- packing and batches
