@@ -8,11 +8,13 @@ Ctrl-C keeps the steps measured so far.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import resource
 import statistics
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -159,6 +161,44 @@ def check_memory(compiled, limit_gib: float | None):
                           f"the limit is {limit_gib:.3g} GiB")
 
 
+@contextlib.contextmanager
+def still_compiling(log, every_s: float = 15.0):
+    """While the block runs, `log` a line every `every_s` seconds saying it is still compiling."""
+    if not log:
+        yield
+        return
+    done = threading.Event()
+    started = time.perf_counter()
+
+    def tick():
+        while not done.wait(every_s):
+            log(f"still compiling ({time.perf_counter() - started:.0f} s)")
+
+    ticker = threading.Thread(target=tick, name="still-compiling", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+
+
+def tf32_matmul(jax, platform: str, device_kind: str) -> bool | None:
+    """Whether this run's fp32 matmuls ran on TF32 tensor cores: XLA's default precision does on GPUs of
+    Ampere and newer (jax_default_matmul_precision unset or "default"/"bfloat16"/"tensorfloat32"); None on CPU."""
+    if platform != "gpu":
+        return None
+    from geosim.gpu_names import catalog_gpu
+    from geosim.scenario import gpu_catalog
+
+    key = catalog_gpu(device_kind)
+    generation = gpu_catalog()[key].architecture if key else "unknown"
+    if generation in ("turing", "volta", "pascal"):
+        return False
+    setting = str(getattr(jax.config, "jax_default_matmul_precision", None) or "default").lower()
+    return setting in ("default", "bfloat16", "tensorfloat32", "fastest")
+
+
 def run(opts: Options, log=print) -> Result:
     """Train and measure. SIGINT/SIGTERM (live/train/interrupts.py, when the CLI installed
     its handlers) and Ctrl-C stop the run at the next safe point with status interrupted."""
@@ -194,6 +234,7 @@ def run(opts: Options, log=print) -> Result:
         result.data = f"{dataset.source} ({dataset.tokenizer} tokens, {dataset.sequences.shape[0]} sequences)"
         result.model_dims = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head, "vocab": cfg.vocab,
                              "n_ctx": cfg.n_ctx}
+        result.devices["tf32_matmul"] = tf32_matmul(jax, devices["platform"], devices["kind"])
         result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx,
                            "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision,
                            "runtime": "jax"}  # its fixed costs: geosim/data/runtimes.toml [jax]
@@ -212,7 +253,8 @@ def run(opts: Options, log=print) -> Result:
         if log:
             log(f"compiling {opts.technique} for {devices['count']} device(s)")
         t0 = time.perf_counter()
-        compiled = interrupts.call(technique.compile, state, batch)  # seconds to minutes: a signal stops the wait
+        with still_compiling(log):  # seconds to minutes (gpt2-xl: 152 s on an H200): a line every 15 s
+            compiled = interrupts.call(technique.compile, state, batch)  # a signal stops the wait
         check_memory(compiled, limit)
         interrupts.check()
         result.cores = os.cpu_count()

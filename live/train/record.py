@@ -90,11 +90,15 @@ def build_record(result, opts, *, backend="jax", collective_impl="xla-cpu", scen
                      + (f", {d['stages']} stages" if d.get("stages") else ""))
         if d["platform"] == "cpu":
             notes.append("peak_memory_gib is the process's peak RSS")
+        elif d.get("tf32_matmul") is not None:
+            notes.append(f"fp32 matmuls on TF32 tensor cores: {'yes' if d['tf32_matmul'] else 'no'}")
     if extra_note:
         notes.append(extra_note)
     return RunRecord(
         technique=opts.technique, model=opts.model, status=result.status,
         scenario=scenario, cluster=None if scenario else inline_cluster(result.devices, host_names),
         model_dims=dims, workload=result.workload, measured=measured, source="live", backend=backend,
-        collective_impl=collective_impl, error=result.error, note="; ".join(notes) or None, software=software(),
+        collective_impl=collective_impl, error=result.error, note="; ".join(notes) or None,
+        software={**software(), **({"tf32_matmul": result.devices["tf32_matmul"]}
+                                   if (result.devices or {}).get("tf32_matmul") is not None else {})},
     )

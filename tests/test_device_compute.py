@@ -1,0 +1,45 @@
+"""python -m geosim.live.experiments.device_compute: the fit on the H200 records reproduces the shipped Hopper
+constants; on this machine's CPU device the measuring half runs for real (live's step, plain GEMMs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from geosim.live.experiments import device_compute
+from geosim.params import default_params
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = ROOT / "docs" / "results" / "data" / "2026-11-26-gpu-h200.jsonl"
+GEMMS = "8192:8192:8192:bf16:879,4096:4096:4096:fp32:391"
+
+
+def test_the_h200_fit_gives_the_shipped_hopper_constants(tmp_path, capsys):
+    out = tmp_path / "hopper.toml"
+    assert device_compute.main(["--records", str(H200), "--gemm-tflops", GEMMS, "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    shipped = default_params()
+    assert report["architecture"] == "hopper" and report["rms_log_error"] < 0.05
+    assert report["gemm_fraction"] == pytest.approx(shipped.gemm_fraction_by_architecture["hopper"], rel=0.01)
+    assert report["memory_fraction"] == pytest.approx(shipped.memory_fraction_by_architecture["hopper"], rel=0.01)
+    assert all(abs(row["error"]) < 0.05 for row in report["rows"])
+    assert "[compute.gemm_fraction_by_architecture]" in out.read_text()
+
+
+@pytest.mark.parametrize("argv, key", [([], "--measure"), (["--records", str(H200), "--gemm-tflops", "1:2:3"], "--gemm-tflops"),
+                                       (["--records", str(H200), "--gemm-tflops", "8:8:8:int4:5"], "--gemm-tflops")])
+def test_bad_arguments_are_one_line_and_exit_2(argv, key, capsys):
+    assert device_compute.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0]
+
+
+@pytest.mark.slow
+def test_measuring_runs_lives_step_and_gemms_on_this_device(tmp_path):
+    records = device_compute.measure_steps([["tiny", "4", "fp32"]], 4, str(tmp_path / "runs.jsonl"), log=lambda _: None)
+    assert records[0].status == "ok" and records[0].measured["time_per_iteration_s"] > 0
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 1
+    gemm, = device_compute.time_gemms([["256", "256", "256", "fp32"]], repeats=3)
+    assert gemm["seconds"] > 0 and gemm["tflops"] > 0
