@@ -72,6 +72,9 @@ class Runtime:
     # how the step's memory is laid out: "alpa" (TrainState: 16-bit weights, fp32 master, a workspace) or
     # "jax" (live's step: fp32 weights, XLA's buffer assignment, geosim.sim.memory_layout.live_step)
     memory_layout: str = "alpa"
+    # of a GPU's memory, what this runtime's allocator may use (jax's XLA_PYTHON_CLIENT_MEM_FRACTION);
+    # None: the parameters file's memory.usable_fraction (the jaxlib Alpa pins)
+    usable_memory_fraction: float | None = None
     source: str = ""
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
@@ -97,6 +100,8 @@ class Runtime:
         changes = {}
         choices = {"tf32_matmul": self.tf32_matmul, "fused_attention": self.fused_attention,
                    "fitted_devices": self.fitted_devices}
+        if self.usable_memory_fraction is not None:
+            choices["usable_memory_fraction"] = self.usable_memory_fraction
         changes.update({k: v for k, v in choices.items() if getattr(params, k) != v})
         if self.kernel_s is not None and self.kernel_s != params.kernel_s:
             changes["kernel_s"] = self.kernel_s
@@ -120,6 +125,7 @@ COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
 FLAGS = ("overlap_backward", "pipeshard_sends_every_tick", "tf32_matmul", "fused_attention")
 MEMORY_LAYOUTS = ("alpa", "jax")
 KEYS = {"description", "source", "gradient_buckets", "kernel_us", "device_compute", "fitted_devices", "memory_layout",
+        "usable_memory_fraction",
         *FLAGS,
         *NUMBERS, *COLLECTIVE_LISTS}
 _SHIPPED: dict[str, Runtime] = {}
@@ -143,6 +149,10 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
             values[key] = device_compute_tables(value, source, where)
         elif key in COLLECTIVE_LISTS:
             values[key] = collective_list(value, source, where)
+        elif key == "usable_memory_fraction":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.05 <= value <= 1.0:
+                raise GeosimError(f"must be a fraction in [0.05, 1], got {value!r}", source=source, key=where)
+            values[key] = float(value)
         elif key == "memory_layout":
             if value not in MEMORY_LAYOUTS:
                 raise GeosimError(f"must be one of {', '.join(MEMORY_LAYOUTS)}, got {value!r}", source=source, key=where)

@@ -158,3 +158,32 @@ def test_a_real_gpt2_vocabulary_passes_the_check():
 
     assert corpus.is_gpt2_vocabulary(Gpt2Like()) is None
     assert "entries" in corpus.is_gpt2_vocabulary(_OneEntryTokenizer())
+
+
+@pytest.mark.parametrize("technique", ["data", "zero2", "shard", "pipeshard"])
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_the_simulator_under_jax_holds_what_live_estimates_for_its_own_step(technique, precision):
+    """One memory model: predict under the jax runtime gives each device the bytes live's own check gives
+    before it allocates (live/train/memory.py), on two H100s of one host, per technique."""
+    from geosim.case import Case
+    from geosim.live.train.memory import layout
+    from geosim.predict import predict
+    from geosim.specs import Cluster, Host, Workload
+
+    h100 = gpu_catalog()["H100"]
+    model = get_model("gpt2-medium")
+    cluster = Cluster("two-h100", (Host("h", "s", (h100, h100), intra_host="nvlink"),), ())
+    workload = Workload(tokens_per_epoch=8 * 1024 * 10, seq_len=1024, global_batch=8, microbatches=2,
+                        precision=precision, epochs=1, runtime="jax")
+    options = {"stages": 2} if technique == "pipeshard" else None
+    result = predict(Case(cluster, model, workload, default_params()), technique,
+                     options={"layer_split": (12, 12)} if technique == "pipeshard" else None)
+    live = layout(technique, n_layer=24, n_embd=1024, n_head=16, vocab=model.vocab, n_ctx=1024, precision=precision,
+                  global_batch=8, microbatches=2, devices=2, stages=2 if options else None, architecture="hopper")
+    assert result.peak_memory_gib == pytest.approx(sum(live.values()) / 2**30, rel=1e-9)
+
+
+def test_the_jax_runtime_allocates_three_quarters_of_a_gpu():
+    params = shipped_runtimes()["jax"].applied_to(default_params())
+    assert params.usable_memory_fraction == 0.75  # XLA_PYTHON_CLIENT_MEM_FRACTION's default; the H200: 104.85 GiB
+    assert shipped_runtimes()["alpa"].applied_to(default_params()).usable_memory_fraction == 0.9

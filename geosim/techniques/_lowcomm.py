@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.errors import GeosimError
 from geosim.sim.schedule import Collective, Compute, Device, Recv, Repeat, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
@@ -91,8 +92,9 @@ def build_replica(cluster: Cluster, hosts: tuple[str, ...], kind: str, model: Mo
     for local, ops in inner.programs.items():
         programs[rank_of[local]] = [overhead if type(op) is Compute and op.kind == "overhead"
                                     else _remap(op, rank_of, suffix=name) for op in ops]
-    bytes_per_value = workload.bytes_per_value
-    held = {rank_of[r]: parts["weights"] / bytes_per_value for r, parts in inner.memory_parts.items()}
+    # the weights' bytes a parameter: live's JAX step keeps them fp32 whatever the precision, Alpa's in the precision
+    weight_bytes = 4.0 if runtime_of(workload, params).memory_layout == "jax" else workload.bytes_per_value
+    held = {rank_of[r]: parts["weights"] / weight_bytes for r, parts in inner.memory_parts.items()}
     stage_of = {rank_of[d.rank]: hosts.index(d.host) if kind == "pipeline" else 0 for d in inner.devices}
     return Replica(hosts, kind, tuple(sorted(programs)), programs,
                    {rank_of[r]: dict(p) for r, p in inner.memory_parts.items()}, held, stage_of, inner.description)

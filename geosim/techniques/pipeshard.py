@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from geosim.errors import GeosimError
 from geosim.sim import memory_layout
@@ -126,6 +126,7 @@ def build(case: Case, settings: Settings) -> Schedule:
     schedule_kind = settings.schedule
     per_layer = params.settings("shard").collectives_per_layer  # a sharded stage all-reduces as Shard does
     options = memory_layout.options_for(workload, params)
+    jax_layout = runtime_of(workload, params).memory_layout == "jax"
     compression = settings.activation_compression
     act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value * compression
     algorithm = params.for_technique("collectives", NAME)
@@ -217,8 +218,14 @@ def build(case: Case, settings: Settings) -> Schedule:
             program.append(overhead_op(NAME, params, workload))
             programs[dev.rank] = program
             in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
-            memory[dev.rank] = memory_layout.pipeline_stage(
-                model, sequences, workload.seq_len, layers[s], first, last, S, in_flight, options, tensor_parallel=tp)
+            if jax_layout:  # live's GPipe scan, as XLA lays it out (jax_placement)
+                memory[dev.rank] = memory_layout.live_step(
+                    model, jax_placement(model, workload.global_batch, M, S * tp, S, layers[s]), workload.seq_len, M,
+                    replace(options, workspace_bytes=0.0, architecture=dev.gpu.architecture))
+            else:
+                memory[dev.rank] = memory_layout.pipeline_stage(
+                    model, sequences, workload.seq_len, layers[s], first, last, S, in_flight, options,
+                    tensor_parallel=tp)
     return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
                     f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""),
@@ -540,3 +547,21 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     iteration = iteration_floor_s(case, hosts, w, options) + runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
     return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
+
+
+def jax_placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None,
+                  layers: float | None = None):
+    """How live's JAX pipeline step (live/train/techniques/pipeshard.py) places a stage on a device, for the
+    memory model: its blocks (`layers`, default an even share) split over the stage's devices, the embeddings
+    (held by every stage) too; GPipe in a scan over M + S - 1 ticks keeps every tick's residuals, each block's
+    as JAX lists them (the blocks run in a scan inside that scan: memory_layout.JAX_SCANNED_*); every stage
+    runs the head on the whole batch, with the tied embedding all-gathered whole (the partitioner gathers the
+    stage's n_embd-split table for the lookup and keeps it for the head)."""
+    s = stages or min(2, devices)
+    tensor = max(1, devices // s)
+    layers = model.n_layer / s if layers is None else layers
+    held = (layers * model.params_per_layer + model.embedding_params) / tensor
+    return memory_layout.LivePlacement(rows=global_batch / microbatches, layers=layers, params_held=held,
+                                       grads_held=held, microbatch_grads=held, in_flight=microbatches + s - 1,
+                                       tensor_parallel=tensor, head_rows=global_batch, accumulates=False,
+                                       scanned=True, head_gathers_embedding=True)

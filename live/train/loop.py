@@ -131,7 +131,7 @@ def device_limit_gib(jax, override: float | None) -> float | None:
     return None
 
 
-def check_estimate(opts: Options, cfg, technique, limit_gib: float | None) -> float:
+def check_estimate(opts: Options, cfg, technique, limit_gib: float | None, architecture: str = "") -> float:
     """Refuse a run that the simulator's memory model says does not fit, before any weight is allocated
     (within the model's margin of the limit it may fit: the compiled step is checked again)."""
     from geosim.live.train.memory import estimate_gib, verdict
@@ -139,7 +139,8 @@ def check_estimate(opts: Options, cfg, technique, limit_gib: float | None) -> fl
     need = estimate_gib(opts.technique, n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head, vocab=cfg.vocab,
                         n_ctx=cfg.n_ctx, precision=cfg.precision, global_batch=opts.batch,
                         microbatches=opts.microbatches, devices=technique.n,
-                        stages=getattr(technique, "stages", None), remat=getattr(cfg, "remat", False))
+                        stages=getattr(technique, "stages", None), remat=getattr(cfg, "remat", False),
+                        architecture=architecture)
     if limit_gib is not None and verdict(need, limit_gib).status == "out-of-memory":
         raise MemoryError(f"RESOURCE_EXHAUSTED: out of memory: the step needs about {need:.3g} GiB per device "
                           f"(geosim's memory model, before allocating), the limit is {limit_gib:.3g} GiB")
@@ -183,17 +184,23 @@ def still_compiling(log, every_s: float = 15.0):
         ticker.join()
 
 
+def gpu_generation(devices: dict) -> str:
+    """The catalog's generation of this run's GPU ('hopper'), '' on CPU or for a GPU the catalog lacks."""
+    if devices.get("platform") != "gpu":
+        return ""
+    from geosim.gpu_names import catalog_gpu
+    from geosim.scenario import gpu_catalog
+
+    key = catalog_gpu(devices["kind"], devices.get("memory_gib"))
+    return gpu_catalog()[key].architecture if key else ""
+
+
 def tf32_matmul(jax, platform: str, device_kind: str) -> bool | None:
     """Whether this run's fp32 matmuls ran on TF32 tensor cores: XLA's default precision does on GPUs of
     Ampere and newer (jax_default_matmul_precision unset or "default"/"bfloat16"/"tensorfloat32"); None on CPU."""
     if platform != "gpu":
         return None
-    from geosim.gpu_names import catalog_gpu
-    from geosim.scenario import gpu_catalog
-
-    key = catalog_gpu(device_kind)
-    generation = gpu_catalog()[key].architecture if key else "unknown"
-    if generation in ("turing", "volta", "pascal"):
+    if gpu_generation({"platform": platform, "kind": device_kind}) in ("turing", "volta", "pascal"):
         return False
     setting = str(getattr(jax.config, "jax_default_matmul_precision", None) or "default").lower()
     return setting in ("default", "bfloat16", "tensorfloat32", "fastest")
@@ -244,7 +251,7 @@ def run(opts: Options, log=print) -> Result:
             result.devices["stages"] = technique.stages
         flops = alpa_flops_per_iter(cfg, opts.batch)
         limit = device_limit_gib(jax, opts.memory_limit_gib)
-        check_estimate(opts, cfg, technique, limit)  # before any weight exists
+        check_estimate(opts, cfg, technique, limit, gpu_generation(devices))  # before any weight exists
         interrupts.check()
         start = time.perf_counter()
         state = interrupts.call(lambda: technique.init(init_params(cfg, opts.seed)))

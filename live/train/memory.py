@@ -15,11 +15,12 @@ GIB = 2**30
 
 def layout(technique: str, *, n_layer: int, n_embd: int, n_head: int, vocab: int, n_ctx: int, precision: str,
            global_batch: int, microbatches: int, devices: int, stages: int | None = None, remat: bool = False,
-           replicas: int | None = None) -> dict[str, float]:
+           replicas: int | None = None, architecture: str = "") -> dict[str, float]:
     """Bytes one device holds at the step's peak, by part (weights, optimizer, activations, ...): the
     technique's placement (live/train/techniques/<name>.py) through the simulator's memory model.
     `replicas` is accepted for the low-communication techniques' callers (their replicas train data
-    parallel, which is how their placement lays them out)."""
+    parallel, which is how their placement lays them out). `architecture`: the GPU generation XLA compiles
+    for (its fusions keep different residuals: geosim.sim.memory_layout.JAX_SCORE_16BIT_VALUES)."""
     import importlib
 
     from geosim.sim.memory_layout import LayoutOptions, live_step
@@ -29,7 +30,7 @@ def layout(technique: str, *, n_layer: int, n_embd: int, n_head: int, vocab: int
     module = importlib.import_module(f"geosim.live.train.techniques.{technique}")
     placement = module.placement(model, global_batch, microbatches, devices, stages)
     return live_step(model, placement, n_ctx, microbatches, LayoutOptions(precision=precision, remat=remat,
-                                                                         workspace_bytes=0.0))
+                                                                         workspace_bytes=0.0, architecture=architecture))
 
 
 def estimate_gib(technique: str, **dims) -> float:

@@ -132,17 +132,7 @@ TECHNIQUE = Pipeshard
 
 
 def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
-    """A stage's blocks split over its devices, the embeddings (held by every stage) too; GPipe in a scan
-    over M + S - 1 ticks keeps every tick's residuals, each block's as JAX lists them (the blocks run in a
-    scan inside that scan: memory_layout.JAX_SCANNED_*); every stage runs the head on the whole batch,
-    with the tied embedding all-gathered whole (the partitioner gathers the stage's n_embd-split table
-    for the lookup and keeps it for the head)."""
-    from geosim.sim.memory_layout import LivePlacement
+    """This step's placement for the memory model: the simulator's technique says it (one place for both)."""
+    from geosim.techniques.pipeshard import jax_placement
 
-    s = stages or min(2, devices)
-    tensor = max(1, devices // s)
-    layers = model.n_layer / s
-    held = (layers * model.params_per_layer + model.embedding_params) / tensor
-    return LivePlacement(rows=global_batch / microbatches, layers=layers, params_held=held, grads_held=held, microbatch_grads=held,
-                         in_flight=microbatches + s - 1, tensor_parallel=tensor,
-                         head_rows=global_batch, accumulates=False, scanned=True, head_gathers_embedding=True)
+    return jax_placement(model, global_batch, microbatches, devices, stages)

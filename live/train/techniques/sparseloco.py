@@ -147,7 +147,7 @@ def placement(model, global_batch: int, microbatches: int, devices: int, stages:
     momentum, fp32."""
     from dataclasses import replace
 
-    from geosim.live.train.techniques.data import placement as data_placement
+    from geosim.techniques.data import jax_placement as data_placement
 
     inner = data_placement(model, global_batch, microbatches, devices)
     return replace(inner, extra_state_bytes=8.0 * model.num_params)
