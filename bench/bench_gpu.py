@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     device = jax.devices()[0]
     if device.platform != "gpu":
         print(f"bench_gpu: no GPU here (jax's device is {device.platform}); the shipped H200 records stand in "
-              "(docs/results/data/2026-11-26-gpu-h200.jsonl)", file=sys.stderr)
+              "(geosim/data/gpu-h200-2026-11-26.jsonl: python -m geosim.live.experiments.device_compute --records h200-2026-11-26)", file=sys.stderr)
         return 2
     slug = re.sub(r"[^a-z0-9]+", "-", device.device_kind.lower()).strip("-")
     out = Path(args.out_dir) / f"{datetime.date.today().isoformat()}-gpu-{slug}.jsonl"

@@ -10,6 +10,7 @@ outputs - aliased + temporaries. Beside it, geosim's figure from geosim.sim.memo
 
 --backend gpu (default): XLA's CUDA compiler ahead of time for four A100s that are not here
 (needs the xla-gpu extra: jax-cuda12-plugin and jax-cuda12-pjrt; no GPU, no CUDA driver).
+--backend gpu-h100: the same for four H100s (sm_90, Hopper), with geosim's model told the generation.
 --backend cpu: N virtual host devices; fp32 cases only, with the CPU's known differences
 corrected in the comparison (live/train/compiled_memory.py: cpu_correction).
 Each device count compiles in its own process. --xla FILE keeps XLA's figures (JSON Lines):
@@ -28,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from geosim.live.train.compiled_memory import cpu_correction, geosim_bytes, run_cases
+from geosim.live.train.compiled_memory import GPU_TARGETS, cpu_correction, geosim_bytes, run_cases
 
 DEVICES = 4  # data, zero2, shard over 4; pipeshard as 2 stages x 2 (unless a case names its stages)
 CASE_KEYS = ("technique", "model", "dims", "precision", "remat", "global_batch", "microbatches", "stages", "seq_len")
@@ -69,7 +70,7 @@ def compared(rows: list[dict], backend: str) -> list[dict]:
         if "peak" not in row:
             out.append({**row, "geosim": None, "error_fraction": None})
             continue
-        parts = geosim_bytes(row, DEVICES)
+        parts = geosim_bytes(row, DEVICES, GPU_TARGETS[backend][2] if backend in GPU_TARGETS else "")
         ours = sum(parts.values()) + (cpu_correction(row, DEVICES) if backend == "cpu" else 0.0)
         out.append({**row, "geosim": ours, "parts": parts, "error_fraction": ours / row["peak"] - 1.0})
     return out
@@ -104,7 +105,8 @@ def print_table(rows: list[dict], backend: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=("gpu", "cpu"), default="gpu")
+    parser.add_argument("--backend", choices=("gpu", "gpu-h100", "cpu"), default="gpu",
+                        help="gpu: XLA's CUDA compiler for A100s (sm_80); gpu-h100: for H100s (sm_90); cpu: host devices")
     parser.add_argument("--quick", action="store_true", help="the tiny model only")
     parser.add_argument("--xla", help="JSON Lines file of XLA's figures to reuse and extend")
     parser.add_argument("--out", help="also write the compared rows as JSON")

@@ -150,7 +150,7 @@ TABLES: tuple[Table, ...] = (
           "a GPU generation's attainable fraction of its tensor peak for large GEMMs (replaces compute.gemm_fraction "
           "on that generation, except on the GPUs a runtime's fitted_devices names)",
           "measured: live's step and plain GEMMs on an H200 (hopper; docs/results/2026-11-27-gpu-compute.md); "
-          "ampere, ada, blackwell: Hopper's, an estimate until measured; never fitted", "architecture",
+          "ampere, ada, blackwell, volta: Hopper's, an estimate until measured; never fitted", "architecture",
           range=(1e-4, 1.0)),
     Table("compute.memory_fraction_by_architecture", "memory_fraction_by_architecture", "fraction",
           "a GPU generation's attainable fraction of its memory bandwidth (replaces compute.memory_fraction there)",

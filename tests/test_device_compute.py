@@ -12,13 +12,13 @@ from geosim.live.experiments import device_compute
 from geosim.params import default_params
 
 ROOT = Path(__file__).resolve().parent.parent
-H200 = ROOT / "docs" / "results" / "data" / "2026-11-26-gpu-h200.jsonl"
+H200 = ROOT / "geosim" / "data" / "gpu-h200-2026-11-26.jsonl"
 GEMMS = "8192:8192:8192:bf16:879,4096:4096:4096:fp32:391"
 
 
 def test_the_h200_fit_gives_the_shipped_hopper_constants(tmp_path, capsys):
     out = tmp_path / "hopper.toml"
-    assert device_compute.main(["--records", str(H200), "--gemm-tflops", GEMMS, "--out", str(out), "--json"]) == 0
+    assert device_compute.main(["--records", "h200-2026-11-26", "--out", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     shipped = default_params()
     assert report["architecture"] == "hopper" and report["rms_log_error"] < 0.05

@@ -23,7 +23,7 @@ from geosim.scenario import get_model, gpu_catalog
 from geosim.sim.compute import ComputeModel, Efficiency, Gemm, Work, gemm_seconds, kernels
 
 ROOT = Path(__file__).resolve().parent.parent
-H200_RECORDS = ROOT / "docs" / "results" / "data" / "2026-11-26-gpu-h200.jsonl"
+H200_RECORDS = ROOT / "geosim" / "data" / "gpu-h200-2026-11-26.jsonl"
 
 
 def test_every_new_gpu_is_in_the_catalog_with_its_generation_and_tf32_rate():
@@ -187,3 +187,11 @@ def test_the_jax_runtime_allocates_three_quarters_of_a_gpu():
     params = shipped_runtimes()["jax"].applied_to(default_params())
     assert params.usable_memory_fraction == 0.75  # XLA_PYTHON_CLIENT_MEM_FRACTION's default; the H200: 104.85 GiB
     assert shipped_runtimes()["alpa"].applied_to(default_params()).usable_memory_fraction == 0.9
+
+
+def test_the_gpu_reference_page_is_what_the_catalog_writes():
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "write_gpus_reference.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -15,7 +15,7 @@ x a fraction. Those three constants belong to a GPU generation
   the runtime's kernel gap (runtimes.toml's kernel_us) held as declared.
 
     python -m geosim.live.experiments.device_compute --measure [--cases ...] [--gemms ...] [--records-out F] [--out P]
-    python -m geosim.live.experiments.device_compute --records F [--gemm-tflops ...] [--out P] [--json]
+    python -m geosim.live.experiments.device_compute --records F|h200-2026-11-26 [--gemm-tflops ...] [--out P] [--json]
 
 prints each record's and GEMM's measured and modelled time and the constants; --out writes them as
 a parameters file that `--params` takes. The shipped Hopper constants come from the H200 records of
@@ -37,6 +37,10 @@ from geosim.errors import GeosimError
 DEFAULT_CASES = "gpt2:8:bf16,gpt2-medium:8:bf16,gpt2-medium:4:bf16,gpt2-medium:8:fp32"
 DEFAULT_GEMMS = "8192:8192:8192:bf16,4096:4096:4096:fp32,2048:2048:2048:bf16"
 FIT_KEYS = ("gemm_fraction", "memory_fraction", "gemm_half_us")
+# Measurements shipped with geosim, by name: --records NAME fits them (records in geosim/data, with the plain
+# GEMMs timed on the same GPU the same day). h200-2026-11-26: live's step on one H200, jax 0.11.2, CUDA 13
+# (issue 33); 8192^3 bf16 ran at 879 TFLOP/s and 4096^3 fp32 (TF32) at 391.
+SHIPPED = {"h200-2026-11-26": ("gpu-h200-2026-11-26.jsonl", "8192:8192:8192:bf16:879,4096:4096:4096:fp32:391")}
 TABLE_OF = {"gemm_fraction": "gemm_fraction_by_architecture", "memory_fraction": "memory_fraction_by_architecture",
             "gemm_half_us": "gemm_half_s_by_architecture"}
 
@@ -195,7 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=DEFAULT_CASES, help="with --measure: MODEL:BATCH:PRECISION,... (default: %(default)s)")
     ap.add_argument("--gemms", default=DEFAULT_GEMMS, help="with --measure: M:N:K:PRECISION,... (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=20, help="with --measure: steps a case (default: %(default)s)")
-    ap.add_argument("--records", help="fit these run records (JSON Lines) instead of measuring")
+    ap.add_argument("--records", help="fit these run records (JSON Lines) instead of measuring, or a shipped set: "
+                                      + ", ".join(SHIPPED))
     ap.add_argument("--gemm-tflops", default="", help="with --records: GEMMs measured before, M:N:K:PRECISION:TFLOPS,...")
     ap.add_argument("--records-out", help="with --measure: append the records here")
     ap.add_argument("--params", help="parameters file to start from (default: the shipped one)")
@@ -218,6 +223,12 @@ def main(argv=None) -> int:
             records = measure_steps(parse_list(args.cases, 3, "--cases"), args.steps, args.records_out, log)
             gemms = time_gemms(parse_list(args.gemms, 4, "--gemms"))
             cases = cases_from_records(records, "measured here")
+        elif args.records in SHIPPED:
+            from importlib import resources
+
+            name, shipped_gemms = SHIPPED[args.records]
+            cases = load_cases(resources.files("geosim.data").joinpath(name))
+            gemms = gemms_given(args.gemm_tflops or shipped_gemms)
         else:
             cases = load_cases(args.records)
             gemms = gemms_given(args.gemm_tflops) if args.gemm_tflops else []

@@ -43,23 +43,44 @@ device_description_str: "NVIDIA A100-SXM4-40GB"
 """
 
 
+# An H100-SXM5-80GB (sm_90, Hopper), from its datasheet as XLA's gpu_specs/h100_sxm lists it: 132 SMs,
+# 50 MiB L2, 3.35 TB/s. XLA fuses differently for it (live's 16-bit softmax keeps less), and its buffer
+# assignment of live's gpt2 and gpt2-medium step matched an H200's allocator peak within 0.2%.
+H100_TARGET = """gpu_device_info {
+  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
+  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132 fpus_per_core: 128
+  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
+  memory_bandwidth: 3352320000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98
+  device_memory_size: 84987740160 shared_memory_per_block_optin: 232448
+  cuda_compute_capability { major: 9 } registers_per_core_limit: 65536 registers_per_block_limit: 65536
+}
+platform_name: "CUDA"
+dnn_version_info { major: 9 minor: 1 patch: 0 }
+device_description_str: "NVIDIA H100 80GB HBM3"
+"""
+# backend -> (target, the GPU generation geosim's model is told): "gpu" is the A100 the grid was first run on
+GPU_TARGETS = {"gpu": ("a100", A100_TARGET, "ampere"), "gpu-h100": ("h100", H100_TARGET, "hopper")}
+
+
 def prepare_environment(backend: str, devices: int) -> None:
     """Before JAX starts: N host devices (cpu), or the CUDA plugin without a driver (gpu)."""
     if "jax" in sys.modules:
         raise RuntimeError("prepare_environment must run before JAX is imported")
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
     os.environ["JAX_PLATFORMS"] = "cpu"  # run nothing on a GPU; the CUDA plugin still compiles for one
-    if backend == "gpu":
+    if backend in GPU_TARGETS:
         os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"  # no CUDA runtime here: compile only
 
 
-def gpu_devices(count: int) -> list:
-    """Compile-only devices of `count` A100s on one host, or ImportError saying what is missing."""
+def gpu_devices(count: int, backend: str = "gpu") -> list:
+    """Compile-only devices of `count` GPUs of the backend's target (A100 or H100) on one host, or ImportError
+    saying what is missing."""
     from jax.experimental import topologies
 
+    name, target, _ = GPU_TARGETS[backend]
     try:
-        topology = topologies.get_topology_desc(platform="cuda", topology_name="a100",
-                                                target_config=A100_TARGET, topology=f"1x1x{count}")
+        topology = topologies.get_topology_desc(platform="cuda", topology_name=name,
+                                                target_config=target, topology=f"1x1x{count}")
     except Exception as exc:  # no plugin: "Unknown backend", or an older plugin without deviceless topologies
         raise ImportError(f"XLA's GPU compiler is not available here ({type(exc).__name__}: {str(exc)[:200]}); "
                           f"install the xla-gpu extra (jax-cuda12-plugin, jax-cuda12-pjrt)") from exc
@@ -133,9 +154,9 @@ def serve(backend: str, count: int, answer) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-    if backend == "gpu":
+    if backend in GPU_TARGETS:
         try:
-            devices = gpu_devices(count)
+            devices = gpu_devices(count, backend)
         except ImportError as exc:
             print(json.dumps({"error": str(exc)}), flush=True)
             return 3
@@ -161,9 +182,9 @@ if __name__ == "__main__":
 
 # --- beside geosim's model ------------------------------------------------------------------------
 
-def geosim_bytes(case: dict, devices: int) -> dict[str, float]:
+def geosim_bytes(case: dict, devices: int, architecture: str = "") -> dict[str, float]:
     """geosim's memory model for the same case, by part, without the workspace (XLA's figure does not
-    hold the CUDA context or the allocator's slack either)."""
+    hold the CUDA context or the allocator's slack either), for the GPU generation compiled for."""
     from geosim.live.train.memory import layout
     from geosim.scenario import get_model
     from geosim.specs import Model
@@ -172,7 +193,7 @@ def geosim_bytes(case: dict, devices: int) -> dict[str, float]:
     return layout(case["technique"], n_layer=model.n_layer, n_embd=model.n_embd, n_head=model.n_head,
                   vocab=model.vocab, n_ctx=case.get("seq_len") or model.n_ctx, precision=case["precision"],
                   global_batch=case["global_batch"], microbatches=case["microbatches"], devices=devices,
-                  stages=case.get("stages"), remat=bool(case.get("remat")))
+                  stages=case.get("stages"), remat=bool(case.get("remat")), architecture=architecture)
 
 
 def cpu_correction(case: dict, devices: int) -> float:
