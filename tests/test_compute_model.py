@@ -130,7 +130,7 @@ def test_optimizer_and_accumulation_by_bytes():
 def test_architecture_from_the_catalog_name():
     assert architecture(RTX) == "turing" and architecture(A30) == "ampere"
     eff = Efficiency(gemm_fraction=0.6, by_architecture=(("ampere", 0.7),))
-    assert eff.gemm_fraction_of(A30) == 0.7 and eff.gemm_fraction_of(T4) == 0.6
+    assert eff.for_gpu(A30).gemm_fraction == 0.7 and eff.for_gpu(T4).gemm_fraction == 0.6
 
 
 def step_seconds(gpu, eff: Efficiency) -> float:

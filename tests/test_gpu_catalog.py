@@ -195,3 +195,25 @@ def test_the_gpu_reference_page_is_what_the_catalog_writes():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "write_gpus_reference.py"), "--check"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+GPUS_WITH_TF32 = sorted(k for k, g in gpu_catalog().items() if g.tf32_tensor_tflops)
+
+
+@settings(max_examples=60, deadline=None)
+@given(gpu=st.sampled_from(GPUS_WITH_TF32), sequences=st.integers(1, 16), seq_len=st.sampled_from([128, 1024, 4096]),
+       precision=st.sampled_from(["fp32", "bf16"]))
+def test_tf32_and_fused_attention_never_make_a_step_slower(gpu, sequences, seq_len, precision):
+    """TF32 never slows an fp32 step (the same FLOPs at a higher rate), and fused attention never slows the
+    forward (it drops the score passes and half the causal products; its backward recomputes the scores, so
+    only the forward is held to it)."""
+    g, model = gpu_catalog()[gpu], get_model("gpt2-medium")
+    eff = Efficiency(gemm_fraction=0.9, memory_fraction=0.65, gemm_half_s=30e-6, kernel_s=2e-6)
+    work = Work("backward", model, sequences, seq_len, 2, head=True, embedding=True)
+    if precision == "fp32":
+        assert ComputeModel(replace(eff, tf32=True)).seconds(work, g, "fp32") <= ComputeModel(eff).seconds(work, g, "fp32")
+    forward = work._replace(phase="forward")
+    assert (ComputeModel(replace(eff, fused_attention=True)).seconds(forward, g, precision)
+            <= ComputeModel(eff).seconds(forward, g, precision))

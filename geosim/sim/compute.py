@@ -96,9 +96,6 @@ class Efficiency:
     tf32: bool = False
     fused_attention: bool = False
 
-    def gemm_fraction_of(self, gpu: GPU) -> float:
-        return self.for_gpu(gpu).gemm_fraction
-
     def for_gpu(self, gpu: GPU) -> "Efficiency":
         """These constants as they apply to one GPU: its generation's own values where it has them."""
         if gpu.name in self.fitted_devices or not (self.by_architecture or self.memory_by_architecture
@@ -138,31 +135,28 @@ def sustained_tensor_tflops(gpu: GPU, precision: str, tf32: bool = False) -> flo
     return min(peak, gpu.tdp_w * per_watt)
 
 
-def gemm_seconds(op: Gemm, gpu: GPU, precision: str, eff: Efficiency) -> float:
+def roofline_seconds(flops: float, nbytes: float, gpu: GPU, precision: str, eff: Efficiency) -> float:
+    """A tensor-core kernel: its FLOPs at the attainable rate or its bytes at the attainable bandwidth,
+    whichever is longer, plus the launch gap."""
     rate = sustained_tensor_tflops(gpu, precision, eff.tf32) * 1e12 * eff.gemm_fraction
     bandwidth = gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction
-    flops = op.flops
-    # F / (rate * F / (F + rate * half)) = F / rate + half: saturation is a fixed ramp per GEMM
-    compute = flops / rate + eff.gemm_half_s
-    memory = op.bytes(value_bytes(precision)) / bandwidth
-    return max(compute, memory) + eff.kernel_s
+    # F / (rate * F / (F + rate * half)) = F / rate + half: saturation is a fixed ramp per kernel
+    return max(flops / rate + eff.gemm_half_s, nbytes / bandwidth) + eff.kernel_s
+
+
+def gemm_seconds(op: Gemm, gpu: GPU, precision: str, eff: Efficiency) -> float:
+    return roofline_seconds(op.flops, op.bytes(value_bytes(precision)), gpu, precision, eff)
 
 
 def memory_seconds(op: MemoryOp, gpu: GPU, eff: Efficiency) -> float:
     return op.nbytes / (gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction) + eff.kernel_s
 
 
-def fused_seconds(op: FusedAttention, gpu: GPU, precision: str, eff: Efficiency) -> float:
-    rate = sustained_tensor_tflops(gpu, precision, eff.tf32) * 1e12 * eff.gemm_fraction
-    memory = op.nbytes / (gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction)
-    return max(op.flops / rate + eff.gemm_half_s, memory) + eff.kernel_s
-
-
 def op_seconds(op: KernelOp, gpu: GPU, precision: str, eff: Efficiency) -> float:
     if type(op) is Gemm:
         return gemm_seconds(op, gpu, precision, eff)
     if type(op) is FusedAttention:
-        return fused_seconds(op, gpu, precision, eff)
+        return roofline_seconds(op.flops, op.nbytes, gpu, precision, eff)
     return memory_seconds(op, gpu, eff)
 
 

@@ -46,14 +46,15 @@ WARM_UP_REPETITIONS = SIMULATED_REPETITIONS - MEASURED_REPETITIONS
 
 def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int, float]:
     """A flat FLOP/s per rank, for a compute op without Work or a device with a flat efficiency
-    override: the peak for the workload's precision x that override, else x the GEMM fraction (the
-    device's own where its runtime measured it)."""
+    override: the peak for the workload's precision x that override, else x the GEMM fraction the
+    compute model gives the device (its own where its runtime measured it, else its generation's)."""
+    model = compute_model(params)
 
     def fraction(gpu) -> float:
-        own = params.device_compute.get(gpu.name)  # a runtime measured this device
-        return params.efficiency.get(gpu.name, own.gemm_fraction if own is not None else params.gemm_fraction)
+        return params.efficiency.get(gpu.name, model.efficiency_for(gpu).gemm_fraction)
 
-    return {d.rank: d.gpu.peak_tflops(workload.precision) * 1e12 * fraction(d.gpu) for d in schedule.devices}
+    return {d.rank: d.gpu.peak_tflops(workload.precision, params.tf32_matmul) * 1e12 * fraction(d.gpu)
+            for d in schedule.devices}
 
 
 _symmetry_on: ContextVar[bool] = ContextVar("symmetry_on", default=True)
