@@ -29,7 +29,8 @@ from geosim.techniques import build_schedule
 def schedule_floor_s(case, schedule: Schedule, workload) -> float:
     """startup + programs x the busiest GPU's ops back to back (seconds, slightly under)."""
     cluster, params = case.cluster, case.params
-    seconds = compute_timer(schedule, params, workload)
+    # the compute as predict times it: under the runtime's kernel choices (fused attention, TF32, its gap)
+    seconds = compute_timer(schedule, runtime_of(workload, params).applied_to(params), workload)
     host_of = {d.rank: d.host for d in schedule.devices}
     hosts = {h.name: h for h in cluster.hosts}
     ingress = {name: params.lan_bandwidth_bps / 8 * (len(h.gpus) if h.nic == "per-gpu" else 1)

@@ -10,6 +10,7 @@ tests/test_plan.py and tests/test_plan_scale.py check each floor stays under its
 from __future__ import annotations
 
 from geosim.case import Case
+from geosim.runtime import runtime_of
 from geosim.sim.compute import compute_model
 from geosim.sim.network import least_delay
 from geosim.techniques._base import devices_of, forward_flops, work
@@ -59,7 +60,7 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
         tables["stages"][layout] = stages
     # a stage's times depend on its GPUs, layers and place, and the workload's shape alone: the
     # planner weighs thousands of layer splits and stage orders over a few kinds of stage, so each is timed once
-    shape = (w.global_batch, w.microbatches, w.seq_len, w.checkpointing, w.precision)
+    shape = (w.global_batch, w.microbatches, w.seq_len, w.checkpointing, w.precision, w.runtime)
     times_of = tables["times"]
     count = len(stages)
     per_microbatch, forward_s, backward_s, sharding = [], [], [], []
@@ -126,13 +127,14 @@ def _stage_times(case: Case, w, size: int, kinds: tuple, layers: int, first: boo
     """(the slowest GPU's forward + backward, the fastest forward, the fastest backward) of one
     microbatch on a stage of `size` GPUs of these kinds, as engine.compute_timer times them: a
     flat-rate device, else the op-level model."""
-    params, timer = case.params, compute_model(case.params)
+    params = runtime_of(w, case.params).applied_to(case.params)  # as predict times it: the runtime's kernels
+    timer = compute_model(params)
     sequences = w.global_batch / w.microbatches / size
     times = []
     for g in kinds:
         if g.name in params.efficiency:
             flops = forward_flops(case.model, w, sequences, layers, last)
-            rate = g.peak_tflops(w.precision) * 1e12 * params.efficiency[g.name]
+            rate = g.peak_tflops(w.precision, params.tf32_matmul) * 1e12 * params.efficiency[g.name]
             times.append((flops / rate, flops * (3.0 if w.checkpointing else 2.0) / rate))
         else:
             times.append(tuple(timer.seconds(work(phase, case.model, w, sequences, layers, last, first), g,
