@@ -14,7 +14,8 @@ from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.sim.network import network_names
 from geosim.runtime import runtime_names
-from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario, LINK_RANGES, check_number
+from geosim.scale import load_any_scenario
+from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, LINK_RANGES, check_number
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies.ranking import fmt_time
@@ -29,11 +30,13 @@ WORKLOAD_DEFAULTS = Workload()  # what a scenario without a [workload] table tra
 def add_scenario_argument(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
     if many:
         parser.add_argument("--scenario", action=CommaList, metavar="NAME|FILE",
-                            help=f"scenario file or built-in name; repeatable and comma-separated (default: the "
+                            help=f"scenario file, built-in name or a generated cluster (scale:SITESxVMSxGPUS[:GPU], e.g. "
+                                 f"scale:3x4x8:H100); repeatable and comma-separated (default: the "
                                  f"study's five slices: {', '.join(BUILTIN_SCENARIOS)})")
     else:
         parser.add_argument("--scenario", default="utah-gpn", metavar="NAME|FILE",
-                            help="scenario file or built-in name (default: %(default)s)")
+                            help="scenario file, built-in name or a generated cluster (scale:SITESxVMSxGPUS[:GPU]) "
+                                 "(default: %(default)s)")
 
 
 def add_technique_argument(parser: argparse.ArgumentParser, default_help: str = "") -> None:
@@ -166,7 +169,7 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
 
 
 def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Workload]:
-    scenario = load_scenario(name_or_path)
+    scenario = load_any_scenario(name_or_path)
     for key, value in workload_overrides(args).items():
         if value is not None and not isinstance(value, (str, bool)) and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")

@@ -19,6 +19,7 @@ from geosim.cli.common import (Progress, add_hosts_argument, add_json_argument, 
                                scenario_names)
 from geosim.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
+from geosim.studies.asked import asked_rows, verdict_notes
 from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.reference import attach_measurement
 from geosim.structure import host_groups, host_list
@@ -80,7 +81,7 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from geosim.studies.plan import best_of_technique, is_exhaustive, make_plan
+    from geosim.studies.plan import make_plan
 
     params = load_params_arg(args)
     if args.draws is not None and args.draws < 1:
@@ -92,16 +93,12 @@ def _run(args) -> int:
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         case = Case(cluster, model, workload, params, network=args.network)
-        rows: list[Prediction] = []
-        if is_exhaustive(case):
-            for hosts in host_subsets(cluster, args.hosts):
-                for technique in techniques:
-                    prediction = predict(case, technique, hosts=hosts)
-                    if args.rtt_ms is None and args.bandwidth_gbps is None:
-                        attach_measurement(prediction, cluster)
-                    rows.append(prediction)
-        else:  # a large cluster: each technique's best option, not its naive layout on every VM
-            rows = [best_of_technique(case, t) for t in techniques]
+        # the rows are the question as asked, at any size; the planner's best is the verdict's
+        host_sets = host_subsets(cluster, args.hosts)
+        rows: list[Prediction] = asked_rows(case, techniques, host_sets)
+        if args.rtt_ms is None and args.bandwidth_gbps is None:
+            for prediction in rows:
+                attach_measurement(prediction, cluster)
         # the verdict ranks what the planner finds among the same techniques (its layer splits and
         # microbatches included) on the same measure, so predict, select and plan name the same best
         # option, and the time-to-target table's figures are the ranking's
@@ -112,13 +109,15 @@ def _run(args) -> int:
         finally:
             bar.close()
         targets = _time_to_target(progress, workload, rows) if lowcomm else None
-        slices.append((case, rows, plan, targets))
+        notes = verdict_notes(plan.best, rows, host_sets, progress, workload.microbatches,
+                              "--microbatches" if args.microbatches else "the workload's")
+        slices.append((case, rows, plan, targets, notes))
     ranges = _ranges(args, params, slices)
     for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
         print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
     if args.json:
         docs = []
-        for c, rows, plan, targets in slices:
+        for c, rows, plan, targets, notes in slices:
             estimated = [{"between": [link.a, link.b], "rtt_ms": s_to_ms(link.rtt_s)}
                          for link in c.cluster.links if link.rtt_estimated]
             docs.append({"scenario": c.cluster.name, "model": c.model.name, "verdict": plan.verdict("verdict"),
@@ -126,14 +125,15 @@ def _run(args) -> int:
                          "runner_up": plan.options[1].to_dict() if len(plan.options) > 1 else None,
                          "algorithm1": plan.algorithm.label if plan.algorithm else None,
                          "why_algorithm1_differs": plan.why_algorithm1_differs(),
+                         "verdict_notes": notes,
                          # which RTTs are estimates (geosim.fabric.sites), not measurements
                          **({"estimated_rtts": estimated} if estimated else {}),
                          "predictions": [r.to_dict() | _target_fields(r, targets)
                                          | ({"total_time_range_s": ranges[id(r)]} if ranges else {}) for r in rows]})
         print_json(answer_envelope("predict", params, docs))
         return 0
-    for case, rows, plan, targets in slices:
-        print_slice(case, plan, rows, targets, ranges)
+    for case, rows, plan, targets, notes in slices:
+        print_slice(case, plan, rows, targets, ranges, notes)
     return 0
 
 
@@ -172,7 +172,7 @@ def _ranges(args, params, slices) -> dict[int, dict | None] | None:
 
     draws = parameter_draws(params, args.draws)
     out: dict[int, dict | None] = {}
-    for case, rows, _, _ in slices:
+    for case, rows, *_ in slices:
         for r in rows:
             times = [p.total_time_s for p in (predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts))
                                               for d in draws) if p.ok] if r.ok else []
@@ -208,10 +208,12 @@ def describe_cluster(cluster) -> str:
     return f"{hosts}; RTT {shown} ms" + (" (estimated from distance)" if estimated else "")
 
 
-def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> None:
+def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=()) -> None:
     cluster, model, workload = case.cluster, case.model, case.workload
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     print(f"  {plan.verdict('verdict')}")
+    for note in notes:
+        print(f"  note: {note}")
     why = plan.why_algorithm1_differs()
     if why:
         print(f"  why Algorithm 1 differs: {why}")
@@ -271,9 +273,8 @@ def print_targets(rows, plan) -> None:
               f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
         if r.memory_note:
             print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
-    failed = [r for r, _ in rows if not r.ok]
-    if failed:
-        print(f"    does not run: {', '.join(f'{r.technique} on {host_list(r.hosts)}' for r in failed)}")
+    for r in (r for r, _ in rows if not r.ok):  # why, in the table: not only in --json
+        print(f"    {r.technique:<10} {host_list(r.hosts):<8} does not run: {r.reason}")
 
 
 def r_params_source(fields: dict) -> str:
