@@ -181,11 +181,13 @@ def run_import(args) -> int:
             print(r.note.split(": ", 1)[0] + ": " + r.note.rsplit("; ", 1)[-1], file=sys.stderr)
     if args.append:
         added, duplicates = append_records(out, records)
-        print(f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else ""))
+        done = f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else "")
     else:
         write_records(out, records)
-        print(f"wrote {len(records)} record(s) to {out}")
-    if args.json:
+        done = f"wrote {len(records)} record(s) to {out}"
+    if not args.json:  # --json: stdout is the one JSON document, nothing before it
+        print(done)
+    else:
         print(json.dumps({"out": str(out), "written": len(records), "skipped": skipped,
                           "records": [{"run_id": r.run_id, "technique": r.technique, "model": r.model,
                                        "scenario": r.scenario, "status": r.status} for r in records]},

@@ -124,11 +124,9 @@ def print_plan(plan: Plan, top: int | None) -> None:
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
     limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
     failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))
-    print(f"  {plan.search_line()}")
-    print(f"  {plan.search_line()}")
-    print(f"  {plan.considered} options: {len(plan.options)} feasible simulated"
-          + (f", {failed}" if failed else "") + (f", {plan.pruned} pruned (cannot make the top {top})" if plan.pruned
-                                                 else "") + (f"; {'; '.join(limits)}" if limits else ""))
+    # one line for the search: what it weighed, simulated and pruned, then what the simulated options gave
+    print(f"  {plan.search_line()}; {len(plan.options)} feasible" + (f", {failed}" if failed else "")
+          + (f"; {'; '.join(limits)}" if limits else ""))
     # 'time': to the same training progress (the ranking's measure; the run's own time where the token
     # efficiency is 1), 'eff': the token efficiency it was ranked at
     print(f"  {'#':>3} {'time':>9} {'per epoch':>10} {'GPU-h':>6} {'GPUs':>4} {'TFLOP/s':>7} {'mem/GPU':>8} "

@@ -40,8 +40,8 @@ def add_arguments(p) -> None:
                    help="WAN bandwidths in Gbit/s; 'native' = the scenario's own (default %(default)s)")
     g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2-large (default %(default)s)")
     g.add_argument("--technique", action=CommaList, metavar="NAME",
-                   help="techniques, or 'all'; repeatable and comma-separated (default: every synchronous "
-                        "technique found, today the study's data,zero2,shard,pipeshard)")
+                   help="techniques, or 'all'; repeatable and comma-separated (default: every technique found, "
+                        "as predict, plan and select rank, so the best option against RTT is theirs)")
     g.add_argument("--replace-gpu", dest="gpu", metavar="SPEC", default="native",
                    help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
     g.add_argument("--hosts", metavar="SPEC", default="all",
@@ -122,7 +122,7 @@ def build_grid(args) -> Grid:
 def _techniques(names: list[str] | None) -> list[str]:
 
     if not names:
-        return default_techniques(synchronous=True)
+        return default_techniques()  # predict's, plan's and select's set: one best option for all four
     found = list(dict.fromkeys(t for n in names for t in (technique_names() if n == "all" else [n])))
     for name in found:
         get_technique(name)  # unknown names fail before any work
