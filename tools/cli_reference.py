@@ -111,7 +111,10 @@ def render() -> str:
               "```", "",
               "An option's `time_to_progress_s` is what it is ranked on: the time to the same training progress, "
               "its `total_time_s` stretched by 1 / `token_efficiency` (1 for the study's four techniques; "
-              "`token_efficiency_source` says where the value comes from and whether it is assumed)."]
+              "`token_efficiency_source` says where the value comes from and whether it is assumed).", "",
+              "`trace --json` prints one object for one technique or several, schema `geosim.trace/1`: "
+              "`scenario`, `model`, `hosts` (the VMs traced, as asked) and `traces`, one per technique "
+              "(`out`, `technique`, `iterations_s`, `events`, `description`)."]
     for path, parser in _subcommands(parser):
         options = list(_options(parser))
         if not options:

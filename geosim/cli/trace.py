@@ -16,6 +16,7 @@ from geosim.fileio import check_output_path, write_atomic
 from geosim.runtime import runtime_of
 from geosim.techniques import build_schedule
 
+TRACE_SCHEMA = "geosim.trace/1"
 HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
 
 
@@ -36,18 +37,43 @@ def trace_events(rows: list, devices) -> list[dict]:
     for d in devices:
         events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": d.rank,
                        "args": {"name": f"GPU {d.rank} {d.gpu.name} ({d.host})"}})
-    link_ids: dict[str, int] = {}
-    for kind, where, label, start, end, amount in rows:
+    link_ids: dict[tuple[str, int], int] = {}
+    lanes = link_lanes(rows)
+    for i, (kind, where, label, start, end, amount) in enumerate(rows):
         if kind == "link":
-            if where not in link_ids:
-                link_ids[where] = len(link_ids)
-                events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": link_ids[where], "args": {"name": where}})
-            pid, tid, args = 2, link_ids[where], {"bytes": amount}
+            track = (where, lanes[i])
+            if track not in link_ids:
+                link_ids[track] = len(link_ids)
+                name = where if lanes[i] == 0 else f"{where} ({lanes[i] + 1})"
+                events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": link_ids[track], "args": {"name": name}})
+            pid, tid, args = 2, link_ids[track], {"bytes": amount}
         else:
             pid, tid, args = 1, where, ({"flops": amount} if kind == "gpu" else {"bytes": amount})
         events.append({"ph": "X", "name": label, "cat": kind, "pid": pid, "tid": tid,
                        "ts": start * 1e6, "dur": max(0.0, end - start) * 1e6, "args": args})
     return events
+
+
+def link_lanes(rows: list) -> dict[int, int]:
+    """For each link row (by index), the lane of its link it is drawn on: transfers that share a link
+    at once (flows splitting its bandwidth) overlap without nesting, which Perfetto cannot draw on
+    one track, so each goes to the first lane of its link that is free by its start."""
+    by_link: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        if row[0] == "link":
+            by_link.setdefault(row[1], []).append(i)
+    lane_of: dict[int, int] = {}
+    for indices in by_link.values():
+        ends: list[float] = []  # each lane's last end
+        for i in sorted(indices, key=lambda i: (rows[i][3], rows[i][4])):
+            start, end = rows[i][3], rows[i][4]
+            lane = next((k for k, last in enumerate(ends) if last <= start), len(ends))
+            if lane == len(ends):
+                ends.append(end)
+            else:
+                ends[lane] = end
+            lane_of[i] = lane
+    return lane_of
 
 
 def out_paths(out: str, techniques: tuple[str, ...]) -> dict[str, str]:
@@ -68,8 +94,9 @@ def run(args) -> int:
     (hosts,) = parse_hosts(args.hosts, cluster, one=True)
     cluster = cluster.subset(hosts) if len(hosts) < len(cluster.hosts) else cluster
     docs = [_trace(args, technique, outs[technique], cluster, model, workload, params) for technique in techniques]
-    if args.json:
-        print_json(docs[0] if len(docs) == 1 else docs)
+    if args.json:  # one shape for one technique or several (docs/reference/cli.md, "JSON answers")
+        print_json({"schema": TRACE_SCHEMA, "scenario": cluster.name, "model": model.name, "hosts": list(hosts),
+                    "traces": docs})
     return 0
 
 
