@@ -192,10 +192,39 @@ def command_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> t
     return " ".join(names), parsers
 
 
+def whole_number(text: str) -> int:
+    """An integer flag's value as a user writes it: 1000000, 1_000_000 or 1e9 (float notation, whole)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r} (e.g. 1000000, 1_000_000 or 1e6)") from None
+    if not is_finite(value) or value != int(value):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(value)
+
+
+def whole_numbers(parser: argparse.ArgumentParser) -> None:
+    """Every integer option of `parser` and its subcommands takes whole_number's notations (--tokens-per-epoch
+    1e9): argparse's int() refuses them."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                whole_numbers(sub)
+        elif action.type is int:
+            action.type = whole_number
+
+
+INTEGER_TYPES = (int, whole_number)
+
+
 def numeric_actions(parser: argparse.ArgumentParser):
     """The options of `parser` whose values are numbers: (flag, action)."""
     for action in parser._actions:
-        if action.option_strings and action.type in (int, float):
+        if action.option_strings and action.type in (int, whole_number, float):
             yield max(action.option_strings, key=len), action
 
 

@@ -12,6 +12,7 @@ import pytest
 from geosim.cli import build_parser
 from geosim.cli.vocabulary import DEFAULTS_DIFFER, FLAGS, CommaList, RenamedFlag
 from geosim.specs import Workload
+from geosim.validate import INTEGER_TYPES
 
 WORKLOAD_DEFAULTS = {f"--{f.name.replace('_', '-')}": f.default for f in dataclasses.fields(Workload)}
 
@@ -39,7 +40,7 @@ def signature(action: argparse.Action) -> str:
         return "list"
     if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
         return "flag"
-    if action.type is int:
+    if action.type in INTEGER_TYPES:
         return "int"
     if action.type is float:
         return "float"

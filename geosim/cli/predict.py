@@ -19,6 +19,7 @@ from geosim.cli.common import (Progress, add_hosts_argument, add_json_argument, 
                                scenario_names)
 from geosim.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
+from geosim.runtime import runtime_differences, runtime_of
 from geosim.studies.asked import asked_rows, verdict_notes
 from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.reference import attach_measurement
@@ -126,6 +127,7 @@ def _run(args) -> int:
                          "algorithm1": plan.algorithm.label if plan.algorithm else None,
                          "why_algorithm1_differs": plan.why_algorithm1_differs(),
                          "verdict_notes": notes,
+                         "runtime_differences": runtime_differences(runtime_of(c.workload, c.params), c.params),
                          # which RTTs are estimates (geosim.fabric.sites), not measurements
                          **({"estimated_rtts": estimated} if estimated else {}),
                          "predictions": [r.to_dict() | _target_fields(r, targets)
@@ -228,6 +230,10 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
             print_ranges(synchronous, ranges)
     if targets:
         print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan)
+    differs = runtime_differences(runtime_of(workload, case.params), case.params)
+    if differs:  # why a time under another runtime is not Alpa's (the study's fit)
+        print(f"  runtime {workload.runtime}, against the study's Alpa fit: {'; '.join(differs)} "
+              f"(geosim/data/runtimes.toml)")
 
 
 def print_table(cluster, workload, rows: list[Prediction]) -> None:

@@ -161,6 +161,14 @@ RENAMED: dict[str, str] = {
 }
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """A parser whose mistakes are one line naming the command, the flag and what is wrong (exit 2),
+    not the usage block first: `--help` shows the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 class CommaList(argparse.Action):
     """A repeatable option whose values may also be comma-separated: --technique a,b --technique c."""
 
