@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (Progress, add_hosts_argument, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
+from geosim.cli.common import (Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
+                               layout_arguments, technique_options, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
                                ESTIMATE_NOTE,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
                                scenario_names)
@@ -34,6 +35,7 @@ HELP = "predict the best option and each technique's time, TFLOP/s and memory on
 def add_arguments(parser) -> None:
     add_workload_arguments(parser)
     add_technique_argument(parser)
+    add_layout_arguments(parser)
     add_hosts_argument(parser, "all,each")
     add_renamed(parser, "--all-vms-only", "--hosts all", dest="hosts", value="all")
     add_json_argument(parser)
@@ -89,6 +91,8 @@ def _run(args) -> int:
         raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
     techniques = chosen_techniques(args.technique)
     lowcomm = [t for t in techniques if is_low_communication(t)]
+    layout = layout_arguments(args)
+    check_layout_techniques(techniques, layout)
     _check_target_options(args)
     slices = []
     for name in scenario_names(args):
@@ -96,7 +100,8 @@ def _run(args) -> int:
         case = Case(cluster, model, workload, params, network=args.network)
         # the rows are the question as asked, at any size; the planner's best is the verdict's
         host_sets = host_subsets(cluster, args.hosts)
-        rows: list[Prediction] = asked_rows(case, techniques, host_sets)
+        rows: list[Prediction] = asked_rows(case, techniques, host_sets,
+                                            lambda t, hosts, case=case: technique_options(t, case, hosts, layout))
         if args.rtt_ms is None and args.bandwidth_gbps is None:
             for prediction in rows:
                 attach_measurement(prediction, cluster)
@@ -135,7 +140,7 @@ def _run(args) -> int:
         print_json(answer_envelope("predict", params, docs))
         return 0
     for case, rows, plan, targets, notes in slices:
-        print_slice(case, plan, rows, targets, ranges, notes)
+        print_slice(case, plan, rows, targets, ranges, notes, layout is not None)
     return 0
 
 
@@ -210,7 +215,7 @@ def describe_cluster(cluster) -> str:
     return f"{hosts}; RTT {shown} ms" + (" (estimated from distance)" if estimated else "")
 
 
-def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=()) -> None:
+def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=(), layout: bool = False) -> None:
     cluster, model, workload = case.cluster, case.model, case.workload
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     print(f"  {plan.verdict('verdict')}")
@@ -226,6 +231,8 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
     synchronous = [r for r in rows if not is_low_communication(r.technique)]
     if synchronous:
         print_table(cluster, workload, synchronous)
+        for r in (r for r in synchronous if layout and r.description):  # the layout asked, as built
+            print(f"  {r.technique} on {host_list(r.hosts)}: {r.description}")
         if ranges:
             print_ranges(synchronous, ranges)
     if targets:

@@ -7,7 +7,8 @@ import json
 from geosim.case import Case
 from pathlib import Path
 
-from geosim.cli.common import (add_hosts_argument, add_json_argument, add_technique_argument, add_workload_arguments,
+from geosim.cli.common import (add_hosts_argument, add_layout_arguments, check_layout_techniques, layout_arguments,
+                               technique_options, add_json_argument, add_technique_argument, add_workload_arguments,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, parse_hosts, print_json)
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
@@ -23,6 +24,7 @@ HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per l
 def add_arguments(parser) -> None:
     add_workload_arguments(parser, many_scenarios=False)
     add_technique_argument(parser, "pipeshard; several write one file each, OUT with -TECHNIQUE before its suffix")
+    add_layout_arguments(parser)
     add_hosts_argument(parser, what=" (trace takes one set)")
     parser.add_argument("--iterations", type=int, default=2, help="iterations to simulate; the first is cold (default %(default)s)")
     parser.add_argument("--out", default="trace.json", help="trace file to write (default: %(default)s)")
@@ -88,21 +90,27 @@ def run(args) -> int:
     if not 1 <= args.iterations <= 100:
         raise GeosimError(f"must be in 1..100, got {args.iterations}", source="--iterations")
     techniques = chosen_techniques(args.technique, default=("pipeshard",))
+    layout = layout_arguments(args)
+    check_layout_techniques(techniques, layout)
     outs = {t: check_output_path(o, "--out") for t, o in out_paths(args.out, techniques).items()}
     params = load_params_arg(args)
     scenario, cluster, model, workload = load_case(args.scenario, args)
     (hosts,) = parse_hosts(args.hosts, cluster, one=True)
     cluster = cluster.subset(hosts) if len(hosts) < len(cluster.hosts) else cluster
-    docs = [_trace(args, technique, outs[technique], cluster, model, workload, params) for technique in techniques]
+    docs = [_trace(args, technique, outs[technique], cluster, model, workload, params, layout) for technique in techniques]
     if args.json:  # one shape for one technique or several (docs/reference/cli.md, "JSON answers")
         print_json({"schema": TRACE_SCHEMA, "scenario": cluster.name, "model": model.name, "hosts": list(hosts),
                     "traces": docs})
     return 0
 
 
-def _trace(args, technique, out, cluster, model, workload, params) -> dict:
+def _trace(args, technique, out, cluster, model, workload, params, layout=None) -> dict:
     case = Case(cluster, model, workload, params, network=args.network)
-    schedule = build_schedule(technique, case)
+    options = technique_options(technique, case, tuple(h.name for h in cluster.hosts), layout)
+    try:
+        schedule = build_schedule(technique, case, options)
+    except GeosimError as exc:  # a layout this case cannot run: one line naming the technique
+        raise GeosimError(f"{technique} cannot run as asked: {exc.problem}", source="trace") from None
     result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload, iterations=args.iterations,
                           network=network_model(case.network), trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",

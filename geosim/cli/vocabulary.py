@@ -84,6 +84,12 @@ FLAGS: dict[str, tuple[str, str]] = {
                                      "tokens for the same loss); repeatable"),
     "--loss-curves": ("one", "loss-vs-tokens curves (JSON Lines, from live run --loss-curve-out): measured token "
                              "efficiencies"),
+    "--tensor-parallel": ("int", "layout: GPUs of a tensor-parallel group, inside a host (t; default 1)"),
+    "--pipeline-parallel": ("int", "layout: pipeline stages (p; default: one per host)"),
+    "--data-parallel": ("int", "layout: data-parallel replicas of each stage (d; default: the GPUs asked / t / p)"),
+    "--virtual-stages": ("int", "layout: chunks of layers per stage under the interleaved 1F1B schedule (v; "
+                                "default 1)"),
+    "--layer-split": ("one", "layout: layers of each stage (of each virtual stage when interleaved), comma-separated"),
     "--loss-curve-out": ("one", "file to append the run's loss-vs-tokens curve to (for --loss-curves)"),
 }
 

@@ -16,10 +16,13 @@ from geosim.studies.ranking import Option, SameProgress, fmt_time, margin, time_
 from geosim.techniques import label
 
 
-def asked_rows(case: Case, techniques: tuple[str, ...], host_sets: list[tuple[str, ...]]) -> list[Prediction]:
+def asked_rows(case: Case, techniques: tuple[str, ...], host_sets: list[tuple[str, ...]],
+               options_for=None) -> list[Prediction]:
     """Each technique on each asked host set, at the workload's own microbatches and the technique's
-    default layout: the question as asked (a row that cannot run says why in its reason)."""
-    return [predict(case, technique, hosts=hosts) for hosts in host_sets for technique in techniques]
+    default layout or the one asked (options_for(technique, hosts) -> per-run options): the question as
+    asked (a row that cannot run says why in its reason)."""
+    return [predict(case, technique, hosts=hosts, options=options_for(technique, hosts) if options_for else None)
+            for hosts in host_sets for technique in techniques]
 
 
 def verdict_notes(best: Option | None, rows: list[Prediction], host_sets: list[tuple[str, ...]],

@@ -30,6 +30,7 @@ from geosim.structure import host_groups, host_list, hosts_at, site_distances, s
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._interleave import check_interleave, interleaved_program, layers_per_chunk
+from geosim.techniques._pipeline_layout import layout_options  # noqa: F401 (the registry's layout_options)
 from geosim.techniques._pipeline_floor import iteration_floor_s, overlaps, stage_gpus
 from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import compiled_ops, layers_ops
@@ -583,8 +584,8 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     predict() runs (geosim.sim.network.least_delay: idle hops, the largest window).
     Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
-    if not options or "layer_split" not in options:
-        return 0.0
+    if not options or "layer_split" not in options or options.get("tensor") or (options.get("interleave") or 1) > 1:
+        return 0.0  # the floors know neither sub-host tensor groups nor virtual stages: none is a safe floor
     w, params = workload, case.params
     runtime = runtime_of(w, params)
     iteration = iteration_floor_s(case, hosts, w, options) + runtime.iteration_overhead_s(NAME, params, w)
