@@ -42,8 +42,12 @@ def add_arguments(parser) -> None:
                         help="rank every slice these FABRIC sites allow (site pairs x GPU models) by the planner's "
                              "best option on it; 'all': every site whose GPUs are known")
     fabric.add_argument("--gpu", help="with --sites: only this GPU model (RTX6000, T4, A30, A40)")
-    fabric.add_argument("--vms", type=int, default=2, help="with --sites: VMs per slice (default: %(default)s)")
-    fabric.add_argument("--gpus-per-vm", type=int, default=2, help="with --sites: GPUs per VM (default: %(default)s, as in the study)")
+    fabric.add_argument("--host-count", dest="vms", type=int, default=2,
+                        help="with --sites: VMs per slice (default: %(default)s)")
+    fabric.add_argument("--gpus-per-host", dest="gpus_per_vm", type=int, default=2,
+                        help="with --sites: GPUs per VM (default: %(default)s, as in the study)")
+    add_renamed(fabric, "--vms", "--host-count", dest="vms", type=int)
+    add_renamed(fabric, "--gpus-per-vm", "--gpus-per-host", dest="gpus_per_vm", type=int)
     add_json_argument(parser)
 
 

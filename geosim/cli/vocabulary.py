@@ -73,7 +73,9 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--dry-run": ("flag", "print what would be requested and run; do nothing"),
     "--gpu": ("one", "only slices of this GPU model (a name from the catalog: RTX6000, T4, A30, A40)"),
     "--sites": ("one", "FABRIC sites, comma-separated, or 'all'"),
-    "--gpus-per-vm": ("int|spec", "GPUs per VM (a list or range where a command sweeps)"),
+    "--gpus-per-host": ("int|spec", "GPUs per host (a list or range where a command sweeps; select --live: CPU devices "
+                                    "standing for them)"),
+    "--host-count": ("int", "how many hosts (VMs): of a FABRIC slice to rank (plan --sites), of an emulated WAN"),
     "--image": ("one", "the VMs' operating-system image"),
     "--runtime": ("one|spec", "the software stack whose fixed costs apply: alpa (the study's), jax (geosim live), "
                               "pytorch (DDP); a list where a command sweeps"),
@@ -113,7 +115,7 @@ DEFAULTS_DIFFER: dict[str, dict[str, str]] = {
         "geosim live validate": "as live run",
     },
     "--precision": {"geosim live run": "auto: what the device supports (fp32 on CPU)"},
-    "--gpus-per-vm": {
+    "--gpus-per-host": {
         "geosim sweep": "the sweep generates scaled-out clusters of 8-GPU VMs (a DGX-like node); plan --sites "
                         "asks FABRIC for VMs of 2 GPUs, as in the study",
     },
@@ -164,6 +166,11 @@ RENAMED: dict[str, str] = {
     "calibrate fit/crossval RECORDS (positional)": "--records",
     "fabric slice create/emulate SCENARIO (positional)": "--scenario",
     "sweep --gpu": "--replace-gpu",
+    "plan --vms": "--host-count",
+    "live wan up --num-hosts": "--host-count",
+    "plan/sweep --gpus-per-vm, select --devices-per-vm": "--gpus-per-host",
+    "sweep --num-sites": "--site-count",
+    "sweep --vms-per-site": "--hosts-per-site",
 }
 
 
