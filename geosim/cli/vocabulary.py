@@ -163,7 +163,7 @@ RENAMED: dict[str, str] = {
     "sweep --out": "--out-dir",
     "live validate --out": "--out-dir",
     "report DIR (positional)": "--out-dir",
-    "calibrate fit/crossval RECORDS (positional)": "--records",
+    "calibrate fit/crossval/check RECORDS (positional)": "--records",
     "fabric slice create/emulate SCENARIO (positional)": "--scenario",
     "sweep --gpu": "--replace-gpu",
     "plan --vms": "--host-count",
