@@ -166,3 +166,24 @@ def test_interleaving_needs_1f1b():
     params = case.params.with_settings("pipeshard", schedule="gpipe")
     p = predict(case.with_(params=params), "pipeshard", options={"interleave": 2})
     assert p.status == "infeasible" and "needs the 1f1b schedule" in p.reason
+
+
+def test_the_planner_offers_tensor_degrees_below_a_host_s_gpus_under_their_floors():
+    """On a large cluster the structured search tries shard-data with t = 2 on 4-GPU hosts too, and
+    the floor it prunes by stays under each such option's prediction."""
+    from geosim.scale import scale_scenario
+    from geosim.studies.plan import candidates, floor_s
+
+    scenario = scale_scenario("scale:2x2x4:H100")
+    workload = scenario.workload(global_batch=64, microbatches=4)
+    case = Case(scenario.cluster, GPT2M, workload, PARAMS)
+    offered = [(hosts, changes, options) for technique, hosts, changes, options
+               in candidates(case, techniques=("pipeshard",), exhaustive=False, choices={"intra_stages": ("shard-data",)})
+               if options and options.get("tensor")]
+    assert {options["tensor"] for _, _, options in offered} == {2}
+    for hosts, changes, options in offered[:3]:
+        from dataclasses import replace
+
+        predicted = predict(case.with_(workload=replace(workload, **changes)), "pipeshard", hosts=hosts, options=options)
+        assert predicted.ok
+        assert floor_s(case, "pipeshard", hosts, changes, options) <= predicted.total_time_s

@@ -502,12 +502,30 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
                 stages = stage_gpus(case, hosts, shape)
                 if len(stages) > case.model.n_layer:
                     continue
-                spans = [len(mesh) for mesh in meshes] if meshes else [1] * len(stages)  # hosts per stage
-                speeds, extra = (None, None) if exhaustive else _split_weights(case, stages, batch // m, intra, spans)
-                # shard-data (stages of like hosts): the balanced split and its neighbours, never every split
-                most = 0 if intra == "shard-data" else None
-                for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive, most):
-                    yield {"microbatches": m}, {**shape, "layer_split": split}
+                # shard-data on a large cluster: also tensor groups of fewer GPUs than a host's (t = 2, 4 on
+                # 8-GPU hosts), data parallel over the rest (Megatron-LM's tables)
+                tensors = ([None] + _smaller_tensors(meshes, gpus, batch // m)
+                           if intra == "shard-data" and not exhaustive else [None])
+                for t in tensors:
+                    spans = ([len(mesh) * (gpus[mesh[0]] // t if t else 1) for mesh in meshes] if meshes
+                             else [1] * len(stages))  # hosts (tensor groups) per stage
+                    speeds, extra = ((None, None) if exhaustive
+                                     else _split_weights(case, stages, batch // m, intra, spans))
+                    # shard-data (stages of like hosts): the balanced split and its neighbours, never every split
+                    most = 0 if intra == "shard-data" else None
+                    chosen = {**shape, "tensor": t} if t else shape
+                    for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive, most):
+                        yield {"microbatches": m}, {**chosen, "layer_split": split}
+
+
+def _smaller_tensors(meshes, gpus: dict[str, int], microbatch: int) -> list[int]:
+    """Tensor degrees below a host's GPU count that divide it (each stage's hosts alike), where the
+    microbatch splits over the stage's tensor groups."""
+    per_host = gpus[meshes[0][0]]
+    if any(gpus[h] != per_host for mesh in meshes for h in mesh):
+        return []
+    return [t for t in range(2, per_host) if per_host % t == 0
+            and all(microbatch % (len(mesh) * (per_host // t)) == 0 for mesh in meshes)]
 
 
 def _shard_data_layouts(case: Case, layouts: list, gpus: dict[str, int]) -> list:
@@ -567,8 +585,9 @@ def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str
     split = (f" layers {'/'.join(map(str, options['layer_split']))}"
              if options and len(options.get("layer_split") or ()) > 1 else "")
     intra = (options or {}).get("intra_stage")
+    tensor = (options or {}).get("tensor")
     return (f"{option_kind(order, options)}{split}, {workload.microbatches} microbatches"
-            + (f", intra-stage {intra}" if intra else ""))
+            + (f", intra-stage {intra}" if intra else "") + (f", tensor {tensor}" if tensor else ""))
 
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
@@ -584,8 +603,8 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     predict() runs (geosim.sim.network.least_delay: idle hops, the largest window).
     Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
-    if not options or "layer_split" not in options or options.get("tensor") or (options.get("interleave") or 1) > 1:
-        return 0.0  # the floors know neither sub-host tensor groups nor virtual stages: none is a safe floor
+    if not options or "layer_split" not in options or (options.get("interleave") or 1) > 1:
+        return 0.0  # the floors know no virtual stages: none is a safe floor
     w, params = workload, case.params
     runtime = runtime_of(w, params)
     iteration = iteration_floor_s(case, hosts, w, options) + runtime.iteration_overhead_s(NAME, params, w)
