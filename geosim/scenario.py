@@ -378,6 +378,7 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
         raise GeosimError(f"at most {MAX_HOSTS} hosts, got {len(value)}", source=source, key="hosts")
     hosts: list[Host] = []
     seen: set[str] = set()
+    entry_of: list[int] = []  # each host's [[hosts]] entry (one entry with a count stands for several)
     for i, table, name in _expanded_hosts(value, source):
         prefix = f"hosts[{i}]."
         site = _string(table["site"], source, prefix + "site")
@@ -399,6 +400,7 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
             raise GeosimError(f"must be {' or '.join(NIC_KINDS)}, got {_short(nic)}", source=source, key=prefix + "nic")
         hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic))
         seen.add(name)
+        entry_of.append(i)
     total = sum(len(h.gpus) for h in hosts)
     if total > MAX_GPUS:
         raise GeosimError(f"at most {MAX_GPUS:,} GPUs in all, got {total:,}", source=source, key="hosts")
@@ -406,7 +408,8 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
     for i, h in enumerate(hosts):
         if h.name in sites and h.site != h.name:
             # a link's end names a host or a site: one name for both would be read either way
-            raise GeosimError(f"{h.name!r} names a host and another host's site", source=source, key=f"hosts[{i}].name")
+            raise GeosimError(f"{h.name!r} names a host and another host's site", source=source,
+                              key=f"hosts[{entry_of[i]}].name")
     return hosts
 
 
