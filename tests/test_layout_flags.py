@@ -95,3 +95,18 @@ def test_a_layout_mistake_is_one_line_naming_its_flag(flags, flag, problem):
     code, out, err = run(argv)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and f"{flag}: " in err and problem in err, err
+
+
+def test_draws_redo_the_layout_asked():
+    """--draws predicts each row again under parameter draws: with the layout asked, not the default."""
+    argv = ["predict", "--scenario", SCENARIO, "--technique", "pipeshard", "--hosts", "all", "--json", *LAYOUT]
+    _, plain, _ = run(argv)
+    code, out, err = run(argv + ["--draws", "2"])
+    assert code == 0, err
+    (row,) = json.loads(out)["slices"][0]["predictions"]
+    (asked,) = json.loads(plain)["slices"][0]["predictions"]
+    assert row["total_time_s"] == asked["total_time_s"] and row["total_time_range_s"]["draws"] == 2
+    # the default layout (a stage per host, data parallel inside) is another run: its range would differ
+    _, default, _ = run(["predict", "--scenario", SCENARIO, "--technique", "pipeshard", "--hosts", "all", "--json",
+                         "--microbatches", "4", "--global-batch", "32"])
+    assert json.loads(default)["slices"][0]["predictions"][0]["total_time_s"] != asked["total_time_s"]

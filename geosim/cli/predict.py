@@ -178,11 +178,13 @@ def _ranges(args, params, slices) -> dict[int, dict | None] | None:
     from geosim.studies.uncertainty import parameter_draws, spread
 
     draws = parameter_draws(params, args.draws)
+    layout = layout_arguments(args)
     out: dict[int, dict | None] = {}
     for case, rows, *_ in slices:
         for r in rows:
-            times = [p.total_time_s for p in (predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts))
-                                              for d in draws) if p.ok] if r.ok else []
+            options = technique_options(r.technique, case, tuple(r.hosts), layout)  # the row's layout, as asked
+            times = [p.total_time_s for p in (predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts),
+                                                      options=options) for d in draws) if p.ok] if r.ok else []
             if not times:
                 out[id(r)] = None
                 continue
