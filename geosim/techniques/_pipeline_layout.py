@@ -2,7 +2,7 @@
 data degree d, virtual stages v, a layer split; turned into Pipeshard's per-run options on the hosts asked.
 
 t x p x d is every GPU asked. Tensor parallelism stays inside a host (t divides a host's GPUs); each of
-the p stages holds t x d GPUs, whole hosts, consecutive in the order the hosts were asked; the
+the p stages holds t x d GPUs, whole hosts, consecutive in the scenario's order of the hosts asked; the
 microbatches are the workload's (--microbatches). A degree left out follows from the others: p one stage
 per host-or-group, d the rest. Every mistake is one line naming the flag (geosim.errors.GeosimError).
 """
