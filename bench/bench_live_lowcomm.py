@@ -245,7 +245,7 @@ def wan_timing(args, out: Path) -> dict:
     rows = []
     wan_args = argparse.Namespace(**{**vars(args), "inner_steps": args.wan_inner_steps})
     for rtt in args.wan_rtts:
-        geosim("live", "wan", "up", "--rtt-ms", rtt, "--num-hosts", 2, "--ttl-s", 1800, env=env)
+        geosim("live", "wan", "up", "--rtt-ms", rtt, "--host-count", 2, "--ttl-s", 1800, env=env)
         try:
             for technique in args.wan_techniques:
                 t0 = time.time()

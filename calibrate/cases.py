@@ -14,7 +14,8 @@ from pathlib import Path
 from geosim.errors import GeosimError
 from geosim.gpu_names import with_catalog_gpus
 from geosim.records import RunRecord, read_runs as records_read_runs
-from geosim.scenario import Scenario, get_model, load_scenario, scenario_from_doc
+from geosim.scale import load_any_scenario
+from geosim.scenario import Scenario, get_model, scenario_from_doc
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import get_technique
 from geosim.params import default_params
@@ -62,7 +63,7 @@ def read_runs(path: str | Path) -> list[tuple[str, RunRecord]]:
 
 @lru_cache(maxsize=64)
 def _scenario(name_or_path: str) -> Scenario:
-    return load_scenario(name_or_path)
+    return load_any_scenario(name_or_path)
 
 
 def _inline_scenario(doc: dict, where: str) -> Scenario:

@@ -87,7 +87,9 @@ def add_arguments(parser) -> None:
 
     p = sub.add_parser("check", help="predict every record with the given parameters (no fitting): predicted "
                                      "against measured time per iteration, TFLOP/s and peak memory")
-    p.add_argument("records", help="run-records file (JSON Lines), or 'study' for the study's measurements")
+    p.add_argument("--records", metavar="RUNS.jsonl",
+                   help="run-records file (JSON Lines), or 'study' for the study's measurements (required)")
+    p.add_argument("old_records", nargs="?", metavar="RECORDS", help=argparse.SUPPRESS)  # the old positional
     p.add_argument("--params", help="parameters to predict with (default: the shipped defaults)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
@@ -181,11 +183,13 @@ def run_import(args) -> int:
             print(r.note.split(": ", 1)[0] + ": " + r.note.rsplit("; ", 1)[-1], file=sys.stderr)
     if args.append:
         added, duplicates = append_records(out, records)
-        print(f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else ""))
+        done = f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else "")
     else:
         write_records(out, records)
-        print(f"wrote {len(records)} record(s) to {out}")
-    if args.json:
+        done = f"wrote {len(records)} record(s) to {out}"
+    if not args.json:  # --json: stdout is the one JSON document, nothing before it
+        print(done)
+    else:
         print(json.dumps({"out": str(out), "written": len(records), "skipped": skipped,
                           "records": [{"run_id": r.run_id, "technique": r.technique, "model": r.model,
                                        "scenario": r.scenario, "status": r.status} for r in records]},
@@ -200,6 +204,10 @@ def run_check(args) -> int:
     from geosim.calibrate.check import check, print_table, summary
     from geosim.params import load_params
 
+    old_positional_records(args)
+    if args.records is None:
+        raise GeosimError("required: the run-records file to check ('study': the study's measurements)",
+                          source="--records")
     params = load_params(args.params)
     if args.records == "study":
         cases = cases_from_records(study_records(), "study")

@@ -115,6 +115,42 @@ class Runtime:
         return applied
 
 
+def runtime_differences(runtime: Runtime, params: Params) -> list[str]:
+    """How a runtime's fixed costs differ from the study's fit (the parameters file's, Alpa's): what a
+    prediction under it pays besides the hardware, one phrase each, so a time several times Alpa's says
+    why (geosim predict prints them under the table)."""
+    if runtime.name == DEFAULT_RUNTIME:
+        return []
+    said = []
+    if runtime.collective_step_rtts is not None and STEP_RTTS_MODEL in params.networks:
+        fitted = params.network(STEP_RTTS_MODEL).collective_step_rtts
+        if runtime.collective_step_rtts != fitted:
+            said.append(f"each collective step waits {runtime.collective_step_rtts:g} round trips "
+                        f"(the parameters' {fitted:g}, NCCL's)")
+    pairs = (("shard_layer_collectives", "a tensor-sharded layer"), ("shard_step_collectives", "a sharded step"),
+             ("pipeshard_tick_collectives", "a pipeline tick"), ("pipeshard_step_collectives", "a pipeline step"))
+    compiled = [f"{sum(count for _, count, _ in getattr(runtime, field))} in {where}"
+                for field, where in pairs if getattr(runtime, field)]
+    if compiled:
+        said.append(f"collectives as its compiler emits them: {', '.join(compiled)}")
+    if runtime.pipeshard_sends_every_tick:
+        said.append("pipeline stages exchange on every tick (M + S - 1 a step), not once a microbatch")
+    if runtime.gradient_buckets == "whole":
+        said.append("the gradient reduced in one buffer")
+    elif not isinstance(runtime.gradient_buckets, str):
+        said.append(f"the gradient reduced in {runtime.gradient_buckets:g} MiB buckets")
+    if runtime.overlap_backward:
+        said.append("gradient collectives overlap the backward")
+    if runtime.kernel_s is not None and runtime.kernel_s != params.kernel_s:
+        said.append(f"{runtime.kernel_s * 1e6:g} us of launch gap a kernel (the parameters' {params.kernel_s * 1e6:g})")
+    if runtime.startup_s is not None:
+        said.append(f"start-up {runtime.startup_s:g} s")
+    if runtime.iteration_s is not None or runtime.microbatch_s:
+        said.append(f"{(runtime.iteration_s or 0.0) * 1e3:g} ms a step + {runtime.microbatch_s * 1e3:g} ms a "
+                    f"microbatch outside the model")
+    return said
+
+
 # the network model whose collective steps wait round trips (its Settings' collective_step_rtts, the
 # file's transport.collective_step_rtts): what a runtime's own collective_step_rtts replaces
 STEP_RTTS_MODEL = "tcp"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from geosim.errors import GeosimError
-from geosim.scenario import Scenario, gpu_catalog
+from geosim.scenario import Scenario, gpu_catalog, load_scenario
 from geosim.units import gbps_to_bps, ms_to_s
 from geosim.specs import Cluster, Host, Link
 
@@ -78,3 +78,9 @@ def scale_scenario(name: str) -> Scenario:
     except GeosimError as exc:
         raise GeosimError(exc.problem, source=name, key=exc.key) from None
     return Scenario(cluster, default_workload(sites, vms, gpus), {})
+
+
+def load_any_scenario(name_or_path: str) -> Scenario:
+    """What every command's --scenario reads: a generated cluster's name (scale:3x4x8:H100), a
+    built-in scenario's name or a scenario file."""
+    return scale_scenario(name_or_path) if is_scale_name(str(name_or_path)) else load_scenario(name_or_path)

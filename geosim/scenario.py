@@ -335,17 +335,55 @@ def scenario_from_doc(doc: dict, source: str, default_name: str = "scenario") ->
     return scenario
 
 
+# a host entry with `count = N` stands for N alike hosts: its name holds their numbers as a range
+# (utah-[0-15]) or is their prefix (utah: utah-0 .. utah-15)
+_NAME_RANGE = re.compile(r"^(.*)\[(\d+)-(\d+)\](.*)$")
+
+
+def _expanded_hosts(value, source: str):
+    """(entry index, its table, a host name) for every host the [[hosts]] entries stand for."""
+    total = 0
+    for i, table in enumerate(value):
+        prefix = f"hosts[{i}]."
+        table = _table(table, source, f"hosts[{i}]")
+        _only_keys(table, {"name", "site", "gpus", "intra_host", "nic", "count"}, {"name", "site", "gpus"}, source,
+                   prefix)
+        name = _string(table["name"], source, prefix + "name")
+        names = [name]
+        if "count" in table:
+            count = check_number(table["count"], source, prefix + "count", 1, MAX_HOSTS, integer=True)
+            names = _numbered(name, int(count), source, prefix)
+        elif _NAME_RANGE.match(name):
+            raise GeosimError(f"a range of names ({name!r}) needs count = the hosts it numbers", source=source,
+                              key=prefix + "count")
+        total += len(names)
+        if total > MAX_HOSTS:
+            raise GeosimError(f"at most {MAX_HOSTS} hosts, got more", source=source, key="hosts")
+        for one in names:
+            yield i, table, one
+
+
+def _numbered(name: str, count: int, source: str, prefix: str) -> list[str]:
+    match = _NAME_RANGE.match(name)
+    if not match:
+        return [f"{name}-{k}" for k in range(count)]
+    head, low, high, tail = match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
+    if high - low + 1 != count:
+        raise GeosimError(f"{name!r} numbers {max(0, high - low + 1)} hosts, count says {count}", source=source,
+                          key=prefix + "name")
+    return [f"{head}{k}{tail}" for k in range(low, high + 1)]
+
+
 def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
     if not isinstance(value, list) or not value:
         raise GeosimError("must be a non-empty array of tables ([[hosts]])", source=source, key="hosts")
     if len(value) > MAX_HOSTS:
         raise GeosimError(f"at most {MAX_HOSTS} hosts, got {len(value)}", source=source, key="hosts")
     hosts: list[Host] = []
-    for i, table in enumerate(value):
+    seen: set[str] = set()
+    entry_of: list[int] = []  # each host's [[hosts]] entry (one entry with a count stands for several)
+    for i, table, name in _expanded_hosts(value, source):
         prefix = f"hosts[{i}]."
-        table = _table(table, source, f"hosts[{i}]")
-        _only_keys(table, {"name", "site", "gpus", "intra_host", "nic"}, {"name", "site", "gpus"}, source, prefix)
-        name = _string(table["name"], source, prefix + "name")
         site = _string(table["site"], source, prefix + "site")
         names = table["gpus"]
         if not isinstance(names, list) or not names:
@@ -355,7 +393,7 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
         for g in names:
             if not isinstance(g, str) or g not in gpus:
                 raise GeosimError(f"unknown GPU {_short(g)} (known: {', '.join(gpus)})", source=source, key=prefix + "gpus")
-        if any(h.name == name for h in hosts):
+        if name in seen:
             raise GeosimError(f"duplicate host name {name!r}", source=source, key=prefix + "name")
         intra = table.get("intra_host", "pcie")
         if intra not in ("pcie", "nvlink"):
@@ -364,6 +402,8 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
         if nic not in NIC_KINDS:
             raise GeosimError(f"must be {' or '.join(NIC_KINDS)}, got {_short(nic)}", source=source, key=prefix + "nic")
         hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic))
+        seen.add(name)
+        entry_of.append(i)
     total = sum(len(h.gpus) for h in hosts)
     if total > MAX_GPUS:
         raise GeosimError(f"at most {MAX_GPUS:,} GPUs in all, got {total:,}", source=source, key="hosts")
@@ -371,7 +411,8 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
     for i, h in enumerate(hosts):
         if h.name in sites and h.site != h.name:
             # a link's end names a host or a site: one name for both would be read either way
-            raise GeosimError(f"{h.name!r} names a host and another host's site", source=source, key=f"hosts[{i}].name")
+            raise GeosimError(f"{h.name!r} names a host and another host's site", source=source,
+                              key=f"hosts[{entry_of[i]}].name")
     return hosts
 
 

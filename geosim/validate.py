@@ -98,22 +98,27 @@ _WORKLOAD = {  # as a scenario's [workload] (geosim/scenario.py WORKLOAD_RANGES)
     "--rtt-ms": Bound(0.0, 1e5, why="a scenario link's rtt_ms range"),
     "--bandwidth-gbps": Bound(1e-6, 1e5, why="a scenario link's bandwidth_gbps range"),
 }
+_LAYOUT = {"--tensor-parallel": count(1024, "GPUs of a tensor-parallel group inside a host"),
+           "--pipeline-parallel": count(4096, "pipeline stages: at most one per layer"),
+           "--data-parallel": count(65_536, "replicas of a stage: at most a cluster's GPUs"),
+           "--virtual-stages": count(4096, "chunks of layers per stage: at most one layer each")}
 _DRAWS = {"--draws": count(MAX_DRAWS, "each draw repeats every prediction: 10,000 gives percentiles to 0.1%")}
 _DELTA = {"--delta": Bound(0.0, 10.0, why="a relative TFLOP/s gap; 10 = 1,000%")}
 
 # command path (the subcommand names, space-separated) -> flag -> bound
 FLAG_BOUNDS: dict[str, dict[str, Bound]] = {
-    "predict": {**_WORKLOAD, **_DRAWS},
+    "predict": {**_WORKLOAD, **_DRAWS, **_LAYOUT},
     "select": {**_WORKLOAD, **_DRAWS, **_DELTA,
                "--probe-epochs": count(1_000_000, "as --epochs"),
                "--steps": count(MAX_STEPS, "as live run --steps"),
-               "--devices-per-vm": count(MAX_CPU_DEVICES, "as live run --cpu-devices")},
+               "--gpus-per-host": count(MAX_CPU_DEVICES, "CPU devices standing for a host's GPUs, as live run "
+                                                         "--cpu-devices")},
     "plan": {**_WORKLOAD, **_DRAWS, **_DELTA,
              "--max-gpus": count(1_000_000, "a filter: any bound above the slice's GPUs is the same"),
              "--top": count(1_000_000, "options to print"),
-             "--vms": count(64, "with --sites: slices are ranked over site pairs; 64 VMs is past any FABRIC slice"),
-             "--gpus-per-vm": count(MAX_GPUS_PER_VM, "no cloud VM or FABRIC node has more than 8-16 GPUs")},
-    "trace": {**_WORKLOAD, "--iterations": count(100, "each iteration adds every op as a trace event")},
+             "--host-count": count(64, "with --sites: slices are ranked over site pairs; 64 VMs is past any FABRIC slice"),
+             "--gpus-per-host": count(MAX_GPUS_PER_VM, "no cloud VM or FABRIC node has more than 8-16 GPUs")},
+    "trace": {**_WORKLOAD, **_LAYOUT, "--iterations": count(100, "each iteration adds every op as a trace event")},
     "sweep": {"--workers": count(1024, "worker processes on one machine")},
     "calibrate import": {"--global-batch": _WORKLOAD["--global-batch"], "--microbatches": _WORKLOAD["--microbatches"]},
     "calibrate fit": {"--max-evaluations": count(10_000, "least-squares iterations; 25-40 converge")},
@@ -162,7 +167,7 @@ FLAG_BOUNDS: dict[str, dict[str, Bound]] = {
                     "--bandwidth-gbps": positive(100.0, "the forwarder is user space: ~1 Gbit/s at most"),
                     "--jitter-ms": Bound(0.0, 10_000.0, why="as --rtt-ms"),
                     "--loss": Bound(0.0, 0.999, why="a probability below 1"),
-                    "--num-hosts": count(64, "network namespaces on this machine"),
+                    "--host-count": count(64, "network namespaces on this machine"),
                     "--ttl-s": positive(30 * DAY_S, "the slice tears itself down after this"),
                     "--mtu": Bound(576, 65535, integer=True, why="IPv4's least MTU .. the largest frame"),
                     "--tcp-window-kib": positive(1e7, "a TCP buffer cap")},
@@ -192,10 +197,41 @@ def command_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> t
     return " ".join(names), parsers
 
 
+def whole_number(text: str) -> int:
+    """An integer flag's value as a user writes it: 1000000, 1_000_000 or 1e9 (float notation, whole)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r} (e.g. 1000000, 1_000_000 or 1e6)") from None
+    if not is_finite(value) or value != int(value):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(value)
+
+
+def whole_numbers(parser: argparse.ArgumentParser) -> None:
+    """Every integer option of `parser` and its subcommands takes whole_number's notations (--tokens-per-epoch
+    1e9): argparse's int() refuses them."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                whole_numbers(sub)
+        elif action.type is int:
+            action.type = whole_number
+
+
+INTEGER_TYPES = (int, whole_number)
+
+
 def numeric_actions(parser: argparse.ArgumentParser):
     """The options of `parser` whose values are numbers: (flag, action)."""
     for action in parser._actions:
-        if action.option_strings and action.type in (int, float):
+        # an old name kept for a renamed flag (hidden from the help) stores into the new flag's place,
+        # whose bound checks the value
+        if action.option_strings and action.type in (int, whole_number, float) and action.help is not argparse.SUPPRESS:
             yield max(action.option_strings, key=len), action
 
 

@@ -56,7 +56,7 @@ FLAG_CASES = [
     (["predict", "--draws", "100000000"], "--draws: must be <= 10000"),
     (["plan", "--deadline", "0"], "--deadline: must be > 0"),
     (["plan", "--deadline", "9" * 400 + "h"], "--deadline: must be a finite number"),
-    (["plan", "--sites", "all", "--gpus-per-vm", "1000000"], "--gpus-per-vm: must be <= 16"),
+    (["plan", "--sites", "all", "--gpus-per-host", "1000000"], "--gpus-per-host: must be <= 16"),
     (["plan", "--delta", "nan"], "--delta: must be a finite number"),
     (["trace", "--iterations", HUGE], "--iterations: must be <= 100"),
     (["sweep", "--set", "precision=fp8"], "--set precision: unknown precision 'fp8'"),
@@ -133,7 +133,7 @@ def test_the_bounds_leave_room_for_large_real_jobs():
     assert MAX_HOSTS >= 1024 and MAX_GPUS >= 8192
     assert FLAG_BOUNDS["predict"]["--draws"].high >= 10_000
     assert FLAG_BOUNDS["live run"]["--cpu-devices"].high >= 64
-    assert FLAG_BOUNDS["plan"]["--gpus-per-vm"].high >= 8
+    assert FLAG_BOUNDS["plan"]["--gpus-per-host"].high >= 8
 
 
 # --- numbers: files -----------------------------------------------------------------------------

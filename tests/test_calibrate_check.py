@@ -64,7 +64,7 @@ def test_check_on_an_imported_alpa_log_cli(tmp_path, capsys):
                  "--out", str(runs)]) == 0
     err = capsys.readouterr().err
     assert "ran on 1 GPU(s): predicted on the first 1 of the slice's (vm1: 1)" in err
-    assert main(["calibrate", "check", str(runs), "--json"]) == 0
+    assert main(["calibrate", "check", "--records", str(runs), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     records = doc["records"]
     assert [r["gpus"] for r in records] == [1, 1, 4, 4, 4]
@@ -73,7 +73,7 @@ def test_check_on_an_imported_alpa_log_cli(tmp_path, capsys):
     for r in records[1:]:
         assert set(r["errors"]) == {"time_per_iteration_s", "tflops_per_gpu", "peak_memory_gib"}
     assert doc["summary"]["memory"]["of_them_predicted_out_of_memory"] == 1
-    assert main(["calibrate", "check", str(runs)]) == 0
+    assert main(["calibrate", "check", "--records", str(runs)]) == 0
     table = capsys.readouterr().out
     assert "summary over 5 record(s)" in table and "lab-first1gpus/data" in table
 

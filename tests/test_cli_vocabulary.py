@@ -12,6 +12,7 @@ import pytest
 from geosim.cli import build_parser
 from geosim.cli.vocabulary import DEFAULTS_DIFFER, FLAGS, CommaList, RenamedFlag
 from geosim.specs import Workload
+from geosim.validate import INTEGER_TYPES
 
 WORKLOAD_DEFAULTS = {f"--{f.name.replace('_', '-')}": f.default for f in dataclasses.fields(Workload)}
 
@@ -39,7 +40,7 @@ def signature(action: argparse.Action) -> str:
         return "list"
     if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
         return "flag"
-    if action.type is int:
+    if action.type in INTEGER_TYPES:
         return "int"
     if action.type is float:
         return "float"
@@ -138,6 +139,28 @@ def test_one_way_to_choose_vms():
         assert "--hosts" in {f for a in options(dict(ALL)[path]) for f in a.option_strings}, path
 
 
+def test_a_host_is_a_host_and_a_count_is_a_count():
+    """One concept, one name (issue 34): hosts are "host" in every flag, never "vm" (--host-count,
+    --gpus-per-host, --hosts-per-site), a number of things is "-count" (--host-count, --site-count),
+    not "--num-"; the old names stay accepted as renamed flags, hidden from the help."""
+    for path, parser in ALL:
+        for action in options(parser):
+            for flag in action.option_strings:
+                assert "vm" not in flag and "devices-per" not in flag, (path, flag)
+                assert not flag.startswith("--num-") or flag == "--num-processes", (path, flag)  # JAX's own name
+    for path, flag in (("geosim plan", "--host-count"), ("geosim live wan up", "--host-count"),
+                       ("geosim plan", "--gpus-per-host"), ("geosim sweep", "--gpus-per-host"),
+                       ("geosim select", "--gpus-per-host"), ("geosim sweep", "--site-count"),
+                       ("geosim sweep", "--hosts-per-site")):
+        assert flag in {f for a in options(dict(ALL)[path]) for f in a.option_strings}, (path, flag)
+
+
+def test_a_layout_is_asked_the_same_way_wherever_a_technique_takes_one():
+    layout = {"--tensor-parallel", "--pipeline-parallel", "--data-parallel", "--virtual-stages", "--layer-split"}
+    for path in ("geosim predict", "geosim trace"):
+        assert layout <= {f for a in options(dict(ALL)[path]) for f in a.option_strings}, path
+
+
 @pytest.mark.parametrize("argv, dest, value", [
     (["predict", "--all-vms-only"], "hosts", "all"),
     (["plan", "--measured", "study"], "records", "study"),
@@ -149,6 +172,13 @@ def test_one_way_to_choose_vms():
     (["live", "run", "--nodes", "wan"], "hosts", "wan"),
     (["live", "validate", "--out", "d"], "out", "d"),
     (["calibrate", "import", "study", "--out", "r.jsonl"], "out", "r.jsonl"),
+    (["plan", "--vms", "3"], "vms", 3),
+    (["plan", "--gpus-per-vm", "4"], "gpus_per_vm", 4),
+    (["select", "--devices-per-vm", "4"], "devices_per_vm", 4),
+    (["sweep", "--num-sites", "2"], "num_sites", "2"),
+    (["sweep", "--vms-per-site", "2"], "vms_per_site", "2"),
+    (["sweep", "--gpus-per-vm", "4"], "gpus_per_vm", "4"),
+    (["live", "wan", "up", "--num-hosts", "3"], "hosts", 3),
 ])
 def test_a_renamed_flag_still_works_and_says_its_new_name(argv, dest, value, capsys):
     args = build_parser(argv[0]).parse_args(argv)

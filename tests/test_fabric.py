@@ -89,7 +89,7 @@ def test_a_link_without_rtt_between_fabric_sites_is_estimated_and_says_so(tmp_pa
 
 
 def test_plan_sites_ranks_pairs_with_the_planners_rule():
-    out = geosim("plan", "--sites", "UTAH,MASS,STAR", "--gpus-per-vm", "2", "--model", "gpt2m", "--json")
+    out = geosim("plan", "--sites", "UTAH,MASS,STAR", "--gpus-per-host", "2", "--model", "gpt2m", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     ranked = doc["ranked"]
@@ -111,7 +111,7 @@ def test_plan_sites_ranks_pairs_with_the_planners_rule():
 def test_plan_sites_input_errors_are_one_line():
     for args, where in ((("--sites", "UTAH,MOON"), "--sites"), (("--sites", "UTAH", "--gpu", "A30"), "--sites"),
                         (("--sites", "UTAH", "--scenario", "utah-gpn"), "--scenario"),
-                        (("--sites", "UTAH", "--vms", "0"), "--vms")):
+                        (("--sites", "UTAH", "--host-count", "0"), "--host-count")):
         out = geosim("plan", *args)
         assert out.returncode == 2, (args, out.stderr)
         assert out.stderr.strip().count("\n") == 0 and where in out.stderr

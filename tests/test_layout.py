@@ -316,7 +316,7 @@ def test_a_new_technique_file_shows_up_in_every_command(toy_technique, tmp_path,
     assert '"toy"' in swept
     traced = json.loads(run_cli(["trace", "--scenario", "tacc-tacc", "--technique", "toy", "--iterations", "1",
                                  "--out", str(tmp_path / "toy.json"), "--json"], capsys))
-    assert traced["technique"] == "toy"
+    assert [t["technique"] for t in traced["traces"]] == ["toy"]
     assert "| `toy.pause_s` | s | 0.5 | 0 to 60 | 0.01 to 60 | seconds of pause per iteration | a toy |" in (
         techniques.reference_table())
     with pytest.raises(GeosimError, match="'toy' runs in the simulator only: no live implementation"):

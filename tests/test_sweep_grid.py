@@ -110,11 +110,14 @@ def _args(*argv):
 def test_command_line_grid():
     grid = build_grid(_args("--scenario", "utah-gpn", "--rtt-ms", "10:400:10", "--bandwidth-gbps", "1,10,25",
                             "--model", "gpt2m,gpt2L", "--global-batch", "8,16", "--set", "precision=fp16,bf16"))
-    assert len(grid) == 1 * 4 * 2 * 40 * 3 * 2 * 2  # the study's four techniques by default
+    from geosim.techniques import technique_names
+
+    # every technique by default, as predict, plan and select rank (issue 34)
+    assert len(grid) == 1 * len(technique_names()) * 2 * 40 * 3 * 2 * 2
     assert grid.axes["precision"] == ["fp16", "bf16"]
     default = build_grid(_args())
     assert len(default.axes["scenario"]) == 5 and default.axes["rtt_ms"][0] == "native"
-    assert default.axes["technique"] == ["data", "zero2", "shard", "pipeshard"]
+    assert default.axes["technique"] == technique_names()  # what predict, plan and select rank
     assert build_grid(_args("--technique", "all")).axes["technique"] == technique_names()
     with pytest.raises(GeosimError, match="--global-batch: must be >= 1"):
         build_grid(_args("--global-batch", "0,8"))
@@ -128,7 +131,7 @@ def test_technique_repeated_keeps_every_one():
 
 
 def test_generated_scenarios_from_flags():
-    grid = build_grid(_args("--num-sites", "2,16", "--vms-per-site", "8", "--gpus-per-vm", "8"))
+    grid = build_grid(_args("--site-count", "2,16", "--hosts-per-site", "8", "--gpus-per-host", "8"))
     assert grid.axes["scenario"] == ["scale:2x8x8:A30", "scale:16x8x8:A30"]
     big = scale_scenario("scale:16x8x8:A30")
     assert big.cluster.num_gpus == 1024

@@ -101,8 +101,8 @@ def test_forward_loss_rate_and_jitter_never_reorders():
     (dict(rtt_ms=float("nan")), "--rtt-ms"),
     (dict(loss=1.0), "--loss"),
     (dict(loss=-0.1), "--loss"),
-    (dict(hosts=1), "--num-hosts"),
-    (dict(hosts=2.5), "--num-hosts"),
+    (dict(hosts=1), "--host-count"),
+    (dict(hosts=2.5), "--host-count"),
     (dict(bandwidth_mbit=0), "bandwidth_mbit"),
     (dict(ttl_s=0), "--ttl-s"),
     (dict(rtt_ms=10, jitter_ms=6), "--jitter-ms"),
@@ -155,7 +155,7 @@ def test_names_fit_linux_limits_and_hosts_file_maps_own_hostname():
 
 def test_cli_import_is_light_and_parses():
     code = ("import sys, argparse; import geosim.live.wan.cli as c; p = argparse.ArgumentParser(); c.add_arguments(p);"
-            "a = p.parse_args(['up', '--rtt-ms', '10', '--bandwidth-gbps', '0.2', '--num-hosts', '3', '--ttl-s', '60']);"
+            "a = p.parse_args(['up', '--rtt-ms', '10', '--bandwidth-gbps', '0.2', '--host-count', '3', '--ttl-s', '60']);"
             "assert (a.rtt_ms, a.bandwidth_gbps, a.hosts, a.ttl_s) == (10, 0.2, 3, 60);"
             "assert not {'geosim.live.wan.emulator', 'geosim.live.wan.netns', 'subprocess'} & set(sys.modules), sys.modules.keys()")
     subprocess.run([sys.executable, "-c", code], check=True)

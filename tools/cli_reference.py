@@ -103,14 +103,18 @@ def render() -> str:
               '  "params_warnings": [...]   (only when the parameters file carries a fit\'s warnings),',
               '  "slices": [ one object per slice: "scenario", "model", "verdict" (the line the text output starts',
               '              the slice with; with --sweep-rtt each of "rows" has its own), and the command\'s',
-              '              own fields: predict "best", "runner_up",',
-              '              "algorithm1", "predictions"; select the probes and Algorithm 1\'s branch; plan "options",',
+              '              own fields: predict "best", "runner_up", "verdict_notes" (where the verdict',
+              '              leaves the host sets or microbatches asked), "algorithm1", "predictions" (the',
+              '              techniques on the host sets asked, as asked); select the probes and Algorithm 1\'s branch; plan "options",',
               '              "best", "algorithm1", ... ]',
               "}",
               "```", "",
               "An option's `time_to_progress_s` is what it is ranked on: the time to the same training progress, "
               "its `total_time_s` stretched by 1 / `token_efficiency` (1 for the study's four techniques; "
-              "`token_efficiency_source` says where the value comes from and whether it is assumed)."]
+              "`token_efficiency_source` says where the value comes from and whether it is assumed).", "",
+              "`trace --json` prints one object for one technique or several, schema `geosim.trace/1`: "
+              "`scenario`, `model`, `hosts` (the VMs traced, as asked) and `traces`, one per technique "
+              "(`out`, `technique`, `iterations_s`, `events`, `description`)."]
     for path, parser in _subcommands(parser):
         options = list(_options(parser))
         if not options:

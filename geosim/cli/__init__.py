@@ -17,9 +17,9 @@ import pkgutil
 import sys
 
 from geosim import __version__
-from geosim.cli.vocabulary import lower_choices
+from geosim.cli.vocabulary import OneLineErrors, lower_choices
 from geosim.errors import GeosimError
-from geosim.validate import check_flags
+from geosim.validate import check_flags, whole_numbers
 
 ENTRY_POINT_GROUP = "geosim.commands"
 # the order `geosim --help` lists them in; commands not named here follow alphabetically
@@ -67,7 +67,7 @@ def _available_commands(only: str | None = None):
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand, or of `command` alone (what a run of it needs)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="geosim",
         description="Predict, measure and choose parallel training techniques for geo-distributed GPU slices.",
     )
@@ -79,6 +79,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     lower_choices(parser)  # --precision FP16 as --scenario UTAH-GPN (geosim.cli.vocabulary)
+    whole_numbers(parser)  # --tokens-per-epoch 1e9 as 1000000000 (geosim.validate)
     return parser
 
 

@@ -14,7 +14,8 @@ from geosim.errors import GeosimError
 from geosim.params import load_params
 from geosim.sim.network import network_names
 from geosim.runtime import runtime_names
-from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, load_scenario, LINK_RANGES, check_number
+from geosim.scale import load_any_scenario
+from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, LINK_RANGES, check_number
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies.ranking import fmt_time
@@ -29,11 +30,13 @@ WORKLOAD_DEFAULTS = Workload()  # what a scenario without a [workload] table tra
 def add_scenario_argument(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
     if many:
         parser.add_argument("--scenario", action=CommaList, metavar="NAME|FILE",
-                            help=f"scenario file or built-in name; repeatable and comma-separated (default: the "
+                            help=f"scenario file, built-in name or a generated cluster (scale:SITESxVMSxGPUS[:GPU], e.g. "
+                                 f"scale:3x4x8:H100); repeatable and comma-separated (default: the "
                                  f"study's five slices: {', '.join(BUILTIN_SCENARIOS)})")
     else:
         parser.add_argument("--scenario", default="utah-gpn", metavar="NAME|FILE",
-                            help="scenario file or built-in name (default: %(default)s)")
+                            help="scenario file, built-in name or a generated cluster (scale:SITESxVMSxGPUS[:GPU]) "
+                                 "(default: %(default)s)")
 
 
 def add_technique_argument(parser: argparse.ArgumentParser, default_help: str = "") -> None:
@@ -135,6 +138,53 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
                                                             f"checkpointing, else off)")
 
 
+# layout_options()'s keyword -> its flag (keywords, not strings: "data" would read as the technique's name)
+LAYOUT_FLAGS = dict(tensor="--tensor-parallel", pipeline="--pipeline-parallel", data="--data-parallel",
+                    virtual="--virtual-stages", layer_split="--layer-split")
+
+
+def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
+    """A layout the field's way (Megatron-LM's t, p, d, v), for a technique that takes one (Pipeshard);
+    the microbatches are the workload's --microbatches."""
+    group = parser.add_argument_group("layout (a technique that takes one: pipeshard; default: its own)")
+    for flag in list(LAYOUT_FLAGS.values())[:-1]:  # the degrees; the layer split is a list
+        group.add_argument(flag, type=int, metavar="N", help=meaning(flag))
+    group.add_argument("--layer-split", metavar="N,N,...", help=meaning("--layer-split"))
+
+
+def layout_arguments(args) -> dict | None:
+    """The layout flags given (None: none), --layer-split as whole numbers."""
+    layout = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in LAYOUT_FLAGS.items()}
+    if all(v is None for v in layout.values()):
+        return None
+    if layout["layer_split"] is not None:
+        try:
+            layout["layer_split"] = tuple(int(x) for x in layout["layer_split"].split(","))
+        except ValueError:
+            raise GeosimError(f"layers per stage, comma-separated whole numbers (e.g. 12,12), got "
+                              f"{layout['layer_split']!r}", source="--layer-split") from None
+    return layout
+
+
+def check_layout_techniques(techniques, layout: dict | None) -> None:
+    """A layout flag with a technique that takes none is a mistake: one line, before any work."""
+    from geosim.techniques import takes_layout
+
+    if layout is None:
+        return
+    flag = next(LAYOUT_FLAGS[k] for k, v in layout.items() if v is not None)
+    others = [t for t in techniques if not takes_layout(t)]
+    if others:
+        raise GeosimError(f"{', '.join(others)} take(s) no layout: give --technique pipeshard with it", source=flag)
+
+
+def technique_options(technique: str, case, hosts, layout: dict | None) -> dict | None:
+    """The per-run options of a layout on the hosts asked (None: the technique's own layout)."""
+    from geosim.techniques import layout_options
+
+    return layout_options(technique, case, hosts, **layout) if layout else None
+
+
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help=meaning("--json"))
 
@@ -166,7 +216,7 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
 
 
 def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Workload]:
-    scenario = load_scenario(name_or_path)
+    scenario = load_any_scenario(name_or_path)
     for key, value in workload_overrides(args).items():
         if value is not None and not isinstance(value, (str, bool)) and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")

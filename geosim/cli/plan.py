@@ -42,8 +42,12 @@ def add_arguments(parser) -> None:
                         help="rank every slice these FABRIC sites allow (site pairs x GPU models) by the planner's "
                              "best option on it; 'all': every site whose GPUs are known")
     fabric.add_argument("--gpu", help="with --sites: only this GPU model (RTX6000, T4, A30, A40)")
-    fabric.add_argument("--vms", type=int, default=2, help="with --sites: VMs per slice (default: %(default)s)")
-    fabric.add_argument("--gpus-per-vm", type=int, default=2, help="with --sites: GPUs per VM (default: %(default)s, as in the study)")
+    fabric.add_argument("--host-count", dest="vms", type=int, default=2,
+                        help="with --sites: VMs per slice (default: %(default)s)")
+    fabric.add_argument("--gpus-per-host", dest="gpus_per_vm", type=int, default=2,
+                        help="with --sites: GPUs per VM (default: %(default)s, as in the study)")
+    add_renamed(fabric, "--vms", "--host-count", dest="vms", type=int)
+    add_renamed(fabric, "--gpus-per-vm", "--gpus-per-host", dest="gpus_per_vm", type=int)
     add_json_argument(parser)
 
 
@@ -124,11 +128,9 @@ def print_plan(plan: Plan, top: int | None) -> None:
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
     limits += [f"at most {plan.max_gpus} GPUs"] if plan.max_gpus else []
     failed = ", ".join(f"{n} {status}" for status, n in sorted(plan.failed.items()))
-    print(f"  {plan.search_line()}")
-    print(f"  {plan.search_line()}")
-    print(f"  {plan.considered} options: {len(plan.options)} feasible simulated"
-          + (f", {failed}" if failed else "") + (f", {plan.pruned} pruned (cannot make the top {top})" if plan.pruned
-                                                 else "") + (f"; {'; '.join(limits)}" if limits else ""))
+    # one line for the search: what it weighed, simulated and pruned, then what the simulated options gave
+    print(f"  {plan.search_line()}; {len(plan.options)} feasible" + (f", {failed}" if failed else "")
+          + (f"; {'; '.join(limits)}" if limits else ""))
     # 'time': to the same training progress (the ranking's measure; the run's own time where the token
     # efficiency is 1), 'eff': the token efficiency it was ranked at
     print(f"  {'#':>3} {'time':>9} {'per epoch':>10} {'GPU-h':>6} {'GPUs':>4} {'TFLOP/s':>7} {'mem/GPU':>8} "

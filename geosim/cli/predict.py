@@ -13,12 +13,15 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (Progress, add_hosts_argument, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
+from geosim.cli.common import (Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
+                               layout_arguments, technique_options, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
                                ESTIMATE_NOTE,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
                                scenario_names)
 from geosim.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
+from geosim.runtime import runtime_differences, runtime_of
+from geosim.studies.asked import asked_rows, verdict_notes
 from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.reference import attach_measurement
 from geosim.structure import host_groups, host_list
@@ -32,6 +35,7 @@ HELP = "predict the best option and each technique's time, TFLOP/s and memory on
 def add_arguments(parser) -> None:
     add_workload_arguments(parser)
     add_technique_argument(parser)
+    add_layout_arguments(parser)
     add_hosts_argument(parser, "all,each")
     add_renamed(parser, "--all-vms-only", "--hosts all", dest="hosts", value="all")
     add_json_argument(parser)
@@ -80,28 +84,27 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from geosim.studies.plan import best_of_technique, is_exhaustive, make_plan
+    from geosim.studies.plan import make_plan
 
     params = load_params_arg(args)
     if args.draws is not None and args.draws < 1:
         raise GeosimError(f"must be >= 1, got {args.draws}", source="--draws")
     techniques = chosen_techniques(args.technique)
     lowcomm = [t for t in techniques if is_low_communication(t)]
+    layout = layout_arguments(args)
+    check_layout_techniques(techniques, layout)
     _check_target_options(args)
     slices = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         case = Case(cluster, model, workload, params, network=args.network)
-        rows: list[Prediction] = []
-        if is_exhaustive(case):
-            for hosts in host_subsets(cluster, args.hosts):
-                for technique in techniques:
-                    prediction = predict(case, technique, hosts=hosts)
-                    if args.rtt_ms is None and args.bandwidth_gbps is None:
-                        attach_measurement(prediction, cluster)
-                    rows.append(prediction)
-        else:  # a large cluster: each technique's best option, not its naive layout on every VM
-            rows = [best_of_technique(case, t) for t in techniques]
+        # the rows are the question as asked, at any size; the planner's best is the verdict's
+        host_sets = host_subsets(cluster, args.hosts)
+        rows: list[Prediction] = asked_rows(case, techniques, host_sets,
+                                            lambda t, hosts, case=case: technique_options(t, case, hosts, layout))
+        if args.rtt_ms is None and args.bandwidth_gbps is None:
+            for prediction in rows:
+                attach_measurement(prediction, cluster)
         # the verdict ranks what the planner finds among the same techniques (its layer splits and
         # microbatches included) on the same measure, so predict, select and plan name the same best
         # option, and the time-to-target table's figures are the ranking's
@@ -112,13 +115,15 @@ def _run(args) -> int:
         finally:
             bar.close()
         targets = _time_to_target(progress, workload, rows) if lowcomm else None
-        slices.append((case, rows, plan, targets))
+        notes = verdict_notes(plan.best, rows, host_sets, progress, workload.microbatches,
+                              "--microbatches" if args.microbatches else "the workload's")
+        slices.append((case, rows, plan, targets, notes))
     ranges = _ranges(args, params, slices)
     for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
         print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
     if args.json:
         docs = []
-        for c, rows, plan, targets in slices:
+        for c, rows, plan, targets, notes in slices:
             estimated = [{"between": [link.a, link.b], "rtt_ms": s_to_ms(link.rtt_s)}
                          for link in c.cluster.links if link.rtt_estimated]
             docs.append({"scenario": c.cluster.name, "model": c.model.name, "verdict": plan.verdict("verdict"),
@@ -126,14 +131,16 @@ def _run(args) -> int:
                          "runner_up": plan.options[1].to_dict() if len(plan.options) > 1 else None,
                          "algorithm1": plan.algorithm.label if plan.algorithm else None,
                          "why_algorithm1_differs": plan.why_algorithm1_differs(),
+                         "verdict_notes": notes,
+                         "runtime_differences": runtime_differences(runtime_of(c.workload, c.params), c.params),
                          # which RTTs are estimates (geosim.fabric.sites), not measurements
                          **({"estimated_rtts": estimated} if estimated else {}),
                          "predictions": [r.to_dict() | _target_fields(r, targets)
                                          | ({"total_time_range_s": ranges[id(r)]} if ranges else {}) for r in rows]})
         print_json(answer_envelope("predict", params, docs))
         return 0
-    for case, rows, plan, targets in slices:
-        print_slice(case, plan, rows, targets, ranges)
+    for case, rows, plan, targets, notes in slices:
+        print_slice(case, plan, rows, targets, ranges, notes, layout is not None)
     return 0
 
 
@@ -171,11 +178,13 @@ def _ranges(args, params, slices) -> dict[int, dict | None] | None:
     from geosim.studies.uncertainty import parameter_draws, spread
 
     draws = parameter_draws(params, args.draws)
+    layout = layout_arguments(args)
     out: dict[int, dict | None] = {}
-    for case, rows, _, _ in slices:
+    for case, rows, *_ in slices:
         for r in rows:
-            times = [p.total_time_s for p in (predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts))
-                                              for d in draws) if p.ok] if r.ok else []
+            options = technique_options(r.technique, case, tuple(r.hosts), layout)  # the row's layout, as asked
+            times = [p.total_time_s for p in (predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts),
+                                                      options=options) for d in draws) if p.ok] if r.ok else []
             if not times:
                 out[id(r)] = None
                 continue
@@ -208,10 +217,12 @@ def describe_cluster(cluster) -> str:
     return f"{hosts}; RTT {shown} ms" + (" (estimated from distance)" if estimated else "")
 
 
-def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> None:
+def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=(), layout: bool = False) -> None:
     cluster, model, workload = case.cluster, case.model, case.workload
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     print(f"  {plan.verdict('verdict')}")
+    for note in notes:
+        print(f"  note: {note}")
     why = plan.why_algorithm1_differs()
     if why:
         print(f"  why Algorithm 1 differs: {why}")
@@ -222,10 +233,16 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None) -> Non
     synchronous = [r for r in rows if not is_low_communication(r.technique)]
     if synchronous:
         print_table(cluster, workload, synchronous)
+        for r in (r for r in synchronous if layout and r.description):  # the layout asked, as built
+            print(f"  {r.technique} on {host_list(r.hosts)}: {r.description}")
         if ranges:
             print_ranges(synchronous, ranges)
     if targets:
         print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan)
+    differs = runtime_differences(runtime_of(workload, case.params), case.params)
+    if differs:  # why a time under another runtime is not Alpa's (the study's fit)
+        print(f"  runtime {workload.runtime}, against the study's Alpa fit: {'; '.join(differs)} "
+              f"(geosim/data/runtimes.toml)")
 
 
 def print_table(cluster, workload, rows: list[Prediction]) -> None:
@@ -271,9 +288,8 @@ def print_targets(rows, plan) -> None:
               f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
         if r.memory_note:
             print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
-    failed = [r for r, _ in rows if not r.ok]
-    if failed:
-        print(f"    does not run: {', '.join(f'{r.technique} on {host_list(r.hosts)}' for r in failed)}")
+    for r in (r for r, _ in rows if not r.ok):  # why, in the table: not only in --json
+        print(f"    {r.technique:<10} {host_list(r.hosts):<8} does not run: {r.reason}")
 
 
 def r_params_source(fields: dict) -> str:

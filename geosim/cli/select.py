@@ -40,7 +40,8 @@ def add_arguments(parser) -> None:
     source.add_argument("--live", action="store_true", help="run the probes for real with `geosim live run`")
     live = parser.add_argument_group("live probes")
     live.add_argument("--steps", type=int, help="steps per live probe, instead of --probe-epochs")
-    live.add_argument("--devices-per-vm", type=int, default=2,
+    add_renamed(live, "--devices-per-vm", "--gpus-per-host", dest="devices_per_vm", type=int)
+    live.add_argument("--gpus-per-host", dest="devices_per_vm", type=int, default=2,
                       help="CPU devices standing for one VM on this machine (default %(default)s)")
     live.add_argument("--records-out", metavar="RUNS.jsonl", help="also append each live probe's run record here")
     live.add_argument("--live-args", default="", help="extra options for `geosim live run`, quoted")

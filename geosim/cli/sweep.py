@@ -30,9 +30,15 @@ def add_arguments(p) -> None:
     g.add_argument("--scenario", action=CommaList, metavar="NAME|FILE",
                    help=f"built-in scenario or scenario file; repeatable and comma-separated "
                         f"(default: {', '.join(BUILTIN_SCENARIOS)})")
-    g.add_argument("--num-sites", metavar="N", help="generate N-site clusters (with --vms-per-site, --gpus-per-vm)")
-    g.add_argument("--vms-per-site", metavar="M", default="1", help="VMs per site of generated clusters (default %(default)s)")
-    g.add_argument("--gpus-per-vm", metavar="G", default="8", help="GPUs per VM of generated clusters (default %(default)s)")
+    g.add_argument("--site-count", dest="num_sites", metavar="N",
+                   help="generate N-site clusters (with --hosts-per-site, --gpus-per-host)")
+    g.add_argument("--hosts-per-site", dest="vms_per_site", metavar="M", default="1",
+                   help="VMs per site of generated clusters (default %(default)s)")
+    g.add_argument("--gpus-per-host", dest="gpus_per_vm", metavar="G", default="8",
+                   help="GPUs per VM of generated clusters (default %(default)s)")
+    add_renamed(g, "--num-sites", "--site-count", dest="num_sites")
+    add_renamed(g, "--vms-per-site", "--hosts-per-site", dest="vms_per_site")
+    add_renamed(g, "--gpus-per-vm", "--gpus-per-host", dest="gpus_per_vm")
     g.add_argument("--scale-gpu", metavar="GPU", default="A30", help="GPU type of generated clusters (default %(default)s)")
     g.add_argument("--rtt-ms", metavar="SPEC", default=DEFAULT_RTT,
                    help="WAN round-trip times in ms; 'native' = the scenario's own (default %(default)s)")
@@ -40,8 +46,8 @@ def add_arguments(p) -> None:
                    help="WAN bandwidths in Gbit/s; 'native' = the scenario's own (default %(default)s)")
     g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2-large (default %(default)s)")
     g.add_argument("--technique", action=CommaList, metavar="NAME",
-                   help="techniques, or 'all'; repeatable and comma-separated (default: every synchronous "
-                        "technique found, today the study's data,zero2,shard,pipeshard)")
+                   help="techniques, or 'all'; repeatable and comma-separated (default: every technique found, "
+                        "as predict, plan and select rank, so the best option against RTT is theirs)")
     g.add_argument("--replace-gpu", dest="gpu", metavar="SPEC", default="native",
                    help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
     g.add_argument("--hosts", metavar="SPEC", default="all",
@@ -86,9 +92,9 @@ def build_grid(args) -> Grid:
     scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
     if args.num_sites:
         scenarios = [] if not args.scenario else scenarios
-        for s in parse_values(args.num_sites, "int", "--num-sites"):
-            for v in parse_values(args.vms_per_site, "int", "--vms-per-site"):
-                for g in parse_values(args.gpus_per_vm, "int", "--gpus-per-vm"):
+        for s in parse_values(args.num_sites, "int", "--site-count"):
+            for v in parse_values(args.vms_per_site, "int", "--hosts-per-site"):
+                for g in parse_values(args.gpus_per_vm, "int", "--gpus-per-host"):
                     scenarios.append(scale_name(s, v, g, args.scale_gpu))
     axes = {
         "scenario": scenarios,
@@ -122,7 +128,7 @@ def build_grid(args) -> Grid:
 def _techniques(names: list[str] | None) -> list[str]:
 
     if not names:
-        return default_techniques(synchronous=True)
+        return default_techniques()  # predict's, plan's and select's set: one best option for all four
     found = list(dict.fromkeys(t for n in names for t in (technique_names() if n == "all" else [n])))
     for name in found:
         get_technique(name)  # unknown names fail before any work

@@ -7,7 +7,8 @@ import json
 from geosim.case import Case
 from pathlib import Path
 
-from geosim.cli.common import (add_hosts_argument, add_json_argument, add_technique_argument, add_workload_arguments,
+from geosim.cli.common import (add_hosts_argument, add_layout_arguments, check_layout_techniques, layout_arguments,
+                               technique_options, add_json_argument, add_technique_argument, add_workload_arguments,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, parse_hosts, print_json)
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
@@ -16,12 +17,14 @@ from geosim.fileio import check_output_path, write_atomic
 from geosim.runtime import runtime_of
 from geosim.techniques import build_schedule
 
+TRACE_SCHEMA = "geosim.trace/1"
 HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
 
 
 def add_arguments(parser) -> None:
     add_workload_arguments(parser, many_scenarios=False)
     add_technique_argument(parser, "pipeshard; several write one file each, OUT with -TECHNIQUE before its suffix")
+    add_layout_arguments(parser)
     add_hosts_argument(parser, what=" (trace takes one set)")
     parser.add_argument("--iterations", type=int, default=2, help="iterations to simulate; the first is cold (default %(default)s)")
     parser.add_argument("--out", default="trace.json", help="trace file to write (default: %(default)s)")
@@ -36,18 +39,43 @@ def trace_events(rows: list, devices) -> list[dict]:
     for d in devices:
         events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": d.rank,
                        "args": {"name": f"GPU {d.rank} {d.gpu.name} ({d.host})"}})
-    link_ids: dict[str, int] = {}
-    for kind, where, label, start, end, amount in rows:
+    link_ids: dict[tuple[str, int], int] = {}
+    lanes = link_lanes(rows)
+    for i, (kind, where, label, start, end, amount) in enumerate(rows):
         if kind == "link":
-            if where not in link_ids:
-                link_ids[where] = len(link_ids)
-                events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": link_ids[where], "args": {"name": where}})
-            pid, tid, args = 2, link_ids[where], {"bytes": amount}
+            track = (where, lanes[i])
+            if track not in link_ids:
+                link_ids[track] = len(link_ids)
+                name = where if lanes[i] == 0 else f"{where} ({lanes[i] + 1})"
+                events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": link_ids[track], "args": {"name": name}})
+            pid, tid, args = 2, link_ids[track], {"bytes": amount}
         else:
             pid, tid, args = 1, where, ({"flops": amount} if kind == "gpu" else {"bytes": amount})
         events.append({"ph": "X", "name": label, "cat": kind, "pid": pid, "tid": tid,
                        "ts": start * 1e6, "dur": max(0.0, end - start) * 1e6, "args": args})
     return events
+
+
+def link_lanes(rows: list) -> dict[int, int]:
+    """For each link row (by index), the lane of its link it is drawn on: transfers that share a link
+    at once (flows splitting its bandwidth) overlap without nesting, which Perfetto cannot draw on
+    one track, so each goes to the first lane of its link that is free by its start."""
+    by_link: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        if row[0] == "link":
+            by_link.setdefault(row[1], []).append(i)
+    lane_of: dict[int, int] = {}
+    for indices in by_link.values():
+        ends: list[float] = []  # each lane's last end
+        for i in sorted(indices, key=lambda i: (rows[i][3], rows[i][4])):
+            start, end = rows[i][3], rows[i][4]
+            lane = next((k for k, last in enumerate(ends) if last <= start), len(ends))
+            if lane == len(ends):
+                ends.append(end)
+            else:
+                ends[lane] = end
+            lane_of[i] = lane
+    return lane_of
 
 
 def out_paths(out: str, techniques: tuple[str, ...]) -> dict[str, str]:
@@ -62,20 +90,27 @@ def run(args) -> int:
     if not 1 <= args.iterations <= 100:
         raise GeosimError(f"must be in 1..100, got {args.iterations}", source="--iterations")
     techniques = chosen_techniques(args.technique, default=("pipeshard",))
+    layout = layout_arguments(args)
+    check_layout_techniques(techniques, layout)
     outs = {t: check_output_path(o, "--out") for t, o in out_paths(args.out, techniques).items()}
     params = load_params_arg(args)
     scenario, cluster, model, workload = load_case(args.scenario, args)
     (hosts,) = parse_hosts(args.hosts, cluster, one=True)
     cluster = cluster.subset(hosts) if len(hosts) < len(cluster.hosts) else cluster
-    docs = [_trace(args, technique, outs[technique], cluster, model, workload, params) for technique in techniques]
-    if args.json:
-        print_json(docs[0] if len(docs) == 1 else docs)
+    docs = [_trace(args, technique, outs[technique], cluster, model, workload, params, layout) for technique in techniques]
+    if args.json:  # one shape for one technique or several (docs/reference/cli.md, "JSON answers")
+        print_json({"schema": TRACE_SCHEMA, "scenario": cluster.name, "model": model.name, "hosts": list(hosts),
+                    "traces": docs})
     return 0
 
 
-def _trace(args, technique, out, cluster, model, workload, params) -> dict:
+def _trace(args, technique, out, cluster, model, workload, params, layout=None) -> dict:
     case = Case(cluster, model, workload, params, network=args.network)
-    schedule = build_schedule(technique, case)
+    options = technique_options(technique, case, tuple(h.name for h in cluster.hosts), layout)
+    try:
+        schedule = build_schedule(technique, case, options)
+    except GeosimError as exc:  # a layout this case cannot run: one line naming the technique
+        raise GeosimError(f"{technique} cannot run as asked: {exc.problem}", source="trace") from None
     result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload, iterations=args.iterations,
                           network=network_model(case.network), trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",

@@ -73,7 +73,9 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--dry-run": ("flag", "print what would be requested and run; do nothing"),
     "--gpu": ("one", "only slices of this GPU model (a name from the catalog: RTX6000, T4, A30, A40)"),
     "--sites": ("one", "FABRIC sites, comma-separated, or 'all'"),
-    "--gpus-per-vm": ("int|spec", "GPUs per VM (a list or range where a command sweeps)"),
+    "--gpus-per-host": ("int|spec", "GPUs per host (a list or range where a command sweeps; select --live: CPU devices "
+                                    "standing for them)"),
+    "--host-count": ("int", "how many hosts (VMs): of a FABRIC slice to rank (plan --sites), of an emulated WAN"),
     "--image": ("one", "the VMs' operating-system image"),
     "--runtime": ("one|spec", "the software stack whose fixed costs apply: alpa (the study's), jax (geosim live), "
                               "pytorch (DDP); a list where a command sweeps"),
@@ -84,6 +86,12 @@ FLAGS: dict[str, tuple[str, str]] = {
                                      "tokens for the same loss); repeatable"),
     "--loss-curves": ("one", "loss-vs-tokens curves (JSON Lines, from live run --loss-curve-out): measured token "
                              "efficiencies"),
+    "--tensor-parallel": ("int", "layout: GPUs of a tensor-parallel group, inside a host (t; default 1)"),
+    "--pipeline-parallel": ("int", "layout: pipeline stages (p; default: one per host)"),
+    "--data-parallel": ("int", "layout: data-parallel replicas of each stage (d; default: the GPUs asked / t / p)"),
+    "--virtual-stages": ("int", "layout: chunks of layers per stage under the interleaved 1F1B schedule (v; "
+                                "default 1)"),
+    "--layer-split": ("one", "layout: layers of each stage (of each virtual stage when interleaved), comma-separated"),
     "--loss-curve-out": ("one", "file to append the run's loss-vs-tokens curve to (for --loss-curves)"),
 }
 
@@ -107,7 +115,7 @@ DEFAULTS_DIFFER: dict[str, dict[str, str]] = {
         "geosim live validate": "as live run",
     },
     "--precision": {"geosim live run": "auto: what the device supports (fp32 on CPU)"},
-    "--gpus-per-vm": {
+    "--gpus-per-host": {
         "geosim sweep": "the sweep generates scaled-out clusters of 8-GPU VMs (a DGX-like node); plan --sites "
                         "asks FABRIC for VMs of 2 GPUs, as in the study",
     },
@@ -155,10 +163,23 @@ RENAMED: dict[str, str] = {
     "sweep --out": "--out-dir",
     "live validate --out": "--out-dir",
     "report DIR (positional)": "--out-dir",
-    "calibrate fit/crossval RECORDS (positional)": "--records",
+    "calibrate fit/crossval/check RECORDS (positional)": "--records",
     "fabric slice create/emulate SCENARIO (positional)": "--scenario",
     "sweep --gpu": "--replace-gpu",
+    "plan --vms": "--host-count",
+    "live wan up --num-hosts": "--host-count",
+    "plan/sweep --gpus-per-vm, select --devices-per-vm": "--gpus-per-host",
+    "sweep --num-sites": "--site-count",
+    "sweep --vms-per-site": "--hosts-per-site",
 }
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """A parser whose mistakes are one line naming the command, the flag and what is wrong (exit 2),
+    not the usage block first: `--help` shows the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 class CommaList(argparse.Action):

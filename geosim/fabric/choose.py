@@ -170,7 +170,7 @@ def rank_sites(sites: list[Site], model: Model, workload: Workload, params: Para
                techniques: tuple[str, ...] | None = None, notes: list[str] | None = None,
                bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS) -> SiteRanking:
     if vms < 1 or gpus_per_vm < 1:
-        raise GeosimError("must be >= 1", source="--vms" if vms < 1 else "--gpus-per-vm")
+        raise GeosimError("must be >= 1", source="--host-count" if vms < 1 else "--gpus-per-host")
     key = rank_key(deadline_s)
     cands = candidates(sites, vms, gpus_per_vm, gpu, bandwidth_gbps)
     groups: dict[tuple, list[Candidate]] = {}

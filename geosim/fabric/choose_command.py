@@ -19,7 +19,7 @@ def run_sites(args, params, deadline_s, techniques) -> int:
             raise GeosimError("not with --sites (the sites make the slices; their RTTs are measured or estimated)",
                               source=flag)
     if args.vms < 1 or args.gpus_per_vm < 1:
-        raise GeosimError("must be >= 1", source="--vms" if args.vms < 1 else "--gpus-per-vm")
+        raise GeosimError("must be >= 1", source="--host-count" if args.vms < 1 else "--gpus-per-host")
     model = get_model(args.model)
     for key, value in workload_overrides(args).items():
         if value is not None and not isinstance(value, str) and value <= 0:

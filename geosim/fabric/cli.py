@@ -45,7 +45,7 @@ def add_arguments(parser) -> None:
 
     emulate = slice_sub.add_parser("emulate", help="a slice file for the WAN emulator's hosts (rehearse calibrate)",
                                    description="Write a slice file whose VMs are the hosts of an emulated WAN "
-                                               "(`geosim live wan up --num-hosts N --rtt-ms R`, root), so `geosim fabric "
+                                               "(`geosim live wan up --host-count N --rtt-ms R`, root), so `geosim fabric "
                                                "calibrate` runs its steps there, command for command.")
     emulate.add_argument("--scenario", metavar="NAME|FILE",
                          help="scenario file or built-in name the emulated slice stands for (required)")
@@ -166,7 +166,7 @@ def _emulate(args, request, out: Path) -> int:
     from geosim.validate import regular_input
 
     if not Path(args.wan_state).exists():
-        raise GeosimError("no emulated WAN is up (`geosim live wan up --num-hosts N --rtt-ms R`, as root)",
+        raise GeosimError("no emulated WAN is up (`geosim live wan up --host-count N --rtt-ms R`, as root)",
                           source=args.wan_state)
     try:
         wan = json.loads(regular_input(args.wan_state, "--wan-state").read_text())

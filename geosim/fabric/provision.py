@@ -169,7 +169,7 @@ def write_emulated_slice(request: SliceRequest, wan: dict, out: Path, python: st
     hosts = wan.get("hosts") or []
     if len(hosts) != len(request.nodes):
         raise GeosimError(f"the emulated WAN has {len(hosts)} hosts, the slice {len(request.nodes)} VMs: bring it up "
-                          f"with --num-hosts {len(request.nodes)}", source="--wan-state")
+                          f"with --host-count {len(request.nodes)}", source="--wan-state")
     nodes, links = [], []
     for h, n in zip(hosts, request.nodes):
         nodes.append({"name": n.name, "site": n.site, "address": h["address"], "interface": h["interface"], "gpus": 0,

@@ -110,23 +110,6 @@ def twins(cluster: Cluster) -> list[list[str]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def best_of_technique(case: Case, technique: str) -> "Prediction":
-    """A technique's best option on the slice: the planner's (a synchronous one) or the fastest of its
-    module's plan_variants on every VM (a low-communication one); where nothing runs, the prediction
-    on every VM that says why."""
-    everyone = tuple(h.name for h in case.cluster.hosts)
-    if not is_low_communication(technique):
-        found = search(case, keep=1, techniques=(technique,))
-        ok = rank(found.simulated, None)
-        if ok:
-            return ok[0].prediction
-        return predict(case, technique, hosts=everyone)
-    tried = [evaluate(case, technique, everyone, changes, options)
-             for changes, options in plan_variants(technique, case, everyone)]
-    ok = sorted((o for o in tried if o.ok), key=lambda o: o.total_time_s)
-    return (ok or tried)[0].prediction
-
-
 def evaluate(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None,
              progress: SameProgress | None = None) -> Option:
     """One option predicted, with the token efficiency it is ranked at (ranking.SameProgress)."""

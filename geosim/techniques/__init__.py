@@ -152,6 +152,17 @@ def plan_choices(args) -> dict:
     return choices
 
 
+def takes_layout(name: str) -> bool:
+    """Whether a technique takes a layout the field's way (tensor, pipeline, data degrees, virtual stages)."""
+    return hasattr(get_technique(name), "layout_options")
+
+
+def layout_options(name: str, case, hosts: tuple[str, ...], **layout) -> dict:
+    """The technique's per-run options for a layout (its module's layout_options: tensor, pipeline, data,
+    virtual, layer_split), checked against the hosts asked."""
+    return get_technique(name).layout_options(case, tuple(hosts), **layout)
+
+
 def build_schedule(name: str, case, options: dict | None = None):
     """The technique's schedule for the case, with its parameter-file settings and the caller's options."""
     module = get_technique(name)

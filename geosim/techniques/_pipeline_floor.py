@@ -91,7 +91,9 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
                 if settings.intra_stage == "shard-data":
                     # a ring of GPU i of each host, of the shard GPU i holds (one ring's bytes: the hosts'
                     # rings need not share a port)
-                    tp = g // len(mesh)
+                    tp = options.get("tensor") or g // len(mesh)
+                    # the ring's members on other hosts: at least the hosts' (a host's groups may follow
+                    # one another in it), so 2(K-1)/K of the shard enters a host's port at least
                     g, stage_params = len(mesh), stage_params - layers[s] * 12 * case.model.n_embd ** 2 * (1 - 1 / tp)
                 share = 2 * (g - 1) / g if params.collectives.get(TECHNIQUE, "ring") == "ring" else 1.0
                 iteration = max(iteration, w.microbatches * per_microbatch[s]
@@ -155,11 +157,13 @@ def _sharding_floor_s(case: Case, hosts: tuple[str, ...], options: dict, w, stag
     if "meshes" not in options or options.get("intra_stage") != "shard-data":
         return 0.0
     mesh = options["meshes"][stage]
-    t = len(case.cluster.host(mesh[0]).gpus)
+    per_host = len(case.cluster.host(mesh[0]).gpus)
+    t = options.get("tensor") or per_host  # a tensor group's GPUs: a host's, or `tensor` of them
     if t < 2 or case.params.for_technique("collectives", "shard") != "ring":
         return 0.0
     devices, least_delay_s, known = _network(case, hosts)
-    nbytes = w.global_batch / w.microbatches / len(mesh) * w.seq_len * case.model.n_embd * w.bytes_per_value
+    groups = len(mesh) * (per_host // t)  # the stage's tensor groups: each computes 1/groups of a microbatch
+    nbytes = w.global_batch / w.microbatches / groups * w.seq_len * case.model.n_embd * w.bytes_per_value
     key = ("ring step", mesh[0], nbytes)
     if key not in known:  # options differing in their layer split or other stages step alike
         a, b = [d.rank for d in devices if d.host == mesh[0]][:2]

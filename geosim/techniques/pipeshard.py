@@ -29,6 +29,8 @@ from geosim.runtime import runtime_of
 from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
+from geosim.techniques._interleave import check_interleave, interleaved_program, layers_per_chunk
+from geosim.techniques._pipeline_layout import layout_options  # noqa: F401 (the registry's layout_options)
 from geosim.techniques._pipeline_floor import iteration_floor_s, overlaps, stage_gpus
 from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import compiled_ops, layers_ops
@@ -55,7 +57,12 @@ class Settings:
     activation_compression: float = tunable(1.0, "bytes sent between stages x this", low=1e-6, high=1.0,
                                             unit="fraction", source="no compression (the study's runs)")
     meshes: tuple | None = option(None, "host names of each stage's mesh, in stage order (default: one per host)")
-    layer_split: tuple | None = option(None, "layers of each stage (default: by stage_split)")
+    layer_split: tuple | None = option(None, "layers of each stage, or of each virtual stage when interleaved "
+                                             "(default: by stage_split)")
+    tensor: int | None = option(None, "under shard-data, the GPUs of each tensor-parallel group inside a host, data "
+                                      "parallel over the rest (default: all of a host's GPUs)")
+    interleave: int = option(1, "virtual stages per stage: each GPU holds this many chunks of layers, round robin, "
+                                "under an interleaved 1F1B schedule (1: plain 1F1B or GPipe)")
 
 
 def split_layers(n_layer: int, speeds: list[float], how: str, explicit: list[int] | None = None,
@@ -112,17 +119,19 @@ def build(case: Case, settings: Settings) -> Schedule:
         meshes = [[d for d in devices if d.host == h.name] for h in cluster.hosts]
     if any(not m for m in meshes):
         raise GeosimError("a pipeline mesh has no GPUs", key="meshes")
-    S, M = len(meshes), workload.microbatches
+    S, M, v = len(meshes), workload.microbatches, settings.interleave
     b = workload.global_batch / M
     intra = settings.intra_stage
+    check_interleave(settings, S, M)
     for mesh in meshes:
         if intra == "data":
             require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh), "the GPUs of a mesh")
         elif intra == "shard-data":
-            _host_groups(mesh)  # the same GPU count on every host of the stage
-            require_divisible("microbatch size (global_batch / microbatches)", int(b), len(_hosts_of(mesh)),
-                              "the hosts of a stage")
+            require_divisible("microbatch size (global_batch / microbatches)", int(b),
+                              len(_tensor_groups(mesh, settings.tensor)),
+                              "the tensor-parallel groups of a stage" if settings.tensor else "the hosts of a stage")
     layers = layers_per_stage(case, meshes, settings)
+    chunk_layers = layers_per_chunk(case, S, settings) if v > 1 else [[n] for n in layers]
     schedule_kind = settings.schedule
     per_layer = params.settings("shard").collectives_per_layer  # a sharded stage all-reduces as Shard does
     options = memory_layout.options_for(workload, params)
@@ -134,30 +143,23 @@ def build(case: Case, settings: Settings) -> Schedule:
     for s, mesh in enumerate(meshes):
         g = len(mesh)
         # tensor-parallel groups (GPUs that shard the stage's layers between them: the whole mesh
-        # under "shard", each host's GPUs under "shard-data") and the sequences each group computes
+        # under "shard", each host's GPUs, or `tensor` of them, under "shard-data") and the sequences
+        # each group computes
         if intra == "data":
             tp_groups, sequences = [], b / g
         elif intra == "shard":
             tp_groups, sequences = [tuple(d.rank for d in mesh)], b
         else:
-            tp_groups = [tuple(d.rank for d in host) for host in _host_groups(mesh)]
+            tp_groups = [tuple(d.rank for d in grp) for grp in _tensor_groups(mesh, settings.tensor)]
             sequences = b / len(tp_groups)
         tp = len(tp_groups[0]) if tp_groups else 1
         group_of = {r: grp for grp in tp_groups for r in grp}
         by_host = len(tp_groups) > 1  # tags name the host: each host's collectives are its own
-        last = s == S - 1
-        prev_mesh, next_mesh = (meshes[s - 1] if s else None), (meshes[s + 1] if not last else None)
-        from_prev = overlaps(len(prev_mesh), g) if prev_mesh else []
-        to_next = overlaps(g, len(next_mesh)) if next_mesh else []
-        first = s == 0
-        stage_params = layers[s] * model.params_per_layer + (model.embedding_params if first else 0) + (
-            model.vocab * model.n_embd if last and S > 1 else 0)
-        held = stage_params - layers[s] * 12 * model.n_embd ** 2 * (1 - 1 / tp)  # the blocks' matrices split
-        stage_fwd, stage_bwd = (pass_ops(model, workload, sequences, layers[s], last, first) if intra == "data" else
-                                pass_ops(model, workload, sequences, 0, last, first, " head", tensor_parallel=tp))
-        accumulate = update_op(model, held)
+        inside_host = len(tp_groups) > len(_hosts_of(mesh))  # several groups on a host: tags name the group too
+        chunks = [_Chunk(case, meshes, s, c, v, chunk_layers[s][c], tp, sequences, intra) for c in range(v)]
+        held = sum(chunk.held for chunk in chunks)
         # gradients all-reduced once per iteration: the whole stage over the mesh (data), or each
-        # GPU's shard with the GPUs holding the same shard on the stage's other hosts (shard-data)
+        # GPU's shard with the GPUs holding the same shard in the stage's other groups (shard-data)
         if intra == "data":
             grad_groups = {d.rank: tuple(d.rank for d in mesh) for d in mesh} if g > 1 else {}
         elif intra == "shard-data" and len(tp_groups) > 1:
@@ -166,49 +168,55 @@ def build(case: Case, settings: Settings) -> Schedule:
             grad_groups = {}
         for j, dev in enumerate(mesh):
             group = group_of.get(dev.rank, ())
-            host_tag = (dev.host,) if by_host else ()
+            host_tag = ((dev.host,) + ((group[0],) if inside_host else ())) if by_host else ()
 
-            def forward(m, j=j, group=group, host_tag=host_tag):
+            def forward(m, c=0, j=j, group=group, host_tag=host_tag):
+                chunk = chunks[c]
                 ops = []
-                if prev_mesh:
-                    ops += [Recv(prev_mesh[i].rank, ("act", s, m)) for i, k, _ in from_prev if k == j]
+                if chunk.prev_mesh:
+                    ops += [Recv(chunk.prev_mesh[i].rank, ("act", chunk.k, m)) for i, k, _ in chunk.from_prev if k == j]
                 if intra == "data":
-                    ops.append(stage_fwd._replace(label=f"F{m}"))
+                    ops.append(chunk.fwd._replace(label=f"F{m}" + (f".{c}" if v > 1 else "")))
                 else:
-                    ops.append(layers_ops(model, workload, params, group, sequences, layers[s], ("pf", m) + host_tag,
-                                          per_layer)[0])
-                    if last or first:
-                        ops.append(stage_fwd._replace(label=f"F{m} head"))
-                if next_mesh:
-                    ops += [Send(next_mesh[k].rank, act_bytes * frac, ("act", s + 1, m))
-                            for i, k, frac in to_next if i == j]
+                    ops.append(layers_ops(model, workload, params, group, sequences, chunk.layers,
+                                          ("pf", m) + ((c,) if v > 1 else ()) + host_tag, per_layer)[0])
+                    if chunk.last or chunk.first:
+                        ops.append(chunk.fwd._replace(label=f"F{m} head"))
+                if chunk.next_mesh:
+                    ops += [Send(chunk.next_mesh[k].rank, act_bytes * frac, ("act", chunk.k + 1, m))
+                            for i, k, frac in chunk.to_next if i == j]
                 return ops
 
-            def backward(m, j=j, group=group, host_tag=host_tag):
+            def backward(m, c=0, j=j, group=group, host_tag=host_tag):
+                chunk = chunks[c]
                 ops = []
-                if next_mesh:
-                    ops += [Recv(next_mesh[k].rank, ("grad", s, m)) for i, k, _ in to_next if i == j]
+                if chunk.next_mesh:
+                    ops += [Recv(chunk.next_mesh[k].rank, ("grad", chunk.k, m)) for i, k, _ in chunk.to_next if i == j]
                 if intra == "data":
-                    ops.append(stage_bwd._replace(label=f"B{m}"))
+                    ops.append(chunk.bwd._replace(label=f"B{m}" + (f".{c}" if v > 1 else "")))
                 else:
-                    if last or first:
-                        ops.append(stage_bwd._replace(label=f"B{m} head"))
-                    ops.append(layers_ops(model, workload, params, group, sequences, layers[s], ("pb", m) + host_tag,
-                                          per_layer)[1])
-                ops.append(accumulate)
-                if prev_mesh:
-                    ops += [Send(prev_mesh[i].rank, act_bytes * frac, ("grad", s - 1, m))
-                            for i, k, frac in from_prev if k == j]
+                    if chunk.last or chunk.first:
+                        ops.append(chunk.bwd._replace(label=f"B{m} head"))
+                    ops.append(layers_ops(model, workload, params, group, sequences, chunk.layers,
+                                          ("pb", m) + ((c,) if v > 1 else ()) + host_tag, per_layer)[1])
+                ops.append(chunk.accumulate)
+                if chunk.prev_mesh:
+                    ops += [Send(chunk.prev_mesh[i].rank, act_bytes * frac, ("grad", chunk.k - 1, m))
+                            for i, k, frac in chunk.from_prev if k == j]
                 return ops
 
-            warmup = M if schedule_kind == "gpipe" else min(S - s - 1, M)
-            program = []
-            for m in range(warmup):
-                program += forward(m)
-            for m in range(M - warmup):
-                program += forward(warmup + m) + backward(m)
-            for m in range(M - warmup, M):
-                program += backward(m)
+            if v > 1:
+                program, in_flight = interleaved_program(forward, backward, S, s, M, v)
+            else:
+                warmup = M if schedule_kind == "gpipe" else min(S - s - 1, M)
+                program = []
+                for m in range(warmup):
+                    program += forward(m)
+                for m in range(M - warmup):
+                    program += forward(warmup + m) + backward(m)
+                for m in range(M - warmup, M):
+                    program += backward(m)
+                in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
             program = with_runtime_pipeline_ops(case, program, meshes, j, b)
             if dev.rank in grad_groups:
                 shard_tag = (group.index(dev.rank),) if intra == "shard-data" else ()
@@ -217,33 +225,75 @@ def build(case: Case, settings: Settings) -> Schedule:
             program.append(optimizer_op(model, held))
             program.append(overhead_op(NAME, params, workload))
             programs[dev.rank] = program
-            in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
             if jax_layout:  # live's GPipe scan, as XLA lays it out (jax_placement)
                 memory[dev.rank] = memory_layout.live_step(
                     model, jax_placement(model, workload.global_batch, M, S * tp, S, layers[s]), workload.seq_len, M,
                     replace(options, workspace_bytes=0.0, architecture=dev.gpu.architecture))
             else:
                 memory[dev.rank] = memory_layout.pipeline_stage(
-                    model, sequences, workload.seq_len, layers[s], first, last, S, in_flight, options,
+                    model, sequences, workload.seq_len, layers[s], s == 0, s == S - 1, S, in_flight, options,
                     tensor_parallel=tp)
     return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
-                    f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""),
+                    f"intra-stage {intra}" + (f", tensor {settings.tensor}" if settings.tensor else "")
+                    + (f", {v} virtual stages each (interleaved)" if v > 1 else "")
+                    + (f", activations x{compression:g}" if compression != 1 else ""),
                     activation_compression=compression if S > 1 else 1.0)
 
 
 def layers_per_stage(case: Case, meshes: list[list[Device]], settings: Settings) -> list[int]:
     """The layers of each stage build() gives these meshes (the settings' explicit split, else by
     stage_split); the hybrid's floor asks it for its pipelined replica's split."""
+    if settings.interleave > 1:  # a stage's layers are its chunks'
+        return [sum(chunks) for chunks in layers_per_chunk(case, len(meshes), settings)]
     b = case.workload.global_batch / case.workload.microbatches
     intra = settings.intra_stage
     if settings.layer_split is None and settings.stage_split == "uniform":  # no stage needs timing
         return split_layers(case.model.n_layer, [1.0] * len(meshes), "uniform")
-    layer_s = [_mesh_seconds(case, mesh, b, 1, False, intra, len(_hosts_of(mesh))) for mesh in meshes]
-    head_in_layers = _mesh_seconds(case, meshes[-1], b, 0, True, intra, len(_hosts_of(meshes[-1]))) / layer_s[-1]
+    groups = [len(_hosts_of(mesh)) if not settings.tensor else len(mesh) // settings.tensor for mesh in meshes]
+    layer_s = [_mesh_seconds(case, mesh, b, 1, False, intra, k) for mesh, k in zip(meshes, groups)]
+    head_in_layers = _mesh_seconds(case, meshes[-1], b, 0, True, intra, groups[-1]) / layer_s[-1]
     return split_layers(case.model.n_layer, [1.0 / t for t in layer_s], settings.stage_split,
                         list(settings.layer_split) if settings.layer_split is not None else None,
                         extra=[0.0] * (len(meshes) - 1) + [head_in_layers])
+
+
+class _Chunk:
+    """One chunk of a stage's layers (the whole stage unless interleaved): virtual stage k = c x S + s,
+    its neighbours' meshes (the last stage's chunk c hands on to the first stage's chunk c + 1), its
+    compute ops and the parameters each of its GPUs holds."""
+
+    def __init__(self, case: Case, meshes: list, s: int, c: int, v: int, layers: int, tp: int, sequences: float,
+                 intra: str):
+        model, workload = case.model, case.workload
+        S = len(meshes)
+        last_k = S * v - 1
+        self.layers, self.k = layers, c * S + s
+        self.first, self.last = self.k == 0, self.k == last_k
+        self.prev_mesh = meshes[(s - 1) % S] if self.k > 0 else None
+        self.next_mesh = meshes[(s + 1) % S] if self.k < last_k else None
+        g = len(meshes[s])
+        self.from_prev = overlaps(len(self.prev_mesh), g) if self.prev_mesh else []
+        self.to_next = overlaps(g, len(self.next_mesh)) if self.next_mesh else []
+        params = layers * model.params_per_layer + (model.embedding_params if self.first else 0) + (
+            model.vocab * model.n_embd if self.last and S > 1 else 0)
+        self.held = params - layers * 12 * model.n_embd ** 2 * (1 - 1 / tp)  # the blocks' matrices split
+        self.fwd, self.bwd = (pass_ops(model, workload, sequences, layers, self.last, self.first) if intra == "data" else
+                              pass_ops(model, workload, sequences, 0, self.last, self.first, " head", tensor_parallel=tp))
+        self.accumulate = update_op(model, self.held)
+
+
+def _tensor_groups(mesh: list[Device], tensor: int | None) -> list[list[Device]]:
+    """A shard-data stage's tensor-parallel groups: each host's GPUs, or `tensor` consecutive GPUs of a
+    host (data parallel over the host's other groups and the stage's other hosts)."""
+    hosts = _host_groups(mesh)
+    per_host = len(hosts[0])
+    if tensor is None or tensor == per_host:
+        return hosts
+    if not 1 <= tensor <= per_host or per_host % tensor:
+        raise GeosimError(f"a tensor degree of {tensor} must divide the {per_host} GPUs of a host (tensor "
+                          f"parallelism stays inside a host)", key="tensor")
+    return [host[i:i + tensor] for host in hosts for i in range(0, per_host, tensor)]
 
 
 def _hosts_of(mesh: list[Device]) -> list[str]:
@@ -311,7 +361,7 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
     elif intra == "shard":
         sequences, tp = microbatch, g
     else:  # shard-data: each host's GPUs shard its share of the microbatch
-        sequences, tp = microbatch / hosts, g // hosts
+        sequences, tp = microbatch / hosts, g // hosts  # `hosts`: the stage's tensor-parallel groups
     times = []
     for d in {d.gpu.name: d for d in mesh}.values():  # a GPU's time depends on its kind only
         if d.gpu.name in params.efficiency:  # a flat-rate device
@@ -458,12 +508,30 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
                 stages = stage_gpus(case, hosts, shape)
                 if len(stages) > case.model.n_layer:
                     continue
-                spans = [len(mesh) for mesh in meshes] if meshes else [1] * len(stages)  # hosts per stage
-                speeds, extra = (None, None) if exhaustive else _split_weights(case, stages, batch // m, intra, spans)
-                # shard-data (stages of like hosts): the balanced split and its neighbours, never every split
-                most = 0 if intra == "shard-data" else None
-                for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive, most):
-                    yield {"microbatches": m}, {**shape, "layer_split": split}
+                # shard-data on a large cluster: also tensor groups of fewer GPUs than a host's (t = 2, 4 on
+                # 8-GPU hosts), data parallel over the rest (Megatron-LM's tables)
+                tensors = ([None] + _smaller_tensors(meshes, gpus, batch // m)
+                           if intra == "shard-data" and not exhaustive else [None])
+                for t in tensors:
+                    spans = ([len(mesh) * (gpus[mesh[0]] // t if t else 1) for mesh in meshes] if meshes
+                             else [1] * len(stages))  # hosts (tensor groups) per stage
+                    speeds, extra = ((None, None) if exhaustive
+                                     else _split_weights(case, stages, batch // m, intra, spans))
+                    # shard-data (stages of like hosts): the balanced split and its neighbours, never every split
+                    most = 0 if intra == "shard-data" else None
+                    chosen = {**shape, "tensor": t} if t else shape
+                    for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive, most):
+                        yield {"microbatches": m}, {**chosen, "layer_split": split}
+
+
+def _smaller_tensors(meshes, gpus: dict[str, int], microbatch: int) -> list[int]:
+    """Tensor degrees below a host's GPU count that divide it (each stage's hosts alike), where the
+    microbatch splits over the stage's tensor groups."""
+    per_host = gpus[meshes[0][0]]
+    if any(gpus[h] != per_host for mesh in meshes for h in mesh):
+        return []
+    return [t for t in range(2, per_host) if per_host % t == 0
+            and all(microbatch % (len(mesh) * (per_host // t)) == 0 for mesh in meshes)]
 
 
 def _shard_data_layouts(case: Case, layouts: list, gpus: dict[str, int]) -> list:
@@ -523,8 +591,9 @@ def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str
     split = (f" layers {'/'.join(map(str, options['layer_split']))}"
              if options and len(options.get("layer_split") or ()) > 1 else "")
     intra = (options or {}).get("intra_stage")
+    tensor = (options or {}).get("tensor")
     return (f"{option_kind(order, options)}{split}, {workload.microbatches} microbatches"
-            + (f", intra-stage {intra}" if intra else ""))
+            + (f", intra-stage {intra}" if intra else "") + (f", tensor {tensor}" if tensor else ""))
 
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
@@ -540,8 +609,8 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     predict() runs (geosim.sim.network.least_delay: idle hops, the largest window).
     Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
-    if not options or "layer_split" not in options:
-        return 0.0
+    if not options or "layer_split" not in options or (options.get("interleave") or 1) > 1:
+        return 0.0  # the floors know no virtual stages: none is a safe floor
     w, params = workload, case.params
     runtime = runtime_of(w, params)
     iteration = iteration_floor_s(case, hosts, w, options) + runtime.iteration_overhead_s(NAME, params, w)

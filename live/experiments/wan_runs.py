@@ -68,7 +68,7 @@ def require_wan(wan=None):
 
     wan = wan or current()
     if wan is None:
-        raise GeosimError("no WAN slice is up: start one with `geosim live wan up --rtt-ms 40 --num-hosts 2` "
+        raise GeosimError("no WAN slice is up: start one with `geosim live wan up --rtt-ms 40 --host-count 2` "
                           "(root), or set GEOSIM_WAN_STATE to its state file", key="--hosts")
     if len(wan.hosts) < 2:
         raise GeosimError("the WAN slice has fewer than 2 hosts", key="--hosts")

@@ -11,6 +11,7 @@ import json
 import statistics
 import sys
 import time
+from geosim.cli.vocabulary import add_renamed
 from geosim.errors import GeosimError
 from geosim.live.wan.probe import RTT_METHODS
 from geosim.scenario import check_number
@@ -31,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="egress cap of each host in Gbit/s (tbf; TCP goodput is ~95%% of it); default: no cap")
     p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- jitter on each one-way delay (no reordering)")
     p.add_argument("--loss", type=float, default=0.0, help="probability in [0, 1) that a frame is dropped")
-    p.add_argument("--num-hosts", dest="hosts", type=int, default=2, help="number of emulated hosts (default %(default)s)")
+    p.add_argument("--host-count", dest="hosts", type=int, default=2, help="number of emulated hosts (default %(default)s)")
+    add_renamed(p, "--num-hosts", "--host-count", dest="hosts", type=int)
     p.add_argument("--ttl-s", type=float, default=3600.0, help="tear down by itself after this many seconds (default %(default)s)")
     p.add_argument("--mtu", type=int, default=1500, help="MTU of the emulated link (default %(default)s)")
     p.add_argument("--no-calibrate", action="store_true", help="do not take the path's own overhead off the delay")

@@ -251,8 +251,8 @@ def up(rtt_ms: float | list[list[float]] = 40.0, *, bandwidth_mbit: float | None
     per round trip, as between hosts with stock buffers on a long path. None: buffers sized
     for the bandwidth-delay product (4 x BDP, 6-64 MB).
     """
-    if isinstance(hosts, bool) or int(_number(hosts, "--num-hosts", 2, netns.MAX_HOSTS)) != float(hosts):
-        raise GeosimError(f"must be a whole number of hosts, got {hosts!r}", source=SOURCE, key="--num-hosts")
+    if isinstance(hosts, bool) or int(_number(hosts, "--host-count", 2, netns.MAX_HOSTS)) != float(hosts):
+        raise GeosimError(f"must be a whole number of hosts, got {hosts!r}", source=SOURCE, key="--host-count")
     hosts = int(hosts)
     matrix = _rtt_matrix(rtt_ms, hosts)
     if bandwidth_mbit is not None:  # tbf's range, and what a forwarder in Python could carry

@@ -26,8 +26,8 @@ from geosim.params import load_params
 from geosim.case import DEFAULT_NETWORK, Case
 from geosim.sim.network import network_model
 from geosim.predict import predict
-from geosim.scale import is_scale_name, scale_scenario
-from geosim.scenario import Scenario, get_model, load_scenario, LINK_RANGES, check_number
+from geosim.scale import load_any_scenario
+from geosim.scenario import Scenario, get_model, LINK_RANGES, check_number
 from geosim.specs import Params
 from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
@@ -48,7 +48,7 @@ class SweepContext:
 
 
 def resolve_scenario(name: str) -> Scenario:
-    return scale_scenario(name) if is_scale_name(name) else load_scenario(name)
+    return load_any_scenario(name)
 
 
 def make_context(grid: Grid, params_path: str | None = None, metric: str = "total_time_s",

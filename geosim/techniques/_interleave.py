@@ -1,0 +1,78 @@
+"""Pipeshard's interleaved 1F1B schedule (Narayanan et al. 2021, Megatron-LM's virtual pipeline).
+
+Each of the S stages holds v chunks of layers, round robin: virtual stage k = c x S + s is chunk c of
+stage s, so a microbatch crosses the S stages v times (the last stage's chunk c hands on to the
+first stage's chunk c + 1). A stage runs its microbatch-chunks in Megatron's order: groups of S
+microbatches through chunk 0, then the same S through chunk 1, ...; backwards in the reverse chunk
+order; a warm-up of (S - s - 1) x 2 + (v - 1) x S forwards, then one forward and one backward in turn.
+The bubble shrinks v-fold: with equal chunks and free communication an iteration takes
+(M + (S - 1) / v) x (t_f + t_b), t_f and t_b a stage's whole forward and backward of one microbatch
+(tests/test_interleave.py checks it), at the price of v times the point-to-point sends.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from geosim.errors import GeosimError
+
+
+def check_interleave(settings, stages: int, microbatches: int) -> None:
+    """Interleaving's conditions, one line each: a whole number of virtual stages of a 1F1B pipeline of
+    two or more stages, and microbatches in groups of S (Megatron's)."""
+    v = settings.interleave
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise GeosimError(f"must be a whole number >= 1, got {v!r}", key="interleave")
+    if v == 1:
+        return
+    if settings.schedule != "1f1b":
+        raise GeosimError(f"interleaving needs the 1f1b schedule, not {settings.schedule}", key="interleave")
+    if stages < 2:
+        raise GeosimError("interleaving needs a pipeline of two or more stages", key="interleave")
+    if microbatches % stages:
+        raise GeosimError(f"interleaving needs the microbatches ({microbatches}) in groups of the {stages} stages "
+                          f"(a multiple of {stages})", key="interleave")
+
+
+def layers_per_chunk(case, stages: int, settings) -> list[list[int]]:
+    """Each stage's layers per chunk, [stage][chunk]: the explicit split of the S x v virtual stages
+    (layer_split, in virtual-stage order), else as even as the layers allow (earlier virtual stages
+    take the remainder)."""
+    v, n_layer = settings.interleave, case.model.n_layer
+    virtual = stages * v
+    if settings.layer_split is not None:
+        split = list(settings.layer_split)
+        if len(split) != virtual or sum(split) != n_layer or min(split) < 1:
+            raise GeosimError(f"layer split {split} must give each of {virtual} virtual stages ({stages} stages x "
+                              f"{v}) >= 1 layer, {n_layer} in all", key="layer_split")
+    else:
+        if n_layer < virtual:
+            raise GeosimError(f"{n_layer} layers cannot fill {virtual} virtual stages ({stages} stages x {v})",
+                              key="interleave")
+        base, rest = divmod(n_layer, virtual)
+        split = [base + (1 if k < rest else 0) for k in range(virtual)]
+    return [[split[c * stages + s] for c in range(v)] for s in range(stages)]
+
+
+def interleaved_program(forward: Callable, backward: Callable, stages: int, s: int, microbatches: int,
+                        v: int) -> tuple[list, int]:
+    """Stage s's program (forward(m, c) and backward(m, c) give a microbatch-chunk's ops) and how many
+    microbatches' activations it holds at most, in whole-stage equivalents (for its memory)."""
+    total = microbatches * v
+
+    def unit(i: int, backwards: bool) -> tuple[int, int]:
+        group = i // stages
+        chunk = group % v
+        return (i // (stages * v)) * stages + i % stages, (v - 1 - chunk if backwards else chunk)
+
+    warmup = min((stages - s - 1) * 2 + (v - 1) * stages, total)
+    program = []
+    for i in range(warmup):
+        program += forward(*unit(i, False))
+    for i in range(total - warmup):
+        program += forward(*unit(warmup + i, False)) + backward(*unit(i, True))
+    for i in range(total - warmup, total):
+        program += backward(*unit(i, True))
+    # at most warmup + 1 microbatch-chunks in flight, each 1 / v of the stage's layers
+    return program, min(microbatches, math.ceil((warmup + 1) / v))
