@@ -30,7 +30,7 @@ NIC_KINDS = ("shared", "per-gpu")
 
 # (lowest, highest) of every number a scenario may hold; a lowest of 0 on a "> 0" value is exclusive
 LINK_RANGES = {"rtt_ms": (0.0, 1e5), "bandwidth_gbps": (1e-6, 1e5), "window_mib": (1e-3, 1e5),
-               "streams": (1, 1024), "step_rtts": (0.0, 1e3)}
+               "streams": (1, 1024), "step_rtts": (0.0, 1e3), "loss": (0.0, 0.5)}
 GPU_RANGES = {"memory_gib": (1e-3, 1e5), "memory_bandwidth_gbs": (1e-3, 1e7), "fp32_tflops": (1e-3, 1e7),
               "fp16_tensor_tflops": (1e-3, 1e7), "bf16_tensor_tflops": (1e-3, 1e7), "pcie_gen": (1, 9),
               "tdp_w": (1.0, 1e5)}
@@ -382,7 +382,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         prefix = f"links[{i}]."
         table = _table(table, source, f"links[{i}]")
         _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service",
-                           "shaper"},
+                           "shaper", "loss"},
                    {"between", "bandwidth_gbps"}, source, prefix)
         ends = table["between"]
         if (not isinstance(ends, list) or len(ends) != 2 or not all(isinstance(e, str) for e in ends)
@@ -414,6 +414,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
             a=ends[0], b=ends[1], rtt_s=ms_to_s(rtt_ms), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
             window_bytes=None if window is None else window * MIB, streams=streams, step_rtts=step_rtts,
             rtt_estimated=estimated, shaper=_shaper(table["shaper"], source, prefix) if "shaper" in table else None,
+            loss=number.get("loss", 0.0),
         ))
     return links
 

@@ -94,6 +94,7 @@ class Link:
     step_rtts: float | None = None  # NCCL flow-control round trips per collective step
     rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.fabric.sites), not measured
     shaper: Shaper | None = None  # a rate-limited link: bandwidth_bps is a token bucket's rate
+    loss: float = 0.0  # fraction of segments lost at random (each direction): TCP's response function prices it
 
     @property
     def one_way_s(self) -> float:
