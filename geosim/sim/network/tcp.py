@@ -177,6 +177,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
         burst, shaped, shaped_rate = 0.0, None, 0.0
         delivered = 1.0  # the fraction of segments no hop of the path loses
+        declared = False  # whether a hop of the path is a scenario's link (which may set window and streams)
         if not same_host:
             for u, v, edge in topo.path(a.host, b.host):
                 names.append(topo.hop_name(u, v, a, b))
@@ -190,15 +191,21 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
                         queue = rates[-1] * shaper.queue_s + burst  # tbf's limit: latency x rate + burst
                 one_way += edge["one_way_s"]
                 link = edge["link"]
-                hop_streams = link.streams if link and link.streams else p.streams
-                hop_window = (link.window_bytes if link and link.window_bytes else p.window_bytes) * hop_streams
-                streams = hop_streams if not tcp else min(streams, hop_streams)
+                if link is not None:
+                    # the window and the sockets are the end hosts' settings, which a scenario's link
+                    # may declare; a site's LAN declares none, so it must not undo a site link's
+                    hop_streams = link.streams or p.streams
+                    hop_window = (link.window_bytes or p.window_bytes) * hop_streams
+                    streams = hop_streams if not declared else min(streams, hop_streams)
+                    window = hop_window if not declared else min(window, hop_window)
+                    declared = True
                 step_rtts = max(step_rtts, link.step_rtts if link and link.step_rtts is not None
                                 else p.collective_step_rtts)
-                window = hop_window if not tcp else min(window, hop_window)
                 tcp = True
                 if link is not None and link.loss:
                     delivered *= 1.0 - link.loss
+        if tcp and not declared:
+            window = p.window_bytes * p.streams
         route = Route(
             hops=tuple(topo.hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
