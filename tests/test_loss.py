@@ -74,8 +74,8 @@ def network(loss: float = 0.0, shaper: Shaper | None = None, rtt_s: float = 0.05
     gpu = gpu_catalog()["A30"]
     cluster = Cluster("two", (Host("a", "s0", (gpu,)), Host("b", "s1", (gpu,))),
                       (Link("s0", "s1", rtt_s, rate_bps, shaper=shaper, loss=loss, streams=streams),))
-    params = default_params().with_network("tcp", collective_step_rtts=0.0, per_message_overhead_s=0.0,
-                                           window_bytes=64 * 2**20, **transport)
+    params = default_params().with_network("tcp", **{"collective_step_rtts": 0.0, "per_message_overhead_s": 0.0,
+                                                     "window_bytes": 64 * 2**20, **transport})
     clock = type("Clock", (), {"now": 0.0})()
     return TCPNetwork(clock, cluster, params, devices_of(cluster))
 
