@@ -95,6 +95,9 @@ class Link:
     rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.fabric.sites), not measured
     shaper: Shaper | None = None  # a rate-limited link: bandwidth_bps is a token bucket's rate
     loss: float = 0.0  # fraction of segments lost at random (each direction): TCP's response function prices it
+    # a path whose rate varies (an iperf profile, a provider's measurements): samples of its bandwidth in bit/s.
+    # A prediction uses bandwidth_bps; `--draws` draws one sample per link per draw (geosim.studies.uncertainty)
+    bandwidth_samples: tuple[float, ...] = ()
 
     @property
     def one_way_s(self) -> float:
