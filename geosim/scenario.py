@@ -457,13 +457,18 @@ SHAPER_RANGES = {"burst_kib": (0.0, 1e7), "queue_ms": (0.0, 1e5), "mtu": (576, 6
 
 
 def _shaper(value, source: str, prefix: str) -> Shaper:
-    """A link's `shaper = {burst_kib = 67, queue_ms = 50, mtu = 1500}`: its bandwidth is a token bucket's rate."""
+    """A link's `shaper = {burst_kib = 67, queue_ms = 50, mtu = 1500, at_sender = false}`: its bandwidth is a
+    token bucket's rate."""
     table = _table(value, source, prefix + "shaper")
-    _only_keys(table, set(SHAPER_RANGES), {"burst_kib"}, source, prefix + "shaper.")
+    _only_keys(table, {*SHAPER_RANGES, "at_sender"}, {"burst_kib"}, source, prefix + "shaper.")
     number = {k: check_number(table[k], source, f"{prefix}shaper.{k}", *SHAPER_RANGES[k], integer=k == "mtu")
               for k in SHAPER_RANGES if k in table}
+    at_sender = table.get("at_sender", False)
+    if not isinstance(at_sender, bool):
+        raise GeosimError(f"must be true or false, got {_short(at_sender)}", source=source,
+                          key=prefix + "shaper.at_sender")
     return Shaper(burst_bytes=number["burst_kib"] * KIB, queue_s=number.get("queue_ms", 50.0) / 1e3,
-                  mtu=int(number.get("mtu", 1500)))
+                  mtu=int(number.get("mtu", 1500)), at_sender=at_sender)
 
 
 def _estimated_rtt_ms(ends: list[str], hosts: list[Host], source: str, prefix: str) -> float:

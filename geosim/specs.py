@@ -71,6 +71,9 @@ class Shaper:
     burst_bytes: float
     queue_s: float = 0.05
     mtu: int = 1500
+    # the bucket is the sending host's own qdisc (tc on its egress, as the WAN emulator shapes): TCP small
+    # queues hold the sender back before the queue overflows, so the bucket never drops a local flow
+    at_sender: bool = False
 
     @property
     def goodput_fraction(self) -> float:

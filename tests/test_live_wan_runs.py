@@ -82,7 +82,7 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
     assert cluster["links"] == [{"between": ["wan-host0", "wan-host1"], "rtt_ms": 20.0, "bandwidth_gbps": 0.5,
                                  "window_mib": window, "shaper": shaper}]
     assert window == pytest.approx(6 * 0.73, rel=0.01)
-    assert shaper["queue_ms"] == 50.0 and shaper["burst_kib"] > 0
+    assert shaper["queue_ms"] == 50.0 and shaper["burst_kib"] > 0 and shaper["at_sender"] is True
     assert "CPU" in cluster["gpus"] and "RTT 20 ms" in doc["note"]
     case = cases_from_records([validate(doc, "t")], "t")[0]
     assert case.networked and case.gpus == {"CPU"}

@@ -172,3 +172,17 @@ def test_a_bad_loss_is_one_line_naming_the_key(bad):
         scenario_from_doc(scenario_doc(loss=bad), "lossy.toml")
     message = str(caught.value)
     assert "links[0].loss" in message and "lossy.toml" in message and "\n" not in message
+
+
+def test_a_bucket_on_the_senders_own_egress_never_drops_its_flows():
+    # the WAN emulator shapes each namespace's egress: TCP small queues hold a local sender back
+    shallow = Shaper(burst_bytes=0.0, queue_s=0.01)
+    local = Shaper(burst_bytes=0.0, queue_s=0.01, at_sender=True)
+    dropping = network(shaper=shallow, rtt_s=0.2, rate_bps=50e6).route(0, 1)
+    held_back = network(shaper=local, rtt_s=0.2, rate_bps=50e6).route(0, 1)
+    assert held_back.max_window > held_back.line_rate * held_back.rtt_s > dropping.max_window
+    doc = scenario_doc(shaper={"burst_kib": 67, "at_sender": True})
+    assert scenario_from_doc(doc, "s.toml").cluster.links[0].shaper.at_sender
+    with pytest.raises(GeosimError) as caught:
+        scenario_from_doc(scenario_doc(shaper={"burst_kib": 67, "at_sender": "yes"}), "s.toml")
+    assert caught.value.key == "links[0].shaper.at_sender"

@@ -175,7 +175,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         rates = [topo.gpu_rate(a, nvlink), topo.gpu_rate(b, nvlink)]
         one_way = self.params.intra_host_latency_s  # the host's, shared with every model
         window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
-        burst, shaped, shaped_rate = 0.0, None, 0.0
+        burst, shaped, shaped_rate, drops = 0.0, None, 0.0, False
         delivered = 1.0  # the fraction of segments no hop of the path loses
         declared = False  # whether a hop of the path is a scenario's link (which may set window and streams)
         if not same_host:
@@ -189,6 +189,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
                     if shaped is None or rates[-1] < shaped_rate:
                         burst, shaped, shaped_rate = shaper.burst_bytes * shaper.goodput_fraction, names[-1], rates[-1]
                         queue = rates[-1] * shaper.queue_s + burst  # tbf's limit: latency x rate + burst
+                        drops = not shaper.at_sender
                 one_way += edge["one_way_s"]
                 link = edge["link"]
                 if link is not None:
@@ -219,8 +220,8 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
                                    route.stream_rate * route.rtt_s)
         route.restart_after_s = route.rtt_s + p.idle_restart_s
         bucket_bound = shaped is not None and shaped_rate <= route.line_rate * (1 + 1e-12)  # the bucket is the bottleneck
-        if delivered < 1.0 or (bucket_bound and route.windowed):
-            self._price_loss(route, 1.0 - delivered, streams, queue if bucket_bound else None)
+        if delivered < 1.0 or (bucket_bound and drops and route.windowed):
+            self._price_loss(route, 1.0 - delivered, streams, queue if bucket_bound and drops else None)
         # every socket of the connection starts from its own initial window
         route.initial_window = min(route.max_window, streams * p.initial_window_bytes)
         route.handshake_s = p.p2p_handshake_rtts * route.rtt_s
