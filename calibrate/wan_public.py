@@ -19,7 +19,7 @@ import csv
 import math
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -163,6 +163,7 @@ def iperf_mbps(link: Link, params: Params, seconds: float = IPERF_SECONDS) -> fl
     """What geosim's TCP model moves over `link` in `seconds` from a fresh connection, in Mbit/s:
     the bytes whose transfer takes exactly that long (bisection; the time grows with the bytes)."""
     gpu = gpu_catalog()["T4"]
+    link = replace(link, a="a", b="b")  # between the two hosts whatever the link's own ends are called
     cluster = Cluster("iperf", (Host("a", "a", (gpu,)), Host("b", "b", (gpu,))), (link,))
     devices = devices_of(cluster)
     clock = type("Clock", (), {"now": 0.0})()
