@@ -234,12 +234,12 @@ def _alpa(run: Run, params: Params) -> float:
 
 
 def print_markdown(report: dict) -> None:
-    print("| rate Gbit/s | RTT ms | run | measured ms (min) | predicted ms (jax) | error | role | measured ms (median) "
+    print("| rate Gbit/s | RTT ms | loss | run | measured ms (min) | predicted ms (jax) | error | role | measured ms (median) "
           "| alpa, shipped ms | load (1 min) |")
-    print("|---:|---:|---|---:|---:|---:|---|---:|---:|---:|")
+    print("|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---:|")
     for r in report["runs"]:
         label = r["technique"] if r["inner_steps"] is None else f"diloco H={r['inner_steps']}"
-        print(f"| {r['rate_gbps']:g} | {r['rtt_ms']:g} | {label} | {r['measured_s'] * 1e3:.1f} | {r['predicted_s'] * 1e3:.1f} | "
+        print(f"| {r['rate_gbps']:g} | {r['rtt_ms']:g} | {r['loss']:.1%} | {label} | {r['measured_s'] * 1e3:.1f} | {r['predicted_s'] * 1e3:.1f} | "
               f"{r['error']:+.1%} | {r['role']} | {r['median_s'] * 1e3:.1f} | {r['alpa_predicted_s'] * 1e3:.1f} | {r['load']} |")
     print()
     print("| rate Gbit/s | RTT ms | message bytes | measured ms | predicted ms | bytes / rate + RTT ms | error |")
