@@ -186,3 +186,12 @@ def test_a_bucket_on_the_senders_own_egress_never_drops_its_flows():
     with pytest.raises(GeosimError) as caught:
         scenario_from_doc(scenario_doc(shaper={"burst_kib": 67, "at_sender": "yes"}), "s.toml")
     assert caught.value.key == "links[0].shaper.at_sender"
+
+
+def test_without_timeouts_the_rate_is_the_window_per_round_trip():
+    # SACK and RACK-TLP recovery (transport.loss_timeouts = false): Mathis's sqrt(3 / (2p)) segments a round trip
+    sack = Congestion(1448.0, 0.4, 0.7, 1, bbr=False, timeouts=False)
+    assert loss_limited_rate(0.02, 0.02, 0.22, sack) == pytest.approx(1448 * math.sqrt(75) / 0.02, rel=1e-12)
+    assert loss_limited_rate(0.02, 0.02, 0.22, sack) > loss_limited_rate(0.02, 0.02, 0.22, CUBIC)
+    route = network(loss=0.02, rtt_s=0.02, loss_timeouts=False).route(0, 1)
+    assert route.max_window == pytest.approx(1448 * math.sqrt(75), rel=1e-12)  # the window itself: rate x RTT

@@ -196,10 +196,11 @@ def probe_predictions(probes: list[dict], params: Params) -> list[dict]:
     return rows
 
 
-def validate(path: str, fit_rates: tuple[float, ...] = (), fit_rtts: tuple[float, ...] = ()) -> dict:
+def validate(path: str, fit_rates: tuple[float, ...] = (), fit_rtts: tuple[float, ...] = (),
+             params_path: str | None = None) -> dict:
     runs, probes = read(path)
     runs = grouped(runs)
-    base = load_params(None)
+    base = load_params(params_path)
     train = [r for r in runs if r.rate_gbps in fit_rates or r.rtt_ms in fit_rtts]
     if train:
         params, fitted = fit(train, base)
@@ -254,11 +255,12 @@ def main(argv=None) -> int:
     parser.add_argument("runs")
     parser.add_argument("--fit-rates", default="", help="rates (Gbit/s) whose runs the fit uses")
     parser.add_argument("--fit-rtts", default="10", help="RTTs (ms) whose runs the fit uses (default %(default)s)")
+    parser.add_argument("--params", help="parameters to predict with (default: the shipped defaults)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true", help="the tables of the results page")
     args = parser.parse_args(argv)
     report = validate(args.runs, tuple(float(x) for x in args.fit_rates.split(",") if x),
-                      tuple(float(x) for x in args.fit_rtts.split(",") if x))
+                      tuple(float(x) for x in args.fit_rtts.split(",") if x), args.params)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -46,6 +46,7 @@ class Congestion:
     cubic_beta: float  # CUBIC's multiplicative decrease
     segments_per_ack: int  # Padhye's b
     bbr: bool  # BBR instead of CUBIC
+    timeouts: bool = True  # Padhye's timeout term (False: SACK and RACK-TLP recover every loss without one)
 
     @property
     def reno_friendly_alpha(self) -> float:
@@ -73,7 +74,7 @@ def loss_limited_rate(p: float, rtt_s: float, rto_s: float, cc: Congestion) -> f
         return math.inf
     window = cubic_window(p, rtt_s, cc)
     b = cc.segments_per_ack
-    timeouts = rto_s * min(1.0, 3 * math.sqrt(3 * b * p / 8)) * p * (1 + 32 * p * p)
+    timeouts = rto_s * min(1.0, 3 * math.sqrt(3 * b * p / 8)) * p * (1 + 32 * p * p) if cc.timeouts else 0.0
     return cc.mss_bytes / (rtt_s / window + timeouts)
 
 

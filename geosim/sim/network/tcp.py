@@ -72,6 +72,11 @@ PARAMETERS: tuple[Scalar, ...] = (
     Scalar("transport.segments_per_ack", "segments_per_ack", WHOLE,
            "segments one ACK acknowledges (Padhye's b) in the Reno-friendly window and the timeout term",
            "Mathis et al. 1997's constant sqrt(3/2) counts every segment acknowledged", range=(1, 64)),
+    Scalar("transport.loss_timeouts", "loss_timeouts", FLAG,
+           "count retransmission timeouts in a lossy flow's rate (Padhye's term); false: every loss recovered "
+           "by SACK and RACK-TLP without one (Mathis's and CUBIC's windows alone)",
+           "Padhye et al. 1998 (Reno without SACK); RFC 8985 (RACK-TLP, Linux's default since 4.18) avoids most "
+           "timeouts: docs/results/2026-11-27-wan-public.md"),
     Scalar("transport.bbr", "bbr", FLAG,
            "the hosts run BBR, not CUBIC: random loss costs only its retransmissions, a shaper's queue no idling",
            "Cardwell et al. 2016 (BBR v1 keeps its rate below ~20% random loss); Linux's default is CUBIC"),
@@ -97,11 +102,13 @@ class Settings:
     cubic_c: float  # CUBIC's C, segments / s^3
     cubic_beta: float  # CUBIC's multiplicative decrease
     segments_per_ack: int  # Padhye's b
+    loss_timeouts: bool  # Padhye's timeout term in a lossy flow's rate
     bbr: bool  # the hosts run BBR instead of CUBIC
 
     @property
     def congestion(self) -> Congestion:
-        return Congestion(self.mss_bytes, self.cubic_c, self.cubic_beta, self.segments_per_ack, self.bbr)
+        return Congestion(self.mss_bytes, self.cubic_c, self.cubic_beta, self.segments_per_ack, self.bbr,
+                          self.loss_timeouts)
 
     @classmethod
     def from_params(cls, params: Params) -> "Settings":
