@@ -4,7 +4,9 @@ A message of n bytes costs its one-way latency plus its serialization, and over 
 its rate is also capped by the in-flight window: rate = min(bandwidth,
 streams x window / RTT). That cap is why NCCL over TCP collapses at 50-100 ms.
 An idle connection restarts from the initial window (Linux tcp_slow_start_after_idle),
-and a point-to-point send pays a rendezvous handshake of a few round trips.
+and a point-to-point send pays a rendezvous handshake of a few round trips. A lossy link, or a
+token bucket whose queue overflows, caps the window at what a loss-based flow keeps on average
+(loss.py: CUBIC's and Reno's response functions, Padhye's timeouts, BBR as an option).
 
 Each link direction (and each GPU's PCIe port) is a first-come-first-served server
 of capacity one: a transfer holds every hop of its route for its serialization
