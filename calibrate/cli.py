@@ -6,6 +6,7 @@
     geosim calibrate fit --records runs.jsonl --out fitted.toml [--scenarios-out fitted-scenarios/]
     geosim calibrate crossval [--records runs.jsonl] [--json] [--plot crossval.png]
     geosim calibrate check runs.jsonl [--params fitted.toml] [--json]
+    geosim calibrate wan-public [PROFILES.csv] [--params fitted.toml] [--json]
 
 Nothing is written until everything has been read, fitted and checked; files are
 replaced atomically, so a failed command leaves no half-written output.
@@ -93,6 +94,13 @@ def add_arguments(parser) -> None:
     p.add_argument("--params", help="parameters to predict with (default: the shipped defaults)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
+    p = sub.add_parser("wan-public", help="the TCP model against hivemind-multi-cloud's public iperf profiles "
+                                          "(VLDB'24): predicted against measured throughput per host pair and streams")
+    p.add_argument("profiles", nargs="?", help="an extract of the profiles (default: the one geosim ships, "
+                                               "geosim/data/hivemind-iperf.csv)")
+    p.add_argument("--params", help="parameters to predict with (default: the shipped defaults)")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
     p = sub.add_parser("crossval", help="leave-one-technique-out and leave-one-slice-out on the study's Table II")
     p.add_argument("--records", metavar="RUNS.jsonl", help="run-records file (default: the study's measurements)")
     p.add_argument("old_records", nargs="?", metavar="RECORDS", help=argparse.SUPPRESS)  # the old positional
@@ -119,7 +127,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    return {"import": run_import, "fit": run_fit, "crossval": run_crossval, "check": run_check}[args.action](args)
+    return {"import": run_import, "fit": run_fit, "crossval": run_crossval, "check": run_check,
+            "wan-public": run_wan_public}[args.action](args)
 
 
 def progress(message: str) -> None:
@@ -221,6 +230,21 @@ def run_check(args) -> int:
                           "summary": summary(rows)}, indent=2, default=str, allow_nan=False))
         return 0
     print_table(rows, args.params or "the shipped parameters")
+    return 0
+
+
+def run_wan_public(args) -> int:
+    from geosim.calibrate import wan_public
+    from geosim.params import load_params
+
+    profiles, dropped = wan_public.read_profiles(args.profiles)
+    if not profiles:
+        raise GeosimError("no profile in the file", source=args.profiles)
+    rows = wan_public.compare(profiles, load_params(args.params))
+    if args.json:
+        print(json.dumps(wan_public.to_json(rows, dropped), indent=2, allow_nan=False))
+        return 0
+    print("\n".join(wan_public.table_lines(rows, dropped)))
     return 0
 
 

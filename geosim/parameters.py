@@ -32,7 +32,7 @@ WHOLE = "count"  # the unit of a whole number
 # file unit -> factor to the simulator's unit (SI: seconds, bytes, bit/s; fractions and counts as they are)
 UNIT_SCALE = {
     "": 1.0, "fraction": 1.0, "RTT": 1.0, "s": 1.0, "us": 1e-6, "ms": 1e-3,
-    "MiB": float(MIB), "KiB": float(KIB), "GiB": float(GIB), "Gbit/s": 1e9,
+    "B": 1.0, "MiB": float(MIB), "KiB": float(KIB), "GiB": float(GIB), "Gbit/s": 1e9,
     WHOLE: 1.0, FLAG: 1.0,
 }
 

@@ -46,6 +46,9 @@ class Runtime:
     # handshakes: NCCL's credit, gloo's per-step rendezvous); None: the parameters file's
     # transport.collective_step_rtts (NCCL's, fitted to the study)
     collective_step_rtts: float | None = None
+    # TCP sockets each connection of the runtime's collective library opens (gloo: one per pair of
+    # ranks; NCCL: NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS); None: the parameters file's transport.streams
+    streams: int | None = None
     # the op-level compute model's constants on devices whose speed this runtime measured rather than
     # the GPU calibration describes (XLA:CPU on the CPU "GPUs" of live runs: live/experiments/cpu_compute.py):
     # (device name, DeviceCompute); a parameters file's flat [compute.efficiency] wins
@@ -112,6 +115,9 @@ class Runtime:
         if self.collective_step_rtts is not None and STEP_RTTS_MODEL in params.networks and \
                 self.collective_step_rtts != params.network(STEP_RTTS_MODEL).collective_step_rtts:
             applied = applied.with_network(STEP_RTTS_MODEL, collective_step_rtts=self.collective_step_rtts)
+        if self.streams is not None and STEP_RTTS_MODEL in params.networks and \
+                self.streams != params.network(STEP_RTTS_MODEL).streams:
+            applied = applied.with_network(STEP_RTTS_MODEL, streams=self.streams)
         return applied
 
 
@@ -160,10 +166,8 @@ COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipesh
 COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
 FLAGS = ("overlap_backward", "pipeshard_sends_every_tick", "tf32_matmul", "fused_attention")
 MEMORY_LAYOUTS = ("alpa", "jax")
-KEYS = {"description", "source", "gradient_buckets", "kernel_us", "device_compute", "fitted_devices", "memory_layout",
-        "usable_memory_fraction",
-        *FLAGS,
-        *NUMBERS, *COLLECTIVE_LISTS}
+KEYS = {"description", "source", "streams", "gradient_buckets", "kernel_us", "device_compute", "fitted_devices",
+        "memory_layout", "usable_memory_fraction", *FLAGS, *NUMBERS, *COLLECTIVE_LISTS}
 _SHIPPED: dict[str, Runtime] = {}
 
 
@@ -181,6 +185,11 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e7:
                 raise GeosimError(f"must be a number in [0, 1e7), got {value!r}", source=source, key=where)
             values["kernel_s" if key == "kernel_us" else key] = float(value) * (1e-6 if key == "kernel_us" else 1.0)
+        elif key == "streams":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+                raise GeosimError(f"must be a whole number of sockets from 1 to 1024, got {value!r}",
+                                  source=source, key=where)
+            values[key] = value
         elif key == "device_compute":
             values[key] = device_compute_tables(value, source, where)
         elif key in COLLECTIVE_LISTS:

@@ -30,7 +30,7 @@ NIC_KINDS = ("shared", "per-gpu")
 
 # (lowest, highest) of every number a scenario may hold; a lowest of 0 on a "> 0" value is exclusive
 LINK_RANGES = {"rtt_ms": (0.0, 1e5), "bandwidth_gbps": (1e-6, 1e5), "window_mib": (1e-3, 1e5),
-               "streams": (1, 1024), "step_rtts": (0.0, 1e3)}
+               "streams": (1, 1024), "step_rtts": (0.0, 1e3), "loss": (0.0, 0.5)}
 GPU_RANGES = {"memory_gib": (1e-3, 1e5), "memory_bandwidth_gbs": (1e-3, 1e7), "fp32_tflops": (1e-3, 1e7),
               "fp16_tensor_tflops": (1e-3, 1e7), "bf16_tensor_tflops": (1e-3, 1e7), "tf32_tensor_tflops": (1e-3, 1e7),
               "pcie_gen": (1, 9),
@@ -426,7 +426,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         prefix = f"links[{i}]."
         table = _table(table, source, f"links[{i}]")
         _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service",
-                           "shaper"},
+                           "shaper", "loss", "bandwidth_samples"},
                    {"between", "bandwidth_gbps"}, source, prefix)
         ends = table["between"]
         if (not isinstance(ends, list) or len(ends) != 2 or not all(isinstance(e, str) for e in ends)
@@ -458,21 +458,61 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
             a=ends[0], b=ends[1], rtt_s=ms_to_s(rtt_ms), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
             window_bytes=None if window is None else window * MIB, streams=streams, step_rtts=step_rtts,
             rtt_estimated=estimated, shaper=_shaper(table["shaper"], source, prefix) if "shaper" in table else None,
+            loss=number.get("loss", 0.0),
+            bandwidth_samples=_bandwidth_samples(table["bandwidth_samples"], source, prefix + "bandwidth_samples")
+            if "bandwidth_samples" in table else (),
         ))
     return links
+
+
+MAX_BANDWIDTH_SAMPLES = 100_000  # a day of one-second samples is far fewer; a draw picks one
+
+
+def _bandwidth_samples(value, source: str, key: str) -> tuple[float, ...]:
+    """A link's `bandwidth_samples`: Gbit/s values, inline (a list) or a file of them (a path relative to
+    the scenario: one value a line, `#` comments) -> bit/s."""
+    where = source
+    if isinstance(value, str):
+        path = Path(value) if Path(value).is_absolute() else Path(source).parent / value
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise GeosimError(f"cannot read the samples file {value!r}: {getattr(e, 'strerror', None) or e}",
+                              source=source, key=key) from None
+        value, where = [], str(path)
+        for n, line in enumerate(lines, 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            try:
+                value.append(float(text))
+            except ValueError:
+                raise GeosimError(f"line {n} is not a number of Gbit/s: {_short(text)}", source=where, key=key) from None
+    if not isinstance(value, list) or not value:
+        raise GeosimError(f"must be a non-empty list of Gbit/s values or a file of them, got {_short(value)}",
+                          source=source, key=key)
+    if len(value) > MAX_BANDWIDTH_SAMPLES:
+        raise GeosimError(f"at most {MAX_BANDWIDTH_SAMPLES:,} samples, got {len(value):,}", source=where, key=key)
+    low, high = LINK_RANGES["bandwidth_gbps"]
+    return tuple(gbps_to_bps(check_number(v, where, f"{key}[{i}]", low, high)) for i, v in enumerate(value))
 
 
 SHAPER_RANGES = {"burst_kib": (0.0, 1e7), "queue_ms": (0.0, 1e5), "mtu": (576, 65536)}
 
 
 def _shaper(value, source: str, prefix: str) -> Shaper:
-    """A link's `shaper = {burst_kib = 67, queue_ms = 50, mtu = 1500}`: its bandwidth is a token bucket's rate."""
+    """A link's `shaper = {burst_kib = 67, queue_ms = 50, mtu = 1500, at_sender = false}`: its bandwidth is a
+    token bucket's rate."""
     table = _table(value, source, prefix + "shaper")
-    _only_keys(table, set(SHAPER_RANGES), {"burst_kib"}, source, prefix + "shaper.")
+    _only_keys(table, {*SHAPER_RANGES, "at_sender"}, {"burst_kib"}, source, prefix + "shaper.")
     number = {k: check_number(table[k], source, f"{prefix}shaper.{k}", *SHAPER_RANGES[k], integer=k == "mtu")
               for k in SHAPER_RANGES if k in table}
+    at_sender = table.get("at_sender", False)
+    if not isinstance(at_sender, bool):
+        raise GeosimError(f"must be true or false, got {_short(at_sender)}", source=source,
+                          key=prefix + "shaper.at_sender")
     return Shaper(burst_bytes=number["burst_kib"] * KIB, queue_s=number.get("queue_ms", 50.0) / 1e3,
-                  mtu=int(number.get("mtu", 1500)))
+                  mtu=int(number.get("mtu", 1500)), at_sender=at_sender)
 
 
 def _estimated_rtt_ms(ends: list[str], hosts: list[Host], source: str, prefix: str) -> float:

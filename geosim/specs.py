@@ -74,6 +74,9 @@ class Shaper:
     burst_bytes: float
     queue_s: float = 0.05
     mtu: int = 1500
+    # the bucket is the sending host's own qdisc (tc on its egress, as the WAN emulator shapes): TCP small
+    # queues hold the sender back before the queue overflows, so the bucket never drops a local flow
+    at_sender: bool = False
 
     @property
     def goodput_fraction(self) -> float:
@@ -97,6 +100,10 @@ class Link:
     step_rtts: float | None = None  # NCCL flow-control round trips per collective step
     rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.fabric.sites), not measured
     shaper: Shaper | None = None  # a rate-limited link: bandwidth_bps is a token bucket's rate
+    loss: float = 0.0  # fraction of segments lost at random (each direction): TCP's response function prices it
+    # a path whose rate varies (an iperf profile, a provider's measurements): samples of its bandwidth in bit/s.
+    # A prediction uses bandwidth_bps; `--draws` draws one sample per link per draw (geosim.studies.uncertainty)
+    bandwidth_samples: tuple[float, ...] = ()
 
     @property
     def one_way_s(self) -> float:

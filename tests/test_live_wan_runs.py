@@ -82,7 +82,7 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
     assert cluster["links"] == [{"between": ["wan-host0", "wan-host1"], "rtt_ms": 20.0, "bandwidth_gbps": 0.5,
                                  "window_mib": window, "shaper": shaper}]
     assert window == pytest.approx(6 * 0.73, rel=0.01)
-    assert shaper["queue_ms"] == 50.0 and shaper["burst_kib"] > 0
+    assert shaper["queue_ms"] == 50.0 and shaper["burst_kib"] > 0 and shaper["at_sender"] is True
     assert "CPU" in cluster["gpus"] and "RTT 20 ms" in doc["note"]
     case = cases_from_records([validate(doc, "t")], "t")[0]
     assert case.networked and case.gpus == {"CPU"}
@@ -352,3 +352,21 @@ def test_validate_quick_loop(tmp_path):
     assert len((out / "runs.jsonl").read_text().splitlines()) == 6
     assert (out / "fitted.toml").exists() and (out / "validate.json").exists()
     print(f"quick validate loop: {elapsed:.0f} s")
+
+
+def test_an_emulated_slices_loss_reaches_its_links_and_the_loss_probes_prediction():
+    from dataclasses import replace as with_field
+
+    from geosim.live.experiments.loss_probes import predicted_mbps
+    from geosim.scenario import scenario_from_doc
+    from geosim.sim.network.loss import Congestion, loss_limited_rate
+
+    lossy = with_field(fake_slice(rtt=20, bandwidth=200), loss=0.005)
+    link = scenario_from_doc(wan_runs.wan_cluster(lossy, [1, 1]), "slice").cluster.links[0]
+    assert link.loss == 0.005 and link.shaper.at_sender
+    # reno (CUBIC's Reno-friendly region here): the response function's rate, a little less for slow start
+    rate = loss_limited_rate(0.005, 0.02 + 2e-5, 0.22 + 2e-5, Congestion(1448.0, 0.4, 0.7, 1, False)) * 8 / 1e6
+    assert 0.9 * rate < predicted_mbps(lossy, "reno", 20.0) <= rate
+    # bbr: the rate's goodput less the retransmissions
+    goodput = 200 * (1500 - 52) / (1500 + 14) * (1 - 0.005)
+    assert predicted_mbps(lossy, "bbr", 20.0) == pytest.approx(goodput, rel=0.02)

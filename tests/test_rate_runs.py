@@ -67,3 +67,28 @@ def test_the_results_page_regenerates_from_its_data_file():
                                                           for r in held if abs(r["error"]) > TARGET]
     assert report["fitted"]["jax.collective_step_rtts"] == pytest.approx(1.40, abs=0.05)
     assert "cpu_efficiency" not in report["fitted"]  # the CPU's compute is measured (cpu_compute), not fitted here
+
+
+def test_a_lossy_run_is_predicted_on_a_lossy_link():
+    from dataclasses import replace
+
+    from geosim.live.experiments.runtime_validation import Run, cluster_doc, predict_run
+    from geosim.params import load_params
+    from geosim.scenario import scenario_from_doc
+
+    record = {"cluster": {"name": "wan", "hosts": [{"name": "h0", "site": "s0", "gpus": ["CPU"]},
+                                                   {"name": "h1", "site": "s1", "gpus": ["CPU"]}],
+                          "links": [{"between": ["h0", "h1"], "rtt_ms": 20.0, "bandwidth_gbps": 0.2}],
+                          "gpus": {"CPU": {"fp16_tensor_tflops": 0.16, "fp32_tflops": 0.16, "memory_bandwidth_gbs": 20.0,
+                                           "memory_gib": 24.0, "pcie_gen": 3}}},
+              "model": "small-wan", "model_dims": {"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab": 257, "n_ctx": 32},
+              "workload": {"seq_len": 32, "global_batch": 8, "microbatches": 1, "precision": "fp32",
+                           "tokens_per_epoch": 2560, "epochs": 1}}
+    clean = Run("data", None, 0.2, 20.0, 1.0, "", record)
+    lossy = replace(clean, loss=0.005, congestion="reno")
+    link = scenario_from_doc(cluster_doc(lossy), "runs").cluster.links[0]
+    assert link.loss == 0.005 and link.shaper.at_sender
+    params = load_params(None)
+    clean_s, lossy_s = predict_run(clean, params), predict_run(lossy, params)
+    assert lossy_s > 5 * clean_s  # 6.6 MB at ~9 Mbit/s, not at 190
+    assert predict_run(replace(lossy, congestion="bbr"), params) < 1.1 * clean_s

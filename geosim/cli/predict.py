@@ -175,16 +175,21 @@ def _ranges(args, params, slices) -> dict[int, dict | None] | None:
     """--draws N: each prediction's total time under N parameter draws (5th, 50th, 95th percentile)."""
     if not args.draws:
         return None
-    from geosim.studies.uncertainty import parameter_draws, spread
+    from geosim.studies.uncertainty import has_covariance, link_draws, parameter_draws, spread, varies
 
-    draws = parameter_draws(params, args.draws)
+    # parameters from the fit's covariance, and each varying link's bandwidth from its samples
+    # (a slice whose links are constant and parameters without a covariance still asks for the former)
+    draws = (parameter_draws(params, args.draws) if has_covariance(params)
+             or not any(varies(case.cluster) for case, *_ in slices) else [params] * args.draws)
     layout = layout_arguments(args)
     out: dict[int, dict | None] = {}
     for case, rows, *_ in slices:
+        clusters = link_draws(case.cluster, args.draws) if varies(case.cluster) else [case.cluster] * args.draws
         for r in rows:
             options = technique_options(r.technique, case, tuple(r.hosts), layout)  # the row's layout, as asked
-            times = [p.total_time_s for p in (predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts),
-                                                      options=options) for d in draws) if p.ok] if r.ok else []
+            times = [p.total_time_s for p in (predict(case.with_(params=d, cluster=c), r.technique,
+                                                      hosts=tuple(r.hosts), options=options)
+                                              for d, c in zip(draws, clusters)) if p.ok] if r.ok else []
             if not times:
                 out[id(r)] = None
                 continue
@@ -198,7 +203,8 @@ def print_ranges(rows, ranges) -> None:
     drawn = [(r, ranges.get(id(r))) for r in rows if ranges.get(id(r))]
     if not drawn:
         return
-    print(f"  range over {drawn[0][1]['draws']} parameter draws from the fit's covariance (5th..95th percentile):")
+    print(f"  range over {drawn[0][1]['draws']} draws (parameters from the fit's covariance, if it has one; "
+          f"varying links' bandwidths from their samples) (5th..95th percentile):")
     for r, g in drawn:
         print(f"    {r.technique:<10} {host_list(r.hosts):<8} {fmt_duration(g['low']):>10} .. {fmt_duration(g['high']):<10} "
               f"(median {fmt_duration(g['median'])})")

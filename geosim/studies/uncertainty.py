@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from geosim.errors import GeosimError
 from geosim.params import BOUNDS, SCALARS, scalar_si, with_scalar
-from geosim.specs import Params
+from geosim.specs import Cluster, Params
 
 DEFAULT_DRAWS = 32
 SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
@@ -71,6 +71,28 @@ def parameter_draws(params: Params, n: int = DEFAULT_DRAWS, seed: int = 0) -> li
         for name, dz in zip(names, z):
             drawn = _set(drawn, name, math.exp(float(dz)))
         out.append(drawn)
+    return out
+
+
+def varies(cluster: Cluster) -> bool:
+    """Whether any link of the cluster declares bandwidth samples (a path that varies)."""
+    return any(link.bandwidth_samples for link in cluster.links)
+
+
+def link_draws(cluster: Cluster, n: int = DEFAULT_DRAWS, seed: int = 0) -> list[Cluster]:
+    """n clusters, each link with samples set to one of them, drawn independently per link: a collective
+    over many such links waits for the slowest of its draws, so stragglers come out of the simulation.
+    A link without samples keeps its bandwidth (a constant link costs what it always did)."""
+    import numpy as np
+
+    if n < 1:
+        raise GeosimError(f"the number of draws must be >= 1, got {n}", source="--draws")
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        links = tuple(replace(link, bandwidth_bps=float(link.bandwidth_samples[rng.integers(len(link.bandwidth_samples))]))
+                      if link.bandwidth_samples else link for link in cluster.links)
+        out.append(replace(cluster, links=links))
     return out
 
 

@@ -51,6 +51,18 @@ def per_iteration(step_times: list[float], h: int | None, pick=statistics.median
     return ((pick(inner) * (h - 1) if h > 1 else 0.0) + pick([r[-1] for r in rounds])) / h
 
 
+def set_congestion(wan, congestion: str | None) -> str:
+    """Set the namespaces' congestion control (None: leave the machine's); the one they run."""
+    import subprocess
+
+    key = "net.ipv4.tcp_congestion_control"
+    for i in range(len(wan.hosts)):
+        if congestion:
+            subprocess.run(wan.exec_argv(i, ["sysctl", "-qw", f"{key}={congestion}"]), check=True)
+    return subprocess.run(wan.exec_argv(0, ["sysctl", "-n", key]), check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="JSON Lines file to append to")
@@ -60,6 +72,10 @@ def main(argv=None) -> int:
                         help="data, diloco<H> (default %(default)s)")
     parser.add_argument("--repeat", type=int, default=1, help="times each run is repeated on its slice")
     parser.add_argument("--no-probe", action="store_true", help="skip the message-size probes")
+    parser.add_argument("--loss", default="0", help="frame loss probabilities of the forwarder (default %(default)s)")
+    parser.add_argument("--congestion", default=None,
+                        help="the namespaces' TCP congestion control (default: the machine's; a namespace may "
+                             "choose only what net.ipv4.tcp_allowed_congestion_control lists)")
     args = parser.parse_args(argv)
 
     from geosim.live.experiments import wan_runs
@@ -82,39 +98,42 @@ def main(argv=None) -> int:
         with open(args.out, "a") as f:
             f.write(json.dumps(doc) + "\n")
 
-    for rtt in [float(x) for x in args.rtts.split(",")]:
-        for rate in [float(x) for x in args.rates.split(",")]:
-            log(f"slice: RTT {rtt:g} ms, {rate:g} Gbit/s per host")
-            wan = up(rtt_ms=rtt, bandwidth_mbit=rate * 1000, hosts=2, ttl_s=1800, state=state)
-            try:
-                measured_rtt = measure_rtt(wan, count=20, interval_s=0.01)["median_ms"]
-                if not args.no_probe:
+    grid = [(rtt, rate, loss) for rtt in [float(x) for x in args.rtts.split(",")]
+            for rate in [float(x) for x in args.rates.split(",")] for loss in [float(x) for x in args.loss.split(",")]]
+    for rtt, rate, loss in grid:
+        log(f"slice: RTT {rtt:g} ms, {rate:g} Gbit/s per host" + (f", loss {loss:g}" if loss else ""))
+        wan = up(rtt_ms=rtt, bandwidth_mbit=rate * 1000, hosts=2, ttl_s=1800, state=state, loss=loss)
+        try:
+            congestion = set_congestion(wan, args.congestion)
+            measured_rtt = measure_rtt(wan, count=20, interval_s=0.01)["median_ms"]
+            if not args.no_probe:
+                before = load()
+                times = measure_messages(wan, list(MESSAGE_SIZES), repeats=5, gap_s=0.3)
+                write({"kind": "probe", "rate_gbps": rate, "rtt_ms": rtt, "measured_rtt_ms": measured_rtt,
+                       "seconds": {str(k): v for k, v in times.items()}, "load": before, "at": time.time()})
+                log("  probe: " + ", ".join(f"{k} B {statistics.median(v) * 1e3:.1f} ms" for k, v in times.items()))
+            for _ in range(args.repeat):
+                for technique, h in runs:
                     before = load()
-                    times = measure_messages(wan, list(MESSAGE_SIZES), repeats=5, gap_s=0.3)
-                    write({"kind": "probe", "rate_gbps": rate, "rtt_ms": rtt, "measured_rtt_ms": measured_rtt,
-                           "seconds": {str(k): v for k, v in times.items()}, "load": before, "at": time.time()})
-                    log("  probe: " + ", ".join(f"{k} B {statistics.median(v) * 1e3:.1f} ms" for k, v in times.items()))
-                for _ in range(args.repeat):
-                    for technique, h in runs:
-                        before = load()
-                        opts = Options(technique=technique, model="small-wan", steps=steps_for(h), batch=8,
-                                       data="generated", tokenizer="bytes", warmup=2, log_every=1000,
-                                       lowcomm={"inner_steps": h} if h else {})
-                        started = time.monotonic()
-                        try:
-                            result = wan_runs.run_on_wan(opts, wan=wan, cpu_devices=1, timeout_s=600)
-                        except Exception as exc:  # a failed run is logged, the grid goes on
-                            log(f"  {technique} H={h}: failed: {exc}")
-                            continue
-                        t = per_iteration(result.step_times, h)
-                        write({"kind": "run", "technique": technique, "inner_steps": h, "rate_gbps": rate,
-                               "rtt_ms": rtt, "measured_rtt_ms": measured_rtt, "time_per_iteration_s": t,
-                               "step_times_s": result.step_times, "load": before, "load_after": load(),
-                               "record": result.record, "at": time.time()})
-                        log(f"  {technique:<6} H={h}: {t * 1e3 if t else float('nan'):.1f} ms/iteration "
-                            f"(load {before}; {time.monotonic() - started:.0f} s)")
-            finally:
-                wan.down()
+                    opts = Options(technique=technique, model="small-wan", steps=steps_for(h), batch=8,
+                                   data="generated", tokenizer="bytes", warmup=2, log_every=1000,
+                                   lowcomm={"inner_steps": h} if h else {})
+                    started = time.monotonic()
+                    try:
+                        result = wan_runs.run_on_wan(opts, wan=wan, cpu_devices=1, timeout_s=600)
+                    except Exception as exc:  # a failed run is logged, the grid goes on
+                        log(f"  {technique} H={h}: failed: {exc}")
+                        continue
+                    t = per_iteration(result.step_times, h)
+                    write({"kind": "run", "technique": technique, "inner_steps": h, "rate_gbps": rate,
+                           "rtt_ms": rtt, "loss": loss, "congestion": congestion, "measured_rtt_ms": measured_rtt,
+                           "time_per_iteration_s": t,
+                           "step_times_s": result.step_times, "load": before, "load_after": load(),
+                           "record": result.record, "at": time.time()})
+                    log(f"  {technique:<6} H={h}: {t * 1e3 if t else float('nan'):.1f} ms/iteration "
+                        f"(load {before}; {time.monotonic() - started:.0f} s)")
+        finally:
+            wan.down()
     return 0
 
 

@@ -114,6 +114,8 @@ def wan_cluster(wan, per_host: list[int], gpu_table: dict | None = None) -> dict
                 link["window_mib"] = round(uncapped_window_bytes(wan) / 2**20, 4)
             if wan.bandwidth_mbit:  # the cap is a tbf on each host's egress: a token bucket, not a line
                 link["shaper"] = shaper_table(wan)
+            if getattr(wan, "loss", 0.0):  # the forwarder drops each frame with this probability
+                link["loss"] = float(wan.loss)
             cluster["links"].append(link)
     return cluster
 
@@ -137,7 +139,8 @@ def shaper_table(wan) -> dict:
 
     offload = bool((getattr(wan, "extra", None) or {}).get("offload"))
     burst = tbf_burst_bytes(wan.bandwidth_mbit, wan.mtu, offload)
-    return {"burst_kib": round(burst / 1024, 4), "queue_ms": TBF_LATENCY_MS, "mtu": int(wan.mtu)}
+    # the emulator's tbf is each namespace's own egress: its senders are held back, never dropped
+    return {"burst_kib": round(burst / 1024, 4), "queue_ms": TBF_LATENCY_MS, "mtu": int(wan.mtu), "at_sender": True}
 
 
 def _die_with_parent() -> None:

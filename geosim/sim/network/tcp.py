@@ -4,7 +4,9 @@ A message of n bytes costs its one-way latency plus its serialization, and over 
 its rate is also capped by the in-flight window: rate = min(bandwidth,
 streams x window / RTT). That cap is why NCCL over TCP collapses at 50-100 ms.
 An idle connection restarts from the initial window (Linux tcp_slow_start_after_idle),
-and a point-to-point send pays a rendezvous handshake of a few round trips.
+and a point-to-point send pays a rendezvous handshake of a few round trips. A lossy link, or a
+token bucket whose queue overflows, caps the window at what a loss-based flow keeps on average
+(loss.py: CUBIC's and Reno's response functions, Padhye's timeouts, BBR as an option).
 
 Each link direction (and each GPU's PCIe port) is a first-come-first-served server
 of capacity one: a transfer holds every hop of its route for its serialization
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from geosim.parameters import FLAG, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network.exclusive import ExclusiveLinks
+from geosim.sim.network.loss import Congestion, loss_limited_rate, shaper_utilization
 from geosim.sim.network.topology import Topology
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
@@ -61,6 +64,24 @@ PARAMETERS: tuple[Scalar, ...] = (
            "10 segments of 1460 bytes (RFC 6928)", range=(1e-3, 1e8)),
     Scalar("transport.idle_restart_ms", "idle_restart_s", "ms",
            "idle time after which the window restarts", "Linux: one RTO, at least 200 ms", range=(0.0, 1e8)),
+    # loss and token-bucket drops (geosim/sim/network/loss.py); a link without loss or a shaper never reads them
+    Scalar("transport.mss_bytes", "mss_bytes", "B", "TCP payload per segment: the unit of the loss response functions",
+           "a 1500-byte MTU less 20 B IPv4, 20 B TCP and 12 B of the timestamp option", range=(88.0, 65483.0)),
+    Scalar("transport.cubic_c", "cubic_c", "", "CUBIC's scaling constant C, segments per s^3",
+           "RFC 9438 section 4.2 (C = 0.4; Linux's tcp_cubic)", range=(1e-3, 100.0)),
+    Scalar("transport.cubic_beta", "cubic_beta", "fraction", "CUBIC's multiplicative decrease: the window after a loss",
+           "RFC 9438 section 4.6 (beta_cubic = 0.7; Linux's tcp_cubic)", range=(0.05, 0.99)),
+    Scalar("transport.segments_per_ack", "segments_per_ack", WHOLE,
+           "segments one ACK acknowledges (Padhye's b) in the Reno-friendly window and the timeout term",
+           "Mathis et al. 1997's constant sqrt(3/2) counts every segment acknowledged", range=(1, 64)),
+    Scalar("transport.loss_timeouts", "loss_timeouts", FLAG,
+           "count retransmission timeouts in a lossy flow's rate (Padhye's term); false: every loss recovered "
+           "by SACK and RACK-TLP without one (Mathis's and CUBIC's windows alone)",
+           "Padhye et al. 1998 (Reno without SACK); RFC 8985 (RACK-TLP, Linux's default since 4.18) avoids most "
+           "timeouts: docs/results/2026-11-27-wan-public.md"),
+    Scalar("transport.bbr", "bbr", FLAG,
+           "the hosts run BBR, not CUBIC: random loss costs only its retransmissions, a shaper's queue no idling",
+           "Cardwell et al. 2016 (BBR v1 keeps its rate below ~20% random loss); Linux's default is CUBIC"),
 )
 
 
@@ -79,6 +100,17 @@ class Settings:
     slow_start_after_idle: bool
     initial_window_bytes: float
     idle_restart_s: float  # idle time after which TCP restarts from the initial window
+    mss_bytes: float  # payload per segment (the loss response functions' unit)
+    cubic_c: float  # CUBIC's C, segments / s^3
+    cubic_beta: float  # CUBIC's multiplicative decrease
+    segments_per_ack: int  # Padhye's b
+    loss_timeouts: bool  # Padhye's timeout term in a lossy flow's rate
+    bbr: bool  # the hosts run BBR instead of CUBIC
+
+    @property
+    def congestion(self) -> Congestion:
+        return Congestion(self.mss_bytes, self.cubic_c, self.cubic_beta, self.segments_per_ack, self.bbr,
+                          self.loss_timeouts)
 
     @classmethod
     def from_params(cls, params: Params) -> "Settings":
@@ -152,7 +184,9 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         rates = [topo.gpu_rate(a, nvlink), topo.gpu_rate(b, nvlink)]
         one_way = self.params.intra_host_latency_s  # the host's, shared with every model
         window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
-        burst, shaped, shaped_rate = 0.0, None, 0.0
+        burst, shaped, shaped_rate, drops = 0.0, None, 0.0, False
+        delivered = 1.0  # the fraction of segments no hop of the path loses
+        declared = False  # whether a hop of the path is a scenario's link (which may set window and streams)
         if not same_host:
             for u, v, edge in topo.path(a.host, b.host):
                 names.append(topo.hop_name(u, v, a, b))
@@ -164,15 +198,24 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
                     if shaped is None or rates[-1] < shaped_rate:
                         burst, shaped, shaped_rate = shaper.burst_bytes * shaper.goodput_fraction, names[-1], rates[-1]
                         queue = rates[-1] * shaper.queue_s + burst  # tbf's limit: latency x rate + burst
+                        drops = not shaper.at_sender
                 one_way += edge["one_way_s"]
                 link = edge["link"]
-                hop_streams = link.streams if link and link.streams else p.streams
-                hop_window = (link.window_bytes if link and link.window_bytes else p.window_bytes) * hop_streams
-                streams = hop_streams if not tcp else min(streams, hop_streams)
+                if link is not None:
+                    # the window and the sockets are the end hosts' settings, which a scenario's link
+                    # may declare; a site's LAN declares none, so it must not undo a site link's
+                    hop_streams = link.streams or p.streams
+                    hop_window = (link.window_bytes or p.window_bytes) * hop_streams
+                    streams = hop_streams if not declared else min(streams, hop_streams)
+                    window = hop_window if not declared else min(window, hop_window)
+                    declared = True
                 step_rtts = max(step_rtts, link.step_rtts if link and link.step_rtts is not None
                                 else p.collective_step_rtts)
-                window = hop_window if not tcp else min(window, hop_window)
                 tcp = True
+                if link is not None and link.loss:
+                    delivered *= 1.0 - link.loss
+        if tcp and not declared:
+            window = p.window_bytes * p.streams
         route = Route(
             hops=tuple(topo.hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
@@ -185,12 +228,37 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
             route.max_window = min(route.window_bytes, route.line_rate * route.rtt_s + queue,
                                    route.stream_rate * route.rtt_s)
         route.restart_after_s = route.rtt_s + p.idle_restart_s
-        route.initial_window = min(route.max_window, p.initial_window_bytes)
+        bucket_bound = shaped is not None and shaped_rate <= route.line_rate * (1 + 1e-12)  # the bucket is the bottleneck
+        if delivered < 1.0 or (bucket_bound and drops and route.windowed):
+            self._price_loss(route, 1.0 - delivered, streams, queue if bucket_bound and drops else None)
+        # every socket of the connection starts from its own initial window
+        route.initial_window = min(route.max_window, streams * p.initial_window_bytes)
         route.handshake_s = p.p2p_handshake_rtts * route.rtt_s
-        if shaped is not None and shaped_rate <= route.line_rate * (1 + 1e-12):  # the bucket is the bottleneck
+        if bucket_bound:
             route.burst_bytes, route.shaped_hop = burst, topo.hop(shaped)
         self._routes[key] = route
         return route
+
+    def _price_loss(self, route: Route, loss: float, streams: int, queue: float | None) -> None:
+        """A lossy or shaped route's rate: retransmissions take their share of the line, and a
+        loss-based flow's average window is what its response function (random loss) or its saw
+        through the bucket's queue (a shaper's drops, `queue` bytes of it) leaves it, whichever is
+        less (loss.py). A route with neither is never asked: it costs what it did before."""
+        cc = self.settings.congestion
+        if loss > 0:
+            route.line_rate *= 1.0 - loss
+        if not route.windowed:
+            return
+        bdp = route.line_rate * route.rtt_s
+        limit = min(route.window_bytes, route.stream_rate * route.rtt_s)
+        if queue is not None and limit > bdp + queue:
+            # the flows fill the bucket's queue before their window stops them: they saw through its drops
+            keep = shaper_utilization(bdp, queue, streams, route.rtt_s, cc)
+            if keep < 1.0:
+                route.max_window = min(route.max_window, keep * bdp)
+        per_stream = loss_limited_rate(loss, route.rtt_s, route.restart_after_s, cc)
+        if per_stream * streams * route.rtt_s < route.max_window:
+            route.max_window = streams * per_stream * route.rtt_s
 
     def flow_time(self, route: Route, conn: Connection, nbytes: float, start: float) -> float:
         """Seconds the TCP flow needs for nbytes, window- and slow-start-limited (no queueing)."""
