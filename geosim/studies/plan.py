@@ -158,7 +158,7 @@ def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
 MAX_CANDIDATES = 50_000  # options the planner will weigh (a floor each); beyond, it asks to be narrowed
 # the structured search simulates at most this many options, lowest floors first, and says how many
 # it left whose floors did not rule them out (a 1,024-GPU option costs seconds to simulate)
-STRUCTURED_BUDGET = 24
+STRUCTURED_BUDGET = 48
 
 
 @dataclass
