@@ -21,7 +21,7 @@ from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Shaper, Workload
 from geosim.runtime import check_runtime_name
 from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
-from geosim.fabric.sites import estimate_rtt_ms, find_site
+from geosim.sites import estimate_rtt_ms, find_site
 from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")

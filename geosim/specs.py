@@ -92,7 +92,7 @@ class Link:
     window_bytes: float | None = None
     streams: int | None = None
     step_rtts: float | None = None  # NCCL flow-control round trips per collective step
-    rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.fabric.sites), not measured
+    rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.sites), not measured
     shaper: Shaper | None = None  # a rate-limited link: bandwidth_bps is a token bucket's rate
 
     @property

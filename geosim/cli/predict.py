@@ -126,7 +126,7 @@ def _run(args) -> int:
                          "runner_up": plan.options[1].to_dict() if len(plan.options) > 1 else None,
                          "algorithm1": plan.algorithm.label if plan.algorithm else None,
                          "why_algorithm1_differs": plan.why_algorithm1_differs(),
-                         # which RTTs are estimates (geosim.fabric.sites), not measurements
+                         # which RTTs are estimates (geosim.sites), not measurements
                          **({"estimated_rtts": estimated} if estimated else {}),
                          "predictions": [r.to_dict() | _target_fields(r, targets)
                                          | ({"total_time_range_s": ranges[id(r)]} if ranges else {}) for r in rows]})
