@@ -49,10 +49,17 @@ class Scalar:
     range: tuple[float, float] = DEFAULT_RANGE  # (lowest, highest) a file may set, in the file's unit
     fit: tuple[float, float] | None = None  # the range `geosim calibrate fit` may move it in; None: never fitted
     prior: tuple[float, float] | None = None  # (centre, 1-sigma of its log): a fit's pull towards the centre
+    absent: float | None = None  # a runtime's number only: its value where a runtime's table leaves it out
+    becomes: str = ""  # a runtime's number only: what it turns into in a schedule
 
     @property
     def scale(self) -> float:
         return UNIT_SCALE[self.unit]
+
+    def inside(self, value) -> bool:
+        """A number (not a flag) within the declared range."""
+        return (not isinstance(value, bool) and isinstance(value, (int, float))
+                and self.range[0] <= value <= self.range[1])
 
     def to_si(self, value):
         if self.unit == FLAG:
@@ -165,6 +172,48 @@ TABLES: tuple[Table, ...] = (
           "loss gaps read off the papers, turned into tokens with Chinchilla's fit", "technique",
           range=(1e-6, 10.0)),
 )
+
+# A runtime's keys (geosim/data/runtimes.toml, a parameters file's [runtime.NAME]; geosim/runtime.py reads them
+# through these). A number's `absent`: the value of a runtime whose table leaves the key out (None: the
+# parameters file's own value of that cost). What each key becomes in a schedule: docs/reference/runtimes.md,
+# whose table is generated from these.
+RUNTIMES_FILE = "geosim/data/runtimes.toml, beside each runtime's value"
+RUNTIME_NUMBERS: tuple[Scalar, ...] = (
+    Scalar("iteration_s", "iteration_s", "s",
+           "fixed cost per optimizer step (step launch, host sync, Python); absent: the parameters file's "
+           "per-technique `[overhead.iteration_s]`", RUNTIMES_FILE, becomes="the step's `iteration overhead` op",
+           range=(0.0, 1e7), fit=(1e-5, 1.0), absent=None),
+    Scalar("microbatch_s", "microbatch_s", "s", "fixed cost per microbatch; absent: 0",
+           RUNTIMES_FILE, becomes="added to the step's overhead x microbatches", range=(0.0, 1e7), absent=0.0),
+    Scalar("collective_launch_s", "collective_launch_s", "s",
+           "fixed cost per gradient collective launched (per buffer or bucket; none for a group of one GPU); absent: 0",
+           RUNTIMES_FILE, becomes="an overhead op before each buffer's collective", range=(0.0, 1e7), fit=(1e-6, 1.0), absent=0.0),
+    Scalar("startup_s", "startup_s", "s",
+           "once per run: compilation, placement, process-group set-up; absent: the parameters file's "
+           "`[overhead.startup_s]`", RUNTIMES_FILE, becomes="the prediction's start-up", range=(0.0, 1e7), absent=None),
+    Scalar("kernel_us", "kernel_s", "us", "launch gap per kernel; absent: `[compute] kernel_us`",
+           RUNTIMES_FILE, becomes="the compute model's per-kernel cost", range=(0.0, 1e7), absent=None),
+    Scalar("collective_step_rtts", "collective_step_rtts", "RTT",
+           "round trips each collective step waits besides its bytes (the library's handshakes); absent: "
+           "`[transport] collective_step_rtts` (NCCL's)", RUNTIMES_FILE, becomes="the TCP model's per-step wait",
+           range=(0.0, 1e7), fit=(1e-3, 50.0), absent=None),
+)
+# device_compute's constants: the op-level compute model's, on a device whose speed a runtime measured (XLA:CPU
+# on live's CPU devices). Their fractions are of the records' nominal CPU datasheet (live/train/record.py's
+# [gpus.CPU]: cores x 2.5 GHz x 32 FLOP/cycle, 20 GB/s), which measured code may exceed (AVX-512, a faster
+# clock): hence a range to 10, where compute.gemm_fraction's, of a GPU's datasheet peak, stops at 1.
+DEVICE_COMPUTE: tuple[Scalar, ...] = (
+    Scalar("gemm_fraction", "gemm_fraction", "fraction", "large GEMMs' fraction of the device's nominal peak",
+           "live/experiments/cpu_compute.py", range=(1e-4, 10.0)),
+    Scalar("gemm_half_us", "gemm_half_s", "us", "a GEMM of (rate x this) FLOPs runs at half the large-GEMM rate",
+           "live/experiments/cpu_compute.py", range=(0.0, 1e4)),
+    Scalar("memory_fraction", "memory_fraction", "fraction",
+           "streaming kernels' fraction of the device's nominal bandwidth", "live/experiments/cpu_compute.py",
+           range=(1e-4, 10.0)),
+    Scalar("kernel_us", "kernel_s", "us", "launch gap per kernel", "live/experiments/cpu_compute.py",
+           range=(0.0, 1e4)),
+)
+RUNTIME_BY_KEY: dict[str, Scalar] = {p.key: p for p in RUNTIME_NUMBERS}
 
 BY_KEY: dict[str, Scalar] = {p.key: p for p in SCALARS}
 TABLE_BY_KEY: dict[str, Table] = {t.key: t for t in TABLES}
