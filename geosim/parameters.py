@@ -215,6 +215,7 @@ DEVICE_COMPUTE: tuple[Scalar, ...] = (
 )
 RUNTIME_BY_KEY: dict[str, Scalar] = {p.key: p for p in RUNTIME_NUMBERS}
 
+
 BY_KEY: dict[str, Scalar] = {p.key: p for p in SCALARS}
 TABLE_BY_KEY: dict[str, Table] = {t.key: t for t in TABLES}
 BY_FIELD: dict[str, Scalar | Table] = {p.field: p for p in (*SCALARS, *TABLES)}
@@ -276,3 +277,52 @@ def reference_table(shipped: dict[str, object], scalars: tuple[Scalar, ...] = SC
                     f"{t.help}; NAME: {t.keyed_by}{missing} | {t.source} |")
     return "\n".join(rows) + "\n"
 
+
+@dataclass(frozen=True)
+class RuntimeKey:
+    """A runtime table's keys that are not numbers (a flag, a choice, a table, a list), one row of the reference."""
+
+    keys: tuple[str, ...]
+    help: str
+    becomes: str
+
+
+RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
+    RuntimeKey(("overlap_backward",), "data parallelism reduces gradient buckets while the backward runs",
+               "Data's schedule: the last microbatch's backward in bucket-sized pieces, each bucket reduced by "
+               "non-blocking sends (techniques/data.py)"),
+    RuntimeKey(("gradient_buckets",), "`\"combiner\"` (XLA's, `[xla] combine_mib`), `\"whole\"` (one flat buffer) or a "
+               "bucket size in MiB", "how many collectives a gradient takes"),
+    RuntimeKey(("device_compute",), "the op-level compute model's constants on a device whose speed this runtime was "
+               "measured on: `{ DEVICE = { " + ", ".join(p.key for p in DEVICE_COMPUTE) + " } }` (their ranges: "
+               + "; ".join(f"{p.key} {number_text(p.range[0])} to {number_text(p.range[1])} {p.unit}"
+                           for p in DEVICE_COMPUTE)
+               + "; a fraction is of the nominal datasheet, so above 1 is possible); a parameters file's flat "
+               "`[compute.efficiency]` for that device wins",
+               "the compute model's GEMM rate, streaming rate and per-kernel gap on that device (the global "
+               "`[compute]` constants stay the GPUs')"),
+    RuntimeKey(("shard_layer_collectives", "shard_step_collectives"),
+               "Shard's collectives as the runtime's compiler emits them, per layer and per step outside the layers: "
+               "`[{ op, count, activations }]` (op `allreduce`, `all_gather` or `reduce_scatter`; size in one "
+               "microbatch's tokens x `n_embd` values); absent: Megatron's 4 all-reduces a layer",
+               "Shard's schedule: each a collective of that size after the runtime's launch cost"),
+    RuntimeKey(("pipeshard_tick_collectives", "pipeshard_step_collectives"),
+               "what the runtime's pipeline step runs besides the schedule's stage sends, once per tick of its loop "
+               "(M + S - 1 a step) and once a step, in the same form; absent: none",
+               "Pipeshard's schedule: collectives among the stages after the microbatches, each after the launch cost"),
+    RuntimeKey(("pipeshard_sends_every_tick",), "the pipeline loop exchanges between stages on every one of its "
+               "M + S - 1 ticks; absent: false", "S - 1 more sends each way (the bubble ticks'), after each "
+               "direction's last real one"),
+    RuntimeKey(("description", "source"), "what the runtime is; where its values come from", "the output's notes"),
+)
+
+
+def runtime_reference_table() -> str:
+    """The markdown table of a runtime's keys (docs/reference/runtimes.md), from these declarations."""
+    rows = ["| key | unit | range | fit range | meaning | becomes |", "|---|---|---|---|---|---|"]
+    for p in RUNTIME_NUMBERS:
+        rows.append(f"| `{p.key}` | {p.unit} | {_range(*p.range, p.unit)} | "
+                    f"{'' if p.fit is None else _range(*p.fit, p.unit)} | {p.help} | {p.becomes} |")
+    for k in RUNTIME_OTHER_KEYS:
+        rows.append(f"| {', '.join(f'`{key}`' for key in k.keys)} |  |  |  | {k.help} | {k.becomes} |")
+    return "\n".join(rows) + "\n"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 
 from geosim.errors import GeosimError
-from geosim.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY
+from geosim.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY, RUNTIME_OTHER_KEYS
 from geosim.specs import MIB, DeviceCompute, Params, Workload
 
 DEFAULT_RUNTIME = "alpa"  # the study's: keeps every prediction the study was fitted with
@@ -104,8 +104,7 @@ STEP_RTTS_MODEL = "tcp"
 COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipeshard_tick_collectives",
                     "pipeshard_step_collectives")
 COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
-KEYS = {"description", "source", "overlap_backward", "pipeshard_sends_every_tick", "gradient_buckets", "device_compute",
-        *RUNTIME_BY_KEY, *COLLECTIVE_LISTS}
+KEYS = {*RUNTIME_BY_KEY, *(key for declared in RUNTIME_OTHER_KEYS for key in declared.keys)}
 _SHIPPED: dict[str, Runtime] = {}
 
 
