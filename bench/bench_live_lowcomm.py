@@ -137,7 +137,7 @@ cfg = GPTConfig(2, 64, 4, data.vocab, 64)
 setup = Setup(cfg, optimizer(a["lr"]), a["batch"])
 t = {"data": lambda: get("data", setup),
      "diloco": lambda: DiLoCo(setup, inner_steps=a["inner_steps"], outer_lr=a["outer_lr"], outer_momentum=a["outer_momentum"]),
-     "sparseloco": lambda: SparseLoCo(setup, inner_steps=a["inner_steps"], topk=a["topk"], bits=a["bits"],
+     "sparseloco": lambda: SparseLoCo(setup, inner_steps=a["inner_steps"], topk_fraction=a["topk"], bits=a["bits"],
                                       outer_lr=a["sparse_outer_lr"], outer_momentum=0.0)}[a["technique"]]()
 evaluate = jax.jit(lambda p, b: loss_fn(cfg, p, b))
 state = t.init(init_params(cfg, a["seed"]))
@@ -216,8 +216,8 @@ def plot(out: Path, seeds: list[int], path: Path, title: str, summary: dict, hel
                     label = doc["technique"]
                     o = doc.get("options") or {}
                     if o:
-                        label += f" (H={o['inner_steps']}" + (f", top-k {o['topk']:g}, {o['bits']}-bit"
-                                                              if "topk" in o else "") + ")"
+                        label += f" (H={o['inner_steps']}" + (f", top-k {o['topk_fraction']:g}, {o['bits']}-bit"
+                                                              if "topk_fraction" in o else "") + ")"
                     if doc["technique"] in mean_eff and doc["technique"] != BASELINE:
                         label += (f": efficiency {mean_eff[doc['technique']]:.2f} (seeds: "
                                   + ", ".join(f"{v:.2f}" for v in by_seed[doc["technique"]]) + ")")

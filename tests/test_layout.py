@@ -249,7 +249,6 @@ NAME_AS_DATA = {
     "live/train/loop.py": "the default technique of a live run",
     "live/experiments/token_efficiency.py": "the default baseline, an example record",
     "live/experiments/wan_runs.py": "'data' here is the --data flag's field, not the technique",
-    "live/train/lowcomm.py": "per-technique default options keyed by NAME",
     "live/experiments/validate.py": "the settings profiled on a grid, keyed by NAME.SETTING",
     "bench/bench_memory.py": "the grid of (technique, precision, remat, batch) whose memory was measured",
     "bench/bench_engine_scale.py": "the techniques timed at scale, and Pipeshard's one-stage-per-site option",
