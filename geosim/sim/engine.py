@@ -191,10 +191,7 @@ class EngineRun:
             self.is_representative = lambda rank: rank % found.segment < found.shift
             self.events -= len(schedule.programs) - len(ranks)
         # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
-        self.loop = (env, env.timeout, env.event, env.succeed, self.mailbox, self.mailbox.pop, net.send,
-                     getattr(net, "send_at", None), net.collective_ops, net.may_shortcut, net.may_precompute,
-                     self.compute_seconds, self.compute_seconds.per_rank, self.deliver, self.trace_rows,
-                     self.canonical, self.copies)
+        self.loop = (env, env.timeout, *self.point_to_point(), self.compute_seconds.per_rank, self.trace_rows)
         for rank in ranks:
             env.process(self.gpu(rank))
         env.run()
@@ -303,22 +300,83 @@ class EngineRun:
             del gathering[key]
         return state.done
 
+    def point_to_point(self):
+        """The three point-to-point steps, written once: a program's own Send, Recv and Barrier and a
+        collective's steps alike. Closures over the run's state (a local is read faster than an
+        attribute): send(rank, step, ctx) files the message; receive(rank, step, ctx) and
+        barrier(step, ctx) return the event to wait on, or None when there is none."""
+        env, timeout, event, succeed = self.env, self.env.timeout, self.env.event, self.env.succeed
+        mailbox, pop, deliver, barriers = self.mailbox, self.mailbox.pop, self.deliver, self.barriers
+        net_send, send_at, canonical, copies = self.net.send, getattr(self.net, "send_at", None), self.canonical, self.copies
+
+        def send(rank, step, ctx) -> None:
+            # under a symmetry, filed as the message its renamed copy sends a representative
+            key = (rank, step.dst, step.tag, ctx) if canonical is None else (*canonical(rank, step.dst), step.tag, ctx)
+            if send_at is None:
+                delay = net_send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
+            else:  # send() written out: the arrival less now, the same arithmetic
+                now = env.now
+                delay = send_at(rank, step.dst, step.nbytes, step.p2p, step.tag[0], now) - now
+            waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
+            self.events += 1
+            if waiting is None:
+                mailbox[key] = timeout(delay)
+            else:
+                timeout(delay, waiting).callbacks.append(deliver)
+
+        def receive(rank, step, ctx):
+            key = (step.src, rank, step.tag, ctx)
+            arrived = pop(key, None)
+            if arrived is None:
+                self.events += 1
+                arrived = mailbox[key] = event()
+                return arrived
+            return arrived if arrived.callbacks is not None else None  # callbacks None: arrived already
+
+        def barrier(step, ctx):
+            key = (step.tag, ctx)
+            waiting = barriers.get(key)
+            if waiting is None:
+                self.events += 1
+                waiting = barriers[key] = _Waiting(event())
+            waiting.arrived += 1
+            if waiting.arrived == step.size // copies:
+                del barriers[key]
+                succeed(waiting.released)
+            return waiting.released
+
+        return send, receive, barrier
+
+    def compute_time(self, rank, op, times) -> tuple[float, dict]:
+        """A Compute op's seconds and the account they go to (overhead or compute, per iteration). times:
+        the rank's table of compute times (compute_timer's), read here rather than through a call per op."""
+        if op.kind == "overhead":
+            return op.seconds, self.overhead
+        hit = times.get(id(op.work)) if times is not None and op.work is not None else None
+        return (hit[0] if hit is not None else self.compute_seconds(rank, op)), self.compute
+
+    def collective(self, op, ctx, rank):
+        """A collective: timed whole by the network (held until the last rank arrives, or all at once when
+        every rank arrives together), else its point-to-point steps, which it returns for run_ops to run."""
+        if self.net.may_precompute(op):
+            yield self.hold(op, ctx, rank)
+            return ()
+        if self.net.may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
+            yield done
+            return ()
+        return self.net.collective_ops(op, rank)
+
     def run_ops(self, rank, ops, ctx, it):
-        """Walk ops in order, a Repeat block through run_repeat. A nested generator per block costs
-        a few percent at most against a flat walk: CPython passes a resumption down a `yield from`
-        chain in C, and Shard nests three deep at most (docs/results/2026-11-24-speed.md)."""
-        (env, timeout, event, succeed, mailbox, pop, send, send_at, collective_ops, may_shortcut, may_precompute,
-         compute_seconds, per_rank, deliver, trace_rows, canonical, copies) = self.loop
-        # the rank's compute times, read here rather than through a call per op (compute_timer's table)
-        times = per_rank.get(rank)
+        """Walk ops in order, each kind by its own handler above; a Repeat block through run_repeat. A
+        nested generator per block costs a few percent at most against a flat walk: CPython passes a
+        resumption down a `yield from` chain in C, and Shard nests three deep at most
+        (docs/results/2026-11-24-speed.md)."""
+        env, timeout, send, receive, barrier, times, trace_rows = self.loop
+        times = times.get(rank)
         for op in ops:
             kind = type(op)
             if kind is Compute:
-                if op.kind == "overhead":
-                    seconds, spent = op.seconds, self.overhead
-                else:
-                    hit = times.get(id(op.work)) if times is not None and op.work is not None else None
-                    seconds, spent = (hit[0] if hit is not None else compute_seconds(rank, op)), self.compute
+                seconds, spent = self.compute_time(rank, op, times)
                 start = env.now
                 if seconds > 0:
                     self.events += 1
@@ -327,89 +385,27 @@ class EngineRun:
                 if trace_rows is not None:
                     trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
                 continue
-            # A program's own Send and Recv run here, and the same ops as a collective's steps run in
-            # the loop below: written twice, because the program's are a pipeline's every message
-            if kind is Send:
-                key = (rank, op.dst, op.tag, ctx) if canonical is None else (*canonical(rank, op.dst), op.tag, ctx)
-                if send_at is None:
-                    delay = send(rank, op.dst, op.nbytes, op.p2p, op.tag[0])
-                else:  # send() written out: the arrival less now, the same arithmetic
-                    now = env.now
-                    delay = send_at(rank, op.dst, op.nbytes, op.p2p, op.tag[0], now) - now
-                waiting = pop(key, None)
-                self.events += 1
-                if waiting is None:
-                    mailbox[key] = timeout(delay)
-                else:
-                    timeout(delay, waiting).callbacks.append(deliver)
-                continue
-            if kind is Recv:
-                key = (op.src, rank, op.tag, ctx)
-                arrived = pop(key, None)
-                if arrived is None:
-                    self.events += 1
-                    arrived = mailbox[key] = event()
-                    yield arrived
-                elif arrived.callbacks is not None:
-                    yield arrived
+            if kind is Repeat:
+                yield from self.run_repeat(rank, op, ctx, it)
                 continue
             if kind is Collective:
                 start = env.now
-                if may_precompute(op):
-                    yield self.hold(op, ctx, rank)  # the network timed it whole
-                    steps = ()
-                elif may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
-                    yield done
-                    steps = ()
-                else:
-                    steps = collective_ops(op, rank)
-            elif kind is Barrier:
-                steps, start = (op,), None
-            elif kind is Repeat:
-                yield from self.run_repeat(rank, op, ctx, it)
-                continue
+                steps = yield from self.collective(op, ctx, rank)
+            elif kind is Send or kind is Recv or kind is Barrier:  # a program's own step: a pipeline's messages
+                steps = (op,)
             else:
                 raise TypeError(f"unknown op {op!r}")
-            # point-to-point steps (or a barrier): a collective's, or the program's own op. They run
-            # here rather than in a nested generator: a collective's steps are most of a run's events
+            # the steps run here rather than in a nested generator: a collective's steps are most of a run's events
             for step in steps:
                 step_kind = type(step)
                 if step_kind is Send:
-                    # under a symmetry, filed as the message its renamed copy sends a representative
-                    key = (rank, step.dst, step.tag, ctx) if canonical is None else (
-                        *canonical(rank, step.dst), step.tag, ctx)
-                    if send_at is None:
-                        delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
-                    else:
-                        now = env.now
-                        delay = send_at(rank, step.dst, step.nbytes, step.p2p, step.tag[0], now) - now
-                    waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
-                    self.events += 1
-                    if waiting is None:
-                        mailbox[key] = timeout(delay)
-                    else:
-                        timeout(delay, waiting).callbacks.append(deliver)
-                elif step_kind is Recv:
-                    key = (step.src, rank, step.tag, ctx)
-                    arrived = pop(key, None)
-                    if arrived is None:
-                        self.events += 1
-                        arrived = mailbox[key] = event()
-                        yield arrived
-                    elif arrived.callbacks is not None:  # not yet arrived
-                        yield arrived
-                elif step_kind is Barrier:
-                    key = (step.tag, ctx)
-                    waiting = self.barriers.get(key)
-                    if waiting is None:
-                        self.events += 1
-                        waiting = self.barriers[key] = _Waiting(event())
-                    waiting.arrived += 1
-                    if waiting.arrived == step.size // copies:
-                        del self.barriers[key]
-                        succeed(waiting.released)
-                    yield waiting.released
-                else:
+                    send(rank, step, ctx)
+                    continue
+                wait = (receive(rank, step, ctx) if step_kind is Recv else barrier(step, ctx) if step_kind is Barrier
+                        else None)
+                if wait is not None:
+                    yield wait
+                elif step_kind is not Recv:
                     raise TypeError(f"unknown step {step!r}")
             if trace_rows is not None and kind is Collective:
                 trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
