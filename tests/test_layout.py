@@ -172,43 +172,6 @@ def test_the_simulator_core_imports_nothing_above_it():
             if i.source.startswith("geosim.sim") and not i.target.startswith(allowed)] == []
 
 
-TOY = '''
-"""A toy technique: Data's schedule with a tunable per-iteration pause."""
-from dataclasses import dataclass, replace
-
-from geosim.sim.schedule import Compute
-from geosim.techniques import data
-from geosim.techniques._settings import tunable
-
-NAME = "toy"
-DESCRIPTION = "data parallel plus a pause"
-
-
-@dataclass(frozen=True)
-class Settings:
-    pause_s: float = tunable(0.5, "seconds of pause per iteration", low=0.0, high=60.0, fit=(0.01, 60.0), unit="s",
-                             source="a toy")
-
-
-def build(case, settings):
-    schedule = data.build(case, case.params.settings("data"))
-    pause = Compute(0.0, "pause", kind="overhead", seconds=settings.pause_s)
-    schedule.programs = {r: list(p) + [pause] for r, p in schedule.programs.items()}
-    schedule.technique = NAME
-    return schedule
-'''
-
-
-@pytest.fixture
-def toy_technique(tmp_path):
-    (tmp_path / "toy.py").write_text(textwrap.dedent(TOY))
-    techniques.__path__.append(str(tmp_path))
-    techniques.refresh()
-    yield "toy"
-    techniques.__path__.remove(str(tmp_path))
-    techniques.refresh()
-
-
 def test_a_technique_with_a_tunable_is_one_file(toy_technique, tmp_path):
     scenario = load_scenario("tacc-tacc")
     case = Case(scenario.cluster, get_model("gpt2m"), scenario.workload(epochs=1), load_params())
