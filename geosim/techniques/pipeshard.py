@@ -100,10 +100,82 @@ def split_layers(n_layer: int, speeds: list[float], how: str, explicit: list[int
     return greedy(candidates[lo])
 
 
+@dataclass(frozen=True)
+class _Pipeline:
+    """What every stage of one pipeline's schedule shares."""
+
+    case: Case
+    meshes: list  # list[list[Device]]: each stage's GPUs
+    layers: list[int]  # each stage's layers
+    intra: str  # Settings.intra_stage
+    kind: str  # Settings.schedule: gpipe | 1f1b
+    per_layer: int  # collectives per sharded layer (Shard's)
+    act_bytes: float  # one microbatch's activations crossing a stage boundary
+    sequences_per_microbatch: float  # b: global batch / microbatches
+    algorithm: str  # the collectives' algorithm
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One stage: its mesh, its tensor-parallel groups, its neighbours and its compute."""
+
+    index: int
+    mesh: list
+    group_of: dict  # rank -> the tensor-parallel group (ranks) it shards the stage's layers with
+    by_host: bool  # tags name the host: each host's collectives are its own
+    sequences: float  # the sequences each tensor-parallel group computes per microbatch
+    tp: int  # GPUs per tensor-parallel group
+    prev_mesh: list | None
+    next_mesh: list | None
+    from_prev: list  # overlaps(prev mesh, this one): (i, k, fraction) of the activations
+    to_next: list
+    held: float  # parameters each GPU holds
+    fwd: object  # the stage's forward and backward ops (the head's, when sharded)
+    bwd: object
+    accumulate: object  # the gradient accumulation after each microbatch's backward
+    grad_groups: dict  # rank -> the ranks it all-reduces its gradients with once per iteration
+
+    @property
+    def first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def last(self) -> bool:
+        return self.next_mesh is None
+
+
 def build(case: Case, settings: Settings) -> Schedule:
-    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
+    model, workload, params = case.model, case.workload, case.params
     check_dims(model, workload)
-    devices = devices_of(cluster)
+    devices = devices_of(case.cluster)
+    meshes = _meshes(case, devices, settings)
+    S, M = len(meshes), workload.microbatches
+    b = workload.global_batch / M
+    compression = settings.activation_compression
+    pipeline = _Pipeline(case, meshes, layers_per_stage(case, meshes, settings), settings.intra_stage, settings.schedule,
+                         params.settings("shard").collectives_per_layer,  # a sharded stage all-reduces as Shard does
+                         b * workload.seq_len * model.n_embd * workload.bytes_per_value * compression, b,
+                         params.for_technique("collectives", NAME))
+    options = memory_layout.options_for(workload, params)
+    programs, memory = {}, {}
+    for s in range(S):
+        stage = _stage(pipeline, s)
+        in_flight = M if pipeline.kind == "gpipe" else min(M, S - s)
+        for j, dev in enumerate(stage.mesh):
+            programs[dev.rank] = _program(pipeline, stage, j, dev)
+            memory[dev.rank] = memory_layout.pipeline_stage(
+                model, stage.sequences, workload.seq_len, pipeline.layers[s], stage.first, stage.last, S, in_flight,
+                options, tensor_parallel=stage.tp)
+    return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
+                    f"{S} stages ({'/'.join(map(str, pipeline.layers))} layers), {M} microbatches, {pipeline.kind}, "
+                    f"intra-stage {pipeline.intra}" + (f", activations x{compression:g}" if compression != 1 else ""),
+                    activation_compression=compression if S > 1 else 1.0)
+
+
+def _meshes(case: Case, devices: list[Device], settings: Settings) -> list[list[Device]]:
+    """Each stage's GPUs (the settings' meshes, else one per VM; one GPU each on a single VM), checked
+    against the microbatch they split."""
+    cluster, workload = case.cluster, case.workload
     if settings.meshes:
         meshes: list[list[Device]] = [[d for d in devices if d.host in hosts] for hosts in settings.meshes]
     elif len(cluster.hosts) == 1 and len(devices) > 1:
@@ -112,117 +184,114 @@ def build(case: Case, settings: Settings) -> Schedule:
         meshes = [[d for d in devices if d.host == h.name] for h in cluster.hosts]
     if any(not m for m in meshes):
         raise GeosimError("a pipeline mesh has no GPUs", key="meshes")
-    S, M = len(meshes), workload.microbatches
-    b = workload.global_batch / M
-    intra = settings.intra_stage
+    b = workload.global_batch / workload.microbatches
     for mesh in meshes:
-        if intra == "data":
+        if settings.intra_stage == "data":
             require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh), "the GPUs of a mesh")
-        elif intra == "shard-data":
+        elif settings.intra_stage == "shard-data":
             _host_groups(mesh)  # the same GPU count on every host of the stage
             require_divisible("microbatch size (global_batch / microbatches)", int(b), len(_hosts_of(mesh)),
                               "the hosts of a stage")
-    layers = layers_per_stage(case, meshes, settings)
-    schedule_kind = settings.schedule
-    per_layer = params.settings("shard").collectives_per_layer  # a sharded stage all-reduces as Shard does
-    options = memory_layout.options_for(workload, params)
-    compression = settings.activation_compression
-    act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value * compression
-    algorithm = params.for_technique("collectives", NAME)
-    programs, memory = {}, {}
-    for s, mesh in enumerate(meshes):
-        g = len(mesh)
-        # tensor-parallel groups (GPUs that shard the stage's layers between them: the whole mesh
-        # under "shard", each host's GPUs under "shard-data") and the sequences each group computes
-        if intra == "data":
-            tp_groups, sequences = [], b / g
-        elif intra == "shard":
-            tp_groups, sequences = [tuple(d.rank for d in mesh)], b
-        else:
-            tp_groups = [tuple(d.rank for d in host) for host in _host_groups(mesh)]
-            sequences = b / len(tp_groups)
-        tp = len(tp_groups[0]) if tp_groups else 1
-        group_of = {r: grp for grp in tp_groups for r in grp}
-        by_host = len(tp_groups) > 1  # tags name the host: each host's collectives are its own
-        last = s == S - 1
-        prev_mesh, next_mesh = (meshes[s - 1] if s else None), (meshes[s + 1] if not last else None)
-        from_prev = overlaps(len(prev_mesh), g) if prev_mesh else []
-        to_next = overlaps(g, len(next_mesh)) if next_mesh else []
-        first = s == 0
-        stage_params = layers[s] * model.params_per_layer + (model.embedding_params if first else 0) + (
-            model.vocab * model.n_embd if last and S > 1 else 0)
-        held = stage_params - layers[s] * 12 * model.n_embd ** 2 * (1 - 1 / tp)  # the blocks' matrices split
-        stage_fwd, stage_bwd = (pass_ops(model, workload, sequences, layers[s], last, first) if intra == "data" else
-                                pass_ops(model, workload, sequences, 0, last, first, " head", tensor_parallel=tp))
-        accumulate = update_op(model, held)
-        # gradients all-reduced once per iteration: the whole stage over the mesh (data), or each
-        # GPU's shard with the GPUs holding the same shard on the stage's other hosts (shard-data)
-        if intra == "data":
-            grad_groups = {d.rank: tuple(d.rank for d in mesh) for d in mesh} if g > 1 else {}
-        elif intra == "shard-data" and len(tp_groups) > 1:
-            grad_groups = {r: tuple(grp[i] for grp in tp_groups) for grp in tp_groups for i, r in enumerate(grp)}
-        else:
-            grad_groups = {}
-        for j, dev in enumerate(mesh):
-            group = group_of.get(dev.rank, ())
-            host_tag = (dev.host,) if by_host else ()
+    return meshes
 
-            def forward(m, j=j, group=group, host_tag=host_tag):
-                ops = []
-                if prev_mesh:
-                    ops += [Recv(prev_mesh[i].rank, ("act", s, m)) for i, k, _ in from_prev if k == j]
-                if intra == "data":
-                    ops.append(stage_fwd._replace(label=f"F{m}"))
-                else:
-                    ops.append(layers_ops(model, workload, params, group, sequences, layers[s], ("pf", m) + host_tag,
-                                          per_layer)[0])
-                    if last or first:
-                        ops.append(stage_fwd._replace(label=f"F{m} head"))
-                if next_mesh:
-                    ops += [Send(next_mesh[k].rank, act_bytes * frac, ("act", s + 1, m))
-                            for i, k, frac in to_next if i == j]
-                return ops
 
-            def backward(m, j=j, group=group, host_tag=host_tag):
-                ops = []
-                if next_mesh:
-                    ops += [Recv(next_mesh[k].rank, ("grad", s, m)) for i, k, _ in to_next if i == j]
-                if intra == "data":
-                    ops.append(stage_bwd._replace(label=f"B{m}"))
-                else:
-                    if last or first:
-                        ops.append(stage_bwd._replace(label=f"B{m} head"))
-                    ops.append(layers_ops(model, workload, params, group, sequences, layers[s], ("pb", m) + host_tag,
-                                          per_layer)[1])
-                ops.append(accumulate)
-                if prev_mesh:
-                    ops += [Send(prev_mesh[i].rank, act_bytes * frac, ("grad", s - 1, m))
-                            for i, k, frac in from_prev if k == j]
-                return ops
+def _stage(p: _Pipeline, s: int) -> _Stage:
+    model, workload, meshes, intra = p.case.model, p.case.workload, p.meshes, p.intra
+    mesh, S, b = meshes[s], len(meshes), p.sequences_per_microbatch
+    g = len(mesh)
+    # tensor-parallel groups (GPUs that shard the stage's layers between them: the whole mesh
+    # under "shard", each host's GPUs under "shard-data") and the sequences each group computes
+    if intra == "data":
+        tp_groups, sequences = [], b / g
+    elif intra == "shard":
+        tp_groups, sequences = [tuple(d.rank for d in mesh)], b
+    else:
+        tp_groups = [tuple(d.rank for d in host) for host in _host_groups(mesh)]
+        sequences = b / len(tp_groups)
+    tp = len(tp_groups[0]) if tp_groups else 1
+    first, last = s == 0, s == S - 1
+    prev_mesh, next_mesh = (meshes[s - 1] if s else None), (meshes[s + 1] if not last else None)
+    stage_params = p.layers[s] * model.params_per_layer + (model.embedding_params if first else 0) + (
+        model.vocab * model.n_embd if last and S > 1 else 0)
+    held = stage_params - p.layers[s] * 12 * model.n_embd ** 2 * (1 - 1 / tp)  # the blocks' matrices split
+    fwd, bwd = (pass_ops(model, workload, sequences, p.layers[s], last, first) if intra == "data" else
+                pass_ops(model, workload, sequences, 0, last, first, " head", tensor_parallel=tp))
+    # gradients all-reduced once per iteration: the whole stage over the mesh (data), or each
+    # GPU's shard with the GPUs holding the same shard on the stage's other hosts (shard-data)
+    if intra == "data":
+        grad_groups = {d.rank: tuple(d.rank for d in mesh) for d in mesh} if g > 1 else {}
+    elif intra == "shard-data" and len(tp_groups) > 1:
+        grad_groups = {r: tuple(grp[i] for grp in tp_groups) for grp in tp_groups for i, r in enumerate(grp)}
+    else:
+        grad_groups = {}
+    return _Stage(s, mesh, {r: grp for grp in tp_groups for r in grp}, len(tp_groups) > 1, sequences, tp,
+                  prev_mesh, next_mesh, overlaps(len(prev_mesh), g) if prev_mesh else [],
+                  overlaps(g, len(next_mesh)) if next_mesh else [], held, fwd, bwd, update_op(model, held), grad_groups)
 
-            warmup = M if schedule_kind == "gpipe" else min(S - s - 1, M)
-            program = []
-            for m in range(warmup):
-                program += forward(m)
-            for m in range(M - warmup):
-                program += forward(warmup + m) + backward(m)
-            for m in range(M - warmup, M):
-                program += backward(m)
-            program = with_runtime_pipeline_ops(case, program, meshes, j, b)
-            if dev.rank in grad_groups:
-                shard_tag = (group.index(dev.rank),) if intra == "shard-data" else ()
-                program.append(Collective("allreduce", grad_groups[dev.rank], held * workload.bytes_per_value,
-                                          algorithm, ("stage-grads", s) + shard_tag, "stage gradient all-reduce"))
-            program.append(optimizer_op(model, held))
-            program.append(overhead_op(NAME, params, workload))
-            programs[dev.rank] = program
-            in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
-            memory[dev.rank] = memory_layout.pipeline_stage(
-                model, sequences, workload.seq_len, layers[s], first, last, S, in_flight, options, tensor_parallel=tp)
-    return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
-                    f"intra-stage {intra}" + (f", activations x{compression:g}" if compression != 1 else ""),
-                    activation_compression=compression if S > 1 else 1.0)
+
+def _forward(p: _Pipeline, st: _Stage, j: int, m: int) -> list:
+    """Microbatch m's forward on the stage's j-th GPU: receive, compute, send on."""
+    ops, s = [], st.index
+    if st.prev_mesh:
+        ops += [Recv(st.prev_mesh[i].rank, ("act", s, m)) for i, k, _ in st.from_prev if k == j]
+    if p.intra == "data":
+        ops.append(st.fwd._replace(label=f"F{m}"))
+    else:
+        ops.append(_sharded_layers(p, st, j, ("pf", m))[0])
+        if st.last or st.first:
+            ops.append(st.fwd._replace(label=f"F{m} head"))
+    if st.next_mesh:
+        ops += [Send(st.next_mesh[k].rank, p.act_bytes * frac, ("act", s + 1, m)) for i, k, frac in st.to_next if i == j]
+    return ops
+
+
+def _backward(p: _Pipeline, st: _Stage, j: int, m: int) -> list:
+    """Microbatch m's backward on the stage's j-th GPU: receive the gradient, compute, accumulate, send back."""
+    ops, s = [], st.index
+    if st.next_mesh:
+        ops += [Recv(st.next_mesh[k].rank, ("grad", s, m)) for i, k, _ in st.to_next if i == j]
+    if p.intra == "data":
+        ops.append(st.bwd._replace(label=f"B{m}"))
+    else:
+        if st.last or st.first:
+            ops.append(st.bwd._replace(label=f"B{m} head"))
+        ops.append(_sharded_layers(p, st, j, ("pb", m))[1])
+    ops.append(st.accumulate)
+    if st.prev_mesh:
+        ops += [Send(st.prev_mesh[i].rank, p.act_bytes * frac, ("grad", s - 1, m))
+                for i, k, frac in st.from_prev if k == j]
+    return ops
+
+
+def _sharded_layers(p: _Pipeline, st: _Stage, j: int, tag: tuple):
+    """The stage's layers sharded over the j-th GPU's tensor-parallel group: (forward, backward) ops."""
+    dev = st.mesh[j]
+    host_tag = (dev.host,) if st.by_host else ()
+    return layers_ops(p.case.model, p.case.workload, p.case.params, st.group_of.get(dev.rank, ()), st.sequences,
+                      p.layers[st.index], tag + host_tag, p.per_layer)
+
+
+def _program(p: _Pipeline, st: _Stage, j: int, dev: Device) -> list:
+    """The j-th GPU's iteration: the microbatches in the schedule's order (GPipe: every forward, then every
+    backward; 1F1B: a warm-up of forwards, then one forward and one backward in turn), then the gradient
+    all-reduce, the optimizer step and the per-iteration overhead."""
+    case, s, M, S = p.case, st.index, p.case.workload.microbatches, len(p.meshes)
+    warmup = M if p.kind == "gpipe" else min(S - s - 1, M)
+    program = []
+    for m in range(warmup):
+        program += _forward(p, st, j, m)
+    for m in range(M - warmup):
+        program += _forward(p, st, j, warmup + m) + _backward(p, st, j, m)
+    for m in range(M - warmup, M):
+        program += _backward(p, st, j, m)
+    program = with_runtime_pipeline_ops(case, program, p.meshes, j, p.sequences_per_microbatch)
+    if dev.rank in st.grad_groups:
+        shard_tag = (st.group_of.get(dev.rank, ()).index(dev.rank),) if p.intra == "shard-data" else ()
+        program.append(Collective("allreduce", st.grad_groups[dev.rank], st.held * case.workload.bytes_per_value,
+                                  p.algorithm, ("stage-grads", s) + shard_tag, "stage gradient all-reduce"))
+    program.append(optimizer_op(case.model, st.held))
+    program.append(overhead_op(NAME, case.params, case.workload))
+    return program
 
 
 def layers_per_stage(case: Case, meshes: list[list[Device]], settings: Settings) -> list[int]:
