@@ -191,7 +191,8 @@ class EngineRun:
             self.is_representative = lambda rank: rank % found.segment < found.shift
             self.events -= len(schedule.programs) - len(ranks)
         # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
-        self.loop = (env, env.timeout, *self.point_to_point(), self.compute_seconds.per_rank, self.trace_rows)
+        self.loop = (env, env.timeout, *self.point_to_point(), self.compute_time(), self.compute_seconds.per_rank,
+                     self.trace_rows, net.collective_ops, net.may_shortcut, net.may_precompute)
         for rank in ranks:
             env.process(self.gpu(rank))
         env.run()
@@ -347,36 +348,33 @@ class EngineRun:
 
         return send, receive, barrier
 
-    def compute_time(self, rank, op, times) -> tuple[float, dict]:
-        """A Compute op's seconds and the account they go to (overhead or compute, per iteration). times:
-        the rank's table of compute times (compute_timer's), read here rather than through a call per op."""
-        if op.kind == "overhead":
-            return op.seconds, self.overhead
-        hit = times.get(id(op.work)) if times is not None and op.work is not None else None
-        return (hit[0] if hit is not None else self.compute_seconds(rank, op)), self.compute
+    def compute_time(self):
+        """compute_time(rank, op, times): a Compute op's seconds and the account they go to (overhead or
+        compute, per iteration); times: the rank's table of compute times (compute_timer's), read there
+        rather than through a call per op. A closure, as point_to_point's are."""
+        overhead, compute, compute_seconds = self.overhead, self.compute, self.compute_seconds
 
-    def collective(self, op, ctx, rank):
-        """A collective: timed whole by the network (held until the last rank arrives, or all at once when
-        every rank arrives together), else its point-to-point steps, which it returns for run_ops to run."""
-        if self.net.may_precompute(op):
-            yield self.hold(op, ctx, rank)
-            return ()
-        if self.net.may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
-            yield done
-            return ()
-        return self.net.collective_ops(op, rank)
+        def compute_time(rank, op, times) -> tuple[float, list]:
+            if op.kind == "overhead":
+                return op.seconds, overhead
+            hit = times.get(id(op.work)) if times is not None and op.work is not None else None
+            return (hit[0] if hit is not None else compute_seconds(rank, op)), compute
+
+        return compute_time
 
     def run_ops(self, rank, ops, ctx, it):
-        """Walk ops in order, each kind by its own handler above; a Repeat block through run_repeat. A
-        nested generator per block costs a few percent at most against a flat walk: CPython passes a
+        """Walk ops in order, each kind by its handler (compute_time, point_to_point's send, receive and
+        barrier, the network's answer for a collective); a Repeat block through run_repeat. A nested
+        generator per block costs a few percent at most against a flat walk: CPython passes a
         resumption down a `yield from` chain in C, and Shard nests three deep at most
         (docs/results/2026-11-24-speed.md)."""
-        env, timeout, send, receive, barrier, times, trace_rows = self.loop
+        (env, timeout, send, receive, barrier, compute_time, times, trace_rows, collective_ops, may_shortcut,
+         may_precompute) = self.loop
         times = times.get(rank)
         for op in ops:
             kind = type(op)
             if kind is Compute:
-                seconds, spent = self.compute_time(rank, op, times)
+                seconds, spent = compute_time(rank, op, times)
                 start = env.now
                 if seconds > 0:
                     self.events += 1
@@ -384,31 +382,39 @@ class EngineRun:
                 spent[it][rank] += seconds
                 if trace_rows is not None:
                     trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
-                continue
-            if kind is Repeat:
-                yield from self.run_repeat(rank, op, ctx, it)
-                continue
-            if kind is Collective:
-                start = env.now
-                steps = yield from self.collective(op, ctx, rank)
-            elif kind is Send or kind is Recv or kind is Barrier:  # a program's own step: a pipeline's messages
-                steps = (op,)
-            else:
-                raise TypeError(f"unknown op {op!r}")
-            # the steps run here rather than in a nested generator: a collective's steps are most of a run's events
-            for step in steps:
-                step_kind = type(step)
-                if step_kind is Send:
-                    send(rank, step, ctx)
-                    continue
-                wait = (receive(rank, step, ctx) if step_kind is Recv else barrier(step, ctx) if step_kind is Barrier
-                        else None)
+            elif kind is Send:  # a program's own: a pipeline's messages
+                send(rank, op, ctx)
+            elif kind is Recv:
+                wait = receive(rank, op, ctx)
                 if wait is not None:
                     yield wait
-                elif step_kind is not Recv:
-                    raise TypeError(f"unknown step {step!r}")
-            if trace_rows is not None and kind is Collective:
-                trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
+            elif kind is Collective:
+                start = env.now
+                if may_precompute(op):
+                    yield self.hold(op, ctx, rank)  # the network timed it whole
+                elif may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
+                    yield done  # every rank arrived at once: the network timed it whole
+                else:  # its point-to-point steps, run here rather than in a nested generator: most of a run's events
+                    for step in collective_ops(op, rank):
+                        step_kind = type(step)
+                        if step_kind is Send:
+                            send(rank, step, ctx)
+                        elif step_kind is Recv:
+                            wait = receive(rank, step, ctx)
+                            if wait is not None:
+                                yield wait
+                        elif step_kind is Barrier:
+                            yield barrier(step, ctx)
+                        else:
+                            raise TypeError(f"unknown step {step!r}")
+                if trace_rows is not None:
+                    trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
+            elif kind is Barrier:
+                yield barrier(op, ctx)
+            elif kind is Repeat:
+                yield from self.run_repeat(rank, op, ctx, it)
+            else:
+                raise TypeError(f"unknown op {op!r}")
 
     def run_repeat(self, rank, block, ctx, it):
         """A Repeat block: every repetition, or, for a long one (unless exact), the first
