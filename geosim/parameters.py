@@ -118,7 +118,7 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("compute.kernel_us", "kernel_s", "us", "launch gap per kernel",
            "a CUDA kernel launch costs a few microseconds; XLA (2022, no CUDA graphs) launches kernels one by one",
            range=(0.0, 1e6)),
-    # inside a VM and between VMs of one site (geosim/sim/network/topology.py)
+    # inside a VM and between VMs of one site (geosim/sim/network/_topology.py)
     Scalar("host.latency_us", "intra_host_latency_s", "us", "one-way latency between GPUs of one VM",
            "a PCIe round trip through host memory", range=(0.0, 1e6)),
     Scalar("host.nvlink_gbps", "nvlink_bps", "Gbit/s", "GPU-to-GPU rate over NVLink (intra_host = \"nvlink\")",
