@@ -382,39 +382,35 @@ class EngineRun:
                 spent[it][rank] += seconds
                 if trace_rows is not None:
                     trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
-            elif kind is Send:  # a program's own: a pipeline's messages
-                send(rank, op, ctx)
-            elif kind is Recv:
-                wait = receive(rank, op, ctx)
-                if wait is not None:
-                    yield wait
-            elif kind is Collective:
-                start = env.now
-                if may_precompute(op):
-                    yield self.hold(op, ctx, rank)  # the network timed it whole
-                elif may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
-                    yield done  # every rank arrived at once: the network timed it whole
-                else:  # its point-to-point steps, run here rather than in a nested generator: most of a run's events
-                    for step in collective_ops(op, rank):
-                        step_kind = type(step)
-                        if step_kind is Send:
-                            send(rank, step, ctx)
-                        elif step_kind is Recv:
-                            wait = receive(rank, step, ctx)
-                            if wait is not None:
-                                yield wait
-                        elif step_kind is Barrier:
-                            yield barrier(step, ctx)
-                        else:
-                            raise TypeError(f"unknown step {step!r}")
-                if trace_rows is not None:
-                    trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
-            elif kind is Barrier:
-                yield barrier(op, ctx)
             elif kind is Repeat:
                 yield from self.run_repeat(rank, op, ctx, it)
             else:
-                raise TypeError(f"unknown op {op!r}")
+                start = env.now
+                if kind is not Collective:  # a program's own Send, Recv or Barrier: a pipeline's messages
+                    steps = (op,)
+                elif may_precompute(op):
+                    yield self.hold(op, ctx, rank)  # the network timed it whole
+                    steps = ()
+                elif may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
+                    yield done  # every rank arrived at once: the network timed it whole
+                    steps = ()
+                else:
+                    steps = collective_ops(op, rank)
+                # the point-to-point steps run here rather than in a nested generator: most of a run's events
+                for step in steps:
+                    step_kind = type(step)
+                    if step_kind is Send:
+                        send(rank, step, ctx)
+                    elif step_kind is Recv:
+                        wait = receive(rank, step, ctx)
+                        if wait is not None:
+                            yield wait
+                    elif step_kind is Barrier:
+                        yield barrier(step, ctx)
+                    else:
+                        raise TypeError(f"unknown op {step!r}")
+                if trace_rows is not None and kind is Collective:
+                    trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
 
     def run_repeat(self, rank, block, ctx, it):
         """A Repeat block: every repetition, or, for a long one (unless exact), the first
