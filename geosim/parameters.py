@@ -11,7 +11,11 @@ docs/reference/params.md (`reference_table()`, checked by the same test; rewrite
 To add a parameter: one `Scalar(...)` (or `Table(...)`) below, a field of that name in
 `geosim.specs.Params` (SI units: the file's unit is converted here, at the boundary, never
 inside the simulator), its shipped value in params-default.toml, then
-`python tools/write_params_reference.py`. A technique's own constants are not here: they are
+`python tools/write_params_reference.py`. A runtime's number (geosim/data/runtimes.toml) is one
+`Scalar(...)` in RUNTIME_NUMBERS (its `absent`: the value where a runtime's table leaves it out) and a
+field of that name in `geosim.runtime.Runtime` defaulting to it; geosim/runtime.py checks and converts
+it, docs/reference/runtimes.md's table lists it. Code never writes a declared number's default of its
+own (tests/test_params_declared.py). A technique's own constants are not here: they are
 `tunable(...)` fields of its Settings (geosim/techniques/_settings.py), declared in its file
 with the same facts (help, range, fit range, source). Nor are a network model's: each backend
 declares its own with the same `Scalar` (geosim/sim/network/tcp.py: PARAMETERS, the file's
