@@ -191,7 +191,8 @@ class EngineRun:
             self.is_representative = lambda rank: rank % found.segment < found.shift
             self.events -= len(schedule.programs) - len(ranks)
         # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
-        self.loop = (env, env.timeout, *self.point_to_point(), self.compute_time(), self.compute_seconds.per_rank,
+        self.loop = (env, env.timeout, env.event, self.mailbox, self.mailbox.pop, net.send, getattr(net, "send_at", None),
+                     self.deliver, self.canonical, self.barrier(), self.compute_time(), self.compute_seconds.per_rank,
                      self.trace_rows, net.collective_ops, net.may_shortcut, net.may_precompute)
         for rank in ranks:
             env.process(self.gpu(rank))
@@ -301,38 +302,11 @@ class EngineRun:
             del gathering[key]
         return state.done
 
-    def point_to_point(self):
-        """The three point-to-point steps, written once: a program's own Send, Recv and Barrier and a
-        collective's steps alike. Closures over the run's state (a local is read faster than an
-        attribute): send(rank, step, ctx) files the message; receive(rank, step, ctx) and
-        barrier(step, ctx) return the event to wait on, or None when there is none."""
-        env, timeout, event, succeed = self.env, self.env.timeout, self.env.event, self.env.succeed
-        mailbox, pop, deliver, barriers = self.mailbox, self.mailbox.pop, self.deliver, self.barriers
-        net_send, send_at, canonical, copies = self.net.send, getattr(self.net, "send_at", None), self.canonical, self.copies
-
-        def send(rank, step, ctx) -> None:
-            # under a symmetry, filed as the message its renamed copy sends a representative
-            key = (rank, step.dst, step.tag, ctx) if canonical is None else (*canonical(rank, step.dst), step.tag, ctx)
-            if send_at is None:
-                delay = net_send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
-            else:  # send() written out: the arrival less now, the same arithmetic
-                now = env.now
-                delay = send_at(rank, step.dst, step.nbytes, step.p2p, step.tag[0], now) - now
-            waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
-            self.events += 1
-            if waiting is None:
-                mailbox[key] = timeout(delay)
-            else:
-                timeout(delay, waiting).callbacks.append(deliver)
-
-        def receive(rank, step, ctx):
-            key = (step.src, rank, step.tag, ctx)
-            arrived = pop(key, None)
-            if arrived is None:
-                self.events += 1
-                arrived = mailbox[key] = event()
-                return arrived
-            return arrived if arrived.callbacks is not None else None  # callbacks None: arrived already
+    def barrier(self):
+        """barrier(step, ctx): a rank reaches a Barrier (a program's own, or a collective's where
+        communication is free); returns the event it waits on. A closure over the run's state (a local
+        is read faster than an attribute)."""
+        event, succeed, barriers, copies = self.env.event, self.env.succeed, self.barriers, self.copies
 
         def barrier(step, ctx):
             key = (step.tag, ctx)
@@ -346,7 +320,7 @@ class EngineRun:
                 succeed(waiting.released)
             return waiting.released
 
-        return send, receive, barrier
+        return barrier
 
     def compute_time(self):
         """compute_time(rank, op, times): a Compute op's seconds and the account they go to (overhead or
@@ -363,13 +337,16 @@ class EngineRun:
         return compute_time
 
     def run_ops(self, rank, ops, ctx, it):
-        """Walk ops in order, each kind by its handler (compute_time, point_to_point's send, receive and
-        barrier, the network's answer for a collective); a Repeat block through run_repeat. A nested
-        generator per block costs a few percent at most against a flat walk: CPython passes a
+        """Walk ops in order: a Compute by compute_time, a Repeat block through run_repeat, and every
+        point-to-point step (a program's own Send, Recv, Barrier, or the steps a collective becomes) in one
+        loop, where Send and Recv are written once. They stay inline there, not behind a call: they are most
+        of a run's events, and a call each cost 4% on the median case of bench_engine_scale, up to 20% on
+        DiLoCo's (docs/results/2026-11-27-house.md).
+        A nested generator per block costs a few percent at most against a flat walk: CPython passes a
         resumption down a `yield from` chain in C, and Shard nests three deep at most
         (docs/results/2026-11-24-speed.md)."""
-        (env, timeout, send, receive, barrier, compute_time, times, trace_rows, collective_ops, may_shortcut,
-         may_precompute) = self.loop
+        (env, timeout, event, mailbox, pop, send, send_at, deliver, canonical, barrier, compute_time, times,
+         trace_rows, collective_ops, may_shortcut, may_precompute) = self.loop
         times = times.get(rank)
         for op in ops:
             kind = type(op)
@@ -382,35 +359,53 @@ class EngineRun:
                 spent[it][rank] += seconds
                 if trace_rows is not None:
                     trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
-            elif kind is Repeat:
+                continue
+            if kind is Repeat:
                 yield from self.run_repeat(rank, op, ctx, it)
+                continue
+            start = env.now
+            if kind is not Collective:  # a program's own Send, Recv or Barrier: a pipeline's messages
+                steps = (op,)
+            elif may_precompute(op):
+                yield self.hold(op, ctx, rank)  # the network timed it whole
+                steps = ()
+            elif may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
+                yield done  # every rank arrived at once: the network timed it whole
+                steps = ()
             else:
-                start = env.now
-                if kind is not Collective:  # a program's own Send, Recv or Barrier: a pipeline's messages
-                    steps = (op,)
-                elif may_precompute(op):
-                    yield self.hold(op, ctx, rank)  # the network timed it whole
-                    steps = ()
-                elif may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
-                    yield done  # every rank arrived at once: the network timed it whole
-                    steps = ()
-                else:
-                    steps = collective_ops(op, rank)
-                # the point-to-point steps run here rather than in a nested generator: most of a run's events
-                for step in steps:
-                    step_kind = type(step)
-                    if step_kind is Send:
-                        send(rank, step, ctx)
-                    elif step_kind is Recv:
-                        wait = receive(rank, step, ctx)
-                        if wait is not None:
-                            yield wait
-                    elif step_kind is Barrier:
-                        yield barrier(step, ctx)
+                steps = collective_ops(op, rank)
+            for step in steps:
+                step_kind = type(step)
+                if step_kind is Send:
+                    # under a symmetry, filed as the message its renamed copy sends a representative
+                    key = (rank, step.dst, step.tag, ctx) if canonical is None else (
+                        *canonical(rank, step.dst), step.tag, ctx)
+                    if send_at is None:
+                        delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
+                    else:  # send() written out: the arrival less now, the same arithmetic
+                        now = env.now
+                        delay = send_at(rank, step.dst, step.nbytes, step.p2p, step.tag[0], now) - now
+                    waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
+                    self.events += 1
+                    if waiting is None:
+                        mailbox[key] = timeout(delay)
                     else:
-                        raise TypeError(f"unknown op {step!r}")
-                if trace_rows is not None and kind is Collective:
-                    trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
+                        timeout(delay, waiting).callbacks.append(deliver)
+                elif step_kind is Recv:
+                    key = (step.src, rank, step.tag, ctx)
+                    arrived = pop(key, None)
+                    if arrived is None:
+                        self.events += 1
+                        arrived = mailbox[key] = event()
+                        yield arrived
+                    elif arrived.callbacks is not None:  # not yet arrived
+                        yield arrived
+                elif step_kind is Barrier:
+                    yield barrier(step, ctx)
+                else:
+                    raise TypeError(f"unknown op {step!r}")
+            if trace_rows is not None and kind is Collective:
+                trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
 
     def run_repeat(self, rank, block, ctx, it):
         """A Repeat block: every repetition, or, for a long one (unless exact), the first
