@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
