@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from geosim.fabric.choose import rank_sites, resolve_sites  # noqa: E402
-from geosim.fabric.sites import rtt_model  # noqa: E402
+from geosim.sites import rtt_model  # noqa: E402
 from geosim.params import load_params  # noqa: E402
 from geosim.scenario import get_model, make_workload  # noqa: E402
 from geosim.techniques import STUDY_ORDER  # noqa: E402

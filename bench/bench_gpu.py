@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=DEFAULT_CASES, help="MODEL:BATCH:PRECISION,... (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=20, help="steps a case (default: %(default)s)")
-    ap.add_argument("--out-dir", default=str(ROOT / "docs" / "results" / "data"), help="where the records go")
+    ap.add_argument("--out-dir", default=str(ROOT / "docs/results/data"), help="where the records go")
     args = ap.parse_args(argv)
     import jax
 

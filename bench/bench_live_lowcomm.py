@@ -56,13 +56,17 @@ def geosim(*argv, env=None, timeout=1800, check=True) -> subprocess.CompletedPro
     return proc
 
 
+BASELINE = "data"  # the technique every token efficiency is measured against (convergence's default baseline)
+# the live run's flags each measured technique takes from this script's arguments (the baseline: none)
+LOWCOMM_FLAGS = {
+    "diloco": lambda a: ["--inner-steps", a.inner_steps, "--outer-lr", a.outer_lr, "--outer-momentum", a.outer_momentum],
+    "sparseloco": lambda a: ["--inner-steps", a.inner_steps, "--topk", a.topk, "--bits", a.bits,
+                             "--outer-lr", a.sparse_outer_lr, "--outer-momentum", 0],
+}
+
+
 def lowcomm_flags(technique: str, args) -> list:
-    if technique == "diloco":
-        return ["--inner-steps", args.inner_steps, "--outer-lr", args.outer_lr, "--outer-momentum", args.outer_momentum]
-    if technique == "sparseloco":
-        return ["--inner-steps", args.inner_steps, "--topk", args.topk, "--bits", args.bits,
-                "--outer-lr", args.sparse_outer_lr, "--outer-momentum", 0]
-    return []
+    return LOWCOMM_FLAGS.get(technique, lambda a: [])(args)
 
 
 def common_flags(args) -> list:
@@ -95,7 +99,7 @@ def train_curves(args, out: Path) -> dict:
         print(f"seed {args.seed} {technique:<11} loss {doc['losses'][0]:.4f} -> {doc['loss_curve'][-1][1]:.4f} (curve's "
               f"last point) at {doc['loss_curve'][-1][0]} tokens, {rows[technique]['wall_s']} s", flush=True)
     result = {"runs": rows}
-    if "data" in rows and len(rows) > 1:
+    if BASELINE in rows and len(rows) > 1:
         eff, target = factors(curves)
         result["token_efficiency"] = eff
         result["target_loss"] = target
@@ -103,8 +107,8 @@ def train_curves(args, out: Path) -> dict:
         pairs = {}
         all_curves = convergence.read_loss_curves(curves)
         for t in rows:
-            if t != "data":
-                pair = {"data": all_curves["data"], t: all_curves[t]}
+            if t != BASELINE:
+                pair = {BASELINE: all_curves[BASELINE], t: all_curves[t]}
                 target_t = max(min(loss for _, loss in c) for c in pair.values())
                 pairs[t] = {"target_loss": target_t,
                             "efficiency": convergence.measured_efficiencies(pair, target_t)[t]}
@@ -133,7 +137,7 @@ cfg = GPTConfig(2, 64, 4, data.vocab, 64)
 setup = Setup(cfg, optimizer(a["lr"]), a["batch"])
 t = {"data": lambda: get("data", setup),
      "diloco": lambda: DiLoCo(setup, inner_steps=a["inner_steps"], outer_lr=a["outer_lr"], outer_momentum=a["outer_momentum"]),
-     "sparseloco": lambda: SparseLoCo(setup, inner_steps=a["inner_steps"], topk=a["topk"], bits=a["bits"],
+     "sparseloco": lambda: SparseLoCo(setup, inner_steps=a["inner_steps"], topk_fraction=a["topk"], bits=a["bits"],
                                       outer_lr=a["sparse_outer_lr"], outer_momentum=0.0)}[a["technique"]]()
 evaluate = jax.jit(lambda p, b: loss_fn(cfg, p, b))
 state = t.init(init_params(cfg, a["seed"]))
@@ -171,7 +175,7 @@ def eval_curves(args, out: Path) -> dict:
     for line in path.read_text().splitlines():
         doc = json.loads(line)
         result["final_loss"][doc["technique"]] = doc["loss_curve"][-1][1]
-    if "data" in args.techniques and len(args.techniques) > 1:
+    if BASELINE in args.techniques and len(args.techniques) > 1:
         eff, target = factors(path)
         result.update(token_efficiency=eff, target_loss=target)
         print(f"held-out token efficiency at loss {target:.4f}: " + ", ".join(f"{t} {v:.3f}" for t, v in sorted(eff.items())))
@@ -212,9 +216,9 @@ def plot(out: Path, seeds: list[int], path: Path, title: str, summary: dict, hel
                     label = doc["technique"]
                     o = doc.get("options") or {}
                     if o:
-                        label += f" (H={o['inner_steps']}" + (f", top-k {o['topk']:g}, {o['bits']}-bit"
-                                                              if doc["technique"] == "sparseloco" else "") + ")"
-                    if doc["technique"] in mean_eff and doc["technique"] != "data":
+                        label += f" (H={o['inner_steps']}" + (f", top-k {o['topk_fraction']:g}, {o['bits']}-bit"
+                                                              if "topk_fraction" in o else "") + ")"
+                    if doc["technique"] in mean_eff and doc["technique"] != BASELINE:
                         label += (f": efficiency {mean_eff[doc['technique']]:.2f} (seeds: "
                                   + ", ".join(f"{v:.2f}" for v in by_seed[doc["technique"]]) + ")")
                 ax.plot(t, loss, color=styles.get(doc["technique"]), linewidth=1.6 if i == 0 else 0.9,
@@ -336,7 +340,7 @@ def main() -> int:
             summary[key]["token_efficiency_mean"] = {
                 t: round(sum(v) / len(v), 4) for t, v in summary[key]["token_efficiency_by_seed"].items()}
             print(f"{key}: token efficiency by seed {summary[key]['token_efficiency_by_seed']}")
-        if len(args.techniques) > 1 and "data" in args.techniques:
+        if len(args.techniques) > 1 and BASELINE in args.techniques:
             pooled, target = factors(out / "curves.jsonl")
             summary["curves"]["pooled"] = {"token_efficiency": pooled, "target_loss": target,
                                            "file": str(out / "curves.jsonl")}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from geosim.calibrate import OVERHEAD_KINDS
 from geosim.calibrate.cases import RunCase
 from geosim.errors import GeosimError
-from geosim.parameters import TABLE_BY_KEY
+from geosim.parameters import RUNTIME_BY_KEY, TABLE_BY_KEY
 from geosim.params import NETWORK_KEYS, SCALARS, fittable, priors, scalar_si, with_scalar
 from geosim.runtime import runtime_of, shipped_runtimes, with_runtime
 from geosim.specs import Cluster, Params
@@ -248,9 +248,9 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
         for name in sorted({c.workload.runtime for c in timed}):
             runtime = runtime_of(next(c.workload for c in timed if c.workload.runtime == name), base)
             if runtime.iteration_s is not None:
-                free.append(FreeParam("runtime", f"{name}.iteration_s", min(max(runtime.iteration_s, 1e-5),
-                                                                             OVERHEAD_RANGE[1]), 1e-5,
-                                      OVERHEAD_RANGE[1], "s"))
+                low, high = RUNTIME_BY_KEY["iteration_s"].fit
+                free.append(FreeParam("runtime", f"{name}.iteration_s", min(max(runtime.iteration_s, low), high),
+                                      low, high, "s"))
     seen = set()
     for c in timed:
         if not c.networked or c.slice_key in seen or (fit_links is not None and c.slice_key not in fit_links):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
-from geosim.scenario import _read, dims_name, load_scenario, model_catalog, read_text, scenario_path
+from geosim.scenario import read_toml, dims_name, load_scenario, model_catalog, read_text, scenario_path
 from geosim.validate import host_names, is_finite
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
@@ -109,7 +109,7 @@ def first_gpus_cluster(scenario: str, hosts: list[str] | None, count: int) -> tu
     scenario-file form for a record's inline `cluster`, and a note saying which GPUs those are:
     a log whose runs used 1, 2 and 4 GPUs of a 4-GPU slice is predicted on what each run used."""
     path = scenario_path(scenario)
-    doc, _ = _read(path)
+    doc, _ = read_toml(path)
     wanted = [h for h in doc["hosts"] if not hosts or h.get("name") in hosts]
     kept, left = [], count
     for host in wanted:

@@ -11,7 +11,11 @@ docs/reference/params.md (`reference_table()`, checked by the same test; rewrite
 To add a parameter: one `Scalar(...)` (or `Table(...)`) below, a field of that name in
 `geosim.specs.Params` (SI units: the file's unit is converted here, at the boundary, never
 inside the simulator), its shipped value in params-default.toml, then
-`python tools/write_params_reference.py`. A technique's own constants are not here: they are
+`python tools/write_params_reference.py`. A runtime's number (geosim/data/runtimes.toml) is one
+`Scalar(...)` in RUNTIME_NUMBERS (its `absent`: the value where a runtime's table leaves it out) and a
+field of that name in `geosim.runtime.Runtime` defaulting to it; geosim/runtime.py checks and converts
+it, docs/reference/runtimes.md's table lists it. Code never writes a declared number's default of its
+own (tests/test_params_declared.py). A technique's own constants are not here: they are
 `tunable(...)` fields of its Settings (geosim/techniques/_settings.py), declared in its file
 with the same facts (help, range, fit range, source). Nor are a network model's: each backend
 declares its own with the same `Scalar` (geosim/sim/network/tcp.py: PARAMETERS, the file's
@@ -49,10 +53,17 @@ class Scalar:
     range: tuple[float, float] = DEFAULT_RANGE  # (lowest, highest) a file may set, in the file's unit
     fit: tuple[float, float] | None = None  # the range `geosim calibrate fit` may move it in; None: never fitted
     prior: tuple[float, float] | None = None  # (centre, 1-sigma of its log): a fit's pull towards the centre
+    absent: float | None = None  # a runtime's number only: its value where a runtime's table leaves it out
+    becomes: str = ""  # a runtime's number only: what it turns into in a schedule
 
     @property
     def scale(self) -> float:
         return UNIT_SCALE[self.unit]
+
+    def inside(self, value) -> bool:
+        """A number (not a flag; a whole number where the unit is a count) within the declared range."""
+        return (not isinstance(value, bool) and isinstance(value, int if self.unit == WHOLE else (int, float))
+                and self.range[0] <= value <= self.range[1])
 
     def to_si(self, value):
         if self.unit == FLAG:
@@ -111,7 +122,7 @@ SCALARS: tuple[Scalar, ...] = (
     Scalar("compute.kernel_us", "kernel_s", "us", "launch gap per kernel",
            "a CUDA kernel launch costs a few microseconds; XLA (2022, no CUDA graphs) launches kernels one by one",
            range=(0.0, 1e6)),
-    # inside a VM and between VMs of one site (geosim/sim/network/topology.py)
+    # inside a VM and between VMs of one site (geosim/sim/network/_topology.py)
     Scalar("host.latency_us", "intra_host_latency_s", "us", "one-way latency between GPUs of one VM",
            "a PCIe round trip through host memory", range=(0.0, 1e6)),
     Scalar("host.nvlink_gbps", "nvlink_bps", "Gbit/s", "GPU-to-GPU rate over NVLink (intra_host = \"nvlink\")",
@@ -175,6 +186,57 @@ TABLES: tuple[Table, ...] = (
           range=(1e-6, 10.0)),
 )
 
+# A runtime's keys (geosim/data/runtimes.toml, a parameters file's [runtime.NAME]; geosim/runtime.py reads them
+# through these). A number's `absent`: the value of a runtime whose table leaves the key out (None: the
+# parameters file's own value of that cost). What each key becomes in a schedule: docs/reference/runtimes.md,
+# whose table is generated from these.
+RUNTIMES_FILE = "geosim/data/runtimes.toml, beside each runtime's value"
+RUNTIME_NUMBERS: tuple[Scalar, ...] = (
+    Scalar("iteration_s", "iteration_s", "s",
+           "fixed cost per optimizer step (step launch, host sync, Python); absent: the parameters file's "
+           "per-technique `[overhead.iteration_s]`", RUNTIMES_FILE, becomes="the step's `iteration overhead` op",
+           range=(0.0, 1e7), fit=(1e-5, 1.0), absent=None),
+    Scalar("microbatch_s", "microbatch_s", "s", "fixed cost per microbatch; absent: 0",
+           RUNTIMES_FILE, becomes="added to the step's overhead x microbatches", range=(0.0, 1e7), absent=0.0),
+    Scalar("collective_launch_s", "collective_launch_s", "s",
+           "fixed cost per gradient collective launched (per buffer or bucket; none for a group of one GPU); absent: 0",
+           RUNTIMES_FILE, becomes="an overhead op before each buffer's collective", range=(0.0, 1e7), fit=(1e-6, 1.0), absent=0.0),
+    Scalar("startup_s", "startup_s", "s",
+           "once per run: compilation, placement, process-group set-up; absent: the parameters file's "
+           "`[overhead.startup_s]`", RUNTIMES_FILE, becomes="the prediction's start-up", range=(0.0, 1e7), absent=None),
+    Scalar("kernel_us", "kernel_s", "us", "launch gap per kernel; absent: `[compute] kernel_us`",
+           RUNTIMES_FILE, becomes="the compute model's per-kernel cost", range=(0.0, 1e7), absent=None),
+    Scalar("collective_step_rtts", "collective_step_rtts", "RTT",
+           "round trips each collective step waits besides its bytes (the library's handshakes); absent: "
+           "`[transport] collective_step_rtts` (NCCL's)", RUNTIMES_FILE, becomes="the TCP model's per-step wait",
+           range=(0.0, 1e7), fit=(1e-3, 50.0), absent=None),
+    Scalar("streams", "streams", WHOLE,
+           "TCP sockets each connection of the runtime's collective library opens (gloo: one per pair of ranks; "
+           "NCCL: NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS); absent: `[transport] streams`", RUNTIMES_FILE,
+           becomes="the TCP model's streams per connection", range=(1, 1024), absent=None),
+    Scalar("usable_memory_fraction", "usable_memory_fraction", "fraction",
+           "of a GPU's memory, what the runtime's allocator may use (jax: XLA_PYTHON_CLIENT_MEM_FRACTION); absent: "
+           "`[memory] usable_fraction`", RUNTIMES_FILE, becomes="the memory verdict's limit", range=(0.05, 1.0),
+           absent=None),
+)
+# device_compute's constants: the op-level compute model's, on a device whose speed a runtime measured (XLA:CPU
+# on live's CPU devices). Their fractions are of the records' nominal CPU datasheet (live/train/record.py's
+# [gpus.CPU]: cores x 2.5 GHz x 32 FLOP/cycle, 20 GB/s), which measured code may exceed (AVX-512, a faster
+# clock): hence a range to 10, where compute.gemm_fraction's, of a GPU's datasheet peak, stops at 1.
+DEVICE_COMPUTE: tuple[Scalar, ...] = (
+    Scalar("gemm_fraction", "gemm_fraction", "fraction", "large GEMMs' fraction of the device's nominal peak",
+           "live/experiments/cpu_compute.py", range=(1e-4, 10.0)),
+    Scalar("gemm_half_us", "gemm_half_s", "us", "a GEMM of (rate x this) FLOPs runs at half the large-GEMM rate",
+           "live/experiments/cpu_compute.py", range=(0.0, 1e4)),
+    Scalar("memory_fraction", "memory_fraction", "fraction",
+           "streaming kernels' fraction of the device's nominal bandwidth", "live/experiments/cpu_compute.py",
+           range=(1e-4, 10.0)),
+    Scalar("kernel_us", "kernel_s", "us", "launch gap per kernel", "live/experiments/cpu_compute.py",
+           range=(0.0, 1e4)),
+)
+RUNTIME_BY_KEY: dict[str, Scalar] = {p.key: p for p in RUNTIME_NUMBERS}
+
+
 BY_KEY: dict[str, Scalar] = {p.key: p for p in SCALARS}
 TABLE_BY_KEY: dict[str, Table] = {t.key: t for t in TABLES}
 BY_FIELD: dict[str, Scalar | Table] = {p.field: p for p in (*SCALARS, *TABLES)}
@@ -236,3 +298,64 @@ def reference_table(shipped: dict[str, object], scalars: tuple[Scalar, ...] = SC
                     f"{t.help}; NAME: {t.keyed_by}{missing} | {t.source} |")
     return "\n".join(rows) + "\n"
 
+
+@dataclass(frozen=True)
+class RuntimeKey:
+    """A runtime table's keys that are not numbers (a flag, a choice, a table, a list), one row of the reference."""
+
+    keys: tuple[str, ...]
+    help: str
+    becomes: str
+
+
+RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
+    RuntimeKey(("overlap_backward",), "data parallelism reduces gradient buckets while the backward runs",
+               "Data's schedule: the last microbatch's backward in bucket-sized pieces, each bucket reduced by "
+               "non-blocking sends (techniques/data.py)"),
+    RuntimeKey(("gradient_buckets",), "`\"combiner\"` (XLA's, `[xla] combine_mib`), `\"whole\"` (one flat buffer) or a "
+               "bucket size in MiB", "how many collectives a gradient takes"),
+    RuntimeKey(("device_compute",), "the op-level compute model's constants on a device whose speed this runtime was "
+               "measured on: `{ DEVICE = { " + ", ".join(p.key for p in DEVICE_COMPUTE) + " } }` (their ranges: "
+               + "; ".join(f"{p.key} {number_text(p.range[0])} to {number_text(p.range[1])} {p.unit}"
+                           for p in DEVICE_COMPUTE)
+               + "; a fraction is of the nominal datasheet, so above 1 is possible); a parameters file's flat "
+               "`[compute.efficiency]` for that device wins",
+               "the compute model's GEMM rate, streaming rate and per-kernel gap on that device (the global "
+               "`[compute]` constants stay the GPUs')"),
+    RuntimeKey(("shard_layer_collectives", "shard_step_collectives"),
+               "Shard's collectives as the runtime's compiler emits them, per layer and per step outside the layers: "
+               "`[{ op, count, activations }]` (op `allreduce`, `all_gather` or `reduce_scatter`; size in one "
+               "microbatch's tokens x `n_embd` values); absent: Megatron's 4 all-reduces a layer",
+               "Shard's schedule: each a collective of that size after the runtime's launch cost"),
+    RuntimeKey(("pipeshard_tick_collectives", "pipeshard_step_collectives"),
+               "what the runtime's pipeline step runs besides the schedule's stage sends, once per tick of its loop "
+               "(M + S - 1 a step) and once a step, in the same form; absent: none",
+               "Pipeshard's schedule: collectives among the stages after the microbatches, each after the launch cost"),
+    RuntimeKey(("pipeshard_sends_every_tick",), "the pipeline loop exchanges between stages on every one of its "
+               "M + S - 1 ticks; absent: false", "S - 1 more sends each way (the bubble ticks'), after each "
+               "direction's last real one"),
+    RuntimeKey(("tf32_matmul",), "fp32 matmuls run on the GPU's TF32 tensor cores (Ampere and newer): XLA's default "
+               "precision does, PyTorch's `allow_tf32` does not; absent: false",
+               "an fp32 GEMM at the catalog's `tf32_tensor_tflops` (capped by board power as the 16-bit rate is)"),
+    RuntimeKey(("fused_attention",), "attention is one fused kernel that never writes the S x S scores (flash "
+               "attention, PyTorch's SDPA); absent: false", "no softmax passes over the scores, half the causal "
+               "products, the scores recomputed in the backward; no scores kept in memory"),
+    RuntimeKey(("memory_layout",), "`\"alpa\"` (TrainState: 16-bit weights, an fp32 master copy, a workspace) or "
+               "`\"jax\"` (live's step: fp32 weights, as XLA assigns its buffers); absent: `\"alpa\"`",
+               "every technique's memory: Alpa's layout, or the technique's `jax_placement()` through `live_step`"),
+    RuntimeKey(("fitted_devices",), "GPUs (catalog names) whose speed under this runtime is what the parameters "
+               "file's global `[compute]` constants were fitted to",
+               "those GPUs keep the global constants; every other GPU its generation's `[compute.*_by_architecture]`"),
+    RuntimeKey(("description", "source"), "what the runtime is; where its values come from", "the output's notes"),
+)
+
+
+def runtime_reference_table() -> str:
+    """The markdown table of a runtime's keys (docs/reference/runtimes.md), from these declarations."""
+    rows = ["| key | unit | range | fit range | meaning | becomes |", "|---|---|---|---|---|---|"]
+    for p in RUNTIME_NUMBERS:
+        rows.append(f"| `{p.key}` | {p.unit} | {_range(*p.range, p.unit)} | "
+                    f"{'' if p.fit is None else _range(*p.fit, p.unit)} | {p.help} | {p.becomes} |")
+    for k in RUNTIME_OTHER_KEYS:
+        rows.append(f"| {', '.join(f'`{key}`' for key in k.keys)} |  |  |  | {k.help} | {k.becomes} |")
+    return "\n".join(rows) + "\n"

@@ -16,7 +16,7 @@ from geosim.specs import Params
 from geosim.techniques._settings import check_value, file_tunables
 from geosim.fileio import write_atomic
 from geosim.runtime import changed_runtimes, runtime_changes_table
-from geosim.scenario import _toml_text, check_number, read_text
+from geosim.scenario import check_number, read_toml
 from geosim.techniques import settings_class, settings_parent, technique_names
 
 # Every simulator-wide parameter is declared once, in geosim/parameters.py (key, unit, range,
@@ -242,12 +242,6 @@ def setting_keys() -> list[tuple[str, str]]:
     return [(name, leaf) for name in technique_names() for leaf in _technique_tunables(name)]
 
 
-def _read_toml(path: Path) -> tuple[dict, str]:
-
-    text = read_text(path)
-    return _toml_text(text, str(path)), text
-
-
 def default_params() -> Params:
     text = resources.files("geosim.data").joinpath(DEFAULTS_FILE).read_text()
     return _apply(None, tomllib.loads(text), f"geosim/data/{DEFAULTS_FILE}")
@@ -258,7 +252,7 @@ def load_params(path: str | Path | None = None) -> Params:
     params = default_params()
     if path is None:
         return params
-    doc, text = _read_toml(Path(path))
+    doc, text = read_toml(Path(path))
     try:
         loaded = _apply(params, doc, str(path))
         _warn_implausible(doc, str(path))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from geosim.fabric.sites import FIBRE_KM_PER_MS, find_site, great_circle_km
+from geosim.sites import FIBRE_KM_PER_MS, find_site, great_circle_km
 
 
 @dataclass(frozen=True)

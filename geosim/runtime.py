@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 
 from geosim.errors import GeosimError
+from geosim.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY, RUNTIME_OTHER_KEYS
 from geosim.specs import MIB, DeviceCompute, Params, Workload
 
 DEFAULT_RUNTIME = "alpa"  # the study's: keeps every prediction the study was fitted with
@@ -35,20 +36,21 @@ SOURCE = "geosim/data/runtimes.toml"
 class Runtime:
     name: str
     description: str = ""
-    iteration_s: float | None = None  # None: the parameters file's [overhead.iteration_s][technique]
-    microbatch_s: float = 0.0
-    collective_launch_s: float = 0.0
-    startup_s: float | None = None  # None: the parameters file's [overhead.startup_s][technique]
+    # the numbers' meanings, ranges and values where a table leaves them out: geosim.parameters.RUNTIME_NUMBERS
+    iteration_s: float | None = RUNTIME_BY_KEY["iteration_s"].absent  # None: [overhead.iteration_s][technique]
+    microbatch_s: float = RUNTIME_BY_KEY["microbatch_s"].absent
+    collective_launch_s: float = RUNTIME_BY_KEY["collective_launch_s"].absent
+    startup_s: float | None = RUNTIME_BY_KEY["startup_s"].absent  # None: [overhead.startup_s][technique]
     overlap_backward: bool = False
     gradient_buckets: str | float = "combiner"  # "combiner" | "whole" | bucket size in MiB
-    kernel_s: float | None = None  # None: the parameters file's compute.kernel_us
+    kernel_s: float | None = RUNTIME_BY_KEY["kernel_us"].absent  # None: the parameters file's compute.kernel_us
     # round trips each step of a collective waits besides its bytes (the collective library's own
     # handshakes: NCCL's credit, gloo's per-step rendezvous); None: the parameters file's
     # transport.collective_step_rtts (NCCL's, fitted to the study)
-    collective_step_rtts: float | None = None
+    collective_step_rtts: float | None = RUNTIME_BY_KEY["collective_step_rtts"].absent
     # TCP sockets each connection of the runtime's collective library opens (gloo: one per pair of
     # ranks; NCCL: NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS); None: the parameters file's transport.streams
-    streams: int | None = None
+    streams: int | None = RUNTIME_BY_KEY["streams"].absent
     # the op-level compute model's constants on devices whose speed this runtime measured rather than
     # the GPU calibration describes (XLA:CPU on the CPU "GPUs" of live runs: live/experiments/cpu_compute.py):
     # (device name, DeviceCompute); a parameters file's flat [compute.efficiency] wins
@@ -77,7 +79,7 @@ class Runtime:
     memory_layout: str = "alpa"
     # of a GPU's memory, what this runtime's allocator may use (jax's XLA_PYTHON_CLIENT_MEM_FRACTION);
     # None: the parameters file's memory.usable_fraction (the jaxlib Alpa pins)
-    usable_memory_fraction: float | None = None
+    usable_memory_fraction: float | None = RUNTIME_BY_KEY["usable_memory_fraction"].absent
     source: str = ""
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
@@ -160,14 +162,12 @@ def runtime_differences(runtime: Runtime, params: Params) -> list[str]:
 # the network model whose collective steps wait round trips (its Settings' collective_step_rtts, the
 # file's transport.collective_step_rtts): what a runtime's own collective_step_rtts replaces
 STEP_RTTS_MODEL = "tcp"
-NUMBERS = ("iteration_s", "microbatch_s", "collective_launch_s", "startup_s", "collective_step_rtts")
 COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipeshard_tick_collectives",
                     "pipeshard_step_collectives")
 COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
+KEYS = {*RUNTIME_BY_KEY, *(key for declared in RUNTIME_OTHER_KEYS for key in declared.keys)}
 FLAGS = ("overlap_backward", "pipeshard_sends_every_tick", "tf32_matmul", "fused_attention")
 MEMORY_LAYOUTS = ("alpa", "jax")
-KEYS = {"description", "source", "streams", "gradient_buckets", "kernel_us", "device_compute", "fitted_devices",
-        "memory_layout", "usable_memory_fraction", *FLAGS, *NUMBERS, *COLLECTIVE_LISTS}
 _SHIPPED: dict[str, Runtime] = {}
 
 
@@ -181,23 +181,16 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
         where = f"{prefix}{name}.{key}"
         if key not in KEYS:
             raise GeosimError(f"unknown key (expected one of: {', '.join(sorted(KEYS))})", source=source, key=where)
-        if key in NUMBERS or key == "kernel_us":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e7:
-                raise GeosimError(f"must be a number in [0, 1e7), got {value!r}", source=source, key=where)
-            values["kernel_s" if key == "kernel_us" else key] = float(value) * (1e-6 if key == "kernel_us" else 1.0)
-        elif key == "streams":
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
-                raise GeosimError(f"must be a whole number of sockets from 1 to 1024, got {value!r}",
+        if key in RUNTIME_BY_KEY:
+            number = RUNTIME_BY_KEY[key]
+            if not number.inside(value):
+                raise GeosimError(f"must be a number in [{number.range[0]:g}, {number.range[1]:g}], got {value!r}",
                                   source=source, key=where)
-            values[key] = value
+            values[number.field] = number.to_si(value)
         elif key == "device_compute":
             values[key] = device_compute_tables(value, source, where)
         elif key in COLLECTIVE_LISTS:
             values[key] = collective_list(value, source, where)
-        elif key == "usable_memory_fraction":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.05 <= value <= 1.0:
-                raise GeosimError(f"must be a fraction in [0.05, 1], got {value!r}", source=source, key=where)
-            values[key] = float(value)
         elif key == "memory_layout":
             if value not in MEMORY_LAYOUTS:
                 raise GeosimError(f"must be one of {', '.join(MEMORY_LAYOUTS)}, got {value!r}", source=source, key=where)
@@ -240,13 +233,9 @@ def collective_list(value, source: str, where: str) -> tuple[tuple[str, int, flo
     return tuple(out)
 
 
-# a device's compute constants: key -> (DeviceCompute field, factor from the key's unit to SI, allowed range).
-# A CPU device's datasheet (live/train/record.py's [gpus.CPU]) is nominal: cores x 2.5 GHz x 32 FLOP/cycle,
-# 20 GB/s, so a measured fraction of it may exceed 1 (AVX-512, a faster clock).
-DEVICE_COMPUTE_KEYS = {"gemm_fraction": ("gemm_fraction", 1.0, (1e-4, 10.0)),
-                       "gemm_half_us": ("gemm_half_s", 1e-6, (0.0, 1e4)),
-                       "memory_fraction": ("memory_fraction", 1.0, (1e-4, 10.0)),
-                       "kernel_us": ("kernel_s", 1e-6, (0.0, 1e4))}
+# a device's compute constants: key -> (DeviceCompute field, factor from the key's unit to SI, allowed range),
+# as geosim.parameters.DEVICE_COMPUTE declares them (why a fraction there may exceed 1, too)
+DEVICE_COMPUTE_KEYS = {p.key: (p.field, p.scale, p.range) for p in DEVICE_COMPUTE}
 
 
 def device_compute_tables(value, source: str, where: str) -> tuple[tuple[str, DeviceCompute], ...]:
@@ -277,7 +266,7 @@ def device_compute_table(entries) -> dict:
 
 
 # a table's key -> the Runtime field it sets (the same name but for the launch gap, in microseconds)
-FIELD_OF_KEY = {**{k: k for k in KEYS}, "kernel_us": "kernel_s"}
+FIELD_OF_KEY = {**{k: k for k in KEYS}, **{k: p.field for k, p in RUNTIME_BY_KEY.items()}}
 
 
 def runtime_changes_table(runtime: Runtime) -> dict:
@@ -289,9 +278,10 @@ def runtime_changes_table(runtime: Runtime) -> dict:
         value = getattr(runtime, field)
         if value == getattr(shipped, field) or value is None:  # None: "as the parameters file says", shipped only
             continue
-        table[key] = (value * 1e6 if key == "kernel_us" else device_compute_table(value) if key == "device_compute"
-                      else list(value) if key == "fitted_devices"
+        table[key] = (RUNTIME_BY_KEY[key].from_si(value) if key in RUNTIME_BY_KEY
+                      else device_compute_table(value) if key == "device_compute"
                       else [{"op": o, "count": n, "activations": a} for o, n, a in value] if key in COLLECTIVE_LISTS
+                      else list(value) if key == "fitted_devices"
                       else value)
     return table
 

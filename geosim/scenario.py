@@ -21,7 +21,7 @@ from geosim.errors import GeosimError, toml_key_line
 from geosim.specs import GPU, Cluster, Host, Link, Model, Shaper, Workload
 from geosim.runtime import check_runtime_name
 from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
-from geosim.fabric.sites import estimate_rtt_ms, find_site
+from geosim.sites import estimate_rtt_ms, find_site
 from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
@@ -46,7 +46,7 @@ MAX_GPUS_PER_HOST = 64
 MAX_GPUS = 65_536
 
 
-def _toml_text(text: str, source: str) -> dict:
+def parse_toml(text: str, source: str) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -71,9 +71,10 @@ def read_text(path: Path) -> str:
         raise GeosimError(f"cannot read ({exc.strerror})", source=str(path)) from None
 
 
-def _read(path: Path) -> tuple[dict, str]:
+def read_toml(path: Path) -> tuple[dict, str]:
+    """A TOML file's document and its text (the text: for the line of a key in an error), or a one-line error."""
     text = read_text(path)
-    return _toml_text(text, str(path)), text
+    return parse_toml(text, str(path)), text
 
 
 def _only_keys(table: dict, allowed: set[str], required: set[str], source: str, prefix: str):
@@ -143,7 +144,7 @@ def _model_from_table(name: str, table, source: str, prefix: str) -> Model:
     return Model(name=name, **values)
 @cache
 def gpu_catalog() -> dict[str, GPU]:
-    doc = _toml_text(resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
+    doc = parse_toml(resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
     raw = {name: _gpu_from_table(name, t, "geosim/data/gpus.toml", f"{name}.") for name, t in doc.items()}
     return {name: _with_power_cap(g, _generation_tflops_per_watt(raw)) for name, g in raw.items()}
 
@@ -169,7 +170,7 @@ CATALOG_ONLY_KEYS = {"aliases", "description"}  # a catalog entry's documentatio
 
 @cache
 def _catalog_doc() -> dict:
-    return _toml_text(resources.files("geosim.data").joinpath("models.toml").read_text(), MODELS_TOML)
+    return parse_toml(resources.files("geosim.data").joinpath("models.toml").read_text(), MODELS_TOML)
 
 
 @cache
@@ -300,7 +301,7 @@ def make_workload(values: dict, source: str = "--workload") -> Workload:
 def load_scenario(name_or_path: str | Path) -> Scenario:
     path = scenario_path(str(name_or_path))
     source = str(path)
-    doc, text = _read(path)
+    doc, text = read_toml(path)
     try:
         return scenario_from_doc(doc, source, path.stem)
     except GeosimError as exc:

@@ -98,7 +98,7 @@ class Link:
     window_bytes: float | None = None
     streams: int | None = None
     step_rtts: float | None = None  # NCCL flow-control round trips per collective step
-    rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.fabric.sites), not measured
+    rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.sites), not measured
     shaper: Shaper | None = None  # a rate-limited link: bandwidth_bps is a token bucket's rate
     loss: float = 0.0  # fraction of segments lost at random (each direction): TCP's response function prices it
     # a path whose rate varies (an iperf profile, a provider's measurements): samples of its bandwidth in bit/s.
@@ -236,6 +236,16 @@ class Params:
     iteration_overhead_s: dict[str, float]
     startup_s: dict[str, float]
     workspace_bytes: float
+    # No default here for a declared number: its one value is the shipped file's, read through its
+    # declaration (geosim/parameters.py); tests/test_params_declared.py holds the code to that.
+    compressed_activation_efficiency: float  # token efficiency factor of a compressed pipeline
+    # the op-level compute model's global constants (geosim/sim/compute.py, docs/reference/params.md)
+    gemm_fraction: float  # attainable fraction of the tensor peak for large GEMMs
+    gemm_half_s: float  # a GEMM of (rate x this) FLOPs runs at half the large-GEMM rate
+    memory_fraction: float  # attainable fraction of the memory bandwidth
+    kernel_s: float  # launch gap per kernel
+    usable_memory_fraction: float  # of a GPU's memory, what JAX's allocator preallocates
+    memory_margin_fraction: float  # within this of the usable memory: "may not fit"
     source: str = "<built-in>"
     fitted_on: tuple[str, ...] = ()
     # (names, matrix): the covariance of the logs of the fitted global parameters, for parameter draws
@@ -248,13 +258,6 @@ class Params:
     # per-message costs, from the file's [transport] table); a model without constants has none
     networks: dict[str, object] = field(default_factory=dict)
     token_efficiency: dict[str, float] = field(default_factory=dict)  # Data's tokens / this technique's
-    compressed_activation_efficiency: float = 0.93  # token efficiency factor of a compressed pipeline
-
-    # the op-level compute model's global constants (geosim/sim/compute.py, docs/reference/params.md)
-    gemm_fraction: float = 0.7  # attainable fraction of the tensor peak for large GEMMs
-    gemm_half_s: float = 20e-6  # a GEMM of (rate x this) FLOPs runs at half the large-GEMM rate
-    memory_fraction: float = 0.8  # attainable fraction of the memory bandwidth
-    kernel_s: float = 5e-6  # launch gap per kernel
     # a GPU generation's own measured constants (geosim/data/params-default.toml [compute.*_by_architecture]);
     # never fitted by `calibrate fit`
     gemm_fraction_by_architecture: dict[str, float] = field(default_factory=dict)
@@ -273,8 +276,6 @@ class Params:
     # the workload's runtime measured (Runtime.applied_to sets it from runtimes.toml's device_compute, e.g.
     # XLA:CPU on live's CPU devices); a device not here runs with the global constants above
     device_compute: dict[str, object] = field(default_factory=dict)
-    usable_memory_fraction: float = 0.9  # of a GPU's memory, what JAX's allocator preallocates
-    memory_margin_fraction: float = 0.1  # within this of the usable memory: "may not fit"
 
     def settings(self, technique: str):
         """The technique's Settings, as the parameters file built them (geosim.params: every technique

@@ -24,6 +24,8 @@ DEFAULT_WARMUP = 2  # a shorter run times what is left after the first step (liv
 
 
 def add_arguments(parser):
+    from geosim.live.train import lowcomm  # plain Python: the options' defaults, from the techniques' Settings
+
     sub = parser.add_subparsers(dest="live_command", metavar="{run,probe,wan,validate}")
     sub.required = True
 
@@ -64,11 +66,18 @@ def add_arguments(parser):
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     low = run.add_argument_group("low-communication techniques (diloco, sparseloco; docs/guide/low-communication.md)")
     low.add_argument("--replicas", type=int, help="replicas (default: one per host; 2 on a single host)")
-    low.add_argument("--inner-steps", type=int, help="H, inner AdamW steps per synchronization (default 10)")
-    low.add_argument("--outer-lr", type=float, help="outer SGD learning rate (default: diloco 0.7, sparseloco 1)")
-    low.add_argument("--outer-momentum", type=float, help="outer Nesterov momentum, 0 for none (default: diloco 0.9, sparseloco 0)")
-    low.add_argument("--topk", type=float, help="sparseloco: fraction of each chunk's values sent (default 0.01)")
-    low.add_argument("--bits", type=int, help="sparseloco: bits per value sent, 1 2 4 8, or 32 unquantized (default 2)")
+    # the defaults shown are the techniques' Settings' (geosim/techniques/diloco.py, sparseloco.py), as live reads them
+    diloco, sparse = lowcomm.defaults("diloco"), lowcomm.defaults("sparseloco")
+    low.add_argument("--inner-steps", type=int, help="H, inner AdamW steps per synchronization "
+                                                     f"(default {diloco['inner_steps']}, a live run's)")
+    low.add_argument("--outer-lr", type=float, help=f"outer SGD learning rate (default: diloco {diloco['outer_lr']:g}, "
+                                                    f"sparseloco {sparse['outer_lr']:g})")
+    low.add_argument("--outer-momentum", type=float, help="outer Nesterov momentum, 0 for none (default: diloco "
+                                                          f"{diloco['outer_momentum']:g}, sparseloco {sparse['outer_momentum']:g})")
+    low.add_argument("--topk", dest="topk_fraction", type=float,
+                     help=f"sparseloco: fraction of each chunk's values sent (default {sparse['topk_fraction']:g})")
+    low.add_argument("--bits", type=int, help="sparseloco: bits per value sent, 1 2 4 8, or 32 unquantized "
+                                              f"(default {sparse['bits']})")
     low.add_argument("--loss-curve-out", metavar="CURVES.jsonl",
                      help="append the loss-vs-tokens curve (any technique), for geosim predict --loss-curves")
     low.add_argument("--loss-curve-window", type=int,

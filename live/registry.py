@@ -8,12 +8,15 @@ imports neither jax nor the live implementations: the command line lists them be
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from types import ModuleType
 
 from geosim.errors import GeosimError
 from geosim.techniques import is_low_communication, technique_names
 
 IMPLEMENTATIONS = Path(__file__).resolve().parent / "train" / "techniques"
+PACKAGE = "geosim.live.train.techniques"  # IMPLEMENTATIONS, as the installed package names it
 
 
 def live_techniques() -> list[str]:
@@ -29,6 +32,11 @@ def synchronous() -> tuple[str, ...]:
 def low_communication() -> tuple[str, ...]:
     """The live techniques that train locally and synchronize every H steps (they take options)."""
     return tuple(n for n in live_techniques() if is_low_communication(n))
+
+
+def live_module(name: str) -> ModuleType:
+    """A live technique's implementation (it imports jax): the one place its module path is built."""
+    return importlib.import_module(f"{PACKAGE}.{check_live(name)}")
 
 
 def check_live(name: str, key: str = "--technique") -> str:

@@ -11,6 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # calibrate/, live/ and scenarios/ install as geosim.calibrate, geosim.live, geosim.scenarios
@@ -86,3 +87,46 @@ def assert_same_run(full, reduced) -> None:
     assert reduced.overhead_s == full.overhead_s
     assert reduced.bytes_sent == full.bytes_sent
     assert reduced.transfers == full.transfers
+
+
+# A toy technique, one file added to the registry for a test (tests/test_layout.py, tests/test_golden.py):
+# what a new technique is, and what every command must take with no other file touched.
+TOY = '''
+"""A toy technique: Data's schedule with a tunable per-iteration pause."""
+from dataclasses import dataclass, replace
+
+from geosim.sim.schedule import Compute
+from geosim.techniques import data
+from geosim.techniques._settings import tunable
+
+NAME = "toy"
+DESCRIPTION = "data parallel plus a pause"
+
+
+@dataclass(frozen=True)
+class Settings:
+    pause_s: float = tunable(0.5, "seconds of pause per iteration", low=0.0, high=60.0, fit=(0.01, 60.0), unit="s",
+                             source="a toy")
+
+
+def build(case, settings):
+    schedule = data.build(case, case.params.settings("data"))
+    pause = Compute(0.0, "pause", kind="overhead", seconds=settings.pause_s)
+    schedule.programs = {r: list(p) + [pause] for r, p in schedule.programs.items()}
+    schedule.technique = NAME
+    return schedule
+'''
+
+
+@pytest.fixture
+def toy_technique(tmp_path):
+    import textwrap
+
+    import geosim.techniques as techniques
+
+    (tmp_path / "toy.py").write_text(textwrap.dedent(TOY))
+    techniques.__path__.append(str(tmp_path))
+    techniques.refresh()
+    yield "toy"
+    techniques.__path__.remove(str(tmp_path))
+    techniques.refresh()

@@ -1,4 +1,4 @@
-"""Collectives timed by arithmetic (geosim/sim/network/exclusive.py) against every step run as
+"""Collectives timed by arithmetic (geosim/sim/network/_exclusive.py) against every step run as
 events: on random clusters, symmetric and not, with ranks arriving apart, connections going
 idle and windows growing, the same times to the last bit, the same bytes and transfers."""
 

@@ -59,12 +59,12 @@ out["one"] = {"data": dl, "diloco": al, "max_param_diff": float(np.abs(flat(ds[0
 # 2. SparseLoCo, topk 1, unquantized == DiLoCo (AdamW inside, H=2, outer Nesterov)
 kw = dict(inner_steps=2, outer_lr=0.7, outer_momentum=0.9)
 b = DiLoCo(Setup(cfg, optimizer(3e-3), 8), **kw); bs, bl = train(b, 4)
-c = SparseLoCo(Setup(cfg, optimizer(3e-3), 8), topk=1.0, bits=32, **kw); cs, cl = train(c, 4)
+c = SparseLoCo(Setup(cfg, optimizer(3e-3), 8), topk_fraction=1.0, bits=32, **kw); cs, cl = train(c, 4)
 out["two"] = {"diloco": bl, "sparseloco": cl, "max_param_diff": float(np.abs(flat(bs[2]) - flat(cs[2])).max()),
               "param_scale": float(np.abs(flat(bs[2])).max()), "error_abs_max": float(np.abs(np.asarray(cs[4])).max())}
 
 # 3. error feedback through a real run: 2-bit, top 1/64, outer SGD lr 1 without momentum
-t = SparseLoCo(Setup(cfg, optimizer(3e-3), 8), inner_steps=2, topk=1 / 64, bits=2, outer_lr=1.0, outer_momentum=0.0,
+t = SparseLoCo(Setup(cfg, optimizer(3e-3), 8), inner_steps=2, topk_fraction=1 / 64, bits=2, outer_lr=1.0, outer_momentum=0.0,
                chunk=1024)
 state = t.init(init_params(cfg, seed=0))
 checks = []

@@ -124,7 +124,7 @@ def test_child_argv_binds_gloo_to_the_namespace_interface():
         assert part in text
     assert "--epochs" not in text  # None options are left out
     # the low-communication options travel as arguments, the same on every process
-    argv = wan_runs.child_argv(Options(technique="sparseloco", steps=5, lowcomm={"inner_steps": 4, "topk": 0.05}),
+    argv = wan_runs.child_argv(Options(technique="sparseloco", steps=5, lowcomm={"inner_steps": 4, "topk_fraction": 0.05}),
                                coordinator="10.213.0.1:7000", num_processes=2, process_id=0, cpu_devices=1,
                                interface="wan0")
     assert "--inner-steps 4" in " ".join(argv) and "--topk 0.05" in " ".join(argv)

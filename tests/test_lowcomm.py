@@ -310,3 +310,28 @@ def test_a_hybrid_site_that_cannot_hold_a_replica_joins_the_pipeline():
     assert 0 < plan_floor_s("hybrid", case, tuple(h.name for h in hosts), workload, {"replica_per": "site"}) <= p.total_time_s
     with pytest.raises(GeosimError, match="replica_per"):
         replica_layout(cluster, model, workload, PARAMS, 8.0, None, "rack")
+
+
+def test_live_reads_each_techniques_own_settings():
+    """One settings class per technique: a live run's options are the Settings' fields, with their names
+    and defaults, but where the Settings' LIVE_DEFAULTS give live's own (with the reason beside them)."""
+    import dataclasses
+
+    from geosim.live.registry import low_communication
+    from geosim.live.train import lowcomm
+    from geosim.techniques import settings_class
+
+    assert low_communication()  # diloco and sparseloco run live
+    for name in low_communication():
+        cls = settings_class(name)
+        declared = {f.name: f.default for f in dataclasses.fields(cls)}
+        live = lowcomm.effective(name)
+        own = getattr(cls, "LIVE_DEFAULTS", {})
+        assert set(live) - {"chunk"} <= set(declared), name  # no option of live's own
+        assert {k: v for k, v in live.items() if k in declared and k not in own} == {
+            k: declared[k] for k in live if k in declared and k not in own}, name
+        assert all(live[k] == v for k, v in own.items()), name
+        if "index_bits" in declared:  # a sparse sync's chunk: what its index bits address
+            assert live["chunk"] == 2 ** declared["index_bits"]
+    # an old record's name for the top-k fraction still reads
+    assert lowcomm.effective("sparseloco", {"topk": 0.05})["topk_fraction"] == 0.05

@@ -1,6 +1,6 @@
 """The low-communication techniques' replicas, each under its own tags (geosim/techniques/_lowcomm.py),
 and what that lets the engine do: collectives timed by arithmetic where every hop has one sender
-(geosim/sim/network/exclusive.py), with the same answers as every step run as events.
+(geosim/sim/network/_exclusive.py), with the same answers as every step run as events.
 
 Tags are names the engine matches within a group: two replicas' all-reduces under one tag were one
 collective of twice the ranks to the held-collective machinery, which the one-sender proof
@@ -20,7 +20,7 @@ from geosim.case import Case
 from geosim.params import default_params
 from geosim.scenario import get_model, gpu_catalog
 from geosim.sim.engine import run_schedule
-from geosim.sim.network.exclusive import SharedTag, sender_pairs
+from geosim.sim.network._exclusive import SharedTag, sender_pairs
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Collective, Repeat
 from geosim.specs import Cluster, Host, Link, Workload

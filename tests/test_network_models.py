@@ -18,7 +18,7 @@ from geosim.scenario import gpu_catalog
 from geosim.sim import collectives
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import CountingNetwork, NetworkModel
-from geosim.sim.network import exclusive
+from geosim.sim.network import _exclusive as exclusive
 from geosim.sim.network.alphabeta import AlphaBetaNetwork
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import TCPNetwork

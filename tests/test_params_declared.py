@@ -96,10 +96,13 @@ def test_the_reference_page_is_what_the_declaration_writes():
         import write_params_reference as writer
     finally:
         sys.path.remove(str(ROOT / "tools"))
+    for page in writer.PAGES:  # params.md's tables and runtimes.md's
+        assert writer.render(page.read_text()) == page.read_text(), f"{page.name} is stale: python tools/write_params_reference.py"
     text = writer.PAGE.read_text()
-    assert writer.render(text) == text, "docs/reference/params.md is stale: python tools/write_params_reference.py"
     for p in ALL_SCALARS:  # a network model's rows too
         assert f"| `{p.key}` | {p.unit} |" in text
+    runtimes = writer.RUNTIMES_PAGE.read_text()
+    assert all(f"| `{p.key}` | {p.unit} |" in runtimes for p in parameters.RUNTIME_NUMBERS)
     for technique, leaf in setting_keys():
         assert f"| `{technique}.{leaf}` |" in text
 
@@ -131,3 +134,79 @@ def test_a_technique_the_file_does_not_name_costs_what_a_typical_one_does():
     assert fitted.for_technique("iteration_overhead_s", "new") == 0.3
     empty = replace(params, iteration_overhead_s={})
     assert empty.for_technique("iteration_overhead_s", "new") == parameters.TABLE_BY_KEY["overhead.iteration_s"].missing
+
+
+def test_every_shipped_runtime_value_is_declared_and_in_its_range():
+    """runtimes.toml's numbers and device constants against their one declaration (geosim/parameters.py)."""
+    from geosim.runtime import KEYS
+
+    runtimes = tomllib.loads((ROOT / "geosim" / "data" / "runtimes.toml").read_text())
+    device = {p.key: p for p in parameters.DEVICE_COMPUTE}
+    outside = []
+    for name, table in runtimes.items():
+        assert set(table) <= KEYS, name
+        for key, value in table.items():
+            if key in parameters.RUNTIME_BY_KEY and not parameters.RUNTIME_BY_KEY[key].inside(value):
+                outside.append(f"{name}.{key} = {value}")
+            for gpu, constants in (table.get("device_compute") or {}).items() if key == "device_compute" else ():
+                outside += [f"{name}.device_compute.{gpu}.{k} = {v}" for k, v in constants.items() if not device[k].inside(v)]
+    assert outside == []
+    for p in (*parameters.RUNTIME_NUMBERS, *parameters.DEVICE_COMPUTE):
+        assert p.fit is None or p.range[0] <= p.fit[0] <= p.fit[1] <= p.range[1], p.key
+
+
+# Modules (or a module's one name) that still write a default of their own for a declared number, and why.
+OWN_DEFAULTS = {
+    "geosim/sim/compute.py": "compute.Efficiency's field defaults: the lead merges it with specs.DeviceCompute (issue 33)",
+    "live/wan/agent.py:streams": "the probe's parallel connections, a measurement's choice, not the TCP model's streams",
+}
+
+
+def declared_fields() -> set[str]:
+    return {p.field for p in (*ALL_SCALARS, *parameters.RUNTIME_NUMBERS, *parameters.DEVICE_COMPUTE)
+            if p.unit != parameters.FLAG}
+
+
+def literal_defaults(tree, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every `name: T = 0.7` in a class body and `def f(name=0.7)` for a declared name."""
+    import ast
+
+    def literal(node) -> bool:  # a number other than 0 (0: "none of this cost", not a chosen value)
+        if isinstance(node, ast.UnaryOp):
+            node = node.operand
+        return (isinstance(node, ast.Constant) and isinstance(node.value, (int, float))
+                and not isinstance(node.value, bool) and node.value != 0)
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            found += [(s.lineno, s.target.id) for s in node.body if isinstance(s, ast.AnnAssign)
+                      and isinstance(s.target, ast.Name) and s.target.id in names and s.value is not None
+                      and literal(s.value)]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            positional = [*args.posonlyargs, *args.args]
+            pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+            found += [(d.lineno, a.arg) for a, d in pairs if a.arg in names and literal(d)]
+    return found
+
+
+def test_no_module_writes_a_literal_default_for_a_declared_number():
+    """A declared number's value is the shipped file's (or, for a runtime's, its declared value where absent):
+    no dataclass field or function parameter of the same name carries a number of its own."""
+    import ast
+
+    names = declared_fields()
+    offenders = []
+    for folder in ("geosim", "calibrate", "live"):
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel == "geosim/parameters.py" or rel in OWN_DEFAULTS:
+                continue
+            offenders += [f"{rel}:{line}: {name}" for line, name in literal_defaults(ast.parse(path.read_text()), names)
+                          if f"{rel}:{name}" not in OWN_DEFAULTS]
+    assert offenders == []
+    # the check finds what it is for
+    assert literal_defaults(ast.parse("class A:\n    gemm_fraction: float = 0.7\n"), names) == [(2, "gemm_fraction")]
+    assert literal_defaults(ast.parse("def f(x, kernel_s=5e-6):\n    pass\n"), names) == [(1, "kernel_s")]

@@ -8,7 +8,7 @@ import pytest
 from geosim.cli.sweep import add_arguments, build_grid
 from geosim.errors import GeosimError
 from geosim.scale import make_cluster, scale_scenario
-from geosim.techniques import technique_names
+from geosim.techniques import default_techniques, technique_names
 from geosim.studies.sweep.grid import Grid, parse_assignment, parse_values, point_key
 
 

@@ -1,4 +1,4 @@
-"""Routes without networkx (geosim/sim/network/topology.py): the path it finds between every two hosts
+"""Routes without networkx (geosim/sim/network/_topology.py): the path it finds between every two hosts
 is the one networkx's shortest-path search found before, on random slices full of tied paths."""
 
 import random
@@ -7,7 +7,7 @@ import networkx as nx
 
 from geosim.params import default_params
 from geosim.scenario import gpu_catalog
-from geosim.sim.network.topology import TIE_BREAK_S, Topology
+from geosim.sim.network._topology import TIE_BREAK_S, Topology
 from geosim.specs import Cluster, Host, Link
 from geosim.techniques._base import devices_of
 

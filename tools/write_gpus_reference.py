@@ -33,7 +33,7 @@ def gpu_table() -> str:
     from geosim.params import load_params
     from geosim.sim.compute import sustained_tensor_tflops
 
-    raw = tomllib.loads((ROOT / "geosim" / "data" / "gpus.toml").read_text())
+    raw = tomllib.loads((ROOT / "geosim/data/gpus.toml").read_text())
     from geosim.scenario import gpu_catalog
 
     from geosim.runtime import shipped_runtimes

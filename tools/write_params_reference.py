@@ -1,6 +1,6 @@
 """Write the generated tables of docs/reference/params.md from the parameters' one declaration.
 
-    python tools/write_params_reference.py            # rewrite the tables in docs/reference/params.md
+    python tools/write_params_reference.py            # rewrite the tables in docs/reference/params.md and runtimes.md
     python tools/write_params_reference.py --check    # exit 1 if they are out of date (tests/test_params_declared.py)
 
 The simulator-wide parameters come from geosim/parameters.py (with the shipped values of
@@ -23,6 +23,8 @@ sys.path.insert(0, str(ROOT))  # this checkout's geosim, not an installed one
 from _generated import write_or_check  # noqa: E402 (tools/_generated.py)
 
 PAGE = ROOT / "docs" / "reference" / "params.md"
+RUNTIMES_PAGE = ROOT / "docs" / "reference" / "runtimes.md"  # its table of a runtime's keys (geosim.parameters)
+PAGES = (PAGE, RUNTIMES_PAGE)
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
@@ -34,7 +36,7 @@ def tables() -> dict[str, str]:
     shipped = _flatten(tomllib.loads((ROOT / "geosim" / "data" / "params-default.toml").read_text()))
     network = tuple(p for _, declared, _ in network_parameters().values() for p in declared)
     return {"parameters": parameters.reference_table(shipped), "techniques": techniques.reference_table(),
-            "network": parameters.reference_table(shipped, network, ())}
+            "network": parameters.reference_table(shipped, network, ()), "runtime": parameters.runtime_reference_table()}
 
 
 def render(text: str) -> str:
@@ -43,7 +45,7 @@ def render(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    return write_or_check(PAGE, render(PAGE.read_text()), argv, "write_params_reference.py")[0]
+    return max(write_or_check(page, render(page.read_text()), argv, "write_params_reference.py")[0] for page in PAGES)
 
 
 if __name__ == "__main__":

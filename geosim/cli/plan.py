@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from geosim.case import Case
 from geosim.cli.common import (Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
                                add_workload_arguments, fmt_duration, chosen_techniques, load_case, load_params_arg, print_json,
@@ -15,6 +17,11 @@ from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA
 from geosim.techniques import add_plan_arguments, plan_choices
 from geosim.units import parse_numbers
+
+# Wings above the core (fabric/) add their own ways to plan under this entry-point group (pyproject.toml): a
+# module with add_arguments(parser), wanted(args) -> bool and run(args, params, deadline_s, techniques) -> int.
+# The core names none of them, as geosim.cli names no plugin command.
+EXTENSION_GROUP = "geosim.plan_extensions"
 
 HELP = "rank every feasible option (technique x VMs x microbatches x layer split) and compare with Algorithm 1"
 
@@ -37,18 +44,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--draws", type=int, metavar="N",
                         help="re-rank the best options under N parameter draws from the fit's covariance and say "
                              "how often the best one wins")
-    fabric = parser.add_argument_group("choosing FABRIC sites (instead of --scenario; docs/guide/fabric.md)")
-    fabric.add_argument("--sites", metavar="SITE,SITE,...|all",
-                        help="rank every slice these FABRIC sites allow (site pairs x GPU models) by the planner's "
-                             "best option on it; 'all': every site whose GPUs are known")
-    fabric.add_argument("--gpu", help="with --sites: only this GPU model (RTX6000, T4, A30, A40)")
-    fabric.add_argument("--host-count", dest="vms", type=int, default=2,
-                        help="with --sites: VMs per slice (default: %(default)s)")
-    fabric.add_argument("--gpus-per-host", dest="gpus_per_vm", type=int, default=2,
-                        help="with --sites: GPUs per VM (default: %(default)s, as in the study)")
-    add_renamed(fabric, "--vms", "--host-count", dest="vms", type=int)
-    add_renamed(fabric, "--gpus-per-vm", "--gpus-per-host", dest="gpus_per_vm", type=int)
+    for extension in plan_extensions():  # a wing's own way to plan (FABRIC's: --sites)
+        extension.add_arguments(parser)
     add_json_argument(parser)
+
+
+@cache
+def plan_extensions() -> tuple:
+    from importlib.metadata import entry_points  # 25 ms: only when plan runs or lists its flags
+
+    return tuple(ep.load() for ep in sorted(entry_points(group=EXTENSION_GROUP), key=lambda ep: ep.name))
 
 
 def run(args) -> int:
@@ -63,10 +68,9 @@ def run(args) -> int:
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
     techniques = chosen_techniques(args.technique)
     params = load_params_arg(args)
-    if args.sites:
-        from geosim.fabric.choose_command import run_sites
-
-        return run_sites(args, params, deadline, techniques)
+    for extension in plan_extensions():
+        if extension.wanted(args):
+            return extension.run(args, params, deadline, techniques)
     docs = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)

@@ -133,7 +133,7 @@ def _run(args) -> int:
                          "why_algorithm1_differs": plan.why_algorithm1_differs(),
                          "verdict_notes": notes,
                          "runtime_differences": runtime_differences(runtime_of(c.workload, c.params), c.params),
-                         # which RTTs are estimates (geosim.fabric.sites), not measurements
+                         # which RTTs are estimates (geosim.sites), not measurements
                          **({"estimated_rtts": estimated} if estimated else {}),
                          "predictions": [r.to_dict() | _target_fields(r, targets)
                                          | ({"total_time_range_s": ranges[id(r)]} if ranges else {}) for r in rows]})

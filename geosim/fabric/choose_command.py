@@ -1,4 +1,7 @@
-"""`geosim plan --sites ...`: which FABRIC sites to ask for (geosim.fabric.choose), printed or as JSON."""
+"""`geosim plan --sites ...`: which FABRIC sites to ask for (geosim.fabric.choose), printed or as JSON.
+
+The plan command finds this module through the entry-point group geosim.plan_extensions
+(pyproject.toml): the fabric wing adds its flags to plan, the core imports nothing of it."""
 
 from __future__ import annotations
 
@@ -8,11 +11,30 @@ import sys
 from geosim.cli.common import fmt_duration, workload_overrides
 from geosim.errors import GeosimError
 from geosim.fabric.choose import DEFAULT_BANDWIDTH_GBPS, rank_sites, resolve_sites
-from geosim.fabric.sites import rtt_model
+from geosim.sites import rtt_model
+from geosim.cli.vocabulary import add_renamed
 from geosim.scenario import get_model, make_workload
 
 
-def run_sites(args, params, deadline_s, techniques) -> int:
+def add_arguments(parser) -> None:
+    fabric = parser.add_argument_group("choosing FABRIC sites (instead of --scenario; docs/guide/fabric.md)")
+    fabric.add_argument("--sites", metavar="SITE,SITE,...|all",
+                        help="rank every slice these FABRIC sites allow (site pairs x GPU models) by the planner's "
+                             "best option on it; 'all': every site whose GPUs are known")
+    fabric.add_argument("--gpu", help="with --sites: only this GPU model (RTX6000, T4, A30, A40)")
+    fabric.add_argument("--host-count", dest="vms", type=int, default=2,
+                        help="with --sites: VMs per slice (default: %(default)s)")
+    fabric.add_argument("--gpus-per-host", dest="gpus_per_vm", type=int, default=2,
+                        help="with --sites: GPUs per VM (default: %(default)s, as in the study)")
+    add_renamed(fabric, "--vms", "--host-count", dest="vms", type=int)
+    add_renamed(fabric, "--gpus-per-vm", "--gpus-per-host", dest="gpus_per_vm", type=int)
+
+
+def wanted(args) -> bool:
+    return bool(args.sites)
+
+
+def run(args, params, deadline_s, techniques) -> int:
     for flag, value in (("--scenario", args.scenario), ("--rtt-ms", args.rtt_ms), ("--records", args.records),
                         ("--sweep-rtt", args.sweep_rtt)):
         if value:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from geosim.errors import GeosimError, require
-from geosim.fabric.sites import GPU_COMPONENT, get_site, network_service
+from geosim.sites import GPU_COMPONENT, get_site, network_service
 from geosim.scenario import get_model, load_scenario
 from geosim.specs import Model
 

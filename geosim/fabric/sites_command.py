@@ -6,7 +6,7 @@ import json
 import sys
 
 from geosim.cli.common import add_json_argument
-from geosim.fabric.sites import COMPONENT_GPU, estimate_rtt_ms, get_site, gpu_component, rtt_model, site_catalog, sources
+from geosim.sites import COMPONENT_GPU, estimate_rtt_ms, get_site, gpu_component, rtt_model, site_catalog, sources
 
 HELP = "list FABRIC's sites (city, coordinates, GPU components) and the RTTs estimated between them"
 

@@ -192,10 +192,9 @@ class EngineRun:
             self.is_representative = lambda rank: rank % found.segment < found.shift
             self.events -= len(schedule.programs) - len(ranks)
         # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
-        self.loop = (env, env.timeout, env.event, env.succeed, self.mailbox, self.mailbox.pop, net.send,
-                     getattr(net, "send_at", None), net.collective_ops, net.may_shortcut, net.may_precompute,
-                     self.compute_seconds, self.compute_seconds.per_rank, self.deliver, self.trace_rows,
-                     self.canonical, self.copies)
+        self.loop = (env, env.timeout, env.event, self.mailbox, self.mailbox.pop, net.send, getattr(net, "send_at", None),
+                     self.deliver, self.canonical, self.barrier(), self.compute_time(), self.compute_seconds.per_rank,
+                     self.trace_rows, net.collective_ops, net.may_shortcut, net.may_precompute)
         for rank in ranks:
             env.process(self.gpu(rank))
         env.run()
@@ -304,22 +303,56 @@ class EngineRun:
             del gathering[key]
         return state.done
 
+    def barrier(self):
+        """barrier(step, ctx): a rank reaches a Barrier (a program's own, or a collective's where
+        communication is free); returns the event it waits on. A closure over the run's state (a local
+        is read faster than an attribute)."""
+        event, succeed, barriers, copies = self.env.event, self.env.succeed, self.barriers, self.copies
+
+        def barrier(step, ctx):
+            key = (step.tag, ctx)
+            waiting = barriers.get(key)
+            if waiting is None:
+                self.events += 1
+                waiting = barriers[key] = _Waiting(event())
+            waiting.arrived += 1
+            if waiting.arrived == step.size // copies:
+                del barriers[key]
+                succeed(waiting.released)
+            return waiting.released
+
+        return barrier
+
+    def compute_time(self):
+        """compute_time(rank, op, times): a Compute op's seconds and the account they go to (overhead or
+        compute, per iteration); times: the rank's table of compute times (compute_timer's), read there
+        rather than through a call per op. A closure, as point_to_point's are."""
+        overhead, compute, compute_seconds = self.overhead, self.compute, self.compute_seconds
+
+        def compute_time(rank, op, times) -> tuple[float, list]:
+            if op.kind == "overhead":
+                return op.seconds, overhead
+            hit = times.get(id(op.work)) if times is not None and op.work is not None else None
+            return (hit[0] if hit is not None else compute_seconds(rank, op)), compute
+
+        return compute_time
+
     def run_ops(self, rank, ops, ctx, it):
-        """Walk ops in order, a Repeat block through run_repeat. A nested generator per block costs
-        a few percent at most against a flat walk: CPython passes a resumption down a `yield from`
-        chain in C, and Shard nests three deep at most (docs/results/2026-11-24-speed.md)."""
-        (env, timeout, event, succeed, mailbox, pop, send, send_at, collective_ops, may_shortcut, may_precompute,
-         compute_seconds, per_rank, deliver, trace_rows, canonical, copies) = self.loop
-        # the rank's compute times, read here rather than through a call per op (compute_timer's table)
-        times = per_rank.get(rank)
+        """Walk ops in order: a Compute by compute_time, a Repeat block through run_repeat, and every
+        point-to-point step (a program's own Send, Recv, Barrier, or the steps a collective becomes) in one
+        loop, where Send and Recv are written once. They stay inline there, not behind a call: they are most
+        of a run's events, and a call each cost 4% on the median case of bench_engine_scale, up to 20% on
+        DiLoCo's (docs/results/2026-11-27-house.md).
+        A nested generator per block costs a few percent at most against a flat walk: CPython passes a
+        resumption down a `yield from` chain in C, and Shard nests three deep at most
+        (docs/results/2026-11-24-speed.md)."""
+        (env, timeout, event, mailbox, pop, send, send_at, deliver, canonical, barrier, compute_time, times,
+         trace_rows, collective_ops, may_shortcut, may_precompute) = self.loop
+        times = times.get(rank)
         for op in ops:
             kind = type(op)
             if kind is Compute:
-                if op.kind == "overhead":
-                    seconds, spent = op.seconds, self.overhead
-                else:
-                    hit = times.get(id(op.work)) if times is not None and op.work is not None else None
-                    seconds, spent = (hit[0] if hit is not None else compute_seconds(rank, op)), self.compute
+                seconds, spent = compute_time(rank, op, times)
                 start = env.now
                 if seconds > 0:
                     self.events += 1
@@ -328,51 +361,20 @@ class EngineRun:
                 if trace_rows is not None:
                     trace_rows.append(("gpu", rank, op.label, start, env.now, op.flops))
                 continue
-            # A program's own Send and Recv run here, and the same ops as a collective's steps run in
-            # the loop below: written twice, because the program's are a pipeline's every message
-            if kind is Send:
-                key = (rank, op.dst, op.tag, ctx) if canonical is None else (*canonical(rank, op.dst), op.tag, ctx)
-                if send_at is None:
-                    delay = send(rank, op.dst, op.nbytes, op.p2p, op.tag[0])
-                else:  # send() written out: the arrival less now, the same arithmetic
-                    now = env.now
-                    delay = send_at(rank, op.dst, op.nbytes, op.p2p, op.tag[0], now) - now
-                waiting = pop(key, None)
-                self.events += 1
-                if waiting is None:
-                    mailbox[key] = timeout(delay)
-                else:
-                    timeout(delay, waiting).callbacks.append(deliver)
-                continue
-            if kind is Recv:
-                key = (op.src, rank, op.tag, ctx)
-                arrived = pop(key, None)
-                if arrived is None:
-                    self.events += 1
-                    arrived = mailbox[key] = event()
-                    yield arrived
-                elif arrived.callbacks is not None:
-                    yield arrived
-                continue
-            if kind is Collective:
-                start = env.now
-                if may_precompute(op):
-                    yield self.hold(op, ctx, rank)  # the network timed it whole
-                    steps = ()
-                elif may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
-                    yield done
-                    steps = ()
-                else:
-                    steps = collective_ops(op, rank)
-            elif kind is Barrier:
-                steps, start = (op,), None
-            elif kind is Repeat:
+            if kind is Repeat:
                 yield from self.run_repeat(rank, op, ctx, it)
                 continue
+            start = env.now
+            if kind is not Collective:  # a program's own Send, Recv or Barrier: a pipeline's messages
+                steps = (op,)
+            elif may_precompute(op):
+                yield self.hold(op, ctx, rank)  # the network timed it whole
+                steps = ()
+            elif may_shortcut(op) and (done := (yield from self.shortcut(op, ctx))) is not None:
+                yield done  # every rank arrived at once: the network timed it whole
+                steps = ()
             else:
-                raise TypeError(f"unknown op {op!r}")
-            # point-to-point steps (or a barrier): a collective's, or the program's own op. They run
-            # here rather than in a nested generator: a collective's steps are most of a run's events
+                steps = collective_ops(op, rank)
             for step in steps:
                 step_kind = type(step)
                 if step_kind is Send:
@@ -381,7 +383,7 @@ class EngineRun:
                         *canonical(rank, step.dst), step.tag, ctx)
                     if send_at is None:
                         delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
-                    else:
+                    else:  # send() written out: the arrival less now, the same arithmetic
                         now = env.now
                         delay = send_at(rank, step.dst, step.nbytes, step.p2p, step.tag[0], now) - now
                     waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
@@ -400,18 +402,9 @@ class EngineRun:
                     elif arrived.callbacks is not None:  # not yet arrived
                         yield arrived
                 elif step_kind is Barrier:
-                    key = (step.tag, ctx)
-                    waiting = self.barriers.get(key)
-                    if waiting is None:
-                        self.events += 1
-                        waiting = self.barriers[key] = _Waiting(event())
-                    waiting.arrived += 1
-                    if waiting.arrived == step.size // copies:
-                        del self.barriers[key]
-                        succeed(waiting.released)
-                    yield waiting.released
+                    yield barrier(step, ctx)
                 else:
-                    raise TypeError(f"unknown step {step!r}")
+                    raise TypeError(f"unknown op {step!r}")
             if trace_rows is not None and kind is Collective:
                 trace_rows.append(("coll", rank, op.label or op.op, start, env.now, op.nbytes))
 

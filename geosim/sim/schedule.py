@@ -30,6 +30,12 @@ class Compute(NamedTuple):
     work: object = None  # geosim.sim.compute.Work: what the op-level compute model times
 
 
+# In an op's tag, the item after this one names a host: a technique that tags ops by host writes it
+# (geosim/techniques/_lowcomm.py: each replica's ops), and a symmetry renames that host with the ranks
+# (geosim/sim/symmetry.py). Part of the schedule's vocabulary, so neither names the other.
+HOST_IN_TAG = "replica"
+
+
 class Send(NamedTuple):
     """Non-blocking: the sender goes on while the bytes travel."""
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from geosim.sim import collectives
-from geosim.sim.schedule import Collective, Compute, Recv, Repeat, Schedule, Send
+from geosim.sim.schedule import HOST_IN_TAG, Collective, Compute, Recv, Repeat, Schedule, Send
 
 
 @dataclass(frozen=True)
@@ -103,9 +103,6 @@ def _same_devices(devices, symmetry: Symmetry) -> dict[str, str] | None:
         if other.gpu != d.gpu or host_of.setdefault(d.host, other.host) != other.host:
             return None
     return host_of if len(set(host_of.values())) == len(host_of) else None
-
-
-HOST_IN_TAG = "replica"  # a tag item naming a host follows this one (geosim/techniques/_lowcomm.py)
 
 
 def _renamer(host_image: dict[str, str]):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.errors import GeosimError
-from geosim.sim.schedule import Collective, Compute, Device, Recv, Repeat, Schedule, Send
+from geosim.sim.schedule import HOST_IN_TAG, Collective, Compute, Device, Recv, Repeat, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques import data as data_technique, pipeshard as pipeshard_technique
 from geosim.techniques._base import devices_of, overhead_op, require_divisible
@@ -102,7 +102,7 @@ def build_replica(cluster: Cluster, hosts: tuple[str, ...], kind: str, model: Mo
 
 def replica_name(hosts: tuple[str, ...]) -> tuple:
     """What a replica's tags end with: its first host (each host is in one replica at most)."""
-    return ("replica", hosts[0])
+    return (HOST_IN_TAG, hosts[0])
 
 
 # _remap makes ops field by field: a field added to an op must be added there too

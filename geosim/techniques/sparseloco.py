@@ -20,6 +20,7 @@ Settings: see below (defaults: the params file's [sparseloco]); replicas is per 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from geosim.sim.schedule import Schedule
 from geosim.case import Case
@@ -50,7 +51,16 @@ class Settings:
                                    unit="bits", source="Sarfi et al. 2025's 4096-value chunks")
     error_feedback: bool = tunable(True, "keep an fp32 error-feedback buffer (4 bytes/param)", unit="flag",
                                    source="Sarfi et al. 2025")
+    # the outer step: SparseLoCo's paper applies the replicas' average (lr 1, no momentum); live runs train with
+    # these (live/train/techniques/sparseloco.py), the simulated time does not depend on them
+    outer_lr: float = tunable(1.0, "outer SGD learning rate (live runs)", low=1e-6, high=10.0, unit="factor",
+                              source="Sarfi et al. 2025")
+    outer_momentum: float = tunable(0.0, "outer Nesterov momentum, 0 for plain SGD (live runs)", low=0.0, high=0.999,
+                                    unit="fraction", source="Sarfi et al. 2025")
     replicas: tuple | None = option(None, "host names of each replica (default: one replica per host)")
+    # Live's default where it differs, and why: a live run on CPU devices trains a few hundred steps, so H = 100
+    # would synchronize once or twice a run and its loss curve would show little of the technique
+    LIVE_DEFAULTS: ClassVar[dict] = {"inner_steps": 10}
 
 
 def payload_bytes(parameters: float, s: Settings) -> float:

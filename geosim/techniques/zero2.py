@@ -16,9 +16,10 @@ Data's bytes: 2.5x at m = 4, as Table II's communication times show."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from geosim.runtime import runtime_of
+from geosim.techniques.data import jax_placement as data_placement
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Repeat, Schedule
 from geosim.case import Case
@@ -83,10 +84,6 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
 def jax_placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
     """live's ZeRO-2 step (live/train/techniques/zero2.py): Data's placement with Adam's moments and the
     gradient sum as 1/n flat shards."""
-    from dataclasses import replace
-
-    from geosim.techniques.data import jax_placement as data_placement
-
     shard = model.num_params / devices
     return replace(data_placement(model, global_batch, microbatches, devices), grads_held=shard, optimizer_held=shard,
                    tree_accumulator=False)

@@ -106,10 +106,11 @@ def measure_steps(cases: list[list[str]], steps: int, records_out: str | None, l
     from geosim.live.train.loop import Options, run
     from geosim.live.train.record import build_record
     from geosim.records import append_records
+    from geosim.techniques import data as data_parallel  # one device: the plainest step live runs
 
     records = []
     for model, batch, precision in cases:
-        opts = Options(technique="data", model=model, steps=steps, batch=int(batch),
+        opts = Options(technique=data_parallel.NAME, model=model, steps=steps, batch=int(batch),
                        precision=_precision(precision, "--cases"), data="generated", tokenizer="bytes")
         log(f"live step: {model}, batch {batch}, {precision}")
         result = run(opts, log=log)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from geosim.case import Case
 from geosim.live.experiments.rate_runs import per_iteration
 from geosim.params import load_params
+from geosim.parameters import RUNTIME_BY_KEY
 from geosim.runtime import shipped_runtimes, with_runtime
 from geosim.scenario import scenario_from_doc
 from geosim.predict import predict
@@ -112,10 +113,11 @@ def predict_run(run: Run, params: Params) -> float:
     return result.iteration_time_s
 
 
-# what the fit moves: (name, start, lower, upper); fitted in log space
+# what the fit moves: (name, start, lower, upper), the bounds the runtime's declaration's fit range
+# (geosim.parameters.RUNTIME_NUMBERS); fitted in log space
 # (the CPU device's compute is not among them: the jax runtime brings it, measured by cpu_compute.py)
-FREE = (("jax.iteration_s", 0.004, 1e-5, 1.0),
-        ("jax.collective_launch_s", 0.01, 1e-6, 1.0), ("jax.collective_step_rtts", 1.0, 1e-3, 50.0))
+FREE = tuple((f"jax.{key}", start, *RUNTIME_BY_KEY[key].fit)
+             for key, start in (("iteration_s", 0.004), ("collective_launch_s", 0.01), ("collective_step_rtts", 1.0)))
 
 
 def fitted_params(base: Params, values: dict) -> Params:

@@ -67,7 +67,7 @@ def curve_doc(record, losses: list[float], step_times: list[float], window: int 
     tokens_per_step = int(w.get("global_batch", 0)) * int(w.get("seq_len", 0))
     from geosim.live.train import lowcomm
 
-    options = lowcomm.effective(record.technique, options) if record.technique in lowcomm.OWN_DEFAULTS else None
+    options = lowcomm.effective(record.technique, options) if lowcomm.takes_options(record.technique) else None
     window = window or (options["inner_steps"] if options else 10)
     doc = {"technique": record.technique, "run_id": record.run_id, "model": record.model, "status": record.status,
            "loss": f"loss of every {window}th step on its (unseen) batch, trailing mean of 5",

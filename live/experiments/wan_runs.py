@@ -30,6 +30,7 @@ from pathlib import Path
 
 import geosim
 from geosim.errors import GeosimError
+from geosim.live.train import lowcomm
 from geosim.records import append_record, validate
 
 # With no bandwidth cap the link runs as fast as the forwarder moves frames: ~5.5 Gbit/s
@@ -42,8 +43,6 @@ OPTION_FLAGS = (  # live.train.Options field -> flag of `geosim live run`
     ("tokenizer", "--tokenizer"), ("warmup", "--warmup"), ("log_every", "--log-every"),
     ("memory_limit_gib", "--memory-limit-gib"),
 )
-LOWCOMM_FLAGS = {"replicas": "--replicas", "inner_steps": "--inner-steps", "outer_lr": "--outer-lr",
-                 "outer_momentum": "--outer-momentum", "topk": "--topk", "bits": "--bits"}
 PR_SET_PDEATHSIG = 1
 
 
@@ -86,7 +85,7 @@ def child_argv(opts, *, coordinator: str, num_processes: int, process_id: int, c
             argv += [flag, str(value)]
     for name, value in (opts.lowcomm or {}).items():  # as arguments: every process gets the same options
         if value is not None:
-            argv += [LOWCOMM_FLAGS[name], str(value)]
+            argv += [lowcomm.FLAGS[name], str(value)]
     return argv + ["--cpu-devices", str(cpu_devices), "--coordinator", coordinator, "--num-processes",
                    str(num_processes), "--process-id", str(process_id), "--gloo-interface", interface, "--json"]
 

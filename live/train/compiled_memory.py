@@ -207,10 +207,10 @@ def cpu_correction(case: dict, devices: int) -> float:
 
     if case["precision"] != "fp32":
         raise ValueError("16-bit cases are compared on XLA's GPU compiler only (the CPU widens them to fp32)")
-    import importlib
+    from geosim.live.registry import live_module
 
     model = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
-    module = importlib.import_module(f"geosim.live.train.techniques.{case['technique']}")
+    module = live_module(case["technique"])
     placement = module.placement(model, case["global_batch"], case["microbatches"], devices, case.get("stages"))
     if not placement.tree_accumulator and devices > 1:  # a reduce-scatter into a flat shard, on GPUs
         return 4.0 * placement.microbatch_grads * (1 - 1 / devices)

@@ -21,13 +21,12 @@ def layout(technique: str, *, n_layer: int, n_embd: int, n_head: int, vocab: int
     `replicas` is accepted for the low-communication techniques' callers (their replicas train data
     parallel, which is how their placement lays them out). `architecture`: the GPU generation XLA compiles
     for (its fusions keep different residuals: geosim.sim.memory_layout.JAX_SCORE_16BIT_VALUES)."""
-    import importlib
-
+    from geosim.live.registry import live_module
     from geosim.sim.memory_layout import LayoutOptions, live_step
     from geosim.specs import Model
 
     model = Model(name="live", n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab=vocab, n_ctx=n_ctx)
-    module = importlib.import_module(f"geosim.live.train.techniques.{technique}")
+    module = live_module(technique)
     placement = module.placement(model, global_batch, microbatches, devices, stages)
     return live_step(model, placement, n_ctx, microbatches, LayoutOptions(precision=precision, remat=remat,
                                                                          workspace_bytes=0.0, architecture=architecture))

@@ -12,6 +12,9 @@ transfer counts the engine reports. Models, one file each:
   alphabeta.AlphaBetaNetwork   latency + bytes / bandwidth per link, first-come-first-served
                                links, no TCP; symmetric collectives simulated once
   ideal.IdealNetwork           free communication: sends cost nothing, collectives are barriers
+Helpers the models share start with an underscore, as in geosim/techniques/: _topology (the graph
+of hosts, sites and links, routes) and _exclusive (collectives timed by arithmetic where every link
+has one sender).
 
 Two members are optional (the engine simulates every rank without them; CountingNetwork says no):
   symmetric_under(image) -> bool   whether renaming each rank r as image(r) maps the run's network
@@ -146,6 +149,8 @@ class CountingNetwork:
 def _backends() -> dict[str, object]:
     found = {}
     for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):  # a helper the models share (_topology, _exclusive), not a model
+            continue
         module = importlib.import_module(f"{__name__}.{info.name}")  # found by name: adding a model is one file
         if hasattr(module, "NAME") and hasattr(module, "MODEL"):
             found[module.NAME] = module

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from geosim.sim import collectives
 from geosim.sim.network import CountingNetwork
-from geosim.sim.network.topology import Topology
+from geosim.sim.network._topology import Topology
 from geosim.sim.schedule import Collective, Device, Recv, Send
 from geosim.specs import Cluster, Params
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from geosim.parameters import FLAG, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
-from geosim.sim.network.exclusive import ExclusiveLinks
+from geosim.sim.network._exclusive import ExclusiveLinks
+from geosim.sim.network._topology import Topology
 from geosim.sim.network.loss import Congestion, loss_limited_rate, shaper_utilization
-from geosim.sim.network.topology import Topology
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
 

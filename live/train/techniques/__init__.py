@@ -10,7 +10,6 @@ parallelization is real and not a different model.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import jax
@@ -21,7 +20,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.errors import GeosimError
-from geosim.live.registry import check_live, low_communication, synchronous
+from geosim.live.registry import live_module, low_communication, synchronous
 from geosim.live.train.model import GPTConfig, loss_fn
 
 # from the one registry (geosim/live/registry.py): the modules of this folder that the simulator knows.
@@ -130,8 +129,7 @@ class Technique:
 def get(name: str, setup: Setup, **options) -> Technique:
     """The technique `name` on `setup`; `options` (live/train/lowcomm.py) go to diloco and
     sparseloco, the only techniques that take any."""
-    check_live(name)
-    module = importlib.import_module(f"geosim.live.train.techniques.{name}")
+    module = live_module(name)
     return module.TECHNIQUE(setup, **options) if name in LOWCOMM else module.TECHNIQUE(setup)
 
 

@@ -107,7 +107,7 @@ class SparseLoCo(DiLoCo):
 
     def __init__(self, setup, **options):
         super().__init__(setup, **options)
-        self.topk, self.bits, self.chunk = float(self.options["topk"]), int(self.options["bits"]), int(self.options["chunk"])
+        self.topk, self.bits, self.chunk = float(self.options["topk_fraction"]), int(self.options["bits"]), int(self.options["chunk"])
         if not 0 < self.topk <= 1:
             raise GeosimError(f"must be in (0, 1], got {self.topk:g}", key="--topk")
         if self.bits not in BITS:
