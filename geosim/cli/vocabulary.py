@@ -187,9 +187,10 @@ class RenamedFlag(argparse.Action):
                          **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        import sys
-
-        print(f"geosim: warning: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        # printed once the whole command line parsed (geosim.cli._process.deferred_warnings)
+        pending = list(getattr(namespace, "_deprecations", None) or [])
+        pending.append(f"geosim: warning: {option_string} is deprecated; use {self.new}")
+        setattr(namespace, "_deprecations", pending)
         setattr(namespace, self.dest, self.value if self.value is not None else values)
 
 

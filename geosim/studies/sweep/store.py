@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from geosim.errors import GeosimError
-from geosim.fileio import locked, make_output_dir, write_atomic
+from geosim.fileio import csv_cell, locked, make_output_dir, output_error, write_atomic
 
 SCHEMA = "geosim.studies.sweep.run/1"
 RESULTS = "results.jsonl"
@@ -51,7 +51,7 @@ def fingerprint(obj) -> str:
 
 def _csv_line(row: dict) -> str:
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow(["" if row.get(c) is None else row.get(c) for c in COLUMNS])
+    csv.writer(buffer, lineterminator="\n").writerow(["" if row.get(c) is None else csv_cell(row.get(c)) for c in COLUMNS])
     return buffer.getvalue()
 
 
@@ -166,7 +166,10 @@ class ResultStore:
         self.done = {row["key"] for row in self.rows}
         _write_atomic(self.dir / CSV_FILE, ",".join(COLUMNS) + "\n" + "".join(_csv_line(r) for r in self.rows))
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        self._fds = [os.open(self.dir / RESULTS, flags, 0o644), os.open(self.dir / CSV_FILE, flags, 0o644)]
+        try:
+            self._fds = [os.open(self.dir / RESULTS, flags, 0o666), os.open(self.dir / CSV_FILE, flags, 0o666)]
+        except OSError as exc:
+            raise output_error(self.dir, exc, "cannot open its rows") from None
         return self
 
     def _check_compatible(self, old: dict, new: dict) -> None:
@@ -188,12 +191,18 @@ class ResultStore:
         for row in rows:
             if row["key"] in self.done:  # a point can come back twice only through a bug; never write it twice
                 continue
-            os.write(jsonl_fd, (json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n").encode())
-            os.write(csv_fd, _csv_line(row).encode())
+            try:
+                os.write(jsonl_fd, (json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n").encode())
+                os.write(csv_fd, _csv_line(row).encode())
+            except OSError as exc:  # no space: the rows before this one are whole; a rerun resumes here
+                raise output_error(self.dir / RESULTS, exc, "cannot append a row") from None
             self.done.add(row["key"])
             self.rows.append(row)
-        os.fsync(jsonl_fd)
-        os.fsync(csv_fd)
+        try:
+            os.fsync(jsonl_fd)
+            os.fsync(csv_fd)
+        except OSError as exc:
+            raise output_error(self.dir / RESULTS, exc, "cannot append a row") from None
 
     def close(self) -> None:
         for fd in self._fds:
