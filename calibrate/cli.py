@@ -295,9 +295,9 @@ def fitted_summary(result, records_path: str) -> dict:
 
 def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
     """Each fitted slice's scenario file with the fitted bandwidth/window on its links between sites."""
-    import tomllib
-
     import tomli_w
+
+    from geosim.input_limits import loads_toml
 
     out: dict[Path, str] = {}
     names: set[str] = set()
@@ -306,7 +306,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
         if case.record.cluster is not None:
             doc = dict(case.record.cluster)
         else:
-            doc = tomllib.loads(Path(case.cluster.source).read_text())
+            doc = loads_toml(Path(case.cluster.source).read_text(), case.cluster.source)
         sites = {h["name"]: h["site"] for h in doc.get("hosts", [])}
         for link in doc.get("links", []):
             a, b = (sites.get(end, end) for end in link["between"])
@@ -389,8 +389,9 @@ def run_crossval(args) -> int:
 
     if args.plot:
         require("matplotlib", "calibrate", "geosim calibrate crossval")
-        if not Path(args.plot).resolve().parent.is_dir():
-            raise GeosimError("no such directory for the plot", source=args.plot)
+        from geosim.fileio import check_output_path
+
+        check_output_path(args.plot, "--plot")  # a directory, a read-only or missing one: now, not after the fits
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     if args.max_evaluations < 1:

@@ -100,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
               f"there (redirect it to /dev/null to discard it)", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
-    _process.deferred_warnings(args)
     real_stdout, sys.stdout = sys.stdout, _process.GuardedStdout(sys.stdout)
     try:
         check_flags(parser, args)  # every number in its bound before any work (geosim/validate.py)

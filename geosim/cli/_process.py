@@ -77,6 +77,11 @@ class OneLineParser(argparse.ArgumentParser):
         print_error(command, f"{message} (see {self.prog} --help)", json_wanted(argv))
         sys.exit(2)
 
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        deferred_warnings(parsed)  # after the whole line parsed: an error and a deprecation print the error alone
+        return parsed
+
 
 _ARGV: list[str] | None = None
 

@@ -169,7 +169,9 @@ def _emulate(args, request, out: Path) -> int:
         raise GeosimError("no emulated WAN is up (`geosim live wan up --num-hosts N --rtt-ms R`, as root)",
                           source=args.wan_state)
     try:
-        wan = json.loads(regular_input(args.wan_state, "--wan-state").read_text())
+        from geosim.input_limits import read_json_file
+
+        wan = read_json_file(regular_input(args.wan_state, "--wan-state"), args.wan_state)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise GeosimError(f"not valid JSON ({exc})", source=args.wan_state) from None
     homes = Path(args.homes) if args.homes else out.with_name(out.stem + ".homes")

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from geosim.errors import GeosimError
+from geosim.input_limits import check_json_text, read_json_file
 from geosim.fileio import csv_cell, locked, make_output_dir, output_error, write_atomic
 
 SCHEMA = "geosim.studies.sweep.run/1"
@@ -61,7 +62,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def _load_json(path: Path, what: str):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json_file(path)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise GeosimError(f"{what} is corrupt ({exc}); move the directory away to start afresh, or use --fresh",
                           source=str(path)) from None
@@ -84,6 +85,7 @@ def read_rows(out_dir: str | Path, *, repair: bool = False) -> list[dict]:
         if not line.strip():
             continue
         try:
+            check_json_text(line, f"{path}:{number}")
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise GeosimError(f"not valid JSON ({exc.msg}); move the file away to start afresh",
