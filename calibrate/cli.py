@@ -169,8 +169,13 @@ def run_import(args) -> int:
     else:
         records = [r for _, r in read_runs(args.file)]
     # every record must be one the simulator can run: scenario, GPUs, model, technique, workload
+    from geosim.cli._progress import Every
+
+    ticker = Every("import", "records checked")
     for i, r in enumerate(records):
         to_case(f"{args.file or 'study'}#{i + 1}", r)
+        ticker(i + 1, len(records))
+    ticker.close(f"{len(records):,} records checked")
     for r in records:  # scenario files as the records file will find them
         if r.scenario is not None:
             r.scenario = scenario if args.kind.startswith("alpa") else scenario_for_file(r.scenario, out)
@@ -179,12 +184,15 @@ def run_import(args) -> int:
     for r in records:  # a smaller run of a multi-run log: say which GPUs it is predicted on
         if r.cluster is not None and "predicted on the first" in (r.note or ""):
             print(r.note.split(": ", 1)[0] + ": " + r.note.rsplit("; ", 1)[-1], file=sys.stderr)
+    # under --json stdout is the one document: the line saying what was written goes to stderr
+    said = sys.stderr if args.json else sys.stdout
     if args.append:
         added, duplicates = append_records(out, records)
-        print(f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else ""))
+        print(f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else ""),
+              file=said)
     else:
         write_records(out, records)
-        print(f"wrote {len(records)} record(s) to {out}")
+        print(f"wrote {len(records)} record(s) to {out}", file=said)
     if args.json:
         print(json.dumps({"out": str(out), "written": len(records), "skipped": skipped,
                           "records": [{"run_id": r.run_id, "technique": r.technique, "model": r.model,
@@ -197,7 +205,8 @@ def run_import(args) -> int:
 
 def run_check(args) -> int:
     from geosim.calibrate.cases import cases_from_records, load_cases
-    from geosim.calibrate.check import check, print_table, summary
+    from geosim.calibrate.check import check, interrupted, print_table, summary
+    from geosim.cli._progress import Every
     from geosim.params import load_params
 
     params = load_params(args.params)
@@ -207,9 +216,21 @@ def run_check(args) -> int:
         cases = load_cases(args.records)
     if not cases:
         raise GeosimError("no records in file (empty)", source=args.records)
-    rows = check(cases, params, progress=None if args.json else progress)
+    # an interrupted run (0 steps, or a status other than ok or out-of-memory) measured nothing to
+    # compare: fit leaves it out, and so does check
+    skipped = [c for c in cases if interrupted(c)]
+    cases = [c for c in cases if not interrupted(c)]
+    if skipped:
+        print(f"skipped {len(skipped)} interrupted record(s) (0 steps, or not ok), as calibrate fit does",
+              file=sys.stderr)
+    if not cases:
+        raise GeosimError(f"every record was interrupted ({len(skipped)}): nothing to compare", source=args.records)
+    ticker = Every("check", "records")
+    rows = check(cases, params, progress=lambda message: ticker.message(message))
+    ticker.close(f"{len(rows):,} records checked")
     if args.json:
         print(json.dumps({"params": args.params or "defaults", "records": [r.to_dict() for r in rows],
+                          "skipped": [{"where": c.where, "label": c.label, "status": c.status} for c in skipped],
                           "summary": summary(rows)}, indent=2, default=str, allow_nan=False))
         return 0
     print_table(rows, args.params or "the shipped parameters")

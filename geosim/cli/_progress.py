@@ -1,0 +1,46 @@
+"""Progress of long work: a line on stderr every few seconds, whatever stderr is (a terminal, a
+file, a pipe) and also under --json (stdout stays the one document). Quiet for work that ends
+within the first interval, so quick commands print nothing extra."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+INTERVAL_S = 5.0  # seconds between lines: often enough to see it move, rarely enough to read
+
+
+class Every:
+    """Call with (done, total) as work advances; prints `label: done/total what (N s)` at most
+    once per interval, and a closing line if it printed anything."""
+
+    def __init__(self, label: str, what: str = "", interval_s: float = INTERVAL_S):
+        self.label, self.what, self.interval_s = label, what, interval_s
+        self.started = self.last = time.monotonic()
+        self.printed = False
+
+    def __call__(self, done: int, total: int | None = None, note: str = "") -> None:
+        now = time.monotonic()
+        if now - self.last < self.interval_s:
+            return
+        self.last = now
+        of = f"/{total:,}" if total is not None else ""
+        self._line(f"{done:,}{of} {self.what}{' ' + note if note else ''} ({now - self.started:.0f} s)")
+
+    def message(self, text: str) -> None:
+        """For a callback that reports with a message ('[12/400] utah-gpn ...'): the latest, now and then."""
+        now = time.monotonic()
+        if now - self.last >= self.interval_s:
+            self.last = now
+            self._line(f"{text.strip()} ({now - self.started:.0f} s)")
+
+    def close(self, summary: str = "done") -> None:
+        if self.printed:
+            self._line(f"{summary} ({time.monotonic() - self.started:.0f} s)")
+
+    def _line(self, text: str) -> None:
+        self.printed = True
+        try:
+            print(f"  {self.label}: {text}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # stderr closed: progress is not worth failing for
+            pass
