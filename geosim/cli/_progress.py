@@ -44,3 +44,24 @@ class Every:
             print(f"  {self.label}: {text}", file=sys.stderr, flush=True)
         except (OSError, ValueError):  # stderr closed: progress is not worth failing for
             pass
+
+
+# work whose own first steps say it would take longer than this is refused before it goes on
+MAX_ESTIMATED_S = 3600.0
+
+
+def refuse_if_too_long(done: int, total: int, elapsed_s: float, flag: str, what: str, per_flag: int = 1) -> None:
+    """A cost estimate from the first `done` of `total` items: refuse (one line naming `flag`)
+    when the rest would take more than MAX_ESTIMATED_S. `per_flag`: items per unit of the flag's
+    value (predictions per draw), so the line says how large a value would fit."""
+    from geosim.errors import GeosimError
+
+    if done <= 0 or total <= done:
+        return
+    per_item = elapsed_s / done
+    estimate = per_item * total
+    if estimate > MAX_ESTIMATED_S:
+        fits = max(1, int(MAX_ESTIMATED_S / per_item / per_flag))
+        raise GeosimError(f"{total:,} {what} at {per_item:.2g} s each would take about {estimate / 3600:.1f} hours, "
+                          f"past the {MAX_ESTIMATED_S / 3600:.0f}-hour limit on one command; {flag} {fits:,} or less fits",
+                          source=flag)

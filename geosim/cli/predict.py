@@ -170,18 +170,33 @@ def _ranges(args, params, slices) -> dict[int, dict | None] | None:
         return None
     from geosim.studies.uncertainty import parameter_draws, spread
 
+    import time
+
+    from geosim.cli._progress import Every, refuse_if_too_long
+
     draws = parameter_draws(params, args.draws)
     out: dict[int, dict | None] = {}
+    total = sum(len(draws) for _, rows, _, _ in slices for r in rows if r.ok)
+    ticker, started, done = Every("draws", "predictions"), time.monotonic(), 0
     for case, rows, _, _ in slices:
         for r in rows:
-            times = [p.total_time_s for p in (predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts))
-                                              for d in draws) if p.ok] if r.ok else []
+            times = []
+            for d in (draws if r.ok else []):
+                p = predict(case.with_(params=d), r.technique, hosts=tuple(r.hosts))
+                if p.ok:
+                    times.append(p.total_time_s)
+                done += 1
+                ticker(done, total)
+                if done in (3, 30):  # the first few say what all of them would cost
+                    refuse_if_too_long(done, total, time.monotonic() - started, "--draws", "predictions",
+                                       per_flag=max(1, total // len(draws)))
             if not times:
                 out[id(r)] = None
                 continue
             rng = spread(times)
             out[id(r)] = {"low": rng.low, "median": rng.median, "high": rng.high, "draws": rng.draws,
                           "fits_in_draws": len(times) / len(draws)}
+    ticker.close(f"{done:,} predictions under parameter draws")
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from geosim.case import Case
 from pathlib import Path
@@ -73,9 +74,28 @@ def run(args) -> int:
     return 0
 
 
+# a trace event is ~150 bytes of JSON and ~0.8 KB while it is built: a million are a 150 MB file
+# written by a process of under 1 GB
+MAX_TRACE_EVENTS = 1_000_000
+
+
+def check_trace_size(schedule, iterations: int) -> None:
+    """Refuse, before simulating, a trace that would pass MAX_TRACE_EVENTS (an op of the schedule
+    is about one event per iteration: 4,096 microbatches x 100 iterations were a 1 GB file)."""
+    ops = sum(len(program) for program in schedule.programs.values())
+    if ops * iterations > MAX_TRACE_EVENTS:
+        most = max(1, MAX_TRACE_EVENTS // max(ops, 1))
+        raise GeosimError(f"about {ops * iterations:,} trace events ({ops:,} ops per iteration x {iterations}), more "
+                          f"than a trace holds ({MAX_TRACE_EVENTS:,}, ~150 MB): use --iterations {most} or fewer, "
+                          f"or fewer --microbatches", source="--iterations")
+    if ops * iterations > MAX_TRACE_EVENTS // 10:
+        print(f"  trace: simulating about {ops * iterations:,} events", file=sys.stderr, flush=True)
+
+
 def _trace(args, technique, out, cluster, model, workload, params) -> dict:
     case = Case(cluster, model, workload, params, network=args.network)
     schedule = build_schedule(technique, case)
+    check_trace_size(schedule, args.iterations)
     result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload, iterations=args.iterations,
                           network=network_model(case.network), trace=True)
     doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
