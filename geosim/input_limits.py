@@ -116,3 +116,23 @@ def read_json_file(path: str | Path, source: str | None = None, limit: int = JSO
     check_file_size(path, limit, "JSON file geosim reads", source)
     text = Path(path).read_text(encoding="utf-8")
     return loads_json(text, source or str(path), limit)
+
+
+MAX_NAME_CHARS = 100  # a slice or scenario name; FABRIC's own names are far shorter
+
+
+def check_name(text: str, source: str, what: str = "name") -> str:
+    """A name that goes into files, commands and remote requests: not empty, at most MAX_NAME_CHARS,
+    and no control or invisible formatting characters (bidirectional overrides, zero-width spaces:
+    a name that reads differently from what it is)."""
+    import unicodedata
+
+    if not text or not text.strip():
+        raise GeosimError(f"an empty {what}", source=source)
+    if len(text) > MAX_NAME_CHARS:
+        raise GeosimError(f"a {what} of {len(text):,} characters (at most {MAX_NAME_CHARS})", source=source)
+    bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")), None)
+    if bad is not None:
+        raise GeosimError(f"the {what} holds an invisible or control character (U+{ord(bad):04X}, "
+                          f"{unicodedata.name(bad, 'unnamed')})", source=source)
+    return text

@@ -59,6 +59,8 @@ def run(args) -> int:
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
     techniques = chosen_techniques(args.technique)
     params = load_params_arg(args)
+    if args.sites is not None and not args.sites.strip():  # given, even empty: not "no --sites"
+        raise GeosimError("empty: FABRIC sites, comma-separated, or 'all'", source="--sites")
     if args.sites:
         from geosim.fabric.choose_command import run_sites
 

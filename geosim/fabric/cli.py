@@ -113,6 +113,10 @@ def run(args) -> int:
         args.scenario = args.scenario or args.old_scenario
     if not args.scenario:
         raise GeosimError("required: the scenario to provision", source="--scenario")
+    if args.name is not None:
+        from geosim.input_limits import check_name
+
+        check_name(args.name, "--name", "slice name")
     request = request_from_scenario(args.scenario, args.model, args.name, args.image or DEFAULT_IMAGE)
     # the default file is named after the slice, whose name comes from the scenario: it must stay here
     out = check_output_path(args.out, "--out") if args.out else inside(".", f"{request.name}.toml", "the slice name",
@@ -199,7 +203,9 @@ def _delete(args) -> int:
     path = Path(args.slice)
     name = provision.read_slice_file(path)["slice"] if path.exists() else args.slice
     if args.dry_run:
-        print(f"dry run: would delete slice {name} (fablib: get_slice(name={name!r}).delete())")
+        # a dry run contacts nothing, so it cannot know whether the slice exists: it says so
+        print(f"dry run: would look up slice {name!r} and delete it if it exists (fablib: get_slice(name={name!r})"
+              f".delete()); not looked up")
         return 0
     from geosim.fabric.request import online_fablib
 
