@@ -38,7 +38,7 @@ _TOML_STRING_OR_COMMENT = re.compile(
     r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|\'[^\'\n]*\'|#[^\n]*')
 # MAX_KEY_PARTS parts joined by dots, starting where a key starts (so no start inside a long word
 # is tried again: linear); possessive quantifiers, so a long word is scanned once
-_LONG_DOTTED_KEY = re.compile(r'(?<![\w"\-])(?:[\w"\-]++[ \t]*+\.[ \t]*+){%d}' % (MAX_KEY_PARTS - 1))
+_LONG_DOTTED_KEY = re.compile(r'(?<![\w"\-])(?:[\w"\-]++[ \t]*+\.[ \t]*+){%d}' % MAX_KEY_PARTS)
 _OPEN_CLOSE = str.maketrans({"[": "(", "{": "(", "]": ")", "}": ")"})
 
 
