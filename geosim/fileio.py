@@ -35,7 +35,7 @@ from geosim.errors import GeosimError
 
 LOCK_SUFFIX = ".lock"
 TMP_SUFFIX = ".tmp"
-# a temporary file without a pid in its name (from geosim before 0.x): swept once this old, seconds
+# a temporary file without a pid in its name (an older geosim wrote it): swept once this old, seconds
 UNNAMED_TMP_AGE_S = 24 * 3600
 
 _WHY = {

@@ -110,7 +110,11 @@ def render() -> str:
               "```", "",
               "An option's `time_to_progress_s` is what it is ranked on: the time to the same training progress, "
               "its `total_time_s` stretched by 1 / `token_efficiency` (1 for the study's four techniques; "
-              "`token_efficiency_source` says where the value comes from and whether it is assumed)."]
+              "`token_efficiency_source` says where the value comes from and whether it is assumed).",
+              "",
+              "Under `--json`, every command's stdout is one JSON document also when it fails: "
+              "`{\"schema\": \"geosim.error/1\", \"command\", \"error\", \"exit\": 2}`, whose `error` is the line "
+              "printed on stderr ([outputs](outputs.md))."]
     for path, parser in _subcommands(parser):
         options = list(_options(parser))
         if not options:
