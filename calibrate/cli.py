@@ -135,6 +135,13 @@ def old_positional_records(args) -> None:
 # ----------------------------------------------------------------------------- import
 
 def run_import(args) -> int:
+    from geosim.cli._progress import Heartbeat
+
+    with Heartbeat("import") as beat:  # a line every few seconds on a large file, whatever stderr is
+        return _run_import(args, beat)
+
+
+def _run_import(args, beat) -> int:
     from geosim.calibrate import importers
     from geosim.calibrate.cases import read_runs, to_case
     from geosim.fileio import check_output_path
@@ -154,6 +161,7 @@ def run_import(args) -> int:
     # a scenario file is stored relative to the records file, so a fit finds it from any directory
     scenario = scenario_for_file(args.scenario, out) if args.scenario else None
     skipped: list[str] = []
+    beat.phase = f"reading {args.file or 'the study'}"
     if args.kind == "study":
         records = study_records()
     elif args.kind in ("alpa-tsv", "alpa-console"):
@@ -169,13 +177,10 @@ def run_import(args) -> int:
     else:
         records = [r for _, r in read_runs(args.file)]
     # every record must be one the simulator can run: scenario, GPUs, model, technique, workload
-    from geosim.cli._progress import Every
-
-    ticker = Every("import", "records checked")
     for i, r in enumerate(records):
+        beat.phase = f"checking record {i + 1:,} of {len(records):,}"
         to_case(f"{args.file or 'study'}#{i + 1}", r)
-        ticker(i + 1, len(records))
-    ticker.close(f"{len(records):,} records checked")
+    beat.phase = f"writing {len(records):,} records"
     for r in records:  # scenario files as the records file will find them
         if r.scenario is not None:
             r.scenario = scenario if args.kind.startswith("alpa") else scenario_for_file(r.scenario, out)

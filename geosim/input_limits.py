@@ -28,7 +28,7 @@ from geosim.errors import GeosimError
 MiB = 1 << 20
 TOML_MAX_BYTES = 16 * MiB  # a 4,096-host scenario with every link written out is ~2 MB
 JSON_MAX_BYTES = 16 * MiB  # a WAN or slice state file is a few KB
-RECORDS_MAX_BYTES = 256 * MiB  # ~150,000 run records (a study has a few hundred)
+RECORDS_MAX_BYTES = 64 * MiB  # ~150,000 run records, read in under 1 GB (a study has a few hundred)
 LINE_MAX_BYTES = 4 * MiB  # one run record is 1-3 KB
 MAX_DEPTH = 64  # geosim's own files nest 4 deep
 MAX_KEY_PARTS = 32  # geosim's keys have at most 4 parts (gpus.A40.memory_gib)

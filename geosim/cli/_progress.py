@@ -65,3 +65,33 @@ def refuse_if_too_long(done: int, total: int, elapsed_s: float, flag: str, what:
         raise GeosimError(f"{total:,} {what} at {per_item:.2g} s each would take about {estimate / 3600:.1f} hours, "
                           f"past the {MAX_ESTIMATED_S / 3600:.0f}-hour limit on one command; {flag} {fits:,} or less fits",
                           source=flag)
+
+
+class Heartbeat:
+    """For work with phases that report nothing themselves (reading, checking, writing records):
+    a thread prints `label: <phase> (N s)` every interval until the block ends. Set .phase as the
+    work moves on."""
+
+    def __init__(self, label: str, phase: str = "working", interval_s: float = INTERVAL_S):
+        import threading
+
+        self.label, self.phase, self.interval_s = label, phase, interval_s
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(1)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                print(f"  {self.label}: {self.phase} ({time.monotonic() - self.started:.0f} s)", file=sys.stderr,
+                      flush=True)
+            except (OSError, ValueError):
+                return
