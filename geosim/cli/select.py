@@ -138,8 +138,18 @@ def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -
 
     from geosim.studies.uncertainty import parameter_draws, robustness
 
-    labels = [algorithm1(PredictedProbes(cluster, model, workload, d, args.network), v1, v2, args.delta).label
-              for d in parameter_draws(params, args.draws)]
+    import time
+
+    from geosim.cli._progress import Every, refuse_if_too_long
+
+    draws = parameter_draws(params, args.draws)
+    ticker, started, labels = Every("draws", "Algorithm 1 runs"), time.monotonic(), []
+    for d in draws:
+        labels.append(algorithm1(PredictedProbes(cluster, model, workload, d, args.network), v1, v2, args.delta).label)
+        ticker(len(labels), len(draws))
+        if len(labels) in (3, 30):  # the first few say what all of them would cost
+            refuse_if_too_long(len(labels), len(draws), time.monotonic() - started, "--draws", "Algorithm 1 runs")
+    ticker.close(f"{len(labels):,} Algorithm 1 runs under parameter draws")
     others = {k: v / len(labels) for k, v in Counter(labels).most_common() if k != chosen}
     return {"draws": len(labels), "share": robustness(labels, chosen), "others": others}
 
