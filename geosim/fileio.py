@@ -121,13 +121,31 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write_through(path: Path, data: bytes) -> None:
+def _chunks(data):
+    """bytes from str, bytes, or an iterable of either (a large output written as it is produced,
+    never held whole in memory)."""
+    if isinstance(data, (str, bytes, bytearray)):
+        yield data.encode() if isinstance(data, str) else bytes(data)
+        return
+    pending, size = [], 0  # many small pieces (a JSON encoder's) joined into writes of ~1 MiB
+    for chunk in data:
+        pending.append(chunk.encode() if isinstance(chunk, str) else bytes(chunk))
+        size += len(pending[-1])
+        if size >= 1 << 20:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
+def _write_through(path: Path, data) -> None:
     """Write into a character device or a FIFO where it is: no temporary file, no rename, no fsync."""
     flags = os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO with no reader: ENXIO, not a hang
     fd = os.open(path, flags)
     try:
         os.set_blocking(fd, True)
-        _write_all(fd, data)
+        for chunk in _chunks(data):
+            _write_all(fd, chunk)
     finally:
         os.close(fd)
 
@@ -181,11 +199,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -> None:
-    """Replace `path` with `data` atomically (see the module's docstring); `mode` for a new file
-    (default 0666), less the umask. Any OSError is one line naming the path."""
+def write_atomic(path: str | Path, data, mode: int | None = None) -> None:
+    """Replace `path` with `data` (str, bytes, or an iterable of them, written as they come)
+    atomically (see the module's docstring); `mode` for a new file (default 0666), less the umask.
+    Any OSError is one line naming the path."""
     path = Path(path)
-    data = data.encode() if isinstance(data, str) else data
     st = _stat(path)
     _refuse_kind(st, path, None)
     try:
@@ -200,14 +218,16 @@ def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -
         raise output_error(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in _chunks(data):
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
             os.fchmod(f.fileno(), perms)
         now = _stat(path)  # made a device or FIFO meanwhile: write through it, never rename over it
         if _pass_through(now) or (now is not None and not stat.S_ISREG(now.st_mode)):
             _refuse_kind(now, path, None)
-            _write_through(path, data)
+            with open(tmp, "rb") as written:  # what was produced once, from the temporary file
+                _write_through(path, iter(lambda: written.read(1 << 20), b""))
             os.unlink(tmp)
             return
         os.replace(tmp, path)

@@ -144,8 +144,8 @@ def run(args) -> int:
     executor = make_executor(ctx, args.workers, args.ray_address)
     try:
         result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=not args.quiet and sys.stderr.isatty())
-        found = crossovers(result.rows, ctx, executor, axis, technique_names()) if axis else []
-        best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.rows, ctx, executor)
+        found = crossovers(result.slim, ctx, executor, axis, technique_names()) if axis else []
+        best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.slim, ctx, executor)
     except KeyboardInterrupt:
         from geosim.studies.sweep.store import read_rows
 
@@ -157,7 +157,7 @@ def run(args) -> int:
     write_crossovers(args.out, found)
     write_best(args.out, best)
     summary = _summary(grid, result, found, axis, executor.name, executor.workers, time.perf_counter() - started, args)
-    summary["orders"] = orders_at_ends(result.rows, axis, args.metric) if axis else []
+    summary["orders"] = orders_at_ends(result.slim, axis, args.metric) if axis else []
     summary["best"] = best
     if args.json:
         print(json.dumps(summary, indent=1, allow_nan=False))
@@ -168,7 +168,7 @@ def run(args) -> int:
 
 def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dict:
     statuses: dict[str, int] = {}
-    for row in result.rows:
+    for row in result.slim:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     return {
         "out": str(Path(args.out)), "points": result.total, "computed": result.computed, "resumed": result.skipped,

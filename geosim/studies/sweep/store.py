@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import itertools
 import json
 import os
 from pathlib import Path
@@ -70,33 +71,57 @@ def _load_json(path: Path, what: str):
 
 def read_rows(out_dir: str | Path, *, repair: bool = False) -> list[dict]:
     """The rows of results.jsonl, one per point (first wins). `repair` cuts a half-written tail."""
+    return list(iter_rows(out_dir, repair=repair))
+
+
+def iter_rows(out_dir: str | Path, *, repair: bool = False):
+    """read_rows one row at a time, reading the file line by line (a million rows are never in memory at once)."""
     path = Path(out_dir) / RESULTS
     if not path.exists():
-        return []
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-        if repair:
-            with open(path, "r+b") as f:
-                f.truncate(keep)
-        data = data[:keep]
-    rows, seen = [], set()
-    for number, line in enumerate(data.decode(errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            check_json_text(line, f"{path}:{number}")
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise GeosimError(f"not valid JSON ({exc.msg}); move the file away to start afresh",
-                              source=f"{path}:{number}") from None
-        if not isinstance(row, dict) or not isinstance(row.get("key"), str):
-            raise GeosimError("not a sweep row (no 'key'); move the file away to start afresh",
-                              source=f"{path}:{number}", key="key")
-        if row["key"] not in seen:
-            seen.add(row["key"])
-            rows.append(row)
-    return rows
+        return
+    size = path.stat().st_size
+    with open(path, "r+b" if repair else "rb") as f:
+        if size:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":  # a half-written last line (a kill mid-write): cut it, or stop before it
+                f.seek(0)
+                keep = 0
+                for line in iter(f.readline, b""):
+                    if line.endswith(b"\n"):
+                        keep += len(line)
+                if repair:
+                    f.truncate(keep)
+                size = keep
+        f.seek(0)
+        seen, offset = set(), 0
+        for number, raw in enumerate(iter(f.readline, b""), start=1):
+            offset += len(raw)
+            if offset > size:
+                break
+            line = raw.decode(errors="replace")
+            if not line.strip():
+                continue
+            try:
+                check_json_text(line, f"{path}:{number}")
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise GeosimError(f"not valid JSON ({exc.msg}); move the file away to start afresh",
+                                  source=f"{path}:{number}") from None
+            if not isinstance(row, dict) or not isinstance(row.get("key"), str):
+                raise GeosimError("not a sweep row (no 'key'); move the file away to start afresh",
+                                  source=f"{path}:{number}", key="key")
+            if row["key"] not in seen:
+                seen.add(row["key"])
+                yield row
+
+
+# what the sweep's own summary reads of a row (crossovers, orders, best, statuses): a sweep keeps
+# these in memory, not whole rows; whole rows stay on disk (results.jsonl)
+SLIM_FIELDS = ("key", "point", "status", "technique", "total_time_s", "time_per_epoch_s")
+
+
+def slim(row: dict) -> dict:
+    return {k: row[k] for k in SLIM_FIELDS if k in row}
 
 
 def read_manifest(out_dir: str | Path) -> dict | None:
@@ -136,7 +161,7 @@ class ResultStore:
 
     def __init__(self, out_dir: str | Path):
         self.dir = Path(out_dir)
-        self.rows: list[dict] = []
+        self.slim: list[dict] = []  # SLIM_FIELDS of every row, resumed and new
         self.done: set[str] = set()
         self._fds: list[int] = []
         self._lock = None
@@ -164,9 +189,10 @@ class ResultStore:
             manifest = {**old, **manifest, "scenarios": {**old.get("scenarios", {}), **manifest["scenarios"]}}
         manifest["grids"] = grids  # every grid run into this directory; "grid" is the latest
         _write_atomic(self.dir / MANIFEST, json.dumps(manifest, indent=1, default=str) + "\n")
-        self.rows = read_rows(self.dir, repair=True)
-        self.done = {row["key"] for row in self.rows}
-        _write_atomic(self.dir / CSV_FILE, ",".join(COLUMNS) + "\n" + "".join(_csv_line(r) for r in self.rows))
+        self.slim = [slim(row) for row in iter_rows(self.dir, repair=True)]
+        self.done = {row["key"] for row in self.slim}
+        write_atomic(self.dir / CSV_FILE, itertools.chain([",".join(COLUMNS) + "\n"],
+                                                          (_csv_line(r) for r in iter_rows(self.dir))))
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         try:
             self._fds = [os.open(self.dir / RESULTS, flags, 0o666), os.open(self.dir / CSV_FILE, flags, 0o666)]
@@ -199,7 +225,7 @@ class ResultStore:
             except OSError as exc:  # no space: the rows before this one are whole; a rerun resumes here
                 raise output_error(self.dir / RESULTS, exc, "cannot append a row") from None
             self.done.add(row["key"])
-            self.rows.append(row)
+            self.slim.append(slim(row))
         try:
             os.fsync(jsonl_fd)
             os.fsync(csv_fd)
