@@ -311,3 +311,18 @@ def test_every_writer_is_the_output_module_or_listed_with_its_reason():
                 found.add(str(path.relative_to(ROOT)))
     assert found == set(RAW_WRITERS), (f"new raw writers (use geosim.fileio): {sorted(found - set(RAW_WRITERS))}; "
                                        f"listed but gone: {sorted(set(RAW_WRITERS) - found)}")
+
+
+def test_sigterm_to_a_command_is_one_line_and_under_json_one_document(tmp_path):
+    """A long prediction (planning 10 million sequences) stopped with SIGTERM: exit 143, one line on
+    stderr besides progress, and under --json the error object on stdout."""
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "predict", "--scenario", "utah-gpn", "--global-batch",
+                             "10000000", "--microbatches", "1", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    time.sleep(4)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert json.loads(out) == {"schema": "geosim.error/1", "command": "predict", "error": "terminated", "exit": 143}
+    lines = [line for line in err.splitlines() if not line.startswith("  ")]  # progress lines are indented
+    assert lines == ["geosim predict: terminated"] and "Traceback" not in err

@@ -110,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         _process.print_error(args.command, exc.line(), as_json)
         return 2
     except _process.Terminated:
-        print(f"geosim {args.command}: terminated", file=sys.stderr)
+        _process.print_error(args.command, "", as_json, 143, "terminated")
         return 143
     except KeyboardInterrupt:
-        print(f"geosim {args.command}: interrupted", file=sys.stderr)
+        _process.print_error(args.command, "", as_json, 130, "interrupted")
         return 130
     except BrokenPipeError:  # `geosim predict | head`
         return 0

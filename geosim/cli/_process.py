@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 
-from geosim.errors import GeosimError
 from geosim.fileio import output_error
 
 ERROR_SCHEMA = "geosim.error/1"
@@ -55,12 +54,13 @@ def json_wanted(argv: list[str]) -> bool:
     return "--json" in argv
 
 
-def print_error(command: str | None, line: str, as_json: bool) -> None:
-    """The one line on stderr; under --json also the error object on stdout."""
+def print_error(command: str | None, line: str, as_json: bool, code: int = 2, kind: str = "error") -> None:
+    """The one line on stderr (`geosim CMD: error: ...`, or `geosim CMD: interrupted`); under --json
+    also the error object on stdout, with the exit code."""
     name = f"geosim {command}" if command else "geosim"
-    print(f"{name}: error: {line}", file=sys.stderr)
+    print(f"{name}: {kind}: {line}" if line else f"{name}: {kind}", file=sys.stderr)
     if as_json and sys.stdout is not None:
-        doc = {"schema": ERROR_SCHEMA, "command": command, "error": line, "exit": 2}
+        doc = {"schema": ERROR_SCHEMA, "command": command, "error": line or kind, "exit": code}
         try:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             sys.stdout.flush()
