@@ -296,7 +296,6 @@ RAW_WRITERS = {
     "live/cli.py": "opens the records file for appending to test that it can be (check_appendable), writes nothing",
     "live/wan/emulator.py": "the forwarder's log, a file mkstemp made",
     "live/wan/netns.py": "the TUN device and /etc/netns/<ns>/hosts of a namespace it made",
-    "live/experiments/rate_runs.py": "an experiment script's own JSON Lines log",
     "tools/refresh_docs_outputs.py": "a maintainer's tool rewriting docs pages",
 }
 _RAW = re.compile(r"open\([^)]*['\"](w|a|x|wb|ab|w\+)['\"]|write_text\(|write_bytes\(|os\.replace\(|os\.rename\(|"

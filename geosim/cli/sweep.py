@@ -143,7 +143,16 @@ def run(args) -> int:
     started = time.perf_counter()
     executor = make_executor(ctx, args.workers, args.ray_address)
     try:
-        result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=not args.quiet and sys.stderr.isatty())
+        on_tty = not args.quiet and sys.stderr.isatty()
+        ticker = None
+        if not args.quiet and not on_tty:  # a file or a pipe: a plain line every few seconds, not a bar
+            from geosim.cli._progress import Every
+
+            ticker = Every("sweep", "points")
+        result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=on_tty,
+                           on_chunk=(lambda done: ticker(done, len(grid))) if ticker else None)
+        if ticker:
+            ticker.close(f"{result.computed:,} points computed")
         found = crossovers(result.slim, ctx, executor, axis, technique_names()) if axis else []
         best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.slim, ctx, executor)
     except KeyboardInterrupt:
