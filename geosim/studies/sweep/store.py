@@ -149,7 +149,10 @@ def write_crossovers(out_dir: str | Path, crossovers: list[dict]) -> None:
 
 def read_best(out_dir: str | Path) -> list[dict]:
     path = Path(out_dir) / BEST
-    return json.loads(path.read_text()) if path.exists() else []
+    doc = _load_json(path, "the best-options file") if path.exists() else []
+    if not isinstance(doc, list):
+        raise GeosimError("not a list of best options", source=str(path))
+    return doc
 
 
 def write_best(out_dir: str | Path, best: list[dict]) -> None:
@@ -178,6 +181,7 @@ class ResultStore:
 
     def _open(self, manifest: dict, fresh: bool) -> "ResultStore":
         if fresh:
+            self._check_ours()
             for name in (RESULTS, CSV_FILE, MANIFEST, CROSSOVERS, BEST):
                 (self.dir / name).unlink(missing_ok=True)
         old = read_manifest(self.dir)
@@ -199,6 +203,23 @@ class ResultStore:
         except OSError as exc:
             raise output_error(self.dir, exc, "cannot open its rows") from None
         return self
+
+    def _check_ours(self) -> None:
+        """--fresh deletes a sweep's files only in a directory a sweep made (its manifest says so): a
+        results.jsonl or results.csv of something else, in a directory given by mistake, is left alone."""
+        present = [n for n in (RESULTS, CSV_FILE, MANIFEST, CROSSOVERS, BEST) if (self.dir / n).exists()]
+        if not present:
+            return
+        try:
+            old = read_manifest(self.dir)
+        except GeosimError:
+            old = None
+        if not isinstance(old, dict) or old.get("schema") != SCHEMA:
+            raise GeosimError(f"not a directory geosim sweep made (no sweep manifest), so --fresh leaves its "
+                              f"{', '.join(present)} alone; use another --out-dir", source=str(self.dir))
+        for name in present:
+            if (self.dir / name).is_symlink() or not (self.dir / name).is_file():
+                raise GeosimError(f"{name} is not a regular file, so --fresh leaves it alone", source=str(self.dir))
 
     def _check_compatible(self, old: dict, new: dict) -> None:
         hint = f"use another --out, or --fresh to discard the rows in {self.dir}"
