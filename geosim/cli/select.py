@@ -81,6 +81,10 @@ def run(args) -> int:
         raise GeosimError("only live probes take --steps", source="--steps")
     if args.records_out and not args.live:
         raise GeosimError("only live probes write run records (--live)", source="--records-out")
+    if args.records_out:
+        from geosim.fileio import check_output_path
+
+        check_output_path(args.records_out, "--records-out")  # before the probes run, not after
     if args.draws and (args.live or args.records):
         raise GeosimError("--draws varies the simulator's parameters, so it needs predicted probes", source="--draws")
     if args.draws is not None and args.draws < 1:
