@@ -325,3 +325,19 @@ def test_sigterm_to_a_command_is_one_line_and_under_json_one_document(tmp_path):
     assert json.loads(out) == {"schema": "geosim.error/1", "command": "predict", "error": "terminated", "exit": 143}
     lines = [line for line in err.splitlines() if not line.startswith("  ")]  # progress lines are indented
     assert lines == ["geosim predict: terminated"] and "Traceback" not in err
+
+
+def test_sigterm_to_a_sweep_stops_its_workers_without_tracebacks(tmp_path):
+    """The pool's workers are forked from a process whose SIGTERM unwinds: they must still die at
+    once when the pool terminates them, not print a traceback each."""
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique",
+                             "data,zero2", "--rtt-ms", "1:200:0.1", "--workers", "2", "--out-dir", "sw", "--no-best"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not ((tmp_path / "sw" / "results.jsonl").exists()
+                                               and (tmp_path / "sw" / "results.jsonl").stat().st_size):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "geosim sweep: terminated"

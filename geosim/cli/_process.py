@@ -26,13 +26,23 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the program is, so that it unwinds as on Ctrl-C."""
 
 
+_MAIN_PID: int | None = None
+
+
 def _raise_terminated(signum, frame):
+    if os.getpid() != _MAIN_PID:  # a forked child (a sweep's pool worker) inherited this: die as SIGTERM says
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     raise Terminated()
 
 
 def terminate_as_interrupt() -> None:
-    """SIGTERM unwinds like SIGINT (only where nobody installed a handler of their own)."""
+    """SIGTERM unwinds like SIGINT in this process (only where nobody installed a handler of their
+    own); processes forked from it still die at once, as a pool's terminate() expects."""
+    global _MAIN_PID
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        _MAIN_PID = os.getpid()
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
