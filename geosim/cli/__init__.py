@@ -92,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     _process.terminate_as_interrupt()
     try:
         parser = build_parser(command)
-    except KeyboardInterrupt:  # Ctrl-C while the subcommands load: nothing started yet
-        print("geosim: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) while the subcommands load: nothing started yet
+        terminated = isinstance(exc, _process.Terminated)
+        print(f"geosim: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     if not _process.stdout_is_open():  # else every print is dropped and the answer is lost with exit 0
         print(f"geosim{' ' + command if command else ''}: error: stdout is closed: geosim writes its answer "
               f"there (redirect it to /dev/null to discard it)", file=sys.stderr)
