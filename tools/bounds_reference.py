@@ -113,10 +113,10 @@ def render() -> str:
         "of 10 million offered millions of microbatches, each simulated |",
         f"| `trace` | <= {trace.MAX_TRACE_EVENTS:,} events (ops per iteration x `--iterations`), refused before "
         "simulating | ~150 MB of JSON, built by a process under 1 GB |",
-        f"| `predict --draws` | refused when its first predictions say the rest would take over "
+        f"| `--draws` (predict, select, plan) | refused when its first draws say the rest would take over "
         f"{MAX_ESTIMATED_S / 3600:.0f} hour | the line says how many draws fit |",
         f"| progress | a line on stderr every {INTERVAL_S:g} s for planning, draws, `calibrate check` and "
-        "`import`, also when stderr is not a terminal and under `--json` | silence looked like a hang |",
+        "`import`, sweeps and traces, also when stderr is not a terminal and under `--json` | silence looked like a hang |",
         "",
         "## Flags",
         "",
