@@ -138,7 +138,8 @@ def to_case(where: str, record: RunRecord) -> RunCase:
                 raise GeosimError(f"no host {h!r} in scenario {cluster.name} (hosts: {', '.join(sorted(known))})",
                                   source=where, key="hosts")
     used = cluster.subset(hosts) if hosts else cluster
-    metric = next((m for m in METRICS if m in record.measured), None) if record.status == "ok" else None
+    timed = record.status == "ok" and record.measured.get("steps") != 0  # 0 steps: interrupted before timing
+    metric = next((m for m in METRICS if m in record.measured), None) if timed else None
     technique_label = record.technique if not hosts or len(hosts) == len(cluster.hosts) else f"{record.technique}@{'+'.join(hosts)}"
     return RunCase(
         where=where, label=f"{slice_key}/{technique_label}", record=record, slice_key=slice_key, cluster=cluster,

@@ -72,6 +72,12 @@ def _verdict(result: Prediction) -> str:
     return "fits" if result.status == "ok" else result.status
 
 
+def interrupted(case: RunCase) -> bool:
+    """A run that measured nothing to compare: 0 timed steps, or a status other than ok or
+    out-of-memory (fit leaves these out too: their metric is None)."""
+    return case.status not in ("ok", "out-of-memory") or case.record.measured.get("steps") == 0
+
+
 def check(cases: list[RunCase], params: Params, progress=None) -> list[Checked]:
     rows = []
     for i, case in enumerate(cases):

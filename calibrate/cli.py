@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from geosim.calibrate import OVERHEAD_KINDS
-from geosim.cli.vocabulary import add_renamed
+from geosim.cli.vocabulary import add_renamed, deprecate
 from geosim.errors import GeosimError, require
 from geosim.studies.reference import study_records
 
@@ -138,7 +138,7 @@ def progress(message: str) -> None:
 def old_positional_records(args) -> None:
     """`calibrate fit RECORDS` (the old positional) still works for now, with a deprecation line."""
     if getattr(args, "old_records", None) is not None:
-        print("geosim: warning: the positional RECORDS is deprecated; use --records RECORDS", file=sys.stderr)
+        deprecate(args, "the positional RECORDS is deprecated; use --records RECORDS")
         if args.records is None:
             args.records = args.old_records
 
@@ -146,6 +146,13 @@ def old_positional_records(args) -> None:
 # ----------------------------------------------------------------------------- import
 
 def run_import(args) -> int:
+    from geosim.cli._progress import Heartbeat
+
+    with Heartbeat("import") as beat:  # a line every few seconds on a large file, whatever stderr is
+        return _run_import(args, beat)
+
+
+def _run_import(args, beat) -> int:
     from geosim.calibrate import importers
     from geosim.calibrate.cases import read_runs, to_case
     from geosim.fileio import check_output_path
@@ -165,6 +172,7 @@ def run_import(args) -> int:
     # a scenario file is stored relative to the records file, so a fit finds it from any directory
     scenario = scenario_for_file(args.scenario, out) if args.scenario else None
     skipped: list[str] = []
+    beat.phase = f"reading {args.file or 'the study'}"
     if args.kind == "study":
         records = study_records()
     elif args.kind in ("alpa-tsv", "alpa-console"):
@@ -181,7 +189,9 @@ def run_import(args) -> int:
         records = [r for _, r in read_runs(args.file)]
     # every record must be one the simulator can run: scenario, GPUs, model, technique, workload
     for i, r in enumerate(records):
+        beat.phase = f"checking record {i + 1:,} of {len(records):,}"
         to_case(f"{args.file or 'study'}#{i + 1}", r)
+    beat.phase = f"writing {len(records):,} records"
     for r in records:  # scenario files as the records file will find them
         if r.scenario is not None:
             r.scenario = scenario if args.kind.startswith("alpa") else scenario_for_file(r.scenario, out)
@@ -190,15 +200,16 @@ def run_import(args) -> int:
     for r in records:  # a smaller run of a multi-run log: say which GPUs it is predicted on
         if r.cluster is not None and "predicted on the first" in (r.note or ""):
             print(r.note.split(": ", 1)[0] + ": " + r.note.rsplit("; ", 1)[-1], file=sys.stderr)
+    # under --json stdout is the one document: the line saying what was written goes to stderr
+    said = sys.stderr if args.json else sys.stdout
     if args.append:
         added, duplicates = append_records(out, records)
-        done = f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else "")
+        print(f"appended {added} record(s) to {out}" + (f" ({duplicates} already there)" if duplicates else ""),
+              file=said)
     else:
         write_records(out, records)
-        done = f"wrote {len(records)} record(s) to {out}"
-    if not args.json:  # --json: stdout is the one JSON document, nothing before it
-        print(done)
-    else:
+        print(f"wrote {len(records)} record(s) to {out}", file=said)
+    if args.json:
         print(json.dumps({"out": str(out), "written": len(records), "skipped": skipped,
                           "records": [{"run_id": r.run_id, "technique": r.technique, "model": r.model,
                                        "scenario": r.scenario, "status": r.status} for r in records]},
@@ -210,7 +221,8 @@ def run_import(args) -> int:
 
 def run_check(args) -> int:
     from geosim.calibrate.cases import cases_from_records, load_cases
-    from geosim.calibrate.check import check, print_table, summary
+    from geosim.calibrate.check import check, interrupted, print_table, summary
+    from geosim.cli._progress import Every
     from geosim.params import load_params
 
     old_positional_records(args)
@@ -224,9 +236,21 @@ def run_check(args) -> int:
         cases = load_cases(args.records)
     if not cases:
         raise GeosimError("no records in file (empty)", source=args.records)
-    rows = check(cases, params, progress=None if args.json else progress)
+    # an interrupted run (0 steps, or a status other than ok or out-of-memory) measured nothing to
+    # compare: fit leaves it out, and so does check
+    skipped = [c for c in cases if interrupted(c)]
+    cases = [c for c in cases if not interrupted(c)]
+    if skipped:
+        print(f"skipped {len(skipped)} interrupted record(s) (0 steps, or not ok), as calibrate fit does",
+              file=sys.stderr)
+    if not cases:
+        raise GeosimError(f"every record was interrupted ({len(skipped)}): nothing to compare", source=args.records)
+    ticker = Every("check", "records")
+    rows = check(cases, params, progress=lambda message: ticker.message(message))
+    ticker.close(f"{len(rows):,} records checked")
     if args.json:
         print(json.dumps({"params": args.params or "defaults", "records": [r.to_dict() for r in rows],
+                          "skipped": [{"where": c.where, "label": c.label, "status": c.status} for c in skipped],
                           "summary": summary(rows)}, indent=2, default=str, allow_nan=False))
         return 0
     print_table(rows, args.params or "the shipped parameters")
@@ -327,9 +351,9 @@ def fitted_summary(result, records_path: str) -> dict:
 
 def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
     """Each fitted slice's scenario file with the fitted bandwidth/window on its links between sites."""
-    import tomllib
-
     import tomli_w
+
+    from geosim.input_limits import loads_toml
 
     out: dict[Path, str] = {}
     names: set[str] = set()
@@ -338,7 +362,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
         if case.record.cluster is not None:
             doc = dict(case.record.cluster)
         else:
-            doc = tomllib.loads(Path(case.cluster.source).read_text())
+            doc = loads_toml(Path(case.cluster.source).read_text(), case.cluster.source)
         sites = {h["name"]: h["site"] for h in doc.get("hosts", [])}
         for link in doc.get("links", []):
             a, b = (sites.get(end, end) for end in link["between"])
@@ -421,8 +445,9 @@ def run_crossval(args) -> int:
 
     if args.plot:
         require("matplotlib", "calibrate", "geosim calibrate crossval")
-        if not Path(args.plot).resolve().parent.is_dir():
-            raise GeosimError("no such directory for the plot", source=args.plot)
+        from geosim.fileio import check_output_path
+
+        check_output_path(args.plot, "--plot")  # a directory, a read-only or missing one: now, not after the fits
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     if args.max_evaluations < 1:

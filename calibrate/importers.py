@@ -17,6 +17,7 @@ from pathlib import Path
 
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
+from geosim.input_limits import RECORDS_MAX_BYTES
 from geosim.scenario import read_toml, dims_name, load_scenario, model_catalog, read_text, scenario_path
 from geosim.validate import host_names, is_finite
 
@@ -272,7 +273,7 @@ def alpa_benchmark_records(path: str | Path, scenario: str, *, global_batch: int
     does not say why a case failed; on these GPUs it is most often memory), which the fit uses to
     check the memory model."""
     path = Path(path)
-    lines = read_text(path).splitlines()
+    lines = read_text(path, RECORDS_MAX_BYTES, "log or records file").splitlines()
     if any(CONSOLE_ROW.search(line) for line in lines):
         return alpa_console_records(path, scenario, global_batch=global_batch, hosts=hosts, lines=lines,
                                     skipped=skipped)
@@ -321,7 +322,7 @@ def alpa_console_records(path: str | Path, scenario: str, *, global_batch: int |
     """The result rows of Alpa's benchmark console output (benchmark/alpa/benchmark.py, which calls
     alpa.util.write_tsv): one 'Type: ...  Model Config: ...  ...  Metadata: ...' line per case."""
     path = Path(path)
-    lines = read_text(path).splitlines() if lines is None else lines
+    lines = read_text(path, RECORDS_MAX_BYTES, "log or records file").splitlines() if lines is None else lines
     shape = slice_shape(scenario, hosts)
     skipped = [] if skipped is None else skipped
     heads = "|".join(re.escape(h) for h in ALPA_COLUMNS)
@@ -359,7 +360,7 @@ def alpa_log_record(path: str | Path, scenario: str, technique: str, model: str,
     """One run from Alpa's GPT-2 example log ('Step... N | Loss: L, Learning Rate: R, Throughput: T token/s,
     F TFLOP/s'): the median of the logged windows after the first `skip` (compilation and warm-up)."""
     path = Path(path)
-    lines = read_text(path).splitlines()  # a regular file, UTF-8 (geosim.scenario.read_text)
+    lines = read_text(path, RECORDS_MAX_BYTES, "log or records file").splitlines()  # a regular file, UTF-8 (geosim.scenario.read_text)
     steps = []
     for number, line in enumerate(lines, start=1):
         if "Step..." not in line:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from geosim.errors import GeosimError
 from geosim.fileio import append_lines, locked, write_atomic
+from geosim.input_limits import LINE_MAX_BYTES, RECORDS_MAX_BYTES, check_json_text
 from geosim.scenario import MODEL_RANGES, check_number, make_workload, read_text
 
 SCHEMA = "geosim.run/1"
@@ -164,7 +165,7 @@ def numbered_lines(path: str | Path):
     """(where, text) for each non-blank line of a text file; `where` is 'file:line'."""
 
     path = Path(path)
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
+    for number, line in enumerate(read_text(path, RECORDS_MAX_BYTES, "run-records file").splitlines(), start=1):
         if line.strip():
             yield f"{path}:{number}", line
 
@@ -174,6 +175,10 @@ def json_lines(path: str | Path):
     which Python's json would accept, are refused: they are not JSON."""
     for where, line in numbered_lines(path):
         try:
+            if len(line) > LINE_MAX_BYTES:
+                raise GeosimError(f"a line of {len(line):,} characters: no run record is that long; not parsed",
+                                  source=where)
+            check_json_text(line, where)
             yield where, json.loads(line, parse_constant=_no_constants)
         except json.JSONDecodeError as exc:
             raise GeosimError(f"not valid JSON ({exc.msg} at column {exc.colno})", source=where) from None

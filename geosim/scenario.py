@@ -18,6 +18,7 @@ from pathlib import Path
 
 from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
+from geosim.input_limits import TOML_MAX_BYTES, check_file_size, loads_toml
 from geosim.specs import GPU, Cluster, Host, Link, Model, Shaper, Workload
 from geosim.runtime import check_runtime_name
 from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
@@ -48,17 +49,18 @@ MAX_GPUS = 65_536
 
 def parse_toml(text: str, source: str) -> dict:
     try:
-        return tomllib.loads(text)
+        return loads_toml(text, source)  # size, nesting and dotted keys bounded first
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)
         msg = getattr(exc, "msg", None) or str(exc)
         raise GeosimError(f"not valid TOML ({msg})", source=source, line=line) from None
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, limit: int = TOML_MAX_BYTES, what: str = "TOML file geosim reads") -> str:
     """A text file's contents, or a one-line error (missing, unreadable, not UTF-8, not a regular
     file: a FIFO would block the read, a device never end it)."""
     regular_input(path)
+    check_file_size(path, limit, what)  # before reading it whole
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -241,8 +241,13 @@ def check_appendable(path: str, key: str) -> None:
     directory; the file itself opened for appending), as root passes every permission check."""
     import tempfile
 
+    import stat
+
     where = os.path.dirname(os.path.abspath(path))
     try:
+        mode = os.stat(path).st_mode if os.path.exists(path) else 0
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):  # written through at the end (geosim.fileio); opening
+            return  # a FIFO here would wait for its reader, and a temporary file beside /dev/null is not wanted
         if os.path.isdir(path):
             raise IsADirectoryError(21, "is a directory")
         fd, tmp = tempfile.mkstemp(prefix=".geosim-check-", dir=where)

@@ -20,6 +20,7 @@ from itertools import combinations
 
 import pytest
 
+from geosim.sim.compute import compute_model
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.network.tcp import Network
@@ -211,8 +212,9 @@ def test_p2p_after_compute_starts_when_the_compute_ends():
     cluster = pairwise_cluster(2, rtt_s=20e-3, bandwidth_bps=10e9)
     alpha, beta, rtt = wan_alpha_beta(params, 20e-3, 10e9)
     flops = 3e12
-    # a Compute op without Work runs at the flat rate: the peak x the GEMM fraction
-    seconds = flops / (GPU.peak_tflops(WORKLOAD.precision) * 1e12 * params.gemm_fraction)
+    # a Compute op without Work runs at the flat rate: the peak x the GPU's GEMM fraction (its generation's)
+    fraction = compute_model(params).efficiency_for(GPU).gemm_fraction
+    seconds = flops / (GPU.peak_tflops(WORKLOAD.precision) * 1e12 * fraction)
     n = MIB
     sched = schedule_of(cluster, {0: [Compute(flops, "f"), Send(1, n, ("x",))], 1: [Recv(0, ("x",))]})
     expected = seconds + params.network("tcp").p2p_handshake_rtts * rtt + alpha + n * beta

@@ -57,3 +57,47 @@ def test_a_local_ray_listens_only_on_loopback_in_a_private_temp_dir(tmp_path):
     finally:
         executor.close()
     assert not ray.is_initialized() and not os.path.exists(temp)
+
+
+@pytest.mark.slow
+def test_a_killed_driver_takes_its_local_ray_with_it_and_home_is_not_touched():
+    """SIGKILL of `geosim sweep --ray-address local`: the watchdog stops Ray's processes (GCS, raylet,
+    dashboard and runtime-env agents) and removes the session directory; HOME, unusable here, is
+    never needed (Ray's auth token stays in the environment)."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    pytest.importorskip("ray")
+    from geosim.studies.sweep.local_ray import processes_naming
+
+    short = tempfile.mkdtemp(prefix="g", dir="/tmp")  # Ray's socket paths have a length limit
+    env = {**os.environ, "TMPDIR": short, "HOME": "/dev/null/no-home"}
+    proc = subprocess.Popen([sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn,utah-mass,tacc-tacc",
+                             "--rtt-ms", "1:200:400", "--ray-address", "local", "--out-dir", os.path.join(short, "sw"),
+                             "--quiet", "--no-best"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        temp = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            temps = [os.path.join(short, n) for n in os.listdir(short) if n.startswith("geosim-ray-")]
+            if temps and os.path.isdir(os.path.join(temps[0], "r", "session_latest")) and processes_naming(temps[0]):
+                temp = temps[0]
+                break
+            time.sleep(0.2)
+        assert temp is not None, proc.stderr.read().decode() if proc.poll() is not None else "Ray never started"
+        time.sleep(2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (processes_naming(temp) or os.path.exists(temp)):
+            time.sleep(0.2)
+        assert processes_naming(temp) == [] and not os.path.exists(temp)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        import shutil
+
+        shutil.rmtree(short, ignore_errors=True)

@@ -18,6 +18,10 @@ from geosim import scenario  # noqa: E402
 from geosim.studies import convergence  # noqa: E402
 from geosim.studies.sweep.grid import MAX_GRID_POINTS, MAX_RANGE_POINTS  # noqa: E402
 from geosim.validate import FALLBACK, FLAG_BOUNDS, Bound  # noqa: E402
+from geosim import input_limits as limits  # noqa: E402
+from geosim.cli import trace  # noqa: E402
+from geosim.cli._progress import INTERVAL_S, MAX_ESTIMATED_S  # noqa: E402
+from geosim.techniques.pipeshard import MAX_MICROBATCHES  # noqa: E402
 
 OUT = ROOT / "docs" / "reference" / "bounds.md"
 
@@ -76,6 +80,43 @@ def render() -> str:
         "prediction held in memory |",
         "| `sweep --set FIELD=...`, `--epochs`, `--global-batch`, `--microbatches` | a scenario's "
         "`workload` range | checked before the first point runs |",
+        "",
+        "## Input files",
+        "",
+        "Checked before a file is read or parsed, so that no input makes geosim spend gigabytes or minutes",
+        "before it refuses (`geosim/input_limits.py`). Python's TOML and JSON parsers take whatever they",
+        "are given: one long dotted key cost seconds and gigabytes, an array nested 100,000 deep ended in",
+        "a RecursionError, a 200 MB scenario was parsed whole before its host count was checked.",
+        "",
+        "| what | bound | why |",
+        "|---|---|---|",
+        f"| a TOML file (scenario, parameters) | <= {limits.human_bytes(limits.TOML_MAX_BYTES)} | a 4,096-host "
+        "scenario with every link written out is ~2 MB |",
+        f"| a JSON file (WAN or slice state, a sweep's manifest) | <= {limits.human_bytes(limits.JSON_MAX_BYTES)} "
+        "| these files are a few KB |",
+        f"| a JSON Lines file (run records, logs to import) | <= {limits.human_bytes(limits.RECORDS_MAX_BYTES)} "
+        "| ~150,000 run records; a study has a few hundred |",
+        f"| one line of a records file | <= {limits.human_bytes(limits.LINE_MAX_BYTES)} | a run record is 1-3 KB |",
+        f"| nesting (arrays, tables, objects) | <= {limits.MAX_DEPTH} deep | geosim's files nest 4 deep; the "
+        "parsers recurse |",
+        f"| a TOML dotted key | <= {limits.MAX_KEY_PARTS} parts | geosim's keys have 4 at most; tomllib's cost "
+        "grows with the square of the parts |",
+        f"| a slice name (`fabric slice create --name`) | <= {limits.MAX_NAME_CHARS} characters, no control "
+        "or invisible formatting characters | it names files and remote resources; a bidirectional override "
+        "makes it read as another name |",
+        "",
+        "## Work",
+        "",
+        "| what | bound | why |",
+        "|---|---|---|",
+        f"| microbatches the planner tries (Pipeshard) | <= {MAX_MICROBATCHES:,} | a workload's own bound; a batch "
+        "of 10 million offered millions of microbatches, each simulated |",
+        f"| `trace` | <= {trace.MAX_TRACE_EVENTS:,} events (ops per iteration x `--iterations`), refused before "
+        "simulating | ~150 MB of JSON, built by a process under 1 GB |",
+        f"| `--draws` (predict, select, plan) | refused when its first draws say the rest would take over "
+        f"{MAX_ESTIMATED_S / 3600:.0f} hour | the line says how many draws fit |",
+        f"| progress | a line on stderr every {INTERVAL_S:g} s for planning, draws, `calibrate check` and "
+        "`import`, sweeps and traces, also when stderr is not a terminal and under `--json` | silence looked like a hang |",
         "",
         "## Flags",
         "",

@@ -114,7 +114,11 @@ def render() -> str:
               "`token_efficiency_source` says where the value comes from and whether it is assumed).", "",
               "`trace --json` prints one object for one technique or several, schema `geosim.trace/1`: "
               "`scenario`, `model`, `hosts` (the VMs traced, as asked) and `traces`, one per technique "
-              "(`out`, `technique`, `iterations_s`, `events`, `description`)."]
+              "(`out`, `technique`, `iterations_s`, `events`, `description`).",
+              "",
+              "Under `--json`, every command's stdout is one JSON document also when it fails: "
+              "`{\"schema\": \"geosim.error/1\", \"command\", \"error\", \"exit\": 2}`, whose `error` is the line "
+              "printed on stderr ([outputs](outputs.md))."]
     for path, parser in _subcommands(parser):
         options = list(_options(parser))
         if not options:

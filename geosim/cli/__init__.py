@@ -17,7 +17,8 @@ import pkgutil
 import sys
 
 from geosim import __version__
-from geosim.cli.vocabulary import OneLineErrors, lower_choices
+from geosim.cli import _process
+from geosim.cli.vocabulary import lower_choices
 from geosim.errors import GeosimError
 from geosim.validate import check_flags, whole_numbers
 
@@ -67,7 +68,7 @@ def _available_commands(only: str | None = None):
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand, or of `command` alone (what a run of it needs)."""
-    parser = OneLineErrors(
+    parser = _process.OneLineParser(
         prog="geosim",
         description="Predict, measure and choose parallel training techniques for geo-distributed GPU slices.",
     )
@@ -85,25 +86,42 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args_given = sys.argv[1:] if argv is None else argv
+    _process.remember_argv(args_given)
     # the subcommand named first (options before it are --help/--version: they need every command)
     command = args_given[0] if args_given and not args_given[0].startswith("-") else None
+    as_json = _process.json_wanted(args_given)
+    _process.terminate_as_interrupt()
     try:
         parser = build_parser(command)
-    except KeyboardInterrupt:  # Ctrl-C while the subcommands load: nothing started yet
-        print("geosim: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) while the subcommands load: nothing started yet
+        terminated = isinstance(exc, _process.Terminated)
+        print(f"geosim: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
+    if not _process.stdout_is_open():  # else every print is dropped and the answer is lost with exit 0
+        print(f"geosim{' ' + command if command else ''}: error: stdout is closed: geosim writes its answer "
+              f"there (redirect it to /dev/null to discard it)", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
+    real_stdout, sys.stdout = sys.stdout, _process.GuardedStdout(sys.stdout)
     try:
         check_flags(parser, args)  # every number in its bound before any work (geosim/validate.py)
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()
+        _process.deferred_warnings(args)  # after the answer: a failing command prints its error alone
+        return code
     except GeosimError as exc:
-        print(f"geosim {args.command}: error: {exc.line()}", file=sys.stderr)
+        _process.print_error(args.command, exc.line(), as_json)
         return 2
+    except _process.Terminated:
+        _process.print_error(args.command, "", as_json, 143, "terminated")
+        return 143
     except KeyboardInterrupt:
-        print(f"geosim {args.command}: interrupted", file=sys.stderr)
+        _process.print_error(args.command, "", as_json, 130, "interrupted")
         return 130
     except BrokenPipeError:  # `geosim predict | head`
         return 0
+    finally:
+        sys.stdout = real_stdout
 
 
 if __name__ == "__main__":

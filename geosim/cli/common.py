@@ -257,16 +257,30 @@ fmt_duration = fmt_time  # one way to write a duration everywhere
 
 
 class Progress:
-    """A line on stderr once planning has taken more than two seconds (and only on a terminal)."""
+    """Planning's progress on stderr once it has taken more than two seconds: one line rewritten in
+    place on a terminal, else (a file, a pipe, a script) a plain line every few seconds."""
 
     def __init__(self, label: str):
+        from geosim.cli._progress import INTERVAL_S
+
         self.label, self.started, self.shown = label, time.monotonic(), False
+        self.interval_s, self.last = INTERVAL_S, time.monotonic()
 
     def __call__(self, done: int, total: int | None, what: str = "simulated") -> None:
-        if sys.stderr.isatty() and time.monotonic() - self.started > 2:
-            of = f" of at most {total:,}" if total is not None else ""  # None: still weighing options
-            print(f"\r  {self.label}: {what} {done:,}{of} options" + " " * 10, end="", file=sys.stderr)
-            self.shown = True
+        now = time.monotonic()
+        if now - self.started <= 2:
+            return
+        of = f" of at most {total:,}" if total is not None else ""  # None: still weighing options
+        text = f"  {self.label}: {what} {done:,}{of} options"
+        try:
+            if sys.stderr.isatty():
+                print("\r" + text + " " * 10, end="", file=sys.stderr)
+                self.shown = True
+            elif now - self.last >= self.interval_s:
+                self.last = now
+                print(f"{text} ({now - self.started:.0f} s)", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
     def close(self):
         if self.shown:

@@ -103,7 +103,7 @@ def run(args) -> int:
             from geosim.studies.plan import robustness
             from geosim.studies.uncertainty import parameter_draws
 
-            doc["robustness"] = robustness(plan, parameter_draws(params, args.draws))
+            doc["robustness"] = robustness(plan, parameter_draws(params, args.draws), on_draw=_draw_progress())
         docs.append(doc)
         if not args.json:
             print_plan(plan, None if args.all else args.top)
@@ -210,3 +210,20 @@ def print_flips(what: str, flips: list[dict]) -> None:
     for f in flips:
         lo, hi = f["between_ms"]
         print(f"  {what} flips at {(lo + hi) / 2:.3g} ms (between {lo:.3g} and {hi:.3g}): {f['below']} -> {f['above']}")
+
+
+def _draw_progress():
+    """--draws' progress line every few seconds, and its cost estimate from the first draws."""
+    import time
+
+    from geosim.cli._progress import Every, refuse_if_too_long
+
+    ticker, started = Every("draws", "parameter draws"), time.monotonic()
+
+    def on_draw(done: int, total: int) -> None:
+        ticker(done, total)
+        if done in (3, 30):
+            refuse_if_too_long(done, total, time.monotonic() - started, "--draws", "parameter draws")
+        if done == total:
+            ticker.close(f"{total:,} parameter draws")
+    return on_draw

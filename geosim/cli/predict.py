@@ -177,25 +177,39 @@ def _ranges(args, params, slices) -> dict[int, dict | None] | None:
         return None
     from geosim.studies.uncertainty import has_covariance, link_draws, parameter_draws, spread, varies
 
+    import time
+
+    from geosim.cli._progress import Every, refuse_if_too_long
+
     # parameters from the fit's covariance, and each varying link's bandwidth from its samples
     # (a slice whose links are constant and parameters without a covariance still asks for the former)
     draws = (parameter_draws(params, args.draws) if has_covariance(params)
              or not any(varies(case.cluster) for case, *_ in slices) else [params] * args.draws)
     layout = layout_arguments(args)
     out: dict[int, dict | None] = {}
+    total = sum(len(draws) for _, rows, *_ in slices for r in rows if r.ok)
+    ticker, started, done = Every("draws", "predictions"), time.monotonic(), 0
     for case, rows, *_ in slices:
         clusters = link_draws(case.cluster, args.draws) if varies(case.cluster) else [case.cluster] * args.draws
         for r in rows:
             options = technique_options(r.technique, case, tuple(r.hosts), layout)  # the row's layout, as asked
-            times = [p.total_time_s for p in (predict(case.with_(params=d, cluster=c), r.technique,
-                                                      hosts=tuple(r.hosts), options=options)
-                                              for d, c in zip(draws, clusters)) if p.ok] if r.ok else []
+            times = []
+            for d, c in (zip(draws, clusters) if r.ok else ()):
+                p = predict(case.with_(params=d, cluster=c), r.technique, hosts=tuple(r.hosts), options=options)
+                if p.ok:
+                    times.append(p.total_time_s)
+                done += 1
+                ticker(done, total)
+                if done in (3, 30):  # the first few say what all of them would cost
+                    refuse_if_too_long(done, total, time.monotonic() - started, "--draws", "predictions",
+                                       per_flag=max(1, total // len(draws)))
             if not times:
                 out[id(r)] = None
                 continue
             rng = spread(times)
             out[id(r)] = {"low": rng.low, "median": rng.median, "high": rng.high, "draws": rng.draws,
                           "fits_in_draws": len(times) / len(draws)}
+    ticker.close(f"{done:,} predictions under parameter draws")
     return out
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+
+from geosim.cli.vocabulary import deprecate
 
 HELP = "plot a sweep directory (time vs RTT, breakdown) and write a self-contained HTML report"
 
@@ -24,7 +25,7 @@ def run(args) -> int:
 
     directory = args.out_dir
     if args.old_dir is not None:
-        print("geosim: warning: `geosim report DIR` is deprecated; use --out-dir DIR", file=sys.stderr)
+        deprecate(args, "`geosim report DIR` is deprecated; use --out-dir DIR")
         directory = args.old_dir
     written = build_report(directory, records=args.records)
     if args.json:

@@ -82,6 +82,10 @@ def run(args) -> int:
         raise GeosimError("only live probes take --steps", source="--steps")
     if args.records_out and not args.live:
         raise GeosimError("only live probes write run records (--live)", source="--records-out")
+    if args.records_out:
+        from geosim.fileio import check_output_path
+
+        check_output_path(args.records_out, "--records-out")  # before the probes run, not after
     if args.draws and (args.live or args.records):
         raise GeosimError("--draws varies the simulator's parameters, so it needs predicted probes", source="--draws")
     if args.draws is not None and args.draws < 1:
@@ -139,8 +143,18 @@ def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -
 
     from geosim.studies.uncertainty import parameter_draws, robustness
 
-    labels = [algorithm1(PredictedProbes(cluster, model, workload, d, args.network), v1, v2, args.delta).label
-              for d in parameter_draws(params, args.draws)]
+    import time
+
+    from geosim.cli._progress import Every, refuse_if_too_long
+
+    draws = parameter_draws(params, args.draws)
+    ticker, started, labels = Every("draws", "Algorithm 1 runs"), time.monotonic(), []
+    for d in draws:
+        labels.append(algorithm1(PredictedProbes(cluster, model, workload, d, args.network), v1, v2, args.delta).label)
+        ticker(len(labels), len(draws))
+        if len(labels) in (3, 30):  # the first few say what all of them would cost
+            refuse_if_too_long(len(labels), len(draws), time.monotonic() - started, "--draws", "Algorithm 1 runs")
+    ticker.close(f"{len(labels):,} Algorithm 1 runs under parameter draws")
     others = {k: v / len(labels) for k, v in Counter(labels).most_common() if k != chosen}
     return {"draws": len(labels), "share": robustness(labels, chosen), "others": others}
 

@@ -149,9 +149,18 @@ def run(args) -> int:
     started = time.perf_counter()
     executor = make_executor(ctx, args.workers, args.ray_address)
     try:
-        result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=not args.quiet and sys.stderr.isatty())
-        found = crossovers(result.rows, ctx, executor, axis, technique_names()) if axis else []
-        best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.rows, ctx, executor)
+        on_tty = not args.quiet and sys.stderr.isatty()
+        ticker = None
+        if not args.quiet and not on_tty:  # a file or a pipe: a plain line every few seconds, not a bar
+            from geosim.cli._progress import Every
+
+            ticker = Every("sweep", "points")
+        result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=on_tty,
+                           on_chunk=(lambda done: ticker(done, len(grid))) if ticker else None)
+        if ticker:
+            ticker.close(f"{result.computed:,} points computed")
+        found = crossovers(result.slim, ctx, executor, axis, technique_names()) if axis else []
+        best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.slim, ctx, executor)
     except KeyboardInterrupt:
         from geosim.studies.sweep.store import read_rows
 
@@ -163,7 +172,7 @@ def run(args) -> int:
     write_crossovers(args.out, found)
     write_best(args.out, best)
     summary = _summary(grid, result, found, axis, executor.name, executor.workers, time.perf_counter() - started, args)
-    summary["orders"] = orders_at_ends(result.rows, axis, args.metric) if axis else []
+    summary["orders"] = orders_at_ends(result.slim, axis, args.metric) if axis else []
     summary["best"] = best
     if args.json:
         print(json.dumps(summary, indent=1, allow_nan=False))
@@ -174,7 +183,7 @@ def run(args) -> int:
 
 def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dict:
     statuses: dict[str, int] = {}
-    for row in result.rows:
+    for row in result.slim:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     return {
         "out": str(Path(args.out)), "points": result.total, "computed": result.computed, "resumed": result.skipped,

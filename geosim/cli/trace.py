@@ -104,6 +104,35 @@ def run(args) -> int:
     return 0
 
 
+# a trace event is ~150 bytes of JSON and ~0.8 KB while it is built: a million are a 150 MB file
+# written by a process of under 1 GB
+MAX_TRACE_EVENTS = 1_000_000
+
+
+def check_trace_size(schedule, iterations: int) -> int:
+    """Refuse, before simulating, a trace that would pass MAX_TRACE_EVENTS (an op of the schedule
+    is about one event per iteration: 4,096 microbatches x 100 iterations were a 1 GB file);
+    returns the estimate."""
+    ops = sum(len(program) for program in schedule.programs.values())
+    if ops * iterations > MAX_TRACE_EVENTS:
+        most = max(1, MAX_TRACE_EVENTS // max(ops, 1))
+        raise GeosimError(f"about {ops * iterations:,} trace events ({ops:,} ops per iteration x {iterations}), more "
+                          f"than a trace holds ({MAX_TRACE_EVENTS:,}, ~150 MB): use --iterations {most} or fewer, "
+                          f"or fewer --microbatches", source="--iterations")
+    return ops * iterations
+
+
+def json_chunks(doc: dict, key: str = "traceEvents", batch: int = 10_000):
+    """`doc` as JSON text in pieces, its long list `key` a batch of items at a time (json.dumps at C
+    speed on each): a million events are never one 150 MB string in memory."""
+    items = doc[key]
+    rest = json.dumps({k: v for k, v in doc.items() if k != key}, allow_nan=False)
+    yield "{" + json.dumps(key) + ": ["
+    for start in range(0, len(items), batch):
+        yield ("," if start else "") + ",".join(json.dumps(e, allow_nan=False) for e in items[start:start + batch])
+    yield "]" + ("" if rest == "{}" else ", " + rest[1:-1]) + "}"
+
+
 def _trace(args, technique, out, cluster, model, workload, params, layout=None) -> dict:
     case = Case(cluster, model, workload, params, network=args.network)
     options = technique_options(technique, case, tuple(h.name for h in cluster.hosts), layout)
@@ -111,12 +140,17 @@ def _trace(args, technique, out, cluster, model, workload, params, layout=None) 
         schedule = build_schedule(technique, case, options)
     except GeosimError as exc:  # a layout this case cannot run: one line naming the technique
         raise GeosimError(f"{technique} cannot run as asked: {exc.problem}", source="trace") from None
-    result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload, iterations=args.iterations,
-                          network=network_model(case.network), trace=True)
-    doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
-           "otherData": {"scenario": cluster.name, "technique": technique, "model": model.name,
-                         "description": schedule.description, "iteration_end_s": result.iteration_end}}
-    write_atomic(out, json.dumps(doc, allow_nan=False))
+    from geosim.cli._progress import Heartbeat
+
+    events = check_trace_size(schedule, args.iterations)
+    with Heartbeat("trace", f"simulating about {events:,} events") as beat:  # a line every few seconds
+        result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload,
+                              iterations=args.iterations, network=network_model(case.network), trace=True)
+        doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
+               "otherData": {"scenario": cluster.name, "technique": technique, "model": model.name,
+                             "description": schedule.description, "iteration_end_s": result.iteration_end}}
+        beat.phase = f"writing {len(doc['traceEvents']):,} events to {out}"
+        write_atomic(out, json_chunks(doc))
     summary = {"out": str(out), "scenario": cluster.name, "technique": technique, "model": model.name,
                "iterations_s": [result.iteration_time(i) for i in range(args.iterations)],
                "events": len(doc["traceEvents"]), "description": schedule.description}

@@ -208,10 +208,16 @@ class RenamedFlag(argparse.Action):
                          **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        import sys
-
-        print(f"geosim: warning: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        deprecate(namespace, f"{option_string} is deprecated; use {self.new}")
         setattr(namespace, self.dest, self.value if self.value is not None else values)
+
+
+def deprecate(args, what: str) -> None:
+    """A deprecation line for this command, printed once it has run (geosim.cli._process.deferred_warnings):
+    a command that fails prints its error alone, one line."""
+    pending = list(getattr(args, "_deprecations", None) or [])
+    pending.append(f"geosim: warning: {what}")
+    setattr(args, "_deprecations", pending)
 
 
 def add_renamed(parser, old: str, new: str, dest: str, value=None, **kwargs) -> None:

@@ -31,10 +31,12 @@ def add_arguments(parser) -> None:
 
 
 def wanted(args) -> bool:
-    return bool(args.sites)
+    return args.sites is not None  # given, even empty, is not "no --sites" (run says what is wrong)
 
 
 def run(args, params, deadline_s, techniques) -> int:
+    if not args.sites.strip():
+        raise GeosimError("empty: FABRIC sites, comma-separated, or 'all'", source="--sites")
     for flag, value in (("--scenario", args.scenario), ("--rtt-ms", args.rtt_ms), ("--records", args.records),
                         ("--sweep-rtt", args.sweep_rtt)):
         if value:

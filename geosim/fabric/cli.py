@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from geosim.cli.common import add_json_argument, add_technique_argument
+from geosim.cli.vocabulary import deprecate
 from geosim.errors import GeosimError, require
 from geosim.techniques import is_low_communication, is_pipelined, technique_names
 
@@ -109,10 +110,14 @@ def run(args) -> int:
     from geosim.validate import inside
 
     if args.old_scenario is not None:
-        print("geosim: warning: the positional SCENARIO is deprecated; use --scenario SCENARIO", file=sys.stderr)
+        deprecate(args, "the positional SCENARIO is deprecated; use --scenario SCENARIO")
         args.scenario = args.scenario or args.old_scenario
     if not args.scenario:
         raise GeosimError("required: the scenario to provision", source="--scenario")
+    if args.name is not None:
+        from geosim.input_limits import check_name
+
+        check_name(args.name, "--name", "slice name")
     request = request_from_scenario(args.scenario, args.model, args.name, args.image or DEFAULT_IMAGE)
     # the default file is named after the slice, whose name comes from the scenario: it must stay here
     out = check_output_path(args.out, "--out") if args.out else inside(".", f"{request.name}.toml", "the slice name",
@@ -169,7 +174,9 @@ def _emulate(args, request, out: Path) -> int:
         raise GeosimError("no emulated WAN is up (`geosim live wan up --host-count N --rtt-ms R`, as root)",
                           source=args.wan_state)
     try:
-        wan = json.loads(regular_input(args.wan_state, "--wan-state").read_text())
+        from geosim.input_limits import read_json_file
+
+        wan = read_json_file(regular_input(args.wan_state, "--wan-state"), args.wan_state)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise GeosimError(f"not valid JSON ({exc})", source=args.wan_state) from None
     homes = Path(args.homes) if args.homes else out.with_name(out.stem + ".homes")
@@ -197,7 +204,9 @@ def _delete(args) -> int:
     path = Path(args.slice)
     name = provision.read_slice_file(path)["slice"] if path.exists() else args.slice
     if args.dry_run:
-        print(f"dry run: would delete slice {name} (fablib: get_slice(name={name!r}).delete())")
+        # a dry run contacts nothing, so it cannot know whether the slice exists: it says so
+        print(f"dry run: would look up slice {name!r} and delete it if it exists (fablib: get_slice(name={name!r})"
+              f".delete()); not looked up")
         return 0
     from geosim.fabric.request import online_fablib
 

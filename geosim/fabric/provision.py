@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from geosim.errors import GeosimError
-from geosim.fileio import write_atomic  # the one atomic writer (mkstemp: never a planted <file>.tmp)
+from geosim.fileio import write_atomic
+from geosim.input_limits import read_json_file  # the one atomic writer (mkstemp: never a planted <file>.tmp)
 from geosim.validate import inside, regular_input
 from geosim.fabric.nodes import FablibNode, NetnsNode, Node
 from geosim.fabric.request import DATAPLANE, L2_SUBNET, SliceRequest, build_slice
@@ -48,7 +49,7 @@ def slice_file_for(path: str | Path) -> Path:
 def read_slice_file(path: str | Path) -> dict:
     path = slice_file_for(path)
     try:
-        doc = json.loads(regular_input(path).read_text())
+        doc = read_json_file(regular_input(path))
     except json.JSONDecodeError as exc:
         raise GeosimError(f"not valid JSON ({exc})", source=str(path)) from None
     if doc.get("kind") not in ("fablib", "netns"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from geosim.errors import GeosimError
 from geosim.cli.common import add_json_argument
 from geosim.sites import COMPONENT_GPU, estimate_rtt_ms, get_site, gpu_component, rtt_model, site_catalog, sources
 
@@ -22,6 +23,8 @@ def run(args) -> int:
     if args.gpu:
         component = gpu_component(args.gpu)
         sites = [s for s in sites if component in s.gpus]
+    if args.rtt_from is not None and not args.rtt_from.strip():  # given, even empty: a mistake, not "no column"
+        raise GeosimError("empty: a FABRIC site to estimate RTTs from", source="--rtt-from")
     origin = get_site(args.rtt_from, source="--rtt-from") if args.rtt_from else None
     model = rtt_model()
     if args.json:

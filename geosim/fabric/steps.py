@@ -23,6 +23,7 @@ from typing import Callable
 
 from geosim.errors import GeosimError, require
 from geosim.fileio import write_atomic
+from geosim.input_limits import read_json_file
 from geosim.fabric.nodes import Node, Result
 from geosim.techniques import STUDY_ORDER
 
@@ -76,7 +77,7 @@ class Calibration:
 
     def load_state(self) -> dict:
         try:
-            return json.loads(self.state_path.read_text())
+            return read_json_file(self.state_path)
         except FileNotFoundError:
             return {"done": {}}
         except json.JSONDecodeError as exc:

@@ -194,10 +194,9 @@ def block_forward(model: Model, sequences: float, seq_len: int, precision: str, 
     """One transformer block's forward for `sequences` sequences on one GPU of a `tensor_parallel`
     split (Megatron's layout: heads and MLP columns split, layer norms and residuals replicated)."""
     e, t = value_bytes(precision), tensor_parallel
-    s, h, a = seq_len, model.n_embd, model.n_head
+    h, a = model.n_embd, model.n_head
     tokens, d, heads = sequences * seq_len, h / a, a / t
     drop = 1 if dropout else 0  # dropout writes a one-byte mask and the scaled values
-    scores = sequences * heads * s * s  # elements of the attention-score tensor
     return [
         MemoryOp("ln1", 2 * tokens * h * e),
         Gemm("qkv", tokens, 3 * h / t, h),

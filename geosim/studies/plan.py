@@ -134,9 +134,10 @@ def floor_s(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, o
     return floor / max(1.0, best)
 
 
-def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
+def robustness(plan: "Plan", draws: list, contenders: int = 8, on_draw=None) -> dict:
     """Re-rank the plan's best `contenders` options under each parameter draw (the ranking's rule):
-    how often its best option (by technique and VMs) still wins, and what wins otherwise."""
+    how often its best option (by technique and VMs) still wins, and what wins otherwise.
+    on_draw(done, total), if given, after each draw (progress, a cost estimate)."""
     from collections import Counter
 
     if plan.best is None:
@@ -149,6 +150,8 @@ def robustness(plan: "Plan", draws: list, contenders: int = 8) -> dict:
         ranked = rank([evaluate(case, o.technique, o.hosts, o.changes, o.options, progress) for o in top],
                       plan.deadline_s)
         winners.append(ranked[0].kind if ranked else "none fits")
+        if on_draw is not None:
+            on_draw(len(winners), len(draws))
     counts = Counter(winners)
     best = plan.best.kind
     return {"draws": len(winners), "contenders": len(top), "share": counts.get(best, 0) / len(winners),

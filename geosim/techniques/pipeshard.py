@@ -26,6 +26,7 @@ from geosim.sim.compute import compute_model
 from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
+from geosim.scenario import WORKLOAD_RANGES
 from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
@@ -416,11 +417,18 @@ def layer_splits(n_layer: int, stages: int, speeds: list[float] | None = None,
     return [list(t) for t in dict.fromkeys(map(tuple, found))]
 
 
+MAX_MICROBATCHES = WORKLOAD_RANGES["microbatches"][1]
+
+
 def _microbatch_choices(batch: int, exhaustive: bool, current: int) -> list[int]:
-    """Every divisor of the batch (exhaustive), else powers of two that divide it and the workload's own."""
+    """Every divisor of the batch (exhaustive), else powers of two that divide it and the workload's own;
+    at most MAX_MICROBATCHES, a workload's own bound (each microbatch is simulated: a batch of 10
+    million would otherwise offer 10 million microbatches and run for hours)."""
     if exhaustive:
-        return [m for m in range(1, batch + 1) if batch % m == 0]
-    return sorted({m for m in (2 ** k for k in range(batch.bit_length())) if batch % m == 0} | {current})
+        divisors = {d for i in range(1, math.isqrt(batch) + 1) if batch % i == 0 for d in (i, batch // i)}
+        return sorted(m for m in divisors if m <= MAX_MICROBATCHES)
+    powers = {m for m in (2 ** k for k in range(batch.bit_length())) if batch % m == 0 and m <= MAX_MICROBATCHES}
+    return sorted(powers | {current})
 
 
 def _stage_layouts(case: Case, hosts: tuple[str, ...], exhaustive: bool) -> list[list[list[str]]]:

@@ -238,8 +238,11 @@ def main(argv=None) -> int:
         _worker(args.model, batches, args.seq_len, args.vocab)
         return 0
     try:
-        from geosim.fileio import write_atomic
+        from geosim.fileio import check_output_path, write_atomic
         from geosim.scenario import get_model
+
+        if args.out:
+            check_output_path(args.out, "--out")  # before the minutes of timing, not after
 
         if not 1 <= args.processes <= 64:
             raise GeosimError(f"must be in 1..64, got {args.processes}", key="--processes")

@@ -95,8 +95,9 @@ def main(argv=None) -> int:
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
 
     def write(doc: dict) -> None:
-        with open(args.out, "a") as f:
-            f.write(json.dumps(doc) + "\n")
+        from geosim.fileio import append_lines
+
+        append_lines(args.out, [json.dumps(doc)])
 
     grid = [(rtt, rate, loss) for rtt in [float(x) for x in args.rtts.split(",")]
             for rate in [float(x) for x in args.rates.split(",")] for loss in [float(x) for x in args.loss.split(",")]]

@@ -434,9 +434,13 @@ def run(args) -> int:
 
     get_model(args.model)
     base = load_params(args.params)  # a bad file is one line before any run starts
-    from geosim.fileio import make_output_dir
+    from geosim.fileio import check_output_path, make_output_dir
 
     out = make_output_dir(args.out, "--out-dir")
+    for name in ("fitted.toml", "validate.json"):  # every output checked before minutes of runs
+        check_output_path(out / name, "--out-dir")
+    if args.plot != "":
+        check_output_path(args.plot if args.plot is not None else out / "validate.png", "--plot")
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     started = time.monotonic()
     if args.records:

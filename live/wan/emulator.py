@@ -31,12 +31,14 @@ from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
 from geosim.errors import GeosimError
+from geosim.input_limits import loads_json
 from geosim.live.wan import netns
 from geosim.live.wan.forwarder import remove_state
 
 DEFAULT_STATE = "/run/geosim-wan/state.json"
 MIN_MBIT, MAX_MBIT = 0.1, 100_000.0
 SOURCE = "geosim live wan up"
+STATE_MAX_BYTES = 1 << 20  # a state file is a few KB; anything larger is not one
 _children: dict[str, subprocess.Popen] = {}  # forwarders started by this process, reaped by down()
 
 
@@ -117,11 +119,12 @@ def read_state(path: str | None = None) -> WanSlice | None:
     path = state_path(path)
     try:
         with open(path) as f:
-            return WanSlice.from_dict(json.load(f))
+            return WanSlice.from_dict(loads_json(f.read(STATE_MAX_BYTES + 1), path, STATE_MAX_BYTES))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise BrokenState(f"unreadable state file ({type(exc).__name__}: {exc}); "
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, GeosimError) as exc:
+        why = exc.problem if isinstance(exc, GeosimError) else f"{type(exc).__name__}: {exc}"
+        raise BrokenState(f"unreadable state file ({why}); "
                           "`geosim live wan down` removes it and whatever it left", source=path) from None
 
 
@@ -402,11 +405,48 @@ def _down(sid: str, pid: int, path: str, timeout_s: float = 15.0, log_path: str 
             pass
     netns.teardown(sid)  # idempotent; covers a forwarder that was killed or crashed
     remove_state(path, sid)
-    if log_path:
+    if log_path and own_log(log_path, sid, path):
         try:
             os.unlink(log_path)
         except OSError:
             pass
+
+
+def own_log(log_path: str, sid: str, state: str) -> bool:
+    """Whether `log_path` is this slice's forwarder log as `up` made it: a regular file (not a link)
+    of ours, named forwarder-<id>-*.log, directly in the state file's directory. A state file names
+    its log; one that was edited or planted must not make `down` delete something else."""
+    import stat
+
+    name = os.path.basename(log_path)
+    if not (name.startswith(f"forwarder-{sid}-") and name.endswith(".log")):
+        return False
+    here = os.path.realpath(os.path.dirname(os.path.abspath(state)))
+    if os.path.realpath(os.path.dirname(os.path.abspath(log_path))) != here:
+        return False
+    try:
+        st = os.lstat(log_path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def looks_like_state(path: str) -> bool:
+    """An unreadable state file that geosim wrote (cut short: it begins as every state file does,
+    with the slice's id): a regular file of ours, small. Anything else named as the state file is
+    reported and left alone, never deleted."""
+    import re
+    import stat
+
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > STATE_MAX_BYTES:
+            return False
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return re.match(rb'\{\s*"id":\s*"[0-9a-f]{1,16}"', head) is not None
 
 
 def down(state: str | None = None, *, everything: bool = False, timeout_s: float = 15.0) -> list[str]:
@@ -422,8 +462,11 @@ def down(state: str | None = None, *, everything: bool = False, timeout_s: float
     done = []
     try:
         s = read_state(path)
-    except BrokenState:
+    except BrokenState as exc:
         s = None
+        if not looks_like_state(path):
+            raise GeosimError("not a WAN state file geosim wrote; left as it is (check --state or GEOSIM_WAN_STATE)",
+                              source=path) from exc
         os.unlink(path)
         done.append("state file")
     if s is not None:

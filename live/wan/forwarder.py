@@ -25,7 +25,9 @@ import time
 from collections import deque
 
 from geosim.live.wan import netns
+from geosim.errors import GeosimError
 from geosim.fileio import write_atomic
+from geosim.input_limits import loads_json
 
 
 # Frames due within BATCH_S of now go out together: one wake-up per batch instead of per
@@ -172,10 +174,10 @@ def write_state(path: str, state: dict) -> None:
 def remove_state(path: str, slice_id: str) -> None:
     try:
         with open(path) as f:
-            if json.load(f).get("id") != slice_id:
+            if loads_json(f.read(1 << 20), path).get("id") != slice_id:
                 return  # another slice's state: not ours to remove
         os.unlink(path)
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError, GeosimError):  # not a state of ours: left alone
         pass
 
 

@@ -14,6 +14,14 @@ uses needs neither:
   at shutdown. Inside, because Ray makes its temp directory world-writable (0777): the private
   parent keeps other users out of it.
 
+- A watchdog (a small process in a session of its own) waits on a pipe only this driver holds:
+  when the driver dies, even by SIGKILL, the pipe closes and the watchdog stops every process
+  whose command line names the private directory (GCS, raylet, workers, the dashboard and
+  runtime-env agents) and removes the directory. Without it they listened for minutes and the
+  session directory stayed for good.
+- Ray's auth token stays in the environment (RAY_AUTH_TOKEN, made here): Ray would otherwise
+  write ~/.ray/auth_token, and fail under a read-only HOME. Nothing of Ray's goes to HOME.
+
 A cluster meant to be reached from other machines is started deliberately with `ray start`
 (docs/guide/sweeps.md, "A Ray cluster"); geosim then only attaches to it (--ray-address HOST:PORT).
 """
@@ -21,9 +29,13 @@ A cluster meant to be reached from other machines is started deliberately with `
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
@@ -31,9 +43,16 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 def loopback_ray_env() -> None:
     """Before (or, failing that, after) `import ray`: the node address Ray picks is the loopback."""
     os.environ.update(LOOPBACK_ENV)
+    # token auth with the token in the environment (inherited by Ray's processes), never ~/.ray
+    if "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     constants = sys.modules.get("ray._private.ray_constants")
     if constants is not None:  # imported earlier in this process: the module read the old value
         constants.ENABLE_RAY_CLUSTER = False
+        raylet = sys.modules.get("ray._raylet")
+        if raylet is not None:  # Ray's config caches the auth mode when imported
+            raylet.Config.initialize("")
 
 
 def init_local(ray, num_cpus: int | None = None) -> str:
@@ -42,6 +61,7 @@ def init_local(ray, num_cpus: int | None = None) -> str:
     loopback_ray_env()
     temp = tempfile.mkdtemp(prefix="geosim-ray-")  # short: Ray's socket paths have a length limit
     kwargs = {"num_cpus": num_cpus} if num_cpus else {}
+    _WATCHDOGS[temp] = start_watchdog(temp)
     try:
         ray.init(address="local", include_dashboard=False, log_to_driver=False, _temp_dir=os.path.join(temp, "r"),
                  _node_ip_address="127.0.0.1", **kwargs)
@@ -54,3 +74,63 @@ def init_local(ray, num_cpus: int | None = None) -> str:
 def remove_temp_dir(temp: str | None) -> None:
     if temp:
         shutil.rmtree(temp, ignore_errors=True)
+        fd = _WATCHDOGS.pop(temp, None)
+        if fd is not None:
+            os.close(fd)  # the watchdog wakes, finds nothing left, and exits
+
+
+_WATCHDOGS: dict[str, int] = {}  # private directory -> the write end of its watchdog's pipe
+
+
+def start_watchdog(temp: str) -> int:
+    """Start the watchdog of `temp` (see the module's docstring); returns the pipe's write end,
+    which only this process holds (close-on-exec: Ray's processes do not inherit it)."""
+    r, w = os.pipe()
+    os.set_inheritable(w, False)
+    subprocess.Popen([sys.executable, "-m", __name__, str(r), temp], pass_fds=(r,), stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
+    os.close(r)
+    return w
+
+
+def processes_naming(temp: str) -> list[int]:
+    """Pids of this user's processes whose command line names `temp` (Ray's, for our instance)."""
+    found, needle = [], temp.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.geteuid():
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def watch(read_fd: int, temp: str, grace_s: float = 3.0) -> None:
+    """Block until the driver's end of the pipe closes; then stop what is left of its Ray and
+    remove the private directory."""
+    while os.read(read_fd, 1):
+        pass
+    pids = processes_naming(temp)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
+        time.sleep(0.1)
+    for pid in processes_naming(temp):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+if __name__ == "__main__":  # the watchdog: python -m geosim.studies.sweep.local_ray FD DIR
+    watch(int(sys.argv[1]), sys.argv[2])

@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from geosim.errors import GeosimError, require
 from geosim.params import load_params
@@ -31,7 +32,7 @@ from geosim.scenario import Scenario, get_model, LINK_RANGES, check_number
 from geosim.specs import Params
 from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
-from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint
+from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint, iter_rows
 from geosim.techniques import technique_names
 from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
 from geosim.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
@@ -267,7 +268,14 @@ class SweepRun:
     skipped: int  # already on disk (resumed)
     computed: int  # evaluated now
     seconds: float
-    rows: list[dict]
+    slim: list[dict]  # the grid's rows in grid order, SLIM_FIELDS only (what crossovers and summaries read)
+    out_dir: Path | None = None
+
+    @property
+    def rows(self) -> list[dict]:
+        """The grid's whole rows in grid order, read back from results.jsonl."""
+        whole = {r["key"]: r for r in iter_rows(self.out_dir)} if self.out_dir is not None else {}
+        return [whole[s["key"]] for s in self.slim if s["key"] in whole]
 
     @property
     def points_per_s(self) -> float:
@@ -292,9 +300,9 @@ def run_sweep(grid: Grid, ctx: SweepContext, out_dir, executor, *, fresh: bool =
                     on_chunk(computed)
         finally:
             bar.close()
-        by_key = {r["key"]: r for r in store.rows}
+        by_key = {r["key"]: r for r in store.slim}
         rows = [by_key[k] for k in map(point_key, points) if k in by_key]  # grid order, not completion order
-    return SweepRun(len(points), len(points) - len(todo), computed, time.perf_counter() - started, rows)
+    return SweepRun(len(points), len(points) - len(todo), computed, time.perf_counter() - started, rows, Path(out_dir))
 
 
 class _NoBar:

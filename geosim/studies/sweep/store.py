@@ -17,12 +17,14 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import itertools
 import json
 import os
 from pathlib import Path
 
 from geosim.errors import GeosimError
-from geosim.fileio import locked, make_output_dir, write_atomic
+from geosim.input_limits import check_json_text, read_json_file
+from geosim.fileio import csv_cell, locked, make_output_dir, output_error, write_atomic
 
 SCHEMA = "geosim.studies.sweep.run/1"
 RESULTS = "results.jsonl"
@@ -51,7 +53,7 @@ def fingerprint(obj) -> str:
 
 def _csv_line(row: dict) -> str:
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow(["" if row.get(c) is None else row.get(c) for c in COLUMNS])
+    csv.writer(buffer, lineterminator="\n").writerow(["" if row.get(c) is None else csv_cell(row.get(c)) for c in COLUMNS])
     return buffer.getvalue()
 
 
@@ -61,7 +63,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def _load_json(path: Path, what: str):
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json_file(path)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise GeosimError(f"{what} is corrupt ({exc}); move the directory away to start afresh, or use --fresh",
                           source=str(path)) from None
@@ -69,32 +71,57 @@ def _load_json(path: Path, what: str):
 
 def read_rows(out_dir: str | Path, *, repair: bool = False) -> list[dict]:
     """The rows of results.jsonl, one per point (first wins). `repair` cuts a half-written tail."""
+    return list(iter_rows(out_dir, repair=repair))
+
+
+def iter_rows(out_dir: str | Path, *, repair: bool = False):
+    """read_rows one row at a time, reading the file line by line (a million rows are never in memory at once)."""
     path = Path(out_dir) / RESULTS
     if not path.exists():
-        return []
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-        if repair:
-            with open(path, "r+b") as f:
-                f.truncate(keep)
-        data = data[:keep]
-    rows, seen = [], set()
-    for number, line in enumerate(data.decode(errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise GeosimError(f"not valid JSON ({exc.msg}); move the file away to start afresh",
-                              source=f"{path}:{number}") from None
-        if not isinstance(row, dict) or not isinstance(row.get("key"), str):
-            raise GeosimError("not a sweep row (no 'key'); move the file away to start afresh",
-                              source=f"{path}:{number}", key="key")
-        if row["key"] not in seen:
-            seen.add(row["key"])
-            rows.append(row)
-    return rows
+        return
+    size = path.stat().st_size
+    with open(path, "r+b" if repair else "rb") as f:
+        if size:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":  # a half-written last line (a kill mid-write): cut it, or stop before it
+                f.seek(0)
+                keep = 0
+                for line in iter(f.readline, b""):
+                    if line.endswith(b"\n"):
+                        keep += len(line)
+                if repair:
+                    f.truncate(keep)
+                size = keep
+        f.seek(0)
+        seen, offset = set(), 0
+        for number, raw in enumerate(iter(f.readline, b""), start=1):
+            offset += len(raw)
+            if offset > size:
+                break
+            line = raw.decode(errors="replace")
+            if not line.strip():
+                continue
+            try:
+                check_json_text(line, f"{path}:{number}")
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise GeosimError(f"not valid JSON ({exc.msg}); move the file away to start afresh",
+                                  source=f"{path}:{number}") from None
+            if not isinstance(row, dict) or not isinstance(row.get("key"), str):
+                raise GeosimError("not a sweep row (no 'key'); move the file away to start afresh",
+                                  source=f"{path}:{number}", key="key")
+            if row["key"] not in seen:
+                seen.add(row["key"])
+                yield row
+
+
+# what the sweep's own summary reads of a row (crossovers, orders, best, statuses): a sweep keeps
+# these in memory, not whole rows; whole rows stay on disk (results.jsonl)
+SLIM_FIELDS = ("key", "point", "status", "technique", "total_time_s", "time_per_epoch_s")
+
+
+def slim(row: dict) -> dict:
+    return {k: row[k] for k in SLIM_FIELDS if k in row}
 
 
 def read_manifest(out_dir: str | Path) -> dict | None:
@@ -122,7 +149,10 @@ def write_crossovers(out_dir: str | Path, crossovers: list[dict]) -> None:
 
 def read_best(out_dir: str | Path) -> list[dict]:
     path = Path(out_dir) / BEST
-    return json.loads(path.read_text()) if path.exists() else []
+    doc = _load_json(path, "the best-options file") if path.exists() else []
+    if not isinstance(doc, list):
+        raise GeosimError("not a list of best options", source=str(path))
+    return doc
 
 
 def write_best(out_dir: str | Path, best: list[dict]) -> None:
@@ -134,7 +164,7 @@ class ResultStore:
 
     def __init__(self, out_dir: str | Path):
         self.dir = Path(out_dir)
-        self.rows: list[dict] = []
+        self.slim: list[dict] = []  # SLIM_FIELDS of every row, resumed and new
         self.done: set[str] = set()
         self._fds: list[int] = []
         self._lock = None
@@ -151,6 +181,7 @@ class ResultStore:
 
     def _open(self, manifest: dict, fresh: bool) -> "ResultStore":
         if fresh:
+            self._check_ours()
             for name in (RESULTS, CSV_FILE, MANIFEST, CROSSOVERS, BEST):
                 (self.dir / name).unlink(missing_ok=True)
         old = read_manifest(self.dir)
@@ -162,12 +193,33 @@ class ResultStore:
             manifest = {**old, **manifest, "scenarios": {**old.get("scenarios", {}), **manifest["scenarios"]}}
         manifest["grids"] = grids  # every grid run into this directory; "grid" is the latest
         _write_atomic(self.dir / MANIFEST, json.dumps(manifest, indent=1, default=str) + "\n")
-        self.rows = read_rows(self.dir, repair=True)
-        self.done = {row["key"] for row in self.rows}
-        _write_atomic(self.dir / CSV_FILE, ",".join(COLUMNS) + "\n" + "".join(_csv_line(r) for r in self.rows))
+        self.slim = [slim(row) for row in iter_rows(self.dir, repair=True)]
+        self.done = {row["key"] for row in self.slim}
+        write_atomic(self.dir / CSV_FILE, itertools.chain([",".join(COLUMNS) + "\n"],
+                                                          (_csv_line(r) for r in iter_rows(self.dir))))
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        self._fds = [os.open(self.dir / RESULTS, flags, 0o644), os.open(self.dir / CSV_FILE, flags, 0o644)]
+        try:
+            self._fds = [os.open(self.dir / RESULTS, flags, 0o666), os.open(self.dir / CSV_FILE, flags, 0o666)]
+        except OSError as exc:
+            raise output_error(self.dir, exc, "cannot open its rows") from None
         return self
+
+    def _check_ours(self) -> None:
+        """--fresh deletes a sweep's files only in a directory a sweep made (its manifest says so): a
+        results.jsonl or results.csv of something else, in a directory given by mistake, is left alone."""
+        present = [n for n in (RESULTS, CSV_FILE, MANIFEST, CROSSOVERS, BEST) if (self.dir / n).exists()]
+        if not present:
+            return
+        try:
+            old = read_manifest(self.dir)
+        except GeosimError:
+            old = None
+        if not isinstance(old, dict) or old.get("schema") != SCHEMA:
+            raise GeosimError(f"not a directory geosim sweep made (no sweep manifest), so --fresh leaves its "
+                              f"{', '.join(present)} alone; use another --out-dir", source=str(self.dir))
+        for name in present:
+            if (self.dir / name).is_symlink() or not (self.dir / name).is_file():
+                raise GeosimError(f"{name} is not a regular file, so --fresh leaves it alone", source=str(self.dir))
 
     def _check_compatible(self, old: dict, new: dict) -> None:
         hint = f"use another --out, or --fresh to discard the rows in {self.dir}"
@@ -188,12 +240,18 @@ class ResultStore:
         for row in rows:
             if row["key"] in self.done:  # a point can come back twice only through a bug; never write it twice
                 continue
-            os.write(jsonl_fd, (json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n").encode())
-            os.write(csv_fd, _csv_line(row).encode())
+            try:
+                os.write(jsonl_fd, (json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n").encode())
+                os.write(csv_fd, _csv_line(row).encode())
+            except OSError as exc:  # no space: the rows before this one are whole; a rerun resumes here
+                raise output_error(self.dir / RESULTS, exc, "cannot append a row") from None
             self.done.add(row["key"])
-            self.rows.append(row)
-        os.fsync(jsonl_fd)
-        os.fsync(csv_fd)
+            self.slim.append(slim(row))
+        try:
+            os.fsync(jsonl_fd)
+            os.fsync(csv_fd)
+        except OSError as exc:
+            raise output_error(self.dir / RESULTS, exc, "cannot append a row") from None
 
     def close(self) -> None:
         for fd in self._fds:

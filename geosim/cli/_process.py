@@ -1,0 +1,131 @@
+"""What every subcommand's process gets, whatever it runs (used by geosim.cli.main):
+
+- SIGTERM is handled as SIGINT: the command unwinds, so atomic writers remove their temporary
+  files and locks are released, and the process exits 143 with one line.
+- A closed stdout is refused before any work (Python would otherwise drop every print, and a
+  command would exit 0 with its answer lost); a stdout that fails later (no space, EIO) is one line
+  naming stdout, never a traceback at exit.
+- Under --json, stdout is one JSON document also when the command fails: an error object with
+  the same one line that goes to stderr, and exit 2. argparse's own errors are one line as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from geosim.fileio import output_error
+
+ERROR_SCHEMA = "geosim.error/1"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so that it unwinds as on Ctrl-C."""
+
+
+_MAIN_PID: int | None = None
+
+
+def _raise_terminated(signum, frame):
+    if os.getpid() != _MAIN_PID:  # a forked child (a sweep's pool worker) inherited this: die as SIGTERM says
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    raise Terminated()
+
+
+def terminate_as_interrupt() -> None:
+    """SIGTERM unwinds like SIGINT in this process (only where nobody installed a handler of their
+    own); processes forked from it still die at once, as a pool's terminate() expects."""
+    global _MAIN_PID
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        _MAIN_PID = os.getpid()
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def stdout_is_open() -> bool:
+    if sys.stdout is None:  # Python's stdout when fd 1 was closed at start
+        return False
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # a test's StringIO: open, with no descriptor
+        return True
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def json_wanted(argv: list[str]) -> bool:
+    return "--json" in argv
+
+
+def print_error(command: str | None, line: str, as_json: bool, code: int = 2, kind: str = "error") -> None:
+    """The one line on stderr (`geosim CMD: error: ...`, or `geosim CMD: interrupted`); under --json
+    also the error object on stdout, with the exit code."""
+    name = f"geosim {command}" if command else "geosim"
+    print(f"{name}: {kind}: {line}" if line else f"{name}: {kind}", file=sys.stderr)
+    if as_json and sys.stdout is not None:
+        doc = {"schema": ERROR_SCHEMA, "command": command, "error": line or kind, "exit": code}
+        try:
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            sys.stdout.flush()
+        except Exception:  # stdout itself failing: the line on stderr says it all
+            pass
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as one line (no usage block), and as a JSON error object under --json."""
+
+    def error(self, message):
+        argv = sys.argv[1:] if _ARGV is None else _ARGV
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else None
+        print_error(command, f"{message} (see {self.prog} --help)", json_wanted(argv))
+        sys.exit(2)
+
+
+_ARGV: list[str] | None = None
+
+
+def remember_argv(argv: list[str]) -> None:
+    global _ARGV
+    _ARGV = list(argv)
+
+
+def deferred_warnings(args) -> None:
+    """Deprecation lines collected while parsing or running: printed once the command has run (a
+    deprecated flag and an error together print the error alone)."""
+    for line in getattr(args, "_deprecations", []) or []:
+        print(line, file=sys.stderr)
+
+
+class GuardedStdout:
+    """sys.stdout, whose write failures (no space, EIO) are one line naming stdout; a closed pipe
+    stays BrokenPipeError (`geosim predict | head` is not an error)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _guarded(self, method, *args):
+        try:
+            return method(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise output_error("stdout", exc, "cannot write the answer", file=False) from None
+
+    def write(self, text):
+        return self._guarded(self._stream.write, text)
+
+    def writelines(self, lines):
+        return self._guarded(self._stream.writelines, lines)
+
+    def flush(self):
+        return self._guarded(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)

@@ -1,0 +1,237 @@
+"""The hardening battery of issue 36, in the quick tier: each case is a command a careful user or a
+script might run, with the one answer allowed: one line and exit 2, or the right output with
+nothing lost or replaced. Cases run in this process (geosim.cli.main) where they can, so the
+battery stays quick; the situations that need a real process (devices, full disks, a closed
+stdout, signals) are in tests/test_outputs.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from geosim.cli import main
+from geosim.errors import GeosimError
+from geosim.input_limits import MAX_DEPTH, MAX_KEY_PARTS, check_name, check_toml_text, loads_json
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = (ROOT / "scenarios" / "utah-mass.toml").read_text()
+
+
+def run(argv, capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(code, err, *words):
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+# ---------------------------------------------------------------- inputs bounded before parsing
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("long-key.toml", "a" + ".a" * 30_000 + " = 1\n", ("dotted key", "1")),
+    ("deep-array.toml", 'name = "x"\nv = ' + "[" * 100_000 + "]" * 100_000 + "\n", ("nested more than",)),
+    ("deep-table.toml", 'name = "x"\nv = ' + "{a = " * 5_000 + "1" + "}" * 5_000 + "\n", ("nested more than",)),
+])
+def test_a_scenario_that_would_cost_gigabytes_is_refused_before_parsing(tmp_path, capsys, name, text, words):
+    path = tmp_path / name
+    path.write_text(text)
+    started = time.monotonic()
+    code, _, err = run(["predict", "--scenario", str(path)], capsys)
+    one_line_error(code, err, str(path), *words)
+    assert time.monotonic() - started < 5
+
+
+def test_a_huge_scenario_is_refused_by_its_size_unread(tmp_path, capsys):
+    path = tmp_path / "huge.toml"
+    with open(path, "wb") as f:
+        f.truncate(200 << 20)  # 200 MB, sparse: reading it would be the cost
+    code, _, err = run(["predict", "--scenario", str(path)], capsys)
+    one_line_error(code, err, "huge.toml", "larger than any TOML file")
+
+
+def test_a_params_file_nested_too_deep_is_one_line(tmp_path, capsys):
+    path = tmp_path / "params.toml"
+    path.write_text("x = " + "[" * 2_000 + "]" * 2_000 + "\n")
+    code, _, err = run(["predict", "--scenario", "utah-gpn", "--params", str(path)], capsys)
+    one_line_error(code, err, "params.toml", "nested")
+
+
+def test_a_record_line_nested_too_deep_is_one_line(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    code, _, err = run(["calibrate", "check", str(path)], capsys)
+    one_line_error(code, err, "runs.jsonl:1", "nested")
+
+
+def test_json_nesting_and_toml_keys_at_the_limits():
+    assert loads_json("[" * MAX_DEPTH + "]" * MAX_DEPTH, "x") is not None
+    with pytest.raises(GeosimError, match="nested"):
+        loads_json("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "x")
+    assert loads_json('{"a": "[[[[[[[[' + "[" * 100 + '"}', "x")  # brackets inside strings do not count
+    check_toml_text("a" + ".a" * (MAX_KEY_PARTS - 1) + " = 1\nb = 1.5\nc = '1.2.3.4.5.6'\n", "x")
+    with pytest.raises(GeosimError, match="dotted key"):
+        check_toml_text("a" + ".a" * MAX_KEY_PARTS + " = 1\n", "x")
+
+
+# ---------------------------------------------------------------- bounded work
+
+
+def test_a_trace_that_would_be_a_gigabyte_is_refused_before_simulating(tmp_path, capsys):
+    started = time.monotonic()
+    code, _, err = run(["trace", "--iterations", "100", "--microbatches", "4096", "--global-batch", "8192",
+                        "--out", str(tmp_path / "t.json")], capsys)
+    one_line_error(code, err, "--iterations", "trace events")
+    assert time.monotonic() - started < 10 and not (tmp_path / "t.json").exists()
+
+
+def test_planning_never_offers_more_microbatches_than_a_workload_may_have():
+    from geosim.techniques.pipeshard import MAX_MICROBATCHES, _microbatch_choices
+
+    assert max(_microbatch_choices(10_000_000, True, 1)) <= MAX_MICROBATCHES
+    assert max(_microbatch_choices(10_000_000, False, 1)) <= MAX_MICROBATCHES
+    assert _microbatch_choices(12, True, 1) == [1, 2, 3, 4, 6, 12]  # small batches: every divisor, as before
+
+
+def test_draws_that_would_take_hours_are_refused_by_their_first_predictions(tmp_path, capsys):
+    from test_uncertainty import COVARIANCE
+
+    from geosim.cli._progress import refuse_if_too_long
+
+    with pytest.raises(GeosimError, match="--draws 36 or less"):
+        refuse_if_too_long(3, 1_000_000, 3.0, "--draws", "predictions", per_flag=100)
+    refuse_if_too_long(3, 1_000, 3.0, "--draws", "predictions")  # 17 minutes: goes on
+    params = tmp_path / "params.toml"
+    params.write_text(COVARIANCE)
+    code, _, err = run(["predict", "--params", str(params), "--draws", "10000"], capsys)
+    one_line_error(code, err, "--draws", "hour")
+
+
+# ---------------------------------------------------------------- machine-readable to the end
+
+
+def test_json_errors_are_an_error_object_with_the_same_line(capsys):
+    code, out, err = run(["predict", "--scenario", "nowhere", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 2 and doc["error"] in err and doc["exit"] == 2
+
+
+def test_import_json_prints_only_the_document(tmp_path, capsys):
+    code, out, err = run(["calibrate", "import", "study", "--records-out", str(tmp_path / "r.jsonl"), "--json"], capsys)
+    assert code == 0 and json.loads(out)["written"] > 0 and "wrote" in err
+
+
+def test_check_skips_interrupted_records_as_fit_does(tmp_path, capsys):
+    assert main(["calibrate", "import", "study", "--records-out", str(tmp_path / "r.jsonl")]) == 0
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["status"] = "interrupted"
+    second = json.loads(lines[1])
+    second["measured"]["steps"] = 0
+    second["run_id"] = second.get("run_id", "x") + "-cut"
+    (tmp_path / "r.jsonl").write_text("\n".join([json.dumps(first), json.dumps(second), *lines[2:]]) + "\n")
+    capsys.readouterr()
+    code, out, err = run(["calibrate", "check", str(tmp_path / "r.jsonl"), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and len(doc["skipped"]) == 2 and "skipped 2 interrupted record(s)" in err
+    assert len(doc["records"]) == len(lines) - 2
+
+
+# ---------------------------------------------------------------- the battery's leftovers
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["plan", "--sites", ""], ("--sites", "empty")),
+    (["sites", "--rtt-from", ""], ("--rtt-from", "empty")),
+    (["fabric", "slice", "create", "--dry-run", "--scenario", "utah-gpn", "--name", "x" * 5000], ("--name", "5,000")),
+    (["fabric", "slice", "create", "--dry-run", "--scenario", "utah-gpn", "--name", "a\u202eb"], ("--name", "U+202E")),
+    (["fabric", "slice", "create", "--dry-run", "--scenario", "utah-gpn", "--name", "a\u200bb"], ("--name", "U+200B")),
+])
+def test_leftovers_are_one_line(capsys, argv, words):
+    pytest.importorskip("fabrictestbed_extensions") if argv[0] == "fabric" else None
+    code, _, err = run(argv, capsys)
+    one_line_error(code, err, *words)
+
+
+def test_a_dry_run_delete_does_not_claim_a_slice_it_never_looked_up(capsys):
+    pytest.importorskip("fabrictestbed_extensions")
+    code, out, _ = run(["fabric", "slice", "delete", "--dry-run", "no-such-slice"], capsys)
+    assert code == 0 and "not looked up" in out and "if it exists" in out
+
+
+def test_a_deprecated_flag_with_an_error_prints_the_error_alone(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", "fit", "--records", "x", "--bogus"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_names_are_checked():
+    assert check_name("geosim-utah-gpn", "--name") == "geosim-utah-gpn"
+    for bad in ("", " ", "x" * 101, "a\nb", "a\u2066b", "a\ufeffb"):
+        with pytest.raises(GeosimError):
+            check_name(bad, "--name")
+
+
+# ---------------------------------------------------------------- the WAN emulator deletes only its own
+
+
+def test_wan_down_deletes_only_its_own_log_and_state(tmp_path):
+    from geosim.live.wan.emulator import looks_like_state, own_log
+
+    state = tmp_path / "state.json"
+    log = tmp_path / "forwarder-abc123-x1y2.log"
+    log.write_text("log")
+    assert own_log(str(log), "abc123", str(state))
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep")
+    assert not own_log(str(victim), "abc123", str(state))  # not named for the slice
+    elsewhere = tmp_path / "sub"
+    elsewhere.mkdir()
+    (elsewhere / "forwarder-abc123-x.log").write_text("x")
+    assert not own_log(str(elsewhere / "forwarder-abc123-x.log"), "abc123", str(state))  # not beside the state
+    link = tmp_path / "forwarder-abc123-link.log"
+    link.symlink_to(victim)
+    assert not own_log(str(link), "abc123", str(state))  # a link: never followed to its target
+    assert not own_log(str(log), "other1", str(state))  # another slice's
+    state.write_text('{"id": "abc", "hosts": [')  # a state cut short: geosim's
+    assert looks_like_state(str(state))
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"todo": ["buy milk"]')
+    assert not looks_like_state(str(notes)) and not looks_like_state(str(victim))
+
+
+def test_wan_down_leaves_a_file_that_is_not_its_state(tmp_path, capsys, monkeypatch):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not JSON at all\n")
+    from geosim.live.wan import netns
+
+    try:
+        netns.check_host()
+    except GeosimError:
+        pytest.skip("needs the WAN emulator's host (root, ip, /dev/net/tun)")
+    monkeypatch.setenv("GEOSIM_WAN_STATE", str(notes))
+    code, _, err = run(["live", "wan", "down"], capsys)
+    one_line_error(code, err, "notes.txt", "not a WAN state file")
+    assert notes.read_text() == "not JSON at all\n"
+
+
+def test_sweep_fresh_deletes_only_a_sweeps_own_files(tmp_path, capsys):
+    (tmp_path / "results.csv").write_text("my,own,spreadsheet\n")
+    code, _, err = run(["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1,2", "--workers", "1",
+                        "--out-dir", str(tmp_path), "--fresh", "--quiet", "--no-best"], capsys)
+    one_line_error(code, err, "not a directory geosim sweep made", "results.csv")
+    assert (tmp_path / "results.csv").read_text() == "my,own,spreadsheet\n"
+    sweep = tmp_path / "sweep"
+    argv = ["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1,2", "--workers", "1",
+            "--out-dir", str(sweep), "--quiet", "--no-best"]
+    assert main(argv) == 0 and main(argv + ["--fresh"]) == 0  # its own files: replaced
