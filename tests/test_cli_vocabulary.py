@@ -183,6 +183,11 @@ def test_a_layout_is_asked_the_same_way_wherever_a_technique_takes_one():
 def test_a_renamed_flag_still_works_and_says_its_new_name(argv, dest, value, capsys):
     args = build_parser(argv[0]).parse_args(argv)
     assert getattr(args, dest) == value
+    # the line waits for the command to run (an error then prints alone: geosim.cli._process.deferred_warnings)
+    assert capsys.readouterr().err == ""
+    from geosim.cli._process import deferred_warnings
+
+    deferred_warnings(args)
     err = capsys.readouterr().err
     assert err.count("deprecated") == 1 and "use --" in err
 
