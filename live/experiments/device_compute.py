@@ -131,7 +131,7 @@ def fit(cases, gemms: list[dict], params, architecture: str, gpu) -> dict:
 
     from geosim.calibrate.check import check
     from geosim.runtime import runtime_of
-    from geosim.sim.compute import Gemm, compute_model
+    from geosim.sim.compute import Gemm, compute_model, gemm_seconds
 
     timed = [c for c in cases if c.metric]
     if not timed and not gemms:
@@ -152,8 +152,6 @@ def fit(cases, gemms: list[dict], params, architecture: str, gpu) -> dict:
             runtime = runtime_of(timed[0].workload, p) if timed else None
             applied = runtime.applied_to(p) if runtime else p
             eff = compute_model(applied).efficiency_for(gpu)
-            from geosim.sim.compute import gemm_seconds
-
             for gm in gemms:
                 op = Gemm("gemm", gm["m"], gm["n"], gm["k"])
                 out.append({"what": f"GEMM {gm['m']}x{gm['n']}x{gm['k']} {gm['precision']}", "measured_s": gm["seconds"],
