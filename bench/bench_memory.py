@@ -64,14 +64,14 @@ def grid(quick: bool) -> list[dict]:
     return cases
 
 
-def compared(rows: list[dict], backend: str) -> list[dict]:
+def compared(rows: list[dict], backend: str, devices: int = DEVICES) -> list[dict]:
     out = []
     for row in rows:
         if "peak" not in row:
             out.append({**row, "geosim": None, "error_fraction": None})
             continue
-        parts = geosim_bytes(row, DEVICES, GPU_TARGETS[backend][2] if backend in GPU_TARGETS else "")
-        ours = sum(parts.values()) + (cpu_correction(row, DEVICES) if backend == "cpu" else 0.0)
+        parts = geosim_bytes(row, devices, GPU_TARGETS[backend][2] if backend in GPU_TARGETS else "")
+        ours = sum(parts.values()) + (cpu_correction(row, devices) if backend == "cpu" else 0.0)
         out.append({**row, "geosim": ours, "parts": parts, "error_fraction": ours / row["peak"] - 1.0})
     return out
 
@@ -115,6 +115,8 @@ def main() -> int:
     parser.add_argument("--cases", help="JSON Lines of cases to compile instead of the grid (the keys of a grid "
                                         "case; a model not in the catalog as \"dims\": {n_layer, n_embd, n_head, "
                                         "vocab, n_ctx}; pipeshard's \"stages\")")
+    parser.add_argument("--devices", type=int, default=DEVICES,
+                        help=f"devices the cases run on (default {DEVICES}; 1 for a single GPU's records)")
     args = parser.parse_args()
     if args.cases:
         try:
@@ -136,18 +138,20 @@ def main() -> int:
             known[key(row)] = row
     todo = [c for c in cases if key(c) not in known]
     load = os.getloadavg()
-    print(f"bench_memory: {len(cases)} cases on {DEVICES} devices, XLA's {args.backend.upper()} compiler; "
+    print(f"bench_memory: {len(cases)} cases on {args.devices} devices, XLA's {args.backend.upper()} compiler; "
           f"{len(todo)} to compile; load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} cores)", flush=True)
     started = time.perf_counter()
     if todo:
         def keep(row: dict) -> None:  # progress, and XLA's figures on disk as they come
+            if "technique" not in row:  # the worker could not start its compiler: said below, once
+                return
             print(f"  compiled {label(row)} in {row.get('compile_s', '?')} s", flush=True)
             if args.xla and "technique" in row:
                 with open(args.xla, "a") as f:
                     f.write(json.dumps(row) + "\n")
 
         try:
-            fresh = run_cases(args.backend, DEVICES, todo, timeout_s=3 * 3600, each=keep)
+            fresh = run_cases(args.backend, args.devices, todo, timeout_s=3 * 3600, each=keep)
         except subprocess.TimeoutExpired:
             print("compiles timed out", file=sys.stderr)
             return 1
@@ -156,7 +160,7 @@ def main() -> int:
             return 3
         for row in fresh:
             known[key(row)] = row
-    rows = compared([known[key(c)] for c in cases if key(c) in known], args.backend)
+    rows = compared([known[key(c)] for c in cases if key(c) in known], args.backend, args.devices)
     compile_s = sum(r.get("compile_s", 0) for r in rows)
     print_table(rows, args.backend)
     print(f"compiles {compile_s:.0f} s (sum of the cases' compile times), wall {time.perf_counter() - started:.0f} s; "
