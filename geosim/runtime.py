@@ -26,7 +26,7 @@ from importlib import resources
 
 from geosim.errors import GeosimError
 from geosim.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY, RUNTIME_OTHER_KEYS
-from geosim.specs import MIB, DeviceCompute, Params, Workload
+from geosim.specs import MIB, ComputeConstants, Params, Workload
 
 DEFAULT_RUNTIME = "alpa"  # the study's: keeps every prediction the study was fitted with
 SOURCE = "geosim/data/runtimes.toml"
@@ -53,8 +53,8 @@ class Runtime:
     streams: int | None = RUNTIME_BY_KEY["streams"].absent
     # the op-level compute model's constants on devices whose speed this runtime measured rather than
     # the GPU calibration describes (XLA:CPU on the CPU "GPUs" of live runs: live/experiments/cpu_compute.py):
-    # (device name, DeviceCompute); a parameters file's flat [compute.efficiency] wins
-    device_compute: tuple[tuple[str, DeviceCompute], ...] = ()
+    # (device name, ComputeConstants); a parameters file's flat [compute.efficiency] wins
+    device_compute: tuple[tuple[str, ComputeConstants], ...] = ()
     # Shard's collectives as this runtime's compiler emits them, (op, count, size in activations): per
     # layer and per step outside the layers (jax: read from live's compiled step by
     # live/train/compiled_collectives.py). Empty: Megatron's count (shard.collectives_per_layer).
@@ -233,13 +233,13 @@ def collective_list(value, source: str, where: str) -> tuple[tuple[str, int, flo
     return tuple(out)
 
 
-# a device's compute constants: key -> (DeviceCompute field, factor from the key's unit to SI, allowed range),
+# a device's compute constants: key -> (ComputeConstants field, factor from the key's unit to SI, allowed range),
 # as geosim.parameters.DEVICE_COMPUTE declares them (why a fraction there may exceed 1, too)
 DEVICE_COMPUTE_KEYS = {p.key: (p.field, p.scale, p.range) for p in DEVICE_COMPUTE}
 
 
-def device_compute_tables(value, source: str, where: str) -> tuple[tuple[str, DeviceCompute], ...]:
-    """{ DEVICE = { gemm_fraction, gemm_half_us, memory_fraction, kernel_us } } -> ((name, DeviceCompute), ...)."""
+def device_compute_tables(value, source: str, where: str) -> tuple[tuple[str, ComputeConstants], ...]:
+    """{ DEVICE = { gemm_fraction, gemm_half_us, memory_fraction, kernel_us } } -> ((name, ComputeConstants), ...)."""
     if not isinstance(value, dict) or not value:
         raise GeosimError(f"must be a table of device name = {{ {', '.join(DEVICE_COMPUTE_KEYS)} }}, got {value!r}",
                           source=source, key=where)
@@ -255,7 +255,7 @@ def device_compute_tables(value, source: str, where: str) -> tuple[tuple[str, De
                 raise GeosimError(f"must be a number in [{lo:g}, {hi:g}], got {v!r}", source=source,
                                   key=f"{where}.{device}.{key}")
             fields[field] = float(v) * factor
-        out.append((str(device), DeviceCompute(**fields)))
+        out.append((str(device), ComputeConstants(**fields)))
     return tuple(out)
 
 

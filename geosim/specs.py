@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from functools import cached_property
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
 
 from geosim.errors import GeosimError
 from geosim.parameters import missing_value
@@ -201,14 +200,50 @@ class Workload:
         return 4 if self.precision == "fp32" else 2
 
 
-class DeviceCompute(NamedTuple):
-    """The op-level compute model's constants (geosim.sim.compute.Efficiency's) on one kind of device,
-    where its runtime measured them: XLA:CPU on live's CPU devices (geosim/data/runtimes.toml)."""
+@dataclass(frozen=True)
+class ComputeConstants:
+    """The op-level compute model's constants (geosim/sim/compute.py; each number declared once in
+    geosim/parameters.py, its value the parameters file's or a runtime's measurement): the global ones with
+    a GPU generation's own, or one device's where a runtime measured it (XLA:CPU on live's CPU devices).
+
+    gemm_fraction: attainable fraction of the dense tensor (or fp32) peak for large GEMMs, so that one
+        GPU's speed relative to another's comes from the catalog. The global value is fitted to the
+        study (Alpa 2022 on Turing and the A30); by_architecture gives a generation its own measured
+        value (the word in parentheses in a catalog GPU's name, lower case), as do
+        memory_by_architecture and gemm_half_by_architecture for the other two.
+    gemm_half_s: a GEMM's size-dependent saturation: one of F FLOPs reaches
+        F / (F + R * gemm_half_s) of the large-GEMM rate R (tile and wave quantization, the
+        ramp of filling and draining the SMs). A GEMM of R * gemm_half_s FLOPs runs at half rate.
+    memory_fraction: attainable fraction of the memory bandwidth for streaming kernels.
+    kernel_s: launch gap per kernel (XLA launches its fused kernels one by one).
+    fitted_devices: GPUs (catalog names) whose speed under this runtime is what the global constants were
+        fitted to (alpa: the study's RTX6000, T4 and A30): the per-generation values skip them.
+    tf32: the runtime runs fp32 matmuls on TF32 tensor cores where the GPU has them (XLA's default).
+    fused_attention: the runtime's attention never writes the S x S scores (flash attention, PyTorch's
+        SDPA): their memory-bound passes go, and the backward recomputes the scores' product.
+    """
 
     gemm_fraction: float
     gemm_half_s: float
     memory_fraction: float
     kernel_s: float
+    by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, gemm fraction)
+    memory_by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, memory fraction)
+    gemm_half_by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, gemm_half_s)
+    fitted_devices: tuple[str, ...] = ()
+    tf32: bool = False
+    fused_attention: bool = False
+
+    def for_gpu(self, gpu: GPU) -> "ComputeConstants":
+        """These constants as they apply to one GPU: its generation's own values where it has them."""
+        if gpu.name in self.fitted_devices or not (self.by_architecture or self.memory_by_architecture
+                                                   or self.gemm_half_by_architecture):
+            return self
+        generation = gpu.architecture
+        return replace(self, gemm_fraction=dict(self.by_architecture).get(generation, self.gemm_fraction),
+                       memory_fraction=dict(self.memory_by_architecture).get(generation, self.memory_fraction),
+                       gemm_half_s=dict(self.gemm_half_by_architecture).get(generation, self.gemm_half_s),
+                       by_architecture=(), memory_by_architecture=(), gemm_half_by_architecture=())
 
 
 @dataclass(frozen=True)
@@ -272,7 +307,7 @@ class Params:
     # runtime name -> geosim.runtime.Runtime where a fit changed a runtime's fixed costs; empty: as shipped
     # (geosim/data/runtimes.toml, declared there with their sources, not here)
     runtimes: dict[str, object] = field(default_factory=dict)
-    # device name -> DeviceCompute: the op-level model's constants on a device whose speed
+    # device name -> ComputeConstants: the op-level model's constants on a device whose speed
     # the workload's runtime measured (Runtime.applied_to sets it from runtimes.toml's device_compute, e.g.
     # XLA:CPU on live's CPU devices); a device not here runs with the global constants above
     device_compute: dict[str, object] = field(default_factory=dict)

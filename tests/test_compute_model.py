@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from geosim.scenario import gpu_catalog, model_catalog
-from geosim.sim.compute import (ComputeModel, Efficiency, Gemm, MemoryOp, Work, architecture, block_backward,
+from geosim.specs import ComputeConstants
+from geosim.sim.compute import (ComputeModel, Gemm, MemoryOp, Work, architecture, block_backward,
                                 block_forward, gemm_seconds, head_backward, head_forward, kernel_flops, kernels,
                                 memory_seconds, op_seconds, sustained_tensor_tflops)
 
@@ -16,7 +17,9 @@ CATALOG = gpu_catalog()
 RTX, T4, A30 = CATALOG["RTX6000"], CATALOG["T4"], CATALOG["A30"]
 GPT2M = model_catalog()["gpt2m"]
 # no ramp, no launch gap, full bandwidth: the bare roofline
-BARE = Efficiency(gemm_fraction=0.5, gemm_half_s=0.0, memory_fraction=1.0, kernel_s=0.0)
+BARE = ComputeConstants(gemm_fraction=0.5, gemm_half_s=0.0, memory_fraction=1.0, kernel_s=0.0)
+# the compute model's priors (geosim/parameters.py): a set of constants unlike the shipped fit
+PRIOR = ComputeConstants(gemm_fraction=0.7, gemm_half_s=20e-6, memory_fraction=0.8, kernel_s=5e-6)
 REL = 1e-12
 
 
@@ -44,7 +47,7 @@ def test_skinny_gemm_is_bound_by_memory_bandwidth():
 
 
 def test_a_gemm_of_rate_times_half_s_flops_runs_at_half_rate():
-    eff = Efficiency(gemm_fraction=0.5, gemm_half_s=20e-6, memory_fraction=1.0, kernel_s=0.0)
+    eff = ComputeConstants(gemm_fraction=0.5, gemm_half_s=20e-6, memory_fraction=1.0, kernel_s=0.0)
     rate = 130.5e12 * 0.5
     n = round((rate * 20e-6 / 2) ** (1 / 3))  # a cube of ~rate*half FLOPs
     op = Gemm("cube", n, n, n)
@@ -54,7 +57,7 @@ def test_a_gemm_of_rate_times_half_s_flops_runs_at_half_rate():
 
 
 def test_memory_op_at_the_bandwidth_fraction_plus_a_launch():
-    eff = Efficiency(memory_fraction=0.8, kernel_s=5e-6)
+    eff = replace(PRIOR, memory_fraction=0.8, kernel_s=5e-6)
     assert memory_seconds(MemoryOp("x", 1e9), A30, eff) == pytest.approx(1e9 / (933e9 * 0.8) + 5e-6, rel=REL)
     assert op_seconds(MemoryOp("x", 1e9), A30, "fp16", eff) == memory_seconds(MemoryOp("x", 1e9), A30, eff)
 
@@ -105,21 +108,21 @@ def test_one_block_on_a_hand_computed_roofline():
 
 
 def test_layers_are_timed_once_and_multiplied():
-    model = ComputeModel()
+    model = ComputeModel(PRIOR)
     work = Work("backward", GPT2M, 4, 1024, GPT2M.n_layer, head=True, embedding=True)
     direct = sum(op_seconds(op, RTX, "fp16", model.efficiency) for op in kernels(work, "fp16"))
     assert model.seconds(work, RTX, "fp16") == pytest.approx(direct, rel=1e-9)
 
 
 def test_remat_backward_adds_one_forward():
-    model = ComputeModel()
+    model = ComputeModel(PRIOR)
     plain = Work("backward", GPT2M, 4, 1024, 6)
     assert model.seconds(plain._replace(remat=True), RTX, "fp16") == pytest.approx(
         model.seconds(plain, RTX, "fp16") + model.seconds(plain._replace(phase="forward"), RTX, "fp16"), rel=1e-9)
 
 
 def test_optimizer_and_accumulation_by_bytes():
-    eff = Efficiency(memory_fraction=1.0, kernel_s=0.0)
+    eff = replace(PRIOR, memory_fraction=1.0, kernel_s=0.0)
     model = ComputeModel(eff)
     n = GPT2M.num_params
     assert model.seconds(Work("optimizer", GPT2M, params=n), RTX, "fp16") == pytest.approx(n * 32 / 672e9, rel=REL)
@@ -129,11 +132,11 @@ def test_optimizer_and_accumulation_by_bytes():
 
 def test_architecture_from_the_catalog_name():
     assert architecture(RTX) == "turing" and architecture(A30) == "ampere"
-    eff = Efficiency(gemm_fraction=0.6, by_architecture=(("ampere", 0.7),))
+    eff = replace(PRIOR, gemm_fraction=0.6, by_architecture=(("ampere", 0.7),))
     assert eff.for_gpu(A30).gemm_fraction == 0.7 and eff.for_gpu(T4).gemm_fraction == 0.6
 
 
-def step_seconds(gpu, eff: Efficiency) -> float:
+def step_seconds(gpu, eff: ComputeConstants) -> float:
     model = ComputeModel(eff)
     work = Work("backward", GPT2M, 4, 1024, GPT2M.n_layer, head=True, embedding=True)
     return model.seconds(work, gpu, "fp16") + model.seconds(work._replace(phase="forward"), gpu, "fp16")
@@ -149,7 +152,7 @@ def test_a_gpu_with_more_flops_and_bandwidth_is_never_slower():
         if (sustained_tensor_tflops(ga, "fp16") >= sustained_tensor_tflops(gb, "fp16")
                 and ga.memory_bandwidth_gbs >= gb.memory_bandwidth_gbs):
             dominated += 1
-            for eff in (Efficiency(), Efficiency(gemm_fraction=0.2, memory_fraction=0.9, gemm_half_s=1e-4)):
+            for eff in (PRIOR, replace(PRIOR, gemm_fraction=0.2, memory_fraction=0.9, gemm_half_s=1e-4)):
                 assert step_seconds(ga, eff) <= step_seconds(gb, eff), (a, b)
     assert dominated >= 10  # the check is not vacuous
 
@@ -173,6 +176,6 @@ def test_power_dense_cards_are_capped_at_their_generations_tflops_per_watt():
 def test_gpu_speed_ratio_follows_the_datasheet():
     # the T4: 31 capped tensor TFLOP/s against the RTX 6000's 130.5 (4.2x), 320 GB/s against 672 (2.1x): a step
     # between the two ratios, whatever the fractions
-    for eff in (Efficiency(), Efficiency(gemm_fraction=0.3, memory_fraction=0.5)):
+    for eff in (PRIOR, replace(PRIOR, gemm_fraction=0.3, memory_fraction=0.5)):
         ratio = step_seconds(T4, eff) / step_seconds(RTX, eff)
         assert 2.1 < ratio < 4.2

@@ -20,7 +20,8 @@ from geosim.gpu_names import catalog_gpu, with_catalog_gpus
 from geosim.params import default_params
 from geosim.runtime import shipped_runtimes
 from geosim.scenario import get_model, gpu_catalog
-from geosim.sim.compute import ComputeModel, Efficiency, Gemm, Work, gemm_seconds, kernels
+from geosim.sim.compute import ComputeModel, Gemm, Work, gemm_seconds, kernels
+from geosim.specs import ComputeConstants
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RECORDS = ROOT / "geosim" / "data" / "gpu-h200-2026-11-26.jsonl"
@@ -61,7 +62,7 @@ def test_tf32_is_the_runtimes_choice_and_runs_at_the_tf32_rate():
     h200, op = gpu_catalog()["H200"], Gemm("g", 4096, 4096, 4096)
     for runtime, rate in (("jax", 494.0), ("pytorch", 67.0)):
         params = shipped_runtimes()[runtime].applied_to(default_params())
-        eff = Efficiency(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
+        eff = ComputeConstants(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
                          tuple(params.gemm_fraction_by_architecture.items()),
                          tuple(params.memory_fraction_by_architecture.items()),
                          tuple(params.gemm_half_s_by_architecture.items()), params.fitted_devices,
@@ -77,7 +78,7 @@ def test_fused_attention_writes_no_scores_and_is_faster_at_long_sequences():
     assert any(op.label.startswith("mask+softmax") for op in plain)
     assert not any(op.label.startswith("mask+softmax") for op in fused)
     gpu = gpu_catalog()["H100"]
-    eff = Efficiency(gemm_fraction=0.9, memory_fraction=0.65, gemm_half_s=30e-6, kernel_s=2e-6)
+    eff = ComputeConstants(gemm_fraction=0.9, memory_fraction=0.65, gemm_half_s=30e-6, kernel_s=2e-6)
     slow = ComputeModel(eff).seconds(work, gpu, "bf16")
     fast = ComputeModel(replace(eff, fused_attention=True)).seconds(work, gpu, "bf16")
     assert fast < 0.8 * slow  # at 8k tokens the scores' passes dominate the unfused step
@@ -210,7 +211,7 @@ def test_tf32_and_fused_attention_never_make_a_step_slower(gpu, sequences, seq_l
     forward (it drops the score passes and half the causal products; its backward recomputes the scores, so
     only the forward is held to it)."""
     g, model = gpu_catalog()[gpu], get_model("gpt2-medium")
-    eff = Efficiency(gemm_fraction=0.9, memory_fraction=0.65, gemm_half_s=30e-6, kernel_s=2e-6)
+    eff = ComputeConstants(gemm_fraction=0.9, memory_fraction=0.65, gemm_half_s=30e-6, kernel_s=2e-6)
     work = Work("backward", model, sequences, seq_len, 2, head=True, embedding=True)
     if precision == "fp32":
         assert ComputeModel(replace(eff, tf32=True)).seconds(work, g, "fp32") <= ComputeModel(eff).seconds(work, g, "fp32")

@@ -157,7 +157,6 @@ def test_every_shipped_runtime_value_is_declared_and_in_its_range():
 
 # Modules (or a module's one name) that still write a default of their own for a declared number, and why.
 OWN_DEFAULTS = {
-    "geosim/sim/compute.py": "compute.Efficiency's field defaults: the lead merges it with specs.DeviceCompute (issue 33)",
     "live/wan/agent.py:streams": "the probe's parallel connections, a measurement's choice, not the TCP model's streams",
 }
 

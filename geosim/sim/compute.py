@@ -14,7 +14,7 @@ trains it), each either
 
 each paying a kernel's launch gap. The speed of one GPU relative to another then follows
 from the catalog (tensor TFLOP/s and memory bandwidth) alone; the few global constants
-in Efficiency are what calibration may fit, with priors (docs/reference/params.md).
+in ComputeConstants are what calibration may fit, with priors (docs/reference/params.md).
 
 Times are computed once per (Work, GPU) and cached: a Work is a small hashable tuple, so
 the engine's millions of Compute ops cost one dictionary look-up each.
@@ -22,10 +22,9 @@ the engine's millions of Compute ops cost one dictionary look-up each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from geosim.specs import GPU, Model
+from geosim.specs import GPU, ComputeConstants, Model
 
 
 class Gemm(NamedTuple):
@@ -64,50 +63,6 @@ class FusedAttention(NamedTuple):
 KernelOp = Gemm | MemoryOp | FusedAttention
 
 
-@dataclass(frozen=True)
-class Efficiency:
-    """The compute model's constants (priors and sources: docs/reference/params.md).
-
-    gemm_fraction: attainable fraction of the dense tensor (or fp32) peak for large GEMMs, so that one
-        GPU's speed relative to another's comes from the catalog. The global value is fitted to the
-        study (Alpa 2022 on Turing and the A30); by_architecture gives a generation its own measured
-        value (the word in parentheses in a catalog GPU's name, lower case), as do
-        memory_by_architecture and gemm_half_by_architecture for the other two.
-    gemm_half_s: a GEMM's size-dependent saturation: one of F FLOPs reaches
-        F / (F + R * gemm_half_s) of the large-GEMM rate R (tile and wave quantization, the
-        ramp of filling and draining the SMs). A GEMM of R * gemm_half_s FLOPs runs at half rate.
-    memory_fraction: attainable fraction of the memory bandwidth for streaming kernels.
-    kernel_s: launch gap per kernel (XLA launches its fused kernels one by one).
-    fitted_devices: GPUs (catalog names) whose speed under this runtime is what the global constants were
-        fitted to (alpa: the study's RTX6000, T4 and A30): the per-generation values skip them.
-    tf32: the runtime runs fp32 matmuls on TF32 tensor cores where the GPU has them (XLA's default).
-    fused_attention: the runtime's attention never writes the S x S scores (flash attention, PyTorch's
-        SDPA): their memory-bound passes go, and the backward recomputes the scores' product.
-    """
-
-    gemm_fraction: float = 0.7
-    gemm_half_s: float = 20e-6
-    memory_fraction: float = 0.8
-    kernel_s: float = 5e-6
-    by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, gemm fraction) overrides
-    memory_by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, memory fraction)
-    gemm_half_by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, gemm_half_s)
-    fitted_devices: tuple[str, ...] = ()
-    tf32: bool = False
-    fused_attention: bool = False
-
-    def for_gpu(self, gpu: GPU) -> "Efficiency":
-        """These constants as they apply to one GPU: its generation's own values where it has them."""
-        if gpu.name in self.fitted_devices or not (self.by_architecture or self.memory_by_architecture
-                                                   or self.gemm_half_by_architecture):
-            return self
-        generation = architecture(gpu)
-        return replace(self, gemm_fraction=dict(self.by_architecture).get(generation, self.gemm_fraction),
-                       memory_fraction=dict(self.memory_by_architecture).get(generation, self.memory_fraction),
-                       gemm_half_s=dict(self.gemm_half_by_architecture).get(generation, self.gemm_half_s),
-                       by_architecture=(), memory_by_architecture=(), gemm_half_by_architecture=())
-
-
 def architecture(gpu: GPU) -> str:
     """The GPU's architecture generation, lower case ('turing'), from the catalog."""
     return gpu.architecture
@@ -135,7 +90,7 @@ def sustained_tensor_tflops(gpu: GPU, precision: str, tf32: bool = False) -> flo
     return min(peak, gpu.tdp_w * per_watt)
 
 
-def roofline_seconds(flops: float, nbytes: float, gpu: GPU, precision: str, eff: Efficiency) -> float:
+def roofline_seconds(flops: float, nbytes: float, gpu: GPU, precision: str, eff: ComputeConstants) -> float:
     """A tensor-core kernel: its FLOPs at the attainable rate or its bytes at the attainable bandwidth,
     whichever is longer, plus the launch gap."""
     rate = sustained_tensor_tflops(gpu, precision, eff.tf32) * 1e12 * eff.gemm_fraction
@@ -144,15 +99,15 @@ def roofline_seconds(flops: float, nbytes: float, gpu: GPU, precision: str, eff:
     return max(flops / rate + eff.gemm_half_s, nbytes / bandwidth) + eff.kernel_s
 
 
-def gemm_seconds(op: Gemm, gpu: GPU, precision: str, eff: Efficiency) -> float:
+def gemm_seconds(op: Gemm, gpu: GPU, precision: str, eff: ComputeConstants) -> float:
     return roofline_seconds(op.flops, op.bytes(value_bytes(precision)), gpu, precision, eff)
 
 
-def memory_seconds(op: MemoryOp, gpu: GPU, eff: Efficiency) -> float:
+def memory_seconds(op: MemoryOp, gpu: GPU, eff: ComputeConstants) -> float:
     return op.nbytes / (gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction) + eff.kernel_s
 
 
-def op_seconds(op: KernelOp, gpu: GPU, precision: str, eff: Efficiency) -> float:
+def op_seconds(op: KernelOp, gpu: GPU, precision: str, eff: ComputeConstants) -> float:
     if type(op) is Gemm:
         return gemm_seconds(op, gpu, precision, eff)
     if type(op) is FusedAttention:
@@ -380,14 +335,13 @@ def kernel_flops(ops: list[KernelOp]) -> float:
 class ComputeModel:
     """Seconds of Work on a GPU, cached per (work, GPU, precision)."""
 
-    def __init__(self, efficiency: Efficiency | None = None, by_device: tuple[tuple[str, tuple], ...] = ()):
-        self.efficiency = efficiency or Efficiency()
-        # a device's own constants (geosim.specs.DeviceCompute: a runtime measured its speed)
-        self.by_device = {name: Efficiency(*constants) for name, constants in by_device}
+    def __init__(self, efficiency: ComputeConstants, by_device: tuple[tuple[str, ComputeConstants], ...] = ()):
+        self.efficiency = efficiency
+        self.by_device = dict(by_device)  # a device's own constants: a runtime measured its speed
         self._cache: dict[tuple, float] = {}
-        self._per_gpu: dict[GPU, Efficiency] = {}
+        self._per_gpu: dict[GPU, ComputeConstants] = {}
 
-    def efficiency_for(self, gpu: GPU) -> Efficiency:
+    def efficiency_for(self, gpu: GPU) -> ComputeConstants:
         """The constants one GPU runs with: a device's measured ones, else its generation's, else the global."""
         found = self._per_gpu.get(gpu)
         if found is None:
@@ -427,7 +381,7 @@ _MODELS: dict[tuple, ComputeModel] = {}
 def compute_model(params) -> ComputeModel:
     """The compute model for a Params' constants, shared by every run with the same constants
     (a fit re-simulates hundreds of cases with few distinct values)."""
-    efficiency = Efficiency(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
+    efficiency = ComputeConstants(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
                             tuple(sorted(params.gemm_fraction_by_architecture.items())),
                             tuple(sorted(params.memory_fraction_by_architecture.items())),
                             tuple(sorted(params.gemm_half_s_by_architecture.items())),

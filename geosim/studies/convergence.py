@@ -38,7 +38,7 @@ CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 
 
 @dataclass(frozen=True)
-class Efficiency:
+class TokenEfficiency:
     value: float
     source: str
 
@@ -145,27 +145,27 @@ def measured_efficiencies(curves: dict[str, list[tuple[float, float]]], target_l
 # --- which efficiency a prediction gets --------------------------------------------------
 
 def token_efficiency(technique: str, params: Params, *, compressed_pipeline: bool = False,
-                     overrides: dict[str, float] | None = None, measured: dict[str, float] | None = None) -> Efficiency:
+                     overrides: dict[str, float] | None = None, measured: dict[str, float] | None = None) -> TokenEfficiency:
     """compressed_pipeline: the run sends compressed activations between pipeline stages
     (Pipeshard with activation_compression < 1, the hybrid when it pipelines)."""
     if overrides and technique in overrides:
-        return Efficiency(overrides[technique], "given (--token-efficiency)")
+        return TokenEfficiency(overrides[technique], "given (--token-efficiency)")
     if measured and technique in measured:
-        return Efficiency(measured[technique], "measured (loss curves)")
+        return TokenEfficiency(measured[technique], "measured (loss curves)")
     table = params.token_efficiency
     module = get_technique(technique) if technique in technique_names() else None
     same_as = getattr(module, "WITHOUT_PIPELINE_IS", None)
     if same_as and not compressed_pipeline and same_as in table:
         # every host holds a full replica: the run is that technique's (the hybrid is SparseLoCo)
-        return Efficiency(table[same_as], f"{params.source} [convergence.token_efficiency] {same_as} "
+        return TokenEfficiency(table[same_as], f"{params.source} [convergence.token_efficiency] {same_as} "
                                           "(no pipelined replica)")
     if technique not in table:
-        return Efficiency(1.0, "assumed 1.0 (no [convergence.token_efficiency] entry)")
+        return TokenEfficiency(1.0, "assumed 1.0 (no [convergence.token_efficiency] entry)")
     value, source = table[technique], f"{params.source} [convergence.token_efficiency]"
     if compressed_pipeline and not getattr(module, "EFFICIENCY_COUNTS_COMPRESSION", False):
         value *= params.compressed_activation_efficiency
         source += " x compressed_activation_efficiency"
-    return Efficiency(value, source)
+    return TokenEfficiency(value, source)
 
 
 def time_to_target_s(tokens: float, efficiency: float, tokens_per_s: float, startup_s: float = 0.0) -> float:

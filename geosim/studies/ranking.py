@@ -22,7 +22,7 @@ from typing import Callable
 
 from geosim.predict import Prediction
 from geosim.specs import Params
-from geosim.studies.convergence import Efficiency, time_to_target_s, token_efficiency, uses_compressed_pipeline
+from geosim.studies.convergence import TokenEfficiency, time_to_target_s, token_efficiency, uses_compressed_pipeline
 from geosim.techniques import get_technique, option_kind, variant_label
 from geosim.units import bisect
 
@@ -40,7 +40,7 @@ def rank_key(deadline_s: float | None = None):
     return key
 
 
-SYNCHRONOUS = Efficiency(1.0, "synchronous: the same update as Data")
+SYNCHRONOUS = TokenEfficiency(1.0, "synchronous: the same update as Data")
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class SameProgress:
     measured: dict | None = None
     target_tokens: float | None = None
 
-    def efficiency(self, prediction: Prediction) -> Efficiency:
+    def efficiency(self, prediction: Prediction) -> TokenEfficiency:
         if self.params is None:
             return SYNCHRONOUS
         return token_efficiency(prediction.technique, self.params, overrides=self.overrides, measured=self.measured,
@@ -85,7 +85,7 @@ def time_to_progress_s(prediction: Prediction, efficiency: float, target_tokens:
     return time_to_target_s(target_tokens, efficiency, prediction.tokens_per_s, startup)
 
 
-def is_assumed(efficiency: Efficiency) -> bool:
+def is_assumed(efficiency: TokenEfficiency) -> bool:
     """An efficiency below or above 1 that no measurement or user gave: an assumption to say so of."""
     return efficiency.value != 1.0 and not efficiency.source.startswith(("measured", "given"))
 
@@ -100,7 +100,7 @@ class Option:
     options: dict | None  # passed to predict() (Pipeshard: meshes, layer_split, intra_stage)
     prediction: Prediction
     workload: object = field(repr=False, default=None)  # the workload it was predicted for
-    efficiency: Efficiency = SYNCHRONOUS  # its token efficiency (SameProgress.efficiency)
+    efficiency: TokenEfficiency = SYNCHRONOUS  # its token efficiency (SameProgress.efficiency)
     target_tokens: float | None = None  # SameProgress.target_tokens
 
     @property
@@ -158,7 +158,7 @@ class MeasuredOption:
     gpus: int
     total_time_s: float
     ok: bool = True
-    efficiency: Efficiency = SYNCHRONOUS
+    efficiency: TokenEfficiency = SYNCHRONOUS
 
     @property
     def ranked_time_s(self) -> float:

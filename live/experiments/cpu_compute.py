@@ -168,10 +168,10 @@ def fit_constants(steps: dict, update_s: float, model, seq_len: int, gpu) -> dic
     """Least squares on log(model / measured) over the steps and the update: the constants and each point's error."""
     from scipy.optimize import least_squares
 
-    from geosim.sim.compute import Efficiency
+    from geosim.specs import ComputeConstants
 
     def eff(x):
-        return Efficiency(gemm_fraction=x[0], gemm_half_s=0.0, memory_fraction=x[1], kernel_s=x[2] * 1e-6)
+        return ComputeConstants(gemm_fraction=x[0], gemm_half_s=0.0, memory_fraction=x[1], kernel_s=x[2] * 1e-6)
 
     def residuals(x):
         e = eff(x)
