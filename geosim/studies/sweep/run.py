@@ -18,6 +18,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,8 +202,26 @@ class LocalExecutor:
         yield from self.pool.imap_unordered(_call_in_worker, [(fn, item) for item in items])
 
     def close(self):
-        self.pool.terminate()  # also what stops running chunks after Ctrl-C
-        self.pool.join()
+        """Stop the workers (also what stops running chunks after Ctrl-C). CPython's Pool.terminate() can
+        wait forever for the task queue's lock that an idle worker holds while it waits for a task (seen
+        after Ctrl-C, about one time in six): it gets a few seconds, then the workers are killed and the
+        stuck call is left to its daemon thread."""
+        workers = list(getattr(self.pool, "_pool", ()))  # multiprocessing's own list of the pool's processes
+
+        def stop():
+            self.pool.terminate()
+            self.pool.join()
+
+        stopper = threading.Thread(target=stop, name="pool-stop", daemon=True)
+        stopper.start()
+        stopper.join(CLOSE_WAIT_S)
+        if stopper.is_alive():
+            for worker in workers:
+                worker.kill()
+            stopper.join(CLOSE_WAIT_S)
+
+
+CLOSE_WAIT_S = 5.0  # how long a pool's own terminate() gets before its workers are killed
 
 
 def _ray_task(fn, ctx, item):
