@@ -17,18 +17,10 @@ from geosim.specs import Cluster, Host, Link, Model, Workload
 from geosim.techniques import build_schedule
 
 H100 = gpu_catalog()["H100"]
+from test_pipeline_3d import flops  # noqa: E402 (a program's FLOPs, Repeat blocks counted)
+
 GPT2M = model_catalog()["gpt2m"]
 PARAMS = default_params()
-
-
-def flops(ops) -> float:
-    total = 0.0
-    for op in ops:
-        if type(op) is Compute:
-            total += op.flops
-        elif type(op) is Repeat:
-            total += op.count * flops(op.ops)
-    return total
 
 
 def flat(ops) -> list:
