@@ -159,12 +159,12 @@ def run(args) -> int:
                            on_chunk=(lambda done: ticker(done, len(grid))) if ticker else None)
         if ticker:
             ticker.close(f"{result.computed:,} points computed")
-        found = crossovers(result.slim, ctx, executor, axis, technique_names()) if axis else []
-        best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.slim, ctx, executor)
+        found = crossovers(result.table, ctx, executor, axis, technique_names()) if axis else []
+        best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.table, ctx, executor)
     except KeyboardInterrupt:
-        from geosim.studies.sweep.store import read_rows
+        from geosim.studies.sweep.store import count_rows
 
-        print(f"geosim sweep: interrupted; {len(read_rows(args.out))} rows are on disk in {args.out}/ "
+        print(f"geosim sweep: interrupted; {count_rows(args.out)} rows are on disk in {args.out}/ "
               "(rerun the same command to resume)", file=sys.stderr)
         raise
     finally:
@@ -172,7 +172,7 @@ def run(args) -> int:
     write_crossovers(args.out, found)
     write_best(args.out, best)
     summary = _summary(grid, result, found, axis, executor.name, executor.workers, time.perf_counter() - started, args)
-    summary["orders"] = orders_at_ends(result.slim, axis, args.metric) if axis else []
+    summary["orders"] = orders_at_ends(result.table, axis, args.metric) if axis else []
     summary["best"] = best
     if args.json:
         print(json.dumps(summary, indent=1, allow_nan=False))
@@ -182,9 +182,7 @@ def run(args) -> int:
 
 
 def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dict:
-    statuses: dict[str, int] = {}
-    for row in result.slim:
-        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    statuses = dict(sorted(result.table.statuses().items()))  # by name: a resumed sweep's as a fresh one's
     return {
         "out": str(Path(args.out)), "points": result.total, "computed": result.computed, "resumed": result.skipped,
         "statuses": statuses, "executor": executor, "workers": workers,

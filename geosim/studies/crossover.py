@@ -15,6 +15,7 @@ from geosim.studies.sweep.run import SweepContext, metric_of
 from geosim.techniques import is_low_communication
 from geosim.units import bisect, middle
 from geosim.studies.sweep.grid import NATIVE
+from geosim.studies.sweep.table import as_table
 
 AXES = ("rtt_ms", "bandwidth_gbps")
 REL_TOL = 1e-3
@@ -56,25 +57,13 @@ class _Exact(Exception):
     """f is exactly 0 at a midpoint: that is the crossing."""
 
 
-def _group_key(point: dict, axis: str) -> str:
-    rest = {k: v for k, v in point.items() if k not in ("technique", axis)}
-    return repr(sorted(rest.items()))
-
-
-def find_brackets(rows: list[dict], axis: str, metric: str, order: list[str]) -> tuple[list[dict], list[dict]]:
-    """From grid rows: (bisection jobs for each bracketed flip, summaries of pairs that never flip)."""
-    groups: dict[str, dict[str, dict[float, float | None]]] = {}
-    templates: dict[str, dict] = {}
-    for row in rows:
-        point = row["point"]
-        if point[axis] == NATIVE:
-            continue  # a native point sits on the curve but cannot be re-set: not a bracket end
-        key = _group_key(point, axis)
-        templates.setdefault(key, point)
-        value = row.get(metric) if row["status"] == "ok" else None
-        groups.setdefault(key, {}).setdefault(point["technique"], {})[point[axis]] = value
+def find_brackets(rows, axis: str, metric: str, order: list[str]) -> tuple[list[dict], list[dict]]:
+    """From a sweep's table (or a list of rows): (bisection jobs for each bracketed flip, summaries of pairs
+    that never flip). A native point sits on the curve but cannot be re-set: it is no bracket end."""
     jobs, steady = [], []
-    for key, by_tech in groups.items():
+    for panel in as_table(rows, metric).panels(axis):
+        by_tech = {t: dict(zip(panel.xs, panel.value[t])) for t in panel.techniques
+                   if any(s is not None for s in panel.status[t])}
         techs = [t for t in order if t in by_tech] + sorted(t for t in by_tech if t not in order)
         for a, b in itertools.combinations(techs, 2):
             if is_low_communication(a) != is_low_communication(b):
@@ -82,7 +71,7 @@ def find_brackets(rows: list[dict], axis: str, metric: str, order: list[str]) ->
             xs = sorted(x for x in by_tech[a] if by_tech[a][x] is not None and by_tech[b].get(x) is not None)
             if not xs:
                 continue
-            base = {"point": templates[key], "a": a, "b": b, "axis": axis, "metric": metric}
+            base = {"point": panel.template, "a": a, "b": b, "axis": axis, "metric": metric}
             diffs = [by_tech[a][x] - by_tech[b][x] for x in xs]
             flips = [(xs[i], xs[i + 1]) for i in range(len(xs) - 1) if (diffs[i] > 0) != (diffs[i + 1] > 0)]
             for lo, hi in flips:
@@ -113,7 +102,7 @@ def solve(ctx: SweepContext, job: dict) -> dict:
             "faster_below": faster_below, "faster_above": other}
 
 
-def crossovers(rows: list[dict], ctx: SweepContext, executor, axis: str, order: list[str]) -> list[dict]:
+def crossovers(rows, ctx: SweepContext, executor, axis: str, order: list[str]) -> list[dict]:
     jobs, steady = find_brackets(rows, axis, ctx.metric, order)
     for index, job in enumerate(jobs):
         job["index"] = index
@@ -121,25 +110,20 @@ def crossovers(rows: list[dict], ctx: SweepContext, executor, axis: str, order: 
     return found + steady
 
 
-def orders_at_ends(rows: list[dict], axis: str, metric: str) -> list[dict]:
-    """Per group, the techniques fastest first at the lowest and the highest value of the axis."""
-    groups: dict[str, dict] = {}
-    for row in rows:
-        point = row["point"]
-        if point[axis] == NATIVE:
-            continue
-        group = groups.setdefault(_group_key(point, axis), {"where": describe(point, axis), "by_x": {}})
-        group["by_x"].setdefault(point[axis], []).append(row)
+def orders_at_ends(rows, axis: str, metric: str) -> list[dict]:
+    """Per group, the techniques fastest first at the lowest and the highest value of the axis
+    (a sweep's table, or a list of rows)."""
     out = []
-    for group in groups.values():
+    for panel in as_table(rows, metric).panels(axis):
+        seen = [i for i, x in enumerate(panel.xs) if any(panel.status[t][i] for t in panel.techniques)]
         ends = {}
-        for end, x in (("low", min(group["by_x"])), ("high", max(group["by_x"]))):
-            at = group["by_x"][x]
-            ok = sorted((r for r in at if r["status"] == "ok"), key=lambda r: r[metric])
-            ends[end] = {"at": x, "order": [r["technique"] for r in ok if not is_low_communication(r["technique"])],
-                         "low_communication": [r["technique"] for r in ok if is_low_communication(r["technique"])],
-                         "not_running": {r["technique"]: r["status"] for r in at if r["status"] != "ok"}}
-        out.append({"where": group["where"], **ends})
+        for end, i in (("low", min(seen, key=lambda i: panel.xs[i])), ("high", max(seen, key=lambda i: panel.xs[i]))):
+            at = [t for t in panel.techniques if panel.status[t][i]]
+            ok = sorted((t for t in at if panel.status[t][i] == "ok"), key=lambda t: panel.value[t][i])
+            ends[end] = {"at": panel.xs[i], "order": [t for t in ok if not is_low_communication(t)],
+                         "low_communication": [t for t in ok if is_low_communication(t)],
+                         "not_running": {t: panel.status[t][i] for t in at if panel.status[t][i] != "ok"}}
+        out.append({"where": describe(panel.template, axis), **ends})
     return out
 
 

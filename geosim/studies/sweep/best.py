@@ -11,6 +11,7 @@ from __future__ import annotations
 from geosim.case import Case
 from geosim.scenario import get_model
 from geosim.studies.sweep.grid import NATIVE
+from geosim.studies.sweep.table import as_table
 from geosim.studies.sweep.run import SweepContext
 from geosim.studies.whatif import with_bandwidth, with_gpu
 from geosim.units import gbps_to_bps
@@ -19,21 +20,19 @@ from geosim.studies.plan import answer_vs_rtt, make_plan
 MAX_PLANNED_HOSTS = 4  # the planner enumerates VM subsets: beyond a few VMs that is the scale sweep's job
 
 
-def best_jobs(rows: list[dict]) -> list[dict]:
-    """One job per panel of all-VM rows that vary RTT: the RTTs and the techniques swept (every one of them,
-    ranked on time to the same training progress: geosim.studies.ranking)."""
-    groups: dict[str, dict] = {}
-    for row in rows:
-        p = row["point"]
-        if p["hosts"] != "all" or p["rtt_ms"] == NATIVE:
+def best_jobs(rows, metric: str = "total_time_s") -> list[dict]:
+    """One job per panel of all-VM points that vary RTT (a sweep's table, or a list of rows): the RTTs and
+    the techniques swept (every one of them, ranked on time to the same training progress:
+    geosim.studies.ranking)."""
+    jobs = []
+    for panel in as_table(rows, metric).panels("rtt_ms"):
+        if panel.template["hosts"] != "all":
             continue
-        template = {k: v for k, v in p.items() if k not in ("technique", "rtt_ms")}
-        job = groups.setdefault(repr(sorted(template.items(), key=lambda kv: kv[0])),
-                                {"point": template, "rtts": set(), "techniques": []})
-        job["rtts"].add(p["rtt_ms"])
-        if p["technique"] not in job["techniques"]:
-            job["techniques"].append(p["technique"])
-    return [{**job, "rtts": sorted(job["rtts"])} for job in groups.values() if job["techniques"]]
+        template = {k: v for k, v in panel.template.items() if k not in ("technique", "rtt_ms")}
+        techniques = [t for t in panel.techniques if any(panel.status[t])]
+        rtts = sorted(x for i, x in enumerate(panel.xs) if any(panel.status[t][i] for t in techniques))
+        jobs.append({"point": template, "rtts": rtts, "techniques": techniques})
+    return jobs
 
 
 def solve_best(ctx: SweepContext, job: dict) -> dict:
@@ -58,7 +57,7 @@ def solve_best(ctx: SweepContext, job: dict) -> dict:
     return {"point": p, "techniques": list(techniques), **doc}
 
 
-def best_vs_rtt(rows: list[dict], ctx: SweepContext, executor) -> list[dict]:
-    jobs = best_jobs(rows)
+def best_vs_rtt(rows, ctx: SweepContext, executor) -> list[dict]:
+    jobs = best_jobs(rows, ctx.metric)
     order = [repr(job["point"]) for job in jobs]
     return sorted(executor.imap(solve_best, jobs), key=lambda d: order.index(repr(d["point"])))  # grid order

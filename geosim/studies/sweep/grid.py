@@ -29,8 +29,8 @@ WORKLOAD_KINDS = {f.name: ("str" if f.name in ("precision", "runtime") else "boo
                   for f in fields(Workload)}
 NATIVE_ALLOWED = {"rtt_ms", "bandwidth_gbps", "gpu"}
 MAX_RANGE_POINTS = 100_000
-# a grid's points are built in memory (~1 KB each) and every one is predicted: past this, a sweep
-# would run out of memory or time before it wrote anything useful
+# every point is predicted (1-70 ms each: a million is hours on a few cores) and costs 9 bytes of the
+# sweep's table (studies/sweep/table.py): past this, a grid is a mistake or belongs in several runs
 MAX_GRID_POINTS = 1_000_000
 
 
@@ -125,6 +125,7 @@ class Grid:
         return math.prod(len(v) for v in self.axes.values())
 
     def points(self) -> list[dict]:
+        """Every point, in a list (a library caller's small grid; the sweep makes them one chunk at a time)."""
         names = list(self.axes)
         return [make_point(**dict(zip(names, combo))) for combo in itertools.product(*self.axes.values())]
 

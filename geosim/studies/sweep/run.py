@@ -12,10 +12,10 @@ fn(context, item) must be a module-level function so every executor can ship it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import os
-import random
 import signal
 import sys
 import threading
@@ -34,6 +34,7 @@ from geosim.specs import Params
 from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint, iter_rows
+from geosim.studies.sweep.table import SweepTable
 from geosim.techniques import technique_names
 from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
 from geosim.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
@@ -199,7 +200,9 @@ class LocalExecutor:
         self.pool = multiprocessing.get_context(method).Pool(workers, initializer=_init_worker, initargs=(ctx,))
 
     def imap(self, fn, items):
-        yield from self.pool.imap_unordered(_call_in_worker, [(fn, item) for item in items])
+        # a generator: the pool's feeder thread takes items as its pipe to the workers drains, so a
+        # million-point grid is never queued (or pickled) at once
+        yield from self.pool.imap_unordered(_call_in_worker, ((fn, item) for item in items))
 
     def close(self):
         """Stop the workers (also what stops running chunks after Ctrl-C). CPython's Pool.terminate() can
@@ -249,10 +252,18 @@ class RayExecutor:
         self._ctx_ref = self.ray.put(ctx)
 
     def imap(self, fn, items):
+        """At most a few tasks per worker in flight, submitted as others finish: the items (a sweep's lazy
+        chunks) are never all submitted, so the driver's and the object store's memory stay flat."""
         ray = self.ray
-        pending = [self._remote.remote(fn, self._ctx_ref, item) for item in items]
+        items = iter(items)
+        window = max(8, 4 * self.workers)
+        pending: list = []
         try:
-            while pending:
+            while True:
+                pending += [self._remote.remote(fn, self._ctx_ref, item)
+                            for item in itertools.islice(items, window - len(pending))]
+                if not pending:
+                    return
                 ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
                 for ref in ready:
                     yield ray.get(ref)
@@ -273,12 +284,29 @@ def make_executor(ctx: SweepContext, jobs: int | None = None, ray_address: str |
     return SerialExecutor(ctx) if jobs == 1 else LocalExecutor(ctx, jobs)
 
 
-def chunks(points: list[dict], workers: int) -> list[list[dict]]:
-    """Shuffled (so slow techniques spread over workers) chunks of ~8 per worker, at most 32 points each."""
-    order = list(points)
-    random.Random(0).shuffle(order)
-    size = max(1, min(32, math.ceil(len(order) / (workers * 8))))
-    return [order[i:i + size] for i in range(0, len(order), size)]
+def chunk_size(todo: int, workers: int) -> int:
+    """~8 chunks per worker, at most 32 points each."""
+    return max(1, min(32, math.ceil(todo / (workers * 8))))
+
+
+def pending_chunks(table: SweepTable, size: int):
+    """The points not yet done, in chunks of `size`, made as the executor asks for them (a million-point
+    grid is never a list). The order strides through the grid (a step coprime to its length), so slow
+    techniques and large values spread over the workers instead of arriving together."""
+    n = len(table.codes)
+    step = max(1, int(n * 0.6180339887))
+    while math.gcd(step, n) != 1:
+        step += 1
+    chunk = []
+    for i in range(n):
+        index = i * step % n
+        if not table.done(index):
+            chunk.append(table.point_at(index))
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
 
 
 @dataclass
@@ -287,14 +315,19 @@ class SweepRun:
     skipped: int  # already on disk (resumed)
     computed: int  # evaluated now
     seconds: float
-    slim: list[dict]  # the grid's rows in grid order, SLIM_FIELDS only (what crossovers and summaries read)
+    table: SweepTable  # status and metric of every point (what crossovers and summaries read)
     out_dir: Path | None = None
 
     @property
     def rows(self) -> list[dict]:
-        """The grid's whole rows in grid order, read back from results.jsonl."""
-        whole = {r["key"]: r for r in iter_rows(self.out_dir)} if self.out_dir is not None else {}
-        return [whole[s["key"]] for s in self.slim if s["key"] in whole]
+        """The grid's whole rows in grid order, read back from results.jsonl (all in memory: for a library
+        caller's small grid; the sweep itself reads its table)."""
+        whole = {}
+        for row in iter_rows(self.out_dir) if self.out_dir is not None else ():
+            index = self.table.index_of(row)
+            if index is not None:
+                whole[index] = row
+        return [whole[i] for i in sorted(whole)]
 
     @property
     def points_per_s(self) -> float:
@@ -304,14 +337,15 @@ class SweepRun:
 def run_sweep(grid: Grid, ctx: SweepContext, out_dir, executor, *, fresh: bool = False, progress: bool = True,
               on_chunk=None) -> SweepRun:
     """Evaluate every point of `grid` not yet in `out_dir`, appending rows as chunks finish."""
-    points = grid.points()
-    with ResultStore(out_dir).open(manifest(grid, ctx), fresh=fresh) as store:
-        todo = [p for p in points if point_key(p) not in store.done]
-        bar = _progress(len(todo), progress)
+    table = SweepTable(grid, ctx.metric)
+    with ResultStore(out_dir, table).open(manifest(grid, ctx), fresh=fresh) as store:
+        skipped = table.count_done()
+        todo = len(grid) - skipped
+        bar = _progress(todo, progress)
         started = time.perf_counter()
         computed = 0
         try:
-            for rows in executor.imap(run_chunk, chunks(todo, executor.workers)):
+            for rows in executor.imap(run_chunk, pending_chunks(table, chunk_size(todo, executor.workers))):
                 store.append(rows)
                 computed += len(rows)
                 bar.update(len(rows))
@@ -319,9 +353,7 @@ def run_sweep(grid: Grid, ctx: SweepContext, out_dir, executor, *, fresh: bool =
                     on_chunk(computed)
         finally:
             bar.close()
-        by_key = {r["key"]: r for r in store.slim}
-        rows = [by_key[k] for k in map(point_key, points) if k in by_key]  # grid order, not completion order
-    return SweepRun(len(points), len(points) - len(todo), computed, time.perf_counter() - started, rows, Path(out_dir))
+    return SweepRun(len(grid), skipped, computed, time.perf_counter() - started, table, Path(out_dir))
 
 
 class _NoBar:

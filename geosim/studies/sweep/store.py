@@ -24,6 +24,7 @@ from pathlib import Path
 
 from geosim.errors import GeosimError
 from geosim.input_limits import check_json_text, read_json_file
+from geosim.studies.sweep.table import SweepTable
 from geosim.fileio import csv_cell, locked, make_output_dir, output_error, write_atomic
 
 SCHEMA = "geosim.studies.sweep.run/1"
@@ -74,8 +75,14 @@ def read_rows(out_dir: str | Path, *, repair: bool = False) -> list[dict]:
     return list(iter_rows(out_dir, repair=repair))
 
 
-def iter_rows(out_dir: str | Path, *, repair: bool = False):
-    """read_rows one row at a time, reading the file line by line (a million rows are never in memory at once)."""
+def count_rows(out_dir: str | Path) -> int:
+    return sum(1 for _ in iter_rows(out_dir, unique=False))
+
+
+def iter_rows(out_dir: str | Path, *, repair: bool = False, unique: bool = True):
+    """read_rows one row at a time, reading the file line by line (a million rows are never in memory at
+    once). `unique` drops a repeated point's later rows, at the cost of a set of every key: a sweep,
+    whose memory must not grow with its rows, passes False and drops repeats by its table instead."""
     path = Path(out_dir) / RESULTS
     if not path.exists():
         return
@@ -110,18 +117,11 @@ def iter_rows(out_dir: str | Path, *, repair: bool = False):
             if not isinstance(row, dict) or not isinstance(row.get("key"), str):
                 raise GeosimError("not a sweep row (no 'key'); move the file away to start afresh",
                                   source=f"{path}:{number}", key="key")
-            if row["key"] not in seen:
+            if not unique:
+                yield row
+            elif row["key"] not in seen:
                 seen.add(row["key"])
                 yield row
-
-
-# what the sweep's own summary reads of a row (crossovers, orders, best, statuses): a sweep keeps
-# these in memory, not whole rows; whole rows stay on disk (results.jsonl)
-SLIM_FIELDS = ("key", "point", "status", "technique", "total_time_s", "time_per_epoch_s")
-
-
-def slim(row: dict) -> dict:
-    return {k: row[k] for k in SLIM_FIELDS if k in row}
 
 
 def read_manifest(out_dir: str | Path) -> dict | None:
@@ -160,12 +160,12 @@ def write_best(out_dir: str | Path, best: list[dict]) -> None:
 
 
 class ResultStore:
-    """Append-only rows of one sweep directory; knows which points are done."""
+    """Append-only rows of one sweep directory. With a table (studies/sweep/table.py) it knows which
+    points of the table's grid are done, records each row there and never writes a point twice."""
 
-    def __init__(self, out_dir: str | Path):
+    def __init__(self, out_dir: str | Path, table: SweepTable | None = None):
         self.dir = Path(out_dir)
-        self.slim: list[dict] = []  # SLIM_FIELDS of every row, resumed and new
-        self.done: set[str] = set()
+        self.table = table
         self._fds: list[int] = []
         self._lock = None
 
@@ -193,10 +193,9 @@ class ResultStore:
             manifest = {**old, **manifest, "scenarios": {**old.get("scenarios", {}), **manifest["scenarios"]}}
         manifest["grids"] = grids  # every grid run into this directory; "grid" is the latest
         _write_atomic(self.dir / MANIFEST, json.dumps(manifest, indent=1, default=str) + "\n")
-        self.slim = [slim(row) for row in iter_rows(self.dir, repair=True)]
-        self.done = {row["key"] for row in self.slim}
-        write_atomic(self.dir / CSV_FILE, itertools.chain([",".join(COLUMNS) + "\n"],
-                                                          (_csv_line(r) for r in iter_rows(self.dir))))
+        # one pass over the rows on disk: each is recorded in the table as the CSV is rebuilt from it
+        resumed = (r for r in iter_rows(self.dir, repair=True, unique=False) if self._record(r))
+        write_atomic(self.dir / CSV_FILE, itertools.chain([",".join(COLUMNS) + "\n"], map(_csv_line, resumed)))
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         try:
             self._fds = [os.open(self.dir / RESULTS, flags, 0o666), os.open(self.dir / CSV_FILE, flags, 0o666)]
@@ -238,20 +237,34 @@ class ResultStore:
         """One write per line (O_APPEND: a line is never split), then fsync: on disk once this returns."""
         jsonl_fd, csv_fd = self._fds
         for row in rows:
-            if row["key"] in self.done:  # a point can come back twice only through a bug; never write it twice
-                continue
+            index = self.table.index_of(row) if self.table is not None else None
+            if index is not None and self.table.done(index):
+                continue  # a point can come back twice only through a bug; never write it twice
             try:
                 os.write(jsonl_fd, (json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n").encode())
                 os.write(csv_fd, _csv_line(row).encode())
             except OSError as exc:  # no space: the rows before this one are whole; a rerun resumes here
                 raise output_error(self.dir / RESULTS, exc, "cannot append a row") from None
-            self.done.add(row["key"])
-            self.slim.append(slim(row))
+            if index is not None:
+                self.table.record(index, str(row.get("status")), row.get(self.table.metric))
         try:
             os.fsync(jsonl_fd)
             os.fsync(csv_fd)
         except OSError as exc:
             raise output_error(self.dir / RESULTS, exc, "cannot append a row") from None
+
+    def _record(self, row: dict) -> bool:
+        """False for a repeat of a point of the table's grid (the first row wins); rows of other grids
+        run into this directory pass."""
+        if self.table is None:
+            return True
+        index = self.table.index_of(row)
+        if index is None:
+            return True
+        if self.table.done(index):
+            return False
+        self.table.record(index, str(row.get("status")), row.get(self.table.metric))
+        return True
 
     def close(self) -> None:
         for fd in self._fds:
