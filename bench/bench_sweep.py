@@ -5,6 +5,8 @@
                                                 # vs the local pool vs Ray on a 400-point grid
     python bench/bench_sweep.py --repeats 5 --skip-ray
     python bench/bench_sweep.py --scale 1,2,4,8  # predict() wall time on generated N-site x 4-VM x 8-GPU clusters
+    python bench/bench_sweep.py --memory 1000,10000,100000 [--executor local|serial|ray]
+                                                # peak RSS of `geosim sweep` over that many RTT points
 
 Every figure is the median of --repeats runs, each into a fresh directory (rows
 are written and fsynced as in a real sweep). Ray's start-up is timed apart from its
@@ -79,6 +81,52 @@ def bench_scale(sites: list[int], vms: int, gpus: int) -> None:
                   f"{pred.simulated_events:>10,} events", flush=True)
 
 
+MEMORY_GRID = "1:200:{step:g}"  # RTTs of utah-gpn with Data: ~2-5 ms a point, so 100,000 points take minutes
+
+
+def sweep_peak_rss(points: int, executor: str, checkout: Path) -> tuple[int, float, float]:
+    """One `geosim sweep` of about `points` RTT points in a child process: (points, peak RSS in MB of the
+    largest process it and its reaped children had, wall s). Crossovers are found (the summary is read);
+    the best option is not (it plans at every RTT: its own work grows with the RTTs asked)."""
+    import subprocess
+
+    step = 200 / points  # 1:200 in that step: at most `points` values (a range holds 100,000)
+    workers = {"serial": ["--workers", "1"], "local": ["--workers", "2"], "ray": ["--ray-address", "local",
+                                                                               "--workers", "2"]}[executor]
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "data",
+               "--rtt-ms", MEMORY_GRID.format(step=step), "--out-dir", str(Path(out) / "s"), "--quiet", "--no-best",
+               "--json", *workers]
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                cwd=checkout)  # `-m geosim` runs that checkout's geosim
+        stdout = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - started
+        if proc.returncode != 0:
+            raise SystemExit(f"bench_sweep: the sweep of {points} points exited {proc.returncode}")
+        import json
+
+        done = json.loads(stdout)["points"]
+    return done, usage.ru_maxrss / 1024, wall
+
+
+def bench_memory(sizes: list[int], executor: str, repeats: int, checkout: Path) -> None:
+    print(f"\npeak RSS of `geosim sweep --scenario utah-gpn --technique data --rtt-ms 1:200:STEP` "
+          f"({executor} executor; median of {repeats}; geosim of {checkout.name}):")
+    figures = []
+    for n in sizes:
+        runs = [sweep_peak_rss(n, executor, checkout) for _ in range(repeats)]
+        points, rss, wall = runs[0][0], statistics.median(r[1] for r in runs), statistics.median(r[2] for r in runs)
+        figures.append((points, rss))
+        print(f"  {points:>9,} points  {rss:7.1f} MB  {wall:7.1f} s", flush=True)
+    (p0, r0), (p1, r1) = figures[0], figures[-1]
+    if p1 > p0:
+        print(f"  growth: {(r1 - r0) * 1024 * 1024 / (p1 - p0):.1f} bytes per point from {p0:,} to {p1:,} points "
+              f"({r1 - r0:+.1f} MB)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -86,7 +134,18 @@ def main() -> int:
     parser.add_argument("--small-rtts", type=int, default=20, help="RTT values of the comparison grid")
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--scale", metavar="SITES", help="also time predict() on generated clusters, e.g. 1,2,4,8")
+    parser.add_argument("--memory", metavar="POINTS", help="only measure a sweep's peak RSS at these sizes, "
+                                                           "e.g. 1000,10000,100000")
+    parser.add_argument("--executor", choices=("serial", "local", "ray"), default="serial",
+                        help="the executor --memory runs (default %(default)s; local and ray use 2 workers)")
+    parser.add_argument("--checkout", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the geosim checkout --memory runs (default: this one; another to compare)")
     args = parser.parse_args()
+    if args.memory:
+        print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start")
+        bench_memory(parse_values(args.memory, "int", "--memory"), args.executor, args.repeats, args.checkout.resolve())
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+        return 0
     cores = os.cpu_count() or 1
     big, small = grid(args.rtts), grid(args.small_rtts)
     ctx = make_context(big)

@@ -10,6 +10,7 @@ between two grid values looks unchanged to the grid and is missed: a finer grid 
 from __future__ import annotations
 
 import itertools
+import math
 
 from geosim.studies.sweep.run import SweepContext, metric_of
 from geosim.techniques import is_low_communication
@@ -59,26 +60,29 @@ class _Exact(Exception):
 
 def find_brackets(rows, axis: str, metric: str, order: list[str]) -> tuple[list[dict], list[dict]]:
     """From a sweep's table (or a list of rows): (bisection jobs for each bracketed flip, summaries of pairs
-    that never flip). A native point sits on the curve but cannot be re-set: it is no bracket end."""
+    that never flip). A native point sits on the curve but cannot be re-set: it is no bracket end. Each
+    pair is one walk along the axis, holding nothing per point."""
     jobs, steady = [], []
     for panel in as_table(rows, metric).panels(axis):
-        by_tech = {t: dict(zip(panel.xs, panel.value[t])) for t in panel.techniques
-                   if any(s is not None for s in panel.status[t])}
-        techs = [t for t in order if t in by_tech] + sorted(t for t in by_tech if t not in order)
+        ran = [t for t in panel.techniques if panel.ran(t)]
+        techs = [t for t in order if t in ran] + sorted(t for t in ran if t not in order)
         for a, b in itertools.combinations(techs, 2):
             if is_low_communication(a) != is_low_communication(b):
                 continue  # time per epoch does not compare training that needs more tokens for the same loss
-            xs = sorted(x for x in by_tech[a] if by_tech[a][x] is not None and by_tech[b].get(x) is not None)
-            if not xs:
-                continue
             base = {"point": panel.template, "a": a, "b": b, "axis": axis, "metric": metric}
-            diffs = [by_tech[a][x] - by_tech[b][x] for x in xs]
-            flips = [(xs[i], xs[i + 1]) for i in range(len(xs) - 1) if (diffs[i] > 0) != (diffs[i + 1] > 0)]
-            for lo, hi in flips:
-                jobs.append({**base, "lo": lo, "hi": hi})
-            if not flips:
-                steady.append({**base, "at": None, "range": [xs[0], xs[-1]],
-                               "faster": a if diffs[0] < 0 else b})
+            first = last = None  # (x, a's time - b's) at the first and the latest x where both run
+            flipped = False
+            for i in panel.by_x:
+                va, vb = panel.value[a][i], panel.value[b][i]
+                if math.isnan(va) or math.isnan(vb):
+                    continue
+                here = (panel.xs[i], va - vb)
+                if last is not None and (last[1] > 0) != (here[1] > 0):
+                    jobs.append({**base, "lo": last[0], "hi": here[0]})
+                    flipped = True
+                first, last = first or here, here
+            if first is not None and not flipped:
+                steady.append({**base, "at": None, "range": [first[0], last[0]], "faster": a if first[1] < 0 else b})
     return jobs, steady
 
 
@@ -115,14 +119,17 @@ def orders_at_ends(rows, axis: str, metric: str) -> list[dict]:
     (a sweep's table, or a list of rows)."""
     out = []
     for panel in as_table(rows, metric).panels(axis):
-        seen = [i for i, x in enumerate(panel.xs) if any(panel.status[t][i] for t in panel.techniques)]
+        seen = (i for i in panel.by_x if any(panel.codes[t][i] for t in panel.techniques))
+        low = high = next(seen)
+        for high in seen:
+            pass
         ends = {}
-        for end, i in (("low", min(seen, key=lambda i: panel.xs[i])), ("high", max(seen, key=lambda i: panel.xs[i]))):
-            at = [t for t in panel.techniques if panel.status[t][i]]
-            ok = sorted((t for t in at if panel.status[t][i] == "ok"), key=lambda t: panel.value[t][i])
+        for end, i in (("low", low), ("high", high)):
+            at = [t for t in panel.techniques if panel.codes[t][i]]
+            ok = sorted((t for t in at if panel.status(t, i) == "ok"), key=lambda t: panel.value[t][i])
             ends[end] = {"at": panel.xs[i], "order": [t for t in ok if not is_low_communication(t)],
                          "low_communication": [t for t in ok if is_low_communication(t)],
-                         "not_running": {t: panel.status[t][i] for t in at if panel.status[t][i] != "ok"}}
+                         "not_running": {t: panel.status(t, i) for t in at if panel.status(t, i) != "ok"}}
         out.append({"where": describe(panel.template, axis), **ends})
     return out
 

@@ -29,8 +29,8 @@ def best_jobs(rows, metric: str = "total_time_s") -> list[dict]:
         if panel.template["hosts"] != "all":
             continue
         template = {k: v for k, v in panel.template.items() if k not in ("technique", "rtt_ms")}
-        techniques = [t for t in panel.techniques if any(panel.status[t])]
-        rtts = sorted(x for i, x in enumerate(panel.xs) if any(panel.status[t][i] for t in techniques))
+        techniques = [t for t in panel.techniques if panel.ran(t)]
+        rtts = sorted(x for i, x in enumerate(panel.xs) if any(panel.codes[t][i] for t in techniques))
         jobs.append({"point": template, "rtts": rtts, "techniques": techniques})
     return jobs
 

@@ -11,6 +11,7 @@ from them, so no per-row dict is ever made for the summary either.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from array import array
@@ -24,13 +25,24 @@ MAX_STATUSES = 255  # a status code is one byte; 0 means "not done"
 
 @dataclass
 class Panel:
-    """The points of one group: every technique at every non-native value of the axis, other axes fixed."""
+    """The points of one group: every technique at every non-native value of the axis, other axes fixed.
+    Per technique, compact arrays over `xs` (a byte and a double a point, not a dict a row)."""
 
     template: dict  # the group's first done point in grid order (what the crossover files have always named)
     xs: list  # the axis's non-native values, in grid order
     techniques: list[str]  # the technique axis's values, in grid order
-    status: dict[str, list[str | None]]  # technique -> status at each x (None: not done)
-    value: dict[str, list[float | None]]  # technique -> metric at each x (None: not done or not ok)
+    codes: dict[str, array]  # technique -> status code at each x (0: not done)
+    value: dict[str, array]  # technique -> metric at each x (NaN: not done or not ok)
+    status_names: list[str]  # code - 1 -> status
+    by_x: array  # positions in xs, smallest value first (one array for every panel of the axis)
+
+    def status(self, technique: str, i: int) -> str | None:
+        code = self.codes[technique][i]
+        return self.status_names[code - 1] if code else None
+
+    def ran(self, technique: str) -> bool:
+        """Whether any point of `technique` is done (in this panel)."""
+        return self.codes[technique].count(0) < len(self.xs)
 
 
 class SweepTable:
@@ -40,7 +52,7 @@ class SweepTable:
         self.grid, self.metric = grid, metric
         self.names = list(grid.axes)
         self.sizes = [len(v) for v in grid.axes.values()]
-        self._position = [_positions(v) for v in grid.axes.values()]
+        self._position = [_Positions(v) for v in grid.axes.values()]
         self.status_names: list[str] = []
         self.codes = array("B", bytes(len(grid)))
         self.values = array("d", [math.nan]) * len(grid)
@@ -62,7 +74,7 @@ class SweepTable:
             return None
         index = 0
         for name, size, positions in zip(self.names, self.sizes, self._position):
-            value = point[name] if name in WHATIF else point["workload"].get(name)
+            value = point.get(name) if name in WHATIF else point["workload"].get(name)
             i = positions.get(_hashable(value))
             if i is None:
                 return None
@@ -94,26 +106,35 @@ class SweepTable:
 
     def panels(self, axis: str):
         """One Panel per combination of the axes other than technique and `axis`, in grid order, for the
-        groups with at least one done point at a non-native value of `axis`."""
+        groups with at least one done point at a non-native value of `axis`; made one at a time."""
         if axis not in self.names or "technique" not in self.names:
             return
         strides = [math.prod(self.sizes[k + 1:]) for k in range(len(self.sizes))]
         a, t = self.names.index(axis), self.names.index("technique")
         axis_values = self.grid.axes[axis]
-        keep = [i for i, v in enumerate(axis_values) if v != NATIVE]
+        native = [i for i, v in enumerate(axis_values) if v == NATIVE]
+        keep = array("q", (i for i in range(len(axis_values)) if i not in native)) if native else range(len(axis_values))
+        xs = [axis_values[i] for i in keep]
+        ascending = all(xs[i] < xs[i + 1] for i in range(len(xs) - 1))  # a range's values: no sort to hold
+        by_x = array("q", range(len(xs)) if ascending else sorted(range(len(xs)), key=xs.__getitem__))
         techniques = self.grid.axes["technique"]
-        names = [None] + self.status_names
         others = [range(n) if k not in (a, t) else [0] for k, n in enumerate(self.sizes)]
         for combo in itertools.product(*others):
             base = sum(i * s for i, s in zip(combo, strides))
-            at = {tech: [base + ti * strides[t] + xi * strides[a] for xi in keep] for ti, tech in enumerate(techniques)}
-            done = [i for flat in at.values() for i in flat if self.codes[i]]
-            if not done:
-                continue
-            status = {tech: [names[self.codes[i]] for i in flat] for tech, flat in at.items()}
-            value = {tech: [None if math.isnan(self.values[i]) else self.values[i] for i in flat]
-                     for tech, flat in at.items()}
-            yield Panel(self.point_at(min(done)), [axis_values[i] for i in keep], list(techniques), status, value)
+            codes, values, first = {}, {}, None
+            for ti, tech in enumerate(techniques):
+                start = base + ti * strides[t]
+                whole = slice(start, start + len(axis_values) * strides[a], strides[a])  # every x of the axis
+                c, v = self.codes[whole], self.values[whole]
+                if len(keep) < len(axis_values):  # leave out the native point
+                    c, v = array("B", (c[i] for i in keep)), array("d", (v[i] for i in keep))
+                codes[tech], values[tech] = c, v
+                raw = c.tobytes()
+                if raw.count(0) < len(raw):  # the technique's first done point, in grid order
+                    flat = start + keep[len(raw) - len(raw.lstrip(b"\0"))] * strides[a]
+                    first = flat if first is None else min(first, flat)
+            if first is not None:
+                yield Panel(self.point_at(first), xs, list(techniques), codes, values, list(self.status_names), by_x)
 
     @classmethod
     def from_rows(cls, rows, metric: str) -> "SweepTable":
@@ -142,10 +163,31 @@ def as_table(source, metric: str) -> SweepTable:
     return source if isinstance(source, SweepTable) else SweepTable.from_rows(source, metric)
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _hashable(value):
     return ("bool", value) if isinstance(value, bool) else value
 
 
-def _positions(values: list) -> dict:
-    """value -> position in its axis; booleans kept apart from 0 and 1 (True == 1 in a dict)."""
-    return {_hashable(v): i for i, v in reversed(list(enumerate(values)))}
+class _Positions:
+    """value -> its position in an axis. A long numeric axis (100,000 RTTs) is two sorted arrays
+    searched by bisection, 16 bytes a value; other values (names, 'native', booleans, kept apart from
+    0 and 1) a dict."""
+
+    def __init__(self, values: list):
+        numeric = [i for i, v in enumerate(values) if _is_number(v)]
+        self.other = {_hashable(values[i]): i for i in range(len(values) - 1, -1, -1) if not _is_number(values[i])}
+        numeric.sort(key=values.__getitem__)
+        self.sorted = array("d", (values[i] for i in numeric))
+        self.at = array("q", numeric)
+
+    def get(self, value):
+        if _is_number(value):
+            i = bisect.bisect_left(self.sorted, value)
+            return self.at[i] if i < len(self.sorted) and self.sorted[i] == value else None
+        try:
+            return self.other.get(_hashable(value))
+        except TypeError:  # an unhashable value (a list where a name was): not in the grid
+            return None
