@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, replace
 
 from geosim.sim import memory_layout
+from geosim.cost import schedule_work, too_costly
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
@@ -225,6 +226,13 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         return result
     if worst.status == memory_layout.MAY_NOT_FIT:
         result.memory_note = f"{worst.describe()} on {place}"
+
+    # a case that would simulate for hours is answered as one that does not fit: not simulated, and why
+    reason = too_costly(schedule_work(schedule, simulated_iterations + 1, exact))
+    if reason is not None:
+        result.status, result.reason = "infeasible", reason
+        result.wall_s = time.perf_counter() - started
+        return result
 
     network = network_model(case.network)
     real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network, exact=exact)

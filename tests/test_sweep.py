@@ -160,3 +160,75 @@ def test_generated_cluster_points(tmp_path):
     assert all(r["status"] == "ok" for r in rows)
     by = {(r["technique"], r["rtt_ms"]): r["total_time_s"] for r in rows}
     assert by[("data", 50.0)] > by[("data", 1.0)]
+
+
+def test_a_resumed_sweep_summarises_as_a_fresh_one(tmp_path):
+    """The summary reads the sweep's table (a status byte and a metric a point), filled from the rows on
+    disk on resume: crossovers, orders and statuses come out as a sweep run in one go."""
+    from geosim.studies.crossover import crossovers, orders_at_ends
+
+    ctx = synthetic_context()
+
+    def interrupt(done):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(GRID, ctx, tmp_path / "resumed", SerialExecutor(ctx), progress=False, on_chunk=interrupt)
+    resumed = run_sweep(GRID, ctx, tmp_path / "resumed", SerialExecutor(ctx), progress=False)
+    fresh = run_sweep(GRID, ctx, tmp_path / "fresh", SerialExecutor(ctx), progress=False)
+    assert 0 < resumed.skipped < len(GRID) and resumed.computed == len(GRID) - resumed.skipped
+    for result in (resumed, fresh):
+        assert result.table.statuses() == {"ok": len(GRID)}
+    summaries = [(crossovers(r.table, ctx, SerialExecutor(ctx), "rtt_ms", ["data", "shard"]),
+                  orders_at_ends(r.table, "rtt_ms", "total_time_s")) for r in (resumed, fresh)]
+    assert summaries[0] == summaries[1]
+    (flip,) = summaries[0][0]
+    assert (flip["faster_below"], flip["faster_above"]) == ("shard", "data")
+    # the table's summary is the one the rows themselves give
+    assert crossovers(fresh.rows, ctx, SerialExecutor(ctx), "rtt_ms", ["data", "shard"]) == summaries[1][0]
+
+
+def test_chunks_are_made_as_asked_and_cover_each_point_once():
+    """A million-point grid is never a list of points: its first chunk comes at once, in a few KB; a small
+    grid's chunks hold every point not yet done exactly once."""
+    import tracemalloc
+
+    from geosim.studies.sweep.run import pending_chunks
+    from geosim.studies.sweep.table import SweepTable
+
+    big = Grid({"scenario": ["synthetic"], "technique": [f"t{i}" for i in range(10)], "model": ["tiny"],
+                "rtt_ms": [1 + i / 1000 for i in range(100_000)]})
+    table = SweepTable(big, "total_time_s")
+    tracemalloc.start()
+    try:
+        first = next(pending_chunks(table, 32))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(first) == 32 and peak < 200_000
+    table = SweepTable(GRID, "total_time_s")
+    for index in range(0, len(GRID), 3):
+        table.record(index, "ok", 1.0)
+    seen = [point_key(p) for chunk in pending_chunks(table, 7) for p in chunk]
+    expected = {point_key(table.point_at(i)) for i in range(len(GRID)) if i % 3}
+    assert len(seen) == len(set(seen)) == len(expected) and set(seen) == expected
+    assert {point_key(table.point_at(i)) for i in range(len(GRID))} == {point_key(p) for p in GRID.points()}
+
+
+def test_rows_of_another_grid_are_not_this_grids_points():
+    from geosim.studies.sweep.grid import make_point
+    from geosim.studies.sweep.table import SweepTable
+
+    grid = Grid({"scenario": ["s"], "technique": ["data"], "model": ["m"], "rtt_ms": ["native", 1.0, 2.0],
+                 "checkpointing": [True, False]})
+    table = SweepTable(grid, "total_time_s")
+    for i in range(len(grid)):
+        point = table.point_at(i)
+        assert table.index_of({"point": point, "key": point_key(point)}) == i
+    others = [make_point("s", "data", "m", rtt_ms=3.0, checkpointing=True),  # a value not swept
+              make_point("s", "data", "m", rtt_ms=1.0, checkpointing=1),  # 1 is not True here
+              make_point("s", "data", "m", rtt_ms=1.0, checkpointing=True, epochs=2),  # another grid's axis
+              make_point("s", "data", "m", rtt_ms=1.0)]  # missing an axis
+    for point in others:
+        assert table.index_of({"point": point, "key": point_key(point)}) is None
+    assert table.index_of({"point": ["not", "a", "point"], "key": "x"}) is None

@@ -18,6 +18,7 @@ from geosim import scenario  # noqa: E402
 from geosim.studies import convergence  # noqa: E402
 from geosim.studies.sweep.grid import MAX_GRID_POINTS, MAX_RANGE_POINTS  # noqa: E402
 from geosim.validate import FALLBACK, FLAG_BOUNDS, Bound  # noqa: E402
+from geosim import cost  # noqa: E402
 from geosim import input_limits as limits  # noqa: E402
 from geosim.cli import trace  # noqa: E402
 from geosim.cli._progress import INTERVAL_S, MAX_ESTIMATED_S  # noqa: E402
@@ -77,7 +78,7 @@ def render() -> str:
         "technique | Data's tokens over the technique's; none is 10x better than Data |",
         "| `plan --deadline` | > 0, <= 100 years | 0 would mean no deadline |",
         f"| `sweep` grid | <= {MAX_GRID_POINTS:,} points, <= {MAX_RANGE_POINTS:,} per range | each point is a "
-        "prediction held in memory |",
+        "prediction: a million take hours on a few cores |",
         "| `sweep --set FIELD=...`, `--epochs`, `--global-batch`, `--microbatches` | a scenario's "
         "`workload` range | checked before the first point runs |",
         "",
@@ -113,10 +114,18 @@ def render() -> str:
         "of 10 million offered millions of microbatches, each simulated |",
         f"| `trace` | <= {trace.MAX_TRACE_EVENTS:,} events (ops per iteration x `--iterations`), refused before "
         "simulating | ~150 MB of JSON, built by a process under 1 GB |",
+        f"| one prediction (a row asked, a planner's option, a sweep point, a draw) | <= "
+        f"{cost.MAX_PREDICTION_WORK / 1e9:,.0f} billion simulated steps (ranks x ops x collective steps x "
+        "iterations, counted from the schedule before simulating), else answered `infeasible` with the count "
+        "and what shrinks it | hours of simulation at the engine's fastest; no study question is within 50x "
+        "of it (`geosim/cost.py`) |",
         f"| `--draws` (predict, select, plan) | refused when its first draws say the rest would take over "
         f"{MAX_ESTIMATED_S / 3600:.0f} hour | the line says how many draws fit |",
-        f"| progress | a line on stderr every {INTERVAL_S:g} s for planning, draws, `calibrate check` and "
-        "`import`, sweeps and traces, also when stderr is not a terminal and under `--json` | silence looked like a hang |",
+        f"| progress | a line on stderr every {INTERVAL_S:g} s for planning, the rows `predict` is asked, draws, "
+        "`calibrate check` and `import`, sweeps and traces, also when stderr is not a terminal and under `--json`; "
+        "a thread writes it, so one long simulation still shows the clock | silence looked like a hang |",
+        f"| a sweep's memory | flat in its rows: rows stream to `results.jsonl` and `results.csv`; the summary "
+        "reads a status byte and a metric (8 bytes) per grid point | a 100,000-point sweep grew past 1 GB |",
         "",
         "## Flags",
         "",

@@ -258,33 +258,59 @@ fmt_duration = fmt_time  # one way to write a duration everywhere
 
 class Progress:
     """Planning's progress on stderr once it has taken more than two seconds: one line rewritten in
-    place on a terminal, else (a file, a pipe, a script) a plain line every few seconds."""
+    place on a terminal, else (a file, a pipe, a script) a plain line every few seconds. A thread
+    writes the lines, so one option that simulates for minutes still shows the clock moving."""
 
     def __init__(self, label: str):
+        import threading
+
         from geosim.cli._progress import INTERVAL_S
 
         self.label, self.started, self.shown = label, time.monotonic(), False
-        self.interval_s, self.last = INTERVAL_S, time.monotonic()
+        self.interval_s, self.text = INTERVAL_S, "weighing options"
+        self.tty = _isatty(sys.stderr)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="progress", daemon=True)
+        self._thread.start()
 
     def __call__(self, done: int, total: int | None, what: str = "simulated") -> None:
-        now = time.monotonic()
-        if now - self.started <= 2:
-            return
         of = f" of at most {total:,}" if total is not None else ""  # None: still weighing options
-        text = f"  {self.label}: {what} {done:,}{of} options"
+        self.text = f"{what} {done:,}{of} options"
+        if self.tty and time.monotonic() - self.started > 2:
+            self._print(end="")
+
+    def _beat(self) -> None:
+        wait = min(2.0, self.interval_s) if self.tty else self.interval_s
+        while not self._stop.wait(wait):
+            self._print(end="" if self.tty else "\n")
+
+    def _print(self, end: str) -> None:
+        text = f"  {self.label}: {self.text} ({time.monotonic() - self.started:.0f} s)"
         try:
-            if sys.stderr.isatty():
-                print("\r" + text + " " * 10, end="", file=sys.stderr)
+            if end == "":
+                print("\r" + text + " " * 10, end="", file=sys.stderr, flush=True)
                 self.shown = True
-            elif now - self.last >= self.interval_s:
-                self.last = now
-                print(f"{text} ({now - self.started:.0f} s)", file=sys.stderr, flush=True)
-        except (OSError, ValueError):
+            else:
+                print(text, file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # stderr closed: progress is not worth failing for
             pass
 
     def close(self):
+        self._stop.set()
+        self._thread.join(1)
         if self.shown:
-            print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
+            try:
+                print("\r" + " " * 70 + "\r", end="", file=sys.stderr)
+            except (OSError, ValueError):
+                pass
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError, AttributeError):
+        return False
+
 
 ANSWER_SCHEMA = "geosim.answer/1"
 ESTIMATE_NOTE = "times are simulator estimates"

@@ -23,6 +23,7 @@ from geosim.predict import Prediction, predict, shared_predictions
 from geosim.runtime import runtime_differences, runtime_of
 from geosim.studies.asked import asked_rows, verdict_notes
 from geosim.studies.ranking import SameProgress, time_to_progress_s
+from geosim.cli._progress import Heartbeat
 from geosim.studies.reference import attach_measurement
 from geosim.structure import host_groups, host_list
 from geosim.studies.whatif import wan_links
@@ -100,8 +101,13 @@ def _run(args) -> int:
         case = Case(cluster, model, workload, params, network=args.network)
         # the rows are the question as asked, at any size; the planner's best is the verdict's
         host_sets = host_subsets(cluster, args.hosts)
-        rows: list[Prediction] = asked_rows(case, techniques, host_sets,
-                                            lambda t, hosts, case=case: technique_options(t, case, hosts, layout))
+        with Heartbeat(cluster.name, "simulating the rows asked") as beat:  # a row at 1,024 GPUs takes minutes
+
+            def options_for(t, hosts, case=case, beat=beat):
+                beat.phase = f"simulating {t} on {len(hosts)} VM{'s' if len(hosts) != 1 else ''} (a row asked)"
+                return technique_options(t, case, hosts, layout)
+
+            rows: list[Prediction] = asked_rows(case, techniques, host_sets, options_for)
         if args.rtt_ms is None and args.bandwidth_gbps is None:
             for prediction in rows:
                 attach_measurement(prediction, cluster)
