@@ -294,8 +294,13 @@ def locked(path: str | Path, *, wait: bool = True, what: str = "file"):
                 raise GeosimError(f"another geosim ({holder}) is writing this {what}; wait for it to finish "
                                   f"or use another output", source=str(path)) from None
             fcntl.flock(fd, fcntl.LOCK_EX)  # writers of a records file take turns: each holds it for one append
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        except OSError as exc:  # a file system without locks (some network ones): one line, not a traceback
+            raise GeosimError(f"cannot lock ({exc.strerror})", source=str(target)) from None
+        try:  # who holds it, for the message a second writer gets; a full disk leaves it unsaid, not fatal
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        except OSError:
+            pass
         yield
     finally:
         os.close(fd)  # closing releases the lock, also when the process is killed

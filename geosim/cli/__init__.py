@@ -120,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `geosim predict | head`
         return 0
+    except OSError as exc:
+        if exc.filename is None:
+            raise  # not about a path the user gave: a bug to see whole
+        # a path the checks before it did not foresee (too long a name, a loop of links, a failing
+        # disk) is still the user's path: one line naming it, as every other input error
+        _process.print_error(args.command, f"{exc.filename}: {exc.strerror or exc}", as_json)
+        return 2
     finally:
         sys.stdout = real_stdout
 

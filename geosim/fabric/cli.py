@@ -202,7 +202,12 @@ def _delete(args) -> int:
     from geosim.fabric import provision
 
     path = Path(args.slice)
+    from geosim.input_limits import check_name
+
     name = provision.read_slice_file(path)["slice"] if path.exists() else args.slice
+    # a name geosim would not have made (too long, invisible or control characters) names no slice of
+    # its own: refused before a dry run prints it or a real one asks FABRIC for it
+    check_name(name, str(path) if path.exists() else "SLICE", "slice name")
     if args.dry_run:
         # a dry run contacts nothing, so it cannot know whether the slice exists: it says so
         print(f"dry run: would look up slice {name!r} and delete it if it exists (fablib: get_slice(name={name!r})"
