@@ -28,7 +28,8 @@ def run(argv, capsys) -> tuple[int, str, str]:
 
 
 def one_line_error(code, err, *words):
-    lines = err.strip().splitlines()
+    # progress lines ("  label: ... (N s)", indented) come every few seconds of long work: not errors
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("  ")]
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
     for word in words:
         assert word in lines[0], lines[0]
@@ -239,3 +240,60 @@ def test_sweep_fresh_deletes_only_a_sweeps_own_files(tmp_path, capsys):
     argv = ["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1,2", "--workers", "1",
             "--out-dir", str(sweep), "--quiet", "--no-best"]
     assert main(argv) == 0 and main(argv + ["--fresh"]) == 0  # its own files: replaced
+
+
+# ---------------------------------------------------------------- third walk: kinds found as a careful user
+
+
+@pytest.mark.parametrize("argv", [
+    ["predict", "--scenario", "x" * 300],  # a scenario name or file
+    ["report", "--out-dir", "d" * 300],
+    ["fabric", "slice", "delete", "--dry-run", "s" * 300],
+    ["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1", "--out-dir", "d" * 300, "--no-best"],
+])
+def test_a_path_too_long_for_the_file_system_is_one_line(capsys, argv):
+    """Any OSError about a path the user gave (ENAMETOOLONG from a mere exists(), ELOOP...) is one line."""
+    code, _, err = run(argv, capsys)
+    one_line_error(code, err, "too long")
+
+
+def test_a_lock_on_a_full_disk_still_locks_and_a_refused_lock_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from geosim import fileio
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fileio.os, "pwrite", full)  # the holder's pid: a note, not the lock
+    with fileio.locked(tmp_path / "records.jsonl"):
+        pass
+
+    def no_locks(fd, how):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fileio.fcntl, "flock", no_locks)
+    with pytest.raises(GeosimError, match="cannot lock"):
+        with fileio.locked(tmp_path / "records.jsonl"):
+            pass
+
+
+@pytest.mark.parametrize("name", ["a\u202eb", "a\u200bb", "x" * 101])
+def test_a_slice_delete_refuses_a_name_create_would_refuse(capsys, name):
+    pytest.importorskip("fabrictestbed_extensions")
+    code, out, err = run(["fabric", "slice", "delete", "--dry-run", name], capsys)
+    one_line_error(code, err, "slice name")
+    assert out == ""
+
+
+def test_wan_status_says_a_foreign_state_file_is_left_alone(tmp_path, monkeypatch):
+    from geosim.live.wan import emulator
+
+    notes = tmp_path / "notes.json"
+    notes.write_text("[" * 100 + "]" * 100)
+    with pytest.raises(emulator.BrokenState, match="leaves it as it is"):
+        emulator.read_state(str(notes))
+    cut = tmp_path / "state.json"
+    cut.write_text('{"id": "abc123", "hosts": [')
+    with pytest.raises(emulator.BrokenState, match="removes it"):
+        emulator.read_state(str(cut))

@@ -124,8 +124,10 @@ def read_state(path: str | None = None) -> WanSlice | None:
         return None
     except (OSError, ValueError, TypeError, KeyError, AttributeError, GeosimError) as exc:
         why = exc.problem if isinstance(exc, GeosimError) else f"{type(exc).__name__}: {exc}"
-        raise BrokenState(f"unreadable state file ({why}); "
-                          "`geosim live wan down` removes it and whatever it left", source=path) from None
+        # what `down` will do with it, said the same way here (status reports it, down acts on it)
+        then = ("`geosim live wan down` removes it and whatever it left" if looks_like_state(path) else
+                "not a WAN state file geosim wrote, so `geosim live wan down` leaves it as it is")
+        raise BrokenState(f"unreadable state file ({why}); {then}", source=path) from None
 
 
 def current(path: str | None = None) -> WanSlice | None:
