@@ -309,7 +309,11 @@ def run_fit(args) -> int:
     if not args.json:
         progress(f"fitting {len(free)} parameters to {sum(c.metric is not None for c in cases)} measured runs "
                  f"({len(cases)} records) from {args.records}")
-    result = fit(cases, free, base, progress=None if args.json else progress, max_nfev=args.max_evaluations)
+    from geosim.cli._progress import Heartbeat
+
+    # each evaluation predicts every record: thousands of records are minutes between its own lines
+    with Heartbeat("fit", f"fitting {len(free)} parameters to {len(cases)} records"):
+        result = fit(cases, free, base, progress=None if args.json else progress, max_nfev=args.max_evaluations)
     fitted_table = fitted_summary(result, args.records)
     scenario_files = fitted_scenarios(result, cases, args.scenarios_out) if args.scenarios_out else {}
     from geosim.params import write_params
@@ -460,9 +464,10 @@ def run_crossval(args) -> int:
     kinds = {"all": ("loto", "loso", "single-vm"), "both": ("loto", "loso")}.get(args.kind, (args.kind,))
     options = {"step_rtts": None if args.step_rtts == "none" else args.step_rtts,
                "extra": tuple(k for k in args.also.split(",") if k), "overhead": args.overhead}
-    reports = crossval(cases, params_path=args.params, kinds=kinds, workers=args.workers,
-                       max_nfev=args.max_evaluations, progress=progress, strip_links=not args.keep_links,
-                       free_options=options)
+    from geosim.cli._progress import Heartbeat
+
+    with Heartbeat("crossval", f"fitting and predicting {len(cases)} records"):  # a fit can be minutes of silence
+        reports = _crossval(args, cases, kinds, options)
     if args.plot:
         from geosim.calibrate.plot import plot_predicted_vs_measured
 
@@ -485,6 +490,14 @@ def plotted(cell) -> tuple[str, str, float, float]:
         seconds = 3600.0  # any scale: on a log-log plot only the ratio to the diagonal shows
         return cell.slice, technique, seconds, seconds * (1 + cell.error)
     return cell.slice, technique, cell.measured_s, cell.predicted_s
+
+
+def _crossval(args, cases, kinds, options):
+    from geosim.calibrate.crossval import crossval
+
+    return crossval(cases, params_path=args.params, kinds=kinds, workers=args.workers,
+                    max_nfev=args.max_evaluations, progress=progress, strip_links=not args.keep_links,
+                    free_options=options)
 
 
 def print_report(report) -> None:

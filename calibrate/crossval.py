@@ -25,6 +25,7 @@ Folds are independent fits, so they run in a process pool (one per core).
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -189,7 +190,11 @@ def crossval(cases: list[RunCase], *, params_path: str | None = None, kinds: tup
     if workers == 1:
         results = map(_run_fold_args, jobs)
     else:
-        pool = ProcessPoolExecutor(max_workers=workers)
+        # workers start clean (forkserver) rather than forked: the command's progress thread may hold
+        # stderr's lock at the moment of a fork, and a forked worker would wait on that copy forever
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
         results = pool.map(_run_fold_args, jobs)
     try:
         for done, r in enumerate(results, start=1):
