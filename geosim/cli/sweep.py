@@ -150,17 +150,15 @@ def run(args) -> int:
     executor = make_executor(ctx, args.workers, args.ray_address)
     try:
         on_tty = not args.quiet and sys.stderr.isatty()
-        ticker = None
-        if not args.quiet and not on_tty:  # a file or a pipe: a plain line every few seconds, not a bar
-            from geosim.cli._progress import Every
-
-            ticker = Every("sweep", "points")
-        result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=on_tty,
-                           on_chunk=(lambda done: ticker(done, len(grid))) if ticker else None)
-        if ticker:
-            ticker.close(f"{result.computed:,} points computed")
-        found = crossovers(result.table, ctx, executor, axis, technique_names()) if axis else []
-        best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.table, ctx, executor)
+        # progress lines come from a thread (started after the pool's workers are forked), so a chunk of
+        # slow points, or the planning after them, still shows the clock; a terminal has the bar instead
+        with _beat(not args.quiet and not on_tty, "0 points computed") as beat:
+            result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=on_tty,
+                               on_chunk=lambda done: setattr(beat, "phase", f"{done:,}/{len(grid):,} points computed"))
+        with _beat(not args.quiet, "finding crossovers") as beat:
+            found = crossovers(result.table, ctx, executor, axis, technique_names()) if axis else []
+            beat.phase = "planning the best option at each RTT"
+            best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.table, ctx, executor)
     except KeyboardInterrupt:
         from geosim.studies.sweep.store import count_rows
 
@@ -179,6 +177,22 @@ def run(args) -> int:
     else:
         print(format_summary(summary))
     return 0
+
+
+class _Silent:
+    phase = ""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def _beat(shown: bool, phase: str):
+    from geosim.cli._progress import Heartbeat
+
+    return Heartbeat("sweep", phase) if shown else _Silent()
 
 
 def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dict:
