@@ -297,3 +297,16 @@ def test_wan_status_says_a_foreign_state_file_is_left_alone(tmp_path, monkeypatc
     cut.write_text('{"id": "abc123", "hosts": [')
     with pytest.raises(emulator.BrokenState, match="removes it"):
         emulator.read_state(str(cut))
+
+
+def test_a_report_of_more_rows_than_it_plots_is_refused_before_reading_them(tmp_path, capsys, monkeypatch):
+    from geosim.report import html
+
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1,2,3", "--workers", "1",
+                 "--out-dir", str(out), "--quiet", "--no-best"]) == 0
+    monkeypatch.setattr(html, "MAX_REPORT_ROWS", 2)
+    monkeypatch.setattr(html, "read_rows", lambda *a, **k: pytest.fail("rows read before the count"))
+    capsys.readouterr()
+    code, _, err = run(["report", "--out-dir", str(out)], capsys)
+    one_line_error(code, err, "3 rows", "more than a report plots")

@@ -21,6 +21,7 @@ from geosim.validate import FALLBACK, FLAG_BOUNDS, Bound  # noqa: E402
 from geosim import cost  # noqa: E402
 from geosim import input_limits as limits  # noqa: E402
 from geosim.cli import trace  # noqa: E402
+from geosim.report.html import MAX_REPORT_ROWS  # noqa: E402
 from geosim.cli._progress import INTERVAL_S, MAX_ESTIMATED_S  # noqa: E402
 from geosim.techniques.pipeshard import MAX_MICROBATCHES  # noqa: E402
 
@@ -124,6 +125,8 @@ def render() -> str:
         f"| progress | a line on stderr every {INTERVAL_S:g} s for planning, the rows `predict` is asked, draws, "
         "`calibrate check` and `import`, sweeps and traces, also when stderr is not a terminal and under `--json`; "
         "a thread writes it, so one long simulation still shows the clock | silence looked like a hang |",
+        f"| `report` | <= {MAX_REPORT_ROWS:,} rows in the directory, counted before any is read | it holds "
+        "every row to plot it, ~6 KB each: a million would be gigabytes |",
         f"| a sweep's memory | flat in its rows: rows stream to `results.jsonl` and `results.csv`; the summary "
         "reads a status byte and a metric (8 bytes) per grid point | a 100,000-point sweep grew past 1 GB |",
         "",

@@ -54,10 +54,11 @@ def _number(text: str, kind: str, source: str):
 
 def _range(item: str, kind: str, source: str) -> list:
     """START:STOP:STEP or START:STOP:xFACTOR (geosim.units, the one range syntax of every command)."""
-    values = parse_range(item, source)
+    values = parse_range(item, source)  # ascending, already at _round's 6 significant digits
     if kind == "int":
-        return list(dict.fromkeys(int(round(v)) for v in values))  # rounding may merge neighbours
-    return list(dict.fromkeys(_round(v) for v in values))
+        values = [int(round(v)) for v in values]
+    # rounding may merge neighbours; ascending, so a repeat is next to its twin (no set of 100,000 values)
+    return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
 
 
 def parse_values(spec: str | list | tuple, kind: str, source: str, *, allow_native: bool = False) -> list:
@@ -87,7 +88,15 @@ def parse_values(spec: str | list | tuple, kind: str, source: str, *, allow_nati
     for v in values:
         if kind in ("int", "float") and v != NATIVE and v < 0:
             raise GeosimError(f"values must be >= 0, got {v:g}", source=source)
-    return list(dict.fromkeys(values))
+    return values if len(values) < 2 or _unique_ascending(values) else list(dict.fromkeys(values))
+
+
+def _unique_ascending(values: list) -> bool:
+    """A single range's values (the long lists): already without repeats, and checked without a set."""
+    try:
+        return all(values[i] < values[i + 1] for i in range(len(values) - 1))
+    except TypeError:  # 'native' among numbers, or names: the general way
+        return False
 
 
 def parse_assignment(text: str, source: str = "--set") -> tuple[str, list]:
