@@ -310,3 +310,28 @@ def test_a_report_of_more_rows_than_it_plots_is_refused_before_reading_them(tmp_
     capsys.readouterr()
     code, _, err = run(["report", "--out-dir", str(out)], capsys)
     one_line_error(code, err, "3 rows", "more than a report plots")
+
+
+def test_the_ray_watchdog_knows_a_renamed_process_by_the_files_it_holds_open(tmp_path):
+    """Ray retitles its agents ("ray::DashboardAgent") over their command line and environment: the
+    watchdog of a SIGKILLed driver still finds them, by their logs open in the private directory."""
+    import subprocess
+    import sys
+
+    from geosim.studies.sweep.local_ray import processes_naming
+
+    private = tmp_path / "geosim-ray-x"
+    private.mkdir()
+    agent = tmp_path / "agent.py"  # neither its command line nor its environment names the directory
+    agent.write_text("import sys, time\nlog = open(sys.stdin.readline().strip(), 'w')\nprint('ready', flush=True)\n"
+                     "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, str(agent)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write(f"{private / 'dashboard_agent.log'}\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ready"
+        assert proc.pid in processes_naming(str(private))
+        assert proc.pid not in processes_naming(str(tmp_path / "another"))
+    finally:
+        proc.kill()
+        proc.wait()

@@ -16,8 +16,11 @@ uses needs neither:
 
 - A watchdog (a small process in a session of its own) waits on a pipe only this driver holds:
   when the driver dies, even by SIGKILL, the pipe closes and the watchdog stops every process
-  whose command line names the private directory (GCS, raylet, workers, the dashboard and
-  runtime-env agents) and removes the directory. Without it they listened for minutes and the
+  whose command line or environment names the private directory (GCS, raylet, workers, the
+  dashboard and runtime-env agents), or that holds a file open in it, and removes the directory.
+  Ray renames its agents' command lines ("ray::DashboardAgent", written over the environment as
+  well, so INSTANCE_ENV, set before ray.init, is not always readable there): their open logs
+  name the directory. Found by command line alone, they outlived the watchdog by minutes. Without it they listened for minutes and the
   session directory stayed for good.
 - Ray's auth token stays in the environment (RAY_AUTH_TOKEN, made here): Ray would otherwise
   write ~/.ray/auth_token, and fail under a read-only HOME. Nothing of Ray's goes to HOME.
@@ -38,6 +41,7 @@ import tempfile
 import time
 
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+INSTANCE_ENV = "GEOSIM_RAY_INSTANCE"  # the private directory, in the environment of each of its processes
 
 
 def loopback_ray_env() -> None:
@@ -61,6 +65,7 @@ def init_local(ray, num_cpus: int | None = None) -> str:
     loopback_ray_env()
     temp = tempfile.mkdtemp(prefix="geosim-ray-")  # short: Ray's socket paths have a length limit
     kwargs = {"num_cpus": num_cpus} if num_cpus else {}
+    os.environ[INSTANCE_ENV] = temp  # every process Ray starts inherits it: how the watchdog knows them
     _WATCHDOGS[temp] = start_watchdog(temp)
     try:
         ray.init(address="local", include_dashboard=False, log_to_driver=False, _temp_dir=os.path.join(temp, "r"),
@@ -74,6 +79,8 @@ def init_local(ray, num_cpus: int | None = None) -> str:
 def remove_temp_dir(temp: str | None) -> None:
     if temp:
         shutil.rmtree(temp, ignore_errors=True)
+        if os.environ.get(INSTANCE_ENV) == temp:
+            del os.environ[INSTANCE_ENV]
         fd = _WATCHDOGS.pop(temp, None)
         if fd is not None:
             os.close(fd)  # the watchdog wakes, finds nothing left, and exits
@@ -94,8 +101,9 @@ def start_watchdog(temp: str) -> int:
 
 
 def processes_naming(temp: str) -> list[int]:
-    """Pids of this user's processes whose command line names `temp` (Ray's, for our instance)."""
-    found, needle = [], temp.encode()
+    """Pids of this user's processes whose command line or environment names `temp` (Ray's, for our
+    instance)."""
+    found, needle, marker = [], temp.encode(), f"{INSTANCE_ENV}={temp}\0".encode()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
@@ -103,11 +111,27 @@ def processes_naming(temp: str) -> list[int]:
             if os.stat(f"/proc/{entry}").st_uid != os.geteuid():
                 continue
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if needle in f.read():
-                    found.append(int(entry))
+                named = needle in f.read()
+            if not named:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    named = marker in f.read() + b"\0"
+            if not named:  # a renamed title can overwrite the environment too: its open logs still say
+                named = _holds_open(entry, temp)
+            if named:
+                found.append(int(entry))
         except OSError:
             continue
     return found
+
+
+def _holds_open(pid: str, temp: str) -> bool:
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if temp in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
 
 
 def watch(read_fd: int, temp: str, grace_s: float = 3.0) -> None:

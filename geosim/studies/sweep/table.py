@@ -75,7 +75,7 @@ class SweepTable:
         index = 0
         for name, size, positions in zip(self.names, self.sizes, self._position):
             value = point.get(name) if name in WHATIF else point["workload"].get(name)
-            i = positions.get(_hashable(value))
+            i = positions.get(value)
             if i is None:
                 return None
             index = index * size + i
