@@ -160,9 +160,9 @@ def run(args) -> int:
             beat.phase = "planning the best option at each RTT"
             best = [] if args.no_best or axis != "rtt_ms" else best_vs_rtt(result.table, ctx, executor)
     except KeyboardInterrupt:
-        from geosim.studies.sweep.store import count_rows
+        from geosim.studies.sweep.store import count_lines
 
-        print(f"geosim sweep: interrupted; {count_rows(args.out)} rows are on disk in {args.out}/ "
+        print(f"geosim sweep: interrupted; {count_lines(args.out)} rows are on disk in {args.out}/ "
               "(rerun the same command to resume)", file=sys.stderr)
         raise
     finally:

@@ -84,10 +84,6 @@ def count_lines(out_dir: str | Path) -> int:
         return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
 
 
-def count_rows(out_dir: str | Path) -> int:
-    return sum(1 for _ in iter_rows(out_dir, unique=False))
-
-
 def iter_rows(out_dir: str | Path, *, repair: bool = False, unique: bool = True):
     """read_rows one row at a time, reading the file line by line (a million rows are never in memory at
     once). `unique` drops a repeated point's later rows, at the cost of a set of every key: a sweep,
