@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from geosim.case import DEFAULT_NETWORK
-from geosim.cli.common import WORKLOAD_DEFAULTS, add_json_argument, fmt_duration
+from geosim.cli.common import (WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments, check_layout_techniques,
+                               fmt_duration, layout_arguments)
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
@@ -67,6 +68,7 @@ def add_arguments(p) -> None:
                                                         f"checkpointing, else off; --set checkpointing=true,false sweeps both)")
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
+    add_layout_arguments(p)  # every point's layout: a row where it does not fit the point's hosts says why
     r = p.add_argument_group("run")
     r.add_argument("--out-dir", dest="out", default="sweep", metavar="DIR",
                    help="results directory; a rerun resumes it (default ./%(default)s)")
@@ -122,7 +124,9 @@ def build_grid(args) -> Grid:
         for value in axes.get(name, []) if WORKLOAD_KINDS[name] == "int" else []:
             check_number(value, f"--{name.replace('_', '-')}", None, *WORKLOAD_RANGES.get(name, (1, 10**13)),
                          integer=True)
-    return Grid(axes)
+    layout = layout_arguments(args)
+    check_layout_techniques(axes["technique"], layout)
+    return Grid(axes, layout)
 
 
 def _techniques(names: list[str] | None) -> list[str]:

@@ -92,6 +92,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--virtual-stages": ("int", "layout: chunks of layers per stage under the interleaved 1F1B schedule (v; "
                                 "default 1)"),
     "--layer-split": ("one", "layout: layers of each stage (of each virtual stage when interleaved), comma-separated"),
+    "--replica-per": ("one", "layout of a low-communication technique: what trains one replica, a host or a site "
+                             "(the hosts asked at a site, data parallel)"),
     "--loss-curve-out": ("one", "file to append the run's loss-vs-tokens curve to (for --loss-curves)"),
 }
 

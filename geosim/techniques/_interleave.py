@@ -76,3 +76,22 @@ def interleaved_program(forward: Callable, backward: Callable, stages: int, s: i
         program += backward(*unit(i, True))
     # at most warmup + 1 microbatch-chunks in flight, each 1 / v of the stage's layers
     return program, min(microbatches, math.ceil((warmup + 1) / v))
+
+
+# virtual stages per stage the structured planner tries: Megatron-LM's tables interleave 2 to 4 chunks a
+# stage; each more multiplies the point-to-point sends and the options to weigh
+PLANNED_VIRTUAL_STAGES = (2, 4)
+
+
+def planned_interleaves(settings, n_layer: int, stages: int, microbatches: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(v, the even layer split of the S x v virtual stages) for each interleaving the planner tries on a
+    pipeline of `stages` (check_interleave's conditions, each virtual stage >= 1 layer); the even split is
+    layers_per_chunk's own, written out so the planner's floor can weigh the option."""
+    if settings.schedule != "1f1b" or settings.interleave != 1 or stages < 2 or microbatches % stages:
+        return []
+    found = []
+    for v in PLANNED_VIRTUAL_STAGES:
+        if n_layer >= stages * v:
+            base, rest = divmod(n_layer, stages * v)
+            found.append((v, tuple(base + (1 if k < rest else 0) for k in range(stages * v))))
+    return found

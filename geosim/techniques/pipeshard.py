@@ -30,8 +30,8 @@ from geosim.scenario import WORKLOAD_RANGES
 from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
-from geosim.techniques._interleave import check_interleave, interleaved_program, layers_per_chunk
-from geosim.techniques._pipeline_layout import layout_options  # noqa: F401 (the registry's layout_options)
+from geosim.techniques._interleave import check_interleave, interleaved_program, layers_per_chunk, planned_interleaves
+from geosim.techniques._pipeline_layout import LAYOUT_KEYS, asked_variants, layout_options  # noqa: F401 (the registry's)
 from geosim.techniques._pipeline_floor import iteration_floor_s, overlaps, stage_gpus
 from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import compiled_ops, layers_ops
@@ -484,15 +484,23 @@ def plan_choices(args) -> dict:
 
 
 def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None,
-                  exhaustive: bool = True):
+                  exhaustive: bool = True, layout: dict | None = None):
     """Stage layout x microbatches x intra-stage parallelism x layer split, as (workload changes,
     options). Stage order matters (the first stage holds the embeddings, the last the LM head).
     exhaustive=False (large clusters, geosim.studies.plan): layouts by site and host group,
     powers-of-two microbatches, and the balanced layer split with its neighbours; unless the
     caller names the intra-stage kinds, stages of several multi-GPU hosts also try shard-data
-    (sharded inside each host, data parallel across the stage's hosts: Megatron's 3D layout)."""
+    (sharded inside each host, data parallel across the stage's hosts: Megatron's 3D layout),
+    and pipelines of 1F1B stages their interleaved schedules (PLANNED_VIRTUAL_STAGES).
+    A layout asked (--tensor-parallel and its kin: plan, select, sweep): that layout alone, on
+    each set of hosts it fits (geosim.techniques._pipeline_layout.asked_variants)."""
+    if layout and any(layout.get(k) is not None for k in LAYOUT_KEYS):
+        yield from asked_variants(case, hosts, {k: layout.get(k) for k in LAYOUT_KEYS},
+                                  _microbatch_choices(case.workload.global_batch, exhaustive, case.workload.microbatches))
+        return
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
     batch = case.workload.global_batch
+    settings = case.params.settings(NAME)
     structured_default = intra_stages is None and not exhaustive
     intra_stages = intra_stages or (case.params.settings(NAME).intra_stage,)
     if len(hosts) == 1 and gpus[hosts[0]] > 1:
@@ -534,6 +542,9 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
                     chosen = {**shape, "tensor": t} if t else shape
                     for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive, most):
                         yield {"microbatches": m}, {**chosen, "layer_split": split}
+                    for v, split in ([] if exhaustive else planned_interleaves(settings, case.model.n_layer,
+                                                                               len(stages), m)):
+                        yield {"microbatches": m}, {**chosen, "interleave": v, "layer_split": split}
 
 
 def _smaller_tensors(meshes, gpus: dict[str, int], microbatch: int) -> list[int]:
@@ -604,8 +615,10 @@ def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str
              if options and len(options.get("layer_split") or ()) > 1 else "")
     intra = (options or {}).get("intra_stage")
     tensor = (options or {}).get("tensor")
+    virtual = (options or {}).get("interleave") or 1
     return (f"{option_kind(order, options)}{split}, {workload.microbatches} microbatches"
-            + (f", intra-stage {intra}" if intra else "") + (f", tensor {tensor}" if tensor else ""))
+            + (f", intra-stage {intra}" if intra else "") + (f", tensor {tensor}" if tensor else "")
+            + (f", {virtual} virtual stages each (interleaved)" if virtual > 1 else ""))
 
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
@@ -619,13 +632,20 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     F(k + S), so the iteration holds ceil(M / S) such round trips back to back (GPipe: one), each
     costing every stage's forward and backward and each crossing's least delay on the network
     predict() runs (geosim.sim.network.least_delay: idle hops, the largest window).
+    Interleaved (v virtual stages): the busiest stage's microbatches (its chunks' layers together) and
+    its gradient all-reduce after them, and one round trip crossing each boundary v times each way
+    (the fill and drain shrink v-fold and are left out).
     Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
-    if not options or "layer_split" not in options or (options.get("interleave") or 1) > 1:
-        return 0.0  # the floors know no virtual stages: none is a safe floor
+    if not options or "layer_split" not in options:
+        return 0.0
+    v = options.get("interleave") or 1
+    if v > 1:  # virtual stages: each stage's layers are its chunks' (virtual stage c x S + s is stage s's chunk c)
+        S = len(options["layer_split"]) // v
+        options = {**options, "layer_split": [sum(options["layer_split"][c * S + s] for c in range(v)) for s in range(S)]}
     w, params = workload, case.params
     runtime = runtime_of(w, params)
-    iteration = iteration_floor_s(case, hosts, w, options) + runtime.iteration_overhead_s(NAME, params, w)
+    iteration = iteration_floor_s(case, hosts, w, options, v) + runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
     return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
 
