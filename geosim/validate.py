@@ -108,19 +108,20 @@ _DELTA = {"--delta": Bound(0.0, 10.0, why="a relative TFLOP/s gap; 10 = 1,000%")
 # command path (the subcommand names, space-separated) -> flag -> bound
 FLAG_BOUNDS: dict[str, dict[str, Bound]] = {
     "predict": {**_WORKLOAD, **_DRAWS, **_LAYOUT},
-    "select": {**_WORKLOAD, **_DRAWS, **_DELTA,
+    "select": {**_WORKLOAD, **_DRAWS, **_DELTA, **_LAYOUT,
                "--probe-epochs": count(1_000_000, "as --epochs"),
                "--steps": count(MAX_STEPS, "as live run --steps"),
                "--gpus-per-host": count(MAX_CPU_DEVICES, "CPU devices standing for a host's GPUs, as live run "
-                                                         "--cpu-devices")},
-    "plan": {**_WORKLOAD, **_DRAWS, **_DELTA,
+                                                         "--gpus-per-host")},
+    "plan": {**_WORKLOAD, **_DRAWS, **_DELTA, **_LAYOUT,
              "--max-gpus": count(1_000_000, "a filter: any bound above the slice's GPUs is the same"),
              "--top": count(1_000_000, "options to print"),
              "--host-count": count(64, "with --sites: slices are ranked over site pairs; 64 VMs is past any FABRIC slice"),
              "--gpus-per-host": count(MAX_GPUS_PER_VM, "no cloud VM or FABRIC node has more than 8-16 GPUs")},
     "trace": {**_WORKLOAD, **_LAYOUT, "--iterations": count(100, "each iteration adds every op as a trace event")},
-    "sweep": {"--workers": count(1024, "worker processes on one machine")},
-    "calibrate import": {"--global-batch": _WORKLOAD["--global-batch"], "--microbatches": _WORKLOAD["--microbatches"]},
+    "sweep": {"--workers": count(1024, "worker processes on one machine"), **_LAYOUT},
+    "calibrate import": {"--global-batch": _WORKLOAD["--global-batch"], "--microbatches": _WORKLOAD["--microbatches"],
+                         **_LAYOUT},
     "calibrate fit": {"--max-evaluations": count(10_000, "least-squares iterations; 25-40 converge")},
     "calibrate crossval": {"--workers": count(1024, "parallel fits"),
                            "--max-evaluations": count(10_000, "least-squares iterations; 25-40 converge")},
@@ -136,8 +137,9 @@ FLAG_BOUNDS: dict[str, dict[str, Bound]] = {
         "--warmup": Bound(0, MAX_STEPS, integer=True, why="steps excluded from timing; fewer than --steps"),
         "--log-every": count(MAX_STEPS, "a progress line every N steps"),
         "--memory-limit-gib": positive(1e5, "per-device memory, as a GPU's memory_gib"),
-        "--cpu-devices": count(MAX_CPU_DEVICES, "virtual CPU devices share this machine's cores; 512 is past "
-                                                "any real CPU"),
+        "--gpus-per-host": count(MAX_CPU_DEVICES, "virtual CPU devices share this machine's cores; 512 is past "
+                                                  "any real CPU"),
+        "--host-count": count(4096, "Ray nodes to use"),
         "--replicas": count(1024, "low-communication replicas"),
         "--inner-steps": count(MAX_STEPS, "as --steps"),
         "--outer-lr": positive(100.0, "the outer SGD learning rate (0.7-1 in the papers)"),
@@ -157,7 +159,7 @@ FLAG_BOUNDS: dict[str, dict[str, Bound]] = {
                       "--warmup": Bound(0, 100_000, integer=True, why="fewer than --steps"),
                       "--global-batch": count(1_000_000, "as live run"),
                       "--microbatches": count(4096, "as live run"),
-                      "--cpu-devices": count(64, "per emulated host; every host shares this machine's cores"),
+                      "--gpus-per-host": count(64, "per emulated host; every host shares this machine's cores"),
                       "--bandwidth-gbps": Bound(0.0, 1e3, why="an emulated host's egress cap (0 = none)"),
                       "--tcp-window-kib": Bound(0.0, 1e7, why="a TCP buffer cap (0 = none)"),
                       "--seq-len": count(1_000_000, "as live run"),
@@ -177,7 +179,7 @@ FLAG_BOUNDS: dict[str, dict[str, Bound]] = {
                          "--seconds": Bound(0.0, 3600.0, why="length of the TCP transfer (0 skips it)")},
     "fabric calibrate": {"--steps": count(MAX_STEPS, "as live run --steps"),
                          "--global-batch": count(1_000_000, "as live run"),
-                         "--cpu-devices": count(MAX_CPU_DEVICES, "as live run"),
+                         "--gpus-per-host": count(MAX_CPU_DEVICES, "as live run"),
                          "--probe-seconds": positive(3600.0, "as live probe --seconds")},
 }
 

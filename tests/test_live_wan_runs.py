@@ -120,7 +120,7 @@ def test_child_argv_binds_gloo_to_the_namespace_interface():
                                num_processes=2, process_id=1, cpu_devices=2, interface="wan0")
     text = " ".join(argv)
     for part in ("--technique pipeshard", "--steps 5", "--microbatches 2", "--coordinator 10.213.0.1:7000",
-                 "--num-processes 2", "--process-id 1", "--gloo-interface wan0", "--cpu-devices 2", "--json"):
+                 "--num-processes 2", "--process-id 1", "--gloo-interface wan0", "--gpus-per-host 2", "--json"):
         assert part in text
     assert "--epochs" not in text  # None options are left out
     # the low-communication options travel as arguments, the same on every process

@@ -166,7 +166,7 @@ def test_live_run_takes_a_list_of_techniques_one_record_each(tmp_path):
     runs = tmp_path / "runs.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--technique", "data,ZERO2", "--steps", "3",
-                           "--cpu-devices", "2", "--records-out", str(runs)], env=env, cwd=tmp_path,
+                           "--gpus-per-host", "2", "--records-out", str(runs)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [r.technique for r in read_records(runs)] == ["data", "zero2"]

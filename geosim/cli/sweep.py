@@ -15,9 +15,9 @@ from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.sim.network import network_names
 from geosim.runtime import check_runtime_name
-from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
+from geosim.studies.sweep.grid import NATIVE, Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 from geosim.units import RANGE_SYNTAX
-from geosim.scale import scale_name
+from geosim.scale import DEFAULT_GPU, scale_name
 from geosim.techniques import default_techniques, get_technique, technique_names
 
 HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
@@ -40,7 +40,6 @@ def add_arguments(p) -> None:
     add_renamed(g, "--num-sites", "--site-count", dest="num_sites")
     add_renamed(g, "--vms-per-site", "--hosts-per-site", dest="vms_per_site")
     add_renamed(g, "--gpus-per-vm", "--gpus-per-host", dest="gpus_per_vm")
-    g.add_argument("--scale-gpu", metavar="GPU", default="A30", help="GPU type of generated clusters (default %(default)s)")
     g.add_argument("--rtt-ms", metavar="SPEC", default=DEFAULT_RTT,
                    help="WAN round-trip times in ms; 'native' = the scenario's own (default %(default)s)")
     g.add_argument("--bandwidth-gbps", metavar="SPEC", default="native",
@@ -49,13 +48,16 @@ def add_arguments(p) -> None:
     g.add_argument("--technique", action=CommaList, metavar="NAME",
                    help="techniques, or 'all'; repeatable and comma-separated (default: every technique found, "
                         "as predict, plan and select rank, so the best option against RTT is theirs)")
-    g.add_argument("--replace-gpu", dest="gpu", metavar="SPEC", default="native",
-                   help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
+    g.add_argument("--gpu", metavar="SPEC", default=NATIVE,
+                   help="every host's GPU model, e.g. A30,H100 ('native': each scenario's own); with --site-count "
+                        f"the generated clusters' ({DEFAULT_GPU} where native), the scenarios given kept as "
+                        "they are (default %(default)s)")
+    add_renamed(g, "--replace-gpu", "--gpu", dest="gpu")
+    add_renamed(g, "--scale-gpu", "--gpu", dest="scale_gpu")
     g.add_argument("--hosts", metavar="SPEC", default="all",
                    help="VM subsets to sweep: 'all', VM names, names joined by + (vm1+vm2), comma-separated "
                         "(default %(default)s)")
     add_renamed(g, "--subsets", "--hosts", dest="hosts")
-    add_renamed(g, "--gpu", "--replace-gpu", dest="gpu")
     g.add_argument("--global-batch", metavar="SPEC",
                    help=f"{meaning('--global-batch')} (default: the scenario's, else {WORKLOAD_DEFAULTS.global_batch})")
     g.add_argument("--microbatches", metavar="SPEC",
@@ -92,19 +94,23 @@ def add_arguments(p) -> None:
 def build_grid(args) -> Grid:
 
     scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
-    if args.num_sites:
+    gpus = parse_values(args.gpu, "str", "--gpu", allow_native=True)
+    if args.num_sites:  # --gpu names the generated clusters' GPUs: they are built of them, not edited
         scenarios = [] if not args.scenario else scenarios
+        built = ([getattr(args, "scale_gpu", None)] if getattr(args, "scale_gpu", None)
+                 else [DEFAULT_GPU if g == NATIVE else g for g in gpus])
+        gpus = [NATIVE]
         for s in parse_values(args.num_sites, "int", "--site-count"):
             for v in parse_values(args.vms_per_site, "int", "--hosts-per-site"):
                 for g in parse_values(args.gpus_per_vm, "int", "--gpus-per-host"):
-                    scenarios.append(scale_name(s, v, g, args.scale_gpu))
+                    scenarios += [scale_name(s, v, g, name) for name in dict.fromkeys(built)]
     axes = {
         "scenario": scenarios,
         "technique": _techniques(args.technique),
         "model": parse_values(args.model, "str", "--model"),
         "rtt_ms": parse_values(args.rtt_ms, "float", "--rtt-ms", allow_native=True),
         "bandwidth_gbps": parse_values(args.bandwidth_gbps, "float", "--bandwidth-gbps", allow_native=True),
-        "gpu": parse_values(args.gpu, "str", "--replace-gpu", allow_native=True),
+        "gpu": gpus,
         "hosts": parse_values(args.hosts, "str", "--hosts"),
     }
     for name in ("global_batch", "microbatches", "epochs"):

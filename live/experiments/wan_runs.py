@@ -86,7 +86,7 @@ def child_argv(opts, *, coordinator: str, num_processes: int, process_id: int, c
     for name, value in (opts.lowcomm or {}).items():  # as arguments: every process gets the same options
         if value is not None:
             argv += [lowcomm.FLAGS[name], str(value)]
-    return argv + ["--cpu-devices", str(cpu_devices), "--coordinator", coordinator, "--num-processes",
+    return argv + ["--gpus-per-host", str(cpu_devices), "--coordinator", coordinator, "--num-processes",
                    str(num_processes), "--process-id", str(process_id), "--gloo-interface", interface, "--json"]
 
 

@@ -82,7 +82,7 @@ def make_context(grid: Grid, params_path: str | None = None, metric: str = "tota
             try:
                 with_gpu(next(iter(scenarios.values())).cluster, g)
             except GeosimError as exc:
-                raise GeosimError(exc.problem, source="--replace-gpu") from None
+                raise GeosimError(exc.problem, source="--gpu") from None
     network_model(network)  # an unknown model fails before any work
     _check_layout(grid, scenarios, params)
     return SweepContext(params, scenarios, metric, network)
