@@ -243,7 +243,7 @@ LIVE_RUN_CASES = [
     (["--log-every", "0"], "--log-every: must be >= 1"),
     (["--gpus-per-host", "100000"], "--gpus-per-host: must be <= 512"),
     (["--steps", HUGE], "--steps: must be <= 1e+07"),
-    (["--hosts", "100000"], "--hosts: must be <= 4096"),
+    (["--host-count", "100000"], "--host-count: must be <= 4096"),
     (["--ray-address", "127.0.0.1:1"], "--ray-address: nothing answers at 127.0.0.1:1"),
     (["--data", "/nonexistent/corpus.txt"], "--data: no such file"),
     (["--data", "/dev/null"], "--data: is a device, not a regular file"),
