@@ -74,9 +74,6 @@ def run(args) -> int:
     check_layout_techniques(techniques, layout)
     if args.records:
         refuse_layout(args, "--records ranks the measured runs as they ran; a layout applies to predicted options")
-    if layout and getattr(args, "intra_stage", None) and any(layout[k] is not None for k in ("tensor", "pipeline", "data")):
-        raise GeosimError("the layout's degrees say what a stage does across its GPUs (tensor 1: data, else "
-                          "shard-data); give one or the other", source="--intra-stage")
     choices = {**choices, "layout": layout}
     params = load_params_arg(args)
     for extension in plan_extensions():

@@ -19,6 +19,7 @@ from geosim.techniques._settings import with_options
 FLAGS = {"tensor": "--tensor-parallel", "pipeline": "--pipeline-parallel", "data": "--data-parallel",
          "virtual": "--virtual-stages", "layer_split": "--layer-split"}
 LAYOUT_KEYS = tuple(FLAGS)
+TECHNIQUE = "pipeshard"  # whose settings a layout's options are (pipeshard.NAME)
 
 
 def layout_options(case, hosts: tuple[str, ...], tensor: int | None = None, pipeline: int | None = None,
@@ -66,14 +67,12 @@ def _resolve(case, hosts: tuple[str, ...], tensor, pipeline, data, virtual, laye
     return options, p, d
 
 
-def asked_variants(case, hosts: tuple[str, ...], layout: dict, microbatches: list[int]):
+def asked_variants(case, hosts: tuple[str, ...], layout: dict, microbatches: list[int], stage_layers):
     """The planner's options under a layout asked (plan, select, a sweep's best): the layout on `hosts`
     where it fits them (t x p x d names how many GPUs: other sets of hosts are no option of it), at
     each microbatch count the planner tries that its d replicas (and v virtual stages: groups of p)
-    can split; the layer split asked, else the one build() gives, written out so the planner's floor
-    weighs the option."""
-    from geosim.techniques import pipeshard  # it imports this module
-
+    can split; the layer split asked, else the one build() gives (stage_layers: pipeshard.layers_per_stage),
+    written out so the planner's floor weighs the option."""
     try:
         options, p, d = _resolve(case, hosts, **layout)
     except GeosimError:
@@ -88,13 +87,13 @@ def asked_variants(case, hosts: tuple[str, ...], layout: dict, microbatches: lis
             continue
         chosen = dict(options)
         if "layer_split" not in chosen:
-            settings = with_options(case.params.settings(pipeshard.NAME), options, pipeshard.NAME)
+            settings = with_options(case.params.settings(TECHNIQUE), options, TECHNIQUE)
             at = on.with_(workload=replace(case.workload, microbatches=m))
             if v > 1:  # in virtual-stage order: k = c x S + s is stage s's chunk c
                 chunks = layers_per_chunk(at, len(meshes), settings)
                 chosen["layer_split"] = tuple(chunks[s][c] for c in range(v) for s in range(len(meshes)))
             else:
-                chosen["layer_split"] = tuple(pipeshard.layers_per_stage(at, meshes, settings))
+                chosen["layer_split"] = tuple(stage_layers(at, meshes, settings))
         yield {"microbatches": m}, chosen
 
 

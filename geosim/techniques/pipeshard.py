@@ -31,7 +31,7 @@ from geosim.structure import host_groups, host_list, hosts_at, site_distances, s
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._interleave import check_interleave, interleaved_program, layers_per_chunk, planned_interleaves
-from geosim.techniques._pipeline_layout import LAYOUT_KEYS, asked_variants, layout_options  # noqa: F401 (the registry's)
+from geosim.techniques._pipeline_layout import FLAGS, LAYOUT_KEYS, asked_variants, layout_options  # noqa: F401
 from geosim.techniques._pipeline_floor import iteration_floor_s, overlaps, stage_gpus
 from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import compiled_ops, layers_ops
@@ -479,6 +479,10 @@ def add_plan_arguments(parser) -> None:
 def plan_choices(args) -> dict:
     """--intra-stage as plan_variants' intra_stages (None: the parameters file's, and shard-data where it applies)."""
     chosen = getattr(args, "intra_stage", None)
+    if chosen and any(getattr(args, FLAGS[k][2:].replace("-", "_"), None) is not None for k in ("tensor", "pipeline",
+                                                                                                 "data")):
+        raise GeosimError("the layout's degrees say what a stage does across its GPUs (tensor 1: data, else "
+                          "shard-data); give one or the other", source="--intra-stage")
     kinds = {"both": ("data", "shard"), "all": INTRA_STAGES}
     return {"intra_stages": kinds.get(chosen, (chosen,) if chosen else None)}
 
@@ -496,7 +500,8 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
     each set of hosts it fits (geosim.techniques._pipeline_layout.asked_variants)."""
     if layout and any(layout.get(k) is not None for k in LAYOUT_KEYS):
         yield from asked_variants(case, hosts, {k: layout.get(k) for k in LAYOUT_KEYS},
-                                  _microbatch_choices(case.workload.global_batch, exhaustive, case.workload.microbatches))
+                                  _microbatch_choices(case.workload.global_batch, exhaustive, case.workload.microbatches),
+                                  layers_per_stage)
         return
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
     batch = case.workload.global_batch
