@@ -212,8 +212,8 @@ def test_calibrate_fit_refuses_a_known_link_no_record_is_on(tmp_path, capsys):
 def test_sweep_out_never_makes_missing_parents(tmp_path, capsys):
     out = tmp_path / "missing" / "deeper" / "sweep"
     code, _, err = run_in_process(["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1",
-                                   "--workers", "1", "--no-best", "--out-dir", str(out)], capsys)
-    assert_one_line_refusal(code, err, "--out-dir: no such directory")
+                                   "--workers", "1", "--no-best", "--sweep-dir", str(out)], capsys)
+    assert_one_line_refusal(code, err, "--sweep-dir: no such directory")
     assert not (tmp_path / "missing").exists()
 
 

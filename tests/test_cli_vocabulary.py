@@ -116,7 +116,7 @@ def test_inputs_and_outputs_have_different_names():
                 problems.append(f"{path} {flag} reads ({text!r})")
             if flag == "--out" and "director" in text:
                 problems.append(f"{path} --out is a directory ({text!r}): that is --out-dir")
-            if flag == "--out-dir" and "director" not in text:
+            if flag in ("--out-dir", "--sweep-dir") and "director" not in text:
                 problems.append(f"{path} --out-dir does not say it is a directory ({text!r})")
     assert problems == []
 
@@ -168,6 +168,8 @@ def test_a_layout_is_asked_the_same_way_wherever_a_technique_takes_one():
     (["sweep", "--subsets", "vm1"], "hosts", "vm1"),
     (["sweep", "--out", "d"], "out", "d"),
     (["sweep", "--replace-gpu", "A30"], "gpu", "A30"),
+    (["sweep", "--out-dir", "d"], "out", "d"),
+    (["report", "--out-dir", "d"], "out_dir", "d"),
     (["sweep", "--scale-gpu", "H100"], "scale_gpu", "H100"),
     (["live", "run", "--cpu-devices", "4"], "cpu_devices", 4),
     (["live", "run", "--hosts", "3"], "hosts", 3),
@@ -299,9 +301,9 @@ def test_the_reference_has_no_concept_under_two_names():
     twice = {c: sorted(flags) for c, flags in by_concept.items() if len(flags) > 1}
     assert twice == {}, f"one concept, several flags in docs/reference/cli.md: {twice}"
     # and no flag of the reference is an old name kept for now (but the names whose old use moved to
-    # another flag while they keep one meaning: --hosts, --records, --out, --gpu)
+    # another flag while they keep one meaning: --hosts, --records, --out, --out-dir, --gpu)
     old = {f for names in RENAMED for f in re.findall(r"--[a-z0-9-]+", names)} - {"--hosts", "--records", "--out",
-                                                                                   "--gpu"}
+                                                                                   "--out-dir", "--gpu"}
     assert old.isdisjoint(reference_flags()), sorted(old & set(reference_flags()))
 
 

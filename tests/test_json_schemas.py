@@ -115,10 +115,10 @@ def test_trace_is_one_shape_for_one_technique_or_several(tmp_path):
 def test_sweep_and_its_report(tmp_path):
     out = str(tmp_path / "sw")
     code, doc = run_json(["sweep", "--scenario", "utah-gpn", "--technique", "data,shard", "--rtt-ms", "1,20",
-                          "--out-dir", out, "--workers", "1", "--quiet", "--json"])
+                          "--sweep-dir", out, "--workers", "1", "--quiet", "--json"])
     assert code == 0
     jsonschema.validate(doc, schema_of("sweep"))
-    code, doc = run_json(["report", "--out-dir", out, "--json"])
+    code, doc = run_json(["report", "--sweep-dir", out, "--json"])
     assert code == 0
     jsonschema.validate(doc, schema_of("report"))
 

@@ -279,7 +279,7 @@ def test_a_new_technique_file_shows_up_in_every_command(toy_technique, tmp_path,
     # the verdict names no runner-up that is the best's own run, so look in the ranking itself
     assert "toy on vm1" in [o["label"] for o in plan_slice["options"][:2]]
     swept = run_cli(["sweep", "--scenario", "tacc-tacc", "--rtt-ms", "native", "--hosts", "all", "--workers", "1",
-                     "--out-dir", str(tmp_path / "sweep"), "--quiet", "--json", "--no-best"], capsys)
+                     "--sweep-dir", str(tmp_path / "sweep"), "--quiet", "--json", "--no-best"], capsys)
     assert '"toy"' in swept
     traced = json.loads(run_cli(["trace", "--scenario", "tacc-tacc", "--technique", "toy", "--iterations", "1",
                                  "--out", str(tmp_path / "toy.json"), "--json"], capsys))

@@ -160,9 +160,9 @@ def test_select_ranks_the_layout_asked_and_algorithm1_probes_its_own():
      "--intra-stage", "give one or the other"),
     (["select", "--scenario", "utah-gpn", "--technique", "pipeshard", "--pipeline-parallel", "2", "--records", "study"],
      "--pipeline-parallel", "a layout applies to the predicted ranking"),
-    (["sweep", "--scenario", SCENARIO, "--technique", "pipeshard", "--tensor-parallel", "3", "--out-dir", "{tmp}"],
+    (["sweep", "--scenario", SCENARIO, "--technique", "pipeshard", "--tensor-parallel", "3", "--sweep-dir", "{tmp}"],
      "--tensor-parallel", "3 must divide the 4 GPUs of a host"),
-    (["sweep", "--scenario", SCENARIO, "--tensor-parallel", "2", "--out-dir", "{tmp}"], "--tensor-parallel",
+    (["sweep", "--scenario", SCENARIO, "--tensor-parallel", "2", "--sweep-dir", "{tmp}"], "--tensor-parallel",
      "take(s) no layout"),
     (["predict", "--scenario", SCENARIO, "--technique", "data", "--replica-per", "site"], "--replica-per",
      "data take(s) no layout (give --technique diloco,hybrid,sparseloco with it)"),
@@ -179,7 +179,7 @@ def test_sweep_rows_are_the_layout_asked_and_say_why_where_it_does_not_fit(tmp_p
     out = tmp_path / "sw"
     code, _, err = run(["sweep", "--scenario", f"{SCENARIO},scale:1x2x2:H100", "--technique", "pipeshard",
                         "--tensor-parallel", "2", "--pipeline-parallel", "2", "--rtt-ms", "native",
-                        "--global-batch", "32", "--out-dir", str(out), "--workers", "1", "--quiet", "--json"])
+                        "--global-batch", "32", "--sweep-dir", str(out), "--workers", "1", "--quiet", "--json"])
     assert code == 0, err
     rows = {r["scenario"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert rows[SCENARIO]["description"] == ("2 stages (12/12 layers), 4 microbatches, 1f1b, intra-stage "
@@ -194,7 +194,7 @@ def test_sweep_row_of_a_layout_that_does_not_fit_its_hosts_says_why(tmp_path):
     out = tmp_path / "sw"
     code, _, err = run(["sweep", "--scenario", f"{SCENARIO},scale:1x3x4:H100", "--technique", "pipeshard",
                         "--tensor-parallel", "2", "--pipeline-parallel", "2", "--rtt-ms", "native",
-                        "--global-batch", "24", "--out-dir", str(out), "--workers", "1", "--quiet", "--no-best"])
+                        "--global-batch", "24", "--sweep-dir", str(out), "--workers", "1", "--quiet", "--no-best"])
     assert code == 0, err
     rows = {r["scenario"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert rows["scale:1x3x4:H100"]["status"] == "infeasible"

@@ -26,7 +26,7 @@ def run(argv: list[str]) -> tuple[int, str, str]:
 
 def test_sweep_sweeps_every_technique_by_default(tmp_path):
     code, out, err = run(["sweep", "--scenario", "tacc-tacc", "--rtt-ms", "native", "--hosts", "all", "--workers", "1",
-                          "--out-dir", str(tmp_path / "sweep"), "--quiet", "--json", "--no-best"])
+                          "--sweep-dir", str(tmp_path / "sweep"), "--quiet", "--json", "--no-best"])
     assert code == 0, err
     for name in technique_names():
         assert f'"{name}"' in out

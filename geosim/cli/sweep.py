@@ -72,10 +72,11 @@ def add_arguments(p) -> None:
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     add_layout_arguments(p)  # every point's layout: a row where it does not fit the point's hosts says why
     r = p.add_argument_group("run")
-    r.add_argument("--out-dir", dest="out", default="sweep", metavar="DIR",
+    r.add_argument("--sweep-dir", dest="out", default="sweep", metavar="DIR",
                    help="results directory; a rerun resumes it (default ./%(default)s)")
-    add_renamed(r, "--out", "--out-dir", dest="out")
-    r.add_argument("--fresh", action="store_true", help="discard rows already in --out-dir instead of resuming")
+    add_renamed(r, "--out", "--sweep-dir", dest="out")
+    add_renamed(r, "--out-dir", "--sweep-dir", dest="out")
+    r.add_argument("--fresh", action="store_true", help="discard rows already in --sweep-dir instead of resuming")
     r.add_argument("--params", metavar="FILE", help=meaning("--params"))
     r.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
                    help=f"{meaning('--network')} (default: %(default)s)")
@@ -225,7 +226,7 @@ def format_summary(s: dict) -> str:
                             [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"]), f"{o['high']['at']:g} {unit}",
                               _order(o["high"])) for o in s["orders"]])
     lines += format_best(s.get("best", []))
-    lines += ["", f"plots and report: geosim report --out-dir {s['out']}"]
+    lines += ["", f"plots and report: geosim report --sweep-dir {s['out']}"]
     return "\n".join(lines)
 
 

@@ -50,6 +50,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--json": ("flag", "print the results as JSON instead of tables"),
     "--out": ("one", "file to write"),
     "--out-dir": ("one", "directory to write into (a rerun resumes or replaces what is there, as the command says)"),
+    "--sweep-dir": ("one", "a sweep's directory: sweep writes its rows there (a rerun resumes them), report reads them "
+                           "and writes its plots and page beside them"),
     "--delta": ("float", "Algorithm 1's threshold: the relative TFLOP/s gap that decides"),
     "--sweep-rtt": ("spec", "redo the answer at these RTTs (ms) and show where it flips"),
     "--probe-epochs": ("int", "epochs each Algorithm 1 probe trains (the algorithm's epsilon)"),
@@ -152,7 +154,6 @@ DEFAULTS_DIFFER: dict[str, dict[str, str]] = {
     "--ray-address": {"geosim live probe": "probing needs a cluster: the local one by default"},
     "--tcp-window-kib": {"geosim live validate": "the study's mechanism: windows smaller than the gradients"},
     "--hosts": {"geosim predict": "all the VMs together, and each alone"},
-    "--out-dir": {"geosim live validate": "its own directory, so a validation's runs never mix with a sweep's"},
 }
 
 # Old name -> new name; the old name still works for now and prints one deprecation line
@@ -163,9 +164,9 @@ RENAMED: dict[str, str] = {
     "--nodes": "--hosts",
     "select/live run --records (writing)": "--records-out",
     "calibrate import --out": "--records-out",
-    "sweep --out": "--out-dir",
+    "sweep --out, --out-dir": "--sweep-dir",
     "live validate --out": "--out-dir",
-    "report DIR (positional)": "--out-dir",
+    "report DIR (positional), --out-dir": "--sweep-dir",
     "calibrate fit/crossval/check RECORDS (positional)": "--records",
     "fabric slice create/emulate SCENARIO (positional)": "--scenario",
     "sweep --replace-gpu, --scale-gpu": "--gpu",
