@@ -5,15 +5,15 @@ checked against its schema here; a failure under --json is geosim.error/1's docu
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from geosim.cli import build_parser, main
+from geosim.cli import build_parser
+
+from conftest import run_cli
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "docs" / "reference" / "schemas"
 # what needs root, a WAN slice, a Ray cluster or FABRIC to print its document: its schema is checked
@@ -44,13 +44,8 @@ def schema_of(command: str) -> dict:
 
 
 def run_json(argv: list[str]) -> tuple[int, object]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    return code, json.loads(out.getvalue())  # one document: json.loads refuses two
+    code, out, _ = run_cli(argv)
+    return code, json.loads(out)  # one document: json.loads refuses two
 
 
 def test_every_json_command_has_one_schema_and_every_schema_a_command():
