@@ -271,7 +271,11 @@ class _HostsAction(argparse.Action):
     """--hosts wan; a number, as --hosts took before --host-count, still works with a deprecation line."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        value = _hosts_value(values)
+        try:
+            value = _hosts_value(values)
+        except argparse.ArgumentTypeError:
+            parser.error(f"argument {option_string}: must be 'wan' (a number of Ray nodes is --host-count), "
+                         f"got {values!r}")
         if value != "wan":
             deprecate(namespace, "--hosts N (a number of Ray nodes) is deprecated; use --host-count N")
         setattr(namespace, self.dest, value)
