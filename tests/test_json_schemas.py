@@ -136,7 +136,9 @@ def test_a_failure_under_json_is_the_error_document(argv):
 
 @pytest.mark.slow
 def test_calibrate_fit_and_crossval(tmp_path):  # 15 s and 80 s on two shared cores
-    code, doc = run_json(["calibrate", "fit", "--records", "study", "--out", str(tmp_path / "f.toml"), "--json"])
+    runs = str(tmp_path / "runs.jsonl")
+    assert run_json(["calibrate", "import", "study", "--records-out", runs, "--json"])[0] == 0
+    code, doc = run_json(["calibrate", "fit", "--records", runs, "--out", str(tmp_path / "f.toml"), "--json"])
     assert code == 0
     jsonschema.validate(doc, schema_of("calibrate fit"))
     code, doc = run_json(["calibrate", "crossval", "--kind", "loso", "--json"])

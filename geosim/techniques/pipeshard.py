@@ -638,8 +638,8 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     costing every stage's forward and backward and each crossing's least delay on the network
     predict() runs (geosim.sim.network.least_delay: idle hops, the largest window).
     Interleaved (v virtual stages): the busiest stage's microbatches (its chunks' layers together) and
-    its gradient all-reduce after them, and one round trip crossing each boundary v times each way
-    (the fill and drain shrink v-fold and are left out).
+    its gradient all-reduce after them, and the round trips stage 0's program runs back to back, each
+    crossing every boundary v times each way (the fill and drain shrink v-fold and are left out).
     Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
     if not options or "layer_split" not in options:
