@@ -53,11 +53,22 @@ class Symmetry:
     def representatives(self) -> list[int]:
         return [rank for rank in range(self.size) if rank % self.segment < self.shift]
 
+    def power(self, rank: int, k: int) -> int:
+        """σ^k(rank): k places on (back, for k < 0) in its segment's cycle."""
+        base = rank - rank % self.segment
+        return base + (rank - base + k * self.shift) % self.segment
+
     def canonical(self, src: int, dst: int) -> tuple[int, int]:
         """A message src -> dst, renamed by the power of σ that takes dst to its representative."""
         back = dst % self.segment - dst % self.shift  # places dst is past its representative
         base = src - src % self.segment
         return base + (src - base - back) % self.segment, dst - back
+
+
+class OrderMatters(Exception):
+    """In a run of a symmetry's representatives, two senders reserved one hop at one instant: the
+    order of simultaneous events decides which goes first, and the full run's order is not the
+    representatives' (the engine runs every rank instead)."""
 
 
 def find_symmetry(schedule: Schedule, network) -> Symmetry | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
-from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
+from geosim.sim.schedule import HOST_IN_TAG, Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.scenario import WORKLOAD_RANGES
@@ -173,7 +173,9 @@ def build(case: Case, settings: Settings) -> Schedule:
             grad_groups = {}
         for j, dev in enumerate(mesh):
             group = group_of.get(dev.rank, ())
-            host_tag = ((dev.host,) + ((group[0],) if inside_host else ())) if by_host else ()
+            # the host marked as such, and the group by its place on the host: a symmetry moving hosts
+            # onto hosts renames the tag with them (geosim.sim.symmetry)
+            host_tag = ((HOST_IN_TAG, dev.host) + ((dev.local_index // tp,) if inside_host else ())) if by_host else ()
 
             def forward(m, c=0, j=j, group=group, host_tag=host_tag):
                 chunk = chunks[c]
