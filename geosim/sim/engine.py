@@ -310,7 +310,8 @@ class EngineRun:
         """barrier(step, ctx): a rank reaches a Barrier (a program's own, or a collective's where
         communication is free); returns the event it waits on. A closure over the run's state (a local
         is read faster than an attribute)."""
-        event, succeed, barriers, copies = self.env.event, self.env.succeed, self.barriers, self.copies
+        event, succeed, barriers, copies, running_in = (self.env.event, self.env.succeed, self.barriers, self.copies,
+                                                        self.running_in)
 
         def barrier(step, ctx):
             key = (step.tag, ctx)
@@ -319,7 +320,8 @@ class EngineRun:
                 self.events += 1
                 waiting = barriers[key] = _Waiting(event())
             waiting.arrived += 1
-            if waiting.arrived == step.size // copies:
+            if waiting.arrived == (step.size if copies == 1 else running_in(step.group) if step.group else
+                                   step.size // copies):
                 del barriers[key]
                 succeed(waiting.released)
             return waiting.released

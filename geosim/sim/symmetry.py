@@ -82,8 +82,8 @@ def find_symmetry(schedule: Schedule, network) -> Symmetry | None:
     if checker is None:
         return None
     # a group the shift moves onto another (a replica's, onto the next replica's) is run by the
-    # engine's held collectives and repeated blocks, counted by the representatives in it; a model
-    # that turns collectives into barriers of a size (the ideal network) keeps groups in place
+    # engine's held collectives, repeated blocks and barriers (the ideal network's collectives),
+    # counted by the representatives in it; a model without groups_may_move keeps groups in place
     groups_may_move = getattr(network, "groups_may_move", False)
     candidates = []
     for segment in _divisors(size):
