@@ -81,8 +81,10 @@ def shared_hops_map(pairs, route, image, hop_image: dict[int, int]) -> dict[int,
         if hop in orbits:
             continue
         cycle = [hop]
-        while (nxt := hop_image[cycle[-1]]) != hop:
+        while (nxt := hop_image.get(cycle[-1], hop)) != hop:
             cycle.append(nxt)
+        if cycle[-1] not in hop_image:
+            return None  # the pairs sent over are not the images of each other's: the programs do not map
         for i, h in enumerate(cycle):
             orbits[h] = (hop, i)
             length[h] = len(cycle)
