@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.parameters import FLAG, WHOLE, Scalar
+from geosim.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network._exclusive import ExclusiveLinks
 from geosim.sim.network._topology import Topology
@@ -41,10 +41,10 @@ PARAMETERS: tuple[Scalar, ...] = (
     Scalar("transport.window_mib", "window_bytes", "MiB",
            "TCP window of one socket: a flow moves at most streams x window / RTT",
            "fitted to the study's Table II; Linux autotunes up to ~4 MiB (tcp_rmem/tcp_wmem maximum)",
-           range=(1e-3, 1e5), fit=(1 / 16, 512.0)),
+           range=TCP_WINDOW_MIB_RANGE, fit=(1 / 16, 512.0)),
     Scalar("transport.streams", "streams", WHOLE, "sockets per NCCL connection",
            "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS default to one; only streams x window matters",
-           range=(1, 1024)),
+           range=TCP_STREAMS_RANGE),
     Scalar("transport.stream_rate_gbps", "stream_rate_bps", "Gbit/s",
            "what one socket can copy: NCCL's socket proxy is CPU-bound",
            "an earlier fit of the study's Table II", range=(1e-6, 1e5), fit=(0.1, 100.0)),
@@ -57,7 +57,7 @@ PARAMETERS: tuple[Scalar, ...] = (
            "fitted to the study's Table II: Alpa's cross-mesh send", range=(0.0, 1e3), fit=(0.1, 50.0)),
     Scalar("transport.collective_step_rtts", "collective_step_rtts", "RTT",
            "round trips each ring step over TCP waits for NCCL's flow control (a link's step_rtts overrides it)",
-           "fitted to the study's Table II", range=(0.0, 1e3), fit=(0.02, 20.0)),
+           "fitted to the study's Table II", range=STEP_RTTS_RANGE, fit=(0.02, 20.0)),
     Scalar("transport.slow_start_after_idle", "slow_start_after_idle", FLAG,
            "restart slow start after an idle period", "Linux's tcp_slow_start_after_idle (on by default)"),
     Scalar("transport.initial_window_kib", "initial_window_bytes", "KiB", "initial congestion window",
