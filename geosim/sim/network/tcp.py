@@ -186,6 +186,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
         burst, shaped, shaped_rate, drops = 0.0, None, 0.0, False
         delivered = 1.0  # the fraction of segments no hop of the path loses
+        shared: list[tuple[float, float]] = []  # (rate, competing flows) of each hop with other traffic
         declared = False  # whether a hop of the path is a scenario's link (which may set window and streams)
         if not same_host:
             for u, v, edge in topo.path(a.host, b.host):
@@ -214,6 +215,8 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
                 tcp = True
                 if link is not None and link.loss:
                     delivered *= 1.0 - link.loss
+                if link is not None and link.competing_flows:
+                    shared.append((rates[-1], link.competing_flows))
         if tcp and not declared:
             window = p.window_bytes * p.streams
         route = Route(
@@ -231,6 +234,11 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         bucket_bound = shaped is not None and shaped_rate <= route.line_rate * (1 + 1e-12)  # the bucket is the bottleneck
         if delivered < 1.0 or (bucket_bound and drops and route.windowed):
             self._price_loss(route, 1.0 - delivered, streams, queue if bucket_bound and drops else None)
+        if shared and route.windowed:
+            # at a bottleneck loss-based flows of one round trip converge to equal rates (Chiu and Jain
+            # 1989): the connection's streams keep their share, whatever window they could open
+            fair = min(rate * streams / (streams + flows) for rate, flows in shared)
+            route.max_window = min(route.max_window, fair * route.rtt_s)
         # every socket of the connection starts from its own initial window
         route.initial_window = min(route.max_window, streams * p.initial_window_bytes)
         route.handshake_s = p.p2p_handshake_rtts * route.rtt_s
