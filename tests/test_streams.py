@@ -9,11 +9,11 @@ import pytest
 from geosim.errors import GeosimError
 from geosim.params import default_params
 from geosim.runtime import runtime_from_table, shipped_runtimes
-from geosim.sim.network.loss import Congestion, loss_limited_rate, shaper_utilization
+from geosim.sim.network._loss import Congestion, loss_limited_rate, shaper_utilization
 from geosim.specs import Shaper
 from tests.test_loss import network
 
-CUBIC = Congestion(mss_bytes=1448.0, cubic_c=0.4, cubic_beta=0.7, segments_per_ack=1, bbr=False)
+CUBIC = Congestion(mss_bytes=1448.0, cubic_c=0.4, cubic_beta=0.7, segments_per_ack=1, bbr=False, timeouts=True)
 MIB = 2**20
 
 
@@ -33,8 +33,9 @@ def test_the_line_caps_any_number_of_streams():
 
 @pytest.mark.parametrize("streams", [1, 4])
 def test_a_loss_limited_path_moves_streams_response_rates(streams):
-    route = network(loss=0.01, rtt_s=0.05, rate_bps=10e9, streams=streams).route(0, 1)
-    one = loss_limited_rate(0.01, route.rtt_s, route.rtt_s + 0.2, CUBIC)
+    net = network(loss=0.01, rtt_s=0.05, rate_bps=10e9, streams=streams)
+    route = net.route(0, 1)
+    one = loss_limited_rate(0.01, route.rtt_s, route.rtt_s + 0.2, net.settings.congestion)
     assert route.max_window == pytest.approx(streams * one * route.rtt_s, rel=1e-12)
 
 

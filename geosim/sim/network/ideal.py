@@ -13,9 +13,9 @@ NAME = "ideal"
 
 
 class IdealNetwork(CountingNetwork):
-    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
+    def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
         self.count(src, nbytes)
-        return 0.0
+        return now
 
     def collective_ops(self, coll: Collective, rank: int) -> tuple:
         # keyed by the group too: DiLoCo's replicas run their outer all-reduces under one tag, and a

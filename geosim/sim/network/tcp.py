@@ -6,7 +6,7 @@ streams x window / RTT). That cap is why NCCL over TCP collapses at 50-100 ms.
 An idle connection restarts from the initial window (Linux tcp_slow_start_after_idle),
 and a point-to-point send pays a rendezvous handshake of a few round trips. A lossy link, or a
 token bucket whose queue overflows, caps the window at what a loss-based flow keeps on average
-(loss.py: CUBIC's and Reno's response functions, Padhye's timeouts, BBR as an option).
+(_loss.py: CUBIC's and Reno's response functions, Padhye's timeouts, BBR as an option).
 
 Each link direction (and each GPU's PCIe port) is a first-come-first-served server
 of capacity one: a transfer holds every hop of its route for its serialization
@@ -24,7 +24,7 @@ from geosim.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WIND
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network._exclusive import ExclusiveLinks
 from geosim.sim.network._topology import Topology
-from geosim.sim.network.loss import Congestion, loss_limited_rate, shaper_utilization
+from geosim.sim.network._loss import Congestion, loss_limited_rate, shaper_utilization
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
 
@@ -64,7 +64,7 @@ PARAMETERS: tuple[Scalar, ...] = (
            "10 segments of 1460 bytes (RFC 6928)", range=(1e-3, 1e8)),
     Scalar("transport.idle_restart_ms", "idle_restart_s", "ms",
            "idle time after which the window restarts", "Linux: one RTO, at least 200 ms", range=(0.0, 1e8)),
-    # loss and token-bucket drops (geosim/sim/network/loss.py); a link without loss or a shaper never reads them
+    # loss and token-bucket drops (geosim/sim/network/_loss.py); a link without loss or a shaper never reads them
     Scalar("transport.mss_bytes", "mss_bytes", "B", "TCP payload per segment: the unit of the loss response functions",
            "a 1500-byte MTU less 20 B IPv4, 20 B TCP and 12 B of the timestamp option", range=(88.0, 65483.0)),
     Scalar("transport.cubic_c", "cubic_c", "", "CUBIC's scaling constant C, segments per s^3",
@@ -77,8 +77,9 @@ PARAMETERS: tuple[Scalar, ...] = (
     Scalar("transport.loss_timeouts", "loss_timeouts", FLAG,
            "count retransmission timeouts in a lossy flow's rate (Padhye's term); false: every loss recovered "
            "by SACK and RACK-TLP without one (Mathis's and CUBIC's windows alone)",
-           "Padhye et al. 1998 (Reno without SACK); RFC 8985 (RACK-TLP, Linux's default since 4.18) avoids most "
-           "timeouts: docs/results/2026-11-27-wan-public.md"),
+           "false: Linux hosts recover by SACK and RACK-TLP (RFC 8985; net.ipv4.tcp_sack 1, tcp_recovery 1, "
+           "tcp_early_retrans 3 by default since 4.18); true: Padhye et al. 1998 (Reno without SACK). "
+           "docs/results/2026-11-27-wan-public.md"),
     Scalar("transport.bbr", "bbr", FLAG,
            "the hosts run BBR, not CUBIC: random loss costs only its retransmissions, a shaper's queue no idling",
            "Cardwell et al. 2016 (BBR v1 keeps its rate below ~20% random loss); Linux's default is CUBIC"),
@@ -251,7 +252,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         """A lossy or shaped route's rate: retransmissions take their share of the line, and a
         loss-based flow's average window is what its response function (random loss) or its saw
         through the bucket's queue (a shaper's drops, `queue` bytes of it) leaves it, whichever is
-        less (loss.py). A route with neither is never asked: it costs what it did before."""
+        less (_loss.py). A route with neither is never asked: it costs what it did before."""
         cc = self.settings.congestion
         if loss > 0:
             route.line_rate *= 1.0 - loss
@@ -307,11 +308,6 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         for (sender, _), conn in self.connections.items():
             if sender == src and conn.last_active >= since:
                 conn.last_active += delta
-
-    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
-        """Reserve the route for a transfer starting now; return the seconds until it has arrived."""
-        now = self.env.now
-        return self.send_at(src, dst, nbytes, p2p, label, now) - now
 
     def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
         """send() started at `now` (collective_ends times a collective's steps ahead of the clock):
