@@ -4,14 +4,11 @@ against hand formulas on a small case; every mistake is one line naming its flag
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
 
 from geosim.case import Case
-from geosim.cli import main
 from geosim.params import default_params
 from geosim.predict import predict
 from geosim.scale import scale_scenario
@@ -19,18 +16,10 @@ from geosim.scenario import model_catalog
 from geosim.sim.schedule import Collective, Compute, Repeat
 from geosim.techniques import build_schedule
 
+from conftest import run_cli as run
+
 SCENARIO = "scale:1x4x4:H100"  # 4 hosts of 4 H100s: 16 GPUs
 GPT2M = model_catalog()["gpt2m"]
-
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def flops(ops) -> float:

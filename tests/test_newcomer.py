@@ -3,13 +3,13 @@ no real system has are accepted with one warning naming the file and the key (ge
 
 from __future__ import annotations
 
-import contextlib
-import io
 
 import pytest
 
 from geosim import plausibility
-from geosim.cli import build_parser, main
+from geosim.cli import build_parser
+
+from conftest import run_cli as run
 
 SLICE = """
 [[hosts]]
@@ -26,16 +26,6 @@ gpus = ["RTX6000", "RTX6000"]
 between = ["vm1", "vm2"]
 {link}
 """
-
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's own errors
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(autouse=True)

@@ -152,14 +152,19 @@ def test_find_symmetry_needs_the_networks_word():
     workload = Workload(global_batch=8, microbatches=2, seq_len=256)
     schedule = build_schedule("data", Case(cluster, MODEL, workload, params))
 
-    class Unproven:
+    class Unproven:  # the protocol's members the proof reads (geosim.sim.network.NetworkModel)
         hosts = tuple(d.host for d in schedule.devices)
+        groups_may_move = False
 
         def symmetric_under(self, image):
             return False
 
+    class Proven(Unproven):
+        def symmetric_under(self, image):
+            return True
+
     assert find_symmetry(schedule, Unproven()) is None
-    assert find_symmetry(schedule, object()) is None
+    assert find_symmetry(schedule, Proven()) is not None  # the programs and GPUs of Data's ranks map
 
 
 def _three_sites_one_slow_link():

@@ -78,13 +78,11 @@ def find_symmetry(schedule: Schedule, network) -> Symmetry | None:
     size = len(devices)
     if size < 2 or any(d.rank != i for i, d in enumerate(devices)) or set(schedule.programs) != set(range(size)):
         return None
-    checker = getattr(network, "symmetric_under", None)
-    if checker is None:
-        return None
+    checker = network.symmetric_under
     # a group the shift moves onto another (a replica's, onto the next replica's) is run by the
     # engine's held collectives, repeated blocks and barriers (the ideal network's collectives),
     # counted by the representatives in it; a model without groups_may_move keeps groups in place
-    groups_may_move = getattr(network, "groups_may_move", False)
+    groups_may_move = network.groups_may_move
     candidates = []
     for segment in _divisors(size):
         for shift in _divisors(segment):

@@ -16,9 +16,9 @@ class IdealNetwork(CountingNetwork):
     # a symmetry may move a group onto another: its barrier awaits the group's ranks that run
     groups_may_move = True
 
-    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
+    def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
         self.count(src, nbytes)
-        return 0.0
+        return now
 
     def collective_ops(self, coll: Collective, rank: int) -> tuple:
         # keyed by the group too: DiLoCo's replicas run their outer all-reduces under one tag, and a
