@@ -359,13 +359,16 @@ def test_an_emulated_slices_loss_reaches_its_links_and_the_loss_probes_predictio
 
     from geosim.live.experiments.loss_probes import predicted_mbps
     from geosim.scenario import scenario_from_doc
-    from geosim.sim.network.loss import Congestion, loss_limited_rate
+    from geosim.params import default_params
+    from geosim.sim.network._loss import loss_limited_rate
 
     lossy = with_field(fake_slice(rtt=20, bandwidth=200), loss=0.005)
     link = scenario_from_doc(wan_runs.wan_cluster(lossy, [1, 1]), "slice").cluster.links[0]
     assert link.loss == 0.005 and link.shaper.at_sender
     # reno (CUBIC's Reno-friendly region here): the response function's rate, a little less for slow start
-    rate = loss_limited_rate(0.005, 0.02 + 2e-5, 0.22 + 2e-5, Congestion(1448.0, 0.4, 0.7, 1, False)) * 8 / 1e6
+    shipped = default_params().network("tcp").congestion  # Linux's SACK and RACK-TLP: no timeout term
+    assert not shipped.timeouts and not shipped.bbr
+    rate = loss_limited_rate(0.005, 0.02 + 2e-5, 0.22 + 2e-5, shipped) * 8 / 1e6
     assert 0.9 * rate < predicted_mbps(lossy, "reno", 20.0) <= rate
     # bbr: the rate's goodput less the retransmissions
     goodput = 200 * (1500 - 52) / (1500 + 14) * (1 - 0.005)

@@ -16,6 +16,7 @@ with GPU i of the others (data parallel across hosts).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, replace
@@ -23,7 +24,7 @@ from dataclasses import dataclass, replace
 from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
-from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
+from geosim.sim.schedule import HOST_IN_TAG, Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.scenario import WORKLOAD_RANGES
@@ -162,6 +163,9 @@ def build(case: Case, settings: Settings) -> Schedule:
         by_host = len(tp_groups) > 1  # tags name the host: each host's collectives are its own
         inside_host = len(tp_groups) > len(_hosts_of(mesh))  # several groups on a host: tags name the group too
         chunks = [_Chunk(case, meshes, s, c, v, chunk_layers[s][c], tp, sequences, intra) for c in range(v)]
+        # a tensor group's members run the same blocks under the same tags: built once, shared (a
+        # 1,024-GPU layout's build was mostly the same blocks built again, GPU by GPU)
+        sharded = functools.partial(_sharded, {}, model, workload, params, sequences, per_layer)
         held = sum(chunk.held for chunk in chunks)
         # gradients all-reduced once per iteration: the whole stage over the mesh (data), or each
         # GPU's shard with the GPUs holding the same shard in the stage's other groups (shard-data)
@@ -173,7 +177,9 @@ def build(case: Case, settings: Settings) -> Schedule:
             grad_groups = {}
         for j, dev in enumerate(mesh):
             group = group_of.get(dev.rank, ())
-            host_tag = ((dev.host,) + ((group[0],) if inside_host else ())) if by_host else ()
+            # the host marked as such, and the group by its place on the host: a symmetry moving hosts
+            # onto hosts renames the tag with them (geosim.sim.symmetry)
+            host_tag = ((HOST_IN_TAG, dev.host) + ((dev.local_index // tp,) if inside_host else ())) if by_host else ()
 
             def forward(m, c=0, j=j, group=group, host_tag=host_tag):
                 chunk = chunks[c]
@@ -183,8 +189,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 if intra == "data":
                     ops.append(chunk.fwd._replace(label=f"F{m}" + (f".{c}" if v > 1 else "")))
                 else:
-                    ops.append(layers_ops(model, workload, params, group, sequences, chunk.layers,
-                                          ("pf", m) + ((c,) if v > 1 else ()) + host_tag, per_layer)[0])
+                    ops.append(sharded(group, chunk.layers, ("pf", m) + ((c,) if v > 1 else ()) + host_tag)[0])
                     if chunk.last or chunk.first:
                         ops.append(chunk.fwd._replace(label=f"F{m} head"))
                 if chunk.next_mesh:
@@ -202,8 +207,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 else:
                     if chunk.last or chunk.first:
                         ops.append(chunk.bwd._replace(label=f"B{m} head"))
-                    ops.append(layers_ops(model, workload, params, group, sequences, chunk.layers,
-                                          ("pb", m) + ((c,) if v > 1 else ()) + host_tag, per_layer)[1])
+                    ops.append(sharded(group, chunk.layers, ("pb", m) + ((c,) if v > 1 else ()) + host_tag)[1])
                 ops.append(chunk.accumulate)
                 if chunk.prev_mesh:
                     ops += [Send(chunk.prev_mesh[i].rank, act_bytes * frac, ("grad", chunk.k - 1, m))
@@ -244,6 +248,16 @@ def build(case: Case, settings: Settings) -> Schedule:
                     + (f", {v} virtual stages each (interleaved)" if v > 1 else "")
                     + (f", activations x{compression:g}" if compression != 1 else ""),
                     activation_compression=compression if S > 1 else 1.0)
+
+
+def _sharded(made: dict, model, workload, params, sequences: float, per_layer: int, group: tuple, layers: int,
+             tag: tuple) -> tuple:
+    """Shard's layers_ops for one tensor group, each (group, layers, tag) built once into `made`."""
+    key = (group, layers, tag)
+    ops = made.get(key)
+    if ops is None:
+        ops = made[key] = layers_ops(model, workload, params, group, sequences, layers, tag, per_layer)
+    return ops
 
 
 def layers_per_stage(case: Case, meshes: list[list[Device]], settings: Settings) -> list[int]:
