@@ -130,7 +130,7 @@ FLAG_BOUNDS: dict[str, dict[str, Bound]] = {
         "--epochs": count(100_000, "passes over the data set"),
         "--global-batch": count(1_000_000, "sequences per step"),
         "--microbatches": count(4096, "as a scenario's workload.microbatches"),
-        "--stages": count(1024, "pipeline stages: at most one per layer"),
+        "--pipeline-parallel": count(1024, "pipeline stages: at most one per layer"),
         "--seq-len": count(1_000_000, "as a scenario's workload.seq_len"),
         "--seed": Bound(0, 2**32 - 1, integer=True, why="JAX and numpy seeds are 32-bit"),
         "--lr": positive(10.0, "an AdamW learning rate; above 10 diverges at once"),

@@ -16,7 +16,7 @@ from geosim.live.registry import check_live, low_communication, synchronous
 from geosim.records import append_record, validate
 from geosim.scenario import get_model, load_scenario
 
-RENAMED_KEYS = {"cpu_devices": "--gpus-per-host", "hosts": "--host-count"}  # a dest -> its flag, where they differ
+RENAMED_KEYS = {"cpu_devices": "--gpus-per-host", "hosts": "--host-count", "stages": "--pipeline-parallel"}  # a dest -> its flag, where they differ
 
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
 # the techniques live runs implement: the one registry's (geosim/live/registry.py)
@@ -46,7 +46,9 @@ def add_arguments(parser):
     run.add_argument("--global-batch", dest="batch", type=int, default=8,
                      help="sequences per optimizer step, summed over all GPUs (default %(default)s)")
     run.add_argument("--microbatches", type=int, default=1, help="microbatches per step (pipeline; accumulation elsewhere)")
-    run.add_argument("--stages", type=int, help="pipeshard stages (default: one per host; two on a single host)")
+    run.add_argument("--pipeline-parallel", dest="stages", type=int, metavar="N",
+                     help="pipeshard stages (p; default: one per host; two on a single host)")
+    add_renamed(run, "--stages", "--pipeline-parallel", dest="stages", type=int)
     run.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                      help="compute precision (auto: fp32 on CPU, bf16 on Ampere+, fp16 on older GPUs)")
     run.add_argument("--seq-len", type=int, help="sequence length (default: the model's context)")

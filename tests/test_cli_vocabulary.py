@@ -173,6 +173,7 @@ def test_a_layout_is_asked_the_same_way_wherever_a_technique_takes_one():
     (["sweep", "--scale-gpu", "H100"], "scale_gpu", "H100"),
     (["live", "run", "--cpu-devices", "4"], "cpu_devices", 4),
     (["live", "run", "--hosts", "3"], "hosts", 3),
+    (["live", "run", "--stages", "2"], "stages", 2),
     (["live", "run", "--records", "r.jsonl"], "record", "r.jsonl"),
     (["live", "run", "--nodes", "wan"], "hosts", "wan"),
     (["live", "validate", "--out", "d"], "out", "d"),

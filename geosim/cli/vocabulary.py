@@ -174,6 +174,7 @@ RENAMED: dict[str, str] = {
     "live wan up --num-hosts": "--host-count",
     "live run --hosts N (a number of Ray nodes)": "--host-count",
     "live run/validate, fabric calibrate --cpu-devices": "--gpus-per-host",
+    "live run --stages": "--pipeline-parallel",
     "plan/sweep --gpus-per-vm, select --devices-per-vm": "--gpus-per-host",
     "sweep --num-sites": "--site-count",
     "sweep --vms-per-site": "--hosts-per-site",

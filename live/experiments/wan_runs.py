@@ -38,7 +38,7 @@ from geosim.records import append_record, validate
 UNCAPPED_GBPS = 5.0
 OPTION_FLAGS = (  # live.train.Options field -> flag of `geosim live run`
     ("technique", "--technique"), ("model", "--model"), ("steps", "--steps"), ("epochs", "--epochs"),
-    ("batch", "--global-batch"), ("microbatches", "--microbatches"), ("stages", "--stages"), ("precision", "--precision"),
+    ("batch", "--global-batch"), ("microbatches", "--microbatches"), ("stages", "--pipeline-parallel"), ("precision", "--precision"),
     ("seq_len", "--seq-len"), ("seed", "--seed"), ("learning_rate", "--lr"), ("data", "--data"),
     ("tokenizer", "--tokenizer"), ("warmup", "--warmup"), ("log_every", "--log-every"),
     ("memory_limit_gib", "--memory-limit-gib"),
