@@ -25,7 +25,7 @@ ENV["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, ENV.get("PYTHONPATH")) if 
 
 
 def run(extra, wait_for=None, record=None):
-    argv = [sys.executable, "-m", "geosim", "live", "run", "--log-every", "1", "--cpu-devices", "2",
+    argv = [sys.executable, "-m", "geosim", "live", "run", "--log-every", "1", "--gpus-per-host", "2",
             "--records-out", record, *extra]
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

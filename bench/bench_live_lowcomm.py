@@ -87,7 +87,7 @@ def train_curves(args, out: Path) -> dict:
     for technique in args.techniques:
         t0 = time.time()
         geosim("live", "run", "--technique", technique, "--steps", args.steps, *common_flags(args),
-               "--cpu-devices", args.cpu_devices, *lowcomm_flags(technique, args),
+               "--gpus-per-host", args.cpu_devices, *lowcomm_flags(technique, args),
                "--records-out", runs, "--loss-curve-out", curves, "--loss-curve-window", args.window)
         doc = last_line(curves)
         with open(out / "curves.jsonl", "a") as f:
@@ -254,7 +254,7 @@ def wan_timing(args, out: Path) -> dict:
             for technique in args.wan_techniques:
                 t0 = time.time()
                 proc = geosim("live", "run", "--hosts", "wan", "--technique", technique, "--steps", args.wan_steps,
-                              *common_flags(args), "--cpu-devices", 1, *lowcomm_flags(technique, wan_args),
+                              *common_flags(args), "--gpus-per-host", 1, *lowcomm_flags(technique, wan_args),
                               "--records-out", out / "wan-runs.jsonl", "--loss-curve-out", curves,
                               "--loss-curve-window", args.wan_inner_steps, env=env, check=False)
                 if proc.returncode != 0:

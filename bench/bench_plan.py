@@ -4,6 +4,9 @@
     python bench/bench_plan.py --runs 5
     python bench/bench_plan.py --quick      # the 16- and 128-GPU clusters only
     python bench/bench_plan.py --json       # the figures as JSON on stdout (the lines go to stderr)
+    python bench/bench_plan.py --published  # the sizes the field publishes (issue 34): Megatron-LM's
+                                            # 39.1B on 512 A100s and 76.1B on 1,024, forced layouts and
+                                            # the planner's whole search
 
 Each case is one fresh `geosim predict --scenario FILE --model M --global-batch 512
 --microbatches 16 --hosts all` (every technique's row, the planner's search for the
@@ -40,6 +43,28 @@ CASES = [("2 sites x 1 host x 8 H100 (16 GPUs)", "h100-2x1.toml", "gpt2-xl", 2, 
          ("4 sites x 4 hosts x 8 H100 (128 GPUs)", "h100-4x4.toml", "gpt2-xl", 16, 5.0),
          ("8 sites x 16 hosts x 8 H100 (1,024 GPUs)", "h100-8x16.toml", "gpt2-xl", 128, 15.0),
          ("1,024 GPUs, GPT-3 6.7B", "h100-8x16.toml", "gpt3-6.7b", 128, 15.0)]
+# Megatron-LM's weak-scaling table (Narayanan et al. 2021, Table 1) on DGX A100 clusters at one site
+# (bench/clusters/a100-1x64.toml, a100-1x128.toml): (label, command after `geosim`, target CPU seconds).
+# Its layouts (tensor 8 x pipeline 2 x data 32 for 39.1B, 8 x 4 x 32 for 76.1B, a microbatch of one
+# sequence per replica: batch / data microbatches) and a deeper pipeline of the same 39.1B.
+MEGATRON = ["--seq-len", "2048", "--remat", "--hosts", "all"]
+PUBLISHED = [
+    ("39.1B, 512 A100s, t8 x p2 x d32, 48 microbatches",
+     ["predict", "--scenario", "a100-1x64.toml", "--model", "megatron-39.1b", "--global-batch", "1536",
+      "--technique", "pipeshard", "--tensor-parallel", "8", "--pipeline-parallel", "2", "--data-parallel", "32",
+      "--microbatches", "48", *MEGATRON], 15.0),
+    ("39.1B, 512 A100s, t8 x p8 x d8, 24 microbatches",
+     ["predict", "--scenario", "a100-1x64.toml", "--model", "megatron-39.1b", "--global-batch", "1536",
+      "--technique", "pipeshard", "--tensor-parallel", "8", "--pipeline-parallel", "8", "--data-parallel", "8",
+      "--microbatches", "24", *MEGATRON], 15.0),
+    ("39.1B, 512 A100s, the planner's whole search (plan)",
+     ["plan", "--scenario", "a100-1x64.toml", "--model", "megatron-39.1b", "--global-batch", "1536",
+      "--microbatches", "24", "--seq-len", "2048", "--remat"], 15.0),
+    ("76.1B, 1,024 A100s, t8 x p4 x d32, 56 microbatches",
+     ["predict", "--scenario", "a100-1x128.toml", "--model", "megatron-76.1b", "--global-batch", "1792",
+      "--technique", "pipeshard", "--tensor-parallel", "8", "--pipeline-parallel", "4", "--data-parallel", "32",
+      "--microbatches", "56", *MEGATRON], 15.0),
+]
 MEMORY_TARGET_MB = 1024.0  # the 1,024-GPU gpt2-xl case
 OUT = sys.stdout
 
@@ -58,11 +83,16 @@ def yardstick_s() -> float:
 
 
 def run_case(scenario: Path, model: str) -> tuple[float, float, float, str]:
-    """(wall s, CPU s, peak resident MB, verdict line) of one fresh `geosim predict`. CPU from the
+    """(wall s, CPU s, peak resident MB, verdict line) of one fresh `geosim predict`."""
+    return run_command(["predict", "--scenario", str(scenario), "--model", model, "--global-batch", "512",
+                        "--microbatches", "16", "--hosts", "all"])
+
+
+def run_command(arguments: list[str]) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak resident MB, verdict line) of one fresh `geosim ARGUMENTS`. CPU from the
     children's rusage before and after; the resident peak is the largest of any child so far
     (Linux keeps one maximum for all waited children), so cases run smallest first."""
-    command = [sys.executable, "-m", "geosim", "predict", "--scenario", str(scenario), "--model", model,
-               "--global-batch", "512", "--microbatches", "16", "--hosts", "all"]
+    command = [sys.executable, "-m", "geosim", *arguments]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -89,9 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="the 16- and 128-GPU clusters only")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--published", action="store_true",
+                        help="Megatron-LM's 39.1B on 512 A100s and 76.1B on 1,024 (issue 34's sizes)")
     args = parser.parse_args(argv)
     if args.json:
         OUT = sys.stderr
+    if args.published:
+        return published(args)
     cases = CASES[:2] if args.quick else CASES
     say(f"geosim predict --model M --global-batch 512 --microbatches 16 --hosts all, {args.runs} runs each "
         f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
@@ -129,6 +163,38 @@ def main(argv: list[str] | None = None) -> int:
             f"({'no faster than linear' if slope <= 1.0 else 'FASTER than linear'})")
     if args.json:
         print(json.dumps({"yardstick_s": stick, "growth_exponent": slope, "cases": figures}, indent=2))
+    return 0
+
+
+def published(args) -> int:
+    """The sizes the field publishes: each command's CPU seconds (median of the runs) against its
+    target, and in yardsticks timed in the same run."""
+    say(f"geosim at Megatron-LM's published sizes, {args.runs} runs each "
+        f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    say(f"  {'case':<54} {'wall median':>11} {'CPU median':>10} {'CPU min..max':>14} {'RSS MB':>7}  target")
+    figures, sticks = [], []
+    for label, arguments, target in PUBLISHED:
+        arguments = [str(CLUSTERS / a) if a.endswith(".toml") else a for a in arguments]
+        walls, cpus, rss, verdict = [], [], 0.0, ""
+        for _ in range(args.runs):
+            sticks.append(yardstick_s())
+            wall, cpu, peak, verdict = run_command(arguments)
+            walls.append(wall)
+            cpus.append(cpu)
+            rss = max(rss, peak)
+        cpu_med = statistics.median(cpus)
+        say(f"  {label:<54} {statistics.median(walls):>10.2f}s {cpu_med:>9.2f}s {min(cpus):>6.2f}..{max(cpus):<6.2f} "
+            f"{rss:>7.0f}  {'ok  ' if cpu_med <= target else 'SLOW'} CPU <= {target:g} s")
+        figures.append({"case": label, "command": "geosim " + " ".join(arguments), "runs": args.runs,
+                        "wall_median_s": statistics.median(walls), "cpu_median_s": cpu_med, "cpu_min_s": min(cpus),
+                        "cpu_max_s": max(cpus), "peak_rss_mb": rss, "target_s": target, "verdict": verdict})
+    stick = statistics.median(sticks)
+    say(f"\n  CPU yardstick (3 M iterations of a Python loop): median {stick:.3f} s over {len(sticks)} runs")
+    for f in figures:
+        f["cpu_median_yardsticks"] = f["cpu_median_s"] / stick
+        say(f"    {f['case']:<54} {f['cpu_median_yardsticks']:>8.1f} yardsticks")
+    if args.json:
+        print(json.dumps({"yardstick_s": stick, "cases": figures}, indent=2))
     return 0
 
 

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from geosim.calibrate import OVERHEAD_KINDS
+from geosim.cli.common import add_layout_arguments
 from geosim.cli.vocabulary import add_renamed, deprecate
 from geosim.errors import GeosimError, require
 from geosim.studies.reference import study_records
@@ -60,6 +61,7 @@ def add_arguments(parser) -> None:
     p.add_argument("--model", help="alpa-log: the model (catalog name)")
     p.add_argument("--global-batch", type=int, help="sequences per iteration, if the file does not say")
     p.add_argument("--microbatches", type=int, help="alpa-log: pipeline microbatches")
+    add_layout_arguments(p)  # alpa-log: the layout the run used, written into its record's options
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
 
     p = sub.add_parser("fit", help="fit parameters to run records; report fit quality and uncertainties")
@@ -152,6 +154,29 @@ def run_import(args) -> int:
         return _run_import(args, beat)
 
 
+def _with_layout(args, records) -> None:
+    """The layout flags (--tensor-parallel and its kin) of an alpa-log import: the run's layout, checked
+    against its hosts as predict checks one, written into the record's options. Other kinds' files
+    say what ran: a layout flag with them is a mistake."""
+    from geosim.case import Case
+    from geosim.calibrate.cases import to_case
+    from geosim.cli.common import check_layout_techniques, layout_arguments, refuse_layout
+    from geosim.params import default_params
+    from geosim.techniques import layout_options
+
+    layout = layout_arguments(args)
+    if not layout:
+        return
+    if args.kind != "alpa-log":
+        refuse_layout(args, f"'import {args.kind}' reads what each run used from the file; a layout is for alpa-log")
+    check_layout_techniques((records[0].technique,), layout)
+    for r in records:
+        run = to_case(args.file, r)
+        case = Case(run.cluster, run.model, run.workload, default_params())
+        r.options = {**(r.options or {}), **layout_options(r.technique, case, run.hosts or tuple(
+            h.name for h in run.cluster.hosts), **layout)}
+
+
 def _run_import(args, beat) -> int:
     from geosim.calibrate import importers
     from geosim.calibrate.cases import read_runs, to_case
@@ -187,6 +212,7 @@ def _run_import(args, beat) -> int:
                                              hosts=hosts)]
     else:
         records = [r for _, r in read_runs(args.file)]
+    _with_layout(args, records)
     # every record must be one the simulator can run: scenario, GPUs, model, technique, workload
     for i, r in enumerate(records):
         beat.phase = f"checking record {i + 1:,} of {len(records):,}"

@@ -10,7 +10,10 @@ geosim/data/hivemind-iperf.csv (with its source and licence beside it).
 Each (experiment set, sending host, receiving host, streams) becomes a geosim link: its RTT is the
 measured ping, its rate the slower end's NIC, its window what the hosts' kernel autotunes a
 socket to (HostTCP), its streams iperf's -P. The prediction is what geosim's TCP model moves in
-iperf's 10 seconds from a fresh connection (slow start included), divided by 10 s.
+iperf's 10 seconds from a fresh connection (slow start included), divided by 10 s. A path from an
+on-premise host crosses the public internet, whose other traffic shares its bottleneck: the pair's
+one-stream profile says how much, as competing flows (Link.competing_flows; that row is then an input,
+no check), and the pair's N-stream profiles are predicted with them.
 """
 
 from __future__ import annotations
@@ -145,13 +148,14 @@ def nic_mbps(profiles: list[Profile]) -> dict[str, float]:
     return {cloud: statistics.median(r) for cloud, r in rates.items()}
 
 
-def link_of(profile: Profile, nics: dict[str, float], tcp: HostTCP = LINUX_DEFAULT, loss: float = 0.0) -> Link:
-    """The geosim link a profile measured: its ping, the slower end's NIC, the hosts' window, -P streams."""
+def link_of(profile: Profile, nics: dict[str, float], tcp: HostTCP = LINUX_DEFAULT, competing: float = 0.0) -> Link:
+    """The geosim link a profile measured: its ping, the slower end's NIC, the hosts' window, -P streams,
+    and the public internet's other traffic at the bottleneck (`competing` flows)."""
     ends = [nics[c] for c in profile.provider_pair if c in nics]
     if not ends:
         raise GeosimError(f"no NIC rate for either end of {profile.local} -> {profile.target}", key="nic")
     return Link("a", "b", profile.rtt_ms / 1e3, min(ends) * 1e6, window_bytes=tcp.window_bytes,
-                streams=profile.streams, loss=loss)
+                streams=profile.streams, competing_flows=competing)
 
 
 def iperf_params(params: Params | None = None) -> Params:
@@ -185,20 +189,27 @@ def steady_mbps(link: Link, window_bytes: float) -> float:
     return min(link.bandwidth_bps, link.streams * window_bytes * 8 / link.rtt_s) / 1e6
 
 
-def implied_loss(profile: Profile, nics: dict[str, float], params: Params, tcp: HostTCP = LINUX_DEFAULT) -> float:
-    """The random loss under which the model moves what this profile measured (bisection on a log
-    scale; the rate falls as the loss grows): 0 where the lossless prediction is already below it."""
+def implied_competing(profile: Profile, nics: dict[str, float], params: Params,
+                      tcp: HostTCP = LINUX_DEFAULT) -> float:
+    """The competing flows under which the model moves what this profile measured (bisection on a log
+    scale; the rate falls as they grow): 0 where the prediction without them is already below it."""
     measured = profile.measured_mbps
     if iperf_mbps(link_of(profile, nics, tcp), params) <= measured:
         return 0.0
-    low, high = math.log(1e-9), math.log(0.5)
+    low, high = math.log(1e-3), math.log(1e6)
     for _ in range(40):
         mid = (low + high) / 2
-        if iperf_mbps(link_of(profile, nics, tcp, loss=math.exp(mid)), params) > measured:
+        if iperf_mbps(link_of(profile, nics, tcp, competing=math.exp(mid)), params) > measured:
             low = mid
         else:
             high = mid
     return math.exp(high)
+
+
+def same_region(a: Profile, b: Profile) -> bool:
+    """Two on-premise profiles into one cloud region: the same provider at a round trip within 10%
+    (light in fibre: a region elsewhere is further off)."""
+    return a.provider_pair == b.provider_pair and abs(a.rtt_ms / b.rtt_ms - 1) <= 0.10
 
 
 @dataclass(frozen=True)
@@ -206,41 +217,57 @@ class Row:
     profile: Profile
     lan: bool  # within one zone: the NIC rate came from these rows, so they are no check
     predicted_mbps: float
+    bare_mbps: float  # the hosts' window alone, no competing traffic (the model before the public path's)
     shipped_mbps: float  # streams x the shipped 1.43 MiB window / RTT, steady
-    loss: float = 0.0  # on-premise pairs: the loss the pair's one-stream profile implies (0 elsewhere)
-    lossy_mbps: float | None = None  # the prediction with that loss (on-premise pairs only)
+    competing: float = 0.0  # on-premise pairs: the other traffic their one-stream profile implies
+    input_row: bool = False  # that one-stream profile: the competing flows came from it, so it is no check
+    # on-premise one-stream rows: predicted with the competing flows of other hosts' profiles into the region
+    cross_host_mbps: float | None = None
+
+    @property
+    def checked(self) -> bool:
+        return not self.lan and not self.input_row
 
     @property
     def error(self) -> float:
         return self.predicted_mbps / self.profile.measured_mbps - 1
 
     @property
+    def bare_error(self) -> float:
+        return self.bare_mbps / self.profile.measured_mbps - 1
+
+    @property
     def shipped_error(self) -> float:
         return self.shipped_mbps / self.profile.measured_mbps - 1
 
     @property
-    def lossy_error(self) -> float | None:
-        return None if self.lossy_mbps is None else self.lossy_mbps / self.profile.measured_mbps - 1
+    def cross_host_error(self) -> float | None:
+        return None if self.cross_host_mbps is None else self.cross_host_mbps / self.profile.measured_mbps - 1
 
 
 def compare(profiles: list[Profile], params: Params | None = None, tcp: HostTCP = LINUX_DEFAULT) -> list[Row]:
-    """Predicted against measured throughput for every profile; for the on-premise pairs also with
-    the loss their one-stream profile implies (fitted on that row, so a check of the others only)."""
+    """Predicted against measured throughput for every profile. An on-premise pair's path carries the
+    public internet's other traffic: its one-stream profile says how much (as competing flows), which
+    then predicts the pair's N-stream profiles; the one-stream row itself is predicted from the other
+    hosts' one-stream profiles into the same region, where there are any."""
     params = iperf_params(params)
     nics = nic_mbps(profiles)
     shipped_window = params.network("tcp").window_bytes
-    single = {(p.experiment, p.local, p.target): p for p in profiles if p.streams == 1}
-    losses: dict[tuple[str, str, str], float] = {}
+    single = [p for p in profiles if p.streams == 1 and "on-premise" in p.provider_pair]
+    competing = {(p.experiment, p.local, p.target): implied_competing(p, nics, params, tcp) for p in single}
     rows = []
     for p in profiles:
         link = link_of(p, nics, tcp)
-        row = Row(p, p.rtt_ms < LAN_RTT_MS, iperf_mbps(link, params), steady_mbps(link, shipped_window))
-        pair = (p.experiment, p.local, p.target)
-        if "on-premise" in p.provider_pair and pair in single:
-            if pair not in losses:
-                losses[pair] = implied_loss(single[pair], nics, params, tcp)
-            lossy = iperf_mbps(link_of(p, nics, tcp, loss=losses[pair]), params)
-            row = Row(p, row.lan, row.predicted_mbps, row.shipped_mbps, losses[pair], lossy)
+        bare = iperf_mbps(link, params)
+        row = Row(p, p.rtt_ms < LAN_RTT_MS, bare, bare, steady_mbps(link, shipped_window))
+        flows = competing.get((p.experiment, p.local, p.target))
+        if flows is not None and p.streams > 1:
+            row = replace(row, predicted_mbps=iperf_mbps(link_of(p, nics, tcp, flows), params), competing=flows)
+        elif flows is not None:
+            others = [competing[(q.experiment, q.local, q.target)] for q in single
+                      if q.local != p.local and same_region(p, q)]
+            cross = iperf_mbps(link_of(p, nics, tcp, statistics.median(others)), params) if others else None
+            row = replace(row, predicted_mbps=p.measured_mbps, competing=flows, input_row=True, cross_host_mbps=cross)
         rows.append(row)
     return rows
 
@@ -251,19 +278,24 @@ def _stats(errors: list[float]) -> dict[str, float]:
 
 
 def summary(rows: list[Row]) -> dict[str, dict[str, float]]:
-    """Median and worst error of the WAN rows (the same-zone rows gave the NIC rates: no check), for
-    the cloud pairs and the on-premise ones, with the hosts' settings and with the shipped window."""
+    """Median and worst error of the rows that are a check: the WAN rows whose inputs did not come from
+    them (the same-zone rows gave the NIC rates, the on-premise one-stream rows the competing flows); for
+    the cloud pairs and the on-premise ones, with the hosts' window alone and with the shipped window."""
     wan = [r for r in rows if not r.lan]
-    cloud = [r for r in wan if "on-premise" not in r.profile.provider_pair]
-    onprem = [r for r in wan if "on-premise" in r.profile.provider_pair]
+    checked = [r for r in wan if r.checked]
+    cloud = [r for r in checked if "on-premise" not in r.profile.provider_pair]
+    onprem = [r for r in checked if "on-premise" in r.profile.provider_pair]
+    cross = [r.cross_host_error for r in wan if r.cross_host_error is not None]
     return {
-        "all": _stats([r.error for r in wan]),
+        "all": _stats([r.error for r in checked]),
         "cloud": _stats([r.error for r in cloud]),
         "on_premise": _stats([r.error for r in onprem]),
-        "on_premise_with_implied_loss": _stats([r.lossy_error for r in onprem
-                                                if r.lossy_error is not None and r.profile.streams > 1]),
+        "on_premise_one_stream_cross_host": _stats(cross),
+        "all_with_cross_host": _stats([r.error for r in checked] + cross),
+        "hosts_window_alone_all": _stats([r.bare_error for r in wan]),
+        "hosts_window_alone_on_premise": _stats([r.bare_error for r in wan if "on-premise" in r.profile.provider_pair]),
         "shipped_window_all": _stats([r.shipped_error for r in wan]),
-        "shipped_window_cloud": _stats([r.shipped_error for r in cloud]),
+        "shipped_window_cloud": _stats([r.shipped_error for r in wan if "on-premise" not in r.profile.provider_pair]),
     }
 
 
@@ -274,10 +306,11 @@ def to_json(rows: list[Row], dropped: int) -> dict:
             "profiles": [{"experiment": r.profile.experiment, "local": r.profile.local, "target": r.profile.target,
                           "providers": list(r.profile.provider_pair), "streams": r.profile.streams,
                           "rtt_ms": r.profile.rtt_ms, "measured_mbps": r.profile.measured_mbps,
-                          "runs": len(r.profile.mbps), "same_zone": r.lan, "predicted_mbps": r.predicted_mbps,
-                          "error": r.error, "shipped_window_mbps": r.shipped_mbps,
-                          "implied_loss": r.loss if r.lossy_mbps is not None else None,
-                          "with_implied_loss_mbps": r.lossy_mbps}
+                          "runs": len(r.profile.mbps), "same_zone": r.lan, "checked": r.checked,
+                          "predicted_mbps": None if r.input_row else r.predicted_mbps,
+                          "error": None if r.input_row else r.error, "hosts_window_alone_mbps": r.bare_mbps,
+                          "shipped_window_mbps": r.shipped_mbps, "competing_flows": r.competing or None,
+                          "cross_host_mbps": r.cross_host_mbps}
                          for r in rows]}
 
 
@@ -286,20 +319,24 @@ def table_lines(rows: list[Row], dropped: int) -> list[str]:
     lines = [f"hivemind-multi-cloud iperf profiles ({SOURCE})",
              f"hosts' window {LINUX_DEFAULT.window_bytes / MIB:g} MiB (Linux's tcp_rmem maximum, adv_win_scale 1), "
              f"{IPERF_SECONDS:g}-s runs from a fresh connection; {sum(r.lan for r in rows)} same-zone profiles give "
-             f"the NIC rates; {dropped} rows left out (not the streams' sum)",
+             f"the NIC rates; {dropped} rows left out (not the streams' sum); an on-premise pair's one-stream "
+             "profile gives its path's competing flows (error: input; cross-host: from other hosts' profiles)",
              "",
              f"{'experiment':32} {'from':12} {'to':14} {'streams':>7} {'RTT ms':>7} {'measured':>9} {'predicted':>9} "
-             f"{'error':>7} {'1.43 MiB':>8} {'w/ loss':>8}"]
+             f"{'error':>7} {'window':>7} {'1.43 MiB':>8} {'flows':>6} {'cross-host':>10}"]
     for r in rows:
         if r.lan:
             continue
         p = r.profile
-        lossy = "" if r.lossy_error is None or p.streams == 1 else f"{r.lossy_error:+.0%}"
+        predicted, error = ("", "input") if r.input_row else (f"{r.predicted_mbps:.1f}", f"{r.error:+.0%}")
+        flows = f"{r.competing:.1f}" if r.competing else ""
+        cross = "" if r.cross_host_error is None else f"{r.cross_host_error:+.0%}"
         lines.append(f"{p.experiment:32} {p.local:12} {p.target:14} {p.streams:7d} {p.rtt_ms:7.1f} "
-                     f"{p.measured_mbps:9.1f} {r.predicted_mbps:9.1f} {r.error:+7.0%} {r.shipped_error:+8.0%} {lossy:>8}")
+                     f"{p.measured_mbps:9.1f} {predicted:>9} {error:>7} {r.bare_error:+7.0%} {r.shipped_error:+8.0%} "
+                     f"{flows:>6} {cross:>10}")
     lines.append("")
     for name, stats in summary(rows).items():
         if stats["rows"]:
-            lines.append(f"{name:30} {stats['rows']:3d} profiles: median |error| {stats['median_abs_error']:.1%}, "
+            lines.append(f"{name:32} {stats['rows']:3d} profiles: median |error| {stats['median_abs_error']:.1%}, "
                          f"worst {stats['worst_error']:+.0%}")
     return lines

@@ -101,6 +101,14 @@ class Table:
         return 1.0 if self.choices else UNIT_SCALE[self.unit]
 
 
+# A TCP connection's bounds, declared once: the [transport] parameters (geosim/sim/network/tcp.py), a
+# scenario's links (geosim.scenario.LINK_RANGES), the sweep's and the command line's link flags and a
+# runtime's `streams` all read these. A window beyond TCP's 1 GiB (RFC 7323) still parses: a fit may
+# stand in several sockets' windows for one (streams x window is what a flow moves).
+TCP_WINDOW_MIB_RANGE = (1e-3, 1e5)  # MiB of one socket's window
+TCP_STREAMS_RANGE = (1, 1024)  # sockets per connection
+STEP_RTTS_RANGE = (0.0, 1e3)  # round trips a collective step waits for flow control
+
 COLLECTIVE_ALGORITHMS = ("ring", "tree", "hierarchical")
 NVIDIA_GEMM = ("NVIDIA, Matrix Multiplication Background User's Guide (tile and wave quantization); "
                "public torch.matmul benchmarks")
@@ -209,11 +217,11 @@ RUNTIME_NUMBERS: tuple[Scalar, ...] = (
     Scalar("collective_step_rtts", "collective_step_rtts", "RTT",
            "round trips each collective step waits besides its bytes (the library's handshakes); absent: "
            "`[transport] collective_step_rtts` (NCCL's)", RUNTIMES_FILE, becomes="the TCP model's per-step wait",
-           range=(0.0, 1e7), fit=(1e-3, 50.0), absent=None),
+           range=STEP_RTTS_RANGE, fit=(1e-3, 50.0), absent=None),
     Scalar("streams", "streams", WHOLE,
            "TCP sockets each connection of the runtime's collective library opens (gloo: one per pair of ranks; "
            "NCCL: NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS); absent: `[transport] streams`", RUNTIMES_FILE,
-           becomes="the TCP model's streams per connection", range=(1, 1024), absent=None),
+           becomes="the TCP model's streams per connection", range=TCP_STREAMS_RANGE, absent=None),
     Scalar("usable_memory_fraction", "usable_memory_fraction", "fraction",
            "of a GPU's memory, what the runtime's allocator may use (jax: XLA_PYTHON_CLIENT_MEM_FRACTION); absent: "
            "`[memory] usable_fraction`", RUNTIMES_FILE, becomes="the memory verdict's limit", range=(0.05, 1.0),

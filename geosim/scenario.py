@@ -19,6 +19,7 @@ from pathlib import Path
 from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
 from geosim.input_limits import TOML_MAX_BYTES, check_file_size, loads_toml
+from geosim.parameters import STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE
 from geosim.specs import GPU, Cluster, Host, Link, Model, Shaper, Workload
 from geosim.runtime import check_runtime_name
 from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
@@ -30,8 +31,10 @@ PRECISIONS = ("fp16", "bf16", "fp32")
 NIC_KINDS = ("shared", "per-gpu")
 
 # (lowest, highest) of every number a scenario may hold; a lowest of 0 on a "> 0" value is exclusive
-LINK_RANGES = {"rtt_ms": (0.0, 1e5), "bandwidth_gbps": (1e-6, 1e5), "window_mib": (1e-3, 1e5),
-               "streams": (1, 1024), "step_rtts": (0.0, 1e3), "loss": (0.0, 0.5)}
+# (a link's window, streams and step_rtts override the [transport] parameters': one bound for both)
+LINK_RANGES = {"rtt_ms": (0.0, 1e5), "bandwidth_gbps": (1e-6, 1e5), "window_mib": TCP_WINDOW_MIB_RANGE,
+               "streams": TCP_STREAMS_RANGE, "step_rtts": STEP_RTTS_RANGE, "loss": (0.0, 0.5),
+               "competing_flows": (0.0, 1e6)}
 GPU_RANGES = {"memory_gib": (1e-3, 1e5), "memory_bandwidth_gbs": (1e-3, 1e7), "fp32_tflops": (1e-3, 1e7),
               "fp16_tensor_tflops": (1e-3, 1e7), "bf16_tensor_tflops": (1e-3, 1e7), "tf32_tensor_tflops": (1e-3, 1e7),
               "pcie_gen": (1, 9),
@@ -429,7 +432,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         prefix = f"links[{i}]."
         table = _table(table, source, f"links[{i}]")
         _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service",
-                           "shaper", "loss", "bandwidth_samples"},
+                           "shaper", "loss", "competing_flows", "bandwidth_samples"},
                    {"between", "bandwidth_gbps"}, source, prefix)
         ends = table["between"]
         if (not isinstance(ends, list) or len(ends) != 2 or not all(isinstance(e, str) for e in ends)
@@ -461,7 +464,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
             a=ends[0], b=ends[1], rtt_s=ms_to_s(rtt_ms), bandwidth_bps=gbps_to_bps(number["bandwidth_gbps"]),
             window_bytes=None if window is None else window * MIB, streams=streams, step_rtts=step_rtts,
             rtt_estimated=estimated, shaper=_shaper(table["shaper"], source, prefix) if "shaper" in table else None,
-            loss=number.get("loss", 0.0),
+            loss=number.get("loss", 0.0), competing_flows=number.get("competing_flows", 0.0),
             bandwidth_samples=_bandwidth_samples(table["bandwidth_samples"], source, prefix + "bandwidth_samples")
             if "bandwidth_samples" in table else (),
         ))

@@ -100,6 +100,9 @@ class Link:
     rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.sites), not measured
     shaper: Shaper | None = None  # a rate-limited link: bandwidth_bps is a token bucket's rate
     loss: float = 0.0  # fraction of segments lost at random (each direction): TCP's response function prices it
+    # other traffic at the path's bottleneck, as that many loss-based flows of the same round trip (the public
+    # internet's): a connection's N streams get N / (N + competing_flows) of the link's rate (TCP's fair share)
+    competing_flows: float = 0.0
     # a path whose rate varies (an iperf profile, a provider's measurements): samples of its bandwidth in bit/s.
     # A prediction uses bandwidth_bps; `--draws` draws one sample per link per draw (geosim.studies.uncertainty)
     bandwidth_samples: tuple[float, ...] = ()

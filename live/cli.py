@@ -5,15 +5,18 @@ Nothing heavy is imported here at module level: `geosim --help` must not load ja
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 
-from geosim.cli.vocabulary import CommaList, add_renamed
+from geosim.cli.vocabulary import CommaList, add_renamed, deprecate
 from geosim.errors import GeosimError, require
 from geosim.live.registry import check_live, low_communication, synchronous
 from geosim.records import append_record, validate
 from geosim.scenario import get_model, load_scenario
+
+RENAMED_KEYS = {"cpu_devices": "--gpus-per-host", "hosts": "--host-count", "stages": "--pipeline-parallel"}  # a dest -> its flag, where they differ
 
 HELP = "measure real training runs (data, zero2, shard, pipeshard) and probe a Ray cluster's network"
 # the techniques live runs implement: the one registry's (geosim/live/registry.py)
@@ -43,7 +46,9 @@ def add_arguments(parser):
     run.add_argument("--global-batch", dest="batch", type=int, default=8,
                      help="sequences per optimizer step, summed over all GPUs (default %(default)s)")
     run.add_argument("--microbatches", type=int, default=1, help="microbatches per step (pipeline; accumulation elsewhere)")
-    run.add_argument("--stages", type=int, help="pipeshard stages (default: one per host; two on a single host)")
+    run.add_argument("--pipeline-parallel", dest="stages", type=int, metavar="N",
+                     help="pipeshard stages (p; default: one per host; two on a single host)")
+    add_renamed(run, "--stages", "--pipeline-parallel", dest="stages", type=int)
     run.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                      help="compute precision (auto: fp32 on CPU, bf16 on Ampere+, fp16 on older GPUs)")
     run.add_argument("--seq-len", type=int, help="sequence length (default: the model's context)")
@@ -58,7 +63,10 @@ def add_arguments(parser):
                                                 "fewer on a shorter run)")
     run.add_argument("--log-every", type=int, default=10, help="a progress line every N steps")
     run.add_argument("--memory-limit-gib", type=float, help="per-device memory to allow (default: the device's)")
-    run.add_argument("--cpu-devices", type=int, help="virtual CPU devices per process (default: this machine's cores)")
+    run.add_argument("--gpus-per-host", dest="cpu_devices", type=int,
+                     help="devices per host: the virtual CPU devices of each process, standing for a host's GPUs "
+                          "(default: this machine's cores)")
+    add_renamed(run, "--cpu-devices", "--gpus-per-host", dest="cpu_devices", type=int)
     run.add_argument("--scenario", help="scenario file describing the cluster (e.g. from `geosim live probe`)")
     run.add_argument("--records-out", dest="record", metavar="RUNS.jsonl",
                      help="append the run record to this run-records file")
@@ -84,9 +92,10 @@ def add_arguments(parser):
                      help="steps between curve points (default: H for diloco/sparseloco, else 10; use one value for runs you compare)")
     dist = run.add_argument_group("multi-host")
     dist.add_argument("--ray-address", help="run one JAX process per node of this Ray cluster ('auto': the local one)")
-    dist.add_argument("--hosts", dest="hosts", type=_hosts_value, metavar="N|wan",
-                      help="N: use only the first N Ray nodes; 'wan': one process per host of the emulated WAN "
-                           "slice (`geosim live wan up`; root), the record carries the slice's RTT and bandwidth")
+    dist.add_argument("--host-count", dest="hosts", type=int, metavar="N", help="use only the first N Ray nodes")
+    dist.add_argument("--hosts", dest="hosts", action=_HostsAction, metavar="wan",
+                      help="'wan': one process per host of the emulated WAN slice (`geosim live wan up`; root), the "
+                           "record carries the slice's RTT and bandwidth")
     add_renamed(dist, "--nodes", "--hosts", dest="hosts", type=_hosts_value)
     dist.add_argument("--coordinator", help="HOST:PORT of process 0, to start processes by hand")
     dist.add_argument("--num-processes", type=int, default=1,
@@ -174,7 +183,7 @@ def _options(args):
     for key in ("steps", "epochs", "batch", "microbatches", "stages", "seq_len", "cpu_devices", "num_processes", "hosts"):
         value = getattr(args, key)
         if value is not None and value != "wan" and value <= 0:
-            raise GeosimError(f"must be > 0, got {value}", key="--" + key.replace("_", "-"))
+            raise GeosimError(f"must be > 0, got {value}", key=RENAMED_KEYS.get(key, "--" + key.replace("_", "-")))
     if args.memory_limit_gib is not None and not args.memory_limit_gib > 0:
         raise GeosimError(f"must be > 0, got {args.memory_limit_gib:g}", key="--memory-limit-gib")
     if args.batch % args.microbatches:
@@ -205,7 +214,7 @@ def _check_combinations(args) -> None:
     from geosim.validate import check_number
 
     if isinstance(args.hosts, int):
-        check_number(args.hosts, "--hosts", None, 1, 4096, integer=True)
+        check_number(args.hosts, "--host-count", None, 1, 4096, integer=True)
     steps = args.steps if args.steps is not None else (None if args.epochs else DEFAULT_STEPS)
     if args.warmup is not None and steps is not None and args.warmup >= steps:  # asked for: no step left to time
         raise GeosimError(f"must be fewer than the steps ({steps}): no step would be timed, got {args.warmup}",
@@ -258,6 +267,20 @@ def check_appendable(path: str, key: str) -> None:
                 pass
     except OSError as exc:
         raise GeosimError(f"cannot append here ({exc.strerror or exc}): nothing was run", source=path, key=key) from None
+
+
+class _HostsAction(argparse.Action):
+    """--hosts wan; a number, as --hosts took before --host-count, still works with a deprecation line."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            value = _hosts_value(values)
+        except argparse.ArgumentTypeError:
+            parser.error(f"argument {option_string}: must be 'wan' (a number of Ray nodes is --host-count), "
+                         f"got {values!r}")
+        if value != "wan":
+            deprecate(namespace, "--hosts N (a number of Ray nodes) is deprecated; use --host-count N")
+        setattr(namespace, self.dest, value)
 
 
 def _hosts_value(text: str):

@@ -130,3 +130,19 @@ def toy_technique(tmp_path):
     yield "toy"
     techniques.__path__.remove(str(tmp_path))
     techniques.refresh()
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """`geosim ARGV` in this process: (exit code, stdout, stderr); argparse's own exits give their code."""
+    import contextlib
+    import io
+
+    from geosim.cli import main  # imported here: the checkout's geosim is put first on sys.path above
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's own errors
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()

@@ -70,7 +70,7 @@ def test_sweep_and_plan_find_the_same_best_at_several_rtts(tmp_path, capsys):
     spec = ",".join(f"{r:g}" for r in rtts)
     # both rank the same set: the synchronous techniques (the sweep's default is every technique, as plan's)
     synchronous = ",".join(default_techniques(synchronous=True))
-    summary = run_json(capsys, ["sweep", "--scenario", "utah-mass", "--rtt-ms", spec, "--out-dir", str(tmp_path),
+    summary = run_json(capsys, ["sweep", "--scenario", "utah-mass", "--rtt-ms", spec, "--sweep-dir", str(tmp_path),
                                 "--workers", "1", "--quiet", "--technique", synchronous])
     (best,) = summary["best"]
     planned = run_json(capsys, ["plan", "--scenario", "utah-mass", "--sweep-rtt", spec, "--technique",
@@ -186,7 +186,7 @@ def test_report_compares_measurements_with_predictions_at_the_measured_rtt(tmp_p
     from geosim.predict import predict
 
     assert main(["sweep", "--scenario", "utah-mass", "--technique", "data", "--rtt-ms", "1,14,100",
-                 "--out-dir", str(tmp_path), "--workers", "1", "--quiet", "--no-best"]) == 0
+                 "--sweep-dir", str(tmp_path), "--workers", "1", "--quiet", "--no-best"]) == 0
     capsys.readouterr()
     build_report(tmp_path)
     page = (tmp_path / "report.html").read_text()

@@ -4,8 +4,6 @@ another microbatch count. Host entries with a count and generated scale: names l
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import sys
 from pathlib import Path
@@ -14,21 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from geosim.cli import main
 from geosim.scenario import load_scenario
+
+from conftest import run_cli as run
 
 DATA = Path(__file__).parent / "data"
 THREE_VMS = DATA / "three-vms.toml"
 GOLDEN = Path(__file__).parent / "golden" / "predict-three-vms.txt"
 GOLDEN_ARGS = ["predict", "--scenario", str(THREE_VMS), "--technique", "data,pipeshard,shard",
                "--hosts", "vm1+vm2+vm3"]
-
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def golden_output() -> str:

@@ -132,7 +132,7 @@ def test_the_bounds_leave_room_for_large_real_jobs():
 
     assert MAX_HOSTS >= 1024 and MAX_GPUS >= 8192
     assert FLAG_BOUNDS["predict"]["--draws"].high >= 10_000
-    assert FLAG_BOUNDS["live run"]["--cpu-devices"].high >= 64
+    assert FLAG_BOUNDS["live run"]["--gpus-per-host"].high >= 64
     assert FLAG_BOUNDS["plan"]["--gpus-per-host"].high >= 8
 
 
@@ -212,8 +212,8 @@ def test_calibrate_fit_refuses_a_known_link_no_record_is_on(tmp_path, capsys):
 def test_sweep_out_never_makes_missing_parents(tmp_path, capsys):
     out = tmp_path / "missing" / "deeper" / "sweep"
     code, _, err = run_in_process(["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1",
-                                   "--workers", "1", "--no-best", "--out-dir", str(out)], capsys)
-    assert_one_line_refusal(code, err, "--out-dir: no such directory")
+                                   "--workers", "1", "--no-best", "--sweep-dir", str(out)], capsys)
+    assert_one_line_refusal(code, err, "--sweep-dir: no such directory")
     assert not (tmp_path / "missing").exists()
 
 
@@ -241,9 +241,9 @@ LIVE_RUN_CASES = [
     (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"], "--process-id: must be in 0..1"),
     (["--seed", "-1"], "--seed: must be >= 0"),
     (["--log-every", "0"], "--log-every: must be >= 1"),
-    (["--cpu-devices", "100000"], "--cpu-devices: must be <= 512"),
+    (["--gpus-per-host", "100000"], "--gpus-per-host: must be <= 512"),
     (["--steps", HUGE], "--steps: must be <= 1e+07"),
-    (["--hosts", "100000"], "--hosts: must be <= 4096"),
+    (["--host-count", "100000"], "--host-count: must be <= 4096"),
     (["--ray-address", "127.0.0.1:1"], "--ray-address: nothing answers at 127.0.0.1:1"),
     (["--data", "/nonexistent/corpus.txt"], "--data: no such file"),
     (["--data", "/dev/null"], "--data: is a device, not a regular file"),

@@ -233,12 +233,12 @@ def test_wan_down_leaves_a_file_that_is_not_its_state(tmp_path, capsys, monkeypa
 def test_sweep_fresh_deletes_only_a_sweeps_own_files(tmp_path, capsys):
     (tmp_path / "results.csv").write_text("my,own,spreadsheet\n")
     code, _, err = run(["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1,2", "--workers", "1",
-                        "--out-dir", str(tmp_path), "--fresh", "--quiet", "--no-best"], capsys)
+                        "--sweep-dir", str(tmp_path), "--fresh", "--quiet", "--no-best"], capsys)
     one_line_error(code, err, "not a directory geosim sweep made", "results.csv")
     assert (tmp_path / "results.csv").read_text() == "my,own,spreadsheet\n"
     sweep = tmp_path / "sweep"
     argv = ["sweep", "--scenario", "utah-gpn", "--technique", "data", "--rtt-ms", "1,2", "--workers", "1",
-            "--out-dir", str(sweep), "--quiet", "--no-best"]
+            "--sweep-dir", str(sweep), "--quiet", "--no-best"]
     assert main(argv) == 0 and main(argv + ["--fresh"]) == 0  # its own files: replaced
 
 

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from geosim.cli import build_parser
-from geosim.cli.vocabulary import DEFAULTS_DIFFER, FLAGS, CommaList, RenamedFlag
+from geosim.cli.vocabulary import DEFAULTS_DIFFER, FLAGS, RENAMED, CommaList, RenamedFlag
 from geosim.specs import Workload
 from geosim.validate import INTEGER_TYPES
 
@@ -116,7 +116,7 @@ def test_inputs_and_outputs_have_different_names():
                 problems.append(f"{path} {flag} reads ({text!r})")
             if flag == "--out" and "director" in text:
                 problems.append(f"{path} --out is a directory ({text!r}): that is --out-dir")
-            if flag == "--out-dir" and "director" not in text:
+            if flag in ("--out-dir", "--sweep-dir") and "director" not in text:
                 problems.append(f"{path} --out-dir does not say it is a directory ({text!r})")
     assert problems == []
 
@@ -167,7 +167,13 @@ def test_a_layout_is_asked_the_same_way_wherever_a_technique_takes_one():
     (["select", "--measured", "study"], "records", "study"),
     (["sweep", "--subsets", "vm1"], "hosts", "vm1"),
     (["sweep", "--out", "d"], "out", "d"),
-    (["sweep", "--gpu", "A30"], "gpu", "A30"),
+    (["sweep", "--replace-gpu", "A30"], "gpu", "A30"),
+    (["sweep", "--out-dir", "d"], "out", "d"),
+    (["report", "--out-dir", "d"], "out_dir", "d"),
+    (["sweep", "--scale-gpu", "H100"], "scale_gpu", "H100"),
+    (["live", "run", "--cpu-devices", "4"], "cpu_devices", 4),
+    (["live", "run", "--hosts", "3"], "hosts", 3),
+    (["live", "run", "--stages", "2"], "stages", 2),
     (["live", "run", "--records", "r.jsonl"], "record", "r.jsonl"),
     (["live", "run", "--nodes", "wan"], "hosts", "wan"),
     (["live", "validate", "--out", "d"], "out", "d"),
@@ -257,3 +263,77 @@ def test_the_cli_reference_is_generated_from_these_definitions():
     done = subprocess.run([sys.executable, str(root / "tools" / "cli_reference.py"), "--check"], capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr
+
+
+# Words that name one concept two ways: a flag written with either is the same concept, so two flags of
+# the reference that differ only by them are one concept under two names (issue 34)
+SYNONYMS = [(r"\bvms?\b", "host"), (r"\bnodes?\b", "host"), (r"\bhosts\b", "host"), (r"\bdevices\b", "gpus"),
+            (r"\bcpu-gpus\b", "gpus-per-host"), (r"^num-(.+)$", r"\1-count"), (r"\b(replace|scale)-gpu\b", "gpu"),
+            (r"\bmeasured\b", "records"), (r"\bsubsets\b", "host")]
+
+
+def concept(flag: str) -> str:
+    name = flag.removeprefix("--")
+    for pattern, word in SYNONYMS:
+        name = re.sub(pattern, word, name)
+    return name
+
+
+def reference_flags() -> dict[str, set[str]]:
+    """flag -> the commands whose table in docs/reference/cli.md lists it (the renamed-flags table apart)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "cli.md").read_text()
+    found: dict[str, set[str]] = {}
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        title = section.splitlines()[0]
+        if not title.startswith("geosim "):
+            continue
+        for row in re.findall(r"^\| `([^`]+)` \|", section, flags=re.M):
+            for flag in re.findall(r"--[a-z0-9-]+", row):
+                found.setdefault(flag, set()).add(title)
+    return found
+
+
+def test_the_reference_has_no_concept_under_two_names():
+    by_concept: dict[str, set[str]] = {}
+    for flag in reference_flags():
+        by_concept.setdefault(concept(flag), set()).add(flag)
+    twice = {c: sorted(flags) for c, flags in by_concept.items() if len(flags) > 1}
+    assert twice == {}, f"one concept, several flags in docs/reference/cli.md: {twice}"
+    # and no flag of the reference is an old name kept for now (but the names whose old use moved to
+    # another flag while they keep one meaning: --hosts, --records, --out, --out-dir, --gpu)
+    old = {f for names in RENAMED for f in re.findall(r"--[a-z0-9-]+", names)} - {"--hosts", "--records", "--out",
+                                                                                   "--out-dir", "--gpu"}
+    assert old.isdisjoint(reference_flags()), sorted(old & set(reference_flags()))
+
+
+def test_the_concepts_the_issue_named_have_one_flag_each():
+    """Issue 34's list: a host count, devices per host, the GPU model, a sweep's grid of sites."""
+    flags = reference_flags()
+    for gone in ("--vms", "--num-hosts", "--gpus-per-vm", "--devices-per-vm", "--cpu-devices", "--replace-gpu",
+                 "--scale-gpu", "--nodes", "--num-sites", "--vms-per-site", "--measured", "--subsets"):
+        assert gone not in flags, gone
+    assert {"geosim plan", "geosim live wan up", "geosim live run"} <= flags["--host-count"]
+    assert {"geosim select", "geosim plan", "geosim sweep", "geosim live run", "geosim live validate",
+            "geosim fabric calibrate"} <= flags["--gpus-per-host"]
+
+
+def test_a_layout_is_asked_the_same_way_in_every_command_that_takes_a_technique_layout():
+    layout = {"--tensor-parallel", "--pipeline-parallel", "--data-parallel", "--virtual-stages", "--layer-split",
+              "--replica-per"}
+    for path in ("geosim predict", "geosim trace", "geosim plan", "geosim select", "geosim sweep",
+                 "geosim calibrate import"):
+        assert layout <= {f for a in options(dict(ALL)[path]) for f in a.option_strings}, path
+        actions = {f: a for a in options(dict(ALL)[path]) for f in a.option_strings}
+        assert {signature(actions[f]) for f in layout - {"--layer-split", "--replica-per"}} == {"int"}, path
+        assert tuple(actions["--replica-per"].choices) == ("host", "site"), path
+
+
+@pytest.mark.parametrize("old, new", [("--num-hosts", "--host-count"), ("--vms", "--hosts"), ("--nodes", "--hosts"),
+                                      ("--gpus-per-vm", "--gpus-per-host"), ("--devices-per-vm", "--gpus-per-host"),
+                                      ("--cpu-devices", "--gpus-per-host"), ("--replace-gpu", "--gpu"),
+                                      ("--scale-gpu", "--gpu"), ("--vms-per-site", "--hosts-per-site")])
+def test_the_two_names_the_issue_found_read_as_one_concept(old, new):
+    """What test_the_reference_has_no_concept_under_two_names would catch, were the old name listed again."""
+    assert concept(old) == concept(new)

@@ -55,7 +55,7 @@ def test_a_second_writer_of_a_sweep_directory_is_refused_at_once(tmp_path):
 
 def sweep_cmd(out: Path, rtts: str = "0.1:150:1.25") -> list[str]:
     return [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "zero2,data",
-            "--rtt-ms", rtts, "--out-dir", str(out), "--workers", "1", "--quiet", "--crossover-axis", "none", "--json"]
+            "--rtt-ms", rtts, "--sweep-dir", str(out), "--workers", "1", "--quiet", "--crossover-axis", "none", "--json"]
 
 
 @pytest.mark.slow

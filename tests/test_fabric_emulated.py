@@ -57,7 +57,7 @@ def test_fabric_calibrate_on_the_emulated_slice(tmp_path):
         assert [n["site"] for n in doc["nodes"]] == ["UTAH", "MASS"] and doc["service"] == "L2STS"
         assert doc["links"][0]["rtt_ms"] == 10
 
-        args = ("fabric", "calibrate", str(out), "--steps", "4", "--cpu-devices", "1", "--probe-seconds", "0.5")
+        args = ("fabric", "calibrate", str(out), "--steps", "4", "--gpus-per-host", "1", "--probe-seconds", "0.5")
         started = time.monotonic()
         run = geosim(*args, env=env, timeout=1500)
         assert run.returncode == 0, run.stderr[-4000:]

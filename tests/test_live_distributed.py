@@ -34,7 +34,7 @@ def free_port():
 
 def two_processes(technique, tmp_path):
     port = free_port()
-    common = [sys.executable, "-m", "geosim", "live", "run", "--technique", technique, "--steps", "4", "--cpu-devices", "1",
+    common = [sys.executable, "-m", "geosim", "live", "run", "--technique", technique, "--steps", "4", "--gpus-per-host", "1",
               "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
     runs = tmp_path / f"{technique}.jsonl"
     procs = [subprocess.Popen(common + ["--process-id", str(i)] + (["--json", "--records-out", str(runs)] if i == 0 else []),
@@ -129,7 +129,7 @@ def test_ray_two_nodes_probe_and_run(ray_cluster, tmp_path):
 
     runs = tmp_path / "runs.jsonl"
     run = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--ray-address", ray_cluster, "--technique", "data",
-                          "--steps", "4", "--cpu-devices", "1", "--scenario", str(out), "--records-out", str(runs)],
+                          "--steps", "4", "--gpus-per-host", "1", "--scenario", str(out), "--records-out", str(runs)],
                          env=ENV, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     (record,) = read_records(runs)

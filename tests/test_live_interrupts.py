@@ -23,7 +23,7 @@ EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 def start(tmp_path, *extra):
     runs = tmp_path / "runs.jsonl"
     argv = [sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "100000",
-            "--log-every", "1", "--cpu-devices", "2", "--records-out", str(runs), *extra]
+            "--log-every", "1", "--gpus-per-host", "2", "--records-out", str(runs), *extra]
     proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)
     return proc, runs

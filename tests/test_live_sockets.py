@@ -62,7 +62,7 @@ def test_two_process_run_listens_only_on_loopback(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    common = [sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "6", "--cpu-devices",
+    common = [sys.executable, "-m", "geosim", "live", "run", "--technique", "data", "--steps", "6", "--gpus-per-host",
               "1", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
     procs = [subprocess.Popen(common + ["--process-id", str(i)], env=ENV, cwd=tmp_path, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for i in (0, 1)]

@@ -94,8 +94,8 @@ def test_each_technique_writes_a_record_calibration_reads(tmp_path):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--technique", "shard", "--global-batch", "8", "--cpu-devices", "3"], "n_embd (64) must be divisible by devices (3)"),
-    (["--technique", "data", "--global-batch", "6", "--cpu-devices", "4"], "global batch (6) must be divisible by devices x microbatches (4)"),
+    (["--technique", "shard", "--global-batch", "8", "--gpus-per-host", "3"], "n_embd (64) must be divisible by devices (3)"),
+    (["--technique", "data", "--global-batch", "6", "--gpus-per-host", "4"], "global batch (6) must be divisible by devices x microbatches (4)"),
 ])
 def test_layouts_that_do_not_divide_are_user_errors(argv, needle):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -120,7 +120,7 @@ def test_child_argv_binds_gloo_to_the_namespace_interface():
                                num_processes=2, process_id=1, cpu_devices=2, interface="wan0")
     text = " ".join(argv)
     for part in ("--technique pipeshard", "--steps 5", "--microbatches 2", "--coordinator 10.213.0.1:7000",
-                 "--num-processes 2", "--process-id 1", "--gloo-interface wan0", "--cpu-devices 2", "--json"):
+                 "--num-processes 2", "--process-id 1", "--gloo-interface wan0", "--gpus-per-host 2", "--json"):
         assert part in text
     assert "--epochs" not in text  # None options are left out
     # the low-communication options travel as arguments, the same on every process
@@ -359,13 +359,16 @@ def test_an_emulated_slices_loss_reaches_its_links_and_the_loss_probes_predictio
 
     from geosim.live.experiments.loss_probes import predicted_mbps
     from geosim.scenario import scenario_from_doc
-    from geosim.sim.network.loss import Congestion, loss_limited_rate
+    from geosim.params import default_params
+    from geosim.sim.network._loss import loss_limited_rate
 
     lossy = with_field(fake_slice(rtt=20, bandwidth=200), loss=0.005)
     link = scenario_from_doc(wan_runs.wan_cluster(lossy, [1, 1]), "slice").cluster.links[0]
     assert link.loss == 0.005 and link.shaper.at_sender
     # reno (CUBIC's Reno-friendly region here): the response function's rate, a little less for slow start
-    rate = loss_limited_rate(0.005, 0.02 + 2e-5, 0.22 + 2e-5, Congestion(1448.0, 0.4, 0.7, 1, False)) * 8 / 1e6
+    shipped = default_params().network("tcp").congestion  # Linux's SACK and RACK-TLP: no timeout term
+    assert not shipped.timeouts and not shipped.bbr
+    rate = loss_limited_rate(0.005, 0.02 + 2e-5, 0.22 + 2e-5, shipped) * 8 / 1e6
     assert 0.9 * rate < predicted_mbps(lossy, "reno", 20.0) <= rate
     # bbr: the rate's goodput less the retransmissions
     goodput = 200 * (1500 - 52) / (1500 + 14) * (1 - 0.005)

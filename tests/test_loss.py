@@ -1,4 +1,4 @@
-"""Loss and a token bucket's drops in the TCP model (geosim/sim/network/loss.py): the response
+"""Loss and a token bucket's drops in the TCP model (geosim/sim/network/_loss.py): the response
 functions against their published formulas worked by hand, and properties of the whole model
 (more loss never faster, a smaller queue never faster, BBR never slower than CUBIC under loss)."""
 
@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from geosim.errors import GeosimError
 from geosim.params import default_params
 from geosim.scenario import gpu_catalog, scenario_from_doc
-from geosim.sim.network.loss import (Congestion, cubic_window, loss_limited_rate, reno_window,
+from geosim.sim.network._loss import (Congestion, cubic_window, loss_limited_rate, reno_window,
                                      shaper_utilization)
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.specs import Cluster, Host, Link, Shaper
 from geosim.techniques._base import devices_of
 
-CUBIC = Congestion(mss_bytes=1448.0, cubic_c=0.4, cubic_beta=0.7, segments_per_ack=1, bbr=False)
+CUBIC = Congestion(mss_bytes=1448.0, cubic_c=0.4, cubic_beta=0.7, segments_per_ack=1, bbr=False, timeouts=True)
 
 
 def test_reno_window_is_mathis():
@@ -46,7 +46,7 @@ def test_timeouts_follow_padhye():
 
 def test_no_loss_and_bbr_are_not_loss_limited():
     assert loss_limited_rate(0.0, 0.05, 0.25, CUBIC) == math.inf
-    bbr = Congestion(1448.0, 0.4, 0.7, 1, bbr=True)
+    bbr = Congestion(1448.0, 0.4, 0.7, 1, bbr=True, timeouts=True)
     assert loss_limited_rate(0.05, 0.05, 0.25, bbr) == math.inf
     assert shaper_utilization(1e6, 0.0, 1, 0.1, bbr) == 1.0
 
@@ -60,7 +60,7 @@ def test_a_deep_enough_queue_keeps_the_bucket_busy():
 def test_the_saw_of_a_reno_friendly_flow_is_the_closed_form():
     # a tiny C leaves the Reno-friendly line: the window climbs linearly from 0.7 T to T = BDP + Q;
     # it spends (BDP - 0.7 T) / (0.3 T) of the cycle below the BDP, at (0.7 T + BDP) / 2 on average
-    reno_like = Congestion(1448.0, 1e-6, 0.7, 1, bbr=False)
+    reno_like = Congestion(1448.0, 1e-6, 0.7, 1, bbr=False, timeouts=True)
     bdp, queue = 1e6, 0.1e6
     top = bdp + queue
     below = (bdp - 0.7 * top) / (0.3 * top)
@@ -90,7 +90,7 @@ def test_a_lossy_link_moves_at_the_response_functions_rate():
     net = network(loss=0.001)
     route = net.route(0, 1)
     rtt = route.rtt_s
-    rate = loss_limited_rate(0.001, rtt, rtt + 0.2, CUBIC)
+    rate = loss_limited_rate(0.001, rtt, rtt + 0.2, net.settings.congestion)  # the shipped hosts' (SACK, RACK-TLP)
     assert route.max_window == pytest.approx(rate * rtt, rel=1e-12)
     nbytes = 200e6
     assert steady_seconds(net, nbytes) == pytest.approx(nbytes / rate + route.one_way_s, rel=1e-6)

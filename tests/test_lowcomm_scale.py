@@ -130,11 +130,19 @@ def test_a_gpu_receiving_from_its_replica_and_from_the_outer_ring_keeps_every_st
     """Hosts of several GPUs: GPU 0 of a host receives from its replica's ring predecessor (the
     host's last GPU) and from its outer ring or gather predecessor (on another host), into one
     receiving port. Those two senders' order there is the timing's to decide, so no collective is
-    held and no rank stands for another; the answer is the events' own."""
+    held: every step is an event, and the answer is the events' own. The replicas are alike, and no
+    replica's copies share a hop, so one replica's ranks run for all three (the shared-hop symmetry:
+    its run checks that the port's two senders never meet at one instant)."""
     cluster = cluster_of(1, 3, 2)
     for technique, options in LOW_COMMUNICATION:
         schedule, workload = schedule_of(cluster, technique, options)
         run = functools.partial(run_schedule, schedule, cluster, PARAMS, workload, iterations=2)
         reduced, events = run(network=TCPNetwork), run(network=EVENTS_ONLY, symmetry=False)
+        every = run(network=TCPNetwork, symmetry=False)
         assert_same_run(reduced, events)
-        assert (reduced.events, reduced.simulated_ranks) == (events.events, 6)
+        assert_same_run(every, events)
+        assert every.events == events.events  # nothing held
+        # streaming DiLoCo's replicas each send fragments to every other replica's GPU: two senders
+        # reach one port at one instant, the run's check finds it and every rank runs
+        assert reduced.simulated_ranks == (6 if options else 2)
+        assert (reduced.events < events.events) == (not options)

@@ -85,7 +85,7 @@ def test_every_predicting_command_takes_network_and_a_sweep_directory_keeps_its_
     for command in (["predict", "--hosts", "all"], ["plan", "--top", "1"], ["select"]):
         assert main([*command, "--scenario", "utah-gpn", "--network", "alpha-beta", "--json"]) == 0
     out = str(tmp_path / "sweep")
-    sweep = ["sweep", "--scenario", "utah-gpn", "--rtt-ms", "native", "--technique", "data", "--out-dir", out, "--quiet"]
+    sweep = ["sweep", "--scenario", "utah-gpn", "--rtt-ms", "native", "--technique", "data", "--sweep-dir", out, "--quiet"]
     assert main(sweep) == 0
     capsys.readouterr()
     assert main([*sweep, "--network", "alpha-beta"]) == 2  # its rows were predicted on tcp

@@ -48,9 +48,14 @@ class FixedCostNetwork:
         self.hosts = tuple(d.host for d in devices)
         self.bytes_sent, self.transfers, self.by_rank = 0.0, 0, {}
 
-    def send(self, src, dst, nbytes, p2p, label=""):
+    groups_may_move = False
+
+    def send_at(self, src, dst, nbytes, p2p, label, now):
         self.count(src, nbytes)
-        return self.latency + nbytes / self.rate
+        return now + self.latency + nbytes / self.rate
+
+    def send(self, src, dst, nbytes, p2p, label=""):
+        return self.send_at(src, dst, nbytes, p2p, label, 0.0)
 
     def collective_ops(self, coll, rank):
         return collectives.expand(coll, rank, self.hosts)
@@ -69,7 +74,7 @@ class FixedCostNetwork:
 
     def collective_ends(self, coll, arrivals):
         return exclusive.collective_ends(lambda rank: self.collective_ops(coll, rank), arrivals,
-                                         lambda src, dst, nbytes, p2p, label, now: now + self.send(src, dst, nbytes, p2p))
+                                         self.send_at)
 
     def count(self, src, nbytes, transfers=1):
         self.bytes_sent += nbytes
@@ -82,6 +87,15 @@ class FixedCostNetwork:
 
     def shift_connections(self, src, since, delta):
         pass
+
+    def symmetric_under(self, image):
+        return False
+
+    def reduce_to(self, symmetry):
+        pass
+
+    def least_delay_s(self, src, dst, nbytes, p2p):
+        return self.latency + nbytes / self.rate
 
 
 def one_collective(cluster: Cluster, op: str, nbytes: float, algorithm: str, before: dict | None = None) -> Schedule:
@@ -98,7 +112,8 @@ def lan_hosts(hosts: int, gpus: int, nic: str = "per-gpu", intra: str = "nvlink"
 
 def test_a_model_written_against_the_protocol_plugs_into_the_engine():
     members = [m for m in vars(NetworkModel) if not m.startswith("_") and callable(getattr(NetworkModel, m))]
-    assert {"send", "collective_ops", "collective_time", "may_shortcut", "count", "sent"} <= set(members)
+    assert {"send_at", "send", "collective_ops", "collective_time", "may_shortcut", "count", "sent",
+            "symmetric_under", "least_delay_s"} <= set(members)
     assert all(callable(getattr(FixedCostNetwork, m, None)) for m in members)
     assert not issubclass(FixedCostNetwork, CountingNetwork)  # the protocol alone, no shared base
     cluster = lan_hosts(3, 2)

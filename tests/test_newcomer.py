@@ -3,13 +3,13 @@ no real system has are accepted with one warning naming the file and the key (ge
 
 from __future__ import annotations
 
-import contextlib
-import io
 
 import pytest
 
 from geosim import plausibility
-from geosim.cli import build_parser, main
+from geosim.cli import build_parser
+
+from conftest import run_cli as run
 
 SLICE = """
 [[hosts]]
@@ -26,16 +26,6 @@ gpus = ["RTX6000", "RTX6000"]
 between = ["vm1", "vm2"]
 {link}
 """
-
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's own errors
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(autouse=True)
@@ -166,7 +156,7 @@ def test_live_run_takes_a_list_of_techniques_one_record_each(tmp_path):
     runs = tmp_path / "runs.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--technique", "data,ZERO2", "--steps", "3",
-                           "--cpu-devices", "2", "--records-out", str(runs)], env=env, cwd=tmp_path,
+                           "--gpus-per-host", "2", "--records-out", str(runs)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [r.technique for r in read_records(runs)] == ["data", "zero2"]

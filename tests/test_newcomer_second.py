@@ -5,28 +5,17 @@ Alpa says why its times differ; trace --json has one shape."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections import defaultdict
 
-from geosim.cli import main
 from geosim.techniques import technique_names
 
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's own errors
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
+from conftest import run_cli as run
 
 
 def test_sweep_sweeps_every_technique_by_default(tmp_path):
     code, out, err = run(["sweep", "--scenario", "tacc-tacc", "--rtt-ms", "native", "--hosts", "all", "--workers", "1",
-                          "--out-dir", str(tmp_path / "sweep"), "--quiet", "--json", "--no-best"])
+                          "--sweep-dir", str(tmp_path / "sweep"), "--quiet", "--json", "--no-best"])
     assert code == 0, err
     for name in technique_names():
         assert f'"{name}"' in out

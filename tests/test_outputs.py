@@ -331,7 +331,7 @@ def test_sigterm_to_a_sweep_stops_its_workers_without_tracebacks(tmp_path):
     """The pool's workers are forked from a process whose SIGTERM unwinds: they must still die at
     once when the pool terminates them, not print a traceback each."""
     proc = subprocess.Popen([sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique",
-                             "data,zero2", "--rtt-ms", "1:200:0.1", "--workers", "2", "--out-dir", "sw", "--no-best"],
+                             "data,zero2", "--rtt-ms", "1:200:0.1", "--workers", "2", "--sweep-dir", "sw", "--no-best"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not ((tmp_path / "sw" / "results.jsonl").exists()

@@ -209,3 +209,20 @@ def test_no_module_writes_a_literal_default_for_a_declared_number():
     # the check finds what it is for
     assert literal_defaults(ast.parse("class A:\n    gemm_fraction: float = 0.7\n"), names) == [(2, "gemm_fraction")]
     assert literal_defaults(ast.parse("def f(x, kernel_s=5e-6):\n    pass\n"), names) == [(1, "kernel_s")]
+
+
+def test_tcp_bounds_have_one_home():
+    """A link's window, streams and step_rtts override the [transport] parameters and a runtime's numbers of
+    the same name: all of them read one bound (geosim.parameters), and the plausible window lies inside it."""
+    from geosim import parameters, plausibility
+    from geosim.scenario import LINK_RANGES
+    from geosim.sim.network import tcp
+
+    transport = {s.key: s.range for s in tcp.PARAMETERS}
+    runtime = {s.key: s.range for s in parameters.RUNTIME_NUMBERS}
+    assert LINK_RANGES["window_mib"] is transport["transport.window_mib"] is parameters.TCP_WINDOW_MIB_RANGE
+    assert LINK_RANGES["streams"] is transport["transport.streams"] is runtime["streams"] is parameters.TCP_STREAMS_RANGE
+    assert (LINK_RANGES["step_rtts"] is transport["transport.collective_step_rtts"]
+            is runtime["collective_step_rtts"] is parameters.STEP_RTTS_RANGE)
+    low, high = parameters.TCP_WINDOW_MIB_RANGE
+    assert low <= plausibility.RANGES["window_mib"].low < plausibility.RANGES["window_mib"].high <= high

@@ -30,9 +30,9 @@ def sweep_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
     # the study's four: the best option flips between Pipeshard and Data on UTAH-MASS (with the
     # low-communication techniques, sweep's default since issue 34, SparseLoCo wins throughout)
-    assert main(["sweep", "--scenario", "utah-mass,gat-amst", "--rtt-ms", "native,0.1,1,10,100", "--out-dir",
+    assert main(["sweep", "--scenario", "utah-mass,gat-amst", "--rtt-ms", "native,0.1,1,10,100", "--sweep-dir",
                  str(out), "--workers", "1", "--quiet", "--technique", "data,zero2,shard,pipeshard"]) == 0
-    assert main(["report", "--out-dir", str(out)]) == 0
+    assert main(["report", "--sweep-dir", str(out)]) == 0
     return out
 
 
@@ -52,9 +52,9 @@ def test_breakdown_marks_the_fastest_and_lists_measured_only_when_drawn(sweep_di
 def test_no_measured_legend_entry_without_a_measurement(tmp_path):
     # no grid point at the slice's own RTT: the bars (at 1 ms here) have no measurement to mark, while
     # the time-vs-RTT panel still shows the study's point at 57.4 ms
-    assert main(["sweep", "--scenario", "utah-mass", "--rtt-ms", "1,10", "--out-dir", str(tmp_path), "--workers", "1",
+    assert main(["sweep", "--scenario", "utah-mass", "--rtt-ms", "1,10", "--sweep-dir", str(tmp_path), "--workers", "1",
                  "--quiet", "--no-best"]) == 0
-    assert main(["report", "--out-dir", str(tmp_path)]) == 0
+    assert main(["report", "--sweep-dir", str(tmp_path)]) == 0
     assert "measured" not in check(tmp_path / "plots" / "breakdown.png")["texts"]
     assert "measured" in check(tmp_path / "plots" / "time-vs-rtt.png")["texts"]
 

@@ -28,8 +28,8 @@ PROBE = """<script>window.addEventListener("load", () => {
 def test_report_renders_its_tables_and_images_in_chromium(tmp_path, capsys):
     out = tmp_path / "sweep"
     assert main(["sweep", "--scenario", "utah-mass", "--technique", "data,pipeshard", "--rtt-ms", "native,1,20,100",
-                 "--out-dir", str(out), "--workers", "1", "--quiet"]) == 0
-    assert main(["report", "--out-dir", str(out)]) == 0
+                 "--sweep-dir", str(out), "--workers", "1", "--quiet"]) == 0
+    assert main(["report", "--sweep-dir", str(out)]) == 0
     capsys.readouterr()
     page = (out / "report.html").read_text()
     probe = out / "probe.html"

@@ -98,7 +98,7 @@ def test_resume_refuses_rows_from_other_parameters(tmp_path):
 def test_ctrl_c_on_the_command_line_keeps_rows_and_a_rerun_finishes(tmp_path):
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "zero2",
-           "--rtt-ms", "0.1:150:x1.05", "--out-dir", str(out), "--workers", "2", "--quiet", "--no-best"]
+           "--rtt-ms", "0.1:150:x1.05", "--sweep-dir", str(out), "--workers", "2", "--quiet", "--no-best"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
@@ -123,7 +123,7 @@ def test_ctrl_c_on_the_command_line_keeps_rows_and_a_rerun_finishes(tmp_path):
 def test_cli_sweep_and_report(tmp_path, capsys):
     out = tmp_path / "sw"
     rc = main(["sweep", "--scenario", "utah-gpn,tacc-tacc", "--technique", "data,pipeshard", "--model", "gpt2m,gpt2L",
-               "--rtt-ms", "native,1:100:x10", "--out-dir", str(out), "--workers", "1", "--json", "--quiet", "--no-best"])
+               "--rtt-ms", "native,1:100:x10", "--sweep-dir", str(out), "--workers", "1", "--json", "--quiet", "--no-best"])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["points"] == 2 * 2 * 2 * 4
@@ -132,7 +132,7 @@ def test_cli_sweep_and_report(tmp_path, capsys):
     record = RunRecord(technique="pipeshard", model="gpt2m", status="ok", scenario="utah-gpn",
                        measured={"total_time_s": 1800.0}, workload={"epochs": 2}, source="live")
     (tmp_path / "runs.jsonl").write_text(record.to_json() + "\n")
-    assert main(["report", "--out-dir", str(out), "--json", "--records", str(tmp_path / "runs.jsonl")]) == 0
+    assert main(["report", "--sweep-dir", str(out), "--json", "--records", str(tmp_path / "runs.jsonl")]) == 0
     written = json.loads(capsys.readouterr().out)
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 2
@@ -144,11 +144,11 @@ def test_cli_sweep_and_report(tmp_path, capsys):
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
-    assert main(["sweep", "--rtt-ms", "10:1:5", "--out-dir", str(tmp_path)]) == 2
+    assert main(["sweep", "--rtt-ms", "10:1:5", "--sweep-dir", str(tmp_path)]) == 2
     assert "START must not exceed STOP" in capsys.readouterr().err
-    assert main(["sweep", "--technique", "magic", "--out-dir", str(tmp_path)]) == 2
+    assert main(["sweep", "--technique", "magic", "--sweep-dir", str(tmp_path)]) == 2
     assert "unknown technique 'magic'" in capsys.readouterr().err
-    assert main(["report", "--out-dir", str(tmp_path / "nothing")]) == 2
+    assert main(["report", "--sweep-dir", str(tmp_path / "nothing")]) == 2
 
 
 def test_generated_cluster_points(tmp_path):

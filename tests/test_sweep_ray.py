@@ -76,7 +76,7 @@ def test_a_killed_driver_takes_its_local_ray_with_it_and_home_is_not_touched():
     short = tempfile.mkdtemp(prefix="g", dir="/tmp")  # Ray's socket paths have a length limit
     env = {**os.environ, "TMPDIR": short, "HOME": "/dev/null/no-home"}
     proc = subprocess.Popen([sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn,utah-mass,tacc-tacc",
-                             "--rtt-ms", "1:200:400", "--ray-address", "local", "--out-dir", os.path.join(short, "sw"),
+                             "--rtt-ms", "1:200:400", "--ray-address", "local", "--sweep-dir", os.path.join(short, "sw"),
                              "--quiet", "--no-best"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120

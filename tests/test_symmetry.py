@@ -24,7 +24,7 @@ from geosim.predict import predict
 from geosim.sim.schedule import Collective, Compute, Schedule
 from geosim.sim.symmetry import Symmetry, find_symmetry
 from geosim.specs import Cluster, Host, Link, Shaper, Workload
-from geosim.techniques import build_schedule, technique_names
+from geosim.techniques import build_schedule, layout_options, technique_names
 from conftest import assert_same_run
 
 CATALOG = gpu_catalog()
@@ -152,14 +152,19 @@ def test_find_symmetry_needs_the_networks_word():
     workload = Workload(global_batch=8, microbatches=2, seq_len=256)
     schedule = build_schedule("data", Case(cluster, MODEL, workload, params))
 
-    class Unproven:
+    class Unproven:  # the protocol's members the proof reads (geosim.sim.network.NetworkModel)
         hosts = tuple(d.host for d in schedule.devices)
+        groups_may_move = False
 
         def symmetric_under(self, image):
             return False
 
+    class Proven(Unproven):
+        def symmetric_under(self, image):
+            return True
+
     assert find_symmetry(schedule, Unproven()) is None
-    assert find_symmetry(schedule, object()) is None
+    assert find_symmetry(schedule, Proven()) is not None  # the programs and GPUs of Data's ranks map
 
 
 def _three_sites_one_slow_link():
@@ -177,7 +182,9 @@ def _one_host_of_other_gpus():
 def test_a_group_the_shift_moves_elsewhere_is_refused():
     """Two pairs all-reducing under one tag, the second rank of each late: moving the ranks two
     places on maps each rank's program onto another's, but each pair onto the other pair, not onto
-    itself (only the group check tells). The ideal network's barrier must wait for the late rank."""
+    itself (only the group check tells). Under TCP the one tag names two groups, so nothing is
+    reduced; the ideal network's barriers are keyed by their group and await its running ranks, so
+    there the pair moved onto the other pair runs once, and its barrier still waits for the late rank."""
     cluster, params = uniform_cluster(1, 1, 4), default_params()
     workload = Workload(global_batch=8, microbatches=1, seq_len=256)
     devices = build_schedule("data", Case(cluster, MODEL, workload, params)).devices
@@ -192,7 +199,7 @@ def test_a_group_the_shift_moves_elsewhere_is_refused():
         full = run_schedule(schedule, cluster, params, workload, iterations=1, network=network, symmetry=False)
         reduced = run_schedule(schedule, cluster, params, workload, iterations=1, network=network)
         assert_same_run(full, reduced)
-        assert reduced.simulated_ranks == 4
+        assert reduced.simulated_ranks == (4 if network is TCPNetwork else 2)
 
 
 def test_each_check_of_the_proof_refuses_its_counterexample():
@@ -210,3 +217,49 @@ def test_each_check_of_the_proof_refuses_its_counterexample():
             assert_same_run(full, reduced)
             if network is TCPNetwork:
                 assert reduced.simulated_ranks == p
+
+
+@PROPERTY
+@given(cluster=clusters(), tensor=st.sampled_from([1, 2, 4]), pipeline=st.sampled_from([1, 2, 3]),
+       microbatches=st.sampled_from([1, 2, 4]), exact=st.booleans())
+def test_a_3d_layout_simulated_once_per_replica_changes_no_figure(cluster, tensor, pipeline, microbatches, exact):
+    """Pipeshard's 3D layouts (tensor groups inside hosts, stages of whole hosts, data over the rest):
+    hops with several senders (a GPU's port takes its tensor ring's, the data ring's and the previous
+    stage's bytes; a shared NIC takes every GPU's). Where a shift moves replicas onto replicas and no
+    sender's copies share a hop, one replica runs and its run checks that no two senders reserve one hop
+    at one instant (else every rank runs): the same figures to the bit either way."""
+    params = default_params()
+    p = sum(len(h.gpus) for h in cluster.hosts)
+    workload = Workload(global_batch=p * microbatches * 2, microbatches=microbatches, seq_len=256)
+    case = Case(cluster, MODEL, workload, params)
+    hosts = tuple(h.name for h in cluster.hosts)
+    try:
+        options = layout_options("pipeshard", case, hosts, tensor=tensor, pipeline=pipeline)
+        schedule = build_schedule("pipeshard", case, options)
+    except GeosimError:
+        return  # a layout these hosts cannot take
+    for network in (TCPNetwork, IdealNetwork):
+        full = run_schedule(schedule, cluster, params, workload, iterations=2, network=network, exact=exact,
+                            symmetry=False)
+        reduced = run_schedule(schedule, cluster, params, workload, iterations=2, network=network, exact=exact)
+        assert full.simulated_ranks == p and reduced.simulated_ranks <= p
+        assert_same_run(full, reduced)
+
+
+def test_a_3d_layout_runs_one_replica_where_each_gpu_has_its_nic():
+    """Tensor 4 x pipeline 2 x data 2 on four hosts of four GPUs, one site: with a NIC per GPU the
+    replicas' copies use distinct hops, so one replica (a pipeline of two hosts: 8 ranks) runs for both,
+    on the TCP and the ideal network; with one shared NIC per host a host's GPUs send activations
+    through it at one instant, and every rank runs. The figures are the full run's either way."""
+    params = default_params()
+    workload = Workload(global_batch=64, microbatches=4, seq_len=256)
+    for nic, ranks in (("per-gpu", 8), ("shared", 16)):
+        cluster = uniform_cluster(1, 4, 4, nic=nic)
+        case = Case(cluster, MODEL, workload, params)
+        options = layout_options("pipeshard", case, tuple(h.name for h in cluster.hosts), tensor=4, pipeline=2)
+        schedule = build_schedule("pipeshard", case, options)
+        for network, expected in ((TCPNetwork, ranks), (IdealNetwork, 8)):
+            full = run_schedule(schedule, cluster, params, workload, iterations=2, network=network, symmetry=False)
+            reduced = run_schedule(schedule, cluster, params, workload, iterations=2, network=network)
+            assert_same_run(full, reduced)
+            assert reduced.simulated_ranks == expected

@@ -119,6 +119,14 @@ def render() -> str:
               "Under `--json`, every command's stdout is one JSON document also when it fails: "
               "`{\"schema\": \"geosim.error/1\", \"command\", \"error\", \"exit\": 2}`, whose `error` is the line "
               "printed on stderr ([outputs](outputs.md))."]
+    lines += ["", "Each command's document has one JSON Schema (draft 2020-12) under [schemas/](schemas/); "
+                  "tests/test_json_schemas.py checks every command's output against its own:", "",
+              "| command | schema |", "|---|---|"]
+    for path, sub in _subcommands(parser):
+        if any("--json" in a.option_strings for a in sub._actions):
+            name = path.removeprefix("geosim ").replace(" ", "-")
+            lines.append(f"| `{path} --json` | [schemas/{name}.schema.json](schemas/{name}.schema.json) |")
+    lines.append("| a failure under `--json` | [schemas/error.schema.json](schemas/error.schema.json) |")
     for path, parser in _subcommands(parser):
         options = list(_options(parser))
         if not options:

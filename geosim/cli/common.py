@@ -140,16 +140,21 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
 
 # layout_options()'s keyword -> its flag (keywords, not strings: "data" would read as the technique's name)
 LAYOUT_FLAGS = dict(tensor="--tensor-parallel", pipeline="--pipeline-parallel", data="--data-parallel",
-                    virtual="--virtual-stages", layer_split="--layer-split")
+                    virtual="--virtual-stages", layer_split="--layer-split", replica_per="--replica-per")
 
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
-    """A layout the field's way (Megatron-LM's t, p, d, v), for a technique that takes one (Pipeshard);
-    the microbatches are the workload's --microbatches."""
-    group = parser.add_argument_group("layout (a technique that takes one: pipeshard; default: its own)")
-    for flag in list(LAYOUT_FLAGS.values())[:-1]:  # the degrees; the layer split is a list
+    """A layout the field's way (Megatron-LM's t, p, d, v), for a technique that takes one (Pipeshard),
+    and what holds a replica for the low-communication ones; the microbatches are the workload's
+    --microbatches."""
+    from geosim.techniques._lowcomm import REPLICA_UNITS
+
+    group = parser.add_argument_group("layout (the techniques that take one: pipeshard; --replica-per: diloco, "
+                                      "sparseloco, hybrid; default: their own)")
+    for flag in ("--tensor-parallel", "--pipeline-parallel", "--data-parallel", "--virtual-stages"):
         group.add_argument(flag, type=int, metavar="N", help=meaning(flag))
     group.add_argument("--layer-split", metavar="N,N,...", help=meaning("--layer-split"))
+    group.add_argument("--replica-per", choices=REPLICA_UNITS, help=meaning("--replica-per"))
 
 
 def layout_arguments(args) -> dict | None:
@@ -167,15 +172,17 @@ def layout_arguments(args) -> dict | None:
 
 
 def check_layout_techniques(techniques, layout: dict | None) -> None:
-    """A layout flag with a technique that takes none is a mistake: one line, before any work."""
-    from geosim.techniques import takes_layout
+    """A layout flag with a technique that takes none of it is a mistake: one line, before any work."""
+    from geosim.techniques import takes_layout, technique_names
 
-    if layout is None:
-        return
-    flag = next(LAYOUT_FLAGS[k] for k, v in layout.items() if v is not None)
-    others = [t for t in techniques if not takes_layout(t)]
-    if others:
-        raise GeosimError(f"{', '.join(others)} take(s) no layout: give --technique pipeshard with it", source=flag)
+    for key, value in (layout or {}).items():
+        if value is None:
+            continue
+        others = [t for t in techniques if not takes_layout(t, key)]
+        if others:
+            takers = [t for t in technique_names() if takes_layout(t, key)]
+            raise GeosimError(f"{', '.join(others)} take(s) no layout (give --technique {','.join(takers)} with it)",
+                              source=LAYOUT_FLAGS[key])
 
 
 def technique_options(technique: str, case, hosts, layout: dict | None) -> dict | None:
@@ -183,6 +190,38 @@ def technique_options(technique: str, case, hosts, layout: dict | None) -> dict 
     from geosim.techniques import layout_options
 
     return layout_options(technique, case, hosts, **layout) if layout else None
+
+
+def check_layout_plannable(case, techniques, layout: dict | None, max_gpus: int | None = None) -> None:
+    """plan and select under a layout: the planner tries it on each set of hosts it fits; one that fits
+    none of the planner's sets is the layout's mistake on all the hosts, one line naming its flag."""
+    from geosim.studies.plan import shapes
+    from geosim.techniques import layout_options
+
+    names = tuple(h.name for h in case.cluster.hosts)
+    for technique in techniques if layout else ():
+        try:
+            layout_options(technique, case, names, **layout)
+            continue
+        except GeosimError as exc:
+            on_all = exc
+        for _, hosts in shapes(case, max_gpus, (technique,)):
+            try:
+                layout_options(technique, case, hosts, **layout)
+                break
+            except GeosimError:
+                pass
+        else:
+            raise GeosimError(f"{on_all.problem} (nor does it fit a smaller set of hosts the planner tries)",
+                              source=on_all.source)
+
+
+def refuse_layout(args, why: str) -> None:
+    """A command (or a mode of one) that cannot honour a layout flag given: one line saying why."""
+    layout = layout_arguments(args)
+    if layout:
+        flag = next(LAYOUT_FLAGS[k] for k, v in layout.items() if v is not None)
+        raise GeosimError(why, source=flag)
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:

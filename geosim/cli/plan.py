@@ -5,9 +5,11 @@ from __future__ import annotations
 from functools import cache
 
 from geosim.case import Case
-from geosim.cli.common import (Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
-                               add_workload_arguments, fmt_duration, chosen_techniques, load_case, load_params_arg, print_json,
-                               scenario_names)
+from geosim.cli.common import (Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
+                               add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
+                               add_workload_arguments, check_layout_plannable, check_layout_techniques, fmt_duration,
+                               chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
+                               refuse_layout, scenario_names)
 from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
 from geosim.records import read_records
@@ -35,6 +37,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--top", type=int, default=10, help="options to show (default %(default)s)")
     parser.add_argument("--all", action="store_true", help="simulate every option (no pruning) and list them all")
     add_plan_arguments(parser)  # each technique's own planner flags (Pipeshard: --intra-stage)
+    add_layout_arguments(parser)  # the layout asked: the planner ranks it on each set of hosts it fits
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA,
                         help="Algorithm 1's threshold: the relative TFLOP/s gap that decides (default %(default)s)")
     parser.add_argument("--records", metavar="RUNS.jsonl",
@@ -67,9 +70,15 @@ def run(args) -> int:
     choices = plan_choices(args)
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
     techniques = chosen_techniques(args.technique)
+    layout = layout_arguments(args)
+    check_layout_techniques(techniques, layout)
+    if args.records:
+        refuse_layout(args, "--records ranks the measured runs as they ran; a layout applies to predicted options")
+    choices = {**choices, "layout": layout}
     params = load_params_arg(args)
     for extension in plan_extensions():
         if extension.wanted(args):
+            refuse_layout(args, "ranking FABRIC's slices takes no layout; plan one slice's scenario with it")
             return extension.run(args, params, deadline, techniques)
     docs = []
     for name in scenario_names(args):
@@ -82,6 +91,7 @@ def run(args) -> int:
                 print_measured(cluster, model, workload, doc)
             continue
         case = Case(cluster, model, workload, params, network=args.network)
+        check_layout_plannable(case, techniques, layout, args.max_gpus)
 
         def plan_at(c: Case, label=cluster.name, keep=None if args.all else args.top) -> Plan:
             progress = Progress(label)

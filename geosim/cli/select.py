@@ -8,9 +8,10 @@ import sys
 from dataclasses import replace
 
 from geosim.case import Case
-from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
-                               add_workload_arguments, chosen_techniques, load_case, load_params_arg, print_json,
-                               scenario_names)
+from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
+                               answer_envelope, add_sweep_rtt_argument, add_technique_argument, add_workload_arguments,
+                               check_layout_plannable, check_layout_techniques, chosen_techniques, layout_arguments,
+                               load_case, load_params_arg, print_json, refuse_layout, scenario_names)
 from geosim.cli.plan import print_answer_vs_rtt
 from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
@@ -45,6 +46,7 @@ def add_arguments(parser) -> None:
                       help="CPU devices standing for one VM on this machine (default %(default)s)")
     live.add_argument("--records-out", metavar="RUNS.jsonl", help="also append each live probe's run record here")
     live.add_argument("--live-args", default="", help="extra options for `geosim live run`, quoted")
+    add_layout_arguments(parser)  # the verdict's ranking plans the layout asked; Algorithm 1 probes its own
     add_sweep_rtt_argument(parser, "redo the choice (predicted probes) and the ranking's best")
     parser.add_argument("--draws", type=int, metavar="N",
                         help="redo the choice (predicted probes) under N parameter draws from the fit's covariance "
@@ -94,14 +96,22 @@ def run(args) -> int:
         raise GeosimError("--sweep-rtt varies the simulated network, so it needs predicted probes", source="--sweep-rtt")
     rtts = parse_numbers(args.sweep_rtt, "--sweep-rtt") if args.sweep_rtt else None
     techniques = chosen_techniques(args.technique)
+    layout = layout_arguments(args)
+    check_layout_techniques(techniques, layout)
+    if args.live or args.records:
+        refuse_layout(args, "the verdict on live or measured probes ranks no predicted options; a layout applies to "
+                            "the predicted ranking (Algorithm 1's probes are its own configurations)")
+    choices = {"layout": layout} if layout else None
     params = load_params_arg(args)
     docs = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         v1, v2 = two_vms(cluster)
         case = Case(cluster, model, workload, params, network=args.network)
+        check_layout_plannable(case, techniques, layout)
         if rtts:
-            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, techniques=techniques))
+            doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, choices=choices,
+                                                                   techniques=techniques))
             docs.append(doc)
             if not args.json:
                 print_answer_vs_rtt(doc)
@@ -116,7 +126,7 @@ def run(args) -> int:
             verdict, why = measured_plan(study_records() if args.records == "study" else read_records(args.records),
                                          name, cluster, model, workload, args.delta, args.records)["verdict"], None
         else:
-            plan = make_plan(case, keep=2, delta=args.delta, techniques=techniques)
+            plan = make_plan(case, keep=2, delta=args.delta, choices=choices, techniques=techniques)
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
                **selection.to_dict()}

@@ -8,15 +8,16 @@ import time
 from pathlib import Path
 
 from geosim.case import DEFAULT_NETWORK
-from geosim.cli.common import WORKLOAD_DEFAULTS, add_json_argument, fmt_duration
+from geosim.cli.common import (WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments, check_layout_techniques,
+                               fmt_duration, layout_arguments)
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.sim.network import network_names
 from geosim.runtime import check_runtime_name
-from geosim.studies.sweep.grid import Grid, WORKLOAD_KINDS, parse_assignment, parse_values
+from geosim.studies.sweep.grid import NATIVE, Grid, WORKLOAD_KINDS, parse_assignment, parse_values
 from geosim.units import RANGE_SYNTAX
-from geosim.scale import scale_name
+from geosim.scale import DEFAULT_GPU, scale_name
 from geosim.techniques import default_techniques, get_technique, technique_names
 
 HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
@@ -39,7 +40,6 @@ def add_arguments(p) -> None:
     add_renamed(g, "--num-sites", "--site-count", dest="num_sites")
     add_renamed(g, "--vms-per-site", "--hosts-per-site", dest="vms_per_site")
     add_renamed(g, "--gpus-per-vm", "--gpus-per-host", dest="gpus_per_vm")
-    g.add_argument("--scale-gpu", metavar="GPU", default="A30", help="GPU type of generated clusters (default %(default)s)")
     g.add_argument("--rtt-ms", metavar="SPEC", default=DEFAULT_RTT,
                    help="WAN round-trip times in ms; 'native' = the scenario's own (default %(default)s)")
     g.add_argument("--bandwidth-gbps", metavar="SPEC", default="native",
@@ -48,13 +48,16 @@ def add_arguments(p) -> None:
     g.add_argument("--technique", action=CommaList, metavar="NAME",
                    help="techniques, or 'all'; repeatable and comma-separated (default: every technique found, "
                         "as predict, plan and select rank, so the best option against RTT is theirs)")
-    g.add_argument("--replace-gpu", dest="gpu", metavar="SPEC", default="native",
-                   help="replace every GPU by these types, e.g. A30,H100 (default %(default)s)")
+    g.add_argument("--gpu", metavar="SPEC", default=NATIVE,
+                   help="every host's GPU model, e.g. A30,H100 ('native': each scenario's own); with --site-count "
+                        f"the generated clusters' ({DEFAULT_GPU} where native), the scenarios given kept as "
+                        "they are (default %(default)s)")
+    add_renamed(g, "--replace-gpu", "--gpu", dest="gpu")
+    add_renamed(g, "--scale-gpu", "--gpu", dest="scale_gpu")
     g.add_argument("--hosts", metavar="SPEC", default="all",
                    help="VM subsets to sweep: 'all', VM names, names joined by + (vm1+vm2), comma-separated "
                         "(default %(default)s)")
     add_renamed(g, "--subsets", "--hosts", dest="hosts")
-    add_renamed(g, "--gpu", "--replace-gpu", dest="gpu")
     g.add_argument("--global-batch", metavar="SPEC",
                    help=f"{meaning('--global-batch')} (default: the scenario's, else {WORKLOAD_DEFAULTS.global_batch})")
     g.add_argument("--microbatches", metavar="SPEC",
@@ -67,11 +70,13 @@ def add_arguments(p) -> None:
                                                         f"checkpointing, else off; --set checkpointing=true,false sweeps both)")
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
+    add_layout_arguments(p)  # every point's layout: a row where it does not fit the point's hosts says why
     r = p.add_argument_group("run")
-    r.add_argument("--out-dir", dest="out", default="sweep", metavar="DIR",
+    r.add_argument("--sweep-dir", dest="out", default="sweep", metavar="DIR",
                    help="results directory; a rerun resumes it (default ./%(default)s)")
-    add_renamed(r, "--out", "--out-dir", dest="out")
-    r.add_argument("--fresh", action="store_true", help="discard rows already in --out-dir instead of resuming")
+    add_renamed(r, "--out", "--sweep-dir", dest="out")
+    add_renamed(r, "--out-dir", "--sweep-dir", dest="out")
+    r.add_argument("--fresh", action="store_true", help="discard rows already in --sweep-dir instead of resuming")
     r.add_argument("--params", metavar="FILE", help=meaning("--params"))
     r.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
                    help=f"{meaning('--network')} (default: %(default)s)")
@@ -90,19 +95,23 @@ def add_arguments(p) -> None:
 def build_grid(args) -> Grid:
 
     scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
-    if args.num_sites:
+    gpus = parse_values(args.gpu, "str", "--gpu", allow_native=True)
+    if args.num_sites:  # --gpu names the generated clusters' GPUs: they are built of them, not edited
         scenarios = [] if not args.scenario else scenarios
+        built = ([getattr(args, "scale_gpu", None)] if getattr(args, "scale_gpu", None)
+                 else [DEFAULT_GPU if g == NATIVE else g for g in gpus])
+        gpus = [NATIVE]
         for s in parse_values(args.num_sites, "int", "--site-count"):
             for v in parse_values(args.vms_per_site, "int", "--hosts-per-site"):
                 for g in parse_values(args.gpus_per_vm, "int", "--gpus-per-host"):
-                    scenarios.append(scale_name(s, v, g, args.scale_gpu))
+                    scenarios += [scale_name(s, v, g, name) for name in dict.fromkeys(built)]
     axes = {
         "scenario": scenarios,
         "technique": _techniques(args.technique),
         "model": parse_values(args.model, "str", "--model"),
         "rtt_ms": parse_values(args.rtt_ms, "float", "--rtt-ms", allow_native=True),
         "bandwidth_gbps": parse_values(args.bandwidth_gbps, "float", "--bandwidth-gbps", allow_native=True),
-        "gpu": parse_values(args.gpu, "str", "--replace-gpu", allow_native=True),
+        "gpu": gpus,
         "hosts": parse_values(args.hosts, "str", "--hosts"),
     }
     for name in ("global_batch", "microbatches", "epochs"):
@@ -122,7 +131,9 @@ def build_grid(args) -> Grid:
         for value in axes.get(name, []) if WORKLOAD_KINDS[name] == "int" else []:
             check_number(value, f"--{name.replace('_', '-')}", None, *WORKLOAD_RANGES.get(name, (1, 10**13)),
                          integer=True)
-    return Grid(axes)
+    layout = layout_arguments(args)
+    check_layout_techniques(axes["technique"], layout)
+    return Grid(axes, layout)
 
 
 def _techniques(names: list[str] | None) -> list[str]:
@@ -227,7 +238,7 @@ def format_summary(s: dict) -> str:
                             [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"]), f"{o['high']['at']:g} {unit}",
                               _order(o["high"])) for o in s["orders"]])
     lines += format_best(s.get("best", []))
-    lines += ["", f"plots and report: geosim report --out-dir {s['out']}"]
+    lines += ["", f"plots and report: geosim report --sweep-dir {s['out']}"]
     return "\n".join(lines)
 
 

@@ -29,8 +29,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--technique": ("list|one", "technique name(s), repeatable and comma-separated; 'all': every technique the "
                                 "command can run"),
     "--hosts": ("one|_hosts_value", "which VMs of the slice: names joined by + (vm1+vm2: those together), 'all' (all "
-                                    "together), 'each' (each alone), comma-separated for several sets (live run: a "
-                                    "number of Ray nodes, or 'wan')"),
+                                    "together), 'each' (each alone), comma-separated for several sets (live run: 'wan', "
+                                    "the emulated WAN slice's hosts)"),
     "--global-batch": ("int|spec", "sequences per optimizer step, summed over all GPUs"),
     "--microbatches": ("int|spec", "microbatches per step (pipeline stages; gradient accumulation elsewhere)"),
     "--epochs": ("int|spec", "passes over the data set to train"),
@@ -50,13 +50,14 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--json": ("flag", "print the results as JSON instead of tables"),
     "--out": ("one", "file to write"),
     "--out-dir": ("one", "directory to write into (a rerun resumes or replaces what is there, as the command says)"),
+    "--sweep-dir": ("one", "a sweep's directory: sweep writes its rows there (a rerun resumes them), report reads them "
+                           "and writes its plots and page beside them"),
     "--delta": ("float", "Algorithm 1's threshold: the relative TFLOP/s gap that decides"),
     "--sweep-rtt": ("spec", "redo the answer at these RTTs (ms) and show where it flips"),
     "--probe-epochs": ("int", "epochs each Algorithm 1 probe trains (the algorithm's epsilon)"),
     "--ray-address": ("one", "a Ray cluster to run on ('auto': the local one)"),
     "--timeout": ("float", "seconds before a run is stopped"),
     "--seconds": ("float", "seconds a measurement lasts"),
-    "--cpu-devices": ("int", "virtual CPU devices per process (JAX on CPU)"),
     "--warmup": ("int", "steps after the first excluded from timing"),
     "--data": ("one", "training data"),
     "--max-evaluations": ("int", "least-squares iterations per fit"),
@@ -71,11 +72,13 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--kind": ("one", "which variant"),
     "--quiet": ("flag", "no progress output"),
     "--dry-run": ("flag", "print what would be requested and run; do nothing"),
-    "--gpu": ("one", "only slices of this GPU model (a name from the catalog: RTX6000, T4, A30, A40)"),
+    "--gpu": ("one", "a GPU model from the catalog (RTX6000, T4, A30, H100, ...): fabric: only slices of it; sweep: "
+                     "every host's, a what-if axis (the generated clusters' with --site-count)"),
     "--sites": ("one", "FABRIC sites, comma-separated, or 'all'"),
-    "--gpus-per-host": ("int|spec", "GPUs per host (a list or range where a command sweeps; select --live: CPU devices "
-                                    "standing for them)"),
-    "--host-count": ("int", "how many hosts (VMs): of a FABRIC slice to rank (plan --sites), of an emulated WAN"),
+    "--gpus-per-host": ("int|spec", "GPUs per host (a list or range where a command sweeps; live runs and select "
+                                    "--live: the virtual CPU devices of a process, standing for them)"),
+    "--host-count": ("int", "how many hosts (VMs): of a FABRIC slice to rank (plan --sites), of an emulated WAN, "
+                            "of a Ray cluster's nodes to run on (live run)"),
     "--image": ("one", "the VMs' operating-system image"),
     "--runtime": ("one|spec", "the software stack whose fixed costs apply: alpa (the study's), jax (geosim live), "
                               "pytorch (DDP); a list where a command sweeps"),
@@ -92,6 +95,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--virtual-stages": ("int", "layout: chunks of layers per stage under the interleaved 1F1B schedule (v; "
                                 "default 1)"),
     "--layer-split": ("one", "layout: layers of each stage (of each virtual stage when interleaved), comma-separated"),
+    "--replica-per": ("one", "layout of a low-communication technique: what trains one replica, a host or a site "
+                             "(the hosts asked at a site, data parallel)"),
     "--loss-curve-out": ("one", "file to append the run's loss-vs-tokens curve to (for --loss-curves)"),
 }
 
@@ -115,10 +120,6 @@ DEFAULTS_DIFFER: dict[str, dict[str, str]] = {
         "geosim live validate": "as live run",
     },
     "--precision": {"geosim live run": "auto: what the device supports (fp32 on CPU)"},
-    "--gpus-per-host": {
-        "geosim sweep": "the sweep generates scaled-out clusters of 8-GPU VMs (a DGX-like node); plan --sites "
-                        "asks FABRIC for VMs of 2 GPUs, as in the study",
-    },
     "--bandwidth-gbps": {
         "geosim sweep": "a sweep axis: 'native' keeps each slice's own links",
         "geosim live validate": "the emulated WAN's rate: 1 Gbit/s keeps a Python forwarder on one core",
@@ -137,7 +138,11 @@ DEFAULTS_DIFFER: dict[str, dict[str, str]] = {
         "geosim live validate": "each validation run's steps",
         "geosim fabric calibrate": "each calibration run's steps",
     },
-    "--cpu-devices": {"geosim live validate": "one device per emulated host"},
+    "--gpus-per-host": {
+        "geosim sweep": "the sweep generates scaled-out clusters of 8-GPU VMs (a DGX-like node); plan --sites "
+                        "asks FABRIC for VMs of 2 GPUs, as in the study",
+        "geosim live validate": "one CPU device per emulated host: every host shares this machine's cores",
+    },
     "--data": {"geosim live validate": "generated tokens: offline and the same on every run"},
     "--timeout": {"geosim live validate": "seconds per validation run"},
     "--max-evaluations": {"geosim live validate": "its fit has fewer parameters and a profiled grid"},
@@ -149,7 +154,6 @@ DEFAULTS_DIFFER: dict[str, dict[str, str]] = {
     "--ray-address": {"geosim live probe": "probing needs a cluster: the local one by default"},
     "--tcp-window-kib": {"geosim live validate": "the study's mechanism: windows smaller than the gradients"},
     "--hosts": {"geosim predict": "all the VMs together, and each alone"},
-    "--out-dir": {"geosim live validate": "its own directory, so a validation's runs never mix with a sweep's"},
 }
 
 # Old name -> new name; the old name still works for now and prints one deprecation line
@@ -160,14 +164,17 @@ RENAMED: dict[str, str] = {
     "--nodes": "--hosts",
     "select/live run --records (writing)": "--records-out",
     "calibrate import --out": "--records-out",
-    "sweep --out": "--out-dir",
+    "sweep --out, --out-dir": "--sweep-dir",
     "live validate --out": "--out-dir",
-    "report DIR (positional)": "--out-dir",
+    "report DIR (positional), --out-dir": "--sweep-dir",
     "calibrate fit/crossval/check RECORDS (positional)": "--records",
     "fabric slice create/emulate SCENARIO (positional)": "--scenario",
-    "sweep --gpu": "--replace-gpu",
+    "sweep --replace-gpu, --scale-gpu": "--gpu",
     "plan --vms": "--host-count",
     "live wan up --num-hosts": "--host-count",
+    "live run --hosts N (a number of Ray nodes)": "--host-count",
+    "live run/validate, fabric calibrate --cpu-devices": "--gpus-per-host",
+    "live run --stages": "--pipeline-parallel",
     "plan/sweep --gpus-per-vm, select --devices-per-vm": "--gpus-per-host",
     "sweep --num-sites": "--site-count",
     "sweep --vms-per-site": "--hosts-per-site",

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from geosim.cli.common import add_json_argument, add_technique_argument
-from geosim.cli.vocabulary import deprecate
+from geosim.cli.vocabulary import add_renamed, deprecate
 from geosim.errors import GeosimError, require
 from geosim.techniques import is_low_communication, is_pipelined, technique_names
 
@@ -75,7 +75,9 @@ def add_arguments(parser) -> None:
     cal.add_argument("--steps", type=int, default=20, help="training steps per run (default: %(default)s)")
     cal.add_argument("--global-batch", type=int, default=8, help="sequences per step (default: %(default)s)")
     add_technique_argument(cal, "data,zero2,shard,pipeshard")
-    cal.add_argument("--cpu-devices", type=int, help="JAX CPU devices per process (VMs without GPUs)")
+    cal.add_argument("--gpus-per-host", dest="cpu_devices", type=int,
+                     help="devices per host: JAX CPU devices per process, standing for its GPUs (VMs without GPUs)")
+    add_renamed(cal, "--cpu-devices", "--gpus-per-host", dest="cpu_devices", type=int)
     cal.add_argument("--probe-seconds", type=float, default=3.0, help="seconds per throughput test (default: %(default)s)")
     cal.add_argument("--wheel", help="geosim wheel to install (default: built from this checkout)")
     cal.add_argument("--redo", action="append", default=[], metavar="STEP", help="run STEP again even if done")
@@ -242,7 +244,8 @@ def _calibrate(args) -> int:
     for key in ("steps", "global_batch", "cpu_devices"):
         value = getattr(args, key)
         if value is not None and value <= 0:
-            raise GeosimError(f"must be > 0, got {value}", source="--" + key.replace("_", "-"))
+            raise GeosimError(f"must be > 0, got {value}", source="--gpus-per-host" if key == "cpu_devices"
+                              else "--" + key.replace("_", "-"))
     if bool(args.slice) == bool(args.scenario):
         raise GeosimError("give the slice file (SLICE) or the realised scenario (--scenario), one of them",
                           source="--scenario")

@@ -233,7 +233,7 @@ class Calibration:
                     f"--ray-address {self.head()} --scenario {REMOTE_DIR}/run/probed.toml "
                     f"--records-out {REMOTE_DIR}/run/runs-{technique}.jsonl --gloo-interface {head.interface} "
                     f"--timeout {o.run_timeout_s:g}"
-                    + (f" --cpu-devices {o.cpu_devices}" if o.cpu_devices else "")
+                    + (f" --gpus-per-host {o.cpu_devices}" if o.cpu_devices else "")
                     + (f" --nccl-interface {head.interface}" if head.gpus else "")  # NCCL over the data plane
                     + "".join(f" {shlex.quote(a)}" for a in o.extra_run_args))
             log = f"{REMOTE_DIR}/run/{technique}.log"

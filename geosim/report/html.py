@@ -1,4 +1,4 @@
-"""`geosim report --out-dir DIR`: a sweep's plots and a one-page, self-contained HTML report.
+"""`geosim report --sweep-dir DIR`: a sweep's plots and a one-page, self-contained HTML report.
 
 The page embeds its PNGs as data URIs, so it can be mailed or attached as one file;
 the SVGs sit beside it in DIR/plots/ for papers.
@@ -112,7 +112,7 @@ def build_report(out_dir: str | Path, records: str | None = None) -> dict:
                           f"sweep the points to report into a directory of their own", source=str(out_dir))
     rows = read_rows(out_dir)
     if manifest is None or not rows:
-        raise GeosimError("no sweep results here (run geosim sweep --out-dir DIR first)", source=str(out_dir))
+        raise GeosimError("no sweep results here (run geosim sweep --sweep-dir DIR first)", source=str(out_dir))
     rows = _in_grid_order(rows, manifest["grid"])
     crossovers = read_crossovers(out_dir)
     axis = next((c["axis"] for c in crossovers), None) or _swept_axis(manifest["grid"])

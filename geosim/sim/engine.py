@@ -20,7 +20,7 @@ from geosim.sim.network import NetworkFactory
 from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.sim.compute import compute_model
 from geosim.sim.kernel import Clock, Event
-from geosim.sim.symmetry import find_symmetry
+from geosim.sim.symmetry import OrderMatters, find_symmetry
 from geosim.specs import Cluster, Params, Workload
 
 
@@ -119,7 +119,10 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
     thresholds = gc.get_threshold()
     gc.set_threshold(*RUN_GC_THRESHOLDS)
     try:
-        return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run(symmetry)
+        try:
+            return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run(symmetry)
+        except OrderMatters:  # a shared hop's senders met at one instant: the proof's run-time half failed
+            return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run(False)
     finally:
         gc.set_threshold(*thresholds)
 
@@ -192,7 +195,7 @@ class EngineRun:
             self.is_representative = lambda rank: rank % found.segment < found.shift
             self.events -= len(schedule.programs) - len(ranks)
         # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
-        self.loop = (env, env.timeout, env.event, self.mailbox, self.mailbox.pop, net.send, getattr(net, "send_at", None),
+        self.loop = (env, env.timeout, env.event, self.mailbox, self.mailbox.pop, net.send_at,
                      self.deliver, self.canonical, self.barrier(), self.compute_time(), self.compute_seconds.per_rank,
                      self.trace_rows, net.collective_ops, net.may_shortcut, net.may_precompute)
         for rank in ranks:
@@ -307,7 +310,8 @@ class EngineRun:
         """barrier(step, ctx): a rank reaches a Barrier (a program's own, or a collective's where
         communication is free); returns the event it waits on. A closure over the run's state (a local
         is read faster than an attribute)."""
-        event, succeed, barriers, copies = self.env.event, self.env.succeed, self.barriers, self.copies
+        event, succeed, barriers, copies, running_in = (self.env.event, self.env.succeed, self.barriers, self.copies,
+                                                        self.running_in)
 
         def barrier(step, ctx):
             key = (step.tag, ctx)
@@ -316,7 +320,8 @@ class EngineRun:
                 self.events += 1
                 waiting = barriers[key] = _Waiting(event())
             waiting.arrived += 1
-            if waiting.arrived == step.size // copies:
+            if waiting.arrived == (step.size if copies == 1 else running_in(step.group) if step.group else
+                                   step.size // copies):
                 del barriers[key]
                 succeed(waiting.released)
             return waiting.released
@@ -346,7 +351,7 @@ class EngineRun:
         A nested generator per block costs a few percent at most against a flat walk: CPython passes a
         resumption down a `yield from` chain in C, and Shard nests three deep at most
         (docs/results/2026-11-24-speed.md)."""
-        (env, timeout, event, mailbox, pop, send, send_at, deliver, canonical, barrier, compute_time, times,
+        (env, timeout, event, mailbox, pop, send_at, deliver, canonical, barrier, compute_time, times,
          trace_rows, collective_ops, may_shortcut, may_precompute) = self.loop
         times = times.get(rank)
         for op in ops:
@@ -381,11 +386,8 @@ class EngineRun:
                     # under a symmetry, filed as the message its renamed copy sends a representative
                     key = (rank, step.dst, step.tag, ctx) if canonical is None else (
                         *canonical(rank, step.dst), step.tag, ctx)
-                    if send_at is None:
-                        delay = send(rank, step.dst, step.nbytes, step.p2p, step.tag[0])
-                    else:  # send() written out: the arrival less now, the same arithmetic
-                        now = env.now
-                        delay = send_at(rank, step.dst, step.nbytes, step.p2p, step.tag[0], now) - now
+                    now = env.now  # send() written out: the arrival less now, the same arithmetic
+                    delay = send_at(rank, step.dst, step.nbytes, step.p2p, step.tag[0], now) - now
                     waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
                     self.events += 1
                     if waiting is None:

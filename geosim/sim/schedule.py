@@ -77,10 +77,12 @@ class Repeat(NamedTuple):
 
 class Barrier(NamedTuple):
     """Waits until `size` ranks have reached the barrier of this tag (a network model's form of a
-    collective where communication is free); techniques do not emit it."""
+    collective where communication is free); techniques do not emit it. `group`, where given, names
+    the ranks (under a symmetry, those of them that run are awaited: a group moved onto another too)."""
 
     tag: tuple
     size: int
+    group: tuple = ()
 
 
 Op = Compute | Send | Recv | Collective | Repeat | Barrier

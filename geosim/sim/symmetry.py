@@ -53,11 +53,22 @@ class Symmetry:
     def representatives(self) -> list[int]:
         return [rank for rank in range(self.size) if rank % self.segment < self.shift]
 
+    def power(self, rank: int, k: int) -> int:
+        """σ^k(rank): k places on (back, for k < 0) in its segment's cycle."""
+        base = rank - rank % self.segment
+        return base + (rank - base + k * self.shift) % self.segment
+
     def canonical(self, src: int, dst: int) -> tuple[int, int]:
         """A message src -> dst, renamed by the power of σ that takes dst to its representative."""
         back = dst % self.segment - dst % self.shift  # places dst is past its representative
         base = src - src % self.segment
         return base + (src - base - back) % self.segment, dst - back
+
+
+class OrderMatters(Exception):
+    """In a run of a symmetry's representatives, two senders reserved one hop at one instant: the
+    order of simultaneous events decides which goes first, and the full run's order is not the
+    representatives' (the engine runs every rank instead)."""
 
 
 def find_symmetry(schedule: Schedule, network) -> Symmetry | None:
@@ -67,13 +78,11 @@ def find_symmetry(schedule: Schedule, network) -> Symmetry | None:
     size = len(devices)
     if size < 2 or any(d.rank != i for i, d in enumerate(devices)) or set(schedule.programs) != set(range(size)):
         return None
-    checker = getattr(network, "symmetric_under", None)
-    if checker is None:
-        return None
+    checker = network.symmetric_under
     # a group the shift moves onto another (a replica's, onto the next replica's) is run by the
-    # engine's held collectives and repeated blocks, counted by the representatives in it; a model
-    # that turns collectives into barriers of a size (the ideal network) keeps groups in place
-    groups_may_move = getattr(network, "groups_may_move", False)
+    # engine's held collectives, repeated blocks and barriers (the ideal network's collectives),
+    # counted by the representatives in it; a model without groups_may_move keeps groups in place
+    groups_may_move = network.groups_may_move
     candidates = []
     for segment in _divisors(size):
         for shift in _divisors(segment):

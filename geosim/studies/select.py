@@ -251,7 +251,7 @@ class LiveProbes:
         import sys
 
         cmd = [sys.executable, "-m", "geosim", "live", "run", "--technique", technique, "--model", self.model,
-               "--global-batch", str(self.batch), "--cpu-devices", str(self.devices_per_vm * len(hosts)), "--json"]
+               "--global-batch", str(self.batch), "--gpus-per-host", str(self.devices_per_vm * len(hosts)), "--json"]
         cmd += ["--steps", str(self.steps)] if self.steps else ["--epochs", str(self.epochs or 1)]
         if is_pipelined(technique):
             cmd += ["--microbatches", str(self.microbatches)]

@@ -12,6 +12,8 @@ module attributes say what other modules need to know without naming it:
                    microbatches, splits) as (workload changes, options) pairs; default: one, ({}, None)
   plan_floor_s(case, hosts, workload, options)  a floor under the predicted total time (default 0)
   variant_label(hosts, workload, options) / option_kind(hosts, options)  how the planner names an option
+  layout_options(case, hosts, **layout)  the per-run options of a layout asked on the command line (its
+                   keywords are the layout keys it takes: tensor, pipeline, ..., replica_per)
 Modules whose names start with an underscore are shared helpers, not techniques.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import pkgutil
 from functools import cache
 from types import ModuleType
@@ -152,15 +155,26 @@ def plan_choices(args) -> dict:
     return choices
 
 
-def takes_layout(name: str) -> bool:
-    """Whether a technique takes a layout the field's way (tensor, pipeline, data degrees, virtual stages)."""
-    return hasattr(get_technique(name), "layout_options")
+def layout_keys(name: str) -> tuple[str, ...]:
+    """The layout keywords a technique takes (its module's layout_options' keywords: Pipeshard's tensor,
+    pipeline, data, virtual, layer_split; the low-communication ones' replica_per); () for none."""
+    module = get_technique(name)
+    if not hasattr(module, "layout_options"):
+        return ()
+    return tuple(p for p in inspect.signature(module.layout_options).parameters if p not in ("case", "hosts"))
 
 
-def layout_options(name: str, case, hosts: tuple[str, ...], **layout) -> dict:
-    """The technique's per-run options for a layout (its module's layout_options: tensor, pipeline, data,
-    virtual, layer_split), checked against the hosts asked."""
-    return get_technique(name).layout_options(case, tuple(hosts), **layout)
+def takes_layout(name: str, key: str | None = None) -> bool:
+    """Whether a technique takes a layout (any key, or `key`) the field's way."""
+    keys = layout_keys(name)
+    return bool(keys) if key is None else key in keys
+
+
+def layout_options(name: str, case, hosts: tuple[str, ...], **layout) -> dict | None:
+    """The technique's per-run options for a layout (its module's layout_options, given the keys it
+    takes of those set), checked against the hosts asked; None where none of them applies to it."""
+    mine = {k: v for k, v in layout.items() if v is not None and k in layout_keys(name)}
+    return get_technique(name).layout_options(case, tuple(hosts), **mine) if mine else None
 
 
 def build_schedule(name: str, case, options: dict | None = None):

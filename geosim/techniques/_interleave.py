@@ -76,3 +76,43 @@ def interleaved_program(forward: Callable, backward: Callable, stages: int, s: i
         program += backward(*unit(i, True))
     # at most warmup + 1 microbatch-chunks in flight, each 1 / v of the stage's layers
     return program, min(microbatches, math.ceil((warmup + 1) / v))
+
+
+# virtual stages per stage the structured planner tries: Megatron-LM's tables interleave 2 to 4 chunks a
+# stage; each more multiplies the point-to-point sends and the options to weigh
+PLANNED_VIRTUAL_STAGES = (2, 4)
+
+
+def planned_interleaves(settings, n_layer: int, stages: int, microbatches: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(v, the even layer split of the S x v virtual stages) for each interleaving the planner tries on a
+    pipeline of `stages` (check_interleave's conditions, each virtual stage >= 1 layer); the even split is
+    layers_per_chunk's own, written out so the planner's floor can weigh the option."""
+    if settings.schedule != "1f1b" or settings.interleave != 1 or stages < 2 or microbatches % stages:
+        return []
+    found = []
+    for v in PLANNED_VIRTUAL_STAGES:
+        if n_layer >= stages * v:
+            base, rest = divmod(n_layer, stages * v)
+            found.append((v, tuple(base + (1 if k < rest else 0) for k in range(stages * v))))
+    return found
+
+
+def round_trips(stages: int, microbatches: int, v: int) -> int:
+    """How many microbatch round trips stage 0 runs one after another under interleaved_program (v >= 2):
+    a microbatch's chunk-0 backward ends its round trip through every virtual stage and back, and stage
+    0's program runs its forward unit j only after its backward unit j - warmup - 1. So microbatch k'
+    starts (chunk 0) after microbatch k has come back whenever k's backward unit comes that early; a chain
+    of such microbatches is a chain of whole round trips, back to back (the pipeline floor's)."""
+    total, S = microbatches * v, stages
+    warmup = min((S - 1) * 2 + (v - 1) * S, total)
+
+    def forward_unit(k: int) -> int:  # unit index of microbatch k's chunk 0 (groups of S, chunk by chunk)
+        return (k // S) * S * v + k % S
+
+    trips, k = 1, 0
+    while True:
+        back = forward_unit(k) + (v - 1) * S  # its chunk-0 backward: the last of its group's backward chunks
+        nxt = next((m for m in range(k + 1, microbatches) if forward_unit(m) - warmup - 1 >= back), None)
+        if nxt is None:
+            return trips
+        trips, k = trips + 1, nxt

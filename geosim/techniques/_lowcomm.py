@@ -233,24 +233,47 @@ def assemble(technique: str, devices: list[Device], replicas: list[Replica], inn
                     activation_compression=activation_compression)
 
 
-def plan_variants(case: Case, hosts: tuple[str, ...], **_):
+REPLICA_UNITS = ("host", "site")  # what holds one replica (--replica-per)
+
+
+def check_replica_per(replica_per: str) -> None:
+    if replica_per not in REPLICA_UNITS:
+        raise GeosimError(f"must be one of {', '.join(REPLICA_UNITS)}, got {replica_per!r}", source="--replica-per")
+
+
+def plan_variants(case: Case, hosts: tuple[str, ...], layout: dict | None = None, **_):
     """What a low-communication technique's planner tries (DiLoCo, SparseLoCo): a replica per host
     (the default), and where a site holds several hosts, a replica per site, data parallel inside
-    it (what a cross-region run does: the wide-area links carry only the outer synchronization)."""
-    yield {}, None
-    groups = site_groups(case, hosts)
+    it (what a cross-region run does: the wide-area links carry only the outer synchronization).
+    A layout's replica_per (--replica-per): only that one."""
+    replica_per = (layout or {}).get("replica_per")
+    if replica_per != "site":
+        yield {}, None
+    if replica_per == "host":
+        return
+    groups = site_groups(case, hosts) if replica_per is None else by_site(case, hosts)
     if groups:
         yield {}, {"replicas": groups}
+
+
+def layout_options(case: Case, hosts: tuple[str, ...], replica_per: str | None = None) -> dict:
+    """--replica-per asked (DiLoCo, SparseLoCo): a replica per host (their default), or per site: the
+    hosts asked of each site train one replica, data parallel over them."""
+    check_replica_per(replica_per)
+    return {"replicas": by_site(case, hosts)} if replica_per == "site" else {}
+
+
+def by_site(case: Case, hosts: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The chosen hosts grouped by site, in the scenario's order."""
+    groups: dict[str, list[str]] = {}
+    for h in case.cluster.hosts:
+        if h.name in hosts:
+            groups.setdefault(h.site, []).append(h.name)
+    return [tuple(v) for v in groups.values()]
 
 
 def site_groups(case: Case, hosts: tuple[str, ...]) -> list[tuple[str, ...]] | None:
     """The chosen hosts by site (scenario order), where a replica per site differs from one per host
     and from a single replica: several sites, one of them with several hosts; else None."""
-    by_site: dict[str, list[str]] = {}
-    for h in case.cluster.hosts:
-        if h.name in hosts:
-            by_site.setdefault(h.site, []).append(h.name)
-    if len(by_site) > 1 and any(len(v) > 1 for v in by_site.values()):
-        return [tuple(v) for v in by_site.values()]
-    return None
-
+    groups = by_site(case, hosts)
+    return groups if len(groups) > 1 and any(len(g) > 1 for g in groups) else None

@@ -14,6 +14,7 @@ from geosim.runtime import runtime_of
 from geosim.sim.compute import compute_model
 from geosim.sim.network import least_delay
 from geosim.techniques._base import devices_of, forward_flops, work
+from geosim.techniques._interleave import round_trips
 from geosim.techniques._settings import with_options
 
 TECHNIQUE = "pipeshard"  # whose settings and collectives the floors read (pipeshard.NAME)
@@ -40,10 +41,14 @@ def stage_gpus(case: Case, hosts: tuple[str, ...], options: dict) -> list[tuple]
     return [tuple(g for h in mesh for g in by_name[h].gpus) for mesh in options["meshes"]]
 
 
-def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict) -> float:
+def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict, virtual: int = 1) -> float:
     """plan_floor_s's floor under one iteration of the option on `hosts` (options: its meshes and
-    layer_split at least), its runtime's fixed overhead left out: the larger of the busiest stage's
-    microbatches with the fill and drain, and the microbatches' round trips (see plan_floor_s).
+    layer_split at least, a layer count per stage), its runtime's fixed overhead left out: the larger
+    of the busiest stage's microbatches with the fill and drain, and the microbatches' round trips
+    (see plan_floor_s). virtual > 1 (interleaved: `virtual` chunks a stage, options' layer_split
+    still a count per stage): the busiest stage's microbatches and gradient all-reduce, and the
+    microbatches' round trips stage 0's program runs back to back (_interleave.round_trips), each
+    crossing every boundary `virtual` times each way.
     The hybrid's floor (geosim.techniques.hybrid) bounds its pipelined replica's inner steps by it."""
     w, params = workload, case.params
     layers = options["layer_split"]
@@ -74,7 +79,7 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
         forward_s.append(known[1])
         backward_s.append(known[2])
     busiest = max(range(count), key=per_microbatch.__getitem__)
-    iteration = w.microbatches * per_microbatch[busiest] + sum(per_microbatch[:busiest])
+    iteration = w.microbatches * per_microbatch[busiest] + (0.0 if virtual > 1 else sum(per_microbatch[:busiest]))
     settings = with_options(params.settings(TECHNIQUE), options, TECHNIQUE)
     if settings.intra_stage in ("data", "shard-data") and options.get("meshes") and getattr(case, "network", "tcp") == "tcp":
         # a stage's gradient all-reduce over several hosts: its whole buffer enters every host of the
@@ -99,12 +104,15 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
                 iteration = max(iteration, w.microbatches * per_microbatch[s]
                                 + share * stage_params * w.bytes_per_value / port)
     if count > 1 and settings.intra_stage in ("data", "shard-data"):
-        trips = -(-w.microbatches // count) if settings.schedule == "1f1b" else 1
+        if virtual > 1:
+            trips = round_trips(count, w.microbatches, virtual)
+        else:
+            trips = -(-w.microbatches // count) if settings.schedule == "1f1b" else 1
         crossings = _least_crossings(case, hosts, options, w, settings.activation_compression)
         # shard-data: a path's compute is its tensor-parallel ops (no data-parallel floor for them), its
         # activation all-reduces at least the rings' steps
         compute = sum(forward_s) + sum(backward_s) if settings.intra_stage == "data" else sum(sharding)
-        iteration = max(iteration, trips * (compute + crossings))
+        iteration = max(iteration, trips * (compute + virtual * crossings))
     return iteration
 
 

@@ -9,16 +9,28 @@ per host-or-group, d the rest. Every mistake is one line naming the flag (geosim
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from geosim.errors import GeosimError
+from geosim.techniques._base import devices_of
+from geosim.techniques._interleave import layers_per_chunk
+from geosim.techniques._settings import with_options
 
 FLAGS = {"tensor": "--tensor-parallel", "pipeline": "--pipeline-parallel", "data": "--data-parallel",
          "virtual": "--virtual-stages", "layer_split": "--layer-split"}
+LAYOUT_KEYS = tuple(FLAGS)
+TECHNIQUE = "pipeshard"  # whose settings a layout's options are (pipeshard.NAME)
 
 
 def layout_options(case, hosts: tuple[str, ...], tensor: int | None = None, pipeline: int | None = None,
                    data: int | None = None, virtual: int | None = None,
                    layer_split: tuple[int, ...] | None = None) -> dict:
     """Pipeshard's options (meshes, intra_stage, tensor, interleave, layer_split) for the layout asked."""
+    return _resolve(case, hosts, tensor, pipeline, data, virtual, layer_split)[0]
+
+
+def _resolve(case, hosts: tuple[str, ...], tensor, pipeline, data, virtual, layer_split) -> tuple[dict, int, int]:
+    """(options, p, d) of the layout asked; every mistake one line naming its flag."""
     for key, value in (("tensor", tensor), ("pipeline", pipeline), ("data", data), ("virtual", virtual)):
         if value is not None and value < 1:
             raise GeosimError(f"must be >= 1, got {value}", source=FLAGS[key])
@@ -52,7 +64,37 @@ def layout_options(case, hosts: tuple[str, ...], tensor: int | None = None, pipe
         options["interleave"] = virtual
     if layer_split is not None:
         options["layer_split"] = tuple(layer_split)
-    return options
+    return options, p, d
+
+
+def asked_variants(case, hosts: tuple[str, ...], layout: dict, microbatches: list[int], stage_layers):
+    """The planner's options under a layout asked (plan, select, a sweep's best): the layout on `hosts`
+    where it fits them (t x p x d names how many GPUs: other sets of hosts are no option of it), at
+    each microbatch count the planner tries that its d replicas (and v virtual stages: groups of p)
+    can split; the layer split asked, else the one build() gives (stage_layers: pipeshard.layers_per_stage),
+    written out so the planner's floor weighs the option."""
+    try:
+        options, p, d = _resolve(case, hosts, **layout)
+    except GeosimError:
+        return
+    on = case.on(hosts)
+    devices = devices_of(on.cluster)
+    meshes = ([[x for x in devices if x.host in mesh] for mesh in options["meshes"]] if "meshes" in options
+              else [[x] for x in devices])
+    batch, v = case.workload.global_batch, options.get("interleave") or 1
+    for m in microbatches:
+        if batch % m or (batch // m) % d or (v > 1 and m % len(meshes)) or case.model.n_layer < len(meshes) * v:
+            continue
+        chosen = dict(options)
+        if "layer_split" not in chosen:
+            settings = with_options(case.params.settings(TECHNIQUE), options, TECHNIQUE)
+            at = on.with_(workload=replace(case.workload, microbatches=m))
+            if v > 1:  # in virtual-stage order: k = c x S + s is stage s's chunk c
+                chunks = layers_per_chunk(at, len(meshes), settings)
+                chosen["layer_split"] = tuple(chunks[s][c] for c in range(v) for s in range(len(meshes)))
+            else:
+                chosen["layer_split"] = tuple(stage_layers(at, meshes, settings))
+        yield {"microbatches": m}, chosen
 
 
 def _degrees(hosts: int, per_host: int, gpus: int, t: int, pipeline: int | None, data: int | None) -> tuple[int, int]:

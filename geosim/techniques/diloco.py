@@ -26,7 +26,7 @@ from geosim.case import Case
 from geosim.techniques import _floor
 from geosim.techniques._base import check_dims, combined, devices_of
 from geosim.techniques._settings import option, tunable
-from geosim.techniques._lowcomm import plan_variants  # noqa: F401 (the planner's choices)
+from geosim.techniques._lowcomm import layout_options, plan_variants  # noqa: F401 (the registry's)
 from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, assemble, inner_step, outer_step_op,
                                         replica_name, single_host_replicas)
 

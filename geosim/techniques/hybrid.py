@@ -36,8 +36,8 @@ from geosim.techniques import _floor, pipeshard, sparseloco
 from geosim.techniques._base import check_dims, devices_of
 from geosim.techniques._pipeline_floor import iteration_floor_s
 from geosim.techniques._settings import option, tunable, with_options
-from geosim.techniques._lowcomm import (add_outer_state, assemble, build_replica, replica_hosts, replica_workload,
-                                        site_groups, sparse_gather_ops)
+from geosim.techniques._lowcomm import (REPLICA_UNITS, add_outer_state, assemble, build_replica, check_replica_per,
+                                        replica_hosts, replica_workload, site_groups, sparse_gather_ops)
 
 NAME = "hybrid"
 LOW_COMMUNICATION = True  # more tokens for the same loss: ranked on time to a target
@@ -61,7 +61,6 @@ class Settings(sparseloco.Settings):
                               "(data parallel over its hosts)")
 
 
-REPLICA_UNITS = ("host", "site")
 
 
 # whether a one-host unit holds a full replica, by what decides it (the host's GPUs, its intra-host link
@@ -152,15 +151,19 @@ def build(case: Case, settings: Settings) -> Schedule:
                     f"x {s.bits}-bit", activation_compression=compression if pipelined else 1.0)
 
 
-def plan_variants(case: Case, hosts: tuple[str, ...], **_):
+def plan_variants(case: Case, hosts: tuple[str, ...], layout: dict | None = None, **_):
     """What the planner tries: a full replica per host where it fits (the default), and where a site
     holds several of the hosts, a full replica per site, data parallel over its hosts, as DiLoCo and
     SparseLoCo offer (geosim.techniques._lowcomm.plan_variants). Where every site holds its replica
     that option is SparseLoCo's replica per site, which the planner already weighs, and where none
     does it is the per-host option's one pipeline: it is offered only where both kinds of replica
-    are left."""
+    are left. A layout's replica_per (--replica-per): only that one, wherever it differs or not."""
+    replica_per = (layout or {}).get("replica_per")
+    if replica_per == "site":
+        yield {}, {"replica_per": "site"}
+        return
     yield {}, None
-    if site_groups(case, hosts):
+    if replica_per is None and site_groups(case, hosts):
         on = case.on(hosts)
         state = sparseloco.state_bytes_per_param(on.params.settings(NAME))
         try:
@@ -172,6 +175,11 @@ def plan_variants(case: Case, hosts: tuple[str, ...], **_):
         if any(kind == "pipeline" for _, kind in layout) and any(kind == "full" and len(g) > 1 for g, kind in layout):
             yield {}, {"replica_per": "site"}
 
+
+def layout_options(case: Case, hosts: tuple[str, ...], replica_per: str | None = None) -> dict:
+    """--replica-per asked: what holds a full replica where memory allows, a host (the default) or a site."""
+    check_replica_per(replica_per)
+    return {"replica_per": replica_per}
 
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:

@@ -16,6 +16,7 @@ with GPU i of the others (data parallel across hosts).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, replace
@@ -23,15 +24,15 @@ from dataclasses import dataclass, replace
 from geosim.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
-from geosim.sim.schedule import Collective, Device, Recv, Schedule, Send
+from geosim.sim.schedule import HOST_IN_TAG, Collective, Device, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.scenario import WORKLOAD_RANGES
 from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
-from geosim.techniques._interleave import check_interleave, interleaved_program, layers_per_chunk
-from geosim.techniques._pipeline_layout import layout_options  # noqa: F401 (the registry's layout_options)
+from geosim.techniques._interleave import check_interleave, interleaved_program, layers_per_chunk, planned_interleaves
+from geosim.techniques._pipeline_layout import FLAGS, LAYOUT_KEYS, asked_variants, layout_options  # noqa: F401
 from geosim.techniques._pipeline_floor import iteration_floor_s, overlaps, stage_gpus
 from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import compiled_ops, layers_ops
@@ -162,6 +163,9 @@ def build(case: Case, settings: Settings) -> Schedule:
         by_host = len(tp_groups) > 1  # tags name the host: each host's collectives are its own
         inside_host = len(tp_groups) > len(_hosts_of(mesh))  # several groups on a host: tags name the group too
         chunks = [_Chunk(case, meshes, s, c, v, chunk_layers[s][c], tp, sequences, intra) for c in range(v)]
+        # a tensor group's members run the same blocks under the same tags: built once, shared (a
+        # 1,024-GPU layout's build was mostly the same blocks built again, GPU by GPU)
+        sharded = functools.partial(_sharded, {}, model, workload, params, sequences, per_layer)
         held = sum(chunk.held for chunk in chunks)
         # gradients all-reduced once per iteration: the whole stage over the mesh (data), or each
         # GPU's shard with the GPUs holding the same shard in the stage's other groups (shard-data)
@@ -173,7 +177,9 @@ def build(case: Case, settings: Settings) -> Schedule:
             grad_groups = {}
         for j, dev in enumerate(mesh):
             group = group_of.get(dev.rank, ())
-            host_tag = ((dev.host,) + ((group[0],) if inside_host else ())) if by_host else ()
+            # the host marked as such, and the group by its place on the host: a symmetry moving hosts
+            # onto hosts renames the tag with them (geosim.sim.symmetry)
+            host_tag = ((HOST_IN_TAG, dev.host) + ((dev.local_index // tp,) if inside_host else ())) if by_host else ()
 
             def forward(m, c=0, j=j, group=group, host_tag=host_tag):
                 chunk = chunks[c]
@@ -183,8 +189,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 if intra == "data":
                     ops.append(chunk.fwd._replace(label=f"F{m}" + (f".{c}" if v > 1 else "")))
                 else:
-                    ops.append(layers_ops(model, workload, params, group, sequences, chunk.layers,
-                                          ("pf", m) + ((c,) if v > 1 else ()) + host_tag, per_layer)[0])
+                    ops.append(sharded(group, chunk.layers, ("pf", m) + ((c,) if v > 1 else ()) + host_tag)[0])
                     if chunk.last or chunk.first:
                         ops.append(chunk.fwd._replace(label=f"F{m} head"))
                 if chunk.next_mesh:
@@ -202,8 +207,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 else:
                     if chunk.last or chunk.first:
                         ops.append(chunk.bwd._replace(label=f"B{m} head"))
-                    ops.append(layers_ops(model, workload, params, group, sequences, chunk.layers,
-                                          ("pb", m) + ((c,) if v > 1 else ()) + host_tag, per_layer)[1])
+                    ops.append(sharded(group, chunk.layers, ("pb", m) + ((c,) if v > 1 else ()) + host_tag)[1])
                 ops.append(chunk.accumulate)
                 if chunk.prev_mesh:
                     ops += [Send(chunk.prev_mesh[i].rank, act_bytes * frac, ("grad", chunk.k - 1, m))
@@ -244,6 +248,16 @@ def build(case: Case, settings: Settings) -> Schedule:
                     + (f", {v} virtual stages each (interleaved)" if v > 1 else "")
                     + (f", activations x{compression:g}" if compression != 1 else ""),
                     activation_compression=compression if S > 1 else 1.0)
+
+
+def _sharded(made: dict, model, workload, params, sequences: float, per_layer: int, group: tuple, layers: int,
+             tag: tuple) -> tuple:
+    """Shard's layers_ops for one tensor group, each (group, layers, tag) built once into `made`."""
+    key = (group, layers, tag)
+    ops = made.get(key)
+    if ops is None:
+        ops = made[key] = layers_ops(model, workload, params, group, sequences, layers, tag, per_layer)
+    return ops
 
 
 def layers_per_stage(case: Case, meshes: list[list[Device]], settings: Settings) -> list[int]:
@@ -479,20 +493,33 @@ def add_plan_arguments(parser) -> None:
 def plan_choices(args) -> dict:
     """--intra-stage as plan_variants' intra_stages (None: the parameters file's, and shard-data where it applies)."""
     chosen = getattr(args, "intra_stage", None)
+    if chosen and any(getattr(args, FLAGS[k][2:].replace("-", "_"), None) is not None for k in ("tensor", "pipeline",
+                                                                                                 "data")):
+        raise GeosimError("the layout's degrees say what a stage does across its GPUs (tensor 1: data, else "
+                          "shard-data); give one or the other", source="--intra-stage")
     kinds = {"both": ("data", "shard"), "all": INTRA_STAGES}
     return {"intra_stages": kinds.get(chosen, (chosen,) if chosen else None)}
 
 
 def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, ...] | None = None,
-                  exhaustive: bool = True):
+                  exhaustive: bool = True, layout: dict | None = None):
     """Stage layout x microbatches x intra-stage parallelism x layer split, as (workload changes,
     options). Stage order matters (the first stage holds the embeddings, the last the LM head).
     exhaustive=False (large clusters, geosim.studies.plan): layouts by site and host group,
     powers-of-two microbatches, and the balanced layer split with its neighbours; unless the
     caller names the intra-stage kinds, stages of several multi-GPU hosts also try shard-data
-    (sharded inside each host, data parallel across the stage's hosts: Megatron's 3D layout)."""
+    (sharded inside each host, data parallel across the stage's hosts: Megatron's 3D layout),
+    and pipelines of 1F1B stages their interleaved schedules (PLANNED_VIRTUAL_STAGES).
+    A layout asked (--tensor-parallel and its kin: plan, select, sweep): that layout alone, on
+    each set of hosts it fits (geosim.techniques._pipeline_layout.asked_variants)."""
+    if layout and any(layout.get(k) is not None for k in LAYOUT_KEYS):
+        yield from asked_variants(case, hosts, {k: layout.get(k) for k in LAYOUT_KEYS},
+                                  _microbatch_choices(case.workload.global_batch, exhaustive, case.workload.microbatches),
+                                  layers_per_stage)
+        return
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
     batch = case.workload.global_batch
+    settings = case.params.settings(NAME)
     structured_default = intra_stages is None and not exhaustive
     intra_stages = intra_stages or (case.params.settings(NAME).intra_stage,)
     if len(hosts) == 1 and gpus[hosts[0]] > 1:
@@ -534,6 +561,9 @@ def plan_variants(case: Case, hosts: tuple[str, ...], intra_stages: tuple[str, .
                     chosen = {**shape, "tensor": t} if t else shape
                     for split in layer_splits(case.model.n_layer, len(stages), speeds, extra, exhaustive, most):
                         yield {"microbatches": m}, {**chosen, "layer_split": split}
+                    for v, split in ([] if exhaustive else planned_interleaves(settings, case.model.n_layer,
+                                                                               len(stages), m)):
+                        yield {"microbatches": m}, {**chosen, "interleave": v, "layer_split": split}
 
 
 def _smaller_tensors(meshes, gpus: dict[str, int], microbatch: int) -> list[int]:
@@ -604,8 +634,10 @@ def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str
              if options and len(options.get("layer_split") or ()) > 1 else "")
     intra = (options or {}).get("intra_stage")
     tensor = (options or {}).get("tensor")
+    virtual = (options or {}).get("interleave") or 1
     return (f"{option_kind(order, options)}{split}, {workload.microbatches} microbatches"
-            + (f", intra-stage {intra}" if intra else "") + (f", tensor {tensor}" if tensor else ""))
+            + (f", intra-stage {intra}" if intra else "") + (f", tensor {tensor}" if tensor else "")
+            + (f", {virtual} virtual stages each (interleaved)" if virtual > 1 else ""))
 
 
 def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
@@ -619,13 +651,20 @@ def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | N
     F(k + S), so the iteration holds ceil(M / S) such round trips back to back (GPipe: one), each
     costing every stage's forward and backward and each crossing's least delay on the network
     predict() runs (geosim.sim.network.least_delay: idle hops, the largest window).
+    Interleaved (v virtual stages): the busiest stage's microbatches (its chunks' layers together) and
+    its gradient all-reduce after them, and the round trips stage 0's program runs back to back, each
+    crossing every boundary v times each way (the fill and drain shrink v-fold and are left out).
     Cheap: no schedule is built. tests/test_plan.py checks the floor stays under the prediction.
     """
-    if not options or "layer_split" not in options or (options.get("interleave") or 1) > 1:
-        return 0.0  # the floors know no virtual stages: none is a safe floor
+    if not options or "layer_split" not in options:
+        return 0.0
+    v = options.get("interleave") or 1
+    if v > 1:  # virtual stages: each stage's layers are its chunks' (virtual stage c x S + s is stage s's chunk c)
+        S = len(options["layer_split"]) // v
+        options = {**options, "layer_split": [sum(options["layer_split"][c * S + s] for c in range(v)) for s in range(S)]}
     w, params = workload, case.params
     runtime = runtime_of(w, params)
-    iteration = iteration_floor_s(case, hosts, w, options) + runtime.iteration_overhead_s(NAME, params, w)
+    iteration = iteration_floor_s(case, hosts, w, options, v) + runtime.iteration_overhead_s(NAME, params, w)
     # 1e-9: the engine adds the same terms in another order, a rounding apart
     return (runtime.startup(NAME, params) + w.iterations_per_epoch * w.epochs * iteration) * (1 - 1e-9)
 

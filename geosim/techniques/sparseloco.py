@@ -27,7 +27,7 @@ from geosim.case import Case
 from geosim.techniques import _floor
 from geosim.techniques._base import check_dims, devices_of
 from geosim.techniques._settings import option, tunable
-from geosim.techniques._lowcomm import plan_variants  # noqa: F401 (the planner's choices)
+from geosim.techniques._lowcomm import layout_options, plan_variants  # noqa: F401 (the registry's)
 from geosim.techniques._lowcomm import (ERROR_FEEDBACK_BYTES, OUTER_COPY_BYTES, assemble, single_host_replicas,
                                         sparse_gather_ops)
 

@@ -214,6 +214,13 @@ def params_text(constants: dict, measured: dict, gpu_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def print_rows(rows: list[dict], label: str, *, width: int, digits: int, indent: str = "") -> None:
+    """A fit's table: each row's label (its `label` key), measured and model time in ms, and the error."""
+    print(f"{indent}{label:<{width}} {'measured ms':>12} {'model ms':>9} {'error':>7}")
+    for row in rows:
+        print(f"{indent}{str(row[label])[:width]:<{width}} {row['measured_s'] * 1e3:12.{digits}f} "
+              f"{row['model_s'] * 1e3:9.{digits}f} {row['error']:+7.1%}")
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m geosim.live.experiments.cpu_compute", description=__doc__.split("\n\n")[0])
     ap.add_argument("--processes", type=int, default=2, help="workers timing at once (default: %(default)s)")
@@ -269,9 +276,7 @@ def main(argv=None) -> int:
         return 0
     print(f"XLA:CPU on {gpu.name}, {args.processes} process(es) at once, {args.model} (seq {seq_len}, vocab {args.vocab}), "
           f"load {report['load']:.2f}")
-    print(f"{'batch':>7} {'measured ms':>12} {'model ms':>9} {'error':>7}")
-    for row in constants["rows"]:
-        print(f"{row['batch']!s:>7} {row['measured_s'] * 1e3:12.2f} {row['model_s'] * 1e3:9.2f} {row['error']:+7.1%}")
+    print_rows(constants["rows"], "batch", width=7, digits=2)
     print(f"fitted: gemm_fraction {constants['gemm_fraction']:.4g}, memory_fraction {constants['memory_fraction']:.4g}, "
           f"kernel_us {constants['kernel_us']:.4g} (gemm_half_us 0); rms log error {constants['rms_log_error']:.3f}")
     if args.out:

@@ -33,6 +33,7 @@ import time
 from dataclasses import replace
 
 from geosim.errors import GeosimError
+from geosim.live.experiments.cpu_compute import print_rows
 
 DEFAULT_CASES = "gpt2:8:bf16,gpt2-medium:8:bf16,gpt2-medium:4:bf16,gpt2-medium:8:fp32"
 DEFAULT_GEMMS = "8192:8192:8192:bf16,4096:4096:4096:fp32,2048:2048:2048:bf16"
@@ -244,9 +245,7 @@ def main(argv=None) -> int:
         print(json.dumps(report, allow_nan=False))
         return 0
     print(f"{gpu.name} ({gpu.architecture}): {len(cases)} record(s), {len(gemms)} GEMM(s)")
-    print(f"  {'what':<44} {'measured ms':>12} {'model ms':>9} {'error':>7}")
-    for row in constants["rows"]:
-        print(f"  {row['what'][:44]:<44} {row['measured_s'] * 1e3:12.3f} {row['model_s'] * 1e3:9.3f} {row['error']:+7.1%}")
+    print_rows(constants["rows"], "what", width=44, digits=3, indent="  ")
     print(f"fitted ({gpu.architecture}): gemm_fraction {constants['gemm_fraction']:.4g}, memory_fraction "
           f"{constants['memory_fraction']:.4g}, gemm_half_us {constants['gemm_half_us']:.4g}; rms log error "
           f"{constants['rms_log_error']:.3f}")

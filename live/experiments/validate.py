@@ -103,7 +103,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--global-batch", dest="batch", type=int, default=8,
                         help="sequences per optimizer step, summed over all GPUs (default %(default)s)")
     parser.add_argument("--microbatches", type=int, default=1, help="microbatches per step (default %(default)s)")
-    parser.add_argument("--cpu-devices", type=int, default=1, help="virtual CPU devices per host (default %(default)s)")
+    parser.add_argument("--gpus-per-host", dest="cpu_devices", type=int, default=1,
+                        help="devices per emulated host: virtual CPU devices standing for its GPUs (default %(default)s)")
+    add_renamed(parser, "--cpu-devices", "--gpus-per-host", dest="cpu_devices", type=int)
     parser.add_argument("--bandwidth-gbps", type=float, default=1.0,
                         help="egress cap of every emulated host, Gbit/s (default %(default)s; 0 = none)")
     parser.add_argument("--tcp-window-kib", type=float, default=128.0, metavar="N",
@@ -424,7 +426,7 @@ def run(args) -> int:
     if args.records is None and len(set(rtts)) < 2:
         raise GeosimError("give at least two RTTs: one to fit on, one to predict", key="--rtt-ms")
     steps, warmup = (6, 1) if args.quick else (args.steps, args.warmup)
-    for key, value in (("--steps", steps), ("--global-batch", args.batch), ("--cpu-devices", args.cpu_devices),
+    for key, value in (("--steps", steps), ("--global-batch", args.batch), ("--gpus-per-host", args.cpu_devices),
                        ("--microbatches", args.microbatches), ("--timeout", args.timeout)):
         if value <= 0:
             raise GeosimError(f"must be > 0, got {value}", key=key)

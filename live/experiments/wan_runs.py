@@ -38,7 +38,7 @@ from geosim.records import append_record, validate
 UNCAPPED_GBPS = 5.0
 OPTION_FLAGS = (  # live.train.Options field -> flag of `geosim live run`
     ("technique", "--technique"), ("model", "--model"), ("steps", "--steps"), ("epochs", "--epochs"),
-    ("batch", "--global-batch"), ("microbatches", "--microbatches"), ("stages", "--stages"), ("precision", "--precision"),
+    ("batch", "--global-batch"), ("microbatches", "--microbatches"), ("stages", "--pipeline-parallel"), ("precision", "--precision"),
     ("seq_len", "--seq-len"), ("seed", "--seed"), ("learning_rate", "--lr"), ("data", "--data"),
     ("tokenizer", "--tokenizer"), ("warmup", "--warmup"), ("log_every", "--log-every"),
     ("memory_limit_gib", "--memory-limit-gib"),
@@ -86,7 +86,7 @@ def child_argv(opts, *, coordinator: str, num_processes: int, process_id: int, c
     for name, value in (opts.lowcomm or {}).items():  # as arguments: every process gets the same options
         if value is not None:
             argv += [lowcomm.FLAGS[name], str(value)]
-    return argv + ["--cpu-devices", str(cpu_devices), "--coordinator", coordinator, "--num-processes",
+    return argv + ["--gpus-per-host", str(cpu_devices), "--coordinator", coordinator, "--num-processes",
                    str(num_processes), "--process-id", str(process_id), "--gloo-interface", interface, "--json"]
 
 

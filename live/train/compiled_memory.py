@@ -26,38 +26,34 @@ import os
 import sys
 import time
 
-# An A100-SXM4-40GB as XLA's GPU compiler describes its target (GpuTargetConfigProto):
-# the datasheet's figures (108 SMs, 40 MiB L2, 1555 GB/s, compute capability 8.0), the
-# fields XLA's own gpu_specs/a100_sxm_40 lists.
-A100_TARGET = """gpu_device_info {
+def xla_target(description: str, *, sms: int, fpus_per_sm: int, shared_per_sm: int, shared_optin: int,
+               l2_bytes: int, bandwidth: int, clock_ghz: float, memory_bytes: int, compute_major: int) -> str:
+    """A GPU as XLA's GPU compiler describes its target (GpuTargetConfigProto, text form): the fields
+    XLA's own gpu_specs/*.txtpb list. Only the figures below differ between the cards used here."""
+    return f"""gpu_device_info {{
   threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
-  shared_memory_per_core: 167936 threads_per_core_limit: 2048 core_count: 108 fpus_per_core: 64
+  shared_memory_per_core: {shared_per_sm} threads_per_core_limit: 2048 core_count: {sms} fpus_per_core: {fpus_per_sm}
   block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
-  memory_bandwidth: 1555200000000 l2_cache_size: 41943040 clock_rate_ghz: 1.41
-  device_memory_size: 42331013120 shared_memory_per_block_optin: 166912
-  cuda_compute_capability { major: 8 } registers_per_core_limit: 65536 registers_per_block_limit: 65536
-}
+  memory_bandwidth: {bandwidth} l2_cache_size: {l2_bytes} clock_rate_ghz: {clock_ghz:g}
+  device_memory_size: {memory_bytes} shared_memory_per_block_optin: {shared_optin}
+  cuda_compute_capability {{ major: {compute_major} }} registers_per_core_limit: 65536 registers_per_block_limit: 65536
+}}
 platform_name: "CUDA"
-dnn_version_info { major: 9 minor: 1 patch: 0 }
-device_description_str: "NVIDIA A100-SXM4-40GB"
+dnn_version_info {{ major: 9 minor: 1 patch: 0 }}
+device_description_str: "{description}"
 """
 
 
-# An H100-SXM5-80GB (sm_90, Hopper), from its datasheet as XLA's gpu_specs/h100_sxm lists it: 132 SMs,
-# 50 MiB L2, 3.35 TB/s. XLA fuses differently for it (live's 16-bit softmax keeps less), and its buffer
-# assignment of live's gpt2 and gpt2-medium step matched an H200's allocator peak within 0.2%.
-H100_TARGET = """gpu_device_info {
-  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
-  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132 fpus_per_core: 128
-  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
-  memory_bandwidth: 3352320000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98
-  device_memory_size: 84987740160 shared_memory_per_block_optin: 232448
-  cuda_compute_capability { major: 9 } registers_per_core_limit: 65536 registers_per_block_limit: 65536
-}
-platform_name: "CUDA"
-dnn_version_info { major: 9 minor: 1 patch: 0 }
-device_description_str: "NVIDIA H100 80GB HBM3"
-"""
+# An A100-SXM4-40GB: the datasheet's 108 SMs, 40 MiB L2, 1555 GB/s, compute capability 8.0 (gpu_specs/a100_sxm_40)
+A100_TARGET = xla_target("NVIDIA A100-SXM4-40GB", sms=108, fpus_per_sm=64, shared_per_sm=167936, shared_optin=166912,
+                         l2_bytes=41943040, bandwidth=1555200000000, clock_ghz=1.41, memory_bytes=42331013120,
+                         compute_major=8)
+# An H100-SXM5-80GB (sm_90, Hopper), as gpu_specs/h100_sxm lists it: 132 SMs, 50 MiB L2, 3.35 TB/s. XLA fuses
+# differently for it (live's 16-bit softmax keeps less), and its buffer assignment of live's gpt2 and gpt2-medium
+# step matched an H200's allocator peak within 0.2%.
+H100_TARGET = xla_target("NVIDIA H100 80GB HBM3", sms=132, fpus_per_sm=128, shared_per_sm=233472,
+                         shared_optin=232448, l2_bytes=52428800, bandwidth=3352320000000, clock_ghz=1.98,
+                         memory_bytes=84987740160, compute_major=9)
 # backend -> (target, the GPU generation geosim's model is told): "gpu" is the A100 the grid was first run on
 GPU_TARGETS = {"gpu": ("a100", A100_TARGET, "ampere"), "gpu-h100": ("h100", H100_TARGET, "hopper")}
 

@@ -138,7 +138,7 @@ def run_on_ray(address: str, opts, hosts: int | None, cpu_devices, gloo_interfac
     try:
         nodes = ray_nodes(ray, hosts)
         if hosts and len(nodes) < hosts:
-            raise GeosimError(f"the Ray cluster has {len(nodes)} alive node(s), {hosts} requested", key="--hosts")
+            raise GeosimError(f"the Ray cluster has {len(nodes)} alive node(s), {hosts} requested", key="--host-count")
         actors = [pinned(ray, Worker, n["NodeID"]).remote(env) for n in nodes]
         where = ray.get([a.where.remote() for a in actors], timeout=timeout_s)
         coordinator = f"{where[0]['ip']}:{where[0]['port']}"

@@ -1,11 +1,29 @@
 """Network models: what a transfer costs, behind one small protocol the engine calls.
 
-The engine runs a schedule's ops and asks its network model two things: how long a
-send takes to arrive (`send`), and which ops a collective becomes for one rank
-(`collective_ops`: point-to-point steps, or a barrier where communication is free).
-A model may also offer a fast path for a whole collective (`collective_time` when its
-ranks arrive together, `collective_ends` whenever they arrive), and keeps the byte and
-transfer counts the engine reports. Models, one file each:
+The seam (`NetworkModel`) has two layers, as ASTRA-sim's network API (send, recv, schedule, time)
+has collectives above it:
+
+  transfers, what every model answers (the engine matches each Send with its Recv in its own
+  mailbox, so a model sees sends alone):
+    send_at(src, dst, nbytes, p2p, label, now) -> time   a transfer started at `now`, reserving what it
+                                                          holds; when it has arrived. The one call that
+                                                          prices traffic: the engine's steps and the
+                                                          collective fast paths below all go through it
+    count(src, nbytes, transfers), sent(rank)           traffic not simulated (a skipped repetition);
+                                                          what a rank has sent
+    shift_connections(src, since, delta)                skipped repetitions move the transfer state on
+  collectives, above the transfers (CountingNetwork's defaults: every collective runs as its
+  point-to-point steps, no fast path):
+    collective_ops(coll, rank)                          the Sends and Recvs (or a Barrier) a rank runs
+    may_shortcut(coll), collective_time(coll)           ranks arriving together: the whole collective
+    prepare(programs), may_precompute(coll),            ranks arriving apart: every rank's end time,
+      collective_ends(coll, arrivals)                   the steps' own, by walking them with send_at
+  and what the symmetry proof and the planner ask (geosim.sim.symmetry; techniques/_floor.py):
+    hosts, symmetric_under(image), groups_may_move,     whether renaming ranks maps the network onto
+      reduce_to(symmetry)                               itself; only representatives then run
+    least_delay_s(src, dst, nbytes, p2p)                a floor on a send's time (0: none)
+
+Models, one file each:
 
   tcp.TCPNetwork               links, routes, TCP's window, slow start and per-message costs;
                                collectives timed by arithmetic where links have one sender each
@@ -13,16 +31,8 @@ transfer counts the engine reports. Models, one file each:
                                links, no TCP; symmetric collectives simulated once
   ideal.IdealNetwork           free communication: sends cost nothing, collectives are barriers
 Helpers the models share start with an underscore, as in geosim/techniques/: _topology (the graph
-of hosts, sites and links, routes) and _exclusive (collectives timed by arithmetic where every link
-has one sender).
-
-Two members are optional (the engine simulates every rank without them; CountingNetwork says no):
-  symmetric_under(image) -> bool   whether renaming each rank r as image(r) maps the run's network
-                                   onto itself (the routes the programs use cost the same, each hop
-                                   onto one hop) and its outcome does not depend on the order of
-                                   simultaneous events (geosim.sim.symmetry; the proof's network half)
-  reduce_to(symmetry)              only the symmetry's representatives run: collective_ends is then
-                                   asked with their arrivals alone
+of hosts, sites and links, routes), _exclusive (collectives timed by arithmetic where every link
+has one sender) and _loss (TCP's response functions under loss and a token bucket's drops).
 
 A model is built per run by a factory called as
     factory(clock, cluster, params, devices, trace) -> NetworkModel
@@ -56,21 +66,38 @@ from geosim.specs import Cluster, Params
 
 
 class NetworkModel(Protocol):
+    """Every member the engine, the symmetry proof and the planner use (the module's docstring has the
+    layers); CountingNetwork gives all but send_at a default."""
+
     bytes_sent: float
     transfers: int
+    hosts: tuple[str, ...]  # each rank's host
+    groups_may_move: bool  # a symmetry may move a group onto another (the model holds or steps its collectives)
+
+    def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
+        """A transfer started at `now` (reserving what it holds); the time it has arrived."""
 
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
-        """Start a transfer now (reserving what it holds); return the seconds until it has arrived."""
+        """send_at started at the clock's now; the seconds until it has arrived."""
+
+    def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
+        """Record traffic that was not simulated (repetitions the engine skipped)."""
+
+    def sent(self, rank: int) -> tuple[float, int]:
+        """(bytes, transfers) `rank` has sent so far."""
+
+    def shift_connections(self, src: int, since: float, delta: float) -> None:
+        """Repetitions of a block were skipped: src's transfer state active since `since` moves on by delta."""
 
     def collective_ops(self, coll: Collective, rank: int) -> tuple:
         """The ops `rank` runs for `coll`: Sends and Recvs, or a Barrier of the group."""
 
+    def may_shortcut(self, coll: Collective) -> bool:
+        """Whether collective_time could answer for `coll` (the engine then gathers its ranks first)."""
+
     def collective_time(self, coll: Collective) -> float | None:
         """Fast path: when every rank of `coll` has reached it at this instant, the seconds it takes
         for all of them (counting its bytes), or None to have the engine run collective_ops."""
-
-    def may_shortcut(self, coll: Collective) -> bool:
-        """Whether collective_time could answer for `coll` (the engine then gathers its ranks first)."""
 
     def prepare(self, programs: dict[int, list]) -> None:
         """Called once before the run with every rank's program (a model may study its routes)."""
@@ -83,21 +110,26 @@ class NetworkModel(Protocol):
         """All of `coll`'s transfers, each rank starting at its arrival time (rank -> time), with
         every state the steps would leave; each rank's end time, exactly as the steps' events."""
 
-    def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
-        """Record traffic that was not simulated (repetitions the engine skipped)."""
+    def symmetric_under(self, image) -> bool:
+        """Whether renaming each rank r as image(r) maps the run's network onto itself and its outcome
+        does not depend on the order of simultaneous events (geosim.sim.symmetry; False: every rank runs)."""
 
-    def sent(self, rank: int) -> tuple[float, int]:
-        """(bytes, transfers) `rank` has sent so far."""
+    def reduce_to(self, symmetry) -> None:
+        """Only the symmetry's representatives run: collective_ends is asked with their arrivals alone."""
 
-    def shift_connections(self, src: int, since: float, delta: float) -> None:
-        """Repetitions of a block were skipped: src's transfer state active since `since` moves on by delta."""
+    def least_delay_s(self, src: int, dst: int, nbytes: float, p2p: bool) -> float:
+        """The fewest seconds a send of these bytes can take (a floor the planner prunes with; 0: none)."""
+
 
 NetworkFactory = Callable[..., NetworkModel]
 
 
 class CountingNetwork:
-    """What every model shares: byte and transfer counts, collectives as point-to-point steps,
-    no fast path (collective_ends is never asked) and no state to shift. Subclasses provide send()."""
+    """What every model shares: byte and transfer counts, send() from send_at, collectives as
+    point-to-point steps, no fast path (collective_ends is never asked), no state to shift, no
+    symmetry proven and no floor. Subclasses provide send_at()."""
+
+    groups_may_move = False
 
     def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
         self.env = clock
@@ -109,6 +141,13 @@ class CountingNetwork:
         self.bytes_sent = 0.0
         self.transfers = 0
         self._sent = {d.rank: [0.0, 0] for d in devices}  # rank -> [bytes, transfers] it has sent
+
+    def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
+        raise NotImplementedError(f"{type(self).__name__} prices no transfer: a model implements send_at")
+
+    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
+        now = self.env.now
+        return self.send_at(src, dst, nbytes, p2p, label, now) - now
 
     def count(self, src: int, nbytes: float, transfers: int = 1) -> None:
         self.transfers += transfers
@@ -136,6 +175,9 @@ class CountingNetwork:
     def may_precompute(self, coll: Collective) -> bool:
         return False  # so collective_ends is never asked
 
+    def collective_ends(self, coll: Collective, arrivals: dict[int, float]) -> dict[int, float]:
+        raise NotImplementedError(f"{type(self).__name__} times no collective whole (may_precompute is False)")
+
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         return None
 
@@ -144,6 +186,10 @@ class CountingNetwork:
 
     def reduce_to(self, symmetry) -> None:
         return None
+
+    def least_delay_s(self, src: int, dst: int, nbytes: float, p2p: bool) -> float:
+        return 0.0  # no floor: the planner prunes nothing on it
+
 
 @cache
 def _backends() -> dict[str, object]:
@@ -184,5 +230,4 @@ class _Still:
 def least_delay(name: str, cluster: Cluster, params: Params, devices: list[Device]) -> Callable[..., float]:
     """(src, dst, nbytes, p2p) -> the fewest seconds a send can take on the model `name`: every hop
     idle, windows at their largest (a floor the planner prunes with); 0 for a model without one."""
-    model = network_model(name)(_Still(), cluster, params, devices)
-    return getattr(model, "least_delay_s", lambda src, dst, nbytes, p2p: 0.0)
+    return network_model(name)(_Still(), cluster, params, devices).least_delay_s

@@ -18,10 +18,12 @@ collectives under one tag; a trace wanted) run every step as events.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import fields
 
 from geosim.sim import collectives
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
+from geosim.sim.symmetry import OrderMatters
 
 
 def sender_pairs(programs: dict[int, list], hosts: tuple[str, ...]):
@@ -65,6 +67,51 @@ def sender_pairs(programs: dict[int, list], hosts: tuple[str, ...]):
 
 class SharedTag(Exception):
     """Collectives of two different groups carry this tag."""
+
+
+def shared_hops_map(pairs, route, image, hop_image: dict[int, int]) -> dict[int, tuple[int, int]] | None:
+    """Where hops have several senders: each hop's orbit under the renaming (a cycle of hop_image),
+    as hop -> (the orbit's canonical hop, how many places on from it the hop is), when every sender's
+    copies use distinct hops: each hop of a pair's route has an orbit as long as its sender's and no
+    two hops of one route share an orbit. Otherwise None: a sender and its copy, running alike, would
+    reserve one hop at the same instants, and which goes first is the order of simultaneous events."""
+    orbits: dict[int, tuple[int, int]] = {}
+    length: dict[int, int] = {}
+    for hop in hop_image:
+        if hop in orbits:
+            continue
+        cycle = [hop]
+        while (nxt := hop_image.get(cycle[-1], hop)) != hop:
+            cycle.append(nxt)
+        if cycle[-1] not in hop_image:
+            return None  # the pairs sent over are not the images of each other's: the programs do not map
+        for i, h in enumerate(cycle):
+            orbits[h] = (hop, i)
+            length[h] = len(cycle)
+    rank_orbit: dict[int, int] = {}
+    for src, dst in pairs:
+        n = rank_orbit.get(src)
+        if n is None:
+            n, r = 1, image(src)
+            while r != src:
+                n, r = n + 1, image(r)
+            rank_orbit[src] = n
+        hops = route(src, dst).hops
+        if any(length[h] != n for h in hops) or len({orbits[h][0] for h in hops}) != len(hops):
+            return None
+    return orbits
+
+
+def _with_hops(route, canonical: dict[int, int]):
+    """A copy of the route whose hops (and a field naming one of them: the TCP model's shaped_hop)
+    are their canonical hops."""
+    copied = copy.copy(route)
+    copied.hops = tuple(canonical[h] for h in route.hops)
+    for f in fields(route):
+        value = getattr(route, f.name)
+        if f.name.endswith("_hop") and value in canonical:
+            setattr(copied, f.name, canonical[value])
+    return copied
 
 
 def collective_pairs(coll: Collective, hosts: tuple[str, ...]) -> set[tuple[int, int]]:
@@ -187,38 +234,75 @@ class ExclusiveLinks:
         self._rounds: dict[Collective, tuple] = {}  # -> (the ranks that run it, its lockstep rounds or None)
         self._shapes: dict[tuple, tuple] = {}  # the same, by what the rounds are made of (collective_ends)
         self._pairs_used: list[tuple[int, int]] = []
+        self._pairs_complete = False
         if self.precompute and self.trace is None:  # a trace lists transfers in the order they start
-            pairs = self._pairs_used
-
-            def kept():  # the pairs, kept as one_sender_per_hop meets them (it stops at a shared hop)
-                for pair in sender_pairs(programs, self.hosts):
-                    pairs.append(pair)
-                    yield pair
-
             try:
-                self._one_sender_per_hop = one_sender_per_hop(kept(), self.route)
+                self._pairs_used = list(sender_pairs(programs, self.hosts))
             except SharedTag:
-                self._one_sender_per_hop = False
+                return
+            self._pairs_complete = True
+            self._one_sender_per_hop = one_sender_per_hop(self._pairs_used, self.route)
 
     def symmetric_under(self, image) -> bool:
-        """Every hop has one sender (so event order is free, as for collective_ends), and renaming
-        maps each pair the programs send over onto a route of the same cost whose hops are the
-        images of its hops, one hop onto one hop across the whole run: then each sender's hops and
-        connections go through the same states as its image's."""
-        if not self._one_sender_per_hop:
+        """Renaming maps each pair the programs send over onto a route of the same cost whose hops
+        are the images of its hops, one hop onto one hop across the whole run, so each sender's hops
+        and connections go through the same states as its image's; and the outcome is free of the
+        order of simultaneous events: every hop has one sender (as for collective_ends), or, where
+        hops are shared, no sender's copies share one (shared_hops_map) and the reduced run checks
+        that no two senders ever reserve one hop at one instant (reduce_to)."""
+        if not self._pairs_complete:
             return False
+        hop_image = self._hop_image(image)
+        if hop_image is None:
+            return False
+        return self._one_sender_per_hop or shared_hops_map(self._pairs_used, self.route, image, hop_image) is not None
+
+    def _hop_image(self, image) -> dict[int, int] | None:
         hop_image: dict[int, int] = {}
         for src, dst in self._pairs_used:
             mine, theirs = self.route(src, dst), self.route(image(src), image(dst))
             if len(mine.hops) != len(theirs.hops) or _cost(mine) != _cost(theirs):
-                return False
+                return None
             for hop, other in zip(mine.hops, theirs.hops):
                 if hop_image.setdefault(hop, other) != other:
-                    return False
-        return len(set(hop_image.values())) == len(hop_image)
+                    return None
+        return hop_image if len(set(hop_image.values())) == len(hop_image) else None
 
     def reduce_to(self, symmetry) -> None:
         self._symmetry = symmetry
+        if self._one_sender_per_hop:
+            return  # each hop's state is its one sender's: the representatives' own hops carry it
+        # hops with several senders: each orbit of hops is kept in one hop of it, the canonical one
+        # (the state every hop of the orbit has, the run being symmetric); a send reserves the
+        # canonical hops of its route, and checks that no other sender reserved one at its instant
+        orbits = shared_hops_map(self._pairs_used, self.route, symmetry.image, self._hop_image(symmetry.image))
+        checks: dict[tuple[int, int], tuple] = {}
+        senders: dict[int, set[int]] = {}
+        for src, dst in self._pairs_used:
+            route = self.route(src, dst)
+            canonical = [orbits[hop] for hop in route.hops]  # (canonical hop, places it is moved on)
+            mine = tuple((c, symmetry.power(src, -m)) for c, m in canonical)
+            checks[(src, dst)] = mine
+            for c, sender in mine:
+                senders.setdefault(c, set()).add(sender)
+            self._routes[(src, dst)] = _with_hops(route, {hop: c for hop, (c, _) in zip(route.hops, canonical)})
+        # a hop only one sender ever uses cannot see two at one instant
+        self._order_checks = {pair: tuple(x for x in mine if len(senders[x[0]]) > 1) for pair, mine in checks.items()}
+        self._marks: dict[int, tuple[float, int]] = {}
+        self.send_at = self._checked_send_at
+
+    def _checked_send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
+        """send_at, after checking that no other sender (in the canonical hops' frame) reserved one of
+        its hops at this very instant: there the order of simultaneous events would decide who goes
+        first, which the representatives' run does not reproduce (OrderMatters: the engine then runs
+        every rank)."""
+        marks = self._marks
+        for hop, sender in self._order_checks[(src, dst)]:
+            last = marks.get(hop)
+            if last is not None and last[0] == now and last[1] != sender:
+                raise OrderMatters(hop)
+            marks[hop] = (now, sender)
+        return type(self).send_at(self, src, dst, nbytes, p2p, label, now)
 
     def may_precompute(self, coll: Collective) -> bool:
         return self._one_sender_per_hop and len(coll.group) > 1  # a group of one has no steps to save

@@ -67,9 +67,8 @@ class AlphaBetaNetwork(CountingNetwork):
         route = self._routes[(src, dst)] = Route(tuple(topo.hop(n) for n in names), name, one_way, min(rates))
         return route
 
-    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
+    def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
         self.count(src, nbytes)
-        now = self.env.now
         route = self.route(src, dst)
         serialize = nbytes / route.line_rate
         free_at = self.free_at
@@ -80,7 +79,7 @@ class AlphaBetaNetwork(CountingNetwork):
         arrival = done + route.one_way_s
         if self.trace is not None:
             self.trace.append(("link", route.name, str(label), now, arrival, nbytes))
-        return arrival - now
+        return arrival
 
     # --- the symmetry fast path ------------------------------------------------------
 

@@ -13,14 +13,17 @@ NAME = "ideal"
 
 
 class IdealNetwork(CountingNetwork):
-    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
+    # a symmetry may move a group onto another: its barrier awaits the group's ranks that run
+    groups_may_move = True
+
+    def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
         self.count(src, nbytes)
-        return 0.0
+        return now
 
     def collective_ops(self, coll: Collective, rank: int) -> tuple:
         # keyed by the group too: DiLoCo's replicas run their outer all-reduces under one tag, and a
         # barrier keyed by the tag alone would let ranks of different replicas release each other
-        return (Barrier(coll.tag + (coll.group,), len(coll.group)),)
+        return (Barrier(coll.tag + (coll.group,), len(coll.group), coll.group),)
 
     def symmetric_under(self, image) -> bool:
         """No state to map: a send costs nothing and a barrier's release is its last arrival, whatever

@@ -6,7 +6,7 @@ streams x window / RTT). That cap is why NCCL over TCP collapses at 50-100 ms.
 An idle connection restarts from the initial window (Linux tcp_slow_start_after_idle),
 and a point-to-point send pays a rendezvous handshake of a few round trips. A lossy link, or a
 token bucket whose queue overflows, caps the window at what a loss-based flow keeps on average
-(loss.py: CUBIC's and Reno's response functions, Padhye's timeouts, BBR as an option).
+(_loss.py: CUBIC's and Reno's response functions, Padhye's timeouts, BBR as an option).
 
 Each link direction (and each GPU's PCIe port) is a first-come-first-served server
 of capacity one: a transfer holds every hop of its route for its serialization
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.parameters import FLAG, WHOLE, Scalar
+from geosim.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network._exclusive import ExclusiveLinks
 from geosim.sim.network._topology import Topology
-from geosim.sim.network.loss import Congestion, loss_limited_rate, shaper_utilization
+from geosim.sim.network._loss import Congestion, loss_limited_rate, shaper_utilization
 from geosim.sim.schedule import Device
 from geosim.specs import Cluster, Params
 
@@ -41,10 +41,10 @@ PARAMETERS: tuple[Scalar, ...] = (
     Scalar("transport.window_mib", "window_bytes", "MiB",
            "TCP window of one socket: a flow moves at most streams x window / RTT",
            "fitted to the study's Table II; Linux autotunes up to ~4 MiB (tcp_rmem/tcp_wmem maximum)",
-           range=(1e-3, 1e5), fit=(1 / 16, 512.0)),
+           range=TCP_WINDOW_MIB_RANGE, fit=(1 / 16, 512.0)),
     Scalar("transport.streams", "streams", WHOLE, "sockets per NCCL connection",
            "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS default to one; only streams x window matters",
-           range=(1, 1024)),
+           range=TCP_STREAMS_RANGE),
     Scalar("transport.stream_rate_gbps", "stream_rate_bps", "Gbit/s",
            "what one socket can copy: NCCL's socket proxy is CPU-bound",
            "an earlier fit of the study's Table II", range=(1e-6, 1e5), fit=(0.1, 100.0)),
@@ -57,14 +57,14 @@ PARAMETERS: tuple[Scalar, ...] = (
            "fitted to the study's Table II: Alpa's cross-mesh send", range=(0.0, 1e3), fit=(0.1, 50.0)),
     Scalar("transport.collective_step_rtts", "collective_step_rtts", "RTT",
            "round trips each ring step over TCP waits for NCCL's flow control (a link's step_rtts overrides it)",
-           "fitted to the study's Table II", range=(0.0, 1e3), fit=(0.02, 20.0)),
+           "fitted to the study's Table II", range=STEP_RTTS_RANGE, fit=(0.02, 20.0)),
     Scalar("transport.slow_start_after_idle", "slow_start_after_idle", FLAG,
            "restart slow start after an idle period", "Linux's tcp_slow_start_after_idle (on by default)"),
     Scalar("transport.initial_window_kib", "initial_window_bytes", "KiB", "initial congestion window",
            "10 segments of 1460 bytes (RFC 6928)", range=(1e-3, 1e8)),
     Scalar("transport.idle_restart_ms", "idle_restart_s", "ms",
            "idle time after which the window restarts", "Linux: one RTO, at least 200 ms", range=(0.0, 1e8)),
-    # loss and token-bucket drops (geosim/sim/network/loss.py); a link without loss or a shaper never reads them
+    # loss and token-bucket drops (geosim/sim/network/_loss.py); a link without loss or a shaper never reads them
     Scalar("transport.mss_bytes", "mss_bytes", "B", "TCP payload per segment: the unit of the loss response functions",
            "a 1500-byte MTU less 20 B IPv4, 20 B TCP and 12 B of the timestamp option", range=(88.0, 65483.0)),
     Scalar("transport.cubic_c", "cubic_c", "", "CUBIC's scaling constant C, segments per s^3",
@@ -77,8 +77,9 @@ PARAMETERS: tuple[Scalar, ...] = (
     Scalar("transport.loss_timeouts", "loss_timeouts", FLAG,
            "count retransmission timeouts in a lossy flow's rate (Padhye's term); false: every loss recovered "
            "by SACK and RACK-TLP without one (Mathis's and CUBIC's windows alone)",
-           "Padhye et al. 1998 (Reno without SACK); RFC 8985 (RACK-TLP, Linux's default since 4.18) avoids most "
-           "timeouts: docs/results/2026-11-27-wan-public.md"),
+           "false: Linux hosts recover by SACK and RACK-TLP (RFC 8985; net.ipv4.tcp_sack 1, tcp_recovery 1, "
+           "tcp_early_retrans 3 by default since 4.18); true: Padhye et al. 1998 (Reno without SACK). "
+           "docs/results/2026-11-27-wan-public.md"),
     Scalar("transport.bbr", "bbr", FLAG,
            "the hosts run BBR, not CUBIC: random loss costs only its retransmissions, a shaper's queue no idling",
            "Cardwell et al. 2016 (BBR v1 keeps its rate below ~20% random loss); Linux's default is CUBIC"),
@@ -186,6 +187,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         window, tcp, streams, step_rtts = 0.0, False, p.streams, 0.0
         burst, shaped, shaped_rate, drops = 0.0, None, 0.0, False
         delivered = 1.0  # the fraction of segments no hop of the path loses
+        shared: list[tuple[float, float]] = []  # (rate, competing flows) of each hop with other traffic
         declared = False  # whether a hop of the path is a scenario's link (which may set window and streams)
         if not same_host:
             for u, v, edge in topo.path(a.host, b.host):
@@ -214,6 +216,8 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
                 tcp = True
                 if link is not None and link.loss:
                     delivered *= 1.0 - link.loss
+                if link is not None and link.competing_flows:
+                    shared.append((rates[-1], link.competing_flows))
         if tcp and not declared:
             window = p.window_bytes * p.streams
         route = Route(
@@ -231,6 +235,11 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         bucket_bound = shaped is not None and shaped_rate <= route.line_rate * (1 + 1e-12)  # the bucket is the bottleneck
         if delivered < 1.0 or (bucket_bound and drops and route.windowed):
             self._price_loss(route, 1.0 - delivered, streams, queue if bucket_bound and drops else None)
+        if shared and route.windowed:
+            # at a bottleneck loss-based flows of one round trip converge to equal rates (Chiu and Jain
+            # 1989): the connection's streams keep their share, whatever window they could open
+            fair = min(rate * streams / (streams + flows) for rate, flows in shared)
+            route.max_window = min(route.max_window, fair * route.rtt_s)
         # every socket of the connection starts from its own initial window
         route.initial_window = min(route.max_window, streams * p.initial_window_bytes)
         route.handshake_s = p.p2p_handshake_rtts * route.rtt_s
@@ -243,7 +252,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         """A lossy or shaped route's rate: retransmissions take their share of the line, and a
         loss-based flow's average window is what its response function (random loss) or its saw
         through the bucket's queue (a shaper's drops, `queue` bytes of it) leaves it, whichever is
-        less (loss.py). A route with neither is never asked: it costs what it did before."""
+        less (_loss.py). A route with neither is never asked: it costs what it did before."""
         cc = self.settings.congestion
         if loss > 0:
             route.line_rate *= 1.0 - loss
@@ -299,11 +308,6 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         for (sender, _), conn in self.connections.items():
             if sender == src and conn.last_active >= since:
                 conn.last_active += delta
-
-    def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
-        """Reserve the route for a transfer starting now; return the seconds until it has arrived."""
-        now = self.env.now
-        return self.send_at(src, dst, nbytes, p2p, label, now) - now
 
     def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
         """send() started at `now` (collective_ends times a collective's steps ahead of the clock):

@@ -52,7 +52,8 @@ def solve_best(ctx: SweepContext, job: dict) -> dict:
     techniques = tuple(job["techniques"])
     # flips stay bracketed by the grid's RTTs: bisecting each on the planner would cost ~7 plans a flip
     # (`geosim plan --sweep-rtt` locates them); the crossover table bisects technique pairs already
-    doc = answer_vs_rtt(case, job["rtts"], lambda c, _: make_plan(c, keep=1, techniques=techniques),
+    choices = {"layout": p["layout"]} if p.get("layout") else None  # the layout asked: the planner ranks it too
+    doc = answer_vs_rtt(case, job["rtts"], lambda c, _: make_plan(c, keep=1, choices=choices, techniques=techniques),
                         algorithm1_flips=False, locate=False)
     return {"point": p, "techniques": list(techniques), **doc}
 

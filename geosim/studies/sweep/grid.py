@@ -118,7 +118,8 @@ def parse_assignment(text: str, source: str = "--set") -> tuple[str, list]:
 class Grid:
     """Named axes, each a list of values; the points are their product, in axis order."""
 
-    def __init__(self, axes: dict[str, list]):
+    def __init__(self, axes: dict[str, list], layout: dict | None = None):
+        self.layout = {k: v for k, v in (layout or {}).items() if v is not None} or None  # every point's, asked
         for name, values in axes.items():
             if name not in WHATIF_AXES and name not in WORKLOAD_KINDS:
                 raise GeosimError(f"unknown sweep axis {name!r}", key=name)
@@ -136,7 +137,8 @@ class Grid:
     def points(self) -> list[dict]:
         """Every point, in a list (a library caller's small grid; the sweep makes them one chunk at a time)."""
         names = list(self.axes)
-        return [make_point(**dict(zip(names, combo))) for combo in itertools.product(*self.axes.values())]
+        return [make_point(**dict(zip(names, combo)), layout=self.layout)
+                for combo in itertools.product(*self.axes.values())]
 
     def varying(self) -> list[str]:
         return [name for name, values in self.axes.items() if len(values) > 1]
@@ -146,12 +148,17 @@ class Grid:
 
 
 def make_point(scenario: str, technique: str, model: str, rtt_ms=NATIVE, bandwidth_gbps=NATIVE, gpu=NATIVE,
-               hosts: str = ALL_HOSTS, **workload) -> dict:
+               hosts: str = ALL_HOSTS, layout: dict | None = None, **workload) -> dict:
+    """A point; a layout asked (--tensor-parallel and its kin) is part of it, and so of its key, only
+    when given: a sweep without one keeps the keys (and resumes the rows) it always had."""
     for name in workload:
         if name not in WORKLOAD_KINDS:
             raise GeosimError(f"unknown workload field {name!r}", key=name)
-    return {"scenario": scenario, "technique": technique, "model": model, "rtt_ms": rtt_ms,
-            "bandwidth_gbps": bandwidth_gbps, "gpu": gpu, "hosts": hosts, "workload": dict(sorted(workload.items()))}
+    point = {"scenario": scenario, "technique": technique, "model": model, "rtt_ms": rtt_ms,
+             "bandwidth_gbps": bandwidth_gbps, "gpu": gpu, "hosts": hosts, "workload": dict(sorted(workload.items()))}
+    if layout:
+        point["layout"] = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(layout.items())}
+    return point
 
 
 def point_key(point: dict) -> str:

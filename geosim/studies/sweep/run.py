@@ -35,7 +35,7 @@ from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint, iter_rows
 from geosim.studies.sweep.table import SweepTable
-from geosim.techniques import technique_names
+from geosim.techniques import layout_options, technique_names
 from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
 from geosim.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
 
@@ -83,9 +83,29 @@ def make_context(grid: Grid, params_path: str | None = None, metric: str = "tota
             try:
                 with_gpu(next(iter(scenarios.values())).cluster, g)
             except GeosimError as exc:
-                raise GeosimError(exc.problem, source="--replace-gpu") from None
+                raise GeosimError(exc.problem, source="--gpu") from None
     network_model(network)  # an unknown model fails before any work
+    _check_layout(grid, scenarios, params)
     return SweepContext(params, scenarios, metric, network)
+
+
+def _check_layout(grid: Grid, scenarios: dict[str, Scenario], params: Params) -> None:
+    """A layout asked must fit one of the swept scenarios' host sets at least (else it is the layout's
+    mistake: one line naming its flag); where it fits some and not others, those rows say why."""
+    if not grid.layout:
+        return
+    first = None
+    for name, sc in scenarios.items():
+        case = Case(sc.cluster, get_model(grid.axes["model"][0], sc.models), sc.workload(), params)
+        for hosts in grid.axes.get("hosts", ["all"]):
+            for technique in grid.axes["technique"]:
+                try:
+                    layout_options(technique, case, host_subset(hosts) or tuple(h.name for h in sc.cluster.hosts),
+                                   **grid.layout)
+                    return
+                except GeosimError as exc:
+                    first = first or exc
+    raise first
 
 
 def manifest(grid: Grid, ctx: SweepContext) -> dict:
@@ -110,7 +130,14 @@ def evaluate(point: dict, ctx: SweepContext):
     except GeosimError as exc:
         return cluster, None, None, exc.problem
     model = get_model(point["model"], sc.models)
-    return cluster, predict(Case(cluster, model, workload, ctx.params, ctx.network), point["technique"], hosts=host_subset(point["hosts"])), workload, None
+    case = Case(cluster, model, workload, ctx.params, ctx.network)
+    hosts = host_subset(point["hosts"])
+    try:  # the layout asked, on this point's hosts (it may fit some scenarios of a sweep and not others)
+        options = layout_options(point["technique"], case, hosts or tuple(h.name for h in cluster.hosts),
+                                 **point.get("layout", {}))
+    except GeosimError as exc:
+        return cluster, None, workload, exc.line()
+    return cluster, predict(case, point["technique"], hosts=hosts, options=options), workload, None
 
 
 def metric_of(point: dict, ctx: SweepContext) -> float | None:

@@ -182,7 +182,7 @@ class ResultStore:
         self._lock = None
 
     def open(self, manifest: dict, fresh: bool = False) -> "ResultStore":
-        make_output_dir(self.dir, "--out-dir")  # the directory, never its missing parents
+        make_output_dir(self.dir, "--sweep-dir")  # the directory, never its missing parents
         self._lock = locked(self.dir, wait=False, what="sweep directory")
         self._lock.__enter__()  # held until close(): a second sweep into this directory fails at once
         try:
@@ -227,13 +227,13 @@ class ResultStore:
             old = None
         if not isinstance(old, dict) or old.get("schema") != SCHEMA:
             raise GeosimError(f"not a directory geosim sweep made (no sweep manifest), so --fresh leaves its "
-                              f"{', '.join(present)} alone; use another --out-dir", source=str(self.dir))
+                              f"{', '.join(present)} alone; use another --sweep-dir", source=str(self.dir))
         for name in present:
             if (self.dir / name).is_symlink() or not (self.dir / name).is_file():
                 raise GeosimError(f"{name} is not a regular file, so --fresh leaves it alone", source=str(self.dir))
 
     def _check_compatible(self, old: dict, new: dict) -> None:
-        hint = f"use another --out, or --fresh to discard the rows in {self.dir}"
+        hint = f"use another --sweep-dir, or --fresh to discard the rows in {self.dir}"
         if old.get("schema") != SCHEMA:
             raise GeosimError(f"not a sweep directory of this geosim ({old.get('schema')!r}); {hint}", source=str(self.dir))
         if old.get("params") != new.get("params"):

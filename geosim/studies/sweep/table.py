@@ -64,7 +64,7 @@ class SweepTable:
         for values, size in zip(reversed(list(self.grid.axes.values())), reversed(self.sizes)):
             rest, i = divmod(rest, size)
             combo.append(values[i])
-        return make_point(**dict(zip(self.names, reversed(combo))))
+        return make_point(**dict(zip(self.names, reversed(combo))), layout=self.grid.layout)
 
     def index_of(self, row: dict) -> int | None:
         """The grid position of a row's point, None when the point is not in this grid (rows of another
@@ -151,7 +151,8 @@ class SweepTable:
                 axes.setdefault(name, [])
                 if v not in axes[name]:
                     axes[name].append(v)
-        table = cls(Grid({k: v for k, v in axes.items() if v}), metric)
+        layout = rows[0]["point"].get("layout") if rows else None  # a grid's layout is every point's
+        table = cls(Grid({k: v for k, v in axes.items() if v}, layout), metric)
         for row in rows:
             index = table.index_of({**row, "key": row.get("key") or point_key(row["point"])})
             if index is not None and not table.done(index):

@@ -46,7 +46,7 @@ class Congestion:
     cubic_beta: float  # CUBIC's multiplicative decrease
     segments_per_ack: int  # Padhye's b
     bbr: bool  # BBR instead of CUBIC
-    timeouts: bool = True  # Padhye's timeout term (False: SACK and RACK-TLP recover every loss without one)
+    timeouts: bool  # Padhye's timeout term (False: SACK and RACK-TLP recover every loss without one)
 
     @property
     def reno_friendly_alpha(self) -> float:
