@@ -94,18 +94,18 @@ def start_watchdog(temp: str) -> int:
     which only this process holds (close-on-exec: Ray's processes do not inherit it)."""
     r, w = os.pipe()
     os.set_inheritable(w, False)
-    subprocess.Popen([sys.executable, "-m", __name__, str(r), temp], pass_fds=(r,), stdin=subprocess.DEVNULL,
+    subprocess.Popen([sys.executable, "-m", __name__, str(r), temp, str(os.getpid())], pass_fds=(r,), stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
     os.close(r)
     return w
 
 
-def processes_naming(temp: str) -> list[int]:
+def processes_naming(temp: str, spare: tuple[int, ...] = ()) -> list[int]:
     """Pids of this user's processes whose command line or environment names `temp` (Ray's, for our
     instance)."""
     found, needle, marker = [], temp.encode(), f"{INSTANCE_ENV}={temp}\0".encode()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit() or int(entry) == os.getpid() or int(entry) in spare:
             continue
         try:
             if os.stat(f"/proc/{entry}").st_uid != os.geteuid():
@@ -134,12 +134,13 @@ def _holds_open(pid: str, temp: str) -> bool:
     return False
 
 
-def watch(read_fd: int, temp: str, grace_s: float = 3.0) -> None:
+def watch(read_fd: int, temp: str, driver: int = 0, grace_s: float = 3.0) -> None:
     """Block until the driver's end of the pipe closes; then stop what is left of its Ray and
-    remove the private directory."""
+    remove the private directory. The driver itself is spared: after a clean shutdown it closes
+    the pipe alive, still holding Ray's logs open in the directory."""
     while os.read(read_fd, 1):
         pass
-    pids = processes_naming(temp)
+    pids = processes_naming(temp, (driver,))
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
@@ -148,7 +149,7 @@ def watch(read_fd: int, temp: str, grace_s: float = 3.0) -> None:
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
         time.sleep(0.1)
-    for pid in processes_naming(temp):
+    for pid in processes_naming(temp, (driver,)):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -157,4 +158,4 @@ def watch(read_fd: int, temp: str, grace_s: float = 3.0) -> None:
 
 
 if __name__ == "__main__":  # the watchdog: python -m geosim.studies.sweep.local_ray FD DIR
-    watch(int(sys.argv[1]), sys.argv[2])
+    watch(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0)
