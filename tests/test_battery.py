@@ -332,6 +332,7 @@ def test_the_ray_watchdog_knows_a_renamed_process_by_the_files_it_holds_open(tmp
         assert proc.stdout.readline().strip() == "ready"
         assert proc.pid in processes_naming(str(private))
         assert proc.pid not in processes_naming(str(tmp_path / "another"))
+        assert proc.pid not in processes_naming(str(private), (proc.pid,))  # the driver, after a clean shutdown
     finally:
         proc.kill()
         proc.wait()
