@@ -81,7 +81,7 @@ def bench_scale(sites: list[int], vms: int, gpus: int) -> None:
                   f"{pred.simulated_events:>10,} events", flush=True)
 
 
-MEMORY_GRID = "1:200:{step:g}"  # RTTs of utah-gpn with Data: ~2-5 ms a point, so 100,000 points take minutes
+MEMORY_GRID = "1:200:{step:g}"  # RTTs of utah-gpn with the study's first technique: ~2-5 ms a point
 
 
 def sweep_peak_rss(points: int, executor: str, checkout: Path) -> tuple[int, float, float]:
@@ -94,7 +94,7 @@ def sweep_peak_rss(points: int, executor: str, checkout: Path) -> tuple[int, flo
     workers = {"serial": ["--workers", "1"], "local": ["--workers", "2"], "ray": ["--ray-address", "local",
                                                                                "--workers", "2"]}[executor]
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", "data",
+        cmd = [sys.executable, "-m", "geosim", "sweep", "--scenario", "utah-gpn", "--technique", STUDY_ORDER[0],
                "--rtt-ms", MEMORY_GRID.format(step=step), "--out-dir", str(Path(out) / "s"), "--quiet", "--no-best",
                *workers]  # the text summary: --json echoes the grid's axes, output as long as the input
         started = time.perf_counter()
@@ -111,7 +111,7 @@ def sweep_peak_rss(points: int, executor: str, checkout: Path) -> tuple[int, flo
 
 
 def bench_memory(sizes: list[int], executor: str, repeats: int, checkout: Path) -> None:
-    print(f"\npeak RSS of `geosim sweep --scenario utah-gpn --technique data --rtt-ms 1:200:STEP` "
+    print(f"\npeak RSS of `geosim sweep --scenario utah-gpn --technique {STUDY_ORDER[0]} --rtt-ms 1:200:STEP` "
           f"({executor} executor; median of {repeats}; geosim of {checkout.name}):")
     figures = []
     for n in sizes:
