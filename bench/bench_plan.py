@@ -64,6 +64,11 @@ PUBLISHED = [
      ["predict", "--scenario", "a100-1x128.toml", "--model", "megatron-76.1b", "--global-batch", "1792",
       "--technique", "pipeshard", "--tensor-parallel", "8", "--pipeline-parallel", "4", "--data-parallel", "32",
       "--microbatches", "56", *MEGATRON], 15.0),
+    # the README's large example: 1,024 H100s over eight sites, a 3D layout asked, with the verdict's search
+    ("README: 6.7B, 1,024 H100s at 8 sites, t8 x p16 x d8",
+     ["predict", "--scenario", "h100-8x16.toml", "--model", "gpt3-6.7b", "--global-batch", "512", "--microbatches",
+      "16", "--hosts", "all", "--technique", "pipeshard", "--tensor-parallel", "8", "--pipeline-parallel", "16",
+      "--data-parallel", "8"], 60.0),
 ]
 MEMORY_TARGET_MB = 1024.0  # the 1,024-GPU gpt2-xl case
 OUT = sys.stdout
