@@ -25,7 +25,7 @@ from geosim.errors import GeosimError
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.specs import GIB
-from geosim.techniques import build_schedule
+from geosim.techniques import build_schedule, memory_first
 
 SIMULATED_ITERATIONS = 3  # the first is cold; steady state = the mean of the others
 UNSETTLED_ITERATIONS = 24  # when the steady ones still disagree
@@ -102,6 +102,13 @@ def _settled(run, tolerance: float = 1e-3) -> bool:
     """Whether the simulated iterations after the first agree with each other."""
     times = [run.iteration_time(i) for i in range(1, len(run.iteration_end))]
     return max(times) - min(times) <= tolerance * max(times)
+
+
+def _out_of_memory(schedule, workload, params) -> bool:
+    """Whether some GPU of the schedule does not fit, by the verdict _predict gives."""
+    options = memory_layout.options_for(workload, params)
+    return any(memory_layout.verdict(m.need_gib * GIB, m.has_gib, options).status == memory_layout.OUT_OF_MEMORY
+               for m in _memory_report(schedule))
 
 
 def _memory_report(schedule) -> list[GpuMemory]:
@@ -204,7 +211,11 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         iterations=workload.iterations_per_epoch * workload.epochs, runtime=workload.runtime,
     )
     try:
-        schedule = build_schedule(technique, on, options)
+        # an option out of memory costs no programs: the planner's search on 1,024 GPUs built hundreds
+        # of schedules only to find them out of memory (issue 34); memory_first refuses what build does
+        schedule = memory_first(technique, on, options)
+        if schedule is None or not _out_of_memory(schedule, workload, params):
+            schedule = build_schedule(technique, on, options)
     except GeosimError as exc:
         if exc.key == "technique" or (exc.key or "").startswith(f"{technique}."):
             raise  # the caller's mistake (an unknown technique or setting), not the case's

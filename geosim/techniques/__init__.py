@@ -184,6 +184,16 @@ def build_schedule(name: str, case, options: dict | None = None):
     return module.build(case, settings)
 
 
+def memory_first(name: str, case, options: dict | None = None):
+    """The technique's schedule without programs, its memory and description only (its module's
+    memory_first), refusing what build_schedule refuses; None where the technique's memory is known
+    only from its programs (or it has no such function)."""
+    module = get_technique(name)
+    if not hasattr(module, "memory_first"):
+        return None
+    return module.memory_first(case, with_options(case.params.settings(name), options, name))
+
+
 def reference_table() -> str:
     """The parameters reference's table of every technique's tunables (docs/reference/params.md), from
     each module's Settings: a new technique's row appears with its file."""

@@ -109,60 +109,118 @@ def split_layers(n_layer: int, speeds: list[float], how: str, explicit: list[int
     return greedy(candidates[lo])
 
 
+class _Frame:
+    """What build() knows before any program: the meshes, each stage's layers and tensor groups, and
+    the checks that refuse a layout. A GPU's memory follows from it alone unless the stages are
+    interleaved, so an option out of memory is known without building its programs (memory_first)."""
+
+    def __init__(self, case: Case, settings: Settings):
+        cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
+        check_dims(model, workload)
+        self.devices = devices = devices_of(cluster)
+        if settings.meshes:
+            meshes: list[list[Device]] = [[d for d in devices if d.host in hosts] for hosts in settings.meshes]
+        elif len(cluster.hosts) == 1 and len(devices) > 1:
+            meshes = [[d] for d in devices]  # Alpa's stages on one VM: one GPU each
+        else:
+            meshes = [[d for d in devices if d.host == h.name] for h in cluster.hosts]
+        if any(not m for m in meshes):
+            raise GeosimError("a pipeline mesh has no GPUs", key="meshes")
+        self.meshes = meshes
+        self.S, self.M, self.v = S, M, v = len(meshes), workload.microbatches, settings.interleave
+        self.b = b = workload.global_batch / M
+        self.intra = intra = settings.intra_stage
+        check_interleave(settings, S, M)
+        for mesh in meshes:
+            if intra == "data":
+                require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh),
+                                  "the GPUs of a mesh")
+            elif intra == "shard-data":
+                require_divisible("microbatch size (global_batch / microbatches)", int(b),
+                                  len(_tensor_groups(mesh, settings.tensor)),
+                                  "the tensor-parallel groups of a stage" if settings.tensor else "the hosts of a stage")
+        self.layers = layers = layers_per_stage(case, meshes, settings)
+        self.chunk_layers = layers_per_chunk(case, S, settings) if v > 1 else [[n] for n in layers]
+        self.options = memory_layout.options_for(workload, params)
+        self.jax_layout = runtime_of(workload, params).memory_layout == "jax"
+        self.compression = compression = settings.activation_compression
+        # per stage: its tensor-parallel groups (GPUs that shard the stage's layers between them: the
+        # whole mesh under "shard", each host's GPUs, or `tensor` of them, under "shard-data") and the
+        # sequences each group computes
+        self.groups = []
+        for mesh in meshes:
+            if intra == "data":
+                self.groups.append(([], b / len(mesh)))
+            elif intra == "shard":
+                self.groups.append(([tuple(d.rank for d in mesh)], b))
+            else:
+                tp_groups = [tuple(d.rank for d in grp) for grp in _tensor_groups(mesh, settings.tensor)]
+                self.groups.append((tp_groups, b / len(tp_groups)))
+        self.description = (f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {settings.schedule}, "
+                            f"intra-stage {intra}" + (f", tensor {settings.tensor}" if settings.tensor else "")
+                            + (f", {v} virtual stages each (interleaved)" if v > 1 else "")
+                            + (f", activations x{compression:g}" if compression != 1 else ""))
+
+    def in_flight(self, s: int, schedule_kind: str) -> int:
+        """Microbatches whose residuals stage s holds at once, uninterleaved (1F1B: S - s; GPipe: all)."""
+        return self.M if schedule_kind == "gpipe" else min(self.M, self.S - s)
+
+    def memory(self, case: Case, s: int, dev: Device, in_flight: int) -> dict[str, float]:
+        """One GPU's memory parts on stage s with `in_flight` microbatches' residuals."""
+        model, workload = case.model, case.workload
+        tp_groups, sequences = self.groups[s]
+        tp = len(tp_groups[0]) if tp_groups else 1
+        if self.jax_layout:  # live's GPipe scan, as XLA lays it out (jax_placement)
+            return memory_layout.live_step(
+                model, jax_placement(model, workload.global_batch, self.M, self.S * tp, self.S, self.layers[s]),
+                workload.seq_len, self.M, replace(self.options, workspace_bytes=0.0, architecture=dev.gpu.architecture))
+        return memory_layout.pipeline_stage(model, sequences, workload.seq_len, self.layers[s], s == 0, s == self.S - 1,
+                                            self.S, in_flight, self.options, tensor_parallel=tp)
+
+    def schedule(self, programs: dict, memory: dict) -> Schedule:
+        return Schedule(NAME, self.devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
+                        self.description, activation_compression=self.compression if self.S > 1 else 1.0)
+
+
+def memory_first(case: Case, settings: Settings) -> Schedule | None:
+    """The schedule's memory and description without its programs (None where the stages are
+    interleaved: a GPU's microbatches in flight come from its interleaved program). It refuses what
+    build() refuses, in the same order: the predictor answers an option out of memory from it alone."""
+    if settings.interleave > 1:
+        return None
+    frame = _Frame(case, settings)
+    # every GPU of a stage holds the same parts, unless live's layout names the GPU's architecture
+    memory, by_stage = {}, {}
+    for s, mesh in enumerate(frame.meshes):
+        for dev in mesh:
+            key = (s, dev.gpu.architecture if frame.jax_layout else None)
+            if key not in by_stage:
+                by_stage[key] = frame.memory(case, s, dev, frame.in_flight(s, settings.schedule))
+            memory[dev.rank] = dict(by_stage[key])
+    return frame.schedule({}, memory)
+
+
 def build(case: Case, settings: Settings) -> Schedule:
-    # Why this function is long (132 lines, over the house's 80): issue 35 split the older build into five
+    # Why this function is long (over the house's 80): issue 35 split the older build into five
     # functions while issue 34 added interleaved chunks and tensor groups to it on the same day; the two could
-    # not both be kept, and the features won. Splitting it again along the same seams (meshes, a stage, a
-    # GPU's forward/backward, its program) is the next step.
-    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
-    check_dims(model, workload)
-    devices = devices_of(cluster)
-    if settings.meshes:
-        meshes: list[list[Device]] = [[d for d in devices if d.host in hosts] for hosts in settings.meshes]
-    elif len(cluster.hosts) == 1 and len(devices) > 1:
-        meshes = [[d] for d in devices]  # Alpa's stages on one VM: one GPU each
-    else:
-        meshes = [[d for d in devices if d.host == h.name] for h in cluster.hosts]
-    if any(not m for m in meshes):
-        raise GeosimError("a pipeline mesh has no GPUs", key="meshes")
-    S, M, v = len(meshes), workload.microbatches, settings.interleave
-    b = workload.global_batch / M
-    intra = settings.intra_stage
-    check_interleave(settings, S, M)
-    for mesh in meshes:
-        if intra == "data":
-            require_divisible("microbatch size (global_batch / microbatches)", int(b), len(mesh), "the GPUs of a mesh")
-        elif intra == "shard-data":
-            require_divisible("microbatch size (global_batch / microbatches)", int(b),
-                              len(_tensor_groups(mesh, settings.tensor)),
-                              "the tensor-parallel groups of a stage" if settings.tensor else "the hosts of a stage")
-    layers = layers_per_stage(case, meshes, settings)
-    chunk_layers = layers_per_chunk(case, S, settings) if v > 1 else [[n] for n in layers]
+    # not both be kept, and the features won. _Frame took its checks and memory out (issue 34 item 3);
+    # splitting on along the same seams (a stage, a GPU's forward/backward, its program) is the next step.
+    model, workload, params = case.model, case.workload, case.params
+    f = _Frame(case, settings)
+    meshes, S, M, v, b, intra, layers = f.meshes, f.S, f.M, f.v, f.b, f.intra, f.layers
     schedule_kind = settings.schedule
     per_layer = params.settings("shard").collectives_per_layer  # a sharded stage all-reduces as Shard does
-    options = memory_layout.options_for(workload, params)
-    jax_layout = runtime_of(workload, params).memory_layout == "jax"
-    compression = settings.activation_compression
-    act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value * compression
+    act_bytes = b * workload.seq_len * model.n_embd * workload.bytes_per_value * f.compression
     algorithm = params.for_technique("collectives", NAME)
     programs, memory = {}, {}
     for s, mesh in enumerate(meshes):
         g = len(mesh)
-        # tensor-parallel groups (GPUs that shard the stage's layers between them: the whole mesh
-        # under "shard", each host's GPUs, or `tensor` of them, under "shard-data") and the sequences
-        # each group computes
-        if intra == "data":
-            tp_groups, sequences = [], b / g
-        elif intra == "shard":
-            tp_groups, sequences = [tuple(d.rank for d in mesh)], b
-        else:
-            tp_groups = [tuple(d.rank for d in grp) for grp in _tensor_groups(mesh, settings.tensor)]
-            sequences = b / len(tp_groups)
+        tp_groups, sequences = f.groups[s]
         tp = len(tp_groups[0]) if tp_groups else 1
         group_of = {r: grp for grp in tp_groups for r in grp}
         by_host = len(tp_groups) > 1  # tags name the host: each host's collectives are its own
         inside_host = len(tp_groups) > len(_hosts_of(mesh))  # several groups on a host: tags name the group too
-        chunks = [_Chunk(case, meshes, s, c, v, chunk_layers[s][c], tp, sequences, intra) for c in range(v)]
+        chunks = [_Chunk(case, meshes, s, c, v, f.chunk_layers[s][c], tp, sequences, intra) for c in range(v)]
         # a tensor group's members run the same blocks under the same tags: built once, shared (a
         # 1,024-GPU layout's build was mostly the same blocks built again, GPU by GPU)
         sharded = functools.partial(_sharded, {}, model, workload, params, sequences, per_layer)
@@ -225,7 +283,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                     program += forward(warmup + m) + backward(m)
                 for m in range(M - warmup, M):
                     program += backward(m)
-                in_flight = M if schedule_kind == "gpipe" else min(M, S - s)
+                in_flight = f.in_flight(s, schedule_kind)
             program = with_runtime_pipeline_ops(case, program, meshes, j, b)
             if dev.rank in grad_groups:
                 shard_tag = (group.index(dev.rank),) if intra == "shard-data" else ()
@@ -234,20 +292,8 @@ def build(case: Case, settings: Settings) -> Schedule:
             program.append(optimizer_op(model, held))
             program.append(overhead_op(NAME, params, workload))
             programs[dev.rank] = program
-            if jax_layout:  # live's GPipe scan, as XLA lays it out (jax_placement)
-                memory[dev.rank] = memory_layout.live_step(
-                    model, jax_placement(model, workload.global_batch, M, S * tp, S, layers[s]), workload.seq_len, M,
-                    replace(options, workspace_bytes=0.0, architecture=dev.gpu.architecture))
-            else:
-                memory[dev.rank] = memory_layout.pipeline_stage(
-                    model, sequences, workload.seq_len, layers[s], s == 0, s == S - 1, S, in_flight, options,
-                    tensor_parallel=tp)
-    return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory,
-                    f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {schedule_kind}, "
-                    f"intra-stage {intra}" + (f", tensor {settings.tensor}" if settings.tensor else "")
-                    + (f", {v} virtual stages each (interleaved)" if v > 1 else "")
-                    + (f", activations x{compression:g}" if compression != 1 else ""),
-                    activation_compression=compression if S > 1 else 1.0)
+            memory[dev.rank] = f.memory(case, s, dev, in_flight)
+    return f.schedule(programs, memory)
 
 
 def _sharded(made: dict, model, workload, params, sequences: float, per_layer: int, group: tuple, layers: int,
