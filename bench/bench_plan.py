@@ -7,6 +7,9 @@
     python bench/bench_plan.py --published  # the sizes the field publishes (issue 34): Megatron-LM's
                                             # 39.1B on 512 A100s and 76.1B on 1,024, forced layouts and
                                             # the planner's whole search
+    python bench/bench_plan.py --published --case 76.1B --baseline ../other-checkout
+                                            # those whose label holds 76.1B, each run beside the same
+                                            # command on another checkout's geosim (before/after, one run)
 
 Each case is one fresh `geosim predict --scenario FILE --model M --global-batch 512
 --microbatches 16 --hosts all` (every technique's row, the planner's search for the
@@ -93,14 +96,16 @@ def run_case(scenario: Path, model: str) -> tuple[float, float, float, str]:
                         "--microbatches", "16", "--hosts", "all"])
 
 
-def run_command(arguments: list[str]) -> tuple[float, float, float, str]:
-    """(wall s, CPU s, peak resident MB, verdict line) of one fresh `geosim ARGUMENTS`. CPU from the
-    children's rusage before and after; the resident peak is the largest of any child so far
-    (Linux keeps one maximum for all waited children), so cases run smallest first."""
+def run_command(arguments: list[str], root: Path = ROOT) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak resident MB, verdict line) of one fresh `geosim ARGUMENTS`, the geosim of
+    the checkout `root` (first on the path). CPU from the children's rusage before and after; the
+    resident peak is the largest of any child so far (Linux keeps one maximum for all waited
+    children), so cases run smallest first."""
     command = [sys.executable, "-m", "geosim", *arguments]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -126,7 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--published", action="store_true",
                         help="Megatron-LM's 39.1B on 512 A100s and 76.1B on 1,024 (issue 34's sizes)")
+    parser.add_argument("--case", help="with --published: only the cases whose label contains this text")
+    parser.add_argument("--baseline", type=Path,
+                        help="with --published: a checkout whose geosim runs each command too, alternately (its "
+                             "CPU time and the ratio in the same run)")
     args = parser.parse_args(argv)
+    if args.case is not None and not any(args.case in label for label, _, _ in PUBLISHED):
+        print(f"bench_plan: --case {args.case!r} matches no published case's label", file=sys.stderr)
+        return 2
+    if args.baseline is not None and not (args.baseline / "geosim" / "__init__.py").is_file():
+        print(f"bench_plan: --baseline {args.baseline}: no geosim/__init__.py there (a checkout of geosim)",
+              file=sys.stderr)
+        return 2
     if args.json:
         OUT = sys.stderr
     if args.published:
@@ -179,20 +195,30 @@ def published(args) -> int:
     say(f"  {'case':<54} {'wall median':>11} {'CPU median':>10} {'CPU min..max':>14} {'RSS MB':>7}  target")
     figures, sticks = [], []
     for label, arguments, target in PUBLISHED:
+        if args.case is not None and args.case not in label:
+            continue
         arguments = [str(CLUSTERS / a) if a.endswith(".toml") else a for a in arguments]
-        walls, cpus, rss, verdict = [], [], 0.0, ""
+        walls, cpus, rss, verdict, base_cpus = [], [], 0.0, "", []
         for _ in range(args.runs):
             sticks.append(yardstick_s())
+            if args.baseline is not None:
+                base_cpus.append(run_command(arguments, args.baseline.resolve())[1])
             wall, cpu, peak, verdict = run_command(arguments)
             walls.append(wall)
             cpus.append(cpu)
             rss = max(rss, peak)
         cpu_med = statistics.median(cpus)
+
         say(f"  {label:<54} {statistics.median(walls):>10.2f}s {cpu_med:>9.2f}s {min(cpus):>6.2f}..{max(cpus):<6.2f} "
             f"{rss:>7.0f}  {'ok  ' if cpu_med <= target else 'SLOW'} CPU <= {target:g} s")
         figures.append({"case": label, "command": "geosim " + " ".join(arguments), "runs": args.runs,
                         "wall_median_s": statistics.median(walls), "cpu_median_s": cpu_med, "cpu_min_s": min(cpus),
                         "cpu_max_s": max(cpus), "peak_rss_mb": rss, "target_s": target, "verdict": verdict})
+        if base_cpus:  # the same command on the baseline checkout, run alternately with this one
+            base = statistics.median(base_cpus)
+            say(f"  {'  the same on --baseline':<54} {'':>11} {base:>9.2f}s {min(base_cpus):>6.2f}..{max(base_cpus):<6.2f}"
+                f"          this checkout / baseline: {cpu_med / base:.2f}")
+            figures[-1].update(baseline=str(args.baseline), baseline_cpu_median_s=base, ratio_to_baseline=cpu_med / base)
     stick = statistics.median(sticks)
     say(f"\n  CPU yardstick (3 M iterations of a Python loop): median {stick:.3f} s over {len(sticks)} runs")
     for f in figures:

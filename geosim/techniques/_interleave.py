@@ -66,7 +66,7 @@ def interleaved_program(forward: Callable, backward: Callable, stages: int, s: i
         chunk = group % v
         return (i // (stages * v)) * stages + i % stages, (v - 1 - chunk if backwards else chunk)
 
-    warmup = min((stages - s - 1) * 2 + (v - 1) * stages, total)
+    warmup = _warmup(stages, s, microbatches, v)
     program = []
     for i in range(warmup):
         program += forward(*unit(i, False))
@@ -74,8 +74,19 @@ def interleaved_program(forward: Callable, backward: Callable, stages: int, s: i
         program += forward(*unit(warmup + i, False)) + backward(*unit(i, True))
     for i in range(total - warmup, total):
         program += backward(*unit(i, True))
+    return program, interleaved_in_flight(stages, s, microbatches, v)
+
+
+def _warmup(stages: int, s: int, microbatches: int, v: int) -> int:
+    """Microbatch-chunks stage s runs forward before its first backward."""
+    return min((stages - s - 1) * 2 + (v - 1) * stages, microbatches * v)
+
+
+def interleaved_in_flight(stages: int, s: int, microbatches: int, v: int) -> int:
+    """How many microbatches' activations stage s of an interleaved schedule holds at most, in whole-stage
+    equivalents (for its memory; known without its program)."""
     # at most warmup + 1 microbatch-chunks in flight, each 1 / v of the stage's layers
-    return program, min(microbatches, math.ceil((warmup + 1) / v))
+    return min(microbatches, math.ceil((_warmup(stages, s, microbatches, v) + 1) / v))
 
 
 # virtual stages per stage the structured planner tries: Megatron-LM's tables interleave 2 to 4 chunks a

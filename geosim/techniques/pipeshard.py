@@ -31,7 +31,8 @@ from geosim.scenario import WORKLOAD_RANGES
 from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
-from geosim.techniques._interleave import check_interleave, interleaved_program, layers_per_chunk, planned_interleaves
+from geosim.techniques._interleave import (check_interleave, interleaved_in_flight, interleaved_program, layers_per_chunk,
+                                           planned_interleaves)
 from geosim.techniques._pipeline_layout import FLAGS, LAYOUT_KEYS, asked_variants, layout_options  # noqa: F401
 from geosim.techniques._pipeline_floor import iteration_floor_s, overlaps, stage_gpus
 from geosim.techniques._settings import option, tunable
@@ -111,8 +112,8 @@ def split_layers(n_layer: int, speeds: list[float], how: str, explicit: list[int
 
 class _Frame:
     """What build() knows before any program: the meshes, each stage's layers and tensor groups, and
-    the checks that refuse a layout. A GPU's memory follows from it alone unless the stages are
-    interleaved, so an option out of memory is known without building its programs (memory_first)."""
+    the checks that refuse a layout. A GPU's memory follows from it alone, so an option out of memory
+    is known without building its programs (memory_first)."""
 
     def __init__(self, case: Case, settings: Settings):
         cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
@@ -162,7 +163,10 @@ class _Frame:
                             + (f", activations x{compression:g}" if compression != 1 else ""))
 
     def in_flight(self, s: int, schedule_kind: str) -> int:
-        """Microbatches whose residuals stage s holds at once, uninterleaved (1F1B: S - s; GPipe: all)."""
+        """Microbatches whose residuals stage s holds at once (1F1B: S - s; GPipe: all; interleaved: its
+        program's most, in whole-stage equivalents)."""
+        if self.v > 1:
+            return interleaved_in_flight(self.S, s, self.M, self.v)
         return self.M if schedule_kind == "gpipe" else min(self.M, self.S - s)
 
     def memory(self, case: Case, s: int, dev: Device, in_flight: int) -> dict[str, float]:
@@ -183,11 +187,8 @@ class _Frame:
 
 
 def memory_first(case: Case, settings: Settings) -> Schedule | None:
-    """The schedule's memory and description without its programs (None where the stages are
-    interleaved: a GPU's microbatches in flight come from its interleaved program). It refuses what
-    build() refuses, in the same order: the predictor answers an option out of memory from it alone."""
-    if settings.interleave > 1:
-        return None
+    """The schedule's memory and description without its programs. It refuses what build() refuses, in
+    the same order: the predictor answers an option out of memory from it alone."""
     frame = _Frame(case, settings)
     # every GPU of a stage holds the same parts, unless live's layout names the GPU's architecture
     memory, by_stage = {}, {}
@@ -273,7 +274,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 return ops
 
             if v > 1:
-                program, in_flight = interleaved_program(forward, backward, S, s, M, v)
+                program, _ = interleaved_program(forward, backward, S, s, M, v)
             else:
                 warmup = M if schedule_kind == "gpipe" else min(S - s - 1, M)
                 program = []
@@ -283,7 +284,6 @@ def build(case: Case, settings: Settings) -> Schedule:
                     program += forward(warmup + m) + backward(m)
                 for m in range(M - warmup, M):
                     program += backward(m)
-                in_flight = f.in_flight(s, schedule_kind)
             program = with_runtime_pipeline_ops(case, program, meshes, j, b)
             if dev.rank in grad_groups:
                 shard_tag = (group.index(dev.rank),) if intra == "shard-data" else ()
@@ -292,7 +292,7 @@ def build(case: Case, settings: Settings) -> Schedule:
             program.append(optimizer_op(model, held))
             program.append(overhead_op(NAME, params, workload))
             programs[dev.rank] = program
-            memory[dev.rank] = f.memory(case, s, dev, in_flight)
+            memory[dev.rank] = f.memory(case, s, dev, f.in_flight(s, schedule_kind))
     return f.schedule(programs, memory)
 
 
