@@ -216,9 +216,10 @@ def published(args) -> int:
                         "cpu_max_s": max(cpus), "peak_rss_mb": rss, "target_s": target, "verdict": verdict})
         if base_cpus:  # the same command on the baseline checkout, run alternately with this one
             base = statistics.median(base_cpus)
-            say(f"  {'  the same on --baseline':<54} {'':>11} {base:>9.2f}s {min(base_cpus):>6.2f}..{max(base_cpus):<6.2f}"
-                f"          this checkout / baseline: {cpu_med / base:.2f}")
-            figures[-1].update(baseline=str(args.baseline), baseline_cpu_median_s=base, ratio_to_baseline=cpu_med / base)
+            say(f"  {'  the same on --baseline':<54} {'':>11} {base:>9.2f}s "
+                f"{min(base_cpus):>6.2f}..{max(base_cpus):<6.2f}          this checkout / baseline: {cpu_med / base:.2f}")
+            figures[-1].update(baseline=str(args.baseline), baseline_cpu_median_s=base,
+                               ratio_to_baseline=cpu_med / base)
     stick = statistics.median(sticks)
     say(f"\n  CPU yardstick (3 M iterations of a Python loop): median {stick:.3f} s over {len(sticks)} runs")
     for f in figures:

@@ -31,8 +31,8 @@ from geosim.scenario import WORKLOAD_RANGES
 from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
-from geosim.techniques._interleave import (check_interleave, interleaved_in_flight, interleaved_program, layers_per_chunk,
-                                           planned_interleaves)
+from geosim.techniques._interleave import (check_interleave, interleaved_in_flight, interleaved_program,
+                                           layers_per_chunk, planned_interleaves)
 from geosim.techniques._pipeline_layout import FLAGS, LAYOUT_KEYS, asked_variants, layout_options  # noqa: F401
 from geosim.techniques._pipeline_floor import iteration_floor_s, overlaps, stage_gpus
 from geosim.techniques._settings import option, tunable
@@ -139,7 +139,8 @@ class _Frame:
             elif intra == "shard-data":
                 require_divisible("microbatch size (global_batch / microbatches)", int(b),
                                   len(_tensor_groups(mesh, settings.tensor)),
-                                  "the tensor-parallel groups of a stage" if settings.tensor else "the hosts of a stage")
+                                  "the tensor-parallel groups of a stage" if settings.tensor
+                                  else "the hosts of a stage")
         self.layers = layers = layers_per_stage(case, meshes, settings)
         self.chunk_layers = layers_per_chunk(case, S, settings) if v > 1 else [[n] for n in layers]
         self.options = memory_layout.options_for(workload, params)
