@@ -102,6 +102,14 @@ def microbatch_per_gpu(workload: Workload, data_parallel: int) -> float:
     return per_microbatch / data_parallel
 
 
+def replica_per_gpu(case) -> tuple[list[Device], float, float, tuple[int, ...]]:
+    """Data's and ZeRO-2's shape, a full replica per GPU over every GPU: (the devices, sequences per GPU
+    per microbatch, the gradient's bytes, the ranks as one group), the case's dimensions checked."""
+    check_dims(case.model, case.workload)
+    devices = devices_of(case.cluster)
+    per_gpu = microbatch_per_gpu(case.workload, len(devices))
+    return devices, per_gpu, case.model.num_params * case.workload.bytes_per_value, tuple(d.rank for d in devices)
+
 def accumulation(model: Model, workload: Workload, sequences: float, group: tuple[int, ...],
                  after_each: tuple = ()) -> Repeat:
     """Forward and backward of every microbatch on a full replica (Alpa's num_micro_batches),

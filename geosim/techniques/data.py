@@ -22,9 +22,8 @@ from geosim.sim.schedule import Compute, Recv, Repeat, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.techniques import _floor
-from geosim.techniques._base import (accumulation, backward_multiplier, check_dims, combined, devices_of, forward_flops,
-                                     launch_ops, microbatch_per_gpu, optimizer_op, overhead_op, pass_ops, update_op,
-                                     work)
+from geosim.techniques._base import (accumulation, backward_multiplier, combined, forward_flops, launch_ops,
+                                     optimizer_op, overhead_op, pass_ops, replica_per_gpu, update_op, work)
 from geosim.units import MIB
 
 NAME = "data"
@@ -41,13 +40,9 @@ class Settings:
 
 
 def build(case: Case, settings: Settings) -> Schedule:
-    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
-    check_dims(model, workload)
-    devices = devices_of(cluster)
+    model, workload, params = case.model, case.workload, case.params
+    devices, per_gpu, grad_bytes, group = replica_per_gpu(case)
     p = len(devices)
-    per_gpu = microbatch_per_gpu(workload, p)
-    grad_bytes = model.num_params * workload.bytes_per_value
-    group = tuple(d.rank for d in devices)
     runtime = runtime_of(workload, params)
     memory = memory_layout.per_device(
         devices, model, workload, params, runtime,

@@ -25,8 +25,7 @@ from geosim.sim.schedule import Collective, Repeat, Schedule
 from geosim.case import Case
 from geosim.techniques import _floor
 from geosim.techniques._settings import tunable
-from geosim.techniques._base import (accumulation, check_dims, combined, devices_of, microbatch_per_gpu, optimizer_op,
-                                     overhead_op)
+from geosim.techniques._base import (accumulation, combined, optimizer_op, overhead_op, replica_per_gpu)
 from geosim.units import MIB
 
 NAME = "zero2"
@@ -45,13 +44,9 @@ class Settings:
 
 
 def build(case: Case, settings: Settings) -> Schedule:
-    cluster, model, workload, params = case.cluster, case.model, case.workload, case.params
-    check_dims(model, workload)
-    devices = devices_of(cluster)
+    model, workload, params = case.model, case.workload, case.params
+    devices, per_gpu, grad_bytes, group = replica_per_gpu(case)
     p = len(devices)
-    per_gpu = microbatch_per_gpu(workload, p)
-    grad_bytes = model.num_params * workload.bytes_per_value
-    group = tuple(d.rank for d in devices)
     algorithm = params.for_technique("collectives", NAME)
     scatter = combined("reduce_scatter", group, grad_bytes, algorithm, ("rs",), "gradient reduce-scatter", params,
                        workload)
