@@ -104,11 +104,13 @@ def _settled(run, tolerance: float = 1e-3) -> bool:
     return max(times) - min(times) <= tolerance * max(times)
 
 
-def _out_of_memory(schedule, workload, params) -> bool:
-    """Whether some GPU of the schedule does not fit, by the verdict _predict gives."""
+def _memory_verdict(schedule, workload, params) -> tuple[list[GpuMemory], memory_layout.Verdict, GpuMemory]:
+    """Each GPU's memory, the worst verdict (the least headroom for what is usable) and its GPU."""
+    report = _memory_report(schedule)
     options = memory_layout.options_for(workload, params)
-    return any(memory_layout.verdict(m.need_gib * GIB, m.has_gib, options).status == memory_layout.OUT_OF_MEMORY
-               for m in _memory_report(schedule))
+    verdicts = [(memory_layout.verdict(m.need_gib * GIB, m.has_gib, options), m) for m in report]
+    worst, where = min(verdicts, key=lambda x: x[0].margin_bytes / x[0].usable_bytes)
+    return report, worst, where
 
 
 def _memory_report(schedule) -> list[GpuMemory]:
@@ -214,7 +216,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         # an option out of memory costs no programs: the planner's search on 1,024 GPUs built hundreds
         # of schedules only to find them out of memory (issue 34); memory_first refuses what build does
         schedule = memory_first(technique, on, options)
-        if schedule is None or not _out_of_memory(schedule, workload, params):
+        if schedule is None or _memory_verdict(schedule, workload, params)[1].status != memory_layout.OUT_OF_MEMORY:
             schedule = build_schedule(technique, on, options)
     except GeosimError as exc:
         if exc.key == "technique" or (exc.key or "").startswith(f"{technique}."):
@@ -223,11 +225,8 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         return result
     result.description = schedule.description
     result.activation_compression = schedule.activation_compression
-    result.memory = _memory_report(schedule)
-    options = memory_layout.options_for(workload, params)
-    verdicts = [(memory_layout.verdict(m.need_gib * GIB, m.has_gib, options), m) for m in result.memory]
+    result.memory, worst, where = _memory_verdict(schedule, workload, params)
     result.peak_memory_gib = max(m.need_gib for m in result.memory)
-    worst, where = min(verdicts, key=lambda x: x[0].margin_bytes / x[0].usable_bytes)
     place = f"{where.gpu} ({where.host} GPU {where.rank})"
     result.memory_verdict = worst.word
     if worst.status == memory_layout.OUT_OF_MEMORY:
