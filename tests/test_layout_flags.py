@@ -164,13 +164,19 @@ def test_a_command_that_cannot_honour_a_layout_flag_says_so_in_one_line(argv, fl
     assert len(err.strip().splitlines()) == 1 and f"{flag}: " in err and problem in err, err
 
 
-def test_sweep_rows_are_the_layout_asked_and_say_why_where_it_does_not_fit(tmp_path):
+def sweep_rows(tmp_path, other: str, global_batch: int, *flags: str) -> dict[str, dict]:
+    """A sweep of pipeshard at tensor 2 x pipeline 2 over SCENARIO and `other`: its rows by scenario."""
     out = tmp_path / "sw"
-    code, _, err = run(["sweep", "--scenario", f"{SCENARIO},scale:1x2x2:H100", "--technique", "pipeshard",
+    code, _, err = run(["sweep", "--scenario", f"{SCENARIO},{other}", "--technique", "pipeshard",
                         "--tensor-parallel", "2", "--pipeline-parallel", "2", "--rtt-ms", "native",
-                        "--global-batch", "32", "--sweep-dir", str(out), "--workers", "1", "--quiet", "--json"])
+                        "--global-batch", str(global_batch), "--sweep-dir", str(out), "--workers", "1", "--quiet",
+                        *flags])
     assert code == 0, err
-    rows = {r["scenario"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    return {r["scenario"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+
+
+def test_sweep_rows_are_the_layout_asked_and_say_why_where_it_does_not_fit(tmp_path):
+    rows = sweep_rows(tmp_path, "scale:1x2x2:H100", 32, "--json")
     assert rows[SCENARIO]["description"] == ("2 stages (12/12 layers), 4 microbatches, 1f1b, intra-stage "
                                              "shard-data, tensor 2")
     assert rows[SCENARIO]["point"]["layout"] == {"pipeline": 2, "tensor": 2}
@@ -180,12 +186,7 @@ def test_sweep_rows_are_the_layout_asked_and_say_why_where_it_does_not_fit(tmp_p
 
 
 def test_sweep_row_of_a_layout_that_does_not_fit_its_hosts_says_why(tmp_path):
-    out = tmp_path / "sw"
-    code, _, err = run(["sweep", "--scenario", f"{SCENARIO},scale:1x3x4:H100", "--technique", "pipeshard",
-                        "--tensor-parallel", "2", "--pipeline-parallel", "2", "--rtt-ms", "native",
-                        "--global-batch", "24", "--sweep-dir", str(out), "--workers", "1", "--quiet", "--no-best"])
-    assert code == 0, err
-    rows = {r["scenario"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    rows = sweep_rows(tmp_path, "scale:1x3x4:H100", 24, "--no-best")
     assert rows["scale:1x3x4:H100"]["status"] == "infeasible"
     assert "--data-parallel: a stage holds whole hosts" in rows["scale:1x3x4:H100"]["reason"] or \
         "--pipeline-parallel" in rows["scale:1x3x4:H100"]["reason"]
