@@ -304,6 +304,11 @@ class ExclusiveLinks:
             marks[hop] = (now, sender)
         return type(self).send_at(self, src, dst, nbytes, p2p, label, now)
 
+    def lockstep(self, group: tuple[int, ...], rounds: list[tuple], arrivals: dict[int, float]) -> dict[int, float]:
+        """lockstep_ends over the model's send_at; a model may price a round's senders at once
+        (TCPNetwork: geosim/sim/network/_rounds.py), the same times to the bit."""
+        return lockstep_ends(group, rounds, arrivals, self.send_at)
+
     def may_precompute(self, coll: Collective) -> bool:
         return self._one_sender_per_hop and len(coll.group) > 1  # a group of one has no steps to save
 
@@ -326,7 +331,7 @@ class ExclusiveLinks:
             canonical = self._symmetry.canonical if self._symmetry is not None else None
             ends = collective_ends(lambda rank: self.collective_ops(coll, rank), arrivals, self.send_at, canonical)
         else:
-            ends = lockstep_ends(group, rounds, arrivals, self.send_at)
+            ends = self.lockstep(group, rounds, arrivals)
         if min(ends.values()) < max(arrivals.values()):
             # the event run would have let that rank go on before the last one arrived: holding
             # it was wrong. Every form here (ring, hierarchical, tree) ends after all have arrived.

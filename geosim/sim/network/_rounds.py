@@ -1,0 +1,170 @@
+"""A lockstep collective's rounds priced for all its senders at once (the TCP model's arithmetic on arrays).
+
+`_exclusive.lockstep_ends` walks a ring's rounds sender by sender: one `send_at` call per rank per
+round, 10 million of them for Shard's flat ring over 128 GPUs at four sites (no two sites alike, so
+no symmetry folds the ranks). Where every hop has one sender (the condition under which collectives
+are timed by arithmetic at all) the senders of one round touch disjoint state: each its own hops'
+backlogs and its own connection. So a round is the same handful of operations on every sender,
+and here they run on numpy arrays, one array operation per line of `TCPNetwork.send_at`, in its
+order: IEEE-754 addition, subtraction, multiplication, division, comparison and max give the same
+bits on an array element as on a Python float, so every time is the scalar walk's to the last bit.
+
+Only the common case runs on arrays: a route without a token bucket, and a windowed TCP flow whose
+window is already at its largest and not restarting after idling. A sender in slow start or
+restarting (its first sends, a connection idle past the retransmission timeout) is priced by the
+model's own `flow_time` on a scratch connection, the same code the scalar walk runs; a collective
+over a rate-limited hop is walked send by send. The state is read from the model when the
+collective starts and written back when it ends (free_at, each connection's window and last
+activity, each sender's bytes and transfers), as the scalar walk would have left it; no other
+transfer runs in between (the engine asks collective_ends between events).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# below this many senders a round's Python loop is as quick as the arrays' fixed cost per operation
+MIN_SENDERS = 24
+
+
+class _Phase:
+    """What one round's sends are made of, as arrays over the senders (in group order): a ring phase's
+    rounds all send the same bytes to the same peers, so they share one."""
+
+    __slots__ = ("lead", "serialize", "serialize_column", "nbytes", "one_way", "hops", "conns", "windowed", "w_idx", "w_conns",
+                 "w_max", "w_rtt", "w_rto", "w_nbytes", "w_routes", "counted")
+
+    def __init__(self, net, sends, hop_index: dict, conn_index: dict):
+        routes = [net.route(rank, dst) for rank, dst, _, _, _ in sends]
+        self.lead = np.array([r.handshake_s if p2p else r.credit_s for r, (_, _, _, p2p, _) in zip(routes, sends)])
+        self.nbytes = np.array([nbytes for _, _, nbytes, _, _ in sends], dtype=float)
+        self.serialize = self.nbytes / np.array([r.line_rate for r in routes])  # nbytes / route.line_rate
+        self.serialize_column = self.serialize[:, None]
+        self.one_way = np.array([r.one_way_s for r in routes])
+        width = max(len(r.hops) for r in routes)
+        dummy = len(hop_index)  # a padding hop: -inf before each round, so it never decides anything
+        self.hops = np.array([[hop_index[h] for h in r.hops] + [dummy] * (width - len(r.hops)) for r in routes],
+                             dtype=np.intp)
+        self.conns = np.array([conn_index[(rank, dst)] for rank, dst, _, _, _ in sends], dtype=np.intp)
+        self.windowed = np.array([r.windowed for r in routes])
+        self.w_idx = np.flatnonzero(self.windowed)
+        self.w_conns = self.conns[self.w_idx]
+        self.w_routes = [routes[i] for i in self.w_idx]
+        self.w_max = np.array([r.max_window for r in self.w_routes])
+        self.w_rtt = np.array([r.rtt_s for r in self.w_routes])
+        self.w_rto = np.array([r.restart_after_s for r in self.w_routes])
+        self.w_nbytes = self.nbytes[self.w_idx]
+        self.counted = float(sum(nbytes for _, _, nbytes, _, _ in sends))
+
+
+class Plan:
+    """A collective shape's rounds as phases (each round: its phase and the senders it receives from)."""
+
+    __slots__ = ("ranks", "hops", "pairs", "rounds")
+
+    def __init__(self, net, group: tuple, rounds: list):
+        self.ranks = group
+        hop_index: dict[int, int] = {}
+        conn_index: dict[tuple, int] = {}
+        phases: dict[tuple, _Phase] = {}
+        self.rounds = []
+        for sends, sources in rounds:
+            key = tuple((dst, nbytes, p2p) for _, dst, nbytes, p2p, _ in sends)
+            phase = phases.get(key)
+            if phase is None:
+                for rank, dst, _, _, _ in sends:
+                    conn_index.setdefault((rank, dst), len(conn_index))
+                    for h in net.route(rank, dst).hops:
+                        hop_index.setdefault(h, len(hop_index))
+                phase = phases[key] = sends
+            self.rounds.append((key, np.array(sources, dtype=np.intp)))
+        self.hops = list(hop_index)
+        self.pairs = list(conn_index)
+        built = {key: _Phase(net, sends, hop_index, conn_index) for key, sends in phases.items()}
+        self.rounds = [(built[key], sources) for key, sources in self.rounds]
+
+
+def plan_for(net, group: tuple, rounds: list) -> Plan | None:
+    """The rounds as a Plan, or None where they are walked send by send: too few senders for arrays to
+    pay, or a route through a token bucket (its burst arithmetic stays scalar)."""
+    if not rounds or len(group) < net.vector_min_senders:
+        return None
+    seen = set()
+    for sends, _ in rounds:
+        for rank, dst, _, _, _ in sends:
+            if (rank, dst) not in seen:
+                seen.add((rank, dst))
+                if net.route(rank, dst).burst_bytes:
+                    return None
+    return Plan(net, group, rounds)
+
+
+def lockstep_ends(net, plan: Plan, arrivals: dict[int, float]) -> dict[int, float]:
+    """_exclusive.lockstep_ends for the TCP model, a round at a time on arrays (module docstring)."""
+    from geosim.sim.network.tcp import Connection  # the model's own class (tcp imports this module's caller)
+
+    settings = net.settings
+    overhead, restart_on, initial = settings.per_message_overhead_s, settings.slow_start_after_idle, \
+        settings.initial_window_bytes
+    free_at = net.free_at
+    free = np.array([free_at[h] for h in plan.hops] + [-np.inf])
+    dummy = len(plan.hops)
+    connections, pairs_cache = net.connections, net._pairs
+    conns = []
+    for key in plan.pairs:  # as send_at makes them: a connection starts from the initial window
+        conn = connections.get(key)
+        if conn is None:
+            conn = connections[key] = Connection(cwnd=initial)
+        if key not in pairs_cache:
+            pairs_cache[key] = (net.route(*key), conn)
+        conns.append(conn)
+    cwnd = np.array([c.cwnd for c in conns])
+    active = np.array([c.last_active for c in conns])
+    group = plan.ranks
+    sent = [net._sent[rank] for rank in group]
+    sent_bytes = np.array([s[0] for s in sent])
+    clock = np.array([arrivals[rank] for rank in group])
+    rounds, flow_time, total = len(plan.rounds), net.flow_time, 0.0
+    # np.maximum(a, b) stands for `a if a >= b else b` (and its mirror): the two differ only on a NaN or
+    # on 0.0 against -0.0, neither of which a time is
+    maximum = np.maximum
+    for phase, sources in plan.rounds:
+        now = clock
+        last = active[phase.conns]
+        start = maximum(now + phase.lead, last)  # ready, or when the connection is free
+        free[dummy] = -np.inf
+        busy = maximum(free[phase.hops], now[:, None]) + phase.serialize_column  # each hop's backlog grows
+        free[phase.hops] = busy
+        done = maximum(start + phase.serialize, busy.max(axis=1))
+        w = phase.w_idx
+        if w.size:  # flow_time on the windowed flows: at the largest window, (nbytes - 0) x RTT / window
+            w_max, held = phase.w_max, cwnd[phase.w_conns]
+            window = np.minimum(held, w_max)
+            w_start, w_last = start[w], last[w]
+            elapsed = phase.w_nbytes * phase.w_rtt / window
+            slow = held < w_max
+            if restart_on:
+                slow |= (w_start - w_last) > phase.w_rto
+            if slow.any():  # slow start or a restart: the model's own loop, on a scratch connection
+                for j in np.flatnonzero(slow).tolist():
+                    scratch = Connection(cwnd=float(held[j]), last_active=float(w_last[j]))
+                    elapsed[j] = flow_time(phase.w_routes[j], scratch, float(phase.w_nbytes[j]), float(w_start[j]))
+                    window[j] = scratch.cwnd
+            cwnd[phase.w_conns] = window
+            done[w] = maximum(done[w], w_start + elapsed)
+        active[phase.conns] = done
+        arrived = now + ((done + phase.one_way + overhead) - now)
+        sent_bytes += phase.nbytes
+        total += phase.counted
+        clock = maximum(arrived[sources], now)
+    # the state as the scalar walk leaves it
+    for h, value in zip(plan.hops, free[:dummy].tolist()):
+        free_at[h] = value
+    for conn, c, a in zip(conns, cwnd.tolist(), active.tolist()):
+        conn.cwnd, conn.last_active = c, a
+    for mine, b in zip(sent, sent_bytes.tolist()):
+        mine[0] = b
+        mine[1] += rounds
+    net.bytes_sent += total
+    net.transfers += rounds * len(group)
+    return dict(zip(group, clock.tolist()))
