@@ -61,3 +61,26 @@ def too_costly(work: int) -> str | None:
     return (f"too large to simulate: about {work / 1e9:,.0f} billion simulated steps (ranks x ops x collective "
             f"steps x iterations), past the {MAX_PREDICTION_WORK / 1e9:,.0f} billion one prediction may take "
             f"(hours); ask fewer microbatches, hosts or layers")
+
+
+# --- how long a prediction will take, from its work count (issue 47): a row that will take long says
+# so before it starts, with this figure, and the CLI runs the quick rows first.
+# Counted units simulated per CPU second, by technique, measured on 2 shared x86_64 cores (predict() of
+# each technique's row on bench/clusters/h100-2x1, h100-4x4 and h100-8x16, gpt2-xl, batch 512, 16
+# microbatches: docs/results/2026-11-28-every-row.md); the lowest rate a technique showed there, so the
+# estimate errs long. A technique not listed takes the slowest rate.
+UNITS_PER_CPU_SECOND = {"data": 1.0e6, "zero2": 1.5e6, "shard": 6.0e6, "pipeshard": 0.25e6, "diloco": 1.0e6,
+                        "sparseloco": 1.0e6, "hybrid": 1.0e6}
+LONG_PREDICTION_S = 20.0  # past this many expected CPU seconds a row announces itself and runs last
+
+
+def expected_seconds(work: int, technique: str) -> float:
+    """The CPU seconds a prediction of `work` counted units is expected to take (an estimate: see
+    UNITS_PER_CPU_SECOND; a symmetric cluster simulates less and takes less)."""
+    return work / UNITS_PER_CPU_SECOND.get(technique, min(UNITS_PER_CPU_SECOND.values()))
+
+
+def long_prediction(work: int, technique: str) -> float | None:
+    """The expected seconds when they pass LONG_PREDICTION_S, else None."""
+    seconds = expected_seconds(work, technique)
+    return seconds if seconds > LONG_PREDICTION_S else None

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, replace
 
 from geosim.sim import memory_layout
-from geosim.cost import schedule_work, too_costly
+from geosim.cost import long_prediction, schedule_work, too_costly
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
@@ -124,6 +124,27 @@ def _memory_report(schedule) -> list[GpuMemory]:
 
 # question -> (the case it was asked about, its answer) while shared_predictions() is on
 _shared: ContextVar[dict | None] = ContextVar("shared_predictions", default=None)
+_defer_long: ContextVar[bool] = ContextVar("defer_long", default=False)
+
+
+class LongPrediction(Exception):
+    """Raised by predict() inside deferring_long() instead of simulating a question expected to take
+    more than geosim.cost.LONG_PREDICTION_S: `seconds` expected (an estimate), `work` counted units."""
+
+    def __init__(self, seconds: float, work: int):
+        super().__init__(f"about {seconds:.0f} s of simulation")
+        self.seconds, self.work = seconds, work
+
+
+@contextmanager
+def deferring_long():
+    """Within the block, predict() raises LongPrediction for a question it expects to take long (its
+    work count, geosim.cost), before simulating it, so a caller can answer the quick ones first."""
+    token = _defer_long.set(True)
+    try:
+        yield
+    finally:
+        _defer_long.reset(token)
 
 
 @contextmanager
@@ -238,11 +259,14 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         result.memory_note = f"{worst.describe()} on {place}"
 
     # a case that would simulate for hours is answered as one that does not fit: not simulated, and why
-    reason = too_costly(schedule_work(schedule, simulated_iterations + 1, exact))
+    work = schedule_work(schedule, simulated_iterations + 1, exact)
+    reason = too_costly(work)
     if reason is not None:
         result.status, result.reason = "infeasible", reason
         result.wall_s = time.perf_counter() - started
         return result
+    if _defer_long.get() and (seconds := long_prediction(work, technique)) is not None:
+        raise LongPrediction(seconds, work)  # the caller runs its quick questions first (deferring_long)
 
     network = network_model(case.network)
     real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network, exact=exact)
