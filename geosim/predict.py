@@ -125,6 +125,8 @@ def _memory_report(schedule) -> list[GpuMemory]:
 # question -> (the case it was asked about, its answer) while shared_predictions() is on
 _shared: ContextVar[dict | None] = ContextVar("shared_predictions", default=None)
 _defer_long: ContextVar[bool] = ContextVar("defer_long", default=False)
+# the schedules of questions deferred as long, by question, until they are asked again (deferring_long)
+_deferred: ContextVar[dict | None] = ContextVar("deferred_schedules", default=None)
 
 
 class LongPrediction(Exception):
@@ -140,7 +142,19 @@ class LongPrediction(Exception):
 def deferring_long():
     """Within the block, predict() raises LongPrediction for a question it expects to take long (its
     work count, geosim.cost), before simulating it, so a caller can answer the quick ones first."""
-    token = _defer_long.set(True)
+    token, kept = _defer_long.set(True), _deferred.set({})
+    try:
+        yield
+    finally:
+        _defer_long.reset(token)
+        _deferred.reset(kept)
+
+
+@contextmanager
+def simulating_deferred():
+    """Inside deferring_long(): predict() simulates every question again (the long ones, now), each
+    deferred question from the schedule built when it was deferred."""
+    token = _defer_long.set(False)
     try:
         yield
     finally:
@@ -221,6 +235,8 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
 def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options: dict | None,
              simulated_iterations: int, exact: bool) -> Prediction:
     started = time.perf_counter()
+    deferred = _deferred.get()
+    asked = (id(case), technique, tuple(hosts) if hosts is not None else None, repr(options), exact)
     runtime = runtime_of(case.workload, case.params)
     applied = runtime.applied_to(case.params)  # its launch gap, collective round trips, devices' efficiency
     if applied is not case.params:
@@ -236,9 +252,11 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     try:
         # an option out of memory costs no programs: the planner's search on 1,024 GPUs built hundreds
         # of schedules only to find them out of memory (issue 34); memory_first refuses what build does
-        schedule = memory_first(technique, on, options)
-        if schedule is None or _memory_verdict(schedule, workload, params)[1].status != memory_layout.OUT_OF_MEMORY:
-            schedule = build_schedule(technique, on, options)
+        schedule = deferred.pop(asked, None) if deferred is not None else None  # built when it was deferred
+        if schedule is None:
+            schedule = memory_first(technique, on, options)
+            if schedule is None or _memory_verdict(schedule, workload, params)[1].status != memory_layout.OUT_OF_MEMORY:
+                schedule = build_schedule(technique, on, options)
     except GeosimError as exc:
         if exc.key == "technique" or (exc.key or "").startswith(f"{technique}."):
             raise  # the caller's mistake (an unknown technique or setting), not the case's
@@ -266,6 +284,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         result.wall_s = time.perf_counter() - started
         return result
     if _defer_long.get() and (seconds := long_prediction(work, technique)) is not None:
+        deferred[asked] = schedule  # kept for the question's second asking (the case kept alive by the caller)
         raise LongPrediction(seconds, work)  # the caller runs its quick questions first (deferring_long)
 
     network = network_model(case.network)

@@ -56,12 +56,17 @@ def test_long_rows_run_last_and_the_rows_come_back_in_the_order_asked(monkeypatc
         return real(work, technique) if technique == "shard" else None
 
     monkeypatch.setattr("geosim.predict.long_prediction", spy)
+    import geosim.predict
+
+    builds, build = [], geosim.predict.build_schedule
+    monkeypatch.setattr(geosim.predict, "build_schedule", lambda t, *a, **k: builds.append(t) or build(t, *a, **k))
     order, announced = [], []
     with shared_predictions():
         rows = asked_rows(case, ("data", "shard", "pipeshard"), hosts,
                           on_row=lambda p: order.append(p.technique),
                           on_long=lambda t, h, long: announced.append((t, h, long.seconds, len(order))))
     assert order == ["data", "pipeshard", "shard"]  # the long one last
+    assert builds.count("shard") == 1  # its schedule built once: kept from when it was deferred
     assert [(t, h, at) for t, h, _, at in announced] == [("shard", hosts[0], 2)]  # before it started
     assert [r.technique for r in rows] == ["data", "shard", "pipeshard"]  # as asked
     assert [r.to_dict() | {"wall_s": 0} for r in rows] == [r.to_dict() | {"wall_s": 0} for r in plain]

@@ -10,7 +10,7 @@ on the ranking's own measure (time to the same training progress).
 from __future__ import annotations
 
 from geosim.case import Case
-from geosim.predict import LongPrediction, Prediction, deferring_long, predict
+from geosim.predict import LongPrediction, Prediction, deferring_long, predict, simulating_deferred
 from geosim.structure import host_list
 from geosim.studies.ranking import Option, SameProgress, fmt_time, margin, time_to_progress_s
 from geosim.techniques import label
@@ -39,13 +39,14 @@ def asked_rows(case: Case, techniques: tuple[str, ...], host_sets: list[tuple[st
                 continue
             if on_row is not None:
                 on_row(answers[i])
-    for i, long in sorted(later, key=lambda x: x[1].seconds):  # the quickest of the long ones first
-        technique, hosts = questions[i]
-        if on_long is not None:
-            on_long(technique, hosts, long)
-        answers[i] = ask(technique, hosts)
-        if on_row is not None:
-            on_row(answers[i])
+        with simulating_deferred():
+            for i, long in sorted(later, key=lambda x: x[1].seconds):  # the quickest of the long ones first
+                technique, hosts = questions[i]
+                if on_long is not None:
+                    on_long(technique, hosts, long)
+                answers[i] = ask(technique, hosts)
+                if on_row is not None:
+                    on_row(answers[i])
     return [answers[i] for i in range(len(questions))]
 
 
