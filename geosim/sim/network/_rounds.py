@@ -9,8 +9,9 @@ and here they run on numpy arrays, one array operation per line of `TCPNetwork.s
 order: IEEE-754 addition, subtraction, multiplication, division, comparison and max give the same
 bits on an array element as on a Python float, so every time is the scalar walk's to the last bit.
 
-Only the common case runs on arrays: a route without a token bucket, and a windowed TCP flow whose
-window is already at its largest and not restarting after idling. A sender in slow start or
+Only the common case runs on arrays: a route without a token bucket, and a windowed TCP flow not
+restarting after idling whose window is at its largest or already holds the message (slow start's
+loop would not run). A sender in slow start or
 restarting (its first sends, a connection idle past the retransmission timeout) is priced by the
 model's own `flow_time` on a scratch connection, the same code the scalar walk runs; a collective
 over a rate-limited hop is walked send by send. The state is read from the model when the
@@ -22,6 +23,8 @@ transfer runs in between (the engine asks collective_ends between events).
 from __future__ import annotations
 
 import numpy as np
+
+from geosim.sim import collectives
 
 # below this many senders a round's Python loop is as quick as the arrays' fixed cost per operation
 MIN_SENDERS = 24
@@ -58,45 +61,88 @@ class _Phase:
 
 
 class Plan:
-    """A collective shape's rounds as phases (each round: its phase and the senders it receives from)."""
+    """A collective shape's rounds as phases: per round, its phase (what each sender sends, to whom) and
+    the index of the sender each rank receives from. `phases`: (sends, sources, rounds) in the order
+    they run, each sends list in group order."""
 
     __slots__ = ("ranks", "hops", "pairs", "rounds")
 
-    def __init__(self, net, group: tuple, rounds: list):
+    def __init__(self, net, group: tuple, phases: list):
         self.ranks = group
         hop_index: dict[int, int] = {}
         conn_index: dict[tuple, int] = {}
-        phases: dict[tuple, _Phase] = {}
-        self.rounds = []
-        for sends, sources in rounds:
-            key = tuple((dst, nbytes, p2p) for _, dst, nbytes, p2p, _ in sends)
-            phase = phases.get(key)
-            if phase is None:
-                for rank, dst, _, _, _ in sends:
-                    conn_index.setdefault((rank, dst), len(conn_index))
+        for sends, _, _ in phases:
+            for rank, dst, _, _, _ in sends:
+                if (rank, dst) not in conn_index:
+                    conn_index[(rank, dst)] = len(conn_index)
                     for h in net.route(rank, dst).hops:
                         hop_index.setdefault(h, len(hop_index))
-                phase = phases[key] = sends
-            self.rounds.append((key, np.array(sources, dtype=np.intp)))
         self.hops = list(hop_index)
         self.pairs = list(conn_index)
-        built = {key: _Phase(net, sends, hop_index, conn_index) for key, sends in phases.items()}
-        self.rounds = [(built[key], sources) for key, sources in self.rounds]
+        self.rounds = []
+        for sends, sources, count in phases:
+            phase, sources = _Phase(net, sends, hop_index, conn_index), np.array(sources, dtype=np.intp)
+            self.rounds += [(phase, sources)] * count
+
+
+def _usable(net, group: tuple, pairs) -> bool:
+    """Enough senders for arrays to pay, and no route through a token bucket (its burst stays scalar)."""
+    return len(group) >= net.vector_min_senders and not any(net.route(src, dst).burst_bytes for src, dst in pairs)
 
 
 def plan_for(net, group: tuple, rounds: list) -> Plan | None:
-    """The rounds as a Plan, or None where they are walked send by send: too few senders for arrays to
-    pay, or a route through a token bucket (its burst arithmetic stays scalar)."""
-    if not rounds or len(group) < net.vector_min_senders:
+    """lockstep_rounds' rounds as a Plan (consecutive rounds of the same sends share a phase), or None
+    where they are walked send by send (_usable)."""
+    if not rounds or not _usable(net, group, {(rank, dst) for sends, _ in rounds for rank, dst, *_ in sends}):
         return None
-    seen = set()
-    for sends, _ in rounds:
-        for rank, dst, _, _, _ in sends:
-            if (rank, dst) not in seen:
-                seen.add((rank, dst))
-                if net.route(rank, dst).burst_bytes:
-                    return None
-    return Plan(net, group, rounds)
+    phases, last = [], None
+    for sends, sources in rounds:
+        key = (tuple((dst, nbytes, p2p) for _, dst, nbytes, p2p, _ in sends), tuple(sources))
+        if key == last:
+            phases[-1][2] += 1
+        else:
+            phases.append([sends, sources, 1])
+            last = key
+    return Plan(net, group, phases)
+
+
+def ring_plan(net, coll, group: tuple, hosts: tuple[str, ...]) -> Plan | None:
+    """A ring collective's Plan straight from its rings (collectives.ring_phases), each phase's sends
+    and step count as collectives.ring and collectives.hierarchical write them, without expanding
+    2(p - 1) steps for each of p ranks (the tree, or no arrays: None)."""
+    phases = collectives.ring_phases(coll, hosts)
+    if phases is None or not phases or not _usable(net, group, {pair for phase in phases for pair in phase}):
+        return None
+    flat = len(phases) == 1 and len(phases[0]) == len(group) and (
+        coll.algorithm != "hierarchical" or collectives.host_layout(group, hosts) is None)
+    p = len(group)
+    if flat:
+        kinds = [(coll.op, p, coll.nbytes)]
+    else:
+        layout = collectives.host_layout(group, hosts)
+        _, _, peers, _ = layout[group[0]]
+        g, h = p // len(peers), len(peers)
+        local = ("local", g, coll.nbytes)
+        across = ("across", h, coll.nbytes / g)
+        kinds = {"allreduce": [("reduce_scatter",) + local, ("allreduce",) + across, ("all_gather",) + local],
+                 "reduce_scatter": [("reduce_scatter",) + local, ("reduce_scatter",) + across],
+                 "all_gather": [("all_gather",) + across, ("all_gather",) + local]}[coll.op]
+        kinds = [(op, length, nbytes) for op, _, length, nbytes in kinds if length > 1]
+        if len(kinds) != len(phases):
+            return None
+    index = {rank: i for i, rank in enumerate(group)}
+    label = coll.tag[0]
+    built = []
+    for pairs, (op, length, nbytes) in zip(phases, kinds):
+        nxt = dict(pairs)
+        prev = {dst: src for src, dst in pairs}
+        if len(nxt) != p or len(prev) != p:
+            return None  # not every rank sends in this phase: not lockstep
+        chunk = nbytes / length  # collectives.ring's chunk
+        steps = {"allreduce": 2 * (length - 1), "reduce_scatter": length - 1, "all_gather": length - 1}[op]
+        built.append(([(rank, nxt[rank], chunk, False, label) for rank in group], [index[prev[rank]] for rank in group],
+                      steps))
+    return Plan(net, group, built)
 
 
 def lockstep_ends(net, plan: Plan, arrivals: dict[int, float]) -> dict[int, float]:
@@ -142,7 +188,8 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float]) -> dict[int, floa
             window = np.minimum(held, w_max)
             w_start, w_last = start[w], last[w]
             elapsed = phase.w_nbytes * phase.w_rtt / window
-            slow = held < w_max
+            # slow start runs while the window is below its largest and below the bytes (0 sent so far)
+            slow = (window < w_max) & (window < phase.w_nbytes)
             if restart_on:
                 slow |= (w_start - w_last) > phase.w_rto
             if slow.any():  # slow start or a restart: the model's own loop, on a scratch connection

@@ -309,6 +309,8 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
     def lockstep(self, group: tuple[int, ...], rounds: list[tuple], arrivals: dict[int, float]) -> dict[int, float]:
         """A lockstep collective's rounds, each priced for all its senders at once (_rounds.py): the
         scalar walk's times and state to the bit, where every hop has one sender."""
+        if type(rounds) is _rounds.Plan:  # ring_plan's
+            return _rounds.lockstep_ends(self, rounds, arrivals)
         plans = self.__dict__.setdefault("_plans", {})
         plan = plans.get(id(rounds), 0)
         if plan == 0:
@@ -316,6 +318,10 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         if plan is None or plan.ranks != group:
             return lockstep_ends(group, rounds, arrivals, self.send_at)
         return _rounds.lockstep_ends(self, plan, arrivals)
+
+    def ring_plan(self, coll, group: tuple[int, ...]):
+        """A ring collective's rounds for arrays, straight from its rings (_rounds.ring_plan)."""
+        return _rounds.ring_plan(self, coll, group, self.hosts)
 
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's connections stayed busy through them."""
