@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from geosim.sim.engine import SIMULATED_REPETITIONS
 from geosim.sim.schedule import Collective, Repeat
+from geosim.techniques import simulation_rate
 
 # at the engine's fastest measured rate (4 million a second) 7 hours, at its slowest days. Counted per
 # prediction (4 iterations): GPT-3 6.7B on 1,024 GPUs is 84 million for Data and 1.7 billion for Shard
@@ -65,19 +66,16 @@ def too_costly(work: int) -> str | None:
 
 # --- how long a prediction will take, from its work count (issue 47): a row that will take long says
 # so before it starts, with this figure, and the CLI runs the quick rows first.
-# Counted units simulated per CPU second, by technique, measured on 2 shared x86_64 cores (predict() of
-# each technique's row on bench/clusters/h100-2x1, h100-4x4 and h100-8x16, gpt2-xl, batch 512, 16
-# microbatches: docs/results/2026-11-28-every-row.md); the lowest rate a technique showed there, so the
-# estimate errs long. A technique not listed takes the slowest rate.
-UNITS_PER_CPU_SECOND = {"data": 1.0e6, "zero2": 1.5e6, "shard": 6.0e6, "pipeshard": 0.25e6, "diloco": 1.0e6,
-                        "sparseloco": 1.0e6, "hybrid": 1.0e6}
+# Each technique's module says how many counted units its predictions simulate per CPU second
+# (SIMULATED_UNITS_PER_CPU_S, measured on 2 shared x86_64 cores: docs/results/2026-11-28-every-row.md);
+# one without the figure takes the slowest rate any declares, so the estimate errs long.
 LONG_PREDICTION_S = 20.0  # past this many expected CPU seconds a row announces itself and runs last
 
 
 def expected_seconds(work: int, technique: str) -> float:
-    """The CPU seconds a prediction of `work` counted units is expected to take (an estimate: see
-    UNITS_PER_CPU_SECOND; a symmetric cluster simulates less and takes less)."""
-    return work / UNITS_PER_CPU_SECOND.get(technique, min(UNITS_PER_CPU_SECOND.values()))
+    """The CPU seconds a prediction of `work` counted units is expected to take (an estimate: the
+    technique's SIMULATED_UNITS_PER_CPU_S; a symmetric cluster simulates less and takes less)."""
+    return work / simulation_rate(technique)
 
 
 def long_prediction(work: int, technique: str) -> float | None:

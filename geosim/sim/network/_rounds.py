@@ -145,9 +145,9 @@ def ring_plan(net, coll, group: tuple, hosts: tuple[str, ...]) -> Plan | None:
     return Plan(net, group, built)
 
 
-def lockstep_ends(net, plan: Plan, arrivals: dict[int, float]) -> dict[int, float]:
-    """_exclusive.lockstep_ends for the TCP model, a round at a time on arrays (module docstring)."""
-    from geosim.sim.network.tcp import Connection  # the model's own class (tcp imports this module's caller)
+def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> dict[int, float]:
+    """_exclusive.lockstep_ends for the TCP model, a round at a time on arrays (module docstring);
+    Connection: the model's connection state class (cwnd, last_active)."""
 
     settings = net.settings
     overhead, restart_on, initial = settings.per_message_overhead_s, settings.slow_start_after_idle, \

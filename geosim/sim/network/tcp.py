@@ -310,14 +310,14 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         """A lockstep collective's rounds, each priced for all its senders at once (_rounds.py): the
         scalar walk's times and state to the bit, where every hop has one sender."""
         if type(rounds) is _rounds.Plan:  # ring_plan's
-            return _rounds.lockstep_ends(self, rounds, arrivals)
+            return _rounds.lockstep_ends(self, rounds, arrivals, Connection)
         plans = self.__dict__.setdefault("_plans", {})
         plan = plans.get(id(rounds), 0)
         if plan == 0:
             plan = plans[id(rounds)] = _rounds.plan_for(self, group, rounds)
         if plan is None or plan.ranks != group:
             return lockstep_ends(group, rounds, arrivals, self.send_at)
-        return _rounds.lockstep_ends(self, plan, arrivals)
+        return _rounds.lockstep_ends(self, plan, arrivals, Connection)
 
     def ring_plan(self, coll, group: tuple[int, ...]):
         """A ring collective's rounds for arrays, straight from its rings (_rounds.ring_plan)."""
