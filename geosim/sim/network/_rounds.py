@@ -34,7 +34,7 @@ class _Phase:
     """What one round's sends are made of, as arrays over the senders (in group order): a ring phase's
     rounds all send the same bytes to the same peers, so they share one."""
 
-    __slots__ = ("lead", "serialize", "serialize_column", "nbytes", "one_way", "hops", "conns", "windowed", "w_idx", "w_conns",
+    __slots__ = ("lead", "serialize", "nbytes", "one_way", "hops", "conns", "windowed", "w_idx", "w_conns",
                  "w_max", "w_rtt", "w_rto", "w_nbytes", "w_routes", "counted")
 
     def __init__(self, net, sends, hop_index: dict, conn_index: dict):
@@ -42,12 +42,13 @@ class _Phase:
         self.lead = np.array([r.handshake_s if p2p else r.credit_s for r, (_, _, _, p2p, _) in zip(routes, sends)])
         self.nbytes = np.array([nbytes for _, _, nbytes, _, _ in sends], dtype=float)
         self.serialize = self.nbytes / np.array([r.line_rate for r in routes])  # nbytes / route.line_rate
-        self.serialize_column = self.serialize[:, None]
         self.one_way = np.array([r.one_way_s for r in routes])
         width = max(len(r.hops) for r in routes)
         dummy = len(hop_index)  # a padding hop: -inf before each round, so it never decides anything
+        # hop by place in the route, then sender: a (width x senders) table, so each place is a row and
+        # the largest backlog of a route a reduction down the rows (across a row's short axis is slow)
         self.hops = np.array([[hop_index[h] for h in r.hops] + [dummy] * (width - len(r.hops)) for r in routes],
-                             dtype=np.intp)
+                             dtype=np.intp).T.copy()
         self.conns = np.array([conn_index[(rank, dst)] for rank, dst, _, _, _ in sends], dtype=np.intp)
         self.windowed = np.array([r.windowed for r in routes])
         self.w_idx = np.flatnonzero(self.windowed)
@@ -179,9 +180,9 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> di
         last = active[phase.conns]
         start = maximum(now + phase.lead, last)  # ready, or when the connection is free
         free[dummy] = -np.inf
-        busy = maximum(free[phase.hops], now[:, None]) + phase.serialize_column  # each hop's backlog grows
+        busy = maximum(free[phase.hops], now) + phase.serialize  # each hop's backlog grows
         free[phase.hops] = busy
-        done = maximum(start + phase.serialize, busy.max(axis=1))
+        done = maximum(start + phase.serialize, busy.max(axis=0))
         w = phase.w_idx
         if w.size:  # flow_time on the windowed flows: at the largest window, (nbytes - 0) x RTT / window
             w_max, held = phase.w_max, cwnd[phase.w_conns]
