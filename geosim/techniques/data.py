@@ -27,9 +27,9 @@ from geosim.techniques._base import (accumulation, backward_multiplier, combined
 from geosim.units import MIB
 
 NAME = "data"
-# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second: the lowest measured
-# on 2 shared cores at 16 to 1,024 H100s (docs/results/2026-11-28-every-row.md); geosim.cost.expected_seconds
-SIMULATED_UNITS_PER_CPU_S = 1.0e6
+# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
+# on the largest bench cluster it runs on, 2 shared cores (docs/results/2026-11-28-every-row.md): cost.expected_seconds
+SIMULATED_UNITS_PER_CPU_S = 1.3e6
 LABEL = "Data"  # how tables and verdicts name it
 # token efficiencies are Data's tokens / a technique's tokens (geosim/studies/convergence.py)
 BASELINE = True

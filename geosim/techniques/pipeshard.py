@@ -39,9 +39,9 @@ from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import compiled_ops, layers_ops
 
 NAME = "pipeshard"
-# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second: the lowest measured
-# on 2 shared cores at 16 to 1,024 H100s (docs/results/2026-11-28-every-row.md); geosim.cost.expected_seconds
-SIMULATED_UNITS_PER_CPU_S = 0.25e6
+# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
+# on the largest bench cluster it runs on, 2 shared cores (docs/results/2026-11-28-every-row.md): cost.expected_seconds
+SIMULATED_UNITS_PER_CPU_S = 0.29e6
 LABEL = "Pipeshard"  # how tables and verdicts name it
 ALPA_METHOD = "PipeshardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
