@@ -65,9 +65,10 @@ class FabricNetwork(TCPNetwork):
     and their collectives by NCCL's model."""
 
     def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None,
-                 precompute: bool = True):
+                 precompute: bool = True, algorithm: str | None = None):
         super().__init__(clock, cluster, params, devices, trace, precompute)
         self.fabric = Settings.from_params(params)
+        self.algorithm = algorithm  # NCCL_ALGO: "ring" or "tree" forces one; None lets NCCL's model choose
         self.host_of = {h.name: h for h in cluster.hosts}
         self.direct_hosts = {h.name for h in cluster.hosts if h.transport == "rdma"}
         self._direct: dict[tuple[int, int], bool] = {}
@@ -177,7 +178,11 @@ class FabricNetwork(TCPNetwork):
     def nccl_choice(self, coll: Collective) -> _nccl.Choice | None:
         """What NCCL runs for coll and its time, where its ranks talk over NVLink and RDMA only."""
         found = self._communicator(coll)
-        return None if found is None else _nccl.choose(coll.op, coll.nbytes, found[0])
+        return None if found is None else _nccl.choose(coll.op, coll.nbytes, found[0], self._forced(coll))
+
+    def _forced(self, coll: Collective) -> str | None:
+        # a forced tree applies to the all-reduce only (NCCL has no tree for the others)
+        return self.algorithm if self.algorithm == "ring" or coll.op == "allreduce" else None
 
     def may_precompute(self, coll: Collective) -> bool:
         if self._communicator(coll) is not None:
@@ -189,7 +194,7 @@ class FabricNetwork(TCPNetwork):
         if found is None:
             return super().collective_ends(coll, arrivals)
         fabric, hops = found
-        choice = _nccl.choose(coll.op, coll.nbytes, fabric)
+        choice = _nccl.choose(coll.op, coll.nbytes, fabric, self._forced(coll))
         free_at = self.free_at
         start = max(max(arrivals.values()), max((free_at[h] for h in hops), default=0.0))
         end = start + choice.seconds
