@@ -368,6 +368,53 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
             self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
         return arrival
 
+@dataclass(frozen=True)
+class WindowLimit:
+    """A link whose TCP flows the window, not the line, limits: streams x window / RTT < bandwidth."""
+
+    between: tuple[str, str]
+    rtt_ms: float
+    bandwidth_gbps: float
+    window_mib: float
+    streams: int
+    window_gbps: float  # what streams x window / RTT lets through
+    setting: str  # what to change, where
+
+    def describe(self) -> str:
+        return (f"the TCP window limits {self.between[0]}-{self.between[1]} to {self.window_gbps:.3g} of its "
+                f"{self.bandwidth_gbps:g} Gbit/s ({self.streams} stream(s) x {self.window_mib:.3g} MiB / "
+                f"{self.rtt_ms:g} ms): {self.setting}")
+
+
+def window_limits(cluster: Cluster, params: Params) -> list[WindowLimit]:
+    """The cluster's socket links (transport tcp) whose flows the window limits below the line rate, and
+    the setting that raises it: the link's window_mib where it set one, else the end hosts' tcp_window_mib
+    (what their kernels autotune to: Linux advertises up to half of net.ipv4.tcp_rmem's maximum), else the
+    parameters' [transport] window_mib; more streams do as much (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS)."""
+    p = params.network(NAME)
+    found = []
+    for link in cluster.links:
+        if link.transport != "tcp" or link.rtt_s <= 0:
+            continue
+        ends = [h for h in cluster.hosts if h.name in (link.a, link.b) or h.site in (link.a, link.b)]
+        host_windows = [h.tcp_window_bytes for h in ends if h.tcp_window_bytes]
+        if link.window_bytes:
+            window, setting = link.window_bytes, "raise the link's window_mib (or its streams)"
+        elif host_windows:
+            window, setting = min(host_windows), ("raise the hosts' tcp_window_mib (Linux: net.ipv4.tcp_rmem's "
+                                                  "maximum, twice the window) or the link's streams")
+        else:
+            window, setting = p.window_bytes, ("set the hosts' tcp_window_mib (Linux advertises half of "
+                                               "net.ipv4.tcp_rmem's maximum) or [transport] window_mib in --params, "
+                                               "or the link's streams (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS)")
+        streams = link.streams or p.streams
+        allowed = streams * window / link.rtt_s * 8
+        if allowed < link.bandwidth_bps:
+            found.append(WindowLimit((link.a, link.b), link.rtt_s * 1e3, link.bandwidth_bps / 1e9, window / 2**20,
+                                     streams, allowed / 1e9, setting))
+    return found
+
+
 Network = TCPNetwork  # the name before network models had a protocol
 
 
