@@ -99,3 +99,20 @@ def summary(checked: list[Checked]) -> tuple[float, float]:
     """(median, worst) |error| over the rows."""
     errors = [abs(c.error) for c in checked]
     return statistics.median(errors), max(errors)
+
+
+def main() -> None:
+    """Print every row: source, published and predicted busbw, error, what NCCL's model ran."""
+    checked = check_all()
+    print(f"{'row':<26} {'op':<15} {'GPUs':>5} {'size':>9} {'published':>9} {'predicted':>9} {'error':>7}  NCCL")
+    for c in checked:
+        r = c.row
+        print(f"{r.id:<26} {r.op:<15} {r.hosts * r.gpus_per_host:>5} {r.size_bytes / 2**20:>7.0f}Mi "
+              f"{r.published_busbw_gbs:>9.1f} {c.predicted_busbw_gbs:>9.1f} {c.error:>+7.1%}  "
+              f"{c.algorithm}/{c.protocol}{' (forced)' if r.algorithm else ''}")
+    median, worst = summary(checked)
+    print(f"{len(checked)} rows: median |error| {median:.1%}, worst {worst:.1%}")
+
+
+if __name__ == "__main__":
+    main()
