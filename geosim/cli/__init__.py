@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
 
 from geosim import __version__
 from geosim.cli import _process
 from geosim.cli.vocabulary import lower_choices
+from geosim.discover import module_names
 from geosim.errors import GeosimError
 from geosim.validate import check_flags, whole_numbers
 
@@ -29,12 +29,7 @@ ORDER = ("predict", "select", "plan", "sweep", "report", "models", "trace", "cal
 
 def _core_commands() -> dict[str, str]:
     """Subcommand name -> module, for this package's modules that are subcommands."""
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        found[info.name] = f"{__name__}.{info.name}"
-    return found
+    return {name.rsplit(".", 1)[1]: name for name in module_names(__name__, __path__)}
 
 
 def _available_commands(only: str | None = None):
