@@ -297,7 +297,11 @@ def _hosts_value(text: str):
 def _run(args) -> int:
     from geosim.live.train import interrupts
 
-    interrupts.install()  # from here on SIGINT/SIGTERM stop the run at a safe point, with a record
+    with interrupts.handling():  # SIGINT/SIGTERM stop the run at a safe point, with a record
+        return _run_handled(args, interrupts)
+
+
+def _run_handled(args, interrupts) -> int:
     opts = _options(args)
     if args.hosts == "wan":
         return _run_wan(args, opts)
