@@ -214,3 +214,18 @@ def test_capabilities_are_the_models_own_methods_where_it_has_the_protocol():
     assert tcp.groups_may_move and tcp.least_delay_s.__self__.__class__ is TCPNetwork
     ideal = capabilities(IdealNetwork(None, cluster, default_params(), devices))
     assert ideal.symmetric_under(None) is True and ideal.may_precompute.__name__ == "_no"
+
+
+def test_an_rdma_link_between_sites_adds_its_propagation_to_each_step_across():
+    """Two sites joined by an RDMA link of 1 ms RTT: a ring's steps between hosts wait its 0.5 ms one way
+    beyond NCCL's network latency (2(nodes-1) of them for an all-reduce)."""
+    hosts = tuple(Host(f"n{i}", f"s{i}", (H100,) * 8, "nvlink", "per-gpu", "rdma", 400e9) for i in range(2))
+    from geosim.specs import Link
+    near = Cluster("near", hosts, (Link("s0", "s1", 0.0, 3.2e12, transport="rdma"),))
+    far = Cluster("far", hosts, (Link("s0", "s1", 1e-3, 3.2e12, transport="rdma"),))
+    times = []
+    for cluster in (near, far):
+        coll, schedule = one_collective(cluster, "allreduce", 2**30)
+        net = FabricNetwork(None, cluster, default_params(), schedule.devices, algorithm="ring")
+        times.append(net.nccl_choice(coll).seconds)
+    assert times[1] - times[0] == pytest.approx(2 * 0.5e-3, rel=1e-3)

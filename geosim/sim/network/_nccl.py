@@ -58,6 +58,9 @@ class Fabric:
     inter_bps: float  # bytes/s a host's NICs move together (its rails); 0 on one host
     intra_hw: str = "nvlink"  # "nvlink" or "pcie": which latency row a step inside a host pays
     ll128: bool = True  # LL128 enabled (NCCL: where the GPUs talk over NVLink)
+    # seconds a step between hosts waits beyond NCCL's network latency: a link's own propagation (an
+    # RDMA link between sites kilometres apart); 0 inside a datacenter
+    net_extra_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def choices(op: str, nbytes: float, fabric: Fabric) -> list[Choice]:
             if (algorithm == RING and protocol == SIMPLE and nodes > 1 and op == "allreduce"
                     and nbytes >= n / 16 * 65536):
                 latency_us *= RING_PLATEAU
-            latency_s = latency_us * 1e-6
+            latency_s = latency_us * 1e-6 + _extra_steps(algorithm, op, nodes) * fabric.net_extra_s
             found.append(Choice(algorithm, protocol, latency_s + nbytes / algbw, latency_s, algbw))
     return found
 
@@ -152,6 +155,13 @@ def _latency_us(algorithm: str, protocol: str, op: str, fabric: Fabric, per_node
             return base + total * intra
         return base + (total - across) * intra + across * inter
     return base + 2 * ((per_node - 1) * intra + _log2i(nodes) * inter)
+
+
+def _extra_steps(algorithm: str, op: str, nodes: int) -> int:
+    """Steps between hosts a collective waits on in turn: a ring's, a tree's (up and down)."""
+    if nodes <= 1:
+        return 0
+    return steps(op, nodes) if algorithm == RING else 2 * _log2i(nodes)
 
 
 def _log2i(n: int) -> int:

@@ -150,8 +150,11 @@ class FabricNetwork(TCPNetwork):
                 self.is_direct(s, d) for s in firsts for d in firsts if s != d):
             intra = min((self.route(r[i], r[(i + 1) % len(r)]).line_rate for r in hosts.values() if len(r) > 1
                          for i in range(len(r))), default=float("inf"))
-            inter = 0.0
+            inter, extra = 0.0, 0.0
             if len(hosts) > 1:
+                # a link's own propagation beyond NCCL's network latency (an RDMA link between sites)
+                extra = max(max(self.route(s, d).one_way_s for s in firsts for d in firsts if s != d)
+                            - self.fabric.rdma_latency_s, 0.0)
                 inter = min(self._host_nics(name, ranks) for name, ranks in hosts.items())
                 # a scenario's RDMA link between the hosts (or their sites) may be narrower than their NICs
                 for i, src in enumerate(firsts):
@@ -163,7 +166,7 @@ class FabricNetwork(TCPNetwork):
                 intra = inter
             nvlink = all(self.topology.intra_kind.get(h) == "nvlink" for h in hosts)
             fabric = _nccl.Fabric(ranks=len(group), nodes=len(hosts), intra_bps=intra, inter_bps=inter,
-                                  intra_hw="nvlink" if nvlink else "pcie", ll128=nvlink)
+                                  intra_hw="nvlink" if nvlink else "pcie", ll128=nvlink, net_extra_s=extra)
             hops = sorted({h for i, s in enumerate(group) for h in self.route(s, group[(i + 1) % len(group)]).hops})
             found = (fabric, tuple(hops))
         self._nccl[key] = found
