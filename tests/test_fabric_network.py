@@ -229,3 +229,17 @@ def test_an_rdma_link_between_sites_adds_its_propagation_to_each_step_across():
         net = FabricNetwork(None, cluster, default_params(), schedule.devices, algorithm="ring")
         times.append(net.nccl_choice(coll).seconds)
     assert times[1] - times[0] == pytest.approx(2 * 0.5e-3, rel=1e-3)
+
+
+@pytest.mark.parametrize("technique", ["data", "shard", "pipeshard"])
+def test_ranks_simulated_once_give_the_full_runs_answer_on_an_rdma_cluster(technique):
+    """A proven symmetry (geosim.sim.symmetry) runs representatives only: the same figures to the bit
+    as every rank, with NCCL's model timing the collectives over NVLink and RDMA."""
+    from geosim.sim.engine import every_rank
+
+    case = Case(nodes(2, 4), get_model("gpt2m"), Workload(global_batch=16, microbatches=2, epochs=1), load_params())
+    reduced = predict(case, technique)
+    with every_rank():
+        full = predict(case, technique)
+    assert reduced.status == full.status == "ok"
+    assert reduced.iteration_time_s == full.iteration_time_s and reduced.bytes_per_iteration == full.bytes_per_iteration
