@@ -171,7 +171,8 @@ def _equivalence(cluster: Cluster, hosts: set[str]):
         return frozenset(hosts)
     kinds: dict[tuple, int] = {}
     for h in chosen:
-        kind = (tuple(g.name for g in h.gpus), h.intra_host, h.nic, h.transport, h.nic_bps or 0.0, h.tcp_window_bytes or 0.0)
+        kind = (tuple(g.name for g in h.gpus), h.intra_host, h.nic, h.transport, h.nic_bps or 0.0,
+                h.tcp_window_bytes or 0.0)
         kinds[kind] = kinds.get(kind, 0) + 1
     return ("one site", tuple(sorted(kinds.items())))
 
