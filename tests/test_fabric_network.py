@@ -243,3 +243,28 @@ def test_ranks_simulated_once_give_the_full_runs_answer_on_an_rdma_cluster(techn
         full = predict(case, technique)
     assert reduced.status == full.status == "ok"
     assert reduced.iteration_time_s == full.iteration_time_s and reduced.bytes_per_iteration == full.bytes_per_iteration
+
+
+def test_tensor_parallel_comm_overlap_hides_the_all_reduces_under_the_gemms(tmp_path):
+    """Megatron's --tp-comm-overlap (a runtime's tp_comm_overlap) on one NVLink host: the same compute, the
+    same bytes as ring all-reduces, and most of the communication under the GEMM chunks."""
+    from geosim.params import load_params as load
+
+    path = tmp_path / "p.toml"
+    path.write_text("[runtime.pytorch]\ntp_comm_overlap = true\n")
+    cluster = Cluster("one", (Host("n0", "dc", (H100,) * 8, "nvlink"),), ())
+    workload = Workload(global_batch=16, microbatches=1, epochs=1, runtime="pytorch")
+    blocking = predict(Case(cluster, get_model("gpt2l"), workload, load()), "shard")
+    overlapped = predict(Case(cluster, get_model("gpt2l"), workload, load(path)), "shard")
+    assert "tp_comm_overlap" in overlapped.description and "tp_comm_overlap" not in blocking.description
+    assert overlapped.iteration_breakdown.compute_s == pytest.approx(blocking.iteration_breakdown.compute_s, rel=1e-9)
+    # the all-reduces' bytes, 4 a layer of the activation: each rank sends 2(p-1)/p of it (the layers'
+    # all-reduces are what the two runs share; the head's and the update's are alike)
+    activation = 16 * 1024 * get_model("gpt2l").n_embd * workload.bytes_per_value
+    layer_bytes = get_model("gpt2l").n_layer * 4 * activation * 2 * 7 / 8 * 8
+    assert overlapped.bytes_per_iteration == pytest.approx(blocking.bytes_per_iteration, rel=1e-9)
+    assert overlapped.bytes_per_iteration >= layer_bytes
+    assert overlapped.iteration_breakdown.exposed_comm_s < 0.5 * blocking.iteration_breakdown.exposed_comm_s
+    with __import__("geosim.sim.engine", fromlist=["every_rank"]).every_rank():
+        full = predict(Case(cluster, get_model("gpt2l"), workload, load(path)), "shard")
+    assert full.iteration_time_s == overlapped.iteration_time_s
