@@ -328,7 +328,7 @@ def main(argv=None) -> int:
             fraction = f"{r['fraction']:6.1%}" if r.get("fraction") else "     -"
             model = f"  geosim {r['model_s'] * 1e3:9.3f} ms ({r['model_s'] / r['seconds'] - 1:+.0%})" if "model_s" in r else ""
             print(f"  {r['framework']:<5} {r['kernel']:<7} {r['direction']:<8} S={r['seq_len']:<6} d={r['head_dim']:<4} "
-                  f"{r['seconds'] * 1e3:9.3f} ms {r['tflops']:8.2f} TFLOP/s {fraction}{model}")
+                  f"{r['seconds'] * 1e3:9.3f} ms {r['tflops']:8.3g} TFLOP/s {fraction}{model}")
         for g in entry["gemms"]:
             fraction = f" ({g['fraction']:.1%} of peak)" if g.get("fraction") else ""
             print(f"  {g['framework']:<5} GEMM {g['m']}x{g['n']}x{g['k']} {g['precision']}: {g['tflops']:.1f} TFLOP/s{fraction}")
