@@ -72,9 +72,10 @@ def main(argv=None) -> int:
     out = Path(args.out_dir) / f"{today}-gpu-{slug}.jsonl"
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     kernels_file = Path(args.out_dir) / f"{today}-kernels-{slug}.jsonl"
+    from geosim.fileio import append_lines
+
     if kernels_out is not None:
-        with open(kernels_file, "a") as f:
-            f.write(kernels_out.read_text())
+        append_lines(kernels_file, kernels_out.read_text().splitlines())
         kernels_out.unlink()
     if "jax-attention" in parts:
         import json
@@ -83,8 +84,7 @@ def main(argv=None) -> int:
 
         sweep = attention_kernels.parse_sweep("1024:64,16384:64,1024:128,16384:128" if args.quick
                                               else attention_kernels.DEFAULT_SWEEP)
-        with open(kernels_file, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in attention_kernels.measure_jax(sweep, log=log))
+        append_lines(kernels_file, [json.dumps(r) for r in attention_kernels.measure_jax(sweep, log=log)])
     if "jax-steps" in parts:
         steps_part(args, device, out, log, started)
     if kernels_file.exists():

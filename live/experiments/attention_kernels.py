@@ -294,11 +294,12 @@ def main(argv=None) -> int:
             raise GeosimError("give --measure or --records FILE, one of them", key="--measure")
         if not 16 <= args.tokens <= 1 << 24:
             raise GeosimError(f"must be in 16..16777216, got {args.tokens}", key="--tokens")
+        from geosim.fileio import append_lines
+
         if args.measure:
             records = measure_jax(parse_sweep(args.sweep), tokens=args.tokens, log=log)
             if args.records_out:
-                with open(args.records_out, "a") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in records)
+                append_lines(args.records_out, [json.dumps(r) for r in records])
             source = "measured here"
         else:
             records = load_records(args.records)
