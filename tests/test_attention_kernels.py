@@ -102,3 +102,18 @@ def test_the_torch_part_says_plainly_that_torch_is_missing(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "torch_kernels.py"), "--out", str(out)],
                           capture_output=True, text=True)
     assert done.returncode == 3 and "torch is not installed here" in done.stderr and not out.exists()
+
+
+def test_jax_cudnn_records_are_fitted_apart_and_never_written(tmp_path):
+    torch_rows = synthetic()
+    jax_rows = [{**r, "framework": "jax", "seconds": r["seconds"] / 2, "tflops": r["tflops"] * 2} for r in synthetic()]
+    analysed = ak.analyse(torch_rows + jax_rows)["hopper"]
+    assert set(analysed["fits"]) == {"jax", "torch"}
+    assert analysed["fit"]["forward"][128] == pytest.approx(0.36, rel=0.01)  # the table's: torch's alone
+    assert analysed["fits"]["jax"]["forward"][128] == pytest.approx(0.72, rel=0.01)
+    table = tmp_path / "t.toml"
+    shutil.copy(ak.TABLE, table)
+    records = tmp_path / "k.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in jax_rows))
+    assert ak.main(["--records", str(records), "--write", "--table", str(table)]) == 0
+    assert table.read_text() == ak.TABLE.read_text()  # jax's kernel alone writes nothing
