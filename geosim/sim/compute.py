@@ -10,7 +10,9 @@ trains it), each either
   (small or skinny GEMMs are memory-bound or cannot fill the GPU), or
 - a memory-bound kernel (layer norm, bias + GELU, softmax, dropout, residual adds, the
   fp32 <-> fp16 casts, gradient accumulation, Adam's update): its bytes at the attainable
-  fraction of the memory bandwidth,
+  fraction of the memory bandwidth, or
+- fused (flash) attention, where the runtime runs it: its FLOPs at the kernel's own fraction of
+  the tensor peak for its generation, head dimension and sequence length (geosim/sim/attention.py),
 
 each paying a kernel's launch gap. The speed of one GPU relative to another then follows
 from the catalog (tensor TFLOP/s and memory bandwidth) alone; the few global constants
@@ -18,6 +20,9 @@ in ComputeConstants are what calibration may fit, with priors (docs/reference/pa
 
 Times are computed once per (Work, GPU) and cached: a Work is a small hashable tuple, so
 the engine's millions of Compute ops cost one dictionary look-up each.
+
+Over 400 lines: the kernel list of a step (block, head, embedding, update) is one piece; the
+attention kernels' own efficiency is in attention.py.
 """
 
 from __future__ import annotations
