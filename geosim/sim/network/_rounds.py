@@ -34,7 +34,7 @@ class _Phase:
     """What one round's sends are made of, as arrays over the senders (in group order): a ring phase's
     rounds all send the same bytes to the same peers, so they share one."""
 
-    __slots__ = ("lead", "serialize", "nbytes", "one_way", "hops", "conns", "windowed", "w_idx", "w_conns",
+    __slots__ = ("lead", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "windowed", "w_idx", "w_conns",
                  "w_max", "w_rtt", "w_rto", "w_nbytes", "w_routes", "counted")
 
     def __init__(self, net, sends, hop_index: dict, conn_index: dict):
@@ -43,6 +43,7 @@ class _Phase:
         self.nbytes = np.array([nbytes for _, _, nbytes, _, _ in sends], dtype=float)
         self.serialize = self.nbytes / np.array([r.line_rate for r in routes])  # nbytes / route.line_rate
         self.one_way = np.array([r.one_way_s for r in routes])
+        self.overhead = np.array([r.overhead_s for r in routes])  # each message's fixed cost, the route's
         width = max(len(r.hops) for r in routes)
         dummy = len(hop_index)  # a padding hop: -inf before each round, so it never decides anything
         # hop by place in the route, then sender: a (width x senders) table, so each place is a row and
@@ -151,8 +152,7 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> di
     Connection: the model's connection state class (cwnd, last_active)."""
 
     settings = net.settings
-    overhead, restart_on, initial = settings.per_message_overhead_s, settings.slow_start_after_idle, \
-        settings.initial_window_bytes
+    restart_on, initial = settings.slow_start_after_idle, settings.initial_window_bytes
     free_at = net.free_at
     free = np.array([free_at[h] for h in plan.hops] + [-np.inf])
     dummy = len(plan.hops)
@@ -201,7 +201,7 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> di
             cwnd[phase.w_conns] = window
             done[w] = maximum(done[w], w_start + elapsed)
         active[phase.conns] = done
-        arrived = now + ((done + phase.one_way + overhead) - now)
+        arrived = now + ((done + phase.one_way + phase.overhead) - now)
         sent_bytes += phase.nbytes
         total += phase.counted
         clock = maximum(arrived[sources], now)
