@@ -34,7 +34,7 @@ class _Phase:
     """What one round's sends are made of, as arrays over the senders (in group order): a ring phase's
     rounds all send the same bytes to the same peers, so they share one."""
 
-    __slots__ = ("lead", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "windowed", "w_idx", "w_conns",
+    __slots__ = ("lead", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "all_conns", "windowed", "w_idx", "w_conns",
                  "w_max", "w_rtt", "w_rto", "w_nbytes", "w_routes", "counted")
 
     def __init__(self, net, sends, hop_index: dict, conn_index: dict):
@@ -45,12 +45,15 @@ class _Phase:
         self.one_way = np.array([r.one_way_s for r in routes])
         self.overhead = np.array([r.overhead_s for r in routes])  # each message's fixed cost, the route's
         width = max(len(r.hops) for r in routes)
-        dummy = len(hop_index)  # a padding hop: -inf before each round, so it never decides anything
         # hop by place in the route, then sender: a (width x senders) table, so each place is a row and
         # the largest backlog of a route a reduction down the rows (across a row's short axis is slow)
-        self.hops = np.array([[hop_index[h] for h in r.hops] + [dummy] * (width - len(r.hops)) for r in routes],
+        # a shorter route padded with its own first hop again: the same backlog, written twice alike
+        self.hops = np.array([[hop_index[h] for h in r.hops] + [hop_index[r.hops[0]]] * (width - len(r.hops))
+                              for r in routes],
                              dtype=np.intp).T.copy()
         self.conns = np.array([conn_index[(rank, dst)] for rank, dst, _, _, _ in sends], dtype=np.intp)
+        # every connection of the plan, in order (a flat ring's one phase): read and written whole
+        self.all_conns = len(conn_index) == len(sends) and bool((self.conns == np.arange(len(sends))).all())
         self.windowed = np.array([r.windowed for r in routes])
         self.w_idx = np.flatnonzero(self.windowed)
         self.w_conns = self.conns[self.w_idx]
@@ -154,8 +157,7 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> di
     settings = net.settings
     restart_on, initial = settings.slow_start_after_idle, settings.initial_window_bytes
     free_at = net.free_at
-    free = np.array([free_at[h] for h in plan.hops] + [-np.inf])
-    dummy = len(plan.hops)
+    free = np.array([free_at[h] for h in plan.hops])
     connections, pairs_cache = net.connections, net._pairs
     conns = []
     for key in plan.pairs:  # as send_at makes them: a connection starts from the initial window
@@ -177,9 +179,8 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> di
     maximum = np.maximum
     for phase, sources in plan.rounds:
         now = clock
-        last = active[phase.conns]
+        last = active if phase.all_conns else active[phase.conns]  # not written in place below: rebound
         start = maximum(now + phase.lead, last)  # ready, or when the connection is free
-        free[dummy] = -np.inf
         busy = maximum(free[phase.hops], now) + phase.serialize  # each hop's backlog grows
         free[phase.hops] = busy
         done = maximum(start + phase.serialize, busy.max(axis=0))
@@ -200,13 +201,16 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> di
                     window[j] = scratch.cwnd
             cwnd[phase.w_conns] = window
             done[w] = maximum(done[w], w_start + elapsed)
-        active[phase.conns] = done
+        if phase.all_conns:
+            active = done
+        else:
+            active[phase.conns] = done
         arrived = now + ((done + phase.one_way + phase.overhead) - now)
         sent_bytes += phase.nbytes
         total += phase.counted
         clock = maximum(arrived[sources], now)
     # the state as the scalar walk leaves it
-    for h, value in zip(plan.hops, free[:dummy].tolist()):
+    for h, value in zip(plan.hops, free.tolist()):
         free_at[h] = value
     for conn, c, a in zip(conns, cwnd.tolist(), active.tolist()):
         conn.cwnd, conn.last_active = c, a
