@@ -20,13 +20,17 @@ What each cost becomes in a schedule:
 from __future__ import annotations
 
 import math
+from statistics import median
 import tomllib
 from dataclasses import dataclass, replace
 from importlib import resources
 
 from geosim.errors import GeosimError
+from geosim.generations import check_generation
 from geosim.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY, RUNTIME_OTHER_KEYS
-from geosim.specs import MIB, ComputeConstants, Params, Workload
+
+DEVICE_COMPUTE_BY_KEY = {p.key: p for p in DEVICE_COMPUTE}
+from geosim.specs import EFFICIENCY_KINDS, MIB, ComputeConstants, Efficiency, Params, Workload
 
 DEFAULT_RUNTIME = "alpa"  # the study's: keeps every prediction the study was fitted with
 SOURCE = "geosim/data/runtimes.toml"
@@ -53,7 +57,7 @@ class Runtime:
     streams: int | None = RUNTIME_BY_KEY["streams"].absent
     # the op-level compute model's constants on devices whose speed this runtime measured rather than
     # the GPU calibration describes (XLA:CPU on the CPU "GPUs" of live runs: live/experiments/cpu_compute.py):
-    # (device name, ComputeConstants); a parameters file's flat [compute.efficiency] wins
+    # (device name, ComputeConstants); a parameters file's flat [compute.flat_fraction] wins
     device_compute: tuple[tuple[str, ComputeConstants], ...] = ()
     # Shard's collectives as this runtime's compiler emits them, (op, count, size in activations): per
     # layer and per step outside the layers (jax: read from live's compiled step by
@@ -71,9 +75,9 @@ class Runtime:
     # default), attention as one fused kernel that never writes the scores (PyTorch's SDPA)
     tf32_matmul: bool = False
     fused_attention: bool = False
-    # GPUs (catalog names) whose speed under this runtime is what the parameters file's global [compute]
-    # constants were fitted to (alpa: the study's): a generation's measured constants do not replace them there
-    fitted_devices: tuple[str, ...] = ()
+    # what this runtime achieves on each GPU generation: (generation, Efficiency), each with its source kind;
+    # a generation without an entry runs with estimate()
+    efficiency: tuple[tuple[str, Efficiency], ...] = ()
     # how the step's memory is laid out: "alpa" (TrainState: 16-bit weights, fp32 master, a workspace) or
     # "jax" (live's step: fp32 weights, XLA's buffer assignment, geosim.sim.memory_layout.live_step)
     memory_layout: str = "alpa"
@@ -81,6 +85,12 @@ class Runtime:
     # None: the parameters file's memory.usable_fraction (the jaxlib Alpa pins)
     usable_memory_fraction: float | None = RUNTIME_BY_KEY["usable_memory_fraction"].absent
     source: str = ""
+
+    def estimate(self) -> Efficiency:
+        """This runtime's efficiency on a GPU generation it has no entry for: the median of its measured and
+        published entries (the global constants where those are the parameters file's fit), else of every
+        shipped runtime's; kind "estimated", its source saying from which entries."""
+        return efficiency_estimate(self.name, self.efficiency)
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
         """Fixed seconds per optimizer step, microbatches included."""
@@ -103,14 +113,15 @@ class Runtime:
         """The parameters a simulation runs with under this runtime: its own launch gap per kernel
         and its collectives' round trips, where it has them."""
         changes = {}
+        by_generation = dict(self.efficiency)
         choices = {"tf32_matmul": self.tf32_matmul, "fused_attention": self.fused_attention,
-                   "fitted_devices": self.fitted_devices}
+                   "efficiency_by_generation": by_generation, "efficiency_estimate": self.estimate()}
         if self.usable_memory_fraction is not None:
             choices["usable_memory_fraction"] = self.usable_memory_fraction
         changes.update({k: v for k, v in choices.items() if getattr(params, k) != v})
         if self.kernel_s is not None and self.kernel_s != params.kernel_s:
             changes["kernel_s"] = self.kernel_s
-        missing = {d: e for d, e in self.device_compute if d not in params.efficiency}
+        missing = {d: e for d, e in self.device_compute if d not in params.flat_fraction}
         if missing:
             changes["device_compute"] = {**params.device_compute, **missing}
         applied = replace(params, **changes) if changes else params
@@ -195,10 +206,8 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
             if value not in MEMORY_LAYOUTS:
                 raise GeosimError(f"must be one of {', '.join(MEMORY_LAYOUTS)}, got {value!r}", source=source, key=where)
             values[key] = value
-        elif key == "fitted_devices":
-            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-                raise GeosimError(f"must be a list of GPU names, got {value!r}", source=source, key=where)
-            values[key] = tuple(value)
+        elif key == "efficiency":
+            values[key] = efficiency_tables(value, source, where)
         elif key in FLAGS:
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=where)
@@ -265,6 +274,103 @@ def device_compute_table(entries) -> dict:
             for device, eff in entries}
 
 
+EFFICIENCY_NUMBERS = {"gemm_fraction": "gemm_fraction", "memory_fraction": "memory_fraction",
+                      "gemm_half_us": "gemm_half_s"}
+EFFICIENCY_KEYS = {*EFFICIENCY_NUMBERS, "fitted", "kind", "source", "refit"}
+
+
+def efficiency_tables(value, source: str, where: str) -> tuple[tuple[str, Efficiency], ...]:
+    """{ GENERATION = { gemm_fraction, memory_fraction, gemm_half_us | fitted = true, kind, source, refit } }
+    -> ((generation, Efficiency), ...), every value checked (one line naming the key otherwise)."""
+    if not isinstance(value, dict) or not value:
+        raise GeosimError("must be a table of GENERATION = { gemm_fraction, memory_fraction, gemm_half_us, kind, "
+                          "source }", source=source, key=where)
+    out = []
+    for generation, table in sorted(value.items()):
+        at = f"{where}.{generation}"
+        name = check_generation(generation, source, at)
+        if not isinstance(table, dict):
+            raise GeosimError("must be a table", source=source, key=at)
+        for key in table:
+            if key not in EFFICIENCY_KEYS:
+                raise GeosimError(f"unknown key (expected one of: {', '.join(sorted(EFFICIENCY_KEYS))})",
+                                  source=source, key=f"{at}.{key}")
+        kind = table.get("kind")
+        if kind not in EFFICIENCY_KINDS:
+            raise GeosimError(f"must be one of {', '.join(EFFICIENCY_KINDS)}, got {kind!r}", source=source,
+                              key=f"{at}.kind")
+        text = table.get("source")
+        if not isinstance(text, str) or not text.strip():
+            raise GeosimError("must say where the entry comes from (a non-empty string)", source=source,
+                              key=f"{at}.source")
+        refit = table.get("refit", "")
+        if not isinstance(refit, str) or (kind == "measured" and not refit.strip()):
+            raise GeosimError("a measured entry must name the command that refits it", source=source,
+                              key=f"{at}.refit")
+        fitted = table.get("fitted", False)
+        if not isinstance(fitted, bool):
+            raise GeosimError(f"must be true or false, got {fitted!r}", source=source, key=f"{at}.fitted")
+        numbers = {}
+        if fitted:
+            if any(k in table for k in EFFICIENCY_NUMBERS):
+                raise GeosimError("fitted = true takes the parameters file's [compute] constants: give no numbers",
+                                  source=source, key=f"{at}.fitted")
+        else:
+            for key, field in EFFICIENCY_NUMBERS.items():
+                declared = DEVICE_COMPUTE_BY_KEY[key]
+                v = table.get(key)
+                lo, hi = declared.range if key == "gemm_half_us" else (1e-4, 1.0)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                    raise GeosimError(f"must be a number in [{lo:g}, {hi:g}], got {v!r}", source=source,
+                                      key=f"{at}.{key}")
+                numbers[field] = declared.to_si(v)
+        out.append((name, Efficiency(name, kind, text, refit=refit, **numbers)))
+    return tuple(out)
+
+
+def efficiency_table(entries) -> dict:
+    """efficiency_tables' inverse: the TOML table a parameters file writes."""
+    out = {}
+    for generation, e in entries:
+        row: dict = {"kind": e.kind, "source": e.source}
+        if e.fractions is None:
+            row["fitted"] = True
+        else:
+            row.update({key: DEVICE_COMPUTE_BY_KEY[key].from_si(getattr(e, field))
+                        for key, field in EFFICIENCY_NUMBERS.items()})
+        if e.refit:
+            row["refit"] = e.refit
+        out[generation] = row
+    return out
+
+
+def efficiency_estimate(runtime: str, entries) -> Efficiency:
+    """The median of the measured and published entries (of this runtime, else of every shipped runtime):
+    what a runtime is assumed to reach on a generation nobody measured it on, labelled so."""
+    def known(pairs):
+        return [e for _, e in pairs if e.kind != "estimated"]
+
+    own = known(entries)
+    basis, whose = own, runtime
+    if not own:
+        basis = [e for rt in shipped_runtimes().values() for e in known(rt.efficiency) if e.fractions is not None]
+        whose = "every shipped runtime"
+    numeric = [e for e in basis if e.fractions is not None]
+    names = ", ".join(sorted({e.generation for e in basis})) or "none"
+    if not numeric:  # only the parameters file's fit (alpa's): the fit is the estimate
+        return Efficiency("", "estimated", f"{whose}'s fit on {names} (the parameters file's [compute])")
+    middle = [median(getattr(e, f) for e in numeric) for f in ("gemm_fraction", "memory_fraction", "gemm_half_s")]
+    return Efficiency("", "estimated", f"the median of {whose}'s measured and published entries ({names})", *middle)
+
+
+def efficiency_spread() -> float:
+    """The ratio of the largest to the smallest large-GEMM fraction among the shipped runtimes' measured and
+    published entries (the global fit excluded): how far an estimated entry may be off, either way."""
+    fractions = [e.gemm_fraction for rt in shipped_runtimes().values() for _, e in rt.efficiency
+                 if e.kind != "estimated" and e.fractions is not None]
+    return max(fractions) / min(fractions) if len(fractions) > 1 else 1.0
+
+
 # a table's key -> the Runtime field it sets (the same name but for the launch gap, in microseconds)
 FIELD_OF_KEY = {**{k: k for k in KEYS}, **{k: p.field for k, p in RUNTIME_BY_KEY.items()}}
 
@@ -281,7 +387,7 @@ def runtime_changes_table(runtime: Runtime) -> dict:
         table[key] = (RUNTIME_BY_KEY[key].from_si(value) if key in RUNTIME_BY_KEY
                       else device_compute_table(value) if key == "device_compute"
                       else [{"op": o, "count": n, "activations": a} for o, n, a in value] if key in COLLECTIVE_LISTS
-                      else list(value) if key == "fitted_devices"
+                      else efficiency_table(value) if key == "efficiency"
                       else value)
     return table
 

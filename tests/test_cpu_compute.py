@@ -75,7 +75,7 @@ def test_the_runtime_gives_the_cpu_its_own_constants_and_a_flat_override_wins():
         assert compute_model(alpa).seconds(work, gpu_catalog()[gpu], "fp16") == \
             compute_model(replace(base, gemm_fraction_by_architecture={}, memory_fraction_by_architecture={},
                                   gemm_half_s_by_architecture={})).seconds(work, gpu_catalog()[gpu], "fp16")
-    flat = replace(base, efficiency={"CPU": 0.5})
+    flat = replace(base, flat_fraction={"CPU": 0.5})
     assert "CPU" not in jax.applied_to(flat).device_compute
 
 

@@ -133,10 +133,10 @@ def test_faster_gpus_are_not_slower_on_a_study_slice(technique, e1, e2, which):
     e1, e2 = sorted((e1, e2))
 
     def params(e):
-        eff = dict(PARAMS.efficiency)
+        eff = dict(PARAMS.flat_fraction)
         for name in (("RTX6000", "T4") if which == "both" else (which,)):
             eff[name] = e
-        return PARAMS.with_values(efficiency=eff).with_network("tcp", slow_start_after_idle=False)
+        return PARAMS.with_values(flat_fraction=eff).with_network("tcp", slow_start_after_idle=False)
 
     t1 = total(SLICE.cluster, technique, params(e1))
     t2 = total(SLICE.cluster, technique, params(e2))

@@ -200,7 +200,10 @@ def tf32_matmul(jax, platform: str, device_kind: str) -> bool | None:
     Ampere and newer (jax_default_matmul_precision unset or "default"/"bfloat16"/"tensorfloat32"); None on CPU."""
     if platform != "gpu":
         return None
-    if gpu_generation({"platform": platform, "kind": device_kind}) in ("turing", "volta", "pascal"):
+    from geosim.generations import generation
+
+    facts = generation(gpu_generation({"platform": platform, "kind": device_kind}))
+    if facts is not None and not facts.tf32_tensor_cores:
         return False
     setting = str(getattr(jax.config, "jax_default_matmul_precision", None) or "default").lower()
     return setting in ("default", "bfloat16", "tensorfloat32", "fastest")
