@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 
 from geosim.errors import GeosimError
-from geosim.generations import check_generation
+from geosim.generations import check_generation, generation
 from geosim.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY, RUNTIME_OTHER_KEYS
 
 DEVICE_COMPUTE_BY_KEY = {p.key: p for p in DEVICE_COMPUTE}
@@ -91,6 +91,20 @@ class Runtime:
         published entries (the global constants where those are the parameters file's fit), else of every
         shipped runtime's; kind "estimated", its source saying from which entries."""
         return efficiency_estimate(self.name, self.efficiency)
+
+    def estimated_entries(self, generations_used) -> list[Efficiency]:
+        """The entries a prediction on GPUs of these generations rests on that are estimates: an entry of
+        kind "estimated", or the runtime's estimate where it has none (GPU generations only: a CPU share
+        runs with its measured device constants or the global ones)."""
+        entries = dict(self.efficiency)
+        out = []
+        for name in sorted(set(generations_used)):
+            if generation(name) is None:
+                continue
+            entry = entries.get(name) or replace(self.estimate(), generation=name)
+            if entry.kind == "estimated":
+                out.append(entry)
+        return out
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
         """Fixed seconds per optimizer step, microbatches included."""
@@ -384,6 +398,8 @@ def runtime_changes_table(runtime: Runtime) -> dict:
         value = getattr(runtime, field)
         if value == getattr(shipped, field) or value is None:  # None: "as the parameters file says", shipped only
             continue
+        if key == "efficiency" and not value:  # no entries: nothing to write (a table must hold one)
+            continue
         table[key] = (RUNTIME_BY_KEY[key].from_si(value) if key in RUNTIME_BY_KEY
                       else device_compute_table(value) if key == "device_compute"
                       else [{"op": o, "count": n, "activations": a} for o, n, a in value] if key in COLLECTIVE_LISTS
@@ -394,14 +410,19 @@ def runtime_changes_table(runtime: Runtime) -> dict:
 
 def changed_runtimes(tables, current: dict, source: str) -> dict:
     """Params.runtimes with a parameters file's [runtime.NAME] tables applied: each names a shipped
-    runtime and sets some of its keys (checked as in runtimes.toml)."""
+    runtime and sets some of its keys, or adds a runtime of the user's own (a table with its description;
+    keys checked as in runtimes.toml; `--runtime NAME` then runs it)."""
     if not isinstance(tables, dict):
         raise GeosimError("must be a table of runtimes ([runtime.NAME])", source=source, key="runtime")
     merged = dict(current or {})
     for name, table in tables.items():
-        check_runtime_name(name, source=source, key=f"runtime.{name}")
+        if name not in shipped_runtimes() and name not in merged and not (isinstance(table, dict)
+                                                                          and "description" in table):
+            raise GeosimError(f"unknown runtime {name!r} (known: {', '.join(runtime_names())}; a new runtime's "
+                              "table gives its description, source and keys)", source=source, key=f"runtime.{name}")
         parsed = runtime_from_table(name, table, source, prefix="runtime.")
-        base = merged.get(name) or shipped_runtimes()[name]
+        # a runtime of the user's own starts from a table's defaults (Runtime's), a shipped one from its file
+        base = merged.get(name) or shipped_runtimes().get(name) or Runtime(name)
         merged[name] = replace(base, **{FIELD_OF_KEY[k]: getattr(parsed, FIELD_OF_KEY[k]) for k in table})
     return merged
 
@@ -418,7 +439,10 @@ def runtime_names() -> tuple[str, ...]:
     return tuple(shipped_runtimes())
 
 
-def check_runtime_name(name, source: str = "--runtime", key: str | None = None) -> str:
+def check_runtime_name(name, source: str = "--runtime", key: str | None = None, params: Params | None = None) -> str:
+    """A shipped runtime's name, or one a parameters file added ([runtime.NAME] with its description)."""
+    if params is not None and name in (params.runtimes or {}):
+        return name
     if name not in shipped_runtimes():
         raise GeosimError(f"unknown runtime {name!r} (known: {', '.join(runtime_names())})", source=source, key=key)
     return name
@@ -431,7 +455,7 @@ def runtime_of(workload: Workload, params: Params | None = None) -> Runtime:
         found = params.runtimes.get(name)
         if found is not None:
             return found
-    return shipped_runtimes()[check_runtime_name(name, key="workload.runtime")]
+    return shipped_runtimes()[check_runtime_name(name, key="workload.runtime", params=params)]
 
 
 def with_runtime(params: Params, runtime: Runtime) -> Params:

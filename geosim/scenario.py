@@ -23,7 +23,6 @@ from geosim.generations import check_generation, generations
 from geosim.input_limits import TOML_MAX_BYTES, check_file_size, loads_toml
 from geosim.parameters import STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE
 from geosim.specs import GPU, Cluster, Host, Link, Model, Shaper, Workload
-from geosim.runtime import check_runtime_name
 from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
 from geosim.sites import estimate_rtt_ms, find_site
 from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
@@ -308,8 +307,8 @@ def make_workload(values: dict, source: str = "--workload") -> Workload:
         elif key == "checkpointing":
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {_short(value)}", source=source, key="workload.checkpointing")
-        elif key == "runtime":
-            check_runtime_name(value, source=source, key="workload.runtime")
+        elif key == "runtime":  # a shipped runtime, or one a --params file adds: checked when it is run
+            _string(value, source, "workload.runtime")
         else:
             check_number(value, source, f"workload.{key}", *WORKLOAD_RANGES[key], integer=True)
     workload = replace(Workload(), **{k: int(v) if k in WORKLOAD_RANGES else v for k, v in values.items()})

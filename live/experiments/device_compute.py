@@ -242,14 +242,14 @@ def main(argv=None) -> int:
     except GeosimError as exc:
         print(f"geosim: error: {exc}", file=sys.stderr)
         return 2
-    report = {"device": gpu.name, **{k: constants[k] for k in (*FIT_KEYS, "architecture", "rms_log_error", "rows")},
+    report = {"device": gpu.name, **{k: constants[k] for k in (*FIT_KEYS, "architecture", "runtime", "rms_log_error", "rows")},
               "gemms": gemms, "out": args.out}
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0
     print(f"{gpu.name} ({gpu.architecture}): {len(cases)} record(s), {len(gemms)} GEMM(s)")
     print_rows(constants["rows"], "what", width=44, digits=3, indent="  ")
-    print(f"fitted ({gpu.architecture}): gemm_fraction {constants['gemm_fraction']:.4g}, memory_fraction "
+    print(f"fitted ({constants['runtime']} on {gpu.architecture}): gemm_fraction {constants['gemm_fraction']:.4g}, memory_fraction "
           f"{constants['memory_fraction']:.4g}, gemm_half_us {constants['gemm_half_us']:.4g}; rms log error "
           f"{constants['rms_log_error']:.3f}")
     if args.out:
