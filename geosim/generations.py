@@ -15,6 +15,7 @@ from geosim.errors import GeosimError
 from geosim.input_limits import loads_toml
 
 SOURCE = "geosim/data/generations.toml"
+DATA = resources.files("geosim.data").joinpath("generations.toml")  # the file generations() reads
 KEYS = {"tf32_tensor_cores", "bf16", "jax_score_16bit_values", "source"}
 
 
@@ -53,7 +54,7 @@ def generation_from_table(name: str, table, source: str = SOURCE, prefix: str = 
 @cache
 def generations() -> dict[str, Generation]:
     """Every generation geosim knows, by its lower-case name."""
-    text = resources.files("geosim.data").joinpath("generations.toml").read_text()
+    text = DATA.read_text()
     return {name: generation_from_table(name, table) for name, table in loads_toml(text, SOURCE).items()}
 
 

@@ -65,7 +65,7 @@ KernelOp = Gemm | MemoryOp | FusedAttention
 
 
 def architecture(gpu: GPU) -> str:
-    """The GPU's architecture generation, lower case ('turing'), from the catalog."""
+    """The GPU's architecture generation, lower case (a name of geosim/data/generations.toml), from the catalog."""
     return gpu.architecture
 
 

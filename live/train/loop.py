@@ -185,7 +185,7 @@ def still_compiling(log, every_s: float = 15.0):
 
 
 def gpu_generation(devices: dict) -> str:
-    """The catalog's generation of this run's GPU ('hopper'), '' on CPU or for a GPU the catalog lacks."""
+    """The catalog's generation of this run's GPU (a name of geosim/data/generations.toml), '' on CPU or for a GPU the catalog lacks."""
     if devices.get("platform") != "gpu":
         return ""
     from geosim.gpu_names import catalog_gpu
