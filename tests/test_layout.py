@@ -236,6 +236,7 @@ NAME_AS_DATA = {
     "bench/bench_predict.py": "the technique whose schedule build is timed",
     "bench/bench_plan.py": "the technique of Megatron-LM's forced 3D layouts at the published sizes",
     "bench/bench_live_lowcomm.py": "the three techniques of the convergence study: flags, constructors, colours",
+    "bench/compute_anchors.py": "the technique each published setup ran: Data, or Pipeshard's layout for tensor parallelism",
     "tools/write_params_reference.py": "'data' here is the folder geosim/data, not the technique",
 }
 # decisions on a name still to be moved: the memory helper replaces live/train/memory.py by the
