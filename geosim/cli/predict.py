@@ -304,7 +304,7 @@ def print_estimates(rows, indent: str = "  ") -> None:
     """The estimated efficiency entries the rows rest on, once each, with where each estimate comes from."""
     said = list(dict.fromkeys(e for r in rows for e in getattr(r, "estimated", ())))
     for phrase in said:
-        print(f"{indent}estimate: {phrase} (no measured or published entry; docs/reference/runtimes.md, \"Efficiency\")")
+        print(f"{indent}estimate: {phrase} (no measured or published entry; docs/reference/runtimes.md, \"Efficiency per GPU generation\")")
 
 
 def print_targets(rows, plan) -> None:

@@ -137,7 +137,7 @@ def run(args) -> int:
             print_selection(cluster, model, selection, verdict, why, workload.runtime)
             for phrase in doc["estimated"]:
                 print(f"  estimate: {phrase}; each probe's TFLOP/s within x/ {doc['estimate_spread']:.3g} "
-                      "(docs/reference/runtimes.md, \"Efficiency\")")
+                      "(docs/reference/runtimes.md, \"Efficiency per GPU generation\")")
             if args.draws:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
