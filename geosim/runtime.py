@@ -20,17 +20,15 @@ What each cost becomes in a schedule:
 from __future__ import annotations
 
 import math
-from statistics import median
 import tomllib
 from dataclasses import dataclass, replace
 from importlib import resources
 
+from geosim.efficiency import efficiency_table, efficiency_tables, estimate, spread
 from geosim.errors import GeosimError
-from geosim.generations import check_generation, generation
+from geosim.generations import generation
 from geosim.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY, RUNTIME_OTHER_KEYS
-
-DEVICE_COMPUTE_BY_KEY = {p.key: p for p in DEVICE_COMPUTE}
-from geosim.specs import EFFICIENCY_KINDS, MIB, ComputeConstants, Efficiency, Params, Workload
+from geosim.specs import MIB, ComputeConstants, Efficiency, Params, Workload
 
 DEFAULT_RUNTIME = "alpa"  # the study's: keeps every prediction the study was fitted with
 SOURCE = "geosim/data/runtimes.toml"
@@ -90,7 +88,7 @@ class Runtime:
         """This runtime's efficiency on a GPU generation it has no entry for: the median of its measured and
         published entries (the global constants where those are the parameters file's fit), else of every
         shipped runtime's; kind "estimated", its source saying from which entries."""
-        return efficiency_estimate(self.name, self.efficiency)
+        return estimate(self.name, self.efficiency, shipped_entries())
 
     def estimated_entries(self, generations_used) -> list[Efficiency]:
         """The entries a prediction on GPUs of these generations rests on that are estimates: an entry of
@@ -288,101 +286,14 @@ def device_compute_table(entries) -> dict:
             for device, eff in entries}
 
 
-EFFICIENCY_NUMBERS = {"gemm_fraction": "gemm_fraction", "memory_fraction": "memory_fraction",
-                      "gemm_half_us": "gemm_half_s"}
-EFFICIENCY_KEYS = {*EFFICIENCY_NUMBERS, "fitted", "kind", "source", "refit"}
-
-
-def efficiency_tables(value, source: str, where: str) -> tuple[tuple[str, Efficiency], ...]:
-    """{ GENERATION = { gemm_fraction, memory_fraction, gemm_half_us | fitted = true, kind, source, refit } }
-    -> ((generation, Efficiency), ...), every value checked (one line naming the key otherwise)."""
-    if not isinstance(value, dict) or not value:
-        raise GeosimError("must be a table of GENERATION = { gemm_fraction, memory_fraction, gemm_half_us, kind, "
-                          "source }", source=source, key=where)
-    out = []
-    for generation, table in sorted(value.items()):
-        at = f"{where}.{generation}"
-        name = check_generation(generation, source, at)
-        if not isinstance(table, dict):
-            raise GeosimError("must be a table", source=source, key=at)
-        for key in table:
-            if key not in EFFICIENCY_KEYS:
-                raise GeosimError(f"unknown key (expected one of: {', '.join(sorted(EFFICIENCY_KEYS))})",
-                                  source=source, key=f"{at}.{key}")
-        kind = table.get("kind")
-        if kind not in EFFICIENCY_KINDS:
-            raise GeosimError(f"must be one of {', '.join(EFFICIENCY_KINDS)}, got {kind!r}", source=source,
-                              key=f"{at}.kind")
-        text = table.get("source")
-        if not isinstance(text, str) or not text.strip():
-            raise GeosimError("must say where the entry comes from (a non-empty string)", source=source,
-                              key=f"{at}.source")
-        refit = table.get("refit", "")
-        if not isinstance(refit, str) or (kind == "measured" and not refit.strip()):
-            raise GeosimError("a measured entry must name the command that refits it", source=source,
-                              key=f"{at}.refit")
-        fitted = table.get("fitted", False)
-        if not isinstance(fitted, bool):
-            raise GeosimError(f"must be true or false, got {fitted!r}", source=source, key=f"{at}.fitted")
-        numbers = {}
-        if fitted:
-            if any(k in table for k in EFFICIENCY_NUMBERS):
-                raise GeosimError("fitted = true takes the parameters file's [compute] constants: give no numbers",
-                                  source=source, key=f"{at}.fitted")
-        else:
-            for key, field in EFFICIENCY_NUMBERS.items():
-                declared = DEVICE_COMPUTE_BY_KEY[key]
-                v = table.get(key)
-                lo, hi = declared.range if key == "gemm_half_us" else (1e-4, 1.0)
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-                    raise GeosimError(f"must be a number in [{lo:g}, {hi:g}], got {v!r}", source=source,
-                                      key=f"{at}.{key}")
-                numbers[field] = declared.to_si(v)
-        out.append((name, Efficiency(name, kind, text, refit=refit, **numbers)))
-    return tuple(out)
-
-
-def efficiency_table(entries) -> dict:
-    """efficiency_tables' inverse: the TOML table a parameters file writes."""
-    out = {}
-    for generation, e in entries:
-        row: dict = {"kind": e.kind, "source": e.source}
-        if e.fractions is None:
-            row["fitted"] = True
-        else:
-            row.update({key: DEVICE_COMPUTE_BY_KEY[key].from_si(getattr(e, field))
-                        for key, field in EFFICIENCY_NUMBERS.items()})
-        if e.refit:
-            row["refit"] = e.refit
-        out[generation] = row
-    return out
-
-
-def efficiency_estimate(runtime: str, entries) -> Efficiency:
-    """The median of the measured and published entries (of this runtime, else of every shipped runtime):
-    what a runtime is assumed to reach on a generation nobody measured it on, labelled so."""
-    def known(pairs):
-        return [e for _, e in pairs if e.kind != "estimated"]
-
-    own = known(entries)
-    basis, whose = own, runtime
-    if not own:
-        basis = [e for rt in shipped_runtimes().values() for e in known(rt.efficiency) if e.fractions is not None]
-        whose = "every shipped runtime"
-    numeric = [e for e in basis if e.fractions is not None]
-    names = ", ".join(sorted({e.generation for e in basis})) or "none"
-    if not numeric:  # only the parameters file's fit (alpa's): the fit is the estimate
-        return Efficiency("", "estimated", f"{whose}'s fit on {names} (the parameters file's [compute])")
-    middle = [median(getattr(e, f) for e in numeric) for f in ("gemm_fraction", "memory_fraction", "gemm_half_s")]
-    return Efficiency("", "estimated", f"the median of {whose}'s measured and published entries ({names})", *middle)
-
-
 def efficiency_spread() -> float:
-    """The ratio of the largest to the smallest large-GEMM fraction among the shipped runtimes' measured and
-    published entries (the global fit excluded): how far an estimated entry may be off, either way."""
-    fractions = [e.gemm_fraction for rt in shipped_runtimes().values() for _, e in rt.efficiency
-                 if e.kind != "estimated" and e.fractions is not None]
-    return max(fractions) / min(fractions) if len(fractions) > 1 else 1.0
+    """How far an estimated entry may be off, either way: the spread of the shipped runtimes' measured and
+    published entries (geosim.efficiency.spread)."""
+    return spread(shipped_entries())
+
+
+def shipped_entries() -> list[Efficiency]:
+    return [e for rt in shipped_runtimes().values() for _, e in rt.efficiency]
 
 
 # a table's key -> the Runtime field it sets (the same name but for the launch gap, in microseconds)

@@ -11,6 +11,7 @@ from functools import cached_property
 from dataclasses import dataclass, field, replace
 
 from geosim.errors import GeosimError
+from geosim.generations import generation
 from geosim.parameters import missing_value
 from geosim.units import GIB, MIB  # noqa: F401 -- where the specs' users have always found them
 
@@ -236,6 +237,14 @@ class ComputeConstants:
     fused_attention: bool = False
     by_generation: tuple[tuple[str, tuple[float, float, float] | None], ...] = ()
     estimate: tuple[float, float, float] | None = None
+
+    def for_gpu(self, gpu: GPU) -> "ComputeConstants":
+        """The constants one GPU runs with: the runtime's entry for its generation, else the runtime's estimate,
+        else (a device of no GPU generation: a CPU share) the global ones."""
+        entries = dict(self.by_generation)
+        if gpu.architecture in entries:
+            return self.with_fractions(entries[gpu.architecture])
+        return self.with_fractions(self.estimate if generation(gpu.architecture) is not None else None)
 
     def with_fractions(self, fractions: tuple[float, float, float] | None) -> "ComputeConstants":
         """These constants with one generation's (gemm_fraction, memory_fraction, gemm_half_s); None: as they are."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from geosim.generations import generation
 from geosim.specs import GPU, ComputeConstants, Model
 
 
@@ -349,17 +348,8 @@ class ComputeModel:
         found = self._per_gpu.get(gpu)
         if found is None:
             own = self.by_device.get(gpu.name)
-            found = self._per_gpu[gpu] = own if own is not None else self._generation_constants(gpu)
+            found = self._per_gpu[gpu] = own if own is not None else self.constants.for_gpu(gpu)
         return found
-
-    def _generation_constants(self, gpu: GPU) -> ComputeConstants:
-        c = self.constants
-        entries = dict(c.by_generation)
-        if gpu.architecture in entries:
-            return c.with_fractions(entries[gpu.architecture])
-        if generation(gpu.architecture) is not None:
-            return c.with_fractions(c.estimate)
-        return c.with_fractions(None)
 
     def seconds(self, work: Work, gpu: GPU, precision: str) -> float:
         key = (work, gpu, precision)
