@@ -132,6 +132,18 @@ def test_every_row_that_uses_an_estimate_says_so_in_text_and_json(capsys):
     assert doc["estimated"] and doc["probe_tflops_interval"]["Td1"][0] < doc["probes"]["Td1"]["tflops"]
 
 
+def test_a_sweeps_rows_and_summary_name_their_estimates(tmp_path, capsys):
+    out = tmp_path / "sw"
+    assert main(["sweep", "--scenario", "tacc-tacc", "--gpu", "V100", "--runtime", "pytorch", "--technique", "data",
+                 "--rtt-ms", "10,20", "--model", "gpt2", "--sweep-dir", str(out), "--workers", "1", "--no-best",
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert list(summary["estimated"].values()) == [2] and next(iter(summary["estimated"])).startswith("pytorch on volta")
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert all(r["estimated"].startswith("pytorch on volta")
+               and r["iteration_time_low_s"] < r["iteration_time_s"] < r["iteration_time_high_s"] for r in rows)
+
+
 def test_the_studys_answers_rest_on_no_estimate(capsys):
     """The study's GPUs under alpa: measured entries (the fit), nothing estimated, no interval."""
     assert main(["predict", "--json"]) == 0
