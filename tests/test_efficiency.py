@@ -203,3 +203,20 @@ def test_a_runtime_of_ones_own_in_a_parameters_file(tmp_path, capsys):
     with pytest.raises(GeosimError) as info:  # no description: not a runtime of its own; and no refit command
         load_params(bad)
     assert "unknown runtime" in info.value.problem
+
+
+def test_live_asks_the_generation_for_bf16_and_tf32():
+    """live's --precision auto and its TF32 record read the generation's facts, not device names: the RTX 6000
+    Ada is Ada (bf16), the Quadro RTX 6000 Turing (fp16 only, no TF32)."""
+    from geosim.live.train.loop import resolve_precision, tf32_matmul
+
+    class Config:
+        jax_default_matmul_precision = None
+
+    class Jax:
+        config = Config()
+
+    assert resolve_precision("auto", "gpu", "NVIDIA RTX 6000 Ada Generation") == "bf16"
+    assert resolve_precision("auto", "gpu", "Quadro RTX 6000") == "fp16"
+    assert resolve_precision("auto", "gpu", "Tesla V100-SXM2-32GB") == "fp16"
+    assert tf32_matmul(Jax, "gpu", "Quadro RTX 6000") is False and tf32_matmul(Jax, "gpu", "NVIDIA H200") is True
