@@ -23,7 +23,9 @@ from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.errors import GeosimError
 from geosim.case import Case
+from geosim.generations import generation
 from geosim.runtime import efficiency_spread, runtime_of
+from geosim.sim.attention import flash_curve
 from geosim.specs import GIB
 from geosim.techniques import build_schedule, memory_first
 
@@ -115,7 +117,13 @@ def estimated_on(case: Case, hosts=None) -> list[str]:
     applied = runtime.applied_to(case.params)
     gpus = [g for h in case.cluster.hosts if hosts is None or h.name in hosts for g in h.gpus
             if g.name not in applied.flat_fraction and g.name not in applied.device_compute]
-    return [estimate_phrase(runtime.name, e) for e in runtime.estimated_entries(g.architecture for g in gpus)]
+    said = [estimate_phrase(runtime.name, e) for e in runtime.estimated_entries(g.architecture for g in gpus)]
+    if runtime.fused_attention:  # its attention runs at the flash kernel's fraction on the generation
+        for name in sorted({g.architecture for g in gpus if generation(g.architecture) is not None}):
+            curve = flash_curve(name)
+            if curve.kind == "estimated":
+                said.append(f"flash attention on {name}: {curve.source} (geosim/data/attention-kernels.toml)")
+    return said
 
 
 def estimate_interval(seconds: float, scaled_s: float) -> list[float]:
