@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from geosim.generations import generation
 from geosim.specs import GIB, Model
 
 FITS, MAY_NOT_FIT, OUT_OF_MEMORY = "fits", "may not fit", "out-of-memory"
@@ -270,11 +271,9 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
 JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, fc out, GELU's tanh and out (4h each)
 JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
 JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
-# In 16-bit, per score: the fp32 softmax and its 16-bit cast (XLA for sm_80, the grid above); XLA for sm_90
-# (Hopper) keeps two 16-bit values a score instead: its buffer assignment of live's gpt2 and gpt2-medium step
-# (batch 8, one device) is 8.49 and 23.54 GiB, and an H200's allocator peaked at 8.50 and 23.55 GiB
-# (docs/results/2026-11-27-gpu-compute.md)
-JAX_SCORE_16BIT_VALUES = {"hopper": 2.0}
+# In 16-bit, per score: the fp32 softmax and its 16-bit cast (XLA for sm_80, the grid above); a generation whose
+# XLA fusions keep otherwise says so (geosim/data/generations.toml, jax_score_16bit_values: Hopper's two 16-bit
+# values a score, measured on an H200)
 JAX_LOGIT_VALUES = 2.0  # per vocabulary entry, fp32: the logits and their softmax (the loss's gradient)
 JAX_UPDATE_COPIES = 2.0  # at the update, per parameter held: the gradient and its flat copy for the one reduction (fp32)
 
@@ -295,7 +294,8 @@ def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions
     """One block's residuals per token in live's step (see above), on one GPU of a tensor-parallel group;
     `scanned`: the block runs inside a differentiated scan and keeps JAX's own residual list."""
     e, t, h = options.value_bytes, tensor_parallel, model.n_embd
-    two_values = JAX_SCORE_16BIT_VALUES.get(options.architecture)
+    facts = generation(options.architecture)
+    two_values = facts.jax_score_16bit_values if facts is not None else None
     per_score = (JAX_SCORE_FP32_VALUES * 4.0 if options.precision == "fp32"
                  else two_values * e if two_values else 4.0 + e)  # 16-bit: the fp32 softmax and its 16-bit cast
     scores = model.n_head * seq_len / t * per_score

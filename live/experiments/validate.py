@@ -257,7 +257,7 @@ def per_iteration_cases(records, source: str):
 
 
 # a live run's CPU devices are outside the datasheet compute model: they run at a flat fraction of their
-# peak ([compute.efficiency]), fitted here from this start when no runtime declares it
+# peak ([compute.flat_fraction]), fitted here from this start when no runtime declares it
 FLAT_EFFICIENCY_START = 0.1
 
 
@@ -272,8 +272,8 @@ def free_params(cases, base):
     runtimes = sorted({c.workload.runtime for c in cases if c.metric})
     # a runtime that measured its devices' speed (jax: XLA:CPU here, live/experiments/cpu_compute.py) brings it
     declared = {d for name in runtimes for d, _ in shipped_runtimes()[name].device_compute}
-    for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.efficiency)):
-        free.append(FreeParam("efficiency", gpu, base.efficiency.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
+    for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.flat_fraction)):
+        free.append(FreeParam("flat_fraction", gpu, base.flat_fraction.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
     tcp = base.network("tcp")  # the live runs' collectives go over TCP (gloo, NCCL's socket transport)
     techniques = sorted({c.technique for c in cases if c.metric})
     declared_scalars = fittable()
@@ -295,7 +295,7 @@ def free_params(cases, base):
                               shipped_runtimes()[name].collective_step_rtts or 1.0, lo, hi, ""))
     timed = sum(1 for c in cases if c.metric)
     if len(free) > timed:  # never more parameters than records: the efficiency goes first (a runtime brings it)
-        free = [p for p in free if p.kind != "efficiency"]
+        free = [p for p in free if p.kind != "flat_fraction"]
     return free
 
 
