@@ -293,6 +293,21 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
               f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")
         if r.memory_note:
             print(f"  {'':<10} {'':<8} memory: {r.memory_note}")
+        parts = memory_parts_line(r)
+        if parts:
+            print(f"  {'':<10} {'':<8} {parts}")
+
+
+def memory_parts_line(r: Prediction) -> str:
+    """The busiest GPU's memory by part, where the layout gathers units whole (a sharded model: FSDP): its
+    shards, the units gathered, the activations; '' for the others' rows."""
+    from geosim.sim.memory_layout import part_groups
+
+    peak = max(r.memory, key=lambda m: m.need_gib, default=None)
+    if peak is None or "gathered" not in peak.parts_gib:
+        return ""
+    groups = part_groups(peak.parts_gib)
+    return "memory per GPU: " + ", ".join(f"{name} {gib:.1f} GiB" for name, gib in groups.items())
 
 
 def print_targets(rows, plan) -> None:
