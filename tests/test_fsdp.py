@@ -16,7 +16,7 @@ from geosim.scenario import load_scenario, model_catalog
 from geosim.sim import memory_layout
 from geosim.sim.collectives import expand
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
-from geosim.specs import GIB, Model, Workload
+from geosim.specs import Model, Workload
 from geosim.techniques import build_schedule, default_techniques, technique_names
 
 PARAMS = default_params()
@@ -211,4 +211,27 @@ def test_recvs_match_sends():
     for rank, program in schedule.programs.items():
         walk(rank, program, ())
     assert sends and sorted(recvs) == sorted(sends)
-    assert GIB  # (the unit the parts are reported in)
+
+
+@pytest.mark.slow
+def test_live_fsdp_writes_a_record_that_calibrate_check_reads(tmp_path):
+    """`geosim live run --technique fsdp` trains the tiny model on CPU devices and writes a run record;
+    `geosim calibrate check` predicts it (in a process of its own: jax's device count is set once)."""
+    import os
+    import subprocess
+    import sys
+
+    from geosim.records import read_records
+    from conftest import run_cli
+
+    runs = tmp_path / "runs.jsonl"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-m", "geosim", "live", "run", "--technique", "fsdp", "--model", "tiny",
+                           "--steps", "3", "--records-out", str(runs)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = read_records(runs)
+    assert record.technique == "fsdp" and record.status == "ok" and record.measured["time_per_iteration_s"] > 0
+    code, out, err = run_cli(["calibrate", "check", "--records", str(runs)])
+    assert code == 0, err
+    assert "live/fsdp" in out

@@ -27,17 +27,18 @@ network prices with the case's algorithm, one after another on the GPU (no overl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.runtime import runtime_of
 from geosim.sim import memory_layout
-from geosim.sim.compute import Work
+from geosim.structure import host_list
 from geosim.sim.schedule import HOST_IN_TAG, Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.techniques._base import (backward_multiplier, check_dims, combined, devices_of, forward_flops, launch_ops,
                                      microbatch_per_gpu, optimizer_op, overhead_op, update_op, work)
 from geosim.techniques._settings import tunable
+from geosim.techniques.data import jax_placement as data_placement
 from geosim.units import MIB
 
 NAME = "fsdp"
@@ -292,9 +293,8 @@ def _overlap(rank, unit: _Unit, phase: str, parts: tuple[str, str], gather: bool
 
 def layout_options(case: Case, hosts: tuple[str, ...], replica_per: str | None = None) -> dict:
     """--replica-per host|site: hybrid shard, sharded inside each host (site) and replicated across them."""
-    from geosim.techniques._lowcomm import check_replica_per
-
-    check_replica_per(replica_per)
+    if replica_per not in SHARD_GROUPS[1:]:
+        raise GeosimError(f"must be one of {', '.join(SHARD_GROUPS[1:])}, got {replica_per!r}", source="--replica-per")
     return {"shard_group": replica_per}
 
 
@@ -316,8 +316,6 @@ def plan_variants(case: Case, hosts: tuple[str, ...], layout: dict | None = None
 
 
 def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str:
-    from geosim.structure import host_list
-
     group = (options or {}).get("shard_group", "all")
     how = "full shard" if group == "all" else f"hybrid shard per {group}"
     return f"{LABEL} on {host_list(hosts)} ({how})"
@@ -328,10 +326,6 @@ def jax_placement(model, global_batch: int, microbatches: int, devices: int, sta
     axis (1/n each, fp32), the gradient sum sharded; XLA's SPMD partitioner gathers the weights for each
     layer's matmuls, and its scheduler may keep them gathered from the forward to the backward: counted
     whole in the microbatch's gradient (an upper bound, as ZeRO-2's whole microbatch gradient is)."""
-    from dataclasses import replace
-
-    from geosim.techniques.data import jax_placement as data_placement
-
     shard = model.num_params / devices
     return replace(data_placement(model, global_batch, microbatches, devices), params_held=shard, grads_held=shard,
                    optimizer_held=shard, tree_accumulator=False)
