@@ -173,17 +173,19 @@ def fsdp(model: Model, sequences_per_gpu: float, seq_len: int, gpus: int, unit_p
     sharded (the 16-bit parameters, the fp32 master, the gradient shard in the reduction's precision,
     Adam's moments); gathered whole: the root unit (embedding and tied head, kept for the step) and
     `units_in_flight` units (the one computing and the one prefetched), or every unit where they are not
-    resharded after the forward; each unit in flight's whole gradient before its reduce-scatter (in the
-    training precision, and its copy in the reduction's where that differs)."""
+    resharded after the forward; the whole gradients of the units in flight: the one being reduce-scattered
+    in the training precision and its copy in the reduction's (where that differs), the others' in the
+    training precision (the next unit's backward writes its own while the last one's is reduced)."""
     sb = state_bytes(options)
     acts = activations(model, sequences_per_gpu, seq_len, model.n_layer, True, options)
     shard = model.num_params / gpus
     e = options.value_bytes
     gathered = model.num_params if not reshard else root_params + min(units_in_flight, model.n_layer) * unit_params
-    unit_gradient = unit_params * (e + (reduce_bytes if reduce_bytes != e else 0.0))
+    reduced = unit_params * (e + (reduce_bytes if reduce_bytes != e else 0.0))
+    unit_gradients = reduced + (units_in_flight - 1) * unit_params * e
     return {"weights": shard * sb.weights, "master": shard * sb.master, "gradients": shard * reduce_bytes,
             "optimizer": shard * sb.optimizer, "gathered": gathered * e, "activations": acts.residual,
-            "transient": acts.transient + units_in_flight * unit_gradient, "workspace": options.workspace_bytes}
+            "transient": acts.transient + unit_gradients, "workspace": options.workspace_bytes}
 
 
 SHARDED_STATE = ("weights", "master", "gradients", "optimizer")  # FSDP's shards (fsdp's parts)

@@ -35,6 +35,7 @@ from geosim.runtime import runtime_of
 from geosim.sim import memory_layout
 from geosim.structure import host_list
 from geosim.sim.schedule import HOST_IN_TAG, Collective, Compute, Recv, Repeat, Schedule, Send
+from geosim.techniques import _floor
 from geosim.techniques._base import (backward_multiplier, check_dims, combined, devices_of, forward_flops, launch_ops,
                                      microbatch_per_gpu, optimizer_op, overhead_op, update_op, work)
 from geosim.techniques._settings import tunable
@@ -289,6 +290,12 @@ def _overlap(rank, unit: _Unit, phase: str, parts: tuple[str, str], gather: bool
         second += sends
         second_recvs += recvs
     return ops + second + [unit.compute(phase, parts[1])] + second_recvs
+
+
+def plan_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
+    """The busiest GPU's compute and its blocking collectives back to back (geosim.techniques._floor): the
+    prefetched gathers and reduce-scatters are sends, which count nothing, so overlap cannot undercut it."""
+    return _floor.plan_floor_s(case, hosts, workload, options, NAME)
 
 
 def layout_options(case: Case, hosts: tuple[str, ...], replica_per: str | None = None) -> dict:
