@@ -330,9 +330,10 @@ def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str
 
 def jax_placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
     """live's FSDP step (live/train/techniques/fsdp.py): parameters and Adam's moments sharded over the data
-    axis (1/n each, fp32), the gradient sum sharded; XLA's SPMD partitioner gathers the weights for each
-    layer's matmuls, and its scheduler may keep them gathered from the forward to the backward: counted
-    whole in the microbatch's gradient (an upper bound, as ZeRO-2's whole microbatch gradient is)."""
+    axis (1/n each, fp32), the gradient summed onto the shards; a microbatch's whole gradient (before its
+    reduce-scatter) counted as ZeRO-2's is. Against XLA's CPU buffer assignment of that step on 4 devices
+    (tiny, fp32, bench/bench_memory.py's cases): -4.0% at 2 microbatches, -6.0% with remat, -10.3% at 4
+    (docs/results/2026-11-28-fsdp.md)."""
     shard = model.num_params / devices
     return replace(data_placement(model, global_batch, microbatches, devices), params_held=shard, grads_held=shard,
                    optimizer_held=shard, tree_accumulator=False)
