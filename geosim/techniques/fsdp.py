@@ -118,7 +118,9 @@ def build(case: Case, settings: Settings) -> Schedule:
     programs = {}
     overlapped = []
     for group, hosts in zip(sh.groups, sh.group_hosts):
-        name = (HOST_IN_TAG, hosts[0])
+        # hybrid: a group's tags carry its first host (two groups' collectives and blocks are two, not one of
+        # twice the ranks); one group's carry none, so a symmetry that moves its hosts keeps its tags
+        name = (HOST_IN_TAG, hosts[0]) if len(sh.groups) > 1 else ()
         rails = _rails(case, group, hosts, devices) if s.prefetch else None
         overlapped.append(rails is not None)
         unit = _Unit(model, workload, per_gpu, s.unit_layers, sh.unit_params * value,
