@@ -249,3 +249,47 @@ def test_the_planners_floor_is_under_the_prediction(shape, options):
     hosts = tuple(h.name for h in case.cluster.hosts)
     floor = plan_floor_s("fsdp", case, hosts, WORKLOAD, options)
     assert 0 < floor <= predict(case, "fsdp", options=options).total_time_s
+
+
+@pytest.mark.parametrize("group", ["all", "host", "site"])
+def test_alike_ranks_simulated_once_answer_as_every_rank(group):
+    """The engine's run (which simulates alike ranks once where it proves a symmetry) answers as the run of
+    every rank, to the bit. (On these slices the TCP model proves none today: two senders share a hop.)"""
+    from geosim.sim.engine import every_rank, run_schedule
+    from geosim.sim.network import network_model
+
+    workload = Workload(tokens_per_epoch=32 * 1024 * 8, global_batch=32, microbatches=2, seq_len=1024,
+                        precision="fp16")
+    case = Case(make_cluster(2, 2, 4, "A100-40GB", intra_host="nvlink"), GPT2, workload, PARAMS)
+    schedule = build_schedule("fsdp", case, {"shard_group": group})
+    net = network_model("tcp")
+    reduced = run_schedule(schedule, case.cluster, PARAMS, workload, iterations=2, network=net)
+    with every_rank():
+        full = run_schedule(schedule, case.cluster, PARAMS, workload, iterations=2, network=net)
+    assert reduced.iteration_end == full.iteration_end and reduced.bytes_sent == full.bytes_sent
+
+
+def test_json_shows_the_memory_by_part():
+    from conftest import run_cli
+    import json
+
+    code, out, err = run_cli(["predict", "--scenario", "tacc-tacc", "--technique", "fsdp,data", "--hosts", "all",
+                              "--network", "alpha-beta", "--json"])
+    assert code == 0, err
+    rows = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            if "technique" in o and o.get("memory"):
+                rows.append(o)
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(json.loads(out))
+    by = {r["technique"]: r["memory"][0] for r in rows}
+    assert set(by["fsdp"]["groups_gib"]) == {"shards", "gathered units", "activations", "workspace"}
+    assert sum(by["fsdp"]["groups_gib"].values()) == pytest.approx(by["fsdp"]["need_gib"])
+    assert by["data"]["groups_gib"] is None

@@ -304,13 +304,10 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
 def memory_parts_line(r: Prediction) -> str:
     """The busiest GPU's memory by part, where the layout gathers units whole (a sharded model: FSDP): its
     shards, the units gathered, the activations; '' for the others' rows."""
-    from geosim.sim.memory_layout import part_groups
-
     peak = max(r.memory, key=lambda m: m.need_gib, default=None)
-    if peak is None or "gathered" not in peak.parts_gib:
+    if peak is None or peak.groups_gib is None:
         return ""
-    groups = part_groups(peak.parts_gib)
-    return "memory per GPU: " + ", ".join(f"{name} {gib:.1f} GiB" for name, gib in groups.items())
+    return "memory per GPU: " + ", ".join(f"{name} {gib:.1f} GiB" for name, gib in peak.groups_gib.items())
 
 
 def print_targets(rows, plan) -> None:
