@@ -59,6 +59,8 @@ class GpuMemory:
     need_gib: float
     has_gib: float
     parts_gib: dict[str, float]
+    # a sharded layout's parts as it is read (shards, gathered units, activations, workspace): FSDP's; else None
+    groups_gib: dict[str, float] | None = None
 
 
 @dataclass
@@ -155,8 +157,10 @@ def _memory_report(schedule) -> list[GpuMemory]:
     report = []
     for d in schedule.devices:
         parts = schedule.memory_parts.get(d.rank, {})
+        groups = ({k: v / GIB for k, v in memory_layout.part_groups(parts).items()} if "gathered" in parts
+                  else None)
         report.append(GpuMemory(d.rank, d.host, d.gpu.name, schedule.memory_bytes[d.rank] / GIB, d.gpu.memory_gib,
-                                {k: v / GIB for k, v in parts.items()}))
+                                {k: v / GIB for k, v in parts.items()}, groups))
     return report
 
 

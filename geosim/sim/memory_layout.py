@@ -26,8 +26,8 @@ buffers Alpa 0.2.3's own code allocates beyond this layout (see ALPA_023_LAYOUT:
 program's divided gradients, a pipeline stage's received inputs). Within margin_fraction of it the verdict is
 "may not fit" with the margin, not a hard yes or no: the layout is a model.
 
-Over 400 lines: the study-era layout, Alpa 0.2.3's additions and live's XLA layout share their
-per-token counts, so they stay in one module.
+Over 400 lines: the study-era layouts (FSDP's included), Alpa 0.2.3's additions and live's XLA layout
+share their per-token counts, so they stay in one module.
 """
 
 from __future__ import annotations
@@ -207,6 +207,38 @@ def zero2(model: Model, sequences_per_gpu: float, seq_len: int, gpus: int, optio
     whole_gradient = model.num_params * state_bytes(options).gradients
     return _layout(0.0, model.num_params, gpus, ("master", "gradients", "optimizer"), acts, 1, options,
                    gradient_transient=whole_gradient)
+
+
+def fsdp(model: Model, sequences_per_gpu: float, seq_len: int, gpus: int, unit_params: float, root_params: float,
+         options: LayoutOptions, reduce_bytes: float, units_in_flight: int = 2, reshard: bool = True) -> dict[str, float]:
+    """FSDP / ZeRO-3 (geosim/techniques/fsdp.py) over a shard group of `gpus`: every part of the model state
+    sharded (the 16-bit parameters, the fp32 master, the gradient shard in the reduction's precision,
+    Adam's moments); gathered whole: the root unit (embedding and tied head, kept for the step) and
+    `units_in_flight` units (the one computing and the one prefetched), or every unit where they are not
+    resharded after the forward; the whole gradients of the units in flight: the one being reduce-scattered
+    in the training precision and its copy in the reduction's (where that differs), the others' in the
+    training precision (the next unit's backward writes its own while the last one's is reduced)."""
+    sb = state_bytes(options)
+    acts = activations(model, sequences_per_gpu, seq_len, model.n_layer, True, options)
+    shard = model.num_params / gpus
+    e = options.value_bytes
+    gathered = model.num_params if not reshard else root_params + min(units_in_flight, model.n_layer) * unit_params
+    reduced = unit_params * (e + (reduce_bytes if reduce_bytes != e else 0.0))
+    unit_gradients = reduced + (units_in_flight - 1) * unit_params * e
+    return {"weights": shard * sb.weights, "master": shard * sb.master, "gradients": shard * reduce_bytes,
+            "optimizer": shard * sb.optimizer, "gathered": gathered * e, "activations": acts.residual,
+            "transient": acts.transient + unit_gradients, "workspace": options.workspace_bytes}
+
+
+SHARDED_STATE = ("weights", "master", "gradients", "optimizer")  # FSDP's shards (fsdp's parts)
+
+
+def part_groups(parts: dict[str, float]) -> dict[str, float]:
+    """A layout's parts summed as a sharded one is read: shards of the model state, the units gathered
+    whole, activations (residuals and the backward's transients), workspace."""
+    return {"shards": sum(parts.get(k, 0.0) for k in SHARDED_STATE), "gathered units": parts.get("gathered", 0.0),
+            "activations": parts.get("activations", 0.0) + parts.get("transient", 0.0),
+            "workspace": parts.get("workspace", 0.0)}
 
 
 def auto_sharded_params(model: Model, gpus: int) -> float:

@@ -24,7 +24,7 @@ from pathlib import Path
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, Row, latency_costs, plot, print_report
-from geosim.techniques import is_pipelined
+from geosim.techniques import is_pipelined, on_request
 from geosim.fileio import write_atomic
 from geosim.params import load_params, write_params
 from geosim.records import read_records
@@ -48,6 +48,8 @@ START_POINTS = ({}, {"transport.collective_step_rtts": 3.0, "transport.p2p_hands
 # follow), profiled: fitted on a coarse grid, then refined around the best.
 SHARD_GRID = (4, 8, 16, 32, 64, 128)
 PROFILED = {"shard.collectives_per_layer": SHARD_GRID}  # whole-number settings fitted on a grid
+# without --technique: the study's four (a technique that runs on request only, FSDP, when asked or with 'all')
+DEFAULT_TECHNIQUES = tuple(t for t in TECHNIQUES if not on_request(t))
 
 
 def run_time_s(record) -> float:
@@ -86,7 +88,7 @@ def add_arguments(parser) -> None:
                         help="RTTs of the emulated WAN, ms: a list or range (default %(default)s)")
     parser.add_argument("--technique", dest="techniques", action=CommaList, metavar="NAME|all",
                         help=f"techniques to run; repeatable and comma-separated; 'all': {','.join(TECHNIQUES)} "
-                             f"(the default)")
+                             f"(default: {','.join(DEFAULT_TECHNIQUES)})")
     parser.add_argument("--hold-out", type=float,
                         help="the RTT predicted from a fit on the others (default: the middle one); "
                              "every other RTT is also held out in turn and reported")
@@ -418,7 +420,7 @@ def run(args) -> int:
     from geosim.live.train.loop import Options
 
     rtts = _csv_floats(args.rtt_ms, "--rtt-ms")
-    techniques = list(dict.fromkeys(t for n in args.techniques or ["all"]
+    techniques = list(dict.fromkeys(t for n in args.techniques or DEFAULT_TECHNIQUES
                                     for t in (TECHNIQUES if n.lower() == "all" else [n.lower()])))
     for t in techniques:
         if t not in TECHNIQUES:
