@@ -34,8 +34,9 @@ class _Phase:
     """What one round's sends are made of, as arrays over the senders (in group order): a ring phase's
     rounds all send the same bytes to the same peers, so they share one."""
 
-    __slots__ = ("lead", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "all_conns", "windowed", "w_idx", "w_conns",
-                 "w_max", "w_rtt", "w_rto", "w_nbytes", "w_routes", "counted")
+    __slots__ = ("lead", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "all_conns", "windowed",
+                 "w_idx", "w_conns", "w_max", "w_rtt", "w_rto", "w_nbytes", "w_bytes_rtt", "w_slow_below", "w_routes",
+                 "counted")
 
     def __init__(self, net, sends, hop_index: dict, conn_index: dict):
         routes = [net.route(rank, dst) for rank, dst, _, _, _ in sends]
@@ -62,6 +63,9 @@ class _Phase:
         self.w_rtt = np.array([r.rtt_s for r in self.w_routes])
         self.w_rto = np.array([r.restart_after_s for r in self.w_routes])
         self.w_nbytes = self.nbytes[self.w_idx]
+        self.w_bytes_rtt = self.w_nbytes * self.w_rtt  # flow_time's (nbytes - 0) x RTT, the same product each round
+        # slow start's loop runs while the window is below its largest and below the bytes (0 sent so far)
+        self.w_slow_below = np.minimum(self.w_max, self.w_nbytes)
         self.counted = float(sum(nbytes for _, _, nbytes, _, _ in sends))
 
 
@@ -189,9 +193,8 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> di
             w_max, held = phase.w_max, cwnd[phase.w_conns]
             window = np.minimum(held, w_max)
             w_start, w_last = start[w], last[w]
-            elapsed = phase.w_nbytes * phase.w_rtt / window
-            # slow start runs while the window is below its largest and below the bytes (0 sent so far)
-            slow = (window < w_max) & (window < phase.w_nbytes)
+            elapsed = phase.w_bytes_rtt / window
+            slow = window < phase.w_slow_below  # slow start (below both its largest window and the bytes)
             if restart_on:
                 slow |= (w_start - w_last) > phase.w_rto
             if slow.any():  # slow start or a restart: the model's own loop, on a scratch connection
