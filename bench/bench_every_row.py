@@ -38,7 +38,8 @@ EVERY = ["--model", "gpt2-xl", "--global-batch", "512", "--microbatches", "16", 
 YARDSTICK = ["predict", "--scenario", "h100-2x1.toml", *EVERY]
 # (label, command after `geosim`, target in yardsticks)
 CASES = [
-    ("128 GPUs (4 sites x 4 hosts x 8 H100), every technique", ["predict", "--scenario", "h100-4x4.toml", *EVERY], 10.0),
+    ("128 GPUs (4 sites x 4 hosts x 8 H100), every technique",
+     ["predict", "--scenario", "h100-4x4.toml", *EVERY], 10.0),
     ("1,024 GPUs (8 x 16 x 8 H100), every technique", ["predict", "--scenario", "h100-8x16.toml", *EVERY], 30.0),
     ("10,240 GPUs (16 x 80 x 8 H100), GPT-3 6.7B t8 x p16 x d80",
      ["predict", "--scenario", "h100-16x80.toml", "--model", "gpt3-6.7b", "--global-batch", "1280", "--microbatches",

@@ -32,7 +32,8 @@ def test_the_estimate_follows_the_work_count():
 
     rates = [getattr(get_technique(name), "SIMULATED_UNITS_PER_CPU_S", None) for name in technique_names()]
     rates = [rate for rate in rates if rate]
-    assert cost.expected_seconds(6_000_000, "shard") == pytest.approx(6_000_000 / get_technique("shard").SIMULATED_UNITS_PER_CPU_S)
+    shard = get_technique("shard").SIMULATED_UNITS_PER_CPU_S
+    assert cost.expected_seconds(6_000_000, "shard") == pytest.approx(6_000_000 / shard)
     assert simulation_rate("a technique not listed") == min(rates)
     assert cost.long_prediction(1, "data") is None
     assert cost.long_prediction(10 ** 12, "data") > cost.LONG_PREDICTION_S
@@ -78,7 +79,8 @@ def test_long_rows_run_last_and_the_rows_come_back_in_the_order_asked(monkeypatc
 def test_the_cli_announces_a_long_row_and_answers_the_same(monkeypatch):
     code, quiet, _ = run(ARGS + ["--json"])
     assert code == 0
-    monkeypatch.setattr(cost, "LONG_PREDICTION_S", 0.0)  # every row that runs is long (Data fails before): each announced
+    # every row that runs is long (Data fails before it is counted): each announced
+    monkeypatch.setattr(cost, "LONG_PREDICTION_S", 0.0)
     code, out, err = run(ARGS + ["--json"])
     assert code == 0
     strip = lambda doc: [{k: v for k, v in p.items() if k != "wall_s"} for s in json.loads(doc)["slices"]
