@@ -34,9 +34,8 @@ class _Phase:
     """What one round's sends are made of, as arrays over the senders (in group order): a ring phase's
     rounds all send the same bytes to the same peers, so they share one."""
 
-    __slots__ = ("lead", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "all_conns", "windowed",
-                 "w_idx", "w_conns", "w_max", "w_rtt", "w_rto", "w_nbytes", "w_bytes_rtt", "w_slow_below", "w_routes",
-                 "counted")
+    __slots__ = ("lead", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "all_conns", "any_windowed",
+                 "routes", "w_max", "w_rto", "w_bytes_rtt", "w_slow_below", "counted")
 
     def __init__(self, net, sends, hop_index: dict, conn_index: dict):
         routes = [net.route(rank, dst) for rank, dst, _, _, _ in sends]
@@ -55,17 +54,19 @@ class _Phase:
         self.conns = np.array([conn_index[(rank, dst)] for rank, dst, _, _, _ in sends], dtype=np.intp)
         # every connection of the plan, in order (a flat ring's one phase): read and written whole
         self.all_conns = len(conn_index) == len(sends) and bool((self.conns == np.arange(len(sends))).all())
-        self.windowed = np.array([r.windowed for r in routes])
-        self.w_idx = np.flatnonzero(self.windowed)
-        self.w_conns = self.conns[self.w_idx]
-        self.w_routes = [routes[i] for i in self.w_idx]
-        self.w_max = np.array([r.max_window for r in self.w_routes])
-        self.w_rtt = np.array([r.rtt_s for r in self.w_routes])
-        self.w_rto = np.array([r.restart_after_s for r in self.w_routes])
-        self.w_nbytes = self.nbytes[self.w_idx]
-        self.w_bytes_rtt = self.w_nbytes * self.w_rtt  # flow_time's (nbytes - 0) x RTT, the same product each round
+        # flow_time's arithmetic on every sender at once, a sender without a window made neutral in it: its
+        # largest window infinite (the window stays its connection's), no bytes x RTT (0 s of flow: the flow
+        # ends at the start, before the line does), never in slow start, never restarting
+        windowed = [r.windowed for r in routes]
+        self.any_windowed = any(windowed)
+        self.routes = routes
+        inf = float("inf")
+        self.w_max = np.array([r.max_window if w else inf for r, w in zip(routes, windowed)])
+        self.w_bytes_rtt = np.array([n * r.rtt_s if w else 0.0 for r, w, n in zip(routes, windowed, self.nbytes)])
         # slow start's loop runs while the window is below its largest and below the bytes (0 sent so far)
-        self.w_slow_below = np.minimum(self.w_max, self.w_nbytes)
+        self.w_slow_below = np.array([min(r.max_window, n) if w else -inf for r, w, n in zip(routes, windowed,
+                                                                                             self.nbytes)])
+        self.w_rto = np.array([r.restart_after_s if w else inf for r, w in zip(routes, windowed)])
         self.counted = float(sum(nbytes for _, _, nbytes, _, _ in sends))
 
 
@@ -188,22 +189,23 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> di
         busy = maximum(free[phase.hops], now) + phase.serialize  # each hop's backlog grows
         free[phase.hops] = busy
         done = maximum(start + phase.serialize, busy.max(axis=0))
-        w = phase.w_idx
-        if w.size:  # flow_time on the windowed flows: at the largest window, (nbytes - 0) x RTT / window
-            w_max, held = phase.w_max, cwnd[phase.w_conns]
-            window = np.minimum(held, w_max)
-            w_start, w_last = start[w], last[w]
+        if phase.any_windowed:  # flow_time: at the largest window (or one holding the bytes), bytes x RTT / window
+            held = cwnd if phase.all_conns else cwnd[phase.conns]
+            window = np.minimum(held, phase.w_max)
             elapsed = phase.w_bytes_rtt / window
             slow = window < phase.w_slow_below  # slow start (below both its largest window and the bytes)
             if restart_on:
-                slow |= (w_start - w_last) > phase.w_rto
+                slow |= (start - last) > phase.w_rto
             if slow.any():  # slow start or a restart: the model's own loop, on a scratch connection
                 for j in np.flatnonzero(slow).tolist():
-                    scratch = Connection(cwnd=float(held[j]), last_active=float(w_last[j]))
-                    elapsed[j] = flow_time(phase.w_routes[j], scratch, float(phase.w_nbytes[j]), float(w_start[j]))
+                    scratch = Connection(cwnd=float(held[j]), last_active=float(last[j]))
+                    elapsed[j] = flow_time(phase.routes[j], scratch, float(phase.nbytes[j]), float(start[j]))
                     window[j] = scratch.cwnd
-            cwnd[phase.w_conns] = window
-            done[w] = maximum(done[w], w_start + elapsed)
+            if phase.all_conns:
+                cwnd = window
+            else:
+                cwnd[phase.conns] = window
+            done = maximum(done, start + elapsed)
         if phase.all_conns:
             active = done
         else:
