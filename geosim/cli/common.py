@@ -119,6 +119,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
     w = WORKLOAD_DEFAULTS
     add_scenario_argument(parser, many=many_scenarios)
     parser.add_argument("--model", default="gpt2m", help=f"{meaning('--model')} (default: %(default)s)")
+    parser.add_argument("--model-config", metavar="PATH", help=meaning("--model-config"))
     parser.add_argument("--params", metavar="FILE", help=meaning("--params"))
     parser.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
                         help=f"{meaning('--network')} (default: %(default)s)")
@@ -271,8 +272,32 @@ def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Worklo
         hint = "".join(f"; {k} is the scenario's workload.{k} (give --{k.replace('_', '-')} to change it)"
                        for k in others)
         raise GeosimError(exc.problem + hint, source=f"--{blamed.replace('_', '-')}") from None
-    model = get_model(args.model, scenario.models)
+    model = model_of(args, scenario)
     return scenario, resolve_cluster(scenario, args), model, workload
+
+
+def add_memory_parts_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--memory-parts", action="store_true", help=meaning("--memory-parts"))
+
+
+def memory_parts_line(prediction) -> str | None:
+    """The fullest GPU's memory by part (weights, master copy, gradients, optimizer, activations, the
+    backward's transient, workspace): what a model's shape puts where under the technique."""
+    if not prediction.memory:
+        return None
+    m = max(prediction.memory, key=lambda g: g.need_gib)
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in m.parts_gib.items() if v >= 0.05)
+    return f"memory of {m.host} GPU {m.rank} by part, GiB: {parts} (needs {m.need_gib:.1f} of {m.has_gib:.0f})"
+
+
+def model_of(args, scenario: Scenario | None = None) -> Model:
+    """The model a command runs: --model-config's config.json (named for its file), else --model."""
+    path = getattr(args, "model_config", None)
+    if path:
+        from geosim.model_config import model_from_config_file
+
+        return model_from_config_file(path)
+    return get_model(args.model, scenario.models if scenario else None)
 
 
 def load_params_arg(args) -> Params:

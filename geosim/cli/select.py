@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 
 from geosim.case import Case
-from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
+from geosim.cli.common import (add_memory_parts_argument, memory_parts_line, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
                                answer_envelope, add_sweep_rtt_argument, add_technique_argument, add_workload_arguments,
                                check_layout_plannable, check_layout_techniques, chosen_techniques, layout_arguments,
                                load_case, load_params_arg, print_json, refuse_layout, scenario_names)
@@ -52,6 +52,7 @@ def add_arguments(parser) -> None:
                         help="redo the choice (predicted probes) under N parameter draws from the fit's covariance "
                              "and say how often it wins")
     add_json_argument(parser)
+    add_memory_parts_argument(parser)
 
 
 def make_source(args, scenario_name, cluster, model, workload, params):
@@ -117,6 +118,7 @@ def run(args) -> int:
                 print_answer_vs_rtt(doc)
             continue
         probe_workload = replace(workload, epochs=args.probe_epochs)
+        parts = None
         selection = algorithm1(make_source(args, name, cluster, model, probe_workload, params), v1, v2, args.delta)
         # the verdict: the same ranking predict and plan use, Algorithm 1's choice beside it
         if args.live:
@@ -128,6 +130,8 @@ def run(args) -> int:
         else:
             plan = make_plan(case, keep=2, delta=args.delta, choices=choices, techniques=techniques)
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
+            if args.memory_parts and plan.best and memory_parts_line(plan.best.prediction):
+                parts = f"verdict's {memory_parts_line(plan.best.prediction)}"
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
                **selection.to_dict()}
         if args.draws:
@@ -135,6 +139,8 @@ def run(args) -> int:
         docs.append(doc)
         if not args.json:
             print_selection(cluster, model, selection, verdict, why, workload.runtime)
+            if parts:
+                print(f"  {parts}")
             if args.draws:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"

@@ -24,6 +24,10 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--scenario": ("list|one", "the slice: a built-in scenario name or a scenario file (repeatable where a "
                                "command takes several)"),
     "--model": ("one|spec", "a model from the catalog (`geosim models`) or the scenario"),
+    "--model-config": ("one", "a Hugging Face config.json (Llama, Qwen2, Mistral, Mixtral, DeepSeek-MoE, GPT-2, "
+                              "GPT-NeoX): the model's shape, named for its file (instead of --model)"),
+    "--memory-parts": ("flag", "print each row's fullest GPU's memory by part: weights, master copy, gradients, "
+                               "optimizer, activations, the backward's transient, workspace"),
     "--params": ("one", "simulator parameters file (default: the shipped defaults)"),
     "--network": ("one", "the network model the simulation runs: tcp, alpha-beta or ideal"),
     "--technique": ("list|one", "technique name(s), repeatable and comma-separated; 'all': every technique the "
