@@ -141,7 +141,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
 
 # layout_options()'s keyword -> its flag (keywords, not strings: "data" would read as the technique's name)
 LAYOUT_FLAGS = dict(tensor="--tensor-parallel", pipeline="--pipeline-parallel", data="--data-parallel",
-                    virtual="--virtual-stages", layer_split="--layer-split", replica_per="--replica-per")
+                    virtual="--virtual-stages", layer_split="--layer-split", replica_per="--replica-per",
+                    expert="--expert-parallel")
 
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -151,8 +152,8 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     from geosim.techniques._lowcomm import REPLICA_UNITS
 
     group = parser.add_argument_group("layout (the techniques that take one: pipeshard; --replica-per: diloco, "
-                                      "sparseloco, hybrid; default: their own)")
-    for flag in ("--tensor-parallel", "--pipeline-parallel", "--data-parallel", "--virtual-stages"):
+                                      "sparseloco, hybrid; --expert-parallel: data; default: their own)")
+    for flag in ("--tensor-parallel", "--pipeline-parallel", "--data-parallel", "--virtual-stages", "--expert-parallel"):
         group.add_argument(flag, type=int, metavar="N", help=meaning(flag))
     group.add_argument("--layer-split", metavar="N,N,...", help=meaning("--layer-split"))
     group.add_argument("--replica-per", choices=REPLICA_UNITS, help=meaning("--replica-per"))

@@ -98,6 +98,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--data-parallel": ("int", "layout: data-parallel replicas of each stage (d; default: the GPUs asked / t / p)"),
     "--virtual-stages": ("int", "layout: chunks of layers per stage under the interleaved 1F1B schedule (v; "
                                 "default 1)"),
+    "--expert-parallel": ("int", "layout of a mixture of experts (data): its experts split over groups of N consecutive "
+                                 "GPUs inside a site, two all-to-alls per MoE layer each way (never across a WAN link)"),
     "--layer-split": ("one", "layout: layers of each stage (of each virtual stage when interleaved), comma-separated"),
     "--replica-per": ("one", "layout of a low-communication technique: what trains one replica, a host or a site "
                              "(the hosts asked at a site, data parallel)"),

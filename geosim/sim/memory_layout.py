@@ -151,10 +151,12 @@ def _layout(params_full: float, params_sharded: float, shards: int, what_is_shar
     return parts
 
 
-def data_parallel(model: Model, sequences_per_gpu: float, seq_len: int, options: LayoutOptions) -> dict[str, float]:
-    """A full replica; each weight's gradient is added into the accumulator as its GEMM produces it."""
+def data_parallel(model: Model, sequences_per_gpu: float, seq_len: int, options: LayoutOptions,
+                  params_held: float | None = None) -> dict[str, float]:
+    """A full replica (or `params_held`: expert parallelism's share of the experts); each weight's gradient is
+    added into the accumulator as its GEMM produces it."""
     acts = activations(model, sequences_per_gpu, seq_len, model.n_layer, True, options)
-    return _layout(model.num_params, 0.0, 1, (), acts, 1, options)
+    return _layout(model.num_params if params_held is None else params_held, 0.0, 1, (), acts, 1, options)
 
 
 def zero2(model: Model, sequences_per_gpu: float, seq_len: int, gpus: int, options: LayoutOptions) -> dict[str, float]:
