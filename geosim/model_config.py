@@ -112,6 +112,9 @@ def model_from_config(doc, source: str, name: str) -> Model:
     if kind not in ARCHITECTURES:
         raise GeosimError(f"unknown architecture {kind!r} (geosim reads: {', '.join(ARCHITECTURES)})", source=source,
                           key="model_type")
+    for key in ("kv_lora_rank", "q_lora_rank"):  # DeepSeek-V2/V3: before any other key, the one that says why
+        if doc.get(key) is not None:
+            raise GeosimError("multi-head latent attention (DeepSeek-V2/V3) is not modelled", source=source, key=key)
     read = _Reader(doc, source)
     if kind == "gpt2":
         h = read.int("n_embd")
@@ -135,10 +138,6 @@ def model_from_config(doc, source: str, name: str) -> Model:
     if kind == "mixtral":
         values.update(n_expert=read.int("num_local_experts"), expert_top_k=read.int("num_experts_per_tok"))
     elif kind == "deepseek":
-        for key in ("kv_lora_rank", "q_lora_rank"):
-            if doc.get(key) is not None:
-                raise GeosimError("multi-head latent attention (DeepSeek-V2/V3) is not modelled", source=source,
-                                  key=key)
         if read.int("moe_layer_freq", 1) != 1:
             raise GeosimError("an MoE layer every few layers is not modelled (only every layer after "
                               "first_k_dense_replace)", source=source, key="moe_layer_freq")
