@@ -17,7 +17,7 @@ Hugging Face config.json.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 MLP_KINDS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope")
@@ -51,6 +51,16 @@ class Model:
     moe_inner: int | None = None  # an expert's intermediate width; None: n_inner
     first_dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek-MoE's first_k_dense_replace)
     capacity_factor: float = 0.0  # an expert's buffer: this x its even share of routed tokens; 0: dropless
+
+    def shape_table(self) -> dict:
+        """The shape as a table (a run record's model_dims, a scenario's [models.NAME]): the five numbers
+        and every other field that is not GPT-2's choice."""
+        table = {"n_layer": self.n_layer, "n_embd": self.n_embd, "n_head": self.n_head, "vocab": self.vocab,
+                 "n_ctx": self.n_ctx}
+        for f in fields(self):
+            if f.name not in table and f.name != "name" and getattr(self, f.name) != f.default:
+                table[f.name] = getattr(self, f.name)
+        return table
 
     # --- the shape's resolved widths -------------------------------------------------------------
 
