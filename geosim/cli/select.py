@@ -107,8 +107,13 @@ def run(args) -> int:
     docs = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
-        v1, v2 = two_vms(cluster)
         case = Case(cluster, model, workload, params, network=args.network)
+        if len(cluster.hosts) != 2 and not (args.live or args.records or args.draws or rtts):
+            # Algorithm 1 compares two VMs; on a slice of more, the verdict is the planner's alone (plan's)
+            check_layout_plannable(case, techniques, layout)
+            docs.append(planner_only(case, args, choices, techniques))
+            continue
+        v1, v2 = two_vms(cluster)
         check_layout_plannable(case, techniques, layout)
         if rtts:
             doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, choices=choices,
@@ -145,12 +150,32 @@ def run(args) -> int:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
                       + (f" (else: {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())})" if r["others"] else ""))
+    docs_ranked = [d for d in docs if "probes" in d]
     if args.json:
         print_json(answer_envelope("select", params, docs,
                                    MEASURED_NOTE if args.records else "live probes" if args.live else ESTIMATE_NOTE))
-    elif len(docs) > 1 and not rtts:
-        print_summary(docs)
+    elif len(docs_ranked) > 1 and not rtts:
+        print_summary(docs_ranked)
     return 0
+
+
+def planner_only(case, args, choices, techniques) -> dict:
+    """A slice of more (or fewer) than two VMs: the planner's verdict, and why Algorithm 1 gives none."""
+    from geosim.studies.plan import make_plan
+
+    plan = make_plan(case, keep=2, delta=args.delta, choices=choices, techniques=techniques)
+    note = (f"Algorithm 1 compares two VMs; this slice has {len(case.cluster.hosts)}: the verdict is the "
+            "planner's alone")
+    doc = {"scenario": case.cluster.name, "model": case.model.name, "verdict": plan.verdict("verdict"),
+           "why_algorithm1_differs": None, "notes": [note]}
+    if not args.json:
+        print(f"\n{case.cluster.name}  ({describe_cluster(case.cluster)})")
+        print(f"  {doc['verdict']}")
+        print(f"  {case.model.name}, runtime {case.workload.runtime}")
+        print(f"  note:   {note}")
+        if args.memory_parts and plan.best and memory_parts_line(plan.best.prediction):
+            print(f"  verdict's {memory_parts_line(plan.best.prediction)}")
+    return doc
 
 
 def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -> dict:
