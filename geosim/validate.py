@@ -101,7 +101,8 @@ _WORKLOAD = {  # as a scenario's [workload] (geosim/scenario.py WORKLOAD_RANGES)
 _LAYOUT = {"--tensor-parallel": count(1024, "GPUs of a tensor-parallel group inside a host"),
            "--pipeline-parallel": count(4096, "pipeline stages: at most one per layer"),
            "--data-parallel": count(65_536, "replicas of a stage: at most a cluster's GPUs"),
-           "--virtual-stages": count(4096, "chunks of layers per stage: at most one layer each")}
+           "--virtual-stages": count(4096, "chunks of layers per stage: at most one layer each"),
+           "--expert-parallel": count(4096, "GPUs a mixture of experts' experts are split over: at most its experts")}
 _DRAWS = {"--draws": count(MAX_DRAWS, "each draw repeats every prediction: 10,000 gives percentiles to 0.1%")}
 _DELTA = {"--delta": Bound(0.0, 10.0, why="a relative TFLOP/s gap; 10 = 1,000%")}
 
