@@ -209,3 +209,23 @@ def test_expert_parallelism_splits_the_experts_and_exchanges_tokens_inside_a_sit
 def test_a_diloco_sync_moves_every_expert():
     m = CATALOG["mixtral-8x7b"]
     assert m.num_params == m.active_params + m.moe_layers * (m.n_expert - m.expert_top_k) * 3 * m.n_embd * m.expert_ffn
+
+
+@pytest.mark.parametrize("name", ["gpt2m", "tiny-llama", "llama-3.1-8b", "qwen2.5-7b", "mixtral-8x7b"])
+@pytest.mark.parametrize("tensor_parallel", [1, 4])
+def test_the_kernels_do_the_counted_flops(name, tensor_parallel):
+    """The op-level model's GEMMs of one block (q/k/v of q + 2k columns, SwiGLU's gate and up, an MoE's router
+    and experts) are the block's counted forward FLOPs, split over a tensor-parallel group; the backward twice."""
+    from geosim.sim.compute import block_backward, block_forward, kernel_flops
+
+    m = get_model(name)
+    sequences, s = 4.0, 1024
+    counted = m.layer_forward_flops(sequences * s, s) / tensor_parallel
+    if m.moe:  # the router is not split: every GPU of the group routes every token
+        counted += 2 * sequences * s * m.n_expert * m.n_embd * (1 - 1 / tensor_parallel)
+    assert kernel_flops(block_forward(m, sequences, s, "bf16", tensor_parallel)) == pytest.approx(counted, rel=1e-12)
+    assert kernel_flops(block_backward(m, sequences, s, "bf16", tensor_parallel)) == pytest.approx(2 * counted,
+                                                                                                    rel=1e-12)
+    assert m.layer_forward_flops(sequences * s, s) == pytest.approx(m.alpa_flops_per_iteration(1, s) / 3 / m.n_layer
+                                                                    * sequences - 2 * sequences * s * m.n_embd
+                                                                    * m.vocab / m.n_layer, rel=1e-9)
