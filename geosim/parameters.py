@@ -101,9 +101,10 @@ class Table:
         return 1.0 if self.choices else UNIT_SCALE[self.unit]
 
 
-# A TCP connection's bounds, declared once: the [transport] parameters (geosim/sim/network/tcp.py), a
-# scenario's links (geosim.scenario.LINK_RANGES), the sweep's and the command line's link flags and a
-# runtime's `streams` all read these. A window beyond TCP's 1 GiB (RFC 7323) still parses: a fit may
+# A TCP connection's bounds, declared once: the TCP model's [transport] parameters (geosim/sim/network/tcp.py),
+# a runtime's `streams` (RUNTIME_NUMBERS below) and a scenario's links (geosim.scenario.LINK_RANGES) read them;
+# the command line's link flags (geosim/cli/common.py) and the sweep's link axes (geosim/studies/sweep/run.py)
+# check against LINK_RANGES, so against these. A window beyond TCP's 1 GiB (RFC 7323) still parses: a fit may
 # stand in several sockets' windows for one (streams x window is what a flow moves).
 TCP_WINDOW_MIB_RANGE = (1e-3, 1e5)  # MiB of one socket's window
 TCP_STREAMS_RANGE = (1, 1024)  # sockets per connection

@@ -15,7 +15,7 @@ import re
 from geosim.errors import GeosimError
 from geosim.scenario import Scenario, gpu_catalog, load_scenario
 from geosim.units import gbps_to_bps, ms_to_s
-from geosim.specs import Cluster, Host, Link
+from geosim.specs import Cluster, Host, Link, Workload
 
 PREFIX = "scale:"
 DEFAULT_GPU = "A30"
@@ -59,7 +59,8 @@ def make_cluster(sites: int, vms_per_site: int, gpus_per_vm: int, gpu: str = DEF
                    source=name or "<generated>")
 
 
-def default_workload(sites: int, vms_per_site: int, gpus_per_vm: int, microbatches: int = 4) -> dict:
+def default_workload(sites: int, vms_per_site: int, gpus_per_vm: int,
+                     microbatches: int = Workload.microbatches) -> dict:
     """One sequence per GPU per microbatch: the smallest batch that every technique can
     split (data parallelism needs each microbatch divisible over all GPUs)."""
     return {"global_batch": sites * vms_per_site * gpus_per_vm * microbatches, "microbatches": microbatches}

@@ -52,12 +52,11 @@ lists them (`network_parameters()`). The engine has no default: the caller names
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from functools import cache
 from typing import Protocol
 
+from geosim.discover import modules as entry_modules
 from geosim.errors import GeosimError
 
 from geosim.sim import collectives
@@ -193,14 +192,8 @@ class CountingNetwork:
 
 @cache
 def _backends() -> dict[str, object]:
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):  # a helper the models share (_topology, _exclusive), not a model
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")  # found by name: adding a model is one file
-        if hasattr(module, "NAME") and hasattr(module, "MODEL"):
-            found[module.NAME] = module
-    return found
+    # found by name: adding a model is one file (_topology, _exclusive: helpers the models share)
+    return {module.NAME: module for module in entry_modules(__name__, __path__, "NAME", "MODEL")}
 
 
 def network_parameters() -> dict[str, tuple]:
