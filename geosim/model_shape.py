@@ -239,9 +239,7 @@ class Model:
 
     def attention_share(self, seq_len: int) -> float:
         """Of a block's forward FLOPs, the attention half's (projections and products; the rest the MLP's)."""
-        h, s = self.n_embd, seq_len
-        if self.gpt2_shaped:  # Megatron's (8h^2 + 4sh) / (24h^2 + 4sh), as the study's Shard has always split it
-            return (8 * h * h + 4 * s * h) / (24 * h * h + 4 * s * h)
+        s = seq_len  # GPT-2: Megatron's (8h^2 + 4sh) / (24h^2 + 4sh), the same integers
         attention = 2 * self.attention_matrix_params + 4 * s * self.q_width
         return attention / (2 * self.active_layer_matrix_params + 4 * s * self.q_width)
 

@@ -223,8 +223,9 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
 # - remat keeps a block's input, split over a tensor-parallel group outside a scan; two microbatches
 #   (live's one-step scan, unrolled) run both forwards before either backward.
 
-JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, fc out, GELU's tanh and out (4h each)
-# (a shape of its own: its block_activation_values and one more MLP-wide value, GELU's tanh or SwiGLU's sigmoid)
+# Per token and block, live keeps the shape's block_activation_values (GPT-2: ln_1 in/out, q, k, v, attention out,
+# ln_2 in/out, fc out and GELU's out, 16h) and one more MLP-wide value: GELU's tanh (4h; 20h in all), SwiGLU's sigmoid
+JAX_EXTRA_MLP_VALUES = 1.0
 JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
 JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
 # In 16-bit, per score: the fp32 softmax and its 16-bit cast (XLA for sm_80, the grid above); XLA for sm_90
@@ -260,7 +261,7 @@ def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions
         replicated_bytes = JAX_SCANNED_LN_FP32_H_VALUES * 4.0 + JAX_SCANNED_LN_OUT_H_VALUES * e
         return (replicated_bytes + JAX_SCANNED_SPLIT_H_VALUES * e / t) * h + scores
     replicated = JAX_REPLICATED_H_VALUES
-    block = JAX_BLOCK_H_VALUES if model.gpt2_shaped else (model.block_activation_values + model.ffn) / h
+    block = (model.block_activation_values + JAX_EXTRA_MLP_VALUES * model.ffn) / h  # GPT-2: 20
     h_values = (replicated + (block - replicated) / t) * h * e
     return h_values + scores
 
