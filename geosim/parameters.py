@@ -349,7 +349,9 @@ RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
     RuntimeKey(("fused_attention",), "attention is one fused kernel that never writes the S x S scores (flash "
                "attention, PyTorch's SDPA); absent: false", "no softmax passes over the scores, half the causal "
                "products, the scores recomputed in the backward; no scores kept in memory"),
-    RuntimeKey(("memory_layout",), "`\"alpa\"` (TrainState: 16-bit weights, an fp32 master copy, a workspace) or "
+    RuntimeKey(("memory_layout",), "`\"alpa\"` (TrainState: 16-bit weights, an fp32 master copy, a workspace), "
+               "`\"alpa-0.2.3\"` (that, plus the buffers Alpa 0.2.3's code allocates: apply_grad's divided "
+               "gradients, a pipeline stage's JAX residual list and received inputs) or "
                "`\"jax\"` (live's step: fp32 weights, as XLA assigns its buffers); absent: `\"alpa\"`",
                "every technique's memory: Alpa's layout, or the technique's `jax_placement()` through `live_step`"),
     RuntimeKey(("fitted_devices",), "GPUs (catalog names) whose speed under this runtime is what the parameters "

@@ -167,7 +167,7 @@ COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipesh
 COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
 KEYS = {*RUNTIME_BY_KEY, *(key for declared in RUNTIME_OTHER_KEYS for key in declared.keys)}
 FLAGS = ("overlap_backward", "pipeshard_sends_every_tick", "tf32_matmul", "fused_attention")
-MEMORY_LAYOUTS = ("alpa", "jax")
+MEMORY_LAYOUTS = ("alpa", "alpa-0.2.3", "jax")
 _SHIPPED: dict[str, Runtime] = {}
 
 
