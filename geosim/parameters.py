@@ -321,6 +321,11 @@ RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
     RuntimeKey(("overlap_backward",), "data parallelism reduces gradient buckets while the backward runs",
                "Data's schedule: the last microbatch's backward in bucket-sized pieces, each bucket reduced by "
                "non-blocking sends (techniques/data.py)"),
+    RuntimeKey(("tp_comm_overlap",), "tensor parallelism's collectives run under the GEMMs around them (Megatron-LM's "
+               "--tp-comm-overlap with sequence parallelism: Transformer Engine's userbuffers)",
+               "Shard's layers: each all-reduce as an all-gather before a part's GEMMs and a reduce-scatter after "
+               "them, ring exchanges of non-blocking sends, the part's compute in 2p chunks, each chunk's transfer "
+               "under the next chunk's GEMM (techniques/shard.py)"),
     RuntimeKey(("gradient_buckets",), "`\"combiner\"` (XLA's, `[xla] combine_mib`), `\"whole\"` (one flat buffer) or a "
                "bucket size in MiB", "how many collectives a gradient takes"),
     RuntimeKey(("device_compute",), "the op-level compute model's constants on a device whose speed this runtime was "

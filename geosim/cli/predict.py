@@ -268,6 +268,10 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
             print(f"  {r.technique} on {host_list(r.hosts)}: {r.description}")
         if ranges:
             print_ranges(synchronous, ranges)
+    # the socket links whose TCP window, not their line, limits a row's flows (each row's JSON lists its own)
+    limited = {tuple(w["between"]): w["note"] for r in rows for w in r.window_limited}
+    for note in limited.values():
+        print(f"  window: {note}")
     if targets:
         print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan, parts)
     differs = runtime_differences(runtime_of(workload, case.params), case.params)

@@ -345,6 +345,9 @@ class Work(NamedTuple):
     remat: bool = False
     dropout: bool = False  # Alpa's GPT benchmarks and release tests train with deterministic=True
     part: str = "block"  # block | attention | mlp: a tensor-parallel block is timed in its two halves
+    # this op is that share of the work's time (a GEMM run in chunks, each chunk's transfer under the next:
+    # techniques/shard.py's tp_comm_overlap); chunking's own loss of efficiency is not modelled
+    share: float = 1.0
 
 
 def kernels(work: Work, precision: str, fused_attention: bool = False) -> list[KernelOp]:
@@ -419,6 +422,8 @@ class ComputeModel:
         return hit
 
     def _seconds(self, work: Work, gpu: GPU, precision: str) -> float:
+        if work.share != 1.0:  # a chunk: its share of the whole work's time
+            return work.share * self.seconds(work._replace(share=1.0), gpu, precision)
         # a block's kernels repeat `layers` times: time one block and multiply
         if work.phase in ("forward", "backward") and work.layers > 1:
             # through the cache: a planner times one block shape in many layer counts
