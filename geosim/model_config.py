@@ -130,7 +130,7 @@ def model_from_config(doc, source: str, name: str) -> Model:
         values.update(n_kv_head=None, mlp="gelu", norm="layernorm", bias="all")
     elif kind != "gpt2":  # Llama's block: GQA, SwiGLU, RMSNorm
         kv = read.int("num_key_value_heads", values["n_head"])
-        bias = "qkv" if kind == "qwen2" else "all" if read.bool("attention_bias", False) else "none"
+        bias = "qkv" if kind == "qwen2" else "attention" if read.bool("attention_bias", False) else "none"
         if read.bool("mlp_bias", False):
             raise GeosimError("MLP biases are not modelled (geosim counts Llama's MLP without them)", source=source,
                               key="mlp_bias")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 MLP_KINDS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope")
 NORMS = ("layernorm", "rmsnorm")
-BIASES = ("all", "qkv", "none")
+BIASES = ("all", "attention", "qkv", "none")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,9 @@ class Model:
     n_inner: int | None = None  # the MLP's intermediate width; None: 4 n_embd
     position: str = "learned"  # learned: an n_ctx x n_embd table | rope: rotary, no parameters
     norm: str = "layernorm"  # layernorm: weight and bias | rmsnorm: weight
-    bias: str = "all"  # which linear layers have biases: all (GPT-2, GPT-NeoX) | qkv (Qwen2) | none (Llama)
+    # which linear layers have biases: all (GPT-2, GPT-NeoX) | attention (q, k, v, o: Llama's attention_bias)
+    # | qkv (Qwen2) | none (Llama)
+    bias: str = "all"
     tied: bool = True  # the LM head is the token embedding (GPT-2) or a matrix of its own (Llama 3 8B)
     # mixture of experts: each MoE layer's MLP is n_expert experts (SwiGLU or GELU of moe_inner), a token
     # routed to expert_top_k of them, plus n_shared_expert experts every token passes through
@@ -123,7 +125,7 @@ class Model:
     @property
     def attention_bias_params(self) -> int:
         qkv = self.q_width + 2 * self.kv_width
-        return {"all": qkv + self.n_embd, "qkv": qkv, "none": 0}[self.bias]
+        return {"all": qkv + self.n_embd, "attention": qkv + self.n_embd, "qkv": qkv, "none": 0}[self.bias]
 
     def mlp_bias_params(self, inner: int) -> int:
         if self.bias != "all":

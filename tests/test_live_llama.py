@@ -13,7 +13,7 @@ import pytest
 from geosim.scenario import get_model
 
 
-@pytest.mark.parametrize("change", [{}, {"tied": False}, {"bias": "qkv"}, {"n_kv_head": 1}])
+@pytest.mark.parametrize("change", [{}, {"tied": False}, {"bias": "qkv"}, {"bias": "attention"}, {"n_kv_head": 1}])
 def test_the_flax_llama_has_the_shapes_parameter_count(change):
     jax = pytest.importorskip("jax")
     from geosim.live.train.model import GPTConfig, init_params

@@ -137,7 +137,7 @@ class GroupedQueryAttention(nn.Module):
         causal = jnp.tril(jnp.ones((T, T), dtype=bool))
         att = jax.nn.softmax(jnp.where(causal, att, -jnp.inf).astype(jnp.float32), axis=-1).astype(cfg.dtype)
         y = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, a * d)
-        return dense(C, "o_proj", spec.bias == "all", 0.02 / math.sqrt(2 * cfg.n_layer))(y)
+        return dense(C, "o_proj", spec.bias in ("all", "attention"), 0.02 / math.sqrt(2 * cfg.n_layer))(y)
 
 
 class SwiGLU(nn.Module):
