@@ -202,21 +202,22 @@ class Model:
 
     # --- the matrices a tensor-parallel group splits ----------------------------------------------
 
-    @property
-    def layer_matrix_params(self) -> int | float:
-        """A block's weight matrices (all experts; the mean over blocks): what Megatron's layout splits."""
+    def _layer_matrices(self, experts: int) -> int | float:
+        """A block's weight matrices with `experts` routed experts in each MoE block (the mean over blocks)."""
         total = (self.dense_layers * (self.attention_matrix_params + self.mlp_matrix_params(self.ffn))
                  + self.moe_layers * (self.attention_matrix_params + self.router_params + (
-                     self.n_expert + self.n_shared_expert) * self.mlp_matrix_params(self.expert_ffn)))
+                     experts + self.n_shared_expert) * self.mlp_matrix_params(self.expert_ffn)))
         return total // self.n_layer if total % self.n_layer == 0 else total / self.n_layer
 
     @property
+    def layer_matrix_params(self) -> int | float:
+        """A block's weight matrices, every expert: what Megatron's layout splits."""
+        return self._layer_matrices(self.n_expert)
+
+    @property
     def active_layer_matrix_params(self) -> int | float:
-        """A block's matrices one token passes through (the mean over blocks): its FLOPs are twice these."""
-        total = (self.dense_layers * (self.attention_matrix_params + self.mlp_matrix_params(self.ffn))
-                 + self.moe_layers * (self.attention_matrix_params + self.router_params + (
-                     self.expert_top_k + self.n_shared_expert) * self.mlp_matrix_params(self.expert_ffn)))
-        return total // self.n_layer if total % self.n_layer == 0 else total / self.n_layer
+        """A block's matrices one token passes through (its top-k experts): its FLOPs are twice these."""
+        return self._layer_matrices(self.expert_top_k)
 
     # --- FLOPs --------------------------------------------------------------------------------------
 
