@@ -5,12 +5,12 @@ from __future__ import annotations
 from functools import cache
 
 from geosim.case import Case
-from geosim.cli.common import (add_memory_parts_argument, memory_parts_line, DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
+from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
                                add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
                                add_workload_arguments, check_layout_plannable, check_layout_techniques, fmt_duration,
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
                                refuse_layout, scenario_names)
-from geosim.cli.predict import describe_cluster
+from geosim.cli.predict import describe_cluster, print_estimates
 from geosim.validate import count
 from geosim.errors import GeosimError
 from geosim.records import read_records
@@ -166,8 +166,13 @@ def print_plan(plan: Plan, top: int | None, parts: bool = False) -> None:
         eff = f"{o.efficiency.value:.3g}" + ("*" if is_assumed(o.efficiency) else "")
         print(f"  {i:>3} {fmt_duration(o.ranked_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")
-        if parts and memory_parts_line(p):
-            print(f"  {'':>3} {memory_parts_line(p)}")
+        if parts and memory_by_part_line(p):
+            print(f"  {'':>3} {memory_by_part_line(p)}")
+        if p.iteration_time_interval_s:
+            low, high = p.iteration_time_interval_s
+            print(f"  {'':>3} estimated efficiency: a step {low:.3g} to {high:.3g} s "
+                  f"(predicted {p.iteration_time_s:.3g} s)")
+    print_estimates([o.prediction for o in plan.options[:top]])
     if any(is_assumed(o.efficiency) for o in plan.options[:top]):
         print("  * token efficiency assumed (parameters file), not measured: time is to Data's progress")
     if len(c.cluster.hosts) > 4:  # interchangeable VMs (geosim.structure.host_groups) as ranges

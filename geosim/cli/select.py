@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 
 from geosim.case import Case
-from geosim.cli.common import (add_memory_parts_argument, memory_parts_line, DELTA_BOUNDS, LIVE_RUN_SIZE_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
+from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, LIVE_RUN_SIZE_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
                                answer_envelope, add_sweep_rtt_argument, add_technique_argument, add_workload_arguments,
                                check_layout_plannable, check_layout_techniques, chosen_techniques, layout_arguments,
                                load_case, load_params_arg, print_json, refuse_layout, scenario_names)
@@ -142,10 +142,10 @@ def run(args) -> int:
         else:
             plan = make_plan(case, keep=2, delta=args.delta, choices=choices, techniques=techniques)
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
-            if args.memory_parts and plan.best and memory_parts_line(plan.best.prediction):
-                parts = f"verdict's {memory_parts_line(plan.best.prediction)}"
+            if args.memory_parts and plan.best and memory_by_part_line(plan.best.prediction):
+                parts = f"verdict's {memory_by_part_line(plan.best.prediction)}"
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
-               **selection.to_dict()}
+               **selection.to_dict(), **estimates_of(case, selection, predicted=not (args.live or args.records))}
         if args.draws:
             doc["robustness"] = robustness_of(args, cluster, model, workload, params, v1, v2, selection.label)
         docs.append(doc)
@@ -153,6 +153,9 @@ def run(args) -> int:
             print_selection(cluster, model, selection, verdict, why, workload.runtime)
             if parts:
                 print(f"  {parts}")
+            for phrase in doc["estimated"]:
+                print(f"  estimate: {phrase}; each probe's TFLOP/s within x/ {doc['estimate_spread']:.3g} "
+                      "(docs/reference/runtimes.md, \"Efficiency per GPU generation\")")
             if args.draws:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
@@ -180,9 +183,22 @@ def planner_only(case, args, choices, techniques) -> dict:
         print(f"  {doc['verdict']}")
         print(f"  {case.model.name}, runtime {case.workload.runtime}")
         print(f"  note:   {note}")
-        if args.memory_parts and plan.best and memory_parts_line(plan.best.prediction):
-            print(f"  verdict's {memory_parts_line(plan.best.prediction)}")
+        if args.memory_parts and plan.best and memory_by_part_line(plan.best.prediction):
+            print(f"  verdict's {memory_by_part_line(plan.best.prediction)}")
     return doc
+
+
+def estimates_of(case, selection, predicted: bool) -> dict:
+    """The estimated efficiency entries predicted probes rest on, and each probe's TFLOP/s interval: divided and
+    multiplied by the spread of the measured and published entries (its whole time taken as compute: the widest)."""
+    from geosim.predict import estimated_on
+    from geosim.runtime import efficiency_spread
+
+    estimated = estimated_on(case) if predicted else []
+    spread = efficiency_spread() if estimated else 1.0
+    return {"estimated": estimated, "estimate_spread": spread,
+            "probe_tflops_interval": {name: [p.tflops / spread, p.tflops * spread]
+                                      for name, p in selection.probes.items()} if estimated else None}
 
 
 def robustness_of(args, cluster, model, workload, params, v1, v2, chosen: str) -> dict:
