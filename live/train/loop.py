@@ -46,7 +46,7 @@ class Options:
 # What a result says about the devices when the run stopped before JAX could tell.
 UNKNOWN_DEVICES = {"platform": "cpu", "kind": "unknown", "count": 1, "processes": 1}
 # live techniques whose step is the whole model's loss (shard and pipeshard cut GPT-2's blocks by their names)
-LLAMA_TECHNIQUES = ("data", "zero2", "diloco", "sparseloco")
+LLAMA_TECHNIQUES = ("data", "zero2", "fsdp", "diloco", "sparseloco")
 
 
 @dataclass
