@@ -27,7 +27,7 @@ from geosim.sim.schedule import Collective, Repeat
 # 4 GPUs 330 thousand (Repeat blocks keep microbatches cheap); Shard near the 8,192-GPU bound passes it
 MAX_PREDICTION_WORK = 100_000_000_000
 
-_STEPS = {"allreduce": 2, "reduce_scatter": 1, "all_gather": 1}  # ring steps per member, x (p - 1)
+_STEPS = {"allreduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}  # steps per member, x (p - 1)
 
 
 def schedule_work(schedule, iterations: int = 1, exact: bool = False) -> int:

@@ -21,6 +21,7 @@ from geosim.catalog_match import match_catalog
 from geosim.errors import GeosimError, toml_key_line
 from geosim.generations import check_generation, generations
 from geosim.input_limits import TOML_MAX_BYTES, check_file_size, loads_toml
+from geosim.model_config import MODEL_RANGES, model_from_config_file, model_from_table  # noqa: F401 (MODEL_RANGES: the CLI's bounds)
 from geosim.parameters import STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE
 from geosim.specs import GPU, TRANSPORTS, Cluster, Host, Link, Model, Shaper, Workload
 from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
@@ -43,8 +44,6 @@ GPU_RANGES = {"memory_gib": (1e-3, 1e5), "memory_bandwidth_gbs": (1e-3, 1e7), "f
               "fp16_tensor_tflops": (1e-3, 1e7), "bf16_tensor_tflops": (1e-3, 1e7), "tf32_tensor_tflops": (1e-3, 1e7),
               "pcie_gen": (1, 9),
               "tdp_w": (1.0, 1e5), "nvlink_gbs": (1e-3, 1e6)}
-MODEL_RANGES = {"n_layer": (1, 1024), "n_embd": (1, 65536), "n_head": (1, 1024), "vocab": (1, 10_000_000),
-                "n_ctx": (1, 1_000_000)}
 WORKLOAD_RANGES = {"tokens_per_epoch": (1, 10**13), "seq_len": (1, 1_000_000), "global_batch": (1, 10_000_000),
                    "microbatches": (1, 4096), "epochs": (1, 1_000_000)}
 # counts that multiply a prediction's work (docs/reference/cli.md, "Bounds on numbers"): far above
@@ -161,12 +160,18 @@ def _gpu_from_table(name: str, table, source: str, prefix: str, catalog: dict[st
 
 
 def _model_from_table(name: str, table, source: str, prefix: str) -> Model:
+    """A scenario's or the catalog's model: its shape's keys, or `config`, a Hugging Face config.json
+    (a path relative to the file that names it)."""
     table = _table(table, source, prefix.rstrip("."))
-    _only_keys(table, set(MODEL_RANGES), {"n_layer", "n_embd", "n_head"}, source, prefix)
-    values = {k: check_number(v, source, prefix + k, *MODEL_RANGES[k], integer=True) for k, v in table.items()}
-    if values["n_embd"] % values["n_head"]:
-        raise GeosimError("n_embd must be divisible by n_head", source=source, key=prefix + "n_head")
-    return Model(name=name, **values)
+    if "config" in table:
+        _only_keys(table, {"config"}, set(), source, prefix)
+        path = Path(_string(table["config"], source, prefix + "config"))
+        if not path.is_absolute():
+            path = (Path(source).parent if source != MODELS_TOML else CONFIGS_DIR) / path
+        return model_from_config_file(path, name, source=f"{source}: {prefix}config ({path.name})")
+    return model_from_table(name, table, source, prefix)
+
+
 @cache
 def gpu_catalog() -> dict[str, GPU]:
     doc = parse_toml(resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
@@ -190,7 +195,8 @@ def _with_power_cap(gpu: GPU, per_watt: dict[str, float]) -> GPU:
 
 
 MODELS_TOML = "geosim/data/models.toml"
-CATALOG_ONLY_KEYS = {"aliases", "description"}  # a catalog entry's documentation, not the model's shape
+CATALOG_ONLY_KEYS = {"aliases", "description", "source", "published_params", "published_rounded_to"}  # documentation, not the shape
+CONFIGS_DIR = Path(str(resources.files("geosim.data").joinpath("model-configs")))  # the catalog's config.json files
 
 
 @cache

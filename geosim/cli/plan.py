@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from geosim.case import Case
-from geosim.cli.common import (DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
+from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
                                add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
                                add_workload_arguments, check_layout_plannable, check_layout_techniques, fmt_duration,
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
@@ -59,6 +59,7 @@ def add_arguments(parser) -> None:
     for extension in plan_extensions():  # a wing's own way to plan (FABRIC's: --sites)
         extension.add_arguments(parser)
     add_json_argument(parser)
+    add_memory_parts_argument(parser)
 
 
 @cache
@@ -125,7 +126,7 @@ def run(args) -> int:
             doc["robustness"] = robustness(plan, parameter_draws(params, args.draws), on_draw=_draw_progress())
         docs.append(doc)
         if not args.json:
-            print_plan(plan, None if args.all else args.top)
+            print_plan(plan, None if args.all else args.top, args.memory_parts)
             if args.draws and plan.best:
                 r = doc["robustness"]
                 print(f"  robust: {plan.best.kind} wins in {r['share']:.0%} of {r['draws']} parameter draws "
@@ -138,7 +139,7 @@ def run(args) -> int:
     return 0
 
 
-def print_plan(plan: Plan, top: int | None) -> None:
+def print_plan(plan: Plan, top: int | None, parts: bool = False) -> None:
     c = plan.case
     w = c.workload
     print(f"\n{c.cluster.name}  ({describe_cluster(c.cluster)})")
@@ -165,6 +166,8 @@ def print_plan(plan: Plan, top: int | None) -> None:
         eff = f"{o.efficiency.value:.3g}" + ("*" if is_assumed(o.efficiency) else "")
         print(f"  {i:>3} {fmt_duration(o.ranked_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")
+        if parts and memory_by_part_line(p):
+            print(f"  {'':>3} {memory_by_part_line(p)}")
         if p.iteration_time_interval_s:
             low, high = p.iteration_time_interval_s
             print(f"  {'':>3} estimated efficiency: a step {low:.3g} to {high:.3g} s "

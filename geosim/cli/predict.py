@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
+from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
                                layout_arguments, technique_options, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
                                ESTIMATE_NOTE,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
@@ -43,6 +43,7 @@ def add_arguments(parser) -> None:
     add_hosts_argument(parser, "all,each")
     add_renamed(parser, "--all-vms-only", "--hosts all", dest="hosts", value="all")
     add_json_argument(parser)
+    add_memory_parts_argument(parser)
     parser.add_argument("--target-tokens", metavar="N|chinchilla",
                         help="time-to-target table: the time to train as far as Data gets in N tokens "
                              "(default: the workload's tokens, epochs x tokens per epoch)")
@@ -149,7 +150,7 @@ def _run(args) -> int:
         print_json(answer_envelope("predict", params, docs))
         return 0
     for case, rows, plan, targets, notes in slices:
-        print_slice(case, plan, rows, targets, ranges, notes, layout is not None)
+        print_slice(case, plan, rows, targets, ranges, notes, layout is not None, args.memory_parts)
     return 0
 
 
@@ -246,7 +247,8 @@ def describe_cluster(cluster) -> str:
     return f"{hosts}; RTT {shown} ms" + (" (estimated from distance)" if estimated else "")
 
 
-def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=(), layout: bool = False) -> None:
+def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=(), layout: bool = False,
+                by_part: bool = False) -> None:
     cluster, model, workload = case.cluster, case.model, case.workload
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     print(f"  {plan.verdict('verdict')}")
@@ -261,7 +263,7 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
           f"{case.params.source}; {ESTIMATE_NOTE}")
     synchronous = [r for r in rows if not is_low_communication(r.technique)]
     if synchronous:
-        print_table(cluster, workload, synchronous)
+        print_table(cluster, workload, synchronous, by_part)
         for r in (r for r in synchronous if layout and r.description):  # the layout asked, as built
             print(f"  {r.technique} on {host_list(r.hosts)}: {r.description}")
         if ranges:
@@ -271,14 +273,14 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
     for note in limited.values():
         print(f"  window: {note}")
     if targets:
-        print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan)
+        print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan, by_part)
     differs = runtime_differences(runtime_of(workload, case.params), case.params)
     if differs:  # why a time under another runtime is not Alpa's (the study's fit)
         print(f"  runtime {workload.runtime}, against the study's Alpa fit: {'; '.join(differs)} "
               f"(geosim/data/runtimes.toml)")
 
 
-def print_table(cluster, workload, rows: list[Prediction]) -> None:
+def print_table(cluster, workload, rows: list[Prediction], by_part: bool = False) -> None:
     head = (f"  {'technique':<10} {'VMs':<8} {'total':>10} {'per epoch':>10} {'TFLOP/s':>8} {'mem/GPU':>9}  "
             f"{'compute':>7} {'comm':>5} {'bubble':>6} {'ovhd':>5}  measured")
     print(head)
@@ -288,6 +290,8 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
         vms = host_list(r.hosts)
         if not r.ok:
             print(f"  {r.technique:<10} {vms:<8} fails: {r.reason}")
+            if by_part and memory_by_part_line(r):
+                print(f"  {'':<10} {'':<8} {memory_by_part_line(r)}")
             continue
         b = r.run_breakdown
         share = [100 * v / r.total_time_s for v in (b.compute_s, b.exposed_comm_s, b.bubble_s, b.overhead_s)]
@@ -300,9 +304,11 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
               f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")
         if r.memory_note:
             print(f"  {'':<10} {'':<8} memory: {r.memory_note}")
-        parts = memory_parts_line(r)
-        if parts:
-            print(f"  {'':<10} {'':<8} {parts}")
+        groups = memory_parts_line(r)
+        if groups:
+            print(f"  {'':<10} {'':<8} {groups}")
+        if by_part and memory_by_part_line(r):
+            print(f"  {'':<10} {'':<8} {memory_by_part_line(r)}")
         if r.iteration_time_interval_s:
             low, high = r.iteration_time_interval_s
             print(f"  {'':<10} {'':<8} estimated efficiency: a step {low:.3g} to {high:.3g} s "
@@ -326,7 +332,7 @@ def memory_parts_line(r: Prediction) -> str:
     return "memory per GPU: " + ", ".join(f"{name} {gib:.1f} GiB" for name, gib in peak.groups_gib.items())
 
 
-def print_targets(rows, plan) -> None:
+def print_targets(rows, plan, by_part: bool = False) -> None:
     """Low-communication techniques on time to target, beside Data and the verdict's best."""
     if not rows:
         return
@@ -345,8 +351,12 @@ def print_targets(rows, plan) -> None:
               f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
         if r.memory_note:
             print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
+        if by_part and memory_by_part_line(r):
+            print(f"    {'':<10} {'':<8} {memory_by_part_line(r)}")
     for r in (r for r, _ in rows if not r.ok):  # why, in the table: not only in --json
         print(f"    {r.technique:<10} {host_list(r.hosts):<8} does not run: {r.reason}")
+        if by_part and memory_by_part_line(r):
+            print(f"    {'':<10} {'':<8} {memory_by_part_line(r)}")
 
 
 def r_params_source(fields: dict) -> str:

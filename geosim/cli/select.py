@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 
 from geosim.case import Case
-from geosim.cli.common import (DELTA_BOUNDS, LIVE_RUN_SIZE_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
+from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, LIVE_RUN_SIZE_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
                                answer_envelope, add_sweep_rtt_argument, add_technique_argument, add_workload_arguments,
                                check_layout_plannable, check_layout_techniques, chosen_techniques, layout_arguments,
                                load_case, load_params_arg, print_json, refuse_layout, scenario_names)
@@ -59,6 +59,7 @@ def add_arguments(parser) -> None:
                         help="redo the choice (predicted probes) under N parameter draws from the fit's covariance "
                              "and say how often it wins")
     add_json_argument(parser)
+    add_memory_parts_argument(parser)
 
 
 def make_source(args, scenario_name, cluster, model, workload, params):
@@ -113,8 +114,13 @@ def run(args) -> int:
     docs = []
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
-        v1, v2 = two_vms(cluster)
         case = Case(cluster, model, workload, params, network=args.network)
+        if len(cluster.hosts) != 2 and not (args.live or args.records or args.draws or rtts):
+            # Algorithm 1 compares two VMs; on a slice of more, the verdict is the planner's alone (plan's)
+            check_layout_plannable(case, techniques, layout)
+            docs.append(planner_only(case, args, choices, techniques))
+            continue
+        v1, v2 = two_vms(cluster)
         check_layout_plannable(case, techniques, layout)
         if rtts:
             doc = answer_vs_rtt(case, rtts, lambda c, _: make_plan(c, keep=2, delta=args.delta, choices=choices,
@@ -124,6 +130,7 @@ def run(args) -> int:
                 print_answer_vs_rtt(doc)
             continue
         probe_workload = replace(workload, epochs=args.probe_epochs)
+        parts = None
         selection = algorithm1(make_source(args, name, cluster, model, probe_workload, params), v1, v2, args.delta)
         # the verdict: the same ranking predict and plan use, Algorithm 1's choice beside it
         if args.live:
@@ -135,6 +142,8 @@ def run(args) -> int:
         else:
             plan = make_plan(case, keep=2, delta=args.delta, choices=choices, techniques=techniques)
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
+            if args.memory_parts and plan.best and memory_by_part_line(plan.best.prediction):
+                parts = f"verdict's {memory_by_part_line(plan.best.prediction)}"
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
                **selection.to_dict(), **estimates_of(case, selection, predicted=not (args.live or args.records))}
         if args.draws:
@@ -142,6 +151,8 @@ def run(args) -> int:
         docs.append(doc)
         if not args.json:
             print_selection(cluster, model, selection, verdict, why, workload.runtime)
+            if parts:
+                print(f"  {parts}")
             for phrase in doc["estimated"]:
                 print(f"  estimate: {phrase}; each probe's TFLOP/s within x/ {doc['estimate_spread']:.3g} "
                       "(docs/reference/runtimes.md, \"Efficiency per GPU generation\")")
@@ -149,12 +160,32 @@ def run(args) -> int:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
                       + (f" (else: {', '.join(f'{k} {v:.0%}' for k, v in r['others'].items())})" if r["others"] else ""))
+    docs_ranked = [d for d in docs if "probes" in d]
     if args.json:
         print_json(answer_envelope("select", params, docs,
                                    MEASURED_NOTE if args.records else "live probes" if args.live else ESTIMATE_NOTE))
-    elif len(docs) > 1 and not rtts:
-        print_summary(docs)
+    elif len(docs_ranked) > 1 and not rtts:
+        print_summary(docs_ranked)
     return 0
+
+
+def planner_only(case, args, choices, techniques) -> dict:
+    """A slice of more (or fewer) than two VMs: the planner's verdict, and why Algorithm 1 gives none."""
+    from geosim.studies.plan import make_plan
+
+    plan = make_plan(case, keep=2, delta=args.delta, choices=choices, techniques=techniques)
+    note = (f"Algorithm 1 compares two VMs; this slice has {len(case.cluster.hosts)}: the verdict is the "
+            "planner's alone")
+    doc = {"scenario": case.cluster.name, "model": case.model.name, "verdict": plan.verdict("verdict"),
+           "why_algorithm1_differs": None, "notes": [note]}
+    if not args.json:
+        print(f"\n{case.cluster.name}  ({describe_cluster(case.cluster)})")
+        print(f"  {doc['verdict']}")
+        print(f"  {case.model.name}, runtime {case.workload.runtime}")
+        print(f"  note:   {note}")
+        if args.memory_parts and plan.best and memory_by_part_line(plan.best.prediction):
+            print(f"  verdict's {memory_by_part_line(plan.best.prediction)}")
+    return doc
 
 
 def estimates_of(case, selection, predicted: bool) -> dict:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from geosim.case import DEFAULT_NETWORK
-from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments, check_layout_techniques,
+from geosim.cli.common import (model_of, LAYOUT_BOUNDS, WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments, check_layout_techniques,
                                fmt_duration, layout_arguments)
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
@@ -49,6 +49,7 @@ def add_arguments(p) -> None:
     g.add_argument("--bandwidth-gbps", metavar="SPEC", default="native",
                    help="WAN bandwidths in Gbit/s; 'native' = the scenario's own (default %(default)s)")
     g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2-large (default %(default)s)")
+    g.add_argument("--model-config", metavar="PATH", help=meaning("--model-config"))
     g.add_argument("--technique", action=CommaList, metavar="NAME",
                    help="techniques, or 'all'; repeatable and comma-separated (default: every technique found, "
                         "as predict, plan and select rank, so the best option against RTT is theirs)")
@@ -112,7 +113,7 @@ def build_grid(args) -> Grid:
     axes = {
         "scenario": scenarios,
         "technique": _techniques(args.technique),
-        "model": parse_values(args.model, "str", "--model"),
+        "model": [model_of(args).name] if args.model_config else parse_values(args.model, "str", "--model"),
         "rtt_ms": parse_values(args.rtt_ms, "float", "--rtt-ms", allow_native=True),
         "bandwidth_gbps": parse_values(args.bandwidth_gbps, "float", "--bandwidth-gbps", allow_native=True),
         "gpu": gpus,
@@ -159,7 +160,8 @@ def run(args) -> int:
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
     grid = build_grid(args)
-    ctx = make_context(grid, args.params, args.metric, args.network)
+    models = {m.name: m for m in [model_of(args)]} if args.model_config else None
+    ctx = make_context(grid, args.params, args.metric, args.network, models=models)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
     started = time.perf_counter()
     executor = make_executor(ctx, args.workers, args.ray_address)

@@ -341,9 +341,9 @@ class _Chunk:
         g = len(meshes[s])
         self.from_prev = overlaps(len(self.prev_mesh), g) if self.prev_mesh else []
         self.to_next = overlaps(g, len(self.next_mesh)) if self.next_mesh else []
-        params = layers * model.params_per_layer + (model.embedding_params if self.first else 0) + (
-            model.vocab * model.n_embd if self.last and S > 1 else 0)
-        self.held = params - layers * 12 * model.n_embd ** 2 * (1 - 1 / tp)  # the blocks' matrices split
+        # the last chunk holds the head's matrix when another mesh holds the embedding, or when it is untied
+        params = model.stage_params(layers, self.first, self.last and (S > 1 or not model.tied))
+        self.held = params - layers * model.layer_matrix_params * (1 - 1 / tp)  # the blocks' matrices split
         self.fwd, self.bwd = (pass_ops(model, workload, sequences, layers, self.last, self.first) if intra == "data" else
                               pass_ops(model, workload, sequences, 0, self.last, self.first, " head", tensor_parallel=tp))
         self.accumulate = update_op(model, self.held)

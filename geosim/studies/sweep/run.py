@@ -55,10 +55,14 @@ def resolve_scenario(name: str) -> Scenario:
 
 
 def make_context(grid: Grid, params_path: str | None = None, metric: str = "total_time_s",
-                 network: str = DEFAULT_NETWORK) -> SweepContext:
-    """Load every scenario once and check every axis value, so a typo fails before any work starts."""
+                 network: str = DEFAULT_NETWORK, models: dict | None = None) -> SweepContext:
+    """Load every scenario once and check every axis value, so a typo fails before any work starts.
+    `models`: name -> Model the sweep adds to every scenario's own (a --model-config's shape)."""
     params = load_params(params_path)
     scenarios = {name: resolve_scenario(name) for name in grid.axes["scenario"]}
+    if models:
+        scenarios = {name: Scenario(sc.cluster, sc.workload_overrides, {**sc.models, **models})
+                     for name, sc in scenarios.items()}
     known = technique_names()
     for t in grid.axes["technique"]:
         if t not in known:
