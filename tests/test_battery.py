@@ -208,7 +208,7 @@ def test_wan_down_deletes_only_its_own_log_and_state(tmp_path):
     link.symlink_to(victim)
     assert not own_log(str(link), "abc123", str(state))  # a link: never followed to its target
     assert not own_log(str(log), "other1", str(state))  # another slice's
-    state.write_text('{"id": "abc", "hosts": [')  # a state cut short: geosim's
+    state.write_text('{"id": "abc123", "hosts": [')  # a state cut short: geosim's
     assert looks_like_state(str(state))
     notes = tmp_path / "notes.json"
     notes.write_text('{"todo": ["buy milk"]')
@@ -336,3 +336,90 @@ def test_the_ray_watchdog_knows_a_renamed_process_by_the_files_it_holds_open(tmp
     finally:
         proc.kill()
         proc.wait()
+
+
+# ---------------------------------------------------------------- fourth walk (issue 44): act only on what is ours
+
+
+def test_a_wan_slice_id_not_of_ups_form_names_nothing(tmp_path):
+    """An empty id was a prefix of every slice's names: teardown("") removed them all."""
+    from geosim.live.wan import emulator, netns
+
+    for bad in ("", None, "abc", "ABC123", "abc1234", "abc12-", "../x", 7):
+        assert not netns.valid_id(bad)
+        with pytest.raises(GeosimError, match="not a WAN slice id"):
+            netns.teardown(bad)
+        assert netns.namespaces(bad) == [] if bad is not None else True
+    assert netns.valid_id("abc123") and netns.id_of("geosim-wan-abc123-h0") == "abc123"
+    assert netns.id_of("geosim-wan--h0") is None and netns.id_of("geosim-wan-abc123-h0-x") is None
+    state = tmp_path / "state.json"
+    for doc in ({"id": ""}, {"id": None}, {"id": "abc"}, {"id": "abc123", "forwarder_pid": -1}):
+        state.write_text(json.dumps({**doc, "hosts": []}))
+        state.chmod(0o644)
+        # a valid id in a file of ours: down removes the file alone (it tears down by ids it can trust)
+        then = "removes it" if doc["id"] == "abc123" else "leaves it as it is"
+        with pytest.raises(emulator.BrokenState, match=then):
+            emulator.read_state(str(state))
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (another user's files and processes, namespaces)")
+def test_root_acts_on_no_state_file_or_process_of_another_user(tmp_path, capsys, monkeypatch):
+    """Another user's state file and another user's process dressed as a forwarder (an empty id, or
+    the id of a running slice) are left alone: the running slice keeps its namespace and forwarder."""
+    import subprocess
+    import sys
+
+    from geosim.live.wan import emulator, netns
+
+    try:
+        netns.check_host()
+    except GeosimError:
+        pytest.skip("needs the WAN emulator's host (root, ip, /dev/net/tun)")
+    nobody = 65534
+    system_python = "/usr/bin/python3"  # one that user may run (this test's own may sit in root's home)
+    if not os.access(system_python, os.X_OK):
+        pytest.skip(f"needs {system_python} for another user's process")
+    tmp_path.chmod(0o755)
+    sid = "c0ffee"
+    ns = netns.ns_name(sid, 0)
+    other_state = tmp_path / "other.json"
+    sleep = ["-c", "import time; time.sleep(60)", emulator.FORWARDER_MODULE]
+    # the running slice: its namespace, and a process of root's that names it as its forwarder does
+    running = subprocess.Popen([sys.executable, *sleep, json.dumps({"id": sid, "state_path": str(other_state)})])
+    victims = []
+    state = tmp_path / "state.json"
+    try:
+        assert netns.ip("netns", "add", ns, check=False).returncode == 0
+        whole = {"hosts": [], "rtt_ms": [[0]], "bandwidth_mbit": None, "jitter_ms": 0, "loss": 0, "mtu": 1500,
+                 "ttl_s": 60, "started_at": 0, "expires_at": 0, "state_path": str(state), "log_path": ""}
+        for doc in ({**whole, "id": "", "forwarder_pid": running.pid},
+                    {**whole, "id": sid, "forwarder_pid": running.pid}):
+            for cfg_id in ("", sid):  # another user's "forwarder", for this state file
+                victims.append(subprocess.Popen([system_python, *sleep, json.dumps(
+                    {"id": cfg_id, "state_path": str(state)})], user=nobody, cwd="/"))
+            state.write_text(json.dumps(doc))
+            os.chown(state, nobody, nobody)
+            monkeypatch.setenv("GEOSIM_WAN_STATE", str(state))
+            for action in ("down", "status"):
+                code, out, err = run(["live", "wan", action], capsys)
+                if action == "down":
+                    one_line_error(code, err, "state.json", "left as it is")
+                else:
+                    assert code == 1 and "owned by uid 65534" in out + err and "leaves it as it is" in out + err
+            assert state.exists() and ns in netns.namespaces(sid) and running.poll() is None
+            assert all(v.poll() is None for v in victims)  # never signalled
+        state.unlink()  # no state file at all: down finds leftovers by name, and the running slice is none
+        code, out, err = run(["live", "wan", "down"], capsys)
+        assert code == 0 and sid not in out and ns in netns.namespaces(sid) and running.poll() is None
+        assert all(v.poll() is None for v in victims)
+        state.write_text(json.dumps({**whole, "id": sid}))  # root's own, but writable by everyone
+        state.chmod(0o666)
+        code, _, err = run(["live", "wan", "down"], capsys)
+        one_line_error(code, err, "state.json", "left as it is")
+        assert ns in netns.namespaces(sid) and running.poll() is None
+    finally:
+        for proc in (running, *victims):
+            proc.kill()
+            proc.wait()
+        netns.ip("netns", "del", ns, check=False)
