@@ -384,6 +384,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
     import tomli_w
 
     from geosim.input_limits import loads_toml
+    from geosim.scenario import read_text
 
     out: dict[Path, str] = {}
     names: set[str] = set()
@@ -392,7 +393,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
         if case.record.cluster is not None:
             doc = dict(case.record.cluster)
         else:
-            doc = loads_toml(Path(case.cluster.source).read_text(), case.cluster.source)
+            doc = loads_toml(read_text(Path(case.cluster.source)), case.cluster.source)
         sites = {h["name"]: h["site"] for h in doc.get("hosts", [])}
         for link in doc.get("links", []):
             a, b = (sites.get(end, end) for end in link["between"])

@@ -25,13 +25,20 @@ ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config"
                 "#Params (Billion)", "TFLOPs", "Peak Mem (GB)", "Metadata")
 # Alpa's GPTModelConfig fields, in order, for the older plain-tuple form (batch size first)
 ALPA_OLD_TUPLE = ("batch_size", "seq_len", "hidden_size", "num_layers", "num_heads", "vocab_size")
+# bounded digits for the step (int() of thousands of digits raises); possessive runs: linear in the line
 LOG_LINE = re.compile(
-    r"Step\.\.\.\s*(?P<step>\d+)\s*\|\s*Loss:\s*(?P<loss>[-+.\deEnaif]+),\s*Learning Rate:\s*(?P<lr>[-+.\deE]+),\s*"
-    r"Throughput:\s*(?P<tokens>[-+.\deE]+)\s*token/s,\s*(?P<tflops>[-+.\deE]+)\s*TFLOP/s")
+    r"Step\.\.\.\s*+(?P<step>\d{1,12})\s*+\|\s*+Loss:\s*+(?P<loss>[-+.\deEnaif]++),\s*+Learning Rate:\s*+"
+    r"(?P<lr>[-+.\deE]++),\s*+Throughput:\s*+(?P<tokens>[-+.\deE]++)\s*+token/s,\s*+(?P<tflops>[-+.\deE]++)\s*+TFLOP/s")
+
+
+MAX_CONFIG_CHARS = 4_096  # Alpa's Model and Parallel Configs are under 300 characters
 
 
 def _config_fields(text: str, where: str, key: str) -> tuple[str, dict]:
     """'Name(a=1, b=(1, 2))' -> ('Name', {'a': 1, 'b': (1, 2)}); '(8, 1024, ...)' -> ('', {0: 8, ...})."""
+    if len(text) > MAX_CONFIG_CHARS:  # Python's parser spends seconds and gigabytes on megabytes of tuple
+        raise GeosimError(f"{len(text):,} characters, more than any of Alpa's configs (at most {MAX_CONFIG_CHARS:,}); "
+                          "not read", source=where, key=key)
     try:
         node = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -274,7 +281,7 @@ def alpa_benchmark_records(path: str | Path, scenario: str, *, global_batch: int
     check the memory model."""
     path = Path(path)
     lines = read_text(path, RECORDS_MAX_BYTES, "log or records file").splitlines()
-    if any(CONSOLE_ROW.search(line) for line in lines):
+    if any(console_row_at(line) >= 0 for line in lines):
         return alpa_console_records(path, scenario, global_batch=global_batch, hosts=hosts, lines=lines,
                                     skipped=skipped)
     shape = slice_shape(scenario, hosts)
@@ -312,8 +319,32 @@ def _some(records: list[RunRecord], skipped: list[str], path: Path) -> list[RunR
 # Alpa's write_tsv also prints each row as 'Head: value  ' for every column (alpa/util.py), among
 # the benchmark's progress lines; benchmark.py prints 'Working on case: BenchmarkCase(batch_size=...'
 # before each case, the only place the console gives the global batch.
-CONSOLE_ROW = re.compile(r"Type: \S+\s+Model Config: .*Mean Time \(s\): ")
-CONSOLE_CASE = re.compile(r"Working on case: .*?BenchmarkCase\((?:batch_size=)?(?P<batch>[^,]+),")
+# Both are found in linear time: a pattern such as "Type: ...  Model Config: .*Mean Time" backtracks over
+# the rest of the line from every place it could start (a 460 KB line took 36 s, 3.45 MB never ended)
+_CONSOLE_HEAD = re.compile(r"Type: \S++\s++Model Config: ")  # possessive: each run scanned once
+_CONSOLE_BATCH = re.compile(r"(?:batch_size=)?+([^,]++),")
+
+
+def console_row_at(line: str) -> int:
+    """Where a console result row ('Type: gpt  Model Config: ...  Mean Time (s): ...') begins in the
+    line, -1 when it holds none."""
+    mean = line.rfind("Mean Time (s): ")
+    if mean < 0:
+        return -1
+    head = _CONSOLE_HEAD.search(line, 0, mean)
+    return head.start() if head else -1
+
+
+def console_case_batch(line: str) -> str | None:
+    """The global batch of a 'Working on case: ... BenchmarkCase(batch_size=N, ...' line, None on another line."""
+    at = line.find("Working on case: ")
+    if at < 0:
+        return None
+    case = line.find("BenchmarkCase(", at)
+    if case < 0:
+        return None
+    match = _CONSOLE_BATCH.match(line, case + len("BenchmarkCase("))
+    return match.group(1) if match else None
 
 
 def alpa_console_records(path: str | Path, scenario: str, *, global_batch: int | None = None,
@@ -330,13 +361,14 @@ def alpa_console_records(path: str | Path, scenario: str, *, global_batch: int |
     records, batch = [], None
     for number, line in enumerate(lines, start=1):
         where = f"{path}:{number}"
-        case = CONSOLE_CASE.search(line)
-        if case:
-            batch = _whole(_number(case["batch"], where, "batch_size"), where, "batch_size")
+        case = console_case_batch(line)
+        if case is not None:
+            batch = _whole(_number(case, where, "batch_size"), where, "batch_size")
             continue
-        if not CONSOLE_ROW.search(line):
+        at = console_row_at(line)
+        if at < 0:
             continue
-        text = line[line.index("Type: "):]
+        text = line[at:]
         parts = split.split(text)  # ['', head, value, head, value, ...]
         row = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
         missing = [h for h in ALPA_COLUMNS if h not in row and h != "Metadata"]
@@ -369,7 +401,12 @@ def alpa_log_record(path: str | Path, scenario: str, technique: str, model: str,
         if not match:
             raise GeosimError("a 'Step...' line not in Alpa's format ('Step... N | Loss: L, Learning Rate: R, "
                               "Throughput: T token/s, F TFLOP/s')", source=f"{path}:{number}")
-        steps.append((int(match["step"]), float(match["tokens"]), float(match["tflops"])))
+        where = f"{path}:{number}"
+        tokens, tflops = _number(match["tokens"], where, "Throughput"), _number(match["tflops"], where, "TFLOP/s")
+        if tokens <= 0 or tflops < 0:
+            raise GeosimError("a throughput must be > 0 token/s and TFLOP/s >= 0", source=where,
+                              key="Throughput" if tokens <= 0 else "TFLOP/s")
+        steps.append((int(match["step"]), tokens, tflops))
     if not steps:
         raise GeosimError("no 'Step... N | ... TFLOP/s' lines in the log (empty)", source=str(path))
     steady = steps[skip:] if len(steps) > skip else steps
