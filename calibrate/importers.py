@@ -18,7 +18,8 @@ from pathlib import Path
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
 from geosim.input_limits import RECORDS_MAX_BYTES
-from geosim.scenario import read_toml, dims_name, load_scenario, model_catalog, read_text, scenario_path
+from geosim.scale import is_scale_name, load_any_scenario
+from geosim.scenario import read_toml, dims_name, model_catalog, read_text, scenario_path
 from geosim.validate import host_names, is_finite
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
@@ -116,8 +117,11 @@ def first_gpus_cluster(scenario: str, hosts: list[str] | None, count: int) -> tu
     """The slice cut to its first `count` GPUs (VMs in order, each VM's GPUs in order), in
     scenario-file form for a record's inline `cluster`, and a note saying which GPUs those are:
     a log whose runs used 1, 2 and 4 GPUs of a 4-GPU slice is predicted on what each run used."""
-    path = scenario_path(scenario)
-    doc, _ = read_toml(path)
+    if is_scale_name(scenario):  # a generated cluster has no file: its scenario-file form, from the cluster
+        doc, stem = _scenario_doc(load_any_scenario(scenario).cluster), scenario
+    else:
+        path = scenario_path(scenario)
+        (doc, _), stem = read_toml(path), path.stem
     wanted = [h for h in doc["hosts"] if not hosts or h.get("name") in hosts]
     kept, left = [], count
     for host in wanted:
@@ -128,12 +132,21 @@ def first_gpus_cluster(scenario: str, hosts: list[str] | None, count: int) -> tu
         left -= len(take)
     names = {h["name"] for h in kept} | {h["site"] for h in kept}
     links = [link for link in doc.get("links", []) if all(end in names for end in link.get("between", []))]
-    name = f"{doc.get('name', path.stem)}-first{count}gpus"
+    name = f"{doc.get('name', stem)}-first{count}gpus"
     cut = {**{k: v for k, v in doc.items() if k not in ("hosts", "links", "name")}, "name": name, "hosts": kept}
     if links:
         cut["links"] = links
     where = ", ".join(f"{h['name']}: {len(h['gpus'])}" for h in kept)
     return cut, f"ran on {count} GPU(s): predicted on the first {count} of the slice's ({where})"
+
+
+def _scenario_doc(cluster) -> dict:
+    """A cluster (a generated one: geosim.scale) in scenario-file form."""
+    return {"name": cluster.name,
+            "hosts": [{"name": h.name, "site": h.site, "gpus": [g.name for g in h.gpus], "intra_host": h.intra_host}
+                      for h in cluster.hosts],
+            "links": [{"between": [link.a, link.b], "rtt_ms": link.rtt_s * 1e3, "bandwidth_gbps": link.bandwidth_bps / 1e9}
+                      for link in cluster.links]}
 
 
 @dataclass
@@ -210,7 +223,7 @@ def _number(text: str, where: str, key: str) -> float:
 def slice_shape(scenario: str, hosts: list[str] | None) -> tuple[int, int]:
     """(VMs, GPUs) of the slice the user says the runs ran on."""
 
-    cluster = load_scenario(scenario).cluster
+    cluster = load_any_scenario(scenario).cluster  # a file, a built-in or a generated cluster (scale:...)
     if hosts:
         cluster = cluster.subset(host_names(",".join(hosts), [x.name for x in cluster.hosts]))
     return len(cluster.hosts), cluster.num_gpus

@@ -235,7 +235,8 @@ def _beat(shown: bool, phase: str):
 
 
 def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dict:
-    statuses = dict(sorted(result.table.statuses().items()))  # by name: a resumed sweep's as a fresh one's
+    # by name: a resumed sweep's as a fresh one's; "ok" always (0 when no point ran: the schema's one required count)
+    statuses = dict(sorted({"ok": 0, **result.table.statuses()}.items()))
     return {
         "out": str(Path(args.out)), "points": result.total, "computed": result.computed, "resumed": result.skipped,
         "statuses": statuses, "executor": executor, "workers": workers,
