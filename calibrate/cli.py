@@ -495,6 +495,15 @@ def run_crossval(args) -> int:
 
     with Heartbeat("crossval", f"fitting and predicting {len(cases)} records"):  # a fit can be minutes of silence
         reports = _crossval(args, cases, kinds, options)
+    empty = [k for k, r in reports.items() if not r.cells]  # no fold held anything out that could be predicted
+    if len(empty) == len(reports):
+        raise GeosimError(f"nothing to cross-validate in {len(cases)} record(s): no fold holds out a record the rest "
+                          "can predict (loto needs two techniques on a slice, loso two slices, single-vm a run on "
+                          "one VM)", source=args.records or "the study's records")
+    for kind in empty:
+        print(f"geosim calibrate crossval: note: {kind}: no fold holds out a record the rest can predict; left out",
+              file=sys.stderr)
+        del reports[kind]
     if args.plot:
         from geosim.calibrate.plot import plot_predicted_vs_measured
 

@@ -142,7 +142,10 @@ def nominal_links(cases: list[RunCase]) -> list[RunCase]:
 
 
     slices = {c.slice_key: c.cluster for c in cases}
-    nominal_bps = statistics.median(link.bandwidth_bps for cl in slices.values() for link in wan_links(cl))
+    nominal = [link.bandwidth_bps for cl in slices.values() for link in wan_links(cl)]
+    if not nominal:  # slices of one site each: no link between sites to strip
+        return list(cases)
+    nominal_bps = statistics.median(nominal)
     out = []
     for c in cases:
         change = set(map(id, wan_links(c.cluster)))

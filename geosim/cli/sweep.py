@@ -186,12 +186,15 @@ def run(args) -> int:
     ctx = make_context(grid, args.params, args.metric, args.network)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
     started = time.perf_counter()
-    executor = make_executor(ctx, args.workers, args.ray_address)
+    # starting Ray takes seconds to minutes on a busy machine (its raylet waits up to 30 s): the clock shows
+    with _beat(not args.quiet and bool(args.ray_address), "starting Ray"):
+        executor = make_executor(ctx, args.workers, args.ray_address)
     try:
         on_tty = not args.quiet and sys.stderr.isatty()
         # progress lines come from a thread (started after the pool's workers are forked), so a chunk of
-        # slow points, or the planning after them, still shows the clock; a terminal has the bar instead
-        with _beat(not args.quiet and not on_tty, "0 points computed") as beat:
+        # slow points, or the planning after them, still shows the clock; a terminal has the bar instead,
+        # except under Ray, whose chunks come back whole (8 slow points were one silent chunk of 240 s)
+        with _beat(not args.quiet and (not on_tty or executor.name == "ray"), "0 points computed") as beat:
             result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=on_tty,
                                on_chunk=lambda done: setattr(beat, "phase", f"{done:,}/{len(grid):,} points computed"))
         with _beat(not args.quiet, "finding crossovers") as beat:
