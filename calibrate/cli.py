@@ -494,7 +494,12 @@ def run_crossval(args) -> int:
     from geosim.cli._progress import Heartbeat
 
     with Heartbeat("crossval", f"fitting and predicting {len(cases)} records"):  # a fit can be minutes of silence
-        reports = _crossval(args, cases, kinds, options)
+        try:
+            reports = _crossval(args, cases, kinds, options)
+        except GeosimError as exc:  # about the records as a whole: named by their file
+            if exc.source is not None:
+                raise
+            raise GeosimError(exc.problem, source=args.records or "the study's records", key=exc.key) from None
     empty = [k for k, r in reports.items() if not r.cells]  # no fold held anything out that could be predicted
     if len(empty) == len(reports):
         raise GeosimError(f"nothing to cross-validate in {len(cases)} record(s): no fold holds out a record the rest "
