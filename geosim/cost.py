@@ -94,10 +94,12 @@ def member_steps(coll: Collective, hosts: tuple[str, ...] | None) -> int:
     return 2 * per * (p - 1)
 
 
-def expanded_steps(schedule, hosts: tuple[str, ...] | None = None, running=None) -> int:
+def expanded_steps(schedule, hosts: tuple[str, ...] | None = None, running=None, planned=None) -> int:
     """The collective steps a run expands: every distinct collective (as the engine keys them: op, group,
     bytes, algorithm, the tag's first item) times its members that run (`running`: a symmetry's
-    representatives; None: every rank) times member_steps. Walks the schedule once (shared blocks once)."""
+    representatives; None: every rank) times member_steps; none for a collective `planned(coll)` says the
+    network times from its rings without expanding them (a network model's ring_plan, where it has one).
+    Walks the schedule once (shared blocks once)."""
     running = None if running is None or len(running) == len(schedule.programs) else frozenset(running)
     shapes: dict[tuple, Collective] = {}
     seen: set[int] = set()
@@ -117,14 +119,19 @@ def expanded_steps(schedule, hosts: tuple[str, ...] | None = None, running=None)
         walk(program)
     total = 0
     for coll in shapes.values():
+        if planned is not None and running is None and planned(coll):
+            continue
         members = len(coll.group) if running is None else sum(1 for r in coll.group if r in running)
         total += members * member_steps(coll, hosts)
     return total
 
 
-def check_expansion(schedule, hosts: tuple[str, ...] | None = None, running=None) -> None:
-    """Refuse (TooCostly) a run whose collectives would expand into more than MAX_EXPANDED_STEPS steps."""
-    steps = expanded_steps(schedule, hosts, running)
+def check_expansion(schedule, net, running=None) -> None:
+    """Refuse (TooCostly) a run whose collectives would expand into more than MAX_EXPANDED_STEPS steps on
+    the network model `net` (the engine's admit hook: `running` the ranks that run, None for all)."""
+    ring_plan = getattr(net, "ring_plan", None)
+    planned = None if ring_plan is None else (lambda coll: ring_plan(coll, coll.group) is not None)
+    steps = expanded_steps(schedule, getattr(net, "hosts", None), running, planned)
     if steps > MAX_EXPANDED_STEPS:
         raise TooCostly(f"too large to simulate in bounded memory: its collectives expand into about {steps / 1e6:,.0f} "
                         f"million ring steps (~{steps * BYTES_PER_STEP / 2**30:,.1f} GiB), past the "

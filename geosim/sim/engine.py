@@ -114,9 +114,9 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
     Repeat blocks. `clock` makes the event kernel (tests/test_kernel.py hands it SimPy's).
     Ranks a proven symmetry makes alike run once (geosim.sim.symmetry; the same answers to the
     bit, fewer events); symmetry=False runs every rank (what the tests compare that against), as
-    does every run inside `with every_rank():`. admit(schedule, hosts, ranks), where given, is called once the
-    ranks that run are known and before any is simulated: it raises to refuse the run (geosim.cost's bound
-    on the collective steps those ranks expand)."""
+    does every run inside `with every_rank():`. admit(schedule, network, ranks), where given, is called once
+    the ranks that run are known (None: every rank) and before any is simulated: it raises to refuse the run
+    (geosim.cost's bound on the collective steps those ranks expand)."""
     if symmetry is None:
         symmetry = _symmetry_on.get()
     thresholds = gc.get_threshold()
@@ -194,8 +194,8 @@ class EngineRun:
         net.prepare(schedule.programs)
         found = find_symmetry(schedule, net) if symmetry and self.trace_rows is None else None
         ranks = list(schedule.programs)
-        if admit is not None:
-            admit(schedule, getattr(net, "hosts", None), found.representatives() if found is not None else ranks)
+        if admit is not None:  # the network model, and the ranks that run (None: every rank)
+            admit(schedule, net, found.representatives() if found is not None else None)
         if found is not None:  # run the representatives alone; each answers for its copies
             net.reduce_to(found)
             ranks, self.copies, self.canonical = found.representatives(), found.copies, found.canonical
