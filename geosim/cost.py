@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from geosim.errors import GeosimError
+from geosim.sim.collectives import host_layout
 from geosim.sim.engine import SIMULATED_REPETITIONS
 from geosim.sim.schedule import Collective, Repeat
 
@@ -81,8 +82,6 @@ def member_steps(coll: Collective, hosts: tuple[str, ...] | None) -> int:
     if coll.algorithm == "tree" and coll.op == "allreduce":
         return 2 * math.ceil(math.log2(p))
     if coll.algorithm == "hierarchical" and hosts is not None:
-        from geosim.sim.collectives import host_layout
-
         layout = host_layout(coll.group, hosts)
         if layout is not None:
             g = len(next(iter(layout.values()))[0])

@@ -648,7 +648,7 @@ def test_integers_of_thousands_of_digits_in_files_are_one_line(tmp_path, capsys)
 @pytest.mark.parametrize("flags, words", [
     (["--layer-split", "30,6"], ("--layer-split", "36 layers in all", "24")),  # 36 layers for gpt2m's 24
     (["--layer-split", "8,8,8"], ("--layer-split", "3 numbers", "2 stages")),  # IndexError in plan and select
-    (["--virtual-stages", "4096"], ("--virtual-stages", "more than the model's 24 layers")),
+    (["--virtual-stages", "16"], ("--virtual-stages", "32 chunks", "more than the model's 24 layers")),
 ])
 def test_a_layout_that_fits_nowhere_is_one_line_in_every_command(tmp_path, capsys, command, flags, words):
     """predict answered exit 0 with every row failed and a verdict for another layout; import wrote
