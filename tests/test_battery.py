@@ -2,7 +2,9 @@
 script might run, with the one answer allowed: one line and exit 2, or the right output with
 nothing lost or replaced. Cases run in this process (geosim.cli.main) where they can, so the
 battery stays quick; the situations that need a real process (devices, full disks, a closed
-stdout, signals) are in tests/test_outputs.py."""
+stdout, signals) are in tests/test_outputs.py. Longer than the house's 400 lines on purpose: one
+file holds every round's cases (issues 36 and 44), a test per class, so a round's classes are read
+together."""
 
 from __future__ import annotations
 
