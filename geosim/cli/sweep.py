@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,8 @@ from geosim.validate import count
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.sim.network import network_names
 from geosim.runtime import check_runtime_name
-from geosim.studies.sweep.grid import NATIVE, Grid, WORKLOAD_KINDS, parse_assignment, parse_values
+from geosim.studies.sweep.grid import (NATIVE, Grid, WORKLOAD_KINDS, count_values, parse_assignment, parse_values,
+                                       refuse_grid)
 from geosim.units import RANGE_SYNTAX
 from geosim.scale import DEFAULT_GPU, scale_name
 from geosim.techniques import default_techniques, get_technique, technique_names
@@ -97,8 +99,34 @@ def add_arguments(p) -> None:
     add_json_argument(p)
 
 
+def count_grid(args) -> None:
+    """Refuse a grid of more than MAX_GRID_POINTS from its axes' sizes, before any axis is built (two
+    ranges of 100,000 values, or generated clusters of every size in three ranges, are counted, not made)."""
+    sites = [(args.num_sites, "int", "--site-count"), (args.vms_per_site, "int", "--hosts-per-site"),
+             (args.gpus_per_vm, "int", "--gpus-per-host")]
+    scenarios = count_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
+    gpus = count_values(args.gpu, "str", "--gpu")
+    if args.num_sites:
+        built = gpus if not getattr(args, "scale_gpu", None) else 1
+        scenarios = (scenarios if args.scenario else 0) + math.prod(count_values(*s) for s in sites) * built
+        gpus = 1
+    sizes = {"scenario": scenarios, "technique": count_values(args.technique, "str", "--technique"),
+             "model": count_values(args.model, "str", "--model"),
+             "rtt_ms": count_values(args.rtt_ms, "float", "--rtt-ms"),
+             "bandwidth_gbps": count_values(args.bandwidth_gbps, "float", "--bandwidth-gbps"), "gpu": gpus,
+             "hosts": count_values(args.hosts, "str", "--hosts")}
+    for name in ("global_batch", "microbatches", "epochs"):
+        sizes[name] = count_values(getattr(args, name), "int", f"--{name.replace('_', '-')}")
+    sizes["runtime"] = count_values(args.runtime, "str", "--runtime")
+    for text in args.set:
+        name, _, spec = text.partition("=")
+        sizes[name.strip()] = count_values(spec, WORKLOAD_KINDS.get(name.strip(), "str"), "--set")
+    refuse_grid(math.prod(sizes.values()), sizes, counted=True)
+
+
 def build_grid(args) -> Grid:
 
+    count_grid(args)
     scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
     gpus = parse_values(args.gpu, "str", "--gpu", allow_native=True)
     if args.num_sites:  # --gpu names the generated clusters' GPUs: they are built of them, not edited
@@ -164,12 +192,15 @@ def run(args) -> int:
     ctx = make_context(grid, args.params, args.metric, args.network, models=models)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
     started = time.perf_counter()
-    executor = make_executor(ctx, args.workers, args.ray_address)
+    # starting Ray takes seconds to minutes on a busy machine (its raylet waits up to 30 s): the clock shows
+    with _beat(not args.quiet and bool(args.ray_address), "starting Ray"):
+        executor = make_executor(ctx, args.workers, args.ray_address)
     try:
         on_tty = not args.quiet and sys.stderr.isatty()
         # progress lines come from a thread (started after the pool's workers are forked), so a chunk of
-        # slow points, or the planning after them, still shows the clock; a terminal has the bar instead
-        with _beat(not args.quiet and not on_tty, "0 points computed") as beat:
+        # slow points, or the planning after them, still shows the clock; a terminal has the bar instead,
+        # except under Ray, whose chunks come back whole (8 slow points were one silent chunk of 240 s)
+        with _beat(not args.quiet and (not on_tty or executor.name == "ray"), "0 points computed") as beat:
             result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=on_tty,
                                on_chunk=lambda done: setattr(beat, "phase", f"{done:,}/{len(grid):,} points computed"))
         with _beat(not args.quiet, "finding crossovers") as beat:
@@ -213,7 +244,8 @@ def _beat(shown: bool, phase: str):
 
 
 def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dict:
-    statuses = dict(sorted(result.table.statuses().items()))  # by name: a resumed sweep's as a fresh one's
+    # by name: a resumed sweep's as a fresh one's; "ok" always (0 when no point ran: the schema's one required count)
+    statuses = dict(sorted({"ok": 0, **result.table.statuses()}.items()))
     return {
         "out": str(Path(args.out)), "points": result.total, "computed": result.computed, "resumed": result.skipped,
         "statuses": statuses, "executor": executor, "workers": workers,

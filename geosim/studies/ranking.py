@@ -186,9 +186,10 @@ def fmt_time(seconds: float | None) -> str:
 
 
 def margin(slower_s: float, faster_s: float) -> str:
-    """'+0.4%', '1.93x': how much longer the slower takes."""
+    """'+0.4%', '1.93x': how much longer the slower takes; '-48.9%' when the one named slower is in fact
+    faster (a sign of its own, never '+-48.9%')."""
     ratio = slower_s / faster_s
-    return f"+{100 * (ratio - 1):.1f}%" if ratio < 1.5 else f"{ratio:.2f}x"
+    return f"{ratio:.2f}x" if ratio >= 1.5 else f"{100 * (ratio - 1):+.1f}%"
 
 
 def verdict(where: str, ranked: list[Option], *, estimate: str = "predicted", algorithm: str | None = None,

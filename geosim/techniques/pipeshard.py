@@ -158,7 +158,7 @@ class _Frame:
             else:
                 tp_groups = [tuple(d.rank for d in grp) for grp in _tensor_groups(mesh, settings.tensor)]
                 self.groups.append((tp_groups, b / len(tp_groups)))
-        self.description = (f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {settings.schedule}, "
+        self.description = (f"{S} stages ({split_text(layers)} layers), {M} microbatches, {settings.schedule}, "
                             f"intra-stage {intra}" + (f", tensor {settings.tensor}" if settings.tensor else "")
                             + (f", {v} virtual stages each (interleaved)" if v > 1 else "")
                             + (f", activations x{compression:g}" if compression != 1 else ""))
@@ -675,9 +675,18 @@ def option_kind(hosts: tuple[str, ...], options: dict | None = None) -> str:
     return f"{LABEL} on {order[0]}" + (" (1 stage)" if one_stage else " (a stage per GPU)")
 
 
+def split_text(layers) -> str:
+    """A layer split as a row shows it: 12/12, or its ends and length when long (a row per stage of
+    thousands would be the whole table)."""
+    layers = list(layers)
+    if len(layers) <= 12:
+        return "/".join(map(str, layers))
+    return f"{'/'.join(map(str, layers[:4]))}/.../{'/'.join(map(str, layers[-2:]))} ({len(layers):,} stages)"
+
+
 def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str:
     order = _order(hosts, options)
-    split = (f" layers {'/'.join(map(str, options['layer_split']))}"
+    split = (f" layers {split_text(options['layer_split'])}"
              if options and len(options.get("layer_split") or ()) > 1 else "")
     intra = (options or {}).get("intra_stage")
     tensor = (options or {}).get("tensor")

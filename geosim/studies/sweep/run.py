@@ -275,10 +275,15 @@ class RayExecutor:
         self.ray = require("ray", extra="sweep", command="geosim sweep --ray-address")
         self._temp = None
         if not self.ray.is_initialized():
-            if address == "local":  # ours alone: on loopback, in a private temp directory
-                self._temp = init_local(self.ray, num_cpus)
-            else:  # a cluster someone started deliberately: attach to it
-                self.ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            try:
+                if address == "local":  # ours alone: on loopback, in a private temp directory
+                    self._temp = init_local(self.ray, num_cpus)
+                else:  # a cluster someone started deliberately: attach to it
+                    self.ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            except Exception as exc:  # Ray raises a bare Exception ("node timed out during startup"), ConnectionError...
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                raise GeosimError(f"Ray did not start ({why}); nothing was computed (try again, fewer --workers, or "
+                                  "without --ray-address)", source="--ray-address") from None
             self._owns = True
         else:
             self._owns = False
