@@ -224,6 +224,44 @@ def refuse_layout(args, why: str) -> None:
         raise GeosimError(why, source=flag)
 
 
+def add_progress_arguments(parser: argparse.ArgumentParser) -> None:
+    """The question's measure, the same flags in predict, plan, select and sweep: --target-tokens and
+    the token efficiencies it is counted at (--token-efficiency, --loss-curves)."""
+    parser.add_argument("--target-tokens", metavar="N|chinchilla", help=meaning("--target-tokens"))
+    parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
+                        help=meaning("--token-efficiency"))
+    parser.add_argument("--loss-curves", metavar="FILE", help=meaning("--loss-curves"))
+
+
+def check_progress_arguments(args) -> None:
+    """--target-tokens and --token-efficiency checked before any work, also when no row uses them."""
+    from geosim.studies import convergence
+
+    if args.target_tokens and args.target_tokens.strip().lower() != "chinchilla":
+        convergence.target_tokens(args.target_tokens, None)
+    convergence.parse_overrides(args.token_efficiency)
+
+
+def same_progress(args, params, model):
+    """What every command ranks on (geosim.studies.ranking.SameProgress): --target-tokens (default: the
+    workload's own tokens) at each technique's token efficiency (--token-efficiency, --loss-curves, then
+    the parameters file)."""
+    from geosim.studies import convergence
+    from geosim.studies.ranking import SameProgress
+
+    return SameProgress(params, convergence.parse_overrides(args.token_efficiency),
+                        convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves))
+                        if args.loss_curves else None,
+                        convergence.target_tokens(args.target_tokens, model) if args.target_tokens else None)
+
+
+def refuse_progress(args, why: str) -> None:
+    """A mode that ranks nothing predicted (measured or live probes): a progress flag given is one line."""
+    for flag in ("--target-tokens", "--token-efficiency", "--loss-curves"):
+        if getattr(args, flag[2:].replace("-", "_"), None):
+            raise GeosimError(why, source=flag)
+
+
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help=meaning("--json"))
 
@@ -254,13 +292,41 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
     return cluster
 
 
+# the study's models (Table II is gpt2m; gpt2L and gpt2l its larger runs), by their names and aliases: they keep the
+# study's workload (20 epochs of 650,000 tokens) when no workload is given, so its answers stay to the bit
+STUDY_MODELS = frozenset({"gpt2m", "gpt2-medium", "gpt2L", "study-gpt2L-30", "gpt2l", "study-gpt2l-26"})
+
+
+def scaled_workload(scenario: Scenario, model: Model, args) -> bool:
+    """Whether the workload is the default that scales with the model: a model outside the study, and
+    neither the scenario's [workload] nor a flag says how many tokens to train (--epochs,
+    --tokens-per-epoch). The study's 13M tokens would make a large model's verdict a matter of start-up
+    (DiLoCo at H = 100 would synchronise about once), so it trains Chinchilla's 20 tokens per parameter:
+    20 epochs of as many tokens as the model has parameters."""
+    given = {**scenario.workload_overrides, **{k: v for k, v in workload_overrides(args).items() if v is not None}}
+    return model.name not in STUDY_MODELS and "epochs" not in given and "tokens_per_epoch" not in given
+
+
+def workload_note(scenario: Scenario, model: Model, args) -> str | None:
+    """What the answer says of a workload nobody gave (None where it was given or is the study's)."""
+    if not scaled_workload(scenario, model, args):
+        return None
+    return (f"workload: Chinchilla's 20 tokens per parameter ({20 * model.num_params:.3g} tokens), the default for a "
+            f"model outside the study; --epochs and --tokens-per-epoch set another")
+
+
 def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Workload]:
     scenario = load_any_scenario(name_or_path)
-    for key, value in workload_overrides(args).items():
+    overrides = workload_overrides(args)
+    for key, value in overrides.items():
         if value is not None and not isinstance(value, (str, bool)) and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")
+    model = get_model(args.model, scenario.models)
+    if scaled_workload(scenario, model, args):
+        # 20 epochs of num_params tokens: Chinchilla's 20 per parameter (convergence.CHINCHILLA_TOKENS_PER_PARAM)
+        overrides = {**overrides, "tokens_per_epoch": max(1, int(model.num_params))}
     try:
-        workload = scenario.workload(**workload_overrides(args))
+        workload = scenario.workload(**overrides)
     except GeosimError as exc:  # a command-line value out of range or at odds with the file's: name the flag
         flag = (exc.key or "").removeprefix("workload.")
         given = [k for k, v in workload_overrides(args).items() if v is not None]
@@ -271,7 +337,6 @@ def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Worklo
         hint = "".join(f"; {k} is the scenario's workload.{k} (give --{k.replace('_', '-')} to change it)"
                        for k in others)
         raise GeosimError(exc.problem + hint, source=f"--{blamed.replace('_', '-')}") from None
-    model = get_model(args.model, scenario.models)
     return scenario, resolve_cluster(scenario, args), model, workload
 
 
