@@ -292,27 +292,20 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
     return cluster
 
 
-# the study's models (Table II is gpt2m; gpt2L and gpt2l its larger runs), by their names and aliases: they keep the
-# study's workload (20 epochs of 650,000 tokens) when no workload is given, so its answers stay to the bit
-STUDY_MODELS = frozenset({"gpt2m", "gpt2-medium", "gpt2L", "study-gpt2L-30", "gpt2l", "study-gpt2l-26"})
-
-
 def scaled_workload(scenario: Scenario, model: Model, args) -> bool:
-    """Whether the workload is the default that scales with the model: a model outside the study, and
-    neither the scenario's [workload] nor a flag says how many tokens to train (--epochs,
-    --tokens-per-epoch). The study's 13M tokens would make a large model's verdict a matter of start-up
-    (DiLoCo at H = 100 would synchronise about once), so it trains Chinchilla's 20 tokens per parameter:
-    20 epochs of as many tokens as the model has parameters."""
-    given = {**scenario.workload_overrides, **{k: v for k, v in workload_overrides(args).items() if v is not None}}
-    return model.name not in STUDY_MODELS and "epochs" not in given and "tokens_per_epoch" not in given
+    """Whether the workload is the default that scales with the model (geosim.studies.asked.scales_workload)."""
+    from geosim.studies.asked import scales_workload
+
+    return scales_workload(scenario, model, workload_overrides(args))
 
 
 def workload_note(scenario: Scenario, model: Model, args) -> str | None:
     """What the answer says of a workload nobody gave (None where it was given or is the study's)."""
     if not scaled_workload(scenario, model, args):
         return None
-    return (f"workload: Chinchilla's 20 tokens per parameter ({20 * model.num_params:.3g} tokens), the default for a "
-            f"model outside the study; --epochs and --tokens-per-epoch set another")
+    from geosim.studies.asked import scaled_workload_note
+
+    return scaled_workload_note(model)
 
 
 def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Workload]:
@@ -323,8 +316,9 @@ def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Worklo
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")
     model = get_model(args.model, scenario.models)
     if scaled_workload(scenario, model, args):
-        # 20 epochs of num_params tokens: Chinchilla's 20 per parameter (convergence.CHINCHILLA_TOKENS_PER_PARAM)
-        overrides = {**overrides, "tokens_per_epoch": max(1, int(model.num_params))}
+        from geosim.studies.asked import scaled_tokens_per_epoch
+
+        overrides = {**overrides, "tokens_per_epoch": scaled_tokens_per_epoch(model)}
     try:
         workload = scenario.workload(**overrides)
     except GeosimError as exc:  # a command-line value out of range or at odds with the file's: name the flag

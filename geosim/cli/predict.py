@@ -73,7 +73,7 @@ def _run(args) -> int:
     layout = layout_arguments(args)
     check_layout_techniques(techniques, layout)
     check_progress_arguments(args)
-    slices = []
+    slices, progress_of = [], {}
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         case = Case(cluster, model, workload, params, network=args.network)
@@ -106,6 +106,7 @@ def _run(args) -> int:
                                  "--microbatches" if args.microbatches else "the workload's")
                  + microbatch_alternatives(plan))
         slices.append((case, rows, plan, targets, notes))
+        progress_of[id(case)] = progress
     ranges = _ranges(args, params, slices)
     for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
         print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
@@ -123,13 +124,20 @@ def _run(args) -> int:
                          "runtime_differences": runtime_differences(runtime_of(c.workload, c.params), c.params),
                          # which RTTs are estimates (geosim.sites), not measurements
                          **({"estimated_rtts": estimated} if estimated else {}),
-                         "predictions": [r.to_dict() | _target_fields(r, targets)
+                         "predictions": [r.to_dict() | _target_fields(r, targets) | _ranked_fields(r, progress_of[id(c)])
                                          | ({"total_time_range_s": ranges[id(r)]} if ranges else {}) for r in rows]})
         print_json(answer_envelope("predict", params, docs))
         return 0
     for case, rows, plan, targets, notes in slices:
         print_slice(case, plan, rows, targets, ranges, notes, layout is not None)
     return 0
+
+
+def _ranked_fields(prediction: Prediction, progress: SameProgress) -> dict:
+    """A row's time on the verdict's measure (ranking.time_to_progress_s; None where it does not run): the
+    verdict is never above it (tests/test_one_answer.py)."""
+    return {"time_to_progress_s": time_to_progress_s(prediction, progress.efficiency(prediction).value,
+                                                      progress.target_tokens)}
 
 
 def _target_fields(prediction: Prediction, targets) -> dict:

@@ -16,6 +16,32 @@ from geosim.studies.ranking import Option, SameProgress, fmt_time, margin, start
 from geosim.errors import GeosimError
 from geosim.techniques import label, layout_options
 
+# the study's models (Table II is gpt2m; gpt2L and gpt2l its larger runs), by their names and aliases: they keep the
+# study's workload (20 epochs of 650,000 tokens) when no workload is given, so its answers stay to the bit
+STUDY_MODELS = frozenset({"gpt2m", "gpt2-medium", "gpt2L", "study-gpt2L-30", "gpt2l", "study-gpt2l-26"})
+
+
+def scales_workload(scenario, model, given: dict) -> bool:
+    """Whether the workload is the default that scales with the model: a model outside the study, and
+    neither the scenario's [workload] nor the question (`given`: flags, a sweep's axes) says how many
+    tokens to train (epochs, tokens_per_epoch). The study's 13M tokens would make a large model's verdict
+    a matter of start-up (DiLoCo at H = 100 would synchronise about once), so it trains Chinchilla's 20
+    tokens per parameter: the study's 20 epochs, each of as many tokens as the model has parameters."""
+    asked = {**scenario.workload_overrides, **{k: v for k, v in given.items() if v is not None}}
+    return model.name not in STUDY_MODELS and "epochs" not in asked and "tokens_per_epoch" not in asked
+
+
+def scaled_tokens_per_epoch(model) -> int:
+    """The scaled default's epoch: num_params tokens, so 20 epochs are convergence.CHINCHILLA_TOKENS_PER_PARAM
+    (20) tokens per parameter."""
+    return max(1, int(model.num_params))
+
+
+def scaled_workload_note(model) -> str:
+    return (f"workload: Chinchilla's 20 tokens per parameter ({20 * model.num_params:.3g} tokens), the default for a "
+            f"model outside the study; --epochs and --tokens-per-epoch set another")
+
+
 # the "each VM alone" rows multiply the work by the VMs: past this many, only the whole slice is asked
 MAX_ALONE_ROWS = 16
 
@@ -99,18 +125,28 @@ def microbatch_alternatives(plan) -> list[str]:
     import math
     import re
 
-    lines, never = [], {}
+    lines, never, runs = [], {}, {}
     for row, other in plan.retried:
-        if other is not None:
+        if other is not None and not other.ok:
             lines.append(f"{label(row.technique)} on {host_list(row.hosts)} fails at {row.workload.microbatches} "
-                         f"microbatches ({row.prediction.reason}); with {other.microbatches} it runs: "
-                         f"{fmt_time(other.ranked_time_s)}, ranked with the other options")
+                         f"microbatches ({row.prediction.reason}); with {other.microbatches} the batch divides, but "
+                         f"it is {other.prediction.status}: {other.prediction.reason}")
+            continue
+        if other is not None:  # twins (the same hosts' kind, the same time) on one line
+            key = (row.technique, row.workload.microbatches, row.prediction.reason, other.microbatches,
+                   fmt_time(other.ranked_time_s))
+            runs.setdefault(key, []).append(host_list(row.hosts))
             continue
         found = re.search(r"by (.+) \((\d+)\)$", row.prediction.reason or "")
         by = (found.group(1).removeprefix("the number of "), int(found.group(2))) if found else ("GPUs", row.gpus)
         techniques, among = never.setdefault(tuple(row.hosts), ([], {}))
         techniques.append(label(row.technique))
         among[by] = None
+    for (technique, asked, reason, count, seconds), where in runs.items():
+        on = ", ".join(where[:-1]) + " and " + where[-1] if len(where) > 1 else where[0]
+        lines.append(f"{label(technique)} on {on} fail{'s' if len(where) == 1 else ''} at {asked} microbatches "
+                     f"({reason}); with {count} {'it runs' if len(where) == 1 else 'each runs'}: {seconds}, ranked "
+                     f"with the other options")
     for hosts, (techniques, among) in never.items():
         batch = plan.case.workload.global_batch
         step = math.lcm(*(n for _, n in among))

@@ -325,7 +325,8 @@ class Plan:
         """One sentence: how Algorithm 1's choice compares with the planner's best."""
         best, algo, chosen = self.best, self.algorithm, self.algorithm_option
         if algo is None:
-            return "Algorithm 1 was not run on this slice."
+            return (f"Algorithm 1 (a pipeline stage per VM) is not weighed past {ALGORITHM1_HOSTS} VMs; "
+                    f"`geosim select` runs it.")
         if best is None:
             return f"Algorithm 1 picks {algo.label}; the planner finds no feasible option either."
         if chosen is None or not chosen.ok:
@@ -351,10 +352,17 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
+# Algorithm 1 probes Pipeshard with a stage per VM: past this many VMs (predict's "each alone" rows stop there too)
+# the planner does not put it beside the verdict; `geosim select` still runs it when asked
+ALGORITHM1_HOSTS = 16
+
+
 def algorithm_choice(case: Case, delta: float, progress: SameProgress | None = None
                      ) -> tuple[Selection | None, Option | None]:
     """Algorithm 1 on predicted probes, and its choice predicted for the full workload."""
     hosts = [h.name for h in case.cluster.hosts]
+    if len(hosts) > ALGORITHM1_HOSTS:
+        return None, None
     selection = algorithm1(PredictedProbes(case.cluster, case.model, case.workload, case.params), *hosts, delta=delta)
     if selection.technique is None:
         return selection, None
@@ -379,7 +387,7 @@ def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None 
             failed[o.prediction.status] = failed.get(o.prediction.status, 0) + 1
     # an asked row that fails only on divisibility at the workload's microbatches: the counts that run
     retried = other_microbatches(case, found.simulated, asked, same_progress)
-    ok = rank(found.simulated + [o for _, o in retried if o is not None], deadline_s)
+    ok = _one_each(rank(found.simulated + [o for _, o in retried if o is not None and o.ok], deadline_s))
     selection, chosen = algorithm_choice(case, delta, same_progress)
     return Plan(case, ok, failed, deadline_s, max_gpus, selection, chosen,
                 considered=found.considered, pruned=found.pruned, progress=same_progress,
@@ -387,12 +395,29 @@ def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None 
                 unsettled=found.unsettled, retried=retried)
 
 
+def _one_each(ranked: list[Option]) -> list[Option]:
+    """A row asked and the planner's variant that is the same run (the asked layout with its default layer
+    split spelled out) listed once, under the planner's fuller label."""
+    def run_of(o: Option) -> tuple:
+        p = o.prediction
+        return o.technique, o.hosts, o.workload.microbatches, p.total_time_s, p.peak_memory_gib, p.description
+
+    fuller: dict[tuple, Option] = {}
+    for o in ranked:
+        held = fuller.get(run_of(o))
+        if held is None or len(o.options or {}) + len(o.changes) > len(held.options or {}) + len(held.changes):
+            fuller[run_of(o)] = o
+    kept = {id(o) for o in fuller.values()}
+    return [o for o in ranked if id(o) in kept]
+
+
 def other_microbatches(case: Case, simulated: list[Option], asked: list[tuple],
                        progress: SameProgress | None) -> list[tuple[Option, Option | None]]:
     """For each asked row that did not run because a batch does not divide (global_batch / microbatches
     over the GPUs or replicas), the best microbatch count that runs it (every divisor of the global
-    batch tried), or None where none does: (the row as asked, the row at that count). The verdict ranks
-    what runs, so it is never slower than a row it offers."""
+    batch tried): (the row as asked, the row at that count); where none runs, the first count at which
+    the batch divides but the run fails otherwise (out of memory), else None. The verdict ranks what
+    runs, so it is never slower than a row it offers."""
     wanted = {candidate_key(case, *a) for a in asked}
     out = []
     for o in simulated:
@@ -401,9 +426,11 @@ def other_microbatches(case: Case, simulated: list[Option], asked: list[tuple],
             continue
         batch = case.workload.global_batch
         counts = [m for m in range(1, min(batch, 4096) + 1) if batch % m == 0 and m != case.workload.microbatches]
-        runs = [x for x in (evaluate(case, o.technique, o.hosts, {"microbatches": m}, o.options, progress)
-                            for m in counts) if x.ok]
-        out.append((o, rank(runs)[0] if runs else None))
+        tried = [evaluate(case, o.technique, o.hosts, {"microbatches": m}, o.options, progress) for m in counts]
+        runs = [x for x in tried if x.ok]
+        # none runs: the first count that divides but fails otherwise (out of memory), if any
+        divides = next((x for x in tried if "divisible" not in (x.prediction.reason or "")), None)
+        out.append((o, rank(runs)[0] if runs else divides))
     return out
 
 

@@ -267,7 +267,7 @@ def why_algorithm1_differs(best: Option, selection, chosen: Option | None, probe
     reasons = []
     if best.kind not in probed_kinds:
         reasons.append(f"it never probes {best.kind} (it tries Pipeshard on {_all(selection)}, Data and Shard on each "
-                       f"VM alone, then ZeRO2 on {_all(selection)})")
+                       f"VM alone, then ZeRO2 on {_all(selection).removesuffix(' VMs') if _all(selection) == 'both VMs' else _all(selection)})")
     elif best.label != best.kind:
         reasons.append(f"it probes {best.kind} only at the default layer split and microbatches, where the ranking "
                        f"also tries {best.label.removeprefix(best.kind).lstrip(', ')}")

@@ -115,6 +115,16 @@ def manifest(grid: Grid, ctx: SweepContext) -> dict:
                           for name, sc in ctx.scenarios.items()}}
 
 
+def point_workload(point: dict, sc: Scenario, model) -> dict:
+    """A point's workload fields, with predict's default for a model outside the study where no token count
+    is swept or written (geosim.studies.asked.scales_workload): one workload for one question everywhere."""
+    from geosim.studies.asked import scaled_tokens_per_epoch, scales_workload
+
+    if scales_workload(sc, model, point["workload"]):
+        return {**point["workload"], "tokens_per_epoch": scaled_tokens_per_epoch(model)}
+    return point["workload"]
+
+
 def evaluate(point: dict, ctx: SweepContext):
     """One point -> (cluster, Prediction or None, workload or None, reason)."""
     sc = ctx.scenarios[point["scenario"]]
@@ -125,11 +135,11 @@ def evaluate(point: dict, ctx: SweepContext):
         cluster = with_rtt(cluster, ms_to_s(point["rtt_ms"]))
     if point["bandwidth_gbps"] != NATIVE:
         cluster = with_bandwidth(cluster, gbps_to_bps(point["bandwidth_gbps"]))
+    model = get_model(point["model"], sc.models)
     try:  # combinations of axes (batch x microbatches) may be invalid where each value alone is fine
-        workload = sc.workload(**point["workload"])
+        workload = sc.workload(**point_workload(point, sc, model))
     except GeosimError as exc:
         return cluster, None, None, exc.problem
-    model = get_model(point["model"], sc.models)
     case = Case(cluster, model, workload, ctx.params, ctx.network)
     hosts = host_subset(point["hosts"])
     try:  # the layout asked, on this point's hosts (it may fit some scenarios of a sweep and not others)
@@ -170,6 +180,12 @@ def evaluate_row(point: dict, ctx: SweepContext) -> dict:
                      "startup_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "memory_verdict", "bytes_per_iteration",
                      "description"):
             row[name] = getattr(pred, name)
+        if pred.ok:  # the ranking's measure (ranking.time_to_progress_s): what the report's best option is drawn on
+            from geosim.studies.ranking import SameProgress, time_to_progress_s
+
+            efficiency = SameProgress(ctx.params).efficiency(pred).value
+            row["token_efficiency"] = efficiency
+            row["time_to_progress_s"] = time_to_progress_s(pred, efficiency)
         for prefix, breakdown in (("run", pred.run_breakdown), ("iter", pred.iteration_breakdown)):
             for part, seconds in (vars(breakdown) if breakdown else {}).items():
                 row[f"{prefix}_{part}"] = seconds
