@@ -239,3 +239,31 @@ def test_property_the_verdict_is_never_slower_than_a_row_and_the_commands_agree(
         argv += ["--target-tokens", "2e7"]
     docs = one_answer(*argv)
     never_slower_than_a_row(docs["predict"])
+
+
+def test_case5_the_reports_best_option_is_the_lower_envelope_of_its_lines(tmp_path):
+    # was: the best band (time to progress) drawn above SparseLoCo's own line (its raw time), DiLoCo's line
+    # under it at low RTT, and a caption naming time per epoch while the metric was total time
+    pytest.importorskip("matplotlib")
+    from geosim.report.plots import lower_envelope, ranked_value
+    from geosim.studies.sweep.store import read_best, read_rows
+
+    out = tmp_path / "sweep"
+    code, text, err = run_cli(["sweep", "--scenario", "gat-amst", "--rtt-ms", "1,8,50", "--technique",
+                               "data,pipeshard,diloco,sparseloco", "--sweep-dir", str(out), "--workers", "1",
+                               "--quiet"])
+    assert code == 0, err
+    assert "time per epoch" not in text  # the metric is total time: the summary says so where it names one
+    rows = [r for r in read_rows(out) if r["status"] == "ok" and r["hosts"] == "all"]
+    [doc] = read_best(out)
+    for best in doc["rows"]:  # the planner's best is at or under every line at its RTT, on the same measure
+        lines = [ranked_value(r, "total_time_s") for r in rows if r["point"]["rtt_ms"] == best["rtt_ms"]]
+        assert lines and best["total_time_s"] <= min(lines) * SAME_TIME
+    # the band drawn is the lower envelope: never above a line, and a line under the planner's point wins
+    lines = {"sparseloco": [(1.0, 2.0), (8.0, 3.0)], "diloco": [(1.0, 1.5)]}
+    envelope = lower_envelope(lines, [(1.0, 1.8, "SparseLoCo on vm1+vm2"), (8.0, 2.5, "Data on vm1")])
+    assert envelope == [(1.0, 1.5, "DiLoCo on all VMs"), (8.0, 2.5, "Data on vm1")]
+    assert ranked_value({"total_time_s": 10.0, "time_to_progress_s": 12.0}, "total_time_s") == 12.0
+    assert ranked_value({"time_per_epoch_s": 3.0, "time_to_progress_s": 12.0}, "time_per_epoch_s") == 3.0
+    code, _, err = run_cli(["report", "--sweep-dir", str(out)])
+    assert code == 0, err
