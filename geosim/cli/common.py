@@ -216,6 +216,15 @@ def check_layout_plannable(case, techniques, layout: dict | None, max_gpus: int 
                               source=on_all.source)
 
 
+def layout_choices(args, layout: dict | None) -> dict:
+    """The planner's choices for a layout asked (predict, plan and select alike): the layout, and where
+    --microbatches is given with it, that count too (the configuration asked, Megatron-LM's t, p, d and
+    its microbatches); without --microbatches the planner picks the count."""
+    if not layout:
+        return {}
+    return {"layout": layout, "fixed_microbatches": bool(getattr(args, "microbatches", None))}
+
+
 def refuse_layout(args, why: str) -> None:
     """A command (or a mode of one) that cannot honour a layout flag given: one line saying why."""
     layout = layout_arguments(args)

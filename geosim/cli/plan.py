@@ -10,7 +10,7 @@ from geosim.cli.common import (Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_
                                add_workload_arguments, check_layout_plannable, check_layout_techniques, fmt_duration,
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
                                refuse_layout, scenario_names, add_progress_arguments, check_progress_arguments,
-                               refuse_progress, same_progress, workload_note)
+                               refuse_progress, same_progress, workload_note, layout_choices)
 from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
 from geosim.records import read_records
@@ -80,7 +80,7 @@ def run(args) -> int:
         refuse_layout(args, "--records ranks the measured runs as they ran; a layout applies to predicted options")
         refuse_progress(args, "--records ranks the measured runs on their own times; a training progress to rank "
                               "on applies to predicted options")
-    choices = {**choices, "layout": layout}
+    choices = {**choices, "layout": layout, **layout_choices(args, layout)}
     params = load_params_arg(args)
     for extension in plan_extensions():
         if extension.wanted(args):

@@ -15,7 +15,7 @@ import sys
 from geosim.case import Case
 from geosim.cli.common import (Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
                                layout_arguments, technique_options, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
-                               ESTIMATE_NOTE, add_progress_arguments, check_progress_arguments, same_progress, workload_note,
+                               ESTIMATE_NOTE, add_progress_arguments, layout_choices, check_progress_arguments, same_progress, workload_note,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
                                scenario_names)
 from geosim.errors import GeosimError
@@ -95,7 +95,7 @@ def _run(args) -> int:
         progress = same_progress(args, params, model)
         bar = Progress(f"{cluster.name}: planning")
         try:
-            plan = make_plan(case, keep=2, choices={"layout": layout} if layout else None, techniques=techniques,
+            plan = make_plan(case, keep=2, choices=layout_choices(args, layout) or None, techniques=techniques,
                              same_progress=progress, progress=bar,
                              asked=asked_candidates(case, techniques, host_sets, layout))
         finally:

@@ -13,7 +13,7 @@ from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, 
                                check_layout_plannable, check_layout_techniques, chosen_techniques, layout_arguments,
                                load_case, load_params_arg, print_json, refuse_layout, scenario_names,
                                add_progress_arguments, check_progress_arguments, refuse_progress, same_progress,
-                               workload_note)
+                               workload_note, layout_choices)
 from geosim.cli.plan import print_answer_vs_rtt
 from geosim.cli.predict import describe_cluster
 from geosim.errors import GeosimError
@@ -99,7 +99,7 @@ def run(args) -> int:
                             "the predicted ranking (Algorithm 1's probes are its own configurations)")
         refuse_progress(args, "the verdict on live or measured probes ranks no predicted options; a training "
                               "progress to rank on applies to the predicted ranking")
-    choices = {"layout": layout} if layout else None
+    choices = layout_choices(args, layout) or None
     params = load_params_arg(args)
     docs = []
     for name in scenario_names(args):

@@ -82,9 +82,13 @@ def candidates(case: Case, max_gpus: int | None = None, choices: dict | None = N
     plan_variants(); `choices` go to it as keyword arguments (e.g. intra_stages), and so does
     `exhaustive` (every variant, or the structured few) where it takes one."""
     every = is_exhaustive(case, exhaustive)
+    # a layout asked with its microbatch count (--microbatches given): that configuration, on each set of hosts
+    fixed = (choices or {}).get("fixed_microbatches")
     for technique, hosts in shapes(case, max_gpus, techniques, every):
         for changes, options in plan_variants(technique, case, hosts,
                                               **_choices_for(technique, {**(choices or {}), "exhaustive": every})):
+            if fixed and changes.get("microbatches", case.workload.microbatches) != case.workload.microbatches:
+                continue
             yield technique, hosts, changes, options
 
 
