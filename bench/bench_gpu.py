@@ -1,13 +1,26 @@
-"""Device check: live's step on this machine's GPU, predicted against measured (issue 33).
+"""Device check: both runtimes on this machine's GPU, predicted against measured (issues 33, 41).
 
     python bench/bench_gpu.py [--cases MODEL:BATCH:PRECISION,...] [--steps 20] [--out-dir docs/results/data]
+                              [--parts torch,jax-steps,jax-attention] [--quick]
 
-Runs live's training step (technique data, one device, generated data, bytes tokenizer: nothing is
-fetched) on each case, times three plain GEMMs, writes the run records to
-OUT-DIR/DATE-gpu-<device>.jsonl, then prints geosim's prediction of each record beside what was
-measured (time per step, TFLOP/s, peak memory) with the shipped parameters, and the generation's
-constants fitted on these runs (python -m geosim.live.experiments.device_compute). The default
-cases take about 4 minutes on an H200 (compiles included); the check is sized for 8.
+The one command for a lent H100/H200 (about 7 minutes; run from the repository root, torch installed there):
+
+    timeout 560 python bench/bench_gpu.py
+
+In one call, three parts, the PyTorch one first in its own process (jax preallocates 75% of the GPU):
+- torch: bench/torch_kernels.py: GEMM sweeps, attention sweeps over S 1k-32k and head dimension 64/128,
+  fused (SDPA, flash backend) and unfused (score matrices written), and a PyTorch GPT block step, as
+  kernel records in OUT-DIR/DATE-kernels-<device>.jsonl. Where torch is missing it says so and is skipped.
+- jax-steps: live's training step (technique data, one device, generated data, bytes tokenizer: nothing
+  is fetched) on each case and three plain GEMMs; run records in OUT-DIR/DATE-gpu-<device>.jsonl, then
+  geosim's prediction of each beside what was measured (time per step, TFLOP/s, peak memory) with the
+  shipped parameters, and the generation's constants fitted on these runs
+  (python -m geosim.live.experiments.device_compute). About 4 minutes on an H200 (compiles included).
+- jax-attention: jax.nn.dot_product_attention, cudnn (fused) and xla (unfused), over the same sweep,
+  appended to the kernel records.
+Then the kernel records are read back and the fused-attention curve refitted per generation, the unfused
+records set beside geosim's unfused kernels (python -m geosim.live.experiments.attention_kernels --records
+FILE; add --write to put the curve in geosim/data/attention-kernels.toml).
 """
 
 from __future__ import annotations
@@ -15,11 +28,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PARTS = ("torch", "jax-steps", "jax-attention")
 DEFAULT_CASES = "gpt2:8:bf16,gpt2-medium:4:bf16,gpt2-medium:8:bf16,gpt2-large:8:bf16,gpt2-medium:8:fp32"
 
 
@@ -28,13 +43,25 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=DEFAULT_CASES, help="MODEL:BATCH:PRECISION,... (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=20, help="steps a case (default: %(default)s)")
     ap.add_argument("--out-dir", default=str(ROOT / "docs/results/data"), help="where the records go")
+    ap.add_argument("--parts", default=",".join(PARTS), help="which parts to run (default: %(default)s)")
+    ap.add_argument("--quick", action="store_true", help="fewer sizes in the sweeps (a smoke test)")
     args = ap.parse_args(argv)
+    parts = set(args.parts.split(","))
+    if not parts <= set(PARTS):
+        print(f"bench_gpu: --parts: each must be one of {', '.join(PARTS)}, got {args.parts!r}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    today = datetime.date.today().isoformat()
+    kernels_out = None
+    if "torch" in parts:  # first, in its own process: jax would hold 75% of the GPU's memory
+        pending = Path(args.out_dir) / f"{today}-kernels-pending.jsonl"
+        pending.unlink(missing_ok=True)
+        cmd = [sys.executable, str(ROOT / "bench" / "torch_kernels.py"), "--out", str(pending)] + (["--quick"] if args.quick else [])
+        done = subprocess.run(cmd, timeout=300)
+        kernels_out = pending if done.returncode == 0 and pending.exists() else None
+        if done.returncode not in (0, 3):
+            print(f"bench_gpu: the PyTorch part failed (exit {done.returncode}); going on with jax", file=sys.stderr)
     import jax
-
-    from geosim.calibrate.cases import load_cases
-    from geosim.calibrate.check import check, summary
-    from geosim.live.experiments import device_compute
-    from geosim.params import default_params
 
     device = jax.devices()[0]
     if device.platform != "gpu":
@@ -42,9 +69,40 @@ def main(argv=None) -> int:
               "(geosim/data/gpu-h200-2026-11-26.jsonl: python -m geosim.live.experiments.device_compute --records h200-2026-11-26)", file=sys.stderr)
         return 2
     slug = re.sub(r"[^a-z0-9]+", "-", device.device_kind.lower()).strip("-")
-    out = Path(args.out_dir) / f"{datetime.date.today().isoformat()}-gpu-{slug}.jsonl"
-    started = time.perf_counter()
+    out = Path(args.out_dir) / f"{today}-gpu-{slug}.jsonl"
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    kernels_file = Path(args.out_dir) / f"{today}-kernels-{slug}.jsonl"
+    from geosim.fileio import append_lines
+
+    if kernels_out is not None:
+        append_lines(kernels_file, kernels_out.read_text().splitlines())
+        kernels_out.unlink()
+    if "jax-attention" in parts:
+        import json
+
+        from geosim.live.experiments import attention_kernels
+
+        sweep = attention_kernels.parse_sweep("1024:64,16384:64,1024:128,16384:128" if args.quick
+                                              else attention_kernels.DEFAULT_SWEEP)
+        append_lines(kernels_file, [json.dumps(r) for r in attention_kernels.measure_jax(sweep, log=log)])
+    if "jax-steps" in parts:
+        steps_part(args, device, out, log, started)
+    if kernels_file.exists():
+        from geosim.live.experiments import attention_kernels
+
+        print(f"kernel records in {kernels_file.name}:")
+        attention_kernels.main(["--records", str(kernels_file)])
+    print(f"bench_gpu: {time.perf_counter() - started:.0f} s in all")
+    return 0
+
+
+def steps_part(args, device, out, log, started) -> None:
+    """live's JAX step on each case and three GEMMs: predicted against measured, the generation's constants fitted."""
+    from geosim.calibrate.cases import load_cases
+    from geosim.calibrate.check import check, summary
+    from geosim.live.experiments import device_compute
+    from geosim.params import default_params
+
     device_compute.measure_steps(device_compute.parse_list(args.cases, 3, "--cases"), args.steps, str(out), log)
     gemms = device_compute.time_gemms(device_compute.parse_list(device_compute.DEFAULT_GEMMS, 4, "--gemms"))
     cases = load_cases(out)
@@ -67,7 +125,6 @@ def main(argv=None) -> int:
     fitted = device_compute.fit(cases, gemms, default_params(), gpu.architecture, gpu)
     print(f"  fitted on these runs ({gpu.architecture}): gemm_fraction {fitted['gemm_fraction']:.3f}, memory_fraction "
           f"{fitted['memory_fraction']:.3f}, gemm_half_us {fitted['gemm_half_us']:.1f}; rms log error {fitted['rms_log_error']:.3f}")
-    return 0
 
 
 if __name__ == "__main__":

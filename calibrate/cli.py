@@ -22,10 +22,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from geosim.calibrate import OVERHEAD_KINDS
-from geosim.cli.common import add_layout_arguments
+from geosim.cli.common import LAYOUT_BOUNDS, WORKLOAD_BOUNDS, add_layout_arguments
 from geosim.cli.vocabulary import add_renamed, deprecate
 from geosim.errors import GeosimError, require
 from geosim.studies.reference import study_records
+from geosim.validate import count
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-console", "alpa-log", "live")
@@ -38,6 +39,15 @@ CROSSVAL_ALSO = "transport.p2p_handshake_rtts"  # a pipeline stage's send: Alpa'
 CROSSVAL_OVERHEAD = "shared"
 OVERHEAD_HELP = ("per-iteration overhead fitted per technique, once for all techniques (shared), or not at all "
                  "(none: the parameters file's values)")
+
+# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+FLAG_BOUNDS = {
+    "calibrate import": {"--global-batch": WORKLOAD_BOUNDS["--global-batch"],
+                         "--microbatches": WORKLOAD_BOUNDS["--microbatches"], **LAYOUT_BOUNDS},
+    "calibrate fit": {"--max-evaluations": count(10_000, "least-squares iterations; 25-40 converge")},
+    "calibrate crossval": {"--workers": count(1024, "parallel fits"),
+                           "--max-evaluations": count(10_000, "least-squares iterations; 25-40 converge")},
+}
 
 
 def add_arguments(parser) -> None:

@@ -101,9 +101,10 @@ class Table:
         return 1.0 if self.choices else UNIT_SCALE[self.unit]
 
 
-# A TCP connection's bounds, declared once: the [transport] parameters (geosim/sim/network/tcp.py), a
-# scenario's links (geosim.scenario.LINK_RANGES), the sweep's and the command line's link flags and a
-# runtime's `streams` all read these. A window beyond TCP's 1 GiB (RFC 7323) still parses: a fit may
+# A TCP connection's bounds, declared once: the TCP model's [transport] parameters (geosim/sim/network/tcp.py),
+# a runtime's `streams` (RUNTIME_NUMBERS below) and a scenario's links (geosim.scenario.LINK_RANGES) read them;
+# the command line's link flags (geosim/cli/common.py) and the sweep's link axes (geosim/studies/sweep/run.py)
+# check against LINK_RANGES, so against these. A window beyond TCP's 1 GiB (RFC 7323) still parses: a fit may
 # stand in several sockets' windows for one (streams x window is what a flow moves).
 TCP_WINDOW_MIB_RANGE = (1e-3, 1e5)  # MiB of one socket's window
 TCP_STREAMS_RANGE = (1, 1024)  # sockets per connection
@@ -320,6 +321,11 @@ RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
     RuntimeKey(("overlap_backward",), "data parallelism reduces gradient buckets while the backward runs",
                "Data's schedule: the last microbatch's backward in bucket-sized pieces, each bucket reduced by "
                "non-blocking sends (techniques/data.py)"),
+    RuntimeKey(("tp_comm_overlap",), "tensor parallelism's collectives run under the GEMMs around them (Megatron-LM's "
+               "--tp-comm-overlap with sequence parallelism: Transformer Engine's userbuffers)",
+               "Shard's layers: each all-reduce as an all-gather before a part's GEMMs and a reduce-scatter after "
+               "them, ring exchanges of non-blocking sends, the part's compute in 2p chunks, each chunk's transfer "
+               "under the next chunk's GEMM (techniques/shard.py)"),
     RuntimeKey(("gradient_buckets",), "`\"combiner\"` (XLA's, `[xla] combine_mib`), `\"whole\"` (one flat buffer) or a "
                "bucket size in MiB", "how many collectives a gradient takes"),
     RuntimeKey(("device_compute",), "the op-level compute model's constants on a device whose speed this runtime was "
@@ -348,7 +354,9 @@ RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
     RuntimeKey(("fused_attention",), "attention is one fused kernel that never writes the S x S scores (flash "
                "attention, PyTorch's SDPA); absent: false", "no softmax passes over the scores, half the causal "
                "products, the scores recomputed in the backward; no scores kept in memory"),
-    RuntimeKey(("memory_layout",), "`\"alpa\"` (TrainState: 16-bit weights, an fp32 master copy, a workspace) or "
+    RuntimeKey(("memory_layout",), "`\"alpa\"` (TrainState: 16-bit weights, an fp32 master copy, a workspace), "
+               "`\"alpa-0.2.3\"` (that, plus the buffers Alpa 0.2.3's code allocates: apply_grad's divided "
+               "gradients, a pipeline stage's JAX residual list and received inputs) or "
                "`\"jax\"` (live's step: fp32 weights, as XLA assigns its buffers); absent: `\"alpa\"`",
                "every technique's memory: Alpa's layout, or the technique's `jax_placement()` through `live_step`"),
     RuntimeKey(("fitted_devices",), "GPUs (catalog names) whose speed under this runtime is what the parameters "

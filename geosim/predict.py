@@ -21,6 +21,7 @@ from geosim.cost import schedule_work, too_costly
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
+from geosim.sim.network.tcp import window_limits
 from geosim.errors import GeosimError
 from geosim.case import Case
 from geosim.runtime import runtime_of
@@ -87,6 +88,8 @@ class Prediction:
     bytes_per_iteration: float | None = None
     activation_compression: float = 1.0  # the schedule's: < 1 when pipeline stages send compressed activations
     measured: dict | None = None
+    # socket links whose TCP window, not their line, limits the flows, each with the setting to change
+    window_limited: list[dict] = field(default_factory=list)
     simulated_events: int = 0
     wall_s: float = 0.0
 
@@ -288,5 +291,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     result.run_breakdown = run_breakdown
     result.bytes_per_iteration = real.bytes_sent / simulated_iterations / k
     result.simulated_events = real.events + ideal.events
+    if case.network in ("tcp", "fabric"):
+        result.window_limited = [asdict(w) | {"note": w.describe()} for w in window_limits(used, params)]
     result.wall_s = time.perf_counter() - started
     return result

@@ -42,6 +42,9 @@ class Runtime:
     collective_launch_s: float = RUNTIME_BY_KEY["collective_launch_s"].absent
     startup_s: float | None = RUNTIME_BY_KEY["startup_s"].absent  # None: [overhead.startup_s][technique]
     overlap_backward: bool = False
+    # tensor parallelism's collectives under the GEMMs around them (Megatron-LM's --tp-comm-overlap): Shard's
+    # layers as ring exchanges of non-blocking sends between GEMM chunks (techniques/shard.py)
+    tp_comm_overlap: bool = False
     gradient_buckets: str | float = "combiner"  # "combiner" | "whole" | bucket size in MiB
     kernel_s: float | None = RUNTIME_BY_KEY["kernel_us"].absent  # None: the parameters file's compute.kernel_us
     # round trips each step of a collective waits besides its bytes (the collective library's own
@@ -149,6 +152,8 @@ def runtime_differences(runtime: Runtime, params: Params) -> list[str]:
         said.append(f"the gradient reduced in {runtime.gradient_buckets:g} MiB buckets")
     if runtime.overlap_backward:
         said.append("gradient collectives overlap the backward")
+    if runtime.tp_comm_overlap:
+        said.append("tensor parallelism's collectives overlap its GEMMs")
     if runtime.kernel_s is not None and runtime.kernel_s != params.kernel_s:
         said.append(f"{runtime.kernel_s * 1e6:g} us of launch gap a kernel (the parameters' {params.kernel_s * 1e6:g})")
     if runtime.startup_s is not None:
@@ -166,8 +171,8 @@ COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipesh
                     "pipeshard_step_collectives")
 COLLECTIVE_OPS = ("allreduce", "all_gather", "reduce_scatter")
 KEYS = {*RUNTIME_BY_KEY, *(key for declared in RUNTIME_OTHER_KEYS for key in declared.keys)}
-FLAGS = ("overlap_backward", "pipeshard_sends_every_tick", "tf32_matmul", "fused_attention")
-MEMORY_LAYOUTS = ("alpa", "jax")
+FLAGS = ("overlap_backward", "pipeshard_sends_every_tick", "tf32_matmul", "fused_attention", "tp_comm_overlap")
+MEMORY_LAYOUTS = ("alpa", "alpa-0.2.3", "jax")
 _SHIPPED: dict[str, Runtime] = {}
 
 

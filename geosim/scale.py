@@ -5,7 +5,9 @@ A generated scenario is named by a string, "scale:SITESxVMSxGPUS[:GPU[:nvlink]]"
 dict and every worker rebuilds the same cluster from its name.
 
 Topology: every pair of sites is joined by one WAN link (a full mesh, as FABRIC's
-L2STS services give); VMs of a site share the site's LAN (params.lan_*).
+L2STS services give; TCP sockets). VMs of a site share the site's LAN (params.lan_*), over TCP;
+NVLink hosts (":nvlink") are datacenter hosts: they reach each other inside a site over RDMA, a
+NIC per GPU at DEFAULT_RDMA_NIC_GBPS.
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ import re
 from geosim.errors import GeosimError
 from geosim.scenario import Scenario, gpu_catalog, load_scenario
 from geosim.units import gbps_to_bps, ms_to_s
-from geosim.specs import Cluster, Host, Link
+from geosim.specs import Cluster, Host, Link, Workload
 
 PREFIX = "scale:"
 DEFAULT_GPU = "A30"
 DEFAULT_RTT_MS = 20.0
 DEFAULT_BANDWIDTH_GBPS = 10.0
+# a datacenter host's rail: a 200 Gbit/s InfiniBand NIC per GPU (HDR, NVIDIA's DGX A100 reference design:
+# 8 ConnectX-6 for 8 GPUs; Azure's ND A100 v4 gives each GPU "its own dedicated 200 GB/s [sic: Gbit/s] HDR
+# InfiniBand connection", learn.microsoft.com nda100-v4-series)
+DEFAULT_RDMA_NIC_GBPS = 200.0
 MAX_GPUS = 65_536  # a sanity bound: the engine simulates every rank
 _NAME = re.compile(r"^scale:(\d+)x(\d+)x(\d+)(?::([A-Za-z0-9_.-]+))?(?::(pcie|nvlink))?$")
 
@@ -49,7 +55,10 @@ def make_cluster(sites: int, vms_per_site: int, gpus_per_vm: int, gpu: str = DEF
     if gpu not in catalog:
         raise GeosimError(f"unknown GPU {gpu!r} (known: {', '.join(catalog)})", key="gpu")
     card = catalog[gpu]
-    hosts = tuple(Host(f"s{s}v{v}", f"site{s}", (card,) * gpus_per_vm, intra_host)
+    datacenter = intra_host == "nvlink"  # NVLink hosts talk RDMA inside their site, a NIC per GPU
+    hosts = tuple(Host(f"s{s}v{v}", f"site{s}", (card,) * gpus_per_vm, intra_host,
+                       "per-gpu" if datacenter else "shared", "rdma" if datacenter else "tcp",
+                       gbps_to_bps(DEFAULT_RDMA_NIC_GBPS) if datacenter else None)
                   for s in range(sites) for v in range(vms_per_site))
     links = tuple(Link(f"site{a}", f"site{b}", ms_to_s(rtt_ms), gbps_to_bps(bandwidth_gbps))
                   for a in range(sites) for b in range(a + 1, sites))
@@ -59,7 +68,8 @@ def make_cluster(sites: int, vms_per_site: int, gpus_per_vm: int, gpu: str = DEF
                    source=name or "<generated>")
 
 
-def default_workload(sites: int, vms_per_site: int, gpus_per_vm: int, microbatches: int = 4) -> dict:
+def default_workload(sites: int, vms_per_site: int, gpus_per_vm: int,
+                     microbatches: int = Workload.microbatches) -> dict:
     """One sequence per GPU per microbatch: the smallest batch that every technique can
     split (data parallelism needs each microbatch divisible over all GPUs)."""
     return {"global_batch": sites * vms_per_site * gpus_per_vm * microbatches, "microbatches": microbatches}

@@ -20,7 +20,7 @@ from geosim import plausibility
 from geosim.errors import GeosimError, toml_key_line
 from geosim.input_limits import TOML_MAX_BYTES, check_file_size, loads_toml
 from geosim.parameters import STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE
-from geosim.specs import GPU, Cluster, Host, Link, Model, Shaper, Workload
+from geosim.specs import GPU, TRANSPORTS, Cluster, Host, Link, Model, Shaper, Workload
 from geosim.runtime import check_runtime_name
 from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
 from geosim.sites import estimate_rtt_ms, find_site
@@ -29,6 +29,9 @@ from geosim.validate import check_number, regular_input  # noqa: F401 (the one n
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
 PRECISIONS = ("fp16", "bf16", "fp32")
 NIC_KINDS = ("shared", "per-gpu")
+# a [[hosts]] entry's keys: transport names how it reaches its site's other hosts (tcp or rdma), nic_gbps
+# each NIC's rate, tcp_window_mib the TCP window its sockets open (Linux: tcp_rmem's maximum, half advertised)
+HOST_KEYS = {"name", "site", "gpus", "intra_host", "nic", "count", "transport", "nic_gbps", "tcp_window_mib"}
 
 # (lowest, highest) of every number a scenario may hold; a lowest of 0 on a "> 0" value is exclusive
 # (a link's window, streams and step_rtts override the [transport] parameters': one bound for both)
@@ -38,7 +41,7 @@ LINK_RANGES = {"rtt_ms": (0.0, 1e5), "bandwidth_gbps": (1e-6, 1e5), "window_mib"
 GPU_RANGES = {"memory_gib": (1e-3, 1e5), "memory_bandwidth_gbs": (1e-3, 1e7), "fp32_tflops": (1e-3, 1e7),
               "fp16_tensor_tflops": (1e-3, 1e7), "bf16_tensor_tflops": (1e-3, 1e7), "tf32_tensor_tflops": (1e-3, 1e7),
               "pcie_gen": (1, 9),
-              "tdp_w": (1.0, 1e5)}
+              "tdp_w": (1.0, 1e5), "nvlink_gbs": (1e-3, 1e6)}
 MODEL_RANGES = {"n_layer": (1, 1024), "n_embd": (1, 65536), "n_head": (1, 1024), "vocab": (1, 10_000_000),
                 "n_ctx": (1, 1_000_000)}
 WORKLOAD_RANGES = {"tokens_per_epoch": (1, 10**13), "seq_len": (1, 1_000_000), "global_batch": (1, 10_000_000),
@@ -120,7 +123,7 @@ CPU_DEVICE_PREFIX = "CPU share"
 def _gpu_from_table(name: str, table, source: str, prefix: str) -> GPU:
     table = _table(table, source, prefix.rstrip("."))
     numeric = set(GPU_RANGES)
-    optional = {"bf16_tensor_tflops", "tf32_tensor_tflops", "tdp_w"}
+    optional = {"bf16_tensor_tflops", "tf32_tensor_tflops", "tdp_w", "nvlink_gbs"}
     _only_keys(table, numeric | {"name", "architecture", "source"}, numeric - optional, source, prefix)
     values = {k: check_number(v, source, prefix + k, *GPU_RANGES[k], integer=k == "pcie_gen")
               for k, v in table.items() if k in numeric}
@@ -352,8 +355,7 @@ def _expanded_hosts(value, source: str):
     for i, table in enumerate(value):
         prefix = f"hosts[{i}]."
         table = _table(table, source, f"hosts[{i}]")
-        _only_keys(table, {"name", "site", "gpus", "intra_host", "nic", "count"}, {"name", "site", "gpus"}, source,
-                   prefix)
+        _only_keys(table, HOST_KEYS, {"name", "site", "gpus"}, source, prefix)
         name = _string(table["name"], source, prefix + "name")
         names = [name]
         if "count" in table:
@@ -407,7 +409,16 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
         nic = table.get("nic", "shared")
         if nic not in NIC_KINDS:
             raise GeosimError(f"must be {' or '.join(NIC_KINDS)}, got {_short(nic)}", source=source, key=prefix + "nic")
-        hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic))
+        transport = table.get("transport", "tcp")
+        if transport not in TRANSPORTS:
+            raise GeosimError(f"must be {' or '.join(TRANSPORTS)}, got {_short(transport)}", source=source,
+                              key=prefix + "transport")
+        nic_gbps = (check_number(table["nic_gbps"], source, prefix + "nic_gbps", *LINK_RANGES["bandwidth_gbps"])
+                    if "nic_gbps" in table else None)
+        window = (check_number(table["tcp_window_mib"], source, prefix + "tcp_window_mib", *LINK_RANGES["window_mib"])
+                  if "tcp_window_mib" in table else None)
+        hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic, transport,
+                          None if nic_gbps is None else gbps_to_bps(nic_gbps), None if window is None else window * MIB))
         seen.add(name)
         entry_of.append(i)
     total = sum(len(h.gpus) for h in hosts)
@@ -432,7 +443,7 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
         prefix = f"links[{i}]."
         table = _table(table, source, f"links[{i}]")
         _only_keys(table, {"between", "rtt_ms", "bandwidth_gbps", "window_mib", "streams", "step_rtts", "service",
-                           "shaper", "loss", "competing_flows", "bandwidth_samples"},
+                           "shaper", "loss", "competing_flows", "bandwidth_samples", "transport"},
                    {"between", "bandwidth_gbps"}, source, prefix)
         ends = table["between"]
         if (not isinstance(ends, list) or len(ends) != 2 or not all(isinstance(e, str) for e in ends)
@@ -467,8 +478,17 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
             loss=number.get("loss", 0.0), competing_flows=number.get("competing_flows", 0.0),
             bandwidth_samples=_bandwidth_samples(table["bandwidth_samples"], source, prefix + "bandwidth_samples")
             if "bandwidth_samples" in table else (),
+            transport=_transport(table, source, prefix),
         ))
     return links
+
+
+def _transport(table: dict, source: str, prefix: str) -> str:
+    transport = table.get("transport", "tcp")
+    if transport not in TRANSPORTS:
+        raise GeosimError(f"must be {' or '.join(TRANSPORTS)}, got {_short(transport)}", source=source,
+                          key=prefix + "transport")
+    return transport
 
 
 MAX_BANDWIDTH_SAMPLES = 100_000  # a day of one-second samples is far fewer; a draw picks one

@@ -30,6 +30,9 @@ class GPU:
     # the least tensor TFLOP/s per watt of its generation's cards in the catalog (geosim.scenario sets it):
     # what a power-dense card of that generation sustains per watt of tdp_w; None: no cap
     generation_tflops_per_watt: float | None = None
+    # NVLink's line rate per direction, GB/s (a datasheet's bidirectional figure halved); None: no NVLink
+    # (the card's hosts reach each other over PCIe, or the parameters' host.nvlink_gbps where a host says nvlink)
+    nvlink_gbs: float | None = None
 
     def peak_tflops(self, precision: str, tf32: bool = False) -> float:
         """The datasheet peak a matmul of this precision runs at; fp32 on TF32 tensor cores where the
@@ -39,6 +42,9 @@ class GPU:
         if precision == "bf16":
             return self.bf16_tensor_tflops or self.fp32_tflops
         return self.fp16_tensor_tflops
+
+
+TRANSPORTS = ("tcp", "rdma")  # what carries a host's or a link's traffic between hosts (geosim/sim/network/)
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,13 @@ class Host:
     # "shared": the host's GPUs share its network links; "per-gpu": each GPU has its own NIC and
     # its own lane of every link leaving or entering the host (GPU clusters with a NIC per GPU)
     nic: str = "shared"
+    # how the host reaches the other hosts of its site: "tcp" (sockets: FABRIC's VMs, Ethernet without
+    # RDMA) or "rdma" (InfiniBand or RoCE: NCCL's IB transport, no socket, no TCP window)
+    transport: str = "tcp"
+    nic_bps: float | None = None  # each NIC's rate, bit/s (a rail); None: the parameters' host.lan_bandwidth_gbps
+    # the hosts' TCP window (Linux autotunes up to tcp_rmem's maximum, half of it advertised); None: the
+    # parameters' transport.window_mib (FABRIC's fitted figure, the study's slices')
+    tcp_window_bytes: float | None = None
 
 
 # Bytes a TCP segment carries on a link of this MTU, and what it costs on the wire: 20 B of IPv4,
@@ -106,6 +119,7 @@ class Link:
     # a path whose rate varies (an iperf profile, a provider's measurements): samples of its bandwidth in bit/s.
     # A prediction uses bandwidth_bps; `--draws` draws one sample per link per draw (geosim.studies.uncertainty)
     bandwidth_samples: tuple[float, ...] = ()
+    transport: str = "tcp"  # "tcp" (sockets: WAN paths) or "rdma" (an InfiniBand or RoCE link inside a datacenter)
 
     @property
     def one_way_s(self) -> float:

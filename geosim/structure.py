@@ -35,11 +35,13 @@ class HostGroup:
 
 
 def host_groups(cluster: Cluster) -> list[HostGroup]:
-    """Interchangeable hosts, grouped by (site, GPUs, intra-host link, NIC), in order of first appearance."""
+    """Interchangeable hosts, grouped by (site, GPUs, intra-host link, NIC) and how they talk (transport, NIC
+    rate, TCP window), in order of first appearance."""
     found: dict[tuple, list[str]] = {}
     for h in cluster.hosts:
-        found.setdefault((h.site, tuple(g.name for g in h.gpus), h.intra_host, h.nic), []).append(h.name)
-    return [HostGroup(*key, tuple(names)) for key, names in found.items()]
+        key = (h.site, tuple(g.name for g in h.gpus), h.intra_host, h.nic, h.transport, h.nic_bps, h.tcp_window_bytes)
+        found.setdefault(key, []).append(h.name)
+    return [HostGroup(*key[:4], tuple(names)) for key, names in found.items()]
 
 
 def sites(cluster: Cluster) -> list[str]:
@@ -169,7 +171,8 @@ def _equivalence(cluster: Cluster, hosts: set[str]):
         return frozenset(hosts)
     kinds: dict[tuple, int] = {}
     for h in chosen:
-        kind = (tuple(g.name for g in h.gpus), h.intra_host, h.nic)
+        kind = (tuple(g.name for g in h.gpus), h.intra_host, h.nic, h.transport, h.nic_bps or 0.0,
+                h.tcp_window_bytes or 0.0)
         kinds[kind] = kinds.get(kind, 0) + 1
     return ("one site", tuple(sorted(kinds.items())))
 

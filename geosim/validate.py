@@ -6,13 +6,13 @@ Numbers arrive from flags (argparse's int() and float() accept a 400-digit integ
 whatever its type and size; a mistake is one line (GeosimError, exit 2), never OverflowError
 from a float conversion or NaN carried into a prediction.
 
-Flags: FLAG_BOUNDS holds the range of every numeric flag of every subcommand, and
-`check_flags` (called by geosim.cli.main after parsing, before a subcommand starts) applies it.
-A numeric flag without an entry is still refused when it is not finite or beyond FALLBACK;
-tests/test_bad_inputs.py checks that every numeric flag has an entry. The bounds and their
-reasons are listed in docs/reference/cli.md ("Bounds on numbers"). Counts that multiply work
-(hosts, draws, devices, steps, GPUs per VM) are bounded here or in geosim/scenario.py
-(MAX_HOSTS, MAX_GPUS_PER_HOST) and the sweep grid (MAX_GRID_POINTS).
+Flags: each command module declares the range of each of its numeric flags beside them, in its
+FLAG_BOUNDS (command path -> flag -> Bound; the workload's and layout's shared flags in
+geosim/cli/common.py, from the scenario's own ranges), and `check_flags` (called by geosim.cli.main
+after parsing, before a subcommand starts) applies the running command's. A numeric flag without an
+entry is still refused when it is not finite or beyond FALLBACK; tests/test_bad_inputs.py checks that
+every numeric flag has an entry. The bounds and their reasons are listed in docs/reference/cli.md
+("Bounds on numbers"). This module holds the mechanism only.
 """
 
 from __future__ import annotations
@@ -83,107 +83,6 @@ def positive(high: float, why: str) -> Bound:
 # A numeric flag with no entry below: finite, and no larger than this
 FALLBACK = Bound(-1e15, 1e15, why="no flag may be NaN, infinite or beyond 1e15")
 
-MAX_DRAWS = 10_000
-MAX_CPU_DEVICES = 512
-MAX_GPUS_PER_VM = 16
-MAX_STEPS = 10_000_000
-DAY_S = 86_400.0
-
-_WORKLOAD = {  # as a scenario's [workload] (geosim/scenario.py WORKLOAD_RANGES)
-    "--epochs": count(1_000_000, "a scenario's workload.epochs range"),
-    "--global-batch": count(10_000_000, "a scenario's workload.global_batch range"),
-    "--microbatches": count(4096, "a scenario's workload.microbatches range"),
-    "--tokens-per-epoch": count(10**13, "a scenario's workload.tokens_per_epoch range"),
-    "--seq-len": count(1_000_000, "a scenario's workload.seq_len range"),
-    "--rtt-ms": Bound(0.0, 1e5, why="a scenario link's rtt_ms range"),
-    "--bandwidth-gbps": Bound(1e-6, 1e5, why="a scenario link's bandwidth_gbps range"),
-}
-_LAYOUT = {"--tensor-parallel": count(1024, "GPUs of a tensor-parallel group inside a host"),
-           "--pipeline-parallel": count(4096, "pipeline stages: at most one per layer"),
-           "--data-parallel": count(65_536, "replicas of a stage: at most a cluster's GPUs"),
-           "--virtual-stages": count(4096, "chunks of layers per stage: at most one layer each")}
-_DRAWS = {"--draws": count(MAX_DRAWS, "each draw repeats every prediction: 10,000 gives percentiles to 0.1%")}
-_DELTA = {"--delta": Bound(0.0, 10.0, why="a relative TFLOP/s gap; 10 = 1,000%")}
-
-# command path (the subcommand names, space-separated) -> flag -> bound
-FLAG_BOUNDS: dict[str, dict[str, Bound]] = {
-    "predict": {**_WORKLOAD, **_DRAWS, **_LAYOUT},
-    "select": {**_WORKLOAD, **_DRAWS, **_DELTA, **_LAYOUT,
-               "--probe-epochs": count(1_000_000, "as --epochs"),
-               "--steps": count(MAX_STEPS, "as live run --steps"),
-               "--gpus-per-host": count(MAX_CPU_DEVICES, "CPU devices standing for a host's GPUs, as live run "
-                                                         "--gpus-per-host")},
-    "plan": {**_WORKLOAD, **_DRAWS, **_DELTA, **_LAYOUT,
-             "--max-gpus": count(1_000_000, "a filter: any bound above the slice's GPUs is the same"),
-             "--top": count(1_000_000, "options to print"),
-             "--host-count": count(64, "with --sites: slices are ranked over site pairs; 64 VMs is past any FABRIC slice"),
-             "--gpus-per-host": count(MAX_GPUS_PER_VM, "no cloud VM or FABRIC node has more than 8-16 GPUs")},
-    "trace": {**_WORKLOAD, **_LAYOUT, "--iterations": count(100, "each iteration adds every op as a trace event")},
-    "sweep": {"--workers": count(1024, "worker processes on one machine"), **_LAYOUT},
-    "calibrate import": {"--global-batch": _WORKLOAD["--global-batch"], "--microbatches": _WORKLOAD["--microbatches"],
-                         **_LAYOUT},
-    "calibrate fit": {"--max-evaluations": count(10_000, "least-squares iterations; 25-40 converge")},
-    "calibrate crossval": {"--workers": count(1024, "parallel fits"),
-                           "--max-evaluations": count(10_000, "least-squares iterations; 25-40 converge")},
-    "live run": {
-        "--steps": count(MAX_STEPS, "training steps; 10 million steps is weeks of a real run"),
-        "--epochs": count(100_000, "passes over the data set"),
-        "--global-batch": count(1_000_000, "sequences per step"),
-        "--microbatches": count(4096, "as a scenario's workload.microbatches"),
-        "--pipeline-parallel": count(1024, "pipeline stages: at most one per layer"),
-        "--seq-len": count(1_000_000, "as a scenario's workload.seq_len"),
-        "--seed": Bound(0, 2**32 - 1, integer=True, why="JAX and numpy seeds are 32-bit"),
-        "--lr": positive(10.0, "an AdamW learning rate; above 10 diverges at once"),
-        "--warmup": Bound(0, MAX_STEPS, integer=True, why="steps excluded from timing; fewer than --steps"),
-        "--log-every": count(MAX_STEPS, "a progress line every N steps"),
-        "--memory-limit-gib": positive(1e5, "per-device memory, as a GPU's memory_gib"),
-        "--gpus-per-host": count(MAX_CPU_DEVICES, "virtual CPU devices share this machine's cores; 512 is past "
-                                                  "any real CPU"),
-        "--host-count": count(4096, "Ray nodes to use"),
-        "--replicas": count(1024, "low-communication replicas"),
-        "--inner-steps": count(MAX_STEPS, "as --steps"),
-        "--outer-lr": positive(100.0, "the outer SGD learning rate (0.7-1 in the papers)"),
-        "--outer-momentum": Bound(0.0, 0.999, why="Nesterov momentum must stay below 1"),
-        "--topk": positive(1.0, "a fraction of each chunk's values"),
-        "--bits": Bound(1, 32, integer=True, why="bits per value sent (1, 2, 4, 8 or 32; checked by the technique)"),
-        "--loss-curve-window": count(MAX_STEPS, "steps between loss-curve points"),
-        "--num-processes": count(4096, "JAX processes in a hand-started run"),
-        "--process-id": Bound(0, 4095, integer=True, why="this process's index, below --num-processes"),
-        "--timeout": positive(7 * DAY_S, "seconds to wait for a Ray run; a week"),
-    },
-    "live probe": {"--seconds": positive(3600.0, "seconds per throughput test"),
-                   "--streams": count(256, "parallel TCP streams"),
-                   "--pings": count(100_000, "round trips for the RTT")},
-    "live validate": {"--hold-out": Bound(0.0, 1e5, why="an RTT in ms, as --rtt-ms"),
-                      "--steps": count(100_000, "steps per run; a validate runs several techniques at several RTTs"),
-                      "--warmup": Bound(0, 100_000, integer=True, why="fewer than --steps"),
-                      "--global-batch": count(1_000_000, "as live run"),
-                      "--microbatches": count(4096, "as live run"),
-                      "--gpus-per-host": count(64, "per emulated host; every host shares this machine's cores"),
-                      "--bandwidth-gbps": Bound(0.0, 1e3, why="an emulated host's egress cap (0 = none)"),
-                      "--tcp-window-kib": Bound(0.0, 1e7, why="a TCP buffer cap (0 = none)"),
-                      "--seq-len": count(1_000_000, "as live run"),
-                      "--timeout": positive(7 * DAY_S, "seconds per run"),
-                      "--max-evaluations": count(10_000, "least-squares iterations")},
-    "live wan up": {"--rtt-ms": Bound(0.0, 10_000.0, why="a one-way delay the forwarder holds in memory"),
-                    "--bandwidth-gbps": positive(100.0, "the forwarder is user space: ~1 Gbit/s at most"),
-                    "--jitter-ms": Bound(0.0, 10_000.0, why="as --rtt-ms"),
-                    "--loss": Bound(0.0, 0.999, why="a probability below 1"),
-                    "--host-count": count(64, "network namespaces on this machine"),
-                    "--ttl-s": positive(30 * DAY_S, "the slice tears itself down after this"),
-                    "--mtu": Bound(576, 65535, integer=True, why="IPv4's least MTU .. the largest frame"),
-                    "--tcp-window-kib": positive(1e7, "a TCP buffer cap")},
-    "live wan measure": {"--src": Bound(0, 63, integer=True, why="a host of the slice"),
-                         "--dst": Bound(0, 63, integer=True, why="a host of the slice"),
-                         "--count": count(100_000, "RTT samples"),
-                         "--seconds": Bound(0.0, 3600.0, why="length of the TCP transfer (0 skips it)")},
-    "fabric calibrate": {"--steps": count(MAX_STEPS, "as live run --steps"),
-                         "--global-batch": count(1_000_000, "as live run"),
-                         "--gpus-per-host": count(MAX_CPU_DEVICES, "as live run"),
-                         "--probe-seconds": positive(3600.0, "as live probe --seconds")},
-}
-
-
 def command_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, list]:
     """The subcommand names a parse went through ('live run') and the parsers on the way, outermost first."""
     names, parsers = [], [parser]
@@ -237,10 +136,12 @@ def numeric_actions(parser: argparse.ArgumentParser):
             yield max(action.option_strings, key=len), action
 
 
-def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Every numeric flag of the parsed subcommand within its bound (FLAG_BOUNDS), the rest finite."""
+def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                flag_bounds: dict[str, dict[str, Bound]]) -> None:
+    """Every numeric flag of the parsed subcommand within its bound (the command module's FLAG_BOUNDS,
+    command path -> flag -> Bound), the rest finite."""
     path, parsers = command_path(parser, args)
-    bounds = FLAG_BOUNDS.get(path, {})
+    bounds = flag_bounds.get(path, {})
     for leaf in parsers[1:]:
         for flag, action in numeric_actions(leaf):
             value = getattr(args, action.dest, None)

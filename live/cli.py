@@ -10,11 +10,13 @@ import json
 import os
 import sys
 
+from geosim.cli.common import LIVE_RUN_SIZE_BOUNDS, MAX_STEPS, WORKLOAD_BOUNDS
 from geosim.cli.vocabulary import CommaList, add_renamed, deprecate
 from geosim.errors import GeosimError, require
 from geosim.live.registry import check_live, low_communication, synchronous
 from geosim.records import append_record, validate
 from geosim.scenario import get_model, load_scenario
+from geosim.validate import Bound, count, positive
 
 RENAMED_KEYS = {"cpu_devices": "--gpus-per-host", "hosts": "--host-count", "stages": "--pipeline-parallel"}  # a dest -> its flag, where they differ
 
@@ -24,6 +26,63 @@ TECHNIQUES = synchronous()
 LOWCOMM = low_communication()  # low-communication techniques (docs/guide/low-communication.md)
 DEFAULT_STEPS = 20  # live/train/loop.py's, when neither --steps nor --epochs is given
 DEFAULT_WARMUP = 2  # a shorter run times what is left after the first step (live/train/loop.py)
+
+DAY_S = 86_400.0
+# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+LIVE_RUN_BOUNDS = {
+    "--steps": LIVE_RUN_SIZE_BOUNDS["--steps"],
+    "--epochs": count(100_000, "passes over the data set"),
+    "--global-batch": LIVE_RUN_SIZE_BOUNDS["--global-batch"],
+    "--microbatches": WORKLOAD_BOUNDS["--microbatches"],
+    "--pipeline-parallel": count(1024, "pipeline stages: at most one per layer"),
+    "--seq-len": WORKLOAD_BOUNDS["--seq-len"],
+    "--seed": Bound(0, 2**32 - 1, integer=True, why="JAX and numpy seeds are 32-bit"),
+    "--lr": positive(10.0, "an AdamW learning rate; above 10 diverges at once"),
+    "--warmup": Bound(0, MAX_STEPS, integer=True, why="steps excluded from timing; fewer than --steps"),
+    "--log-every": count(MAX_STEPS, "a progress line every N steps"),
+    "--memory-limit-gib": positive(1e5, "per-device memory, as a GPU's memory_gib"),
+    "--gpus-per-host": LIVE_RUN_SIZE_BOUNDS["--gpus-per-host"],
+    "--host-count": count(4096, "Ray nodes to use"),
+    "--replicas": count(1024, "low-communication replicas"),
+    "--inner-steps": count(MAX_STEPS, "as --steps"),
+    "--outer-lr": positive(100.0, "the outer SGD learning rate (0.7-1 in the papers)"),
+    "--outer-momentum": Bound(0.0, 0.999, why="Nesterov momentum must stay below 1"),
+    "--topk": positive(1.0, "a fraction of each chunk's values"),
+    "--bits": Bound(1, 32, integer=True, why="bits per value sent (1, 2, 4, 8 or 32; checked by the technique)"),
+    "--loss-curve-window": count(MAX_STEPS, "steps between loss-curve points"),
+    "--num-processes": count(4096, "JAX processes in a hand-started run"),
+    "--process-id": Bound(0, 4095, integer=True, why="this process's index, below --num-processes"),
+    "--timeout": positive(7 * DAY_S, "seconds to wait for a Ray run; a week"),
+}
+FLAG_BOUNDS = {
+    "live run": LIVE_RUN_BOUNDS,
+    "live probe": {"--seconds": LIVE_RUN_SIZE_BOUNDS["--seconds"],
+                   "--streams": count(256, "parallel TCP streams"),
+                   "--pings": count(100_000, "round trips for the RTT")},
+    "live validate": {"--hold-out": Bound(0.0, 1e5, why="an RTT in ms, as --rtt-ms"),
+                      "--steps": count(100_000, "steps per run; a validate runs several techniques at several RTTs"),
+                      "--warmup": Bound(0, 100_000, integer=True, why="fewer than --steps"),
+                      "--global-batch": LIVE_RUN_BOUNDS["--global-batch"],
+                      "--microbatches": LIVE_RUN_BOUNDS["--microbatches"],
+                      "--gpus-per-host": count(64, "per emulated host; every host shares this machine's cores"),
+                      "--bandwidth-gbps": Bound(0.0, 1e3, why="an emulated host's egress cap (0 = none)"),
+                      "--tcp-window-kib": Bound(0.0, 1e7, why="a TCP buffer cap (0 = none)"),
+                      "--seq-len": LIVE_RUN_BOUNDS["--seq-len"],
+                      "--timeout": positive(7 * DAY_S, "seconds per run"),
+                      "--max-evaluations": count(10_000, "least-squares iterations")},
+    "live wan up": {"--rtt-ms": Bound(0.0, 10_000.0, why="a one-way delay the forwarder holds in memory"),
+                    "--bandwidth-gbps": positive(100.0, "the forwarder is user space: ~1 Gbit/s at most"),
+                    "--jitter-ms": Bound(0.0, 10_000.0, why="as --rtt-ms"),
+                    "--loss": Bound(0.0, 0.999, why="a probability below 1"),
+                    "--host-count": count(64, "network namespaces on this machine"),
+                    "--ttl-s": positive(30 * DAY_S, "the slice tears itself down after this"),
+                    "--mtu": Bound(576, 65535, integer=True, why="IPv4's least MTU .. the largest frame"),
+                    "--tcp-window-kib": positive(1e7, "a TCP buffer cap")},
+    "live wan measure": {"--src": Bound(0, 63, integer=True, why="a host of the slice"),
+                         "--dst": Bound(0, 63, integer=True, why="a host of the slice"),
+                         "--count": count(100_000, "RTT samples"),
+                         "--seconds": Bound(0.0, 3600.0, why="length of the TCP transfer (0 skips it)")},
+}
 
 
 def add_arguments(parser):
@@ -297,7 +356,11 @@ def _hosts_value(text: str):
 def _run(args) -> int:
     from geosim.live.train import interrupts
 
-    interrupts.install()  # from here on SIGINT/SIGTERM stop the run at a safe point, with a record
+    with interrupts.handling():  # SIGINT/SIGTERM stop the run at a safe point, with a record
+        return _run_handled(args, interrupts)
+
+
+def _run_handled(args, interrupts) -> int:
     opts = _options(args)
     if args.hosts == "wan":
         return _run_wan(args, opts)

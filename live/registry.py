@@ -12,6 +12,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
+from geosim.discover import module_names
 from geosim.errors import GeosimError
 from geosim.techniques import is_low_communication, technique_names
 
@@ -20,8 +21,10 @@ PACKAGE = "geosim.live.train.techniques"  # IMPLEMENTATIONS, as the installed pa
 
 
 def live_techniques() -> list[str]:
-    """Every technique with a live implementation, in the registry's order."""
-    return [n for n in technique_names() if (IMPLEMENTATIONS / f"{n}.py").is_file()]
+    """Every technique with a live implementation, in the registry's order (found without importing
+    them: they import jax)."""
+    implemented = {name.rsplit(".", 1)[1] for name in module_names(PACKAGE, [str(IMPLEMENTATIONS)])}
+    return [n for n in technique_names() if n in implemented]
 
 
 def synchronous() -> tuple[str, ...]:

@@ -145,4 +145,6 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
             code = main(argv)
         except SystemExit as exc:  # argparse's own errors
             code = exc.code
+    if code == 130:  # the command took a Ctrl-C meant for pytest (its own exit code): give pytest it back
+        raise KeyboardInterrupt
     return code, out.getvalue(), err.getvalue()

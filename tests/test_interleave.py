@@ -10,6 +10,7 @@ from geosim.case import Case
 from geosim.errors import GeosimError
 from geosim.params import default_params
 from geosim.predict import predict
+from geosim.runtime import runtime_of
 from geosim.scenario import gpu_catalog, model_catalog
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Compute, Recv, Repeat, Send
@@ -48,7 +49,7 @@ def test_a_tensor_degree_below_the_host_s_gpus_against_hand_formulas():
     m, M, s = GPT2M, workload.microbatches, workload.seq_len
     share = workload.global_batch / M / groups
     tokens = share * s
-    options = memory_layout.options_for(workload, PARAMS)
+    options = memory_layout.options_for(workload, PARAMS, runtime_of(workload, PARAMS))  # the alpa runtime: 0.2.3
     for d in schedule.devices:
         stage = int(d.host[1])
         first, last, layers = stage == 0, stage == 1, split[stage]

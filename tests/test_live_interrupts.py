@@ -186,3 +186,24 @@ def test_estimate_is_the_simulators_memory_model_and_orders_what_techniques_keep
     assert est["data"] > 12 * model.num_params / 2**30  # at least the replicated fp32 weights and moments
     assert estimate_gib("data", **{**dims, "precision": "bf16"}) < est["data"]
     assert estimate_gib("data", **dims, remat=True) < est["data"]
+
+def test_a_live_run_in_process_gives_the_callers_ctrl_c_back():
+    """A test runner (or a notebook) that runs `geosim live ...` in its own process keeps its own
+    SIGINT handler afterwards: pytest's first Ctrl-C stops pytest with a summary, not a live run that
+    has already ended."""
+    script = """
+import signal
+from geosim.live.train import interrupts
+mine = lambda signum, frame: None
+signal.signal(signal.SIGINT, mine)
+with interrupts.handling():
+    assert signal.getsignal(signal.SIGINT) is not mine
+    with interrupts.handling():  # nested: the outer block's handlers stay until it ends
+        pass
+    assert signal.getsignal(signal.SIGINT) is not mine
+print(signal.getsignal(signal.SIGINT) is mine, interrupts.requested())
+"""
+    proc = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=60,
+                          preexec_fn=default_sigint)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "None"]

@@ -22,8 +22,8 @@ def case(network: str = "tcp") -> Case:
     return Case(scenario.cluster, get_model("gpt2m"), scenario.workload(epochs=1), load_params(), network=network)
 
 
-def test_three_backends_by_name_and_no_engine_default():
-    assert network_names() == ["alpha-beta", "ideal", "tcp"]
+def test_four_backends_by_name_and_no_engine_default():
+    assert network_names() == ["alpha-beta", "fabric", "ideal", "tcp"]
     assert network_model("tcp") is TCPNetwork
     assert inspect.signature(run_schedule).parameters["network"].default is inspect.Parameter.empty
     with pytest.raises(GeosimError, match="unknown network model 'nccl'"):
@@ -55,7 +55,7 @@ def test_the_case_chooses_the_model():
     assert ideal < alpha_beta < tcp
 
 
-@pytest.mark.parametrize("network", ["tcp", "alpha-beta", "ideal"])
+@pytest.mark.parametrize("network", ["tcp", "fabric", "alpha-beta", "ideal"])
 def test_the_pipeline_floor_uses_the_cases_model_and_stays_under_its_prediction(network):
     from dataclasses import replace
 
@@ -88,8 +88,8 @@ def test_every_predicting_command_takes_network_and_a_sweep_directory_keeps_its_
     sweep = ["sweep", "--scenario", "utah-gpn", "--rtt-ms", "native", "--technique", "data", "--sweep-dir", out, "--quiet"]
     assert main(sweep) == 0
     capsys.readouterr()
-    assert main([*sweep, "--network", "alpha-beta"]) == 2  # its rows were predicted on tcp
-    assert "predicted on the tcp network model, not alpha-beta" in capsys.readouterr().err
+    assert main([*sweep, "--network", "alpha-beta"]) == 2  # its rows were predicted on fabric (the default)
+    assert "predicted on the fabric network model, not alpha-beta" in capsys.readouterr().err
 
 
 def test_a_fit_moves_the_tcp_models_settings_through_their_declaration_and_writes_them_back(tmp_path):

@@ -61,7 +61,7 @@ def test_every_parameters_field_is_declared_once():
 def test_every_network_models_settings_are_its_declared_parameters():
     """A network model declares its own constants beside it (PARAMETERS), one Settings field each, all
     under its file table; the parameters file builds them (Params.network)."""
-    assert set(network_parameters()) == {"tcp"}  # alpha-beta and ideal have no constants of their own
+    assert set(network_parameters()) == {"fabric", "tcp"}  # alpha-beta and ideal have no constants of their own
     params = load_params()
     for model, (table, declared, settings_class) in network_parameters().items():
         fields = [p.field for p in declared]

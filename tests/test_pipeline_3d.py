@@ -9,6 +9,7 @@ import pytest
 from geosim.case import Case
 from geosim.params import default_params
 from geosim.predict import predict
+from geosim.runtime import runtime_of
 from geosim.scenario import gpu_catalog, model_catalog
 from geosim.sim import collectives, memory_layout
 from geosim.sim.schedule import Collective, Compute, Repeat
@@ -71,7 +72,7 @@ def test_shard_data_stage_against_hand_formulas():
     m, M, s = GPT2M, WORKLOAD.microbatches, WORKLOAD.seq_len
     share = WORKLOAD.global_batch / M / K  # sequences of a microbatch each host computes
     tokens = share * s
-    options = memory_layout.options_for(WORKLOAD, PARAMS)
+    options = memory_layout.options_for(WORKLOAD, PARAMS, runtime_of(WORKLOAD, PARAMS))  # the alpa runtime: 0.2.3
     hosts = {d.rank: d.host for d in schedule.devices}
     for stage, layers in enumerate(split):
         first, last = stage == 0, stage == 1

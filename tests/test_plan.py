@@ -67,10 +67,12 @@ def test_pruned_search_keeps_the_same_top_options_as_simulating_everything(deadl
 
 
 def test_planner_beats_algorithm1_when_single_vms_run_out_of_memory():
+    # Algorithm 1's last resort, ZeRO2 on both VMs, needs 21.7 of 21.6 GiB usable: it may not fit, which a
+    # probe counts as a failure (issue 41), so the algorithm finds nothing; the planner's 16-microbatch
+    # pipeline on one VM fits
     plan = make_plan(case("utah-mass", "gpt2-xl"))
-    assert plan.algorithm.label == "ZeRO2 on vm1+vm2"
-    assert plan.best.total_time_s < plan.algorithm_option.total_time_s
-    assert "x the planner's best" in plan.comparison()
+    assert plan.algorithm.label == "none: more GPU memory needed" and plan.algorithm_option is None
+    assert plan.best.total_time_s > 0 and "the planner's best is Pipeshard" in plan.comparison()
 
 
 def test_deadline_ranks_by_gpu_hours_and_max_gpus_filters():
@@ -127,7 +129,7 @@ def test_parse_duration():
 def test_plan_command_json(capsys):
     assert main(["plan", "--scenario", "utah-mass", "--model", "gpt2-xl", "--json", "--top", "3"]) == 0
     (doc,) = json.loads(capsys.readouterr().out)["slices"]
-    assert doc["algorithm1"]["label"] == "ZeRO2 on vm1+vm2"
+    assert doc["algorithm1"]["label"] == "none: more GPU memory needed"  # ZeRO2 on both VMs may not fit: failed
     times = [o["total_time_s"] for o in doc["options"]]
     assert times == sorted(times) and doc["best"]["total_time_s"] == times[0]
 

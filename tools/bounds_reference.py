@@ -1,4 +1,4 @@
-"""Write docs/reference/bounds.md from the bounds in the code (geosim/validate.py, geosim/scenario.py,
+"""Write docs/reference/bounds.md from the bounds in the code (each command module's FLAG_BOUNDS, geosim/scenario.py,
 the sweep grid, convergence), so the page lists every bound as the code applies it.
 
     python tools/bounds_reference.py            # rewrite docs/reference/bounds.md
@@ -17,7 +17,8 @@ from _generated import write_or_check  # noqa: E402 (tools/_generated.py)
 from geosim import scenario  # noqa: E402
 from geosim.studies import convergence  # noqa: E402
 from geosim.studies.sweep.grid import MAX_GRID_POINTS, MAX_RANGE_POINTS  # noqa: E402
-from geosim.validate import FALLBACK, FLAG_BOUNDS, Bound  # noqa: E402
+from geosim.cli import flag_bounds  # noqa: E402
+from geosim.validate import FALLBACK, Bound  # noqa: E402
 from geosim import cost  # noqa: E402
 from geosim import input_limits as limits  # noqa: E402
 from geosim.cli import trace  # noqa: E402
@@ -138,7 +139,7 @@ def render() -> str:
         "| command | flag | bound | why |",
         "|---|---|---|---|",
     ]
-    for command, bounds in sorted(FLAG_BOUNDS.items()):
+    for command, bounds in sorted(flag_bounds().items()):
         for flag, bound in sorted(bounds.items()):
             lines.append(f"| `geosim {command}` | `{flag}` | {_range(bound)} | {bound.why} |")
     return "\n".join(lines) + "\n"

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
 
 from geosim import __version__
 from geosim.cli import _process
 from geosim.cli.vocabulary import lower_choices
+from geosim.discover import module_names
 from geosim.errors import GeosimError
 from geosim.validate import check_flags, whole_numbers
 
@@ -29,12 +29,7 @@ ORDER = ("predict", "select", "plan", "sweep", "report", "models", "trace", "cal
 
 def _core_commands() -> dict[str, str]:
     """Subcommand name -> module, for this package's modules that are subcommands."""
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        found[info.name] = f"{__name__}.{info.name}"
-    return found
+    return {name.rsplit(".", 1)[1]: name for name in module_names(__name__, __path__)}
 
 
 def _available_commands(only: str | None = None):
@@ -66,6 +61,13 @@ def _available_commands(only: str | None = None):
                 raise
 
 
+def flag_bounds() -> dict:
+    """Every command's numeric flags' bounds (command path -> flag -> Bound), from each command module's
+    FLAG_BOUNDS: what the bounds reference and the tests read."""
+    return {path: bounds for _, module in _available_commands() for path, bounds in
+            getattr(module, "FLAG_BOUNDS", {}).items()}
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every subcommand, or of `command` alone (what a run of it needs)."""
     parser = _process.OneLineParser(
@@ -78,7 +80,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, module in _available_commands(command):
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _flag_bounds=getattr(module, "FLAG_BOUNDS", {}))
     lower_choices(parser)  # --precision FP16 as --scenario UTAH-GPN (geosim.cli.vocabulary)
     whole_numbers(parser)  # --tokens-per-epoch 1e9 as 1000000000 (geosim.validate)
     return parser
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     real_stdout, sys.stdout = sys.stdout, _process.GuardedStdout(sys.stdout)
     try:
-        check_flags(parser, args)  # every number in its bound before any work (geosim/validate.py)
+        check_flags(parser, args, args._flag_bounds)  # every number in its bound before any work (geosim/validate.py)
         code = int(args._run(args) or 0)
         sys.stdout.flush()
         _process.deferred_warnings(args)  # after the answer: a failing command prints its error alone

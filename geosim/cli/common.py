@@ -15,11 +15,13 @@ from geosim.params import load_params
 from geosim.sim.network import network_names
 from geosim.runtime import runtime_names
 from geosim.scale import load_any_scenario
-from geosim.scenario import BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, LINK_RANGES, check_number
+from geosim.scenario import (BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, LINK_RANGES, MAX_GPUS, MODEL_RANGES,
+                             WORKLOAD_RANGES, check_number)
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies.ranking import fmt_time
 from geosim.units import RANGE_SYNTAX, gbps_to_bps, ms_to_s
+from geosim.validate import Bound, count
 
 DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
 
@@ -138,6 +140,33 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
                                                             f"checkpointing, else off)")
 
 
+def _workload_bound(key: str) -> Bound:
+    low, high = WORKLOAD_RANGES[key]
+    return count(high, f"a scenario's workload.{key} range", low=low)
+
+
+def _link_bound(key: str) -> Bound:
+    return Bound(*LINK_RANGES[key], why=f"a scenario link's {key} range")
+
+
+# The workload flags' bounds: a scenario's [workload] ranges (geosim/scenario.py), so a flag and a file agree
+WORKLOAD_BOUNDS = {"--epochs": _workload_bound("epochs"), "--global-batch": _workload_bound("global_batch"),
+                   "--microbatches": _workload_bound("microbatches"),
+                   "--tokens-per-epoch": _workload_bound("tokens_per_epoch"), "--seq-len": _workload_bound("seq_len"),
+                   "--rtt-ms": _link_bound("rtt_ms"), "--bandwidth-gbps": _link_bound("bandwidth_gbps")}
+MAX_DRAWS = 10_000
+DRAWS_BOUNDS = {"--draws": count(MAX_DRAWS, "each draw repeats every prediction: 10,000 gives percentiles to 0.1%")}
+DELTA_BOUNDS = {"--delta": Bound(0.0, 10.0, why="a relative TFLOP/s gap; 10 = 1,000%")}
+# The flags that size a live run, where live run, select's live probes and fabric calibrate share them
+MAX_STEPS = 10_000_000
+LIVE_RUN_SIZE_BOUNDS = {
+    "--steps": count(MAX_STEPS, "training steps; 10 million steps is weeks of a real run"),
+    "--global-batch": count(1_000_000, "sequences per step"),
+    "--gpus-per-host": count(512, "virtual CPU devices share this machine's cores; 512 is past any real CPU"),
+    "--seconds": Bound(0.0, 3600.0, exclusive_low=True, why="seconds per throughput test"),
+}
+
+
 # layout_options()'s keyword -> its flag (keywords, not strings: "data" would read as the technique's name)
 LAYOUT_FLAGS = dict(tensor="--tensor-parallel", pipeline="--pipeline-parallel", data="--data-parallel",
                     virtual="--virtual-stages", layer_split="--layer-split", replica_per="--replica-per")
@@ -155,6 +184,13 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, type=int, metavar="N", help=meaning(flag))
     group.add_argument("--layer-split", metavar="N,N,...", help=meaning("--layer-split"))
     group.add_argument("--replica-per", choices=REPLICA_UNITS, help=meaning("--replica-per"))
+
+
+LAYOUT_BOUNDS = {"--tensor-parallel": count(1024, "GPUs of a tensor-parallel group inside a host"),
+                 "--pipeline-parallel": count(MODEL_RANGES["n_layer"][1], "pipeline stages: at most one per layer"),
+                 "--data-parallel": count(MAX_GPUS, "replicas of a stage: at most a cluster's GPUs"),
+                 "--virtual-stages": count(MODEL_RANGES["n_layer"][1], "chunks of layers per stage: at most one "
+                                                                      "layer each")}
 
 
 def layout_arguments(args) -> dict | None:

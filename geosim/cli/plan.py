@@ -5,13 +5,14 @@ from __future__ import annotations
 from functools import cache
 
 from geosim.case import Case
-from geosim.cli.common import (Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
+from geosim.cli.common import (DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
                                add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
                                add_workload_arguments, check_layout_plannable, check_layout_techniques, fmt_duration,
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
                                refuse_layout, scenario_names, add_progress_arguments, check_progress_arguments,
                                refuse_progress, same_progress, workload_note, layout_choices)
 from geosim.cli.predict import describe_cluster
+from geosim.validate import count
 from geosim.errors import GeosimError
 from geosim.records import read_records
 from geosim.studies.plan import Plan, answer_vs_rtt, make_plan, measured_plan, parse_duration, twins
@@ -28,6 +29,14 @@ from geosim.units import parse_numbers
 EXTENSION_GROUP = "geosim.plan_extensions"
 
 HELP = "rank every feasible option (technique x VMs x microbatches x layer split) and compare with Algorithm 1"
+
+# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+FLAG_BOUNDS = {"plan": {
+    **WORKLOAD_BOUNDS, **DRAWS_BOUNDS, **DELTA_BOUNDS, **LAYOUT_BOUNDS,
+    "--max-gpus": count(1_000_000, "a filter: any bound above the slice's GPUs is the same"),
+    "--top": count(1_000_000, "options to print"),
+    "--host-count": count(64, "with --sites: slices are ranked over site pairs; 64 VMs is past any FABRIC slice"),
+    "--gpus-per-host": count(16, "no cloud VM or FABRIC node has more than 8-16 GPUs")}}
 
 
 def add_arguments(parser) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
+from geosim.cli.common import (DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
                                layout_arguments, technique_options, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
                                ESTIMATE_NOTE, add_progress_arguments, layout_choices, check_progress_arguments, same_progress, workload_note,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
@@ -31,6 +31,9 @@ from geosim.techniques import is_baseline, is_low_communication, label
 from geosim.units import s_to_ms
 
 HELP = "predict the best option and each technique's time, TFLOP/s and memory on a slice (default: the study's five)"
+
+# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+FLAG_BOUNDS = {"predict": {**WORKLOAD_BOUNDS, **DRAWS_BOUNDS, **LAYOUT_BOUNDS}}
 
 
 def add_arguments(parser) -> None:
@@ -244,6 +247,10 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
             print(f"  {r.technique} on {host_list(r.hosts)}: {r.description}")
         if ranges:
             print_ranges(synchronous, ranges)
+    # the socket links whose TCP window, not their line, limits a row's flows (each row's JSON lists its own)
+    limited = {tuple(w["between"]): w["note"] for r in rows for w in r.window_limited}
+    for note in limited.values():
+        print(f"  window: {note}")
     if targets:
         print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan)
     differs = runtime_differences(runtime_of(workload, case.params), case.params)

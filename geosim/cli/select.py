@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 
 from geosim.case import Case
-from geosim.cli.common import (ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
+from geosim.cli.common import (DELTA_BOUNDS, LIVE_RUN_SIZE_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
                                answer_envelope, add_sweep_rtt_argument, add_technique_argument, add_workload_arguments,
                                check_layout_plannable, check_layout_techniques, chosen_techniques, layout_arguments,
                                load_case, load_params_arg, print_json, refuse_layout, scenario_names,
@@ -25,6 +25,13 @@ from geosim.techniques import label
 from geosim.units import parse_numbers
 
 HELP = "choose a technique with the study's Algorithm 1 (probes predicted, measured or run live)"
+
+# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags); --steps and
+# --gpus-per-host drive live probes, bounded as live run's
+FLAG_BOUNDS = {"select": {
+    **WORKLOAD_BOUNDS, **DRAWS_BOUNDS, **DELTA_BOUNDS, **LAYOUT_BOUNDS,
+    "--probe-epochs": WORKLOAD_BOUNDS["--epochs"],
+    "--steps": LIVE_RUN_SIZE_BOUNDS["--steps"], "--gpus-per-host": LIVE_RUN_SIZE_BOUNDS["--gpus-per-host"]}}
 
 
 def add_arguments(parser) -> None:

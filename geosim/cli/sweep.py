@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 from geosim.case import DEFAULT_NETWORK
-from geosim.cli.common import (WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments, check_layout_techniques,
-                               fmt_duration, layout_arguments, add_progress_arguments, check_progress_arguments,
-                               refuse_progress)
+from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments,
+                               check_layout_techniques, fmt_duration, layout_arguments, add_progress_arguments,
+                               check_progress_arguments, refuse_progress)
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
+from geosim.validate import count
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.sim.network import network_names
 from geosim.runtime import check_runtime_name
@@ -22,6 +23,9 @@ from geosim.scale import DEFAULT_GPU, scale_name
 from geosim.techniques import default_techniques, get_technique, technique_names
 
 HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
+
+# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+FLAG_BOUNDS = {"sweep": {"--workers": count(1024, "worker processes on one machine"), **LAYOUT_BOUNDS}}
 
 DEFAULT_RTT = "native,0.1,0.2,0.5,1,2,5,10,20,50,100,150"
 METRICS = ("total_time_s", "time_per_epoch_s")

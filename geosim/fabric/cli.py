@@ -15,12 +15,19 @@ import json
 import sys
 from pathlib import Path
 
-from geosim.cli.common import add_json_argument, add_technique_argument
+from geosim.cli.common import LIVE_RUN_SIZE_BOUNDS, add_json_argument, add_technique_argument
 from geosim.cli.vocabulary import add_renamed, deprecate
 from geosim.errors import GeosimError, require
 from geosim.techniques import is_low_communication, is_pipelined, technique_names
 
 HELP = "provision a FABRIC slice from a scenario (fablib), calibrate on it, bring the run records home"
+
+# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags): a calibration
+# on a slice is live runs and probes, bounded as theirs
+FLAG_BOUNDS = {"fabric calibrate": {"--steps": LIVE_RUN_SIZE_BOUNDS["--steps"],
+                                    "--global-batch": LIVE_RUN_SIZE_BOUNDS["--global-batch"],
+                                    "--gpus-per-host": LIVE_RUN_SIZE_BOUNDS["--gpus-per-host"],
+                                    "--probe-seconds": LIVE_RUN_SIZE_BOUNDS["--seconds"]}}
 
 
 def add_arguments(parser) -> None:

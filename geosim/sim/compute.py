@@ -10,7 +10,9 @@ trains it), each either
   (small or skinny GEMMs are memory-bound or cannot fill the GPU), or
 - a memory-bound kernel (layer norm, bias + GELU, softmax, dropout, residual adds, the
   fp32 <-> fp16 casts, gradient accumulation, Adam's update): its bytes at the attainable
-  fraction of the memory bandwidth,
+  fraction of the memory bandwidth, or
+- fused (flash) attention, where the runtime runs it: its FLOPs at the kernel's own fraction of
+  the tensor peak for its generation, head dimension and sequence length (geosim/sim/attention.py),
 
 each paying a kernel's launch gap. The speed of one GPU relative to another then follows
 from the catalog (tensor TFLOP/s and memory bandwidth) alone; the few global constants
@@ -18,12 +20,16 @@ in ComputeConstants are what calibration may fit, with priors (docs/reference/pa
 
 Times are computed once per (Work, GPU) and cached: a Work is a small hashable tuple, so
 the engine's millions of Compute ops cost one dictionary look-up each.
+
+Over 400 lines: the kernel list of a step (block, head, embedding, update) is one piece; the
+attention kernels' own efficiency is in attention.py.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from geosim.sim.attention import flash_fraction
 from geosim.specs import GPU, ComputeConstants, Model
 
 
@@ -53,11 +59,15 @@ class MemoryOp(NamedTuple):
 
 class FusedAttention(NamedTuple):
     """Attention as one fused kernel (flash attention, PyTorch's SDPA): the score and value products on
-    the tensor cores, streaming q, k, v and the output, never writing the S x S scores."""
+    the tensor cores, streaming q, k, v and the output, never writing the S x S scores. It runs at its
+    own fraction of the tensor peak, by head dimension and sequence length (geosim/sim/attention.py)."""
 
     label: str
     flops: float
     nbytes: float
+    head_dim: float = 64.0
+    seq_len: float = 1024.0
+    backward: bool = False
 
 
 KernelOp = Gemm | MemoryOp | FusedAttention
@@ -107,11 +117,25 @@ def memory_seconds(op: MemoryOp, gpu: GPU, eff: ComputeConstants) -> float:
     return op.nbytes / (gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction) + eff.kernel_s
 
 
+def fused_attention_seconds(op: FusedAttention, gpu: GPU, precision: str, eff: ComputeConstants) -> float:
+    """A flash attention kernel: its FLOPs at the kernel's own fraction of the tensor peak for its head
+    dimension and sequence length on this generation (its ramp is in that fraction, so no GEMM ramp), or
+    its bytes at the attainable bandwidth, whichever is longer, plus the launch gap. Flash kernels are
+    16-bit only: in fp32 a fused runtime (SDPA's memory-efficient kernel) is priced as a GEMM of its FLOPs
+    (an estimate: no fp32 table is published)."""
+    if precision == "fp32":
+        return roofline_seconds(op.flops, op.nbytes, gpu, precision, eff)
+    fraction = flash_fraction(gpu.architecture, op.head_dim, op.seq_len, op.backward)
+    rate = sustained_tensor_tflops(gpu, precision, eff.tf32) * 1e12 * fraction
+    bandwidth = gpu.memory_bandwidth_gbs * 1e9 * eff.memory_fraction
+    return max(op.flops / rate, op.nbytes / bandwidth) + eff.kernel_s
+
+
 def op_seconds(op: KernelOp, gpu: GPU, precision: str, eff: ComputeConstants) -> float:
     if type(op) is Gemm:
         return gemm_seconds(op, gpu, precision, eff)
     if type(op) is FusedAttention:
-        return roofline_seconds(op.flops, op.nbytes, gpu, precision, eff)
+        return fused_attention_seconds(op, gpu, precision, eff)
     return memory_seconds(op, gpu, eff)
 
 
@@ -125,19 +149,26 @@ SOFTMAX_PASSES_BACKWARD = 5
 
 
 # Fused causal attention skips the score blocks above the diagonal (FlashAttention-2, Dao 2023): half the
-# products' FLOPs; its backward recomputes the scores and makes dV, dP, dQ, dK: 5 products to the forward's 2.
+# products' FLOPs, and half the time (the FLOPs counted are the work done, as flash attention's own
+# benchmarks count them, so its published fractions apply to them as they are); its backward recomputes
+# the scores and makes dV, dP, dQ, dK: 5 products to the forward's 2. Unfused attention (XLA's, eager
+# PyTorch's) computes every score and masks them: its products are whole, its score passes per head.
 FUSED_CAUSAL_FRACTION = 0.5
 FUSED_BACKWARD_PRODUCTS = 2.5
 
 
 def attention_ops(sequences: float, seq_len: int, d: float, heads: float, e: int, dropout: bool,
-                  fused: bool) -> list[KernelOp]:
+                  fused: bool, kv_heads: float | None = None) -> list[KernelOp]:
     """The attention core of one block's forward: scores, masked softmax (and dropout), probabilities x
-    values; or, fused, one kernel streaming q, k, v and the output."""
+    values, per head; or, fused, one kernel streaming q, k, v and the output, never the S x S scores.
+    `heads` query heads of width d; `kv_heads` key/value heads (grouped-query attention; default: heads):
+    only the bytes of k and v follow them, the products are per query head either way."""
+    kv = heads if kv_heads is None else kv_heads
     s, scores = seq_len, sequences * heads * seq_len * seq_len
     if fused:
         flops = 2 * 2.0 * s * s * d * sequences * heads * FUSED_CAUSAL_FRACTION
-        return [FusedAttention("fused attention", flops, 4 * sequences * heads * s * d * e)]
+        nbytes = (2 * heads + 2 * kv) * sequences * s * d * e  # q and o, k and v
+        return [FusedAttention("fused attention", flops, nbytes, d, s)]
     return [Gemm("scores", s, s, d, sequences * heads),
             MemoryOp("mask+softmax", SOFTMAX_PASSES_FORWARD * scores * e),
             *([MemoryOp("attention dropout", scores * (2 * e + 1))] if dropout else []),
@@ -188,7 +219,8 @@ def block_backward(model: Model, sequences: float, seq_len: int, precision: str,
             ops += _backward_gemms(op)
             continue
         if type(op) is FusedAttention:  # reads q, k, v, o, dO and the row statistics; writes dq, dk, dv
-            ops.append(FusedAttention(op.label + " bwd", op.flops * FUSED_BACKWARD_PRODUCTS, op.nbytes * 2))
+            ops.append(FusedAttention(op.label + " bwd", op.flops * FUSED_BACKWARD_PRODUCTS, op.nbytes * 2,
+                                      op.head_dim, op.seq_len, backward=True))
             continue
         label = op.label
         if label == "bias+dropout+residual":  # dropout's grad, the residual's grad add, the bias reduce
@@ -283,6 +315,9 @@ class Work(NamedTuple):
     remat: bool = False
     dropout: bool = False  # Alpa's GPT benchmarks and release tests train with deterministic=True
     part: str = "block"  # block | attention | mlp: a tensor-parallel block is timed in its two halves
+    # this op is that share of the work's time (a GEMM run in chunks, each chunk's transfer under the next:
+    # techniques/shard.py's tp_comm_overlap); chunking's own loss of efficiency is not modelled
+    share: float = 1.0
 
 
 def kernels(work: Work, precision: str, fused_attention: bool = False) -> list[KernelOp]:
@@ -357,6 +392,8 @@ class ComputeModel:
         return hit
 
     def _seconds(self, work: Work, gpu: GPU, precision: str) -> float:
+        if work.share != 1.0:  # a chunk: its share of the whole work's time
+            return work.share * self.seconds(work._replace(share=1.0), gpu, precision)
         # a block's kernels repeat `layers` times: time one block and multiply
         if work.phase in ("forward", "backward") and work.layers > 1:
             # through the cache: a planner times one block shape in many layer counts

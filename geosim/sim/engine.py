@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable
 
-from geosim.sim.network import NetworkFactory
+from geosim.sim.network import NetworkFactory, capabilities
 from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.sim.compute import compute_model
 from geosim.sim.kernel import Clock, Event
@@ -162,6 +162,7 @@ class EngineRun:
         self.env = env = clock()
         self.trace_rows: list | None = [] if trace else None
         self.net = network(env, cluster, params, schedule.devices, self.trace_rows)
+        self.caps = capabilities(self.net)  # the model's optional protocols, asked once (geosim.sim.network)
         self.compute_seconds = compute_timer(schedule, params, workload)
         self.mailbox: dict[tuple, Event] = {}  # (src, dst, tag, context) -> the send's arrival, or a waiting receive
         self.barriers: dict[tuple, _Waiting] = {}  # (tag, context) -> ranks at that barrier
@@ -185,19 +186,19 @@ class EngineRun:
         self._running: dict[int, int] = {}  # id of a group -> its ranks that run (the group kept by the programs)
 
     def run(self, symmetry: bool = True) -> RunResult:
-        env, net, schedule = self.env, self.net, self.schedule
-        net.prepare(schedule.programs)
-        found = find_symmetry(schedule, net) if symmetry and self.trace_rows is None else None
+        env, net, caps, schedule = self.env, self.net, self.caps, self.schedule
+        caps.prepare(schedule.programs)
+        found = find_symmetry(schedule, caps) if symmetry and self.trace_rows is None else None
         ranks = list(schedule.programs)
         if found is not None:  # run the representatives alone; each answers for its copies
-            net.reduce_to(found)
+            caps.reduce_to(found)
             ranks, self.copies, self.canonical = found.representatives(), found.copies, found.canonical
             self.is_representative = lambda rank: rank % found.segment < found.shift
             self.events -= len(schedule.programs) - len(ranks)
         # what run_ops uses at every op, unpacked there in one step (a local is read faster than an attribute)
         self.loop = (env, env.timeout, env.event, self.mailbox, self.mailbox.pop, net.send_at,
                      self.deliver, self.canonical, self.barrier(), self.compute_time(), self.compute_seconds.per_rank,
-                     self.trace_rows, net.collective_ops, net.may_shortcut, net.may_precompute)
+                     self.trace_rows, net.collective_ops, caps.may_shortcut, caps.may_precompute)
         for rank in ranks:
             env.process(self.gpu(rank))
         env.run()
@@ -274,7 +275,7 @@ class EngineRun:
         self.events += 1
         if len(arrived) == self.running_in(op.group):  # under a symmetry, its representatives
             del self.holding[key]
-            ends = self.net.collective_ends(op, {r: at for r, (at, _) in arrived.items()})
+            ends = self.caps.collective_ends(op, {r: at for r, (at, _) in arrived.items()})
             for r, (_, released) in arrived.items():
                 env.succeed_at(released, ends[r])
         return release[1]
@@ -298,7 +299,7 @@ class EngineRun:
         if not state.decided:
             state.decided = True
             if state.arrived == everyone:
-                seconds = self.net.collective_time(op)
+                seconds = self.caps.collective_time(op)
                 if seconds is not None:
                     self.events += 1
                     state.done = self.env.timeout(seconds)
@@ -453,7 +454,7 @@ class EngineRun:
         # the skipped repetitions send what the measured ones sent, on average
         sent_now, sends_now = net.sent(rank)
         net.count(rank, share * (sent_now - sent), round(share * (sends_now - sends)))
-        net.shift_connections(rank, since=start, delta=skipped)
+        self.caps.shift_connections(rank, since=start, delta=skipped)
         if own_end + skipped > env.now:
             self.events += 1
             yield env.timeout(own_end + skipped - env.now)

@@ -21,8 +21,13 @@ What a GPU holds at its peak (the turn from the last forward to the first backwa
 - workspace: cuBLAS/XLA scratch (params: memory.workspace_gib).
 
 A GPU's usable memory is the fraction JAX's allocator preallocates (0.9 in the jaxlib
-Alpa pins; XLA_PYTHON_CLIENT_MEM_FRACTION). Within margin_fraction of it the verdict is
+Alpa pins; XLA_PYTHON_CLIENT_MEM_FRACTION). A runtime with memory_layout = "alpa-0.2.3" adds the
+buffers Alpa 0.2.3's own code allocates beyond this layout (see ALPA_023_LAYOUT: the apply_grad
+program's divided gradients, a pipeline stage's received inputs). Within margin_fraction of it the verdict is
 "may not fit" with the margin, not a hard yes or no: the layout is a model.
+
+Over 400 lines: the study-era layout, Alpa 0.2.3's additions and live's XLA layout share their
+per-token counts, so they stay in one module.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class LayoutOptions:
     margin_fraction: float = 0.10
     architecture: str = ""  # the GPU generation XLA compiles for (its fusions keep different residuals)
     fused_attention: bool = False  # the runtime's attention never writes the scores: none are kept
+    # memory_layout = "alpa-0.2.3": Alpa 0.2.3's programs as XLA lays them out (ALPA_023 below), not the
+    # study-era layout above
+    alpa_023: bool = False
 
     @property
     def value_bytes(self) -> int:
@@ -132,6 +140,35 @@ def activations(model: Model, sequences: float, seq_len: int, layers: int, head:
     return Activations(residual, transient)
 
 
+# --- Alpa 0.2.3's own buffers (memory_layout = "alpa-0.2.3") ------------------------------------
+#
+# Read from Alpa's public code at tag v0.2.3 (github.com/alpa-projects/alpa), for its GPT benchmark's
+# TrainState (benchmark/alpa/benchmark_one_case_gpt_bert.py: create_train_state):
+# - states, per parameter, fp16 training: the params cast to fp16 (2 B) and an fp32 master copy (4 B),
+#   alpa/model/model_util.py TrainState.create(use_master_copy=True); optax.adamw's two moments initialised
+#   on the master copy, fp32 (8 B); the gradient accumulators, one per parameter in the gradient's dtype,
+#   fp16 (2 B): alpa/shard_parallel/compile_executable.py add_gradient_accumulation clones the gradient
+#   vars, and alpa/pipeline_parallel/runtime_emitter.py _compile_grad_buffer_allocations allocates them per
+#   stage ("grad acc"). The same 16 B/param as the study-era layout (state_bytes).
+# - apply_grad: compile_executable.py compiles accumulate_grad and apply_grad as two programs and donates
+#   the old gradients to accumulate_grad only ("donated_invars + (False,) * num_grads" for apply_grad): the
+#   gradients divided by num_micro_batches are a new buffer beside the accumulators while the update runs
+#   (TrainState.apply_gradients' `x + 0.0 * y` keeps the fp16 params' donation in place). One more
+#   gradient's worth, after the activations are gone: it is the peak only where the activations are small.
+# - a pipeline stage: each microbatch's input received from the stage before (cross_mesh_resharding.py)
+#   is kept until its backward has run (added). Its forward and backward are separate XLA programs
+#   (computation.py splits the jaxpr at the pipeline markers), so JAX's residual list crosses between them;
+#   counted as live's differentiated scan keeps it (JAX_SCANNED_*), gpt2m's one-VM Pipeshard (two one-GPU
+#   stages, 4 microbatches of 8) would need 26.4 GiB of the RTX 6000's 21.6 usable, yet the study ran it
+#   (12.17 TFLOP/s a GPU, single_vm_gpt2m): the stage programs keep fewer, so the count stays the fused one.
+# - the allocator: alpa/global_env.py preallocates XLA_PYTHON_CLIENT_MEM_FRACTION = 0.9 of the GPU (the
+#   usable fraction, [memory] usable_fraction). Alpa's benchmark reports max(the allocator's peak, the
+#   executable's total_allocation_size) (benchmark/alpa/benchmark_parallel_utils.py): the compile-time
+#   figure counts an executable's arguments and temporaries, not the states it does not read, so it is
+#   below the allocator's peak for these steps.
+ALPA_023_LAYOUT = "alpa-0.2.3"
+
+
 # --- per technique ------------------------------------------------------------------------
 
 def _layout(params_full: float, params_sharded: float, shards: int, what_is_sharded: tuple[str, ...],
@@ -147,6 +184,12 @@ def _layout(params_full: float, params_sharded: float, shards: int, what_is_shar
     parts["activations"] = acts.residual * in_flight
     parts["transient"] = acts.transient + gradient_transient
     parts["workspace"] = options.workspace_bytes
+    if options.alpa_023:
+        # apply_grad, once the activations are gone: the gradients divided by the microbatches are a new
+        # buffer beside the accumulators (Alpa does not donate the gradients to apply_grad)
+        apply = parts["gradients"]  # one more gradient's worth, in the gradients' precision
+        turn = parts["activations"] + parts["transient"]
+        parts["transient"] += max(0.0, apply - turn)
     return parts
 
 
@@ -197,8 +240,12 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
     if last and not first:
         params += model.vocab * model.n_embd + 2 * model.n_embd
     acts = activations(model, sequences_per_gpu, seq_len, layers, last, options, tensor_parallel=tensor_parallel)
-    return _layout(params - matrices, matrices, tensor_parallel, ("weights", "master", "gradients", "optimizer"),
-                   acts, in_flight, options)
+    parts = _layout(params - matrices, matrices, tensor_parallel, ("weights", "master", "gradients", "optimizer"),
+                    acts, in_flight, options)
+    if options.alpa_023 and not first:
+        # each microbatch's input, received from the stage before, is kept until its backward has run
+        parts["activations"] += in_flight * sequences_per_gpu * seq_len * model.n_embd * options.value_bytes
+    return parts
 
 
 # --- live's program: Flax GPT-2 and optax AdamW as `geosim live` compiles them ---------------------
@@ -390,11 +437,13 @@ def verdict(need_bytes: float, memory_gib: float, options: LayoutOptions) -> Ver
     return Verdict(status, need_bytes, usable, options.margin_fraction)
 
 
-def options_for(workload, params) -> LayoutOptions:
-    """The layout options of a case: its precision and checkpointing, the parameters' workspace and margins."""
+def options_for(workload, params, runtime=None) -> LayoutOptions:
+    """The layout options of a case: its precision and checkpointing, the parameters' workspace and margins,
+    and whether the runtime lays its memory out as Alpa 0.2.3 does (memory_layout = "alpa-0.2.3")."""
     return LayoutOptions(precision=workload.precision, remat=workload.checkpointing,
                          workspace_bytes=params.workspace_bytes, usable_fraction=params.usable_memory_fraction,
-                         margin_fraction=params.memory_margin_fraction, fused_attention=params.fused_attention)
+                         margin_fraction=params.memory_margin_fraction, fused_attention=params.fused_attention,
+                         alpa_023=runtime is not None and runtime.memory_layout == ALPA_023_LAYOUT)
 
 
 def per_device(devices, model: Model, workload, params, runtime, alpa_layout, jax_placement) -> dict[int, dict]:
@@ -402,7 +451,7 @@ def per_device(devices, model: Model, workload, params, runtime, alpa_layout, ja
     TrainState (alpa_layout(options)), or live's JAX step (runtime memory_layout = "jax": the technique's
     jax_placement() through live_step, per GPU generation, without a workspace: XLA's temporaries hold
     cuBLAS's, and a GPU's allocator peak is XLA's buffer assignment)."""
-    options = options_for(workload, params)
+    options = options_for(workload, params, runtime)
     if runtime.memory_layout != "jax":
         layout = alpa_layout(options)
         return {d.rank: dict(layout) for d in devices}

@@ -1,7 +1,9 @@
 """What a technique hands the engine: per-GPU programs of compute, send, receive and collective ops.
 
 One iteration's program per rank; the engine repeats it for as many iterations as it
-simulates. Ops are plain data: a technique never sees SimPy, the engine never sees a model.
+simulates. Ops are plain data: a technique builds them without the event kernel
+(geosim/sim/kernel.py) or the engine's processes, and the engine runs them without the model
+spec (FLOPs and bytes are already on the ops).
 """
 
 from __future__ import annotations

@@ -20,12 +20,11 @@ Modules whose names start with an underscore are shared helpers, not techniques.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import pkgutil
 from functools import cache
 from types import ModuleType
 
+from geosim.discover import modules as entry_modules
 from geosim.errors import GeosimError
 from geosim.structure import host_list
 from geosim.techniques._settings import tunables, with_options
@@ -41,13 +40,7 @@ class _NoSettings:
 
 @cache
 def _modules() -> dict[str, ModuleType]:
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        found[module.NAME] = module
-    return found
+    return {module.NAME: module for module in entry_modules(__name__, __path__)}
 
 
 def refresh() -> None:

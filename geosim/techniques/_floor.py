@@ -23,6 +23,7 @@ from geosim.errors import GeosimError
 from geosim.runtime import runtime_of
 from geosim.sim.engine import compute_timer
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.sim.network.fabric import uses_rdma
 from geosim.techniques import build_schedule
 
 
@@ -33,7 +34,7 @@ def schedule_floor_s(case, schedule: Schedule, workload) -> float:
     seconds = compute_timer(schedule, runtime_of(workload, params).applied_to(params), workload)
     host_of = {d.rank: d.host for d in schedule.devices}
     hosts = {h.name: h for h in cluster.hosts}
-    ingress = {name: params.lan_bandwidth_bps / 8 * (len(h.gpus) if h.nic == "per-gpu" else 1)
+    ingress = {name: (h.nic_bps or params.lan_bandwidth_bps) / 8 * (len(h.gpus) if h.nic == "per-gpu" else 1)
                for name, h in hosts.items()}
     site_of = {name: h.site for name, h in hosts.items()}
     wan = _site_capacity(cluster)
@@ -41,7 +42,10 @@ def schedule_floor_s(case, schedule: Schedule, workload) -> float:
 
     # the bandwidth bounds hold for the TCP model (a hop's FCFS server never beats its bandwidth);
     # other network models (ideal, alpha-beta) get the compute floor alone
-    bounded = getattr(case, "network", "tcp") == "tcp"
+    # (fabric is the TCP model where no route runs over NVLink or RDMA; NCCL's rings over a host's rails
+    # beat one port's bandwidth, so a fabric cluster with them gets the compute floor alone)
+    bounded = getattr(case, "network", "tcp") == "tcp" or (getattr(case, "network", "tcp") == "fabric"
+                                                          and not uses_rdma(cluster))
 
     def collective_s(op: Collective) -> float:
         if not bounded:

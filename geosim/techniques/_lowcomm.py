@@ -23,6 +23,7 @@ from geosim.sim.schedule import HOST_IN_TAG, Collective, Compute, Device, Recv, 
 from geosim.specs import Cluster, Model, Params, Workload
 from geosim.techniques import data as data_technique, pipeshard as pipeshard_technique
 from geosim.techniques._base import devices_of, overhead_op, require_divisible
+from geosim.techniques._settings import option, tunable
 
 # The outer step is element-wise over the replica's parameters, so memory-bound: about
 # eight fp32 passes (read params, outer copy, momentum or error buffer, pseudo-gradient;
@@ -46,6 +47,26 @@ class Replica:
     held: dict[int, float]  # parameters each GPU holds (the model, or its pipeline stage's)
     stage_of: dict[int, int]  # rank -> pipeline stage (0 for full replicas)
     description: str
+
+
+# The outer step's learning rate and momentum: what a live run trains with (live/train/techniques/); the
+# simulated time depends on the outer optimizer's state, not on these. Each technique gives its paper's defaults.
+def outer_lr_tunable(default: float, source: str):
+    return tunable(default, "outer SGD learning rate (live runs)", low=1e-6, high=10.0, unit="factor", source=source)
+
+
+def outer_momentum_tunable(default: float, source: str):
+    return tunable(default, "outer Nesterov momentum, 0 for plain SGD (live runs)", low=0.0, high=0.999,
+                   unit="fraction", source=source)
+
+
+def replicas_option():
+    return option(None, "host names of each replica (default: one replica per host)")
+
+
+# Live's default where it differs, and why: a live run on CPU devices trains a few hundred steps, so H = 100
+# would synchronize once or twice a run and its loss curve would show little of the technique
+LIVE_DEFAULTS = {"inner_steps": 10}
 
 
 def replica_hosts(cluster: Cluster, options: dict) -> list[tuple[str, ...]]:

@@ -13,6 +13,7 @@ from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.sim.compute import compute_model
 from geosim.sim.network import least_delay
+from geosim.sim.network.fabric import uses_rdma
 from geosim.techniques._base import devices_of, forward_flops, work
 from geosim.techniques._interleave import round_trips
 from geosim.techniques._settings import with_options
@@ -81,7 +82,9 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
     busiest = max(range(count), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest] + (0.0 if virtual > 1 else sum(per_microbatch[:busiest]))
     settings = with_options(params.settings(TECHNIQUE), options, TECHNIQUE)
-    if settings.intra_stage in ("data", "shard-data") and options.get("meshes") and getattr(case, "network", "tcp") == "tcp":
+    if settings.intra_stage in ("data", "shard-data") and options.get("meshes") and (
+            getattr(case, "network", "tcp") == "tcp"
+            or (getattr(case, "network", "tcp") == "fabric" and not uses_rdma(case.cluster))):
         # a stage's gradient all-reduce over several hosts: its whole buffer enters every host of the
         # mesh through its network port (geosim.techniques._floor), after the stage's microbatches;
         # under shard-data each GPU's buffer is its shard, all-reduced over one GPU of each host

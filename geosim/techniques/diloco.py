@@ -25,8 +25,9 @@ from geosim.sim.schedule import Collective, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.techniques import _floor
 from geosim.techniques._base import check_dims, combined, devices_of
-from geosim.techniques._settings import option, tunable
+from geosim.techniques._settings import tunable
 from geosim.techniques._lowcomm import layout_options, plan_variants  # noqa: F401 (the registry's)
+from geosim.techniques._lowcomm import LIVE_DEFAULTS, outer_lr_tunable, outer_momentum_tunable, replicas_option
 from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM, assemble, inner_step, outer_step_op,
                                         replica_name, single_host_replicas)
 
@@ -55,16 +56,10 @@ class Settings:
     sync_dtype_bytes: float = tunable(4.0, "pseudo-gradient bytes per value on the wire: 4 fp32, 2 bf16, "
                                       "0.5 Streaming DiLoCo's 4-bit", low=0.125, high=8.0, unit="B/value",
                                       source="the DiLoCo paper's fp32 pseudo-gradients")
-    # the outer step's size and momentum: what a live run trains with (live/train/techniques/diloco.py); the
-    # simulated time depends on the outer optimizer's state (outer_optimizer), not on these
-    outer_lr: float = tunable(0.7, "outer SGD learning rate (live runs)", low=1e-6, high=10.0, unit="factor",
-                              source="the DiLoCo paper (Douillard et al. 2023)")
-    outer_momentum: float = tunable(0.9, "outer Nesterov momentum, 0 for plain SGD (live runs)", low=0.0, high=0.999,
-                                    unit="fraction", source="the DiLoCo paper (Douillard et al. 2023)")
-    replicas: tuple | None = option(None, "host names of each replica (default: one replica per host)")
-    # Live's default where it differs, and why: a live run on CPU devices trains a few hundred steps, so H = 100
-    # would synchronize once or twice a run and its loss curve would show little of the technique
-    LIVE_DEFAULTS: ClassVar[dict] = {"inner_steps": 10}
+    outer_lr: float = outer_lr_tunable(0.7, source="the DiLoCo paper (Douillard et al. 2023)")
+    outer_momentum: float = outer_momentum_tunable(0.9, source="the DiLoCo paper (Douillard et al. 2023)")
+    replicas: tuple | None = replicas_option()
+    LIVE_DEFAULTS: ClassVar[dict] = LIVE_DEFAULTS
 
 
 def build(case: Case, settings: Settings) -> Schedule:

@@ -143,7 +143,7 @@ class _Frame:
                                   else "the hosts of a stage")
         self.layers = layers = layers_per_stage(case, meshes, settings)
         self.chunk_layers = layers_per_chunk(case, S, settings) if v > 1 else [[n] for n in layers]
-        self.options = memory_layout.options_for(workload, params)
+        self.options = memory_layout.options_for(workload, params, runtime_of(workload, params))
         self.jax_layout = runtime_of(workload, params).memory_layout == "jax"
         self.compression = compression = settings.activation_compression
         # per stage: its tensor-parallel groups (GPUs that shard the stage's layers between them: the

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from geosim.sim import memory_layout
-from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.sim.schedule import Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
 from geosim.specs import Model, Params, Workload
@@ -68,6 +68,57 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
     return forward, backward
 
 
+def overlapped_layer_ops(model: Model, workload: Workload, group: tuple[int, ...], rank: int, sequences: float,
+                         tag: tuple = (), collectives_per_layer: int = COLLECTIVES_PER_LAYER) -> tuple[list, list]:
+    """One block's forward and backward on `rank` with tensor parallelism's communication under its GEMMs,
+    as Megatron-LM's --tp-comm-overlap runs it with sequence parallelism (Transformer Engine's userbuffers):
+    each all-reduce is its all-gather before a part's GEMMs and its reduce-scatter after them, each a ring
+    exchange of p - 1 non-blocking sends of 1/p of the activation, and the part's compute in 2p chunks so
+    that each chunk's transfer runs under the next chunk's GEMM (the first half of the chunks under the
+    all-gather, the second half under the reduce-scatter). The bytes are a ring all-reduce's."""
+    p = len(group)
+    pos = group.index(rank)
+    nxt, prev = group[(pos + 1) % p], group[(pos - 1) % p]
+    h, s = model.n_embd, workload.seq_len
+    tokens = sequences * s
+    total = model.layer_forward_flops(tokens, s)
+    attention_share = (8 * h * h + 4 * s * h) / (24 * h * h + 4 * s * h)
+    chunk_bytes = tokens * h * workload.bytes_per_value / p
+    per_half = max(1, collectives_per_layer // 2)
+    forward, backward = [], []
+    for direction, ops, mult in (("fwd", forward, 1.0), ("bwd", backward, backward_multiplier(workload))):
+        phase = "forward" if direction == "fwd" else "backward"
+        halves = (("attn", attention_share), ("mlp", 1 - attention_share))
+        for part, share in (halves if direction == "fwd" else halves[::-1]):
+            rings = per_half // 2 if part == "attn" else per_half - per_half // 2
+            if not rings:  # no collective after this part: its compute whole
+                ops.append(Compute(total * share * mult / p, f"{part} {direction}",
+                                   work=work(phase, model, workload, sequences, 1, False, False, p,
+                                             "attention" if part == "attn" else "mlp")))
+                continue
+            pieces = 2 * p * rings
+            whole = work(phase, model, workload, sequences, 1, False, False, p, "attention" if part == "attn" else "mlp")
+            piece = Compute(total * share * mult / p / pieces, f"{part} {direction} (chunk)",
+                            work=whole._replace(share=1.0 / pieces))
+            for c in range(rings):
+                for kind in ("ag", "rs"):
+                    step = tag + (direction, part, c, kind)
+                    if kind == "ag":  # send what is held, compute on it while the next arrives
+                        ops.append(Send(nxt, chunk_bytes, step + (0,), p2p=False))
+                        for k in range(p - 1):
+                            ops += [piece, Recv(prev, step + (k,))]
+                            if k < p - 2:
+                                ops.append(Send(nxt, chunk_bytes, step + (k + 1,), p2p=False))
+                        ops.append(piece)
+                    else:  # compute a chunk, send its partial sum on while the next is computed
+                        ops += [piece, Send(nxt, chunk_bytes, step + (0,), p2p=False)]
+                        for k in range(1, p):
+                            ops += [piece, Recv(prev, step + (k - 1,))]
+                            if k < p - 1:
+                                ops.append(Send(nxt, chunk_bytes, step + (k,), p2p=False))
+    return forward, backward
+
+
 def compiled_ops(entries: tuple, group: tuple[int, ...], act_bytes: float, algorithm: str, launch: tuple, tag: tuple,
                  label: str, first_half: bool | None = None) -> list:
     """Collectives from a runtime's compiled list, each after its launch cost. first_half: only the first
@@ -104,6 +155,8 @@ def build(case: Case, settings: Settings) -> Schedule:
     compiled = runtime.shard_layer_collectives if p > 1 else ()
     forward, backward = layers_ops(model, workload, params, group, batch, model.n_layer,
                                    collectives_per_layer=settings.collectives_per_layer, compiled=compiled)
+    # Megatron's --tp-comm-overlap (a runtime's tp_comm_overlap): each rank's own ring exchanges under its GEMMs
+    overlap = runtime.tp_comm_overlap and p > 1 and not compiled
     # the embedding and the LM head (vocabulary split over the GPUs), around the sharded blocks
     head_fwd, head_bwd = pass_ops(model, workload, batch, 0, True, True, " head", tensor_parallel=p)
     held = memory_layout.auto_sharded_params(model, p)
@@ -116,13 +169,23 @@ def build(case: Case, settings: Settings) -> Schedule:
     # gradient accumulation, as Alpa's num_micro_batches
     program = [Repeat(microbatch, workload.microbatches, group, ("microbatch",), "microbatches"),
                optimizer_op(model, held), overhead_op(NAME, params, workload)]
+    programs = {d.rank: program for d in devices}
+    if overlap:
+        for rank in group:
+            fwd, bwd = overlapped_layer_ops(model, workload, group, rank, batch, (),
+                                            settings.collectives_per_layer)
+            own = (Repeat(tuple(fwd), model.n_layer, group, ("layers fwd",), "layers fwd"),
+                   Repeat(tuple(bwd), model.n_layer, group, ("layers bwd",), "layers bwd"))
+            programs[rank] = [Repeat((own[0],) + microbatch[1:3] + (own[1],) + microbatch[4:], workload.microbatches,
+                                     group, ("microbatch",), "microbatches"), *program[1:]]
     memory = memory_layout.per_device(
         devices, model, workload, params, runtime,
         lambda options: memory_layout.auto_sharded(model, batch, workload.seq_len, p, options),
         lambda: jax_placement(model, workload.global_batch, workload.microbatches, p))
-    return Schedule(NAME, devices, {d.rank: program for d in devices},
+    return Schedule(NAME, devices, programs,
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     f"tensor parallel over {p} GPUs, "
+                    + ("its all-reduces as ring exchanges under the GEMMs (tp_comm_overlap), " if overlap else "")
                     + (f"{sum(n for _, n, _ in compiled)} collectives per layer as {runtime.name} compiles them, "
                        if compiled else f"{settings.collectives_per_layer} all-reduces per layer, ")
                     + f"{workload.microbatches} microbatches")

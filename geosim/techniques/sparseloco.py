@@ -26,8 +26,9 @@ from geosim.sim.schedule import Schedule
 from geosim.case import Case
 from geosim.techniques import _floor
 from geosim.techniques._base import check_dims, devices_of
-from geosim.techniques._settings import option, tunable
+from geosim.techniques._settings import tunable
 from geosim.techniques._lowcomm import layout_options, plan_variants  # noqa: F401 (the registry's)
+from geosim.techniques._lowcomm import LIVE_DEFAULTS, outer_lr_tunable, outer_momentum_tunable, replicas_option
 from geosim.techniques._lowcomm import (ERROR_FEEDBACK_BYTES, OUTER_COPY_BYTES, assemble, single_host_replicas,
                                         sparse_gather_ops)
 
@@ -51,16 +52,11 @@ class Settings:
                                    unit="bits", source="Sarfi et al. 2025's 4096-value chunks")
     error_feedback: bool = tunable(True, "keep an fp32 error-feedback buffer (4 bytes/param)", unit="flag",
                                    source="Sarfi et al. 2025")
-    # the outer step: SparseLoCo's paper applies the replicas' average (lr 1, no momentum); live runs train with
-    # these (live/train/techniques/sparseloco.py), the simulated time does not depend on them
-    outer_lr: float = tunable(1.0, "outer SGD learning rate (live runs)", low=1e-6, high=10.0, unit="factor",
-                              source="Sarfi et al. 2025")
-    outer_momentum: float = tunable(0.0, "outer Nesterov momentum, 0 for plain SGD (live runs)", low=0.0, high=0.999,
-                                    unit="fraction", source="Sarfi et al. 2025")
-    replicas: tuple | None = option(None, "host names of each replica (default: one replica per host)")
-    # Live's default where it differs, and why: a live run on CPU devices trains a few hundred steps, so H = 100
-    # would synchronize once or twice a run and its loss curve would show little of the technique
-    LIVE_DEFAULTS: ClassVar[dict] = {"inner_steps": 10}
+    # SparseLoCo's paper applies the replicas' average: lr 1, no momentum
+    outer_lr: float = outer_lr_tunable(1.0, source="Sarfi et al. 2025")
+    outer_momentum: float = outer_momentum_tunable(0.0, source="Sarfi et al. 2025")
+    replicas: tuple | None = replicas_option()
+    LIVE_DEFAULTS: ClassVar[dict] = LIVE_DEFAULTS
 
 
 def payload_bytes(parameters: float, s: Settings) -> float:

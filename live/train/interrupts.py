@@ -69,6 +69,26 @@ def install() -> None:
     _state["installed"] = True
 
 
+@contextlib.contextmanager
+def handling():
+    """install() for the block, and the handlers found before it back after it: a caller in the same
+    process (a test runner, a notebook, a script calling geosim.cli.main) keeps its own Ctrl-C. Without
+    this a pytest run that had run a live command in-process took its first Ctrl-C as this run's "stop
+    at the next safe point" and ended at the second one without a summary."""
+    if _state["installed"]:
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    install()
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, nothing to put back
+                signal.signal(sig, handler)
+        _state.update(signal=None, installed=False, recorded=False, writing=False, exit_after_write=None)
+
+
 def requested() -> str | None:
     """The name of the signal received, if any (SIGINT, SIGTERM)."""
     return signal.Signals(_state["signal"]).name if _state["signal"] is not None else None

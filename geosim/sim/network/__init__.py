@@ -1,7 +1,9 @@
 """Network models: what a transfer costs, behind one small protocol the engine calls.
 
-The seam (`NetworkModel`) has two layers, as ASTRA-sim's network API (send, recv, schedule, time)
-has collectives above it:
+The seam (`NetworkModel`) is small: a model implements `send_at` (CountingNetwork gives the rest);
+whatever else it can do is an optional protocol (CollectiveShortcut, CollectivePrecompute, Symmetric,
+ConnectionState, SendFloor), asked for once when a run starts (`capabilities(net)`), never probed per
+op. Two layers, as ASTRA-sim's network API (send, recv, schedule, time) has collectives above it:
 
   transfers, what every model answers (the engine matches each Send with its Recv in its own
   mailbox, so a model sees sends alone):
@@ -12,8 +14,8 @@ has collectives above it:
     count(src, nbytes, transfers), sent(rank)           traffic not simulated (a skipped repetition);
                                                           what a rank has sent
     shift_connections(src, since, delta)                skipped repetitions move the transfer state on
-  collectives, above the transfers (CountingNetwork's defaults: every collective runs as its
-  point-to-point steps, no fast path):
+  collectives, above the transfers (without the optional protocols every collective runs as its
+  point-to-point steps):
     collective_ops(coll, rank)                          the Sends and Recvs (or a Barrier) a rank runs
     may_shortcut(coll), collective_time(coll)           ranks arriving together: the whole collective
     prepare(programs), may_precompute(coll),            ranks arriving apart: every rank's end time,
@@ -25,13 +27,17 @@ has collectives above it:
 
 Models, one file each:
 
+  fabric.FabricNetwork         each link by its transport: NVLink inside a host, RDMA (InfiniBand, RoCE)
+                               between hosts that have it, with NCCL's own model for their collectives
+                               (_nccl: ring or tree, LL/LL128/Simple); TCP sockets (tcp.py's routes) on the
+                               rest. What a case runs by default; on a cluster without NVLink or RDMA it is tcp
   tcp.TCPNetwork               links, routes, TCP's window, slow start and per-message costs;
                                collectives timed by arithmetic where links have one sender each
   alphabeta.AlphaBetaNetwork   latency + bytes / bandwidth per link, first-come-first-served
                                links, no TCP; symmetric collectives simulated once
   ideal.IdealNetwork           free communication: sends cost nothing, collectives are barriers
 Helpers the models share start with an underscore, as in geosim/techniques/: _topology (the graph
-of hosts, sites and links, routes), _exclusive (collectives timed by arithmetic where every link
+of hosts, sites and links, routes), _nccl (NCCL's tuning model), _exclusive (collectives timed by arithmetic where every link
 has one sender) and _loss (TCP's response functions under loss and a token bucket's drops).
 
 A model is built per run by a factory called as
@@ -47,17 +53,17 @@ file's table that holds them: the TCP model's is [transport]) and `Settings` (a 
 with one SI field per declared parameter). geosim.params reads and writes them
 (`Params.network(NAME)`), the fit frees them from the same declaration, and the reference page
 lists them (`network_parameters()`). The engine has no default: the caller names the model
-(`network_model(case.network)`); a Case runs "tcp" unless it says otherwise.
+(`network_model(case.network)`); a Case runs "fabric" unless it says otherwise.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from functools import cache
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
+from geosim.discover import modules as entry_modules
 from geosim.errors import GeosimError
 
 from geosim.sim import collectives
@@ -66,13 +72,13 @@ from geosim.specs import Cluster, Params
 
 
 class NetworkModel(Protocol):
-    """Every member the engine, the symmetry proof and the planner use (the module's docstring has the
-    layers); CountingNetwork gives all but send_at a default."""
+    """What every model answers (the engine, the symmetry proof and the planner need no more). Of the
+    members, send_at is the one a model writes: CountingNetwork gives the rest. Everything else a model
+    may do is an optional protocol below, asked for once when a run starts (`capabilities`)."""
 
     bytes_sent: float
     transfers: int
     hosts: tuple[str, ...]  # each rank's host
-    groups_may_move: bool  # a symmetry may move a group onto another (the model holds or steps its collectives)
 
     def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
         """A transfer started at `now` (reserving what it holds); the time it has arrived."""
@@ -86,18 +92,28 @@ class NetworkModel(Protocol):
     def sent(self, rank: int) -> tuple[float, int]:
         """(bytes, transfers) `rank` has sent so far."""
 
-    def shift_connections(self, src: int, since: float, delta: float) -> None:
-        """Repetitions of a block were skipped: src's transfer state active since `since` moves on by delta."""
-
     def collective_ops(self, coll: Collective, rank: int) -> tuple:
         """The ops `rank` runs for `coll`: Sends and Recvs, or a Barrier of the group."""
+
+
+# --- optional protocols: a model that has one implements all of its members ------------------------------
+
+@runtime_checkable
+class CollectiveShortcut(Protocol):
+    """Ranks arriving together: the whole collective timed at once (alpha-beta's symmetric fast path)."""
 
     def may_shortcut(self, coll: Collective) -> bool:
         """Whether collective_time could answer for `coll` (the engine then gathers its ranks first)."""
 
     def collective_time(self, coll: Collective) -> float | None:
-        """Fast path: when every rank of `coll` has reached it at this instant, the seconds it takes
-        for all of them (counting its bytes), or None to have the engine run collective_ops."""
+        """When every rank of `coll` has reached it at this instant, the seconds it takes for all of
+        them (counting its bytes), or None to have the engine run collective_ops."""
+
+
+@runtime_checkable
+class CollectivePrecompute(Protocol):
+    """Ranks arriving apart: each rank's end time computed when the last arrives (tcp's _exclusive,
+    fabric's NCCL model)."""
 
     def prepare(self, programs: dict[int, list]) -> None:
         """Called once before the run with every rank's program (a model may study its routes)."""
@@ -108,17 +124,89 @@ class NetworkModel(Protocol):
 
     def collective_ends(self, coll: Collective, arrivals: dict[int, float]) -> dict[int, float]:
         """All of `coll`'s transfers, each rank starting at its arrival time (rank -> time), with
-        every state the steps would leave; each rank's end time, exactly as the steps' events."""
+        every state the steps would leave; each rank's end time."""
+
+
+@runtime_checkable
+class Symmetric(Protocol):
+    """What the symmetry proof asks (geosim.sim.symmetry): without it every rank runs."""
+
+    groups_may_move: bool  # a symmetry may move a group onto another (the model holds or steps its collectives)
 
     def symmetric_under(self, image) -> bool:
         """Whether renaming each rank r as image(r) maps the run's network onto itself and its outcome
-        does not depend on the order of simultaneous events (geosim.sim.symmetry; False: every rank runs)."""
+        does not depend on the order of simultaneous events."""
 
     def reduce_to(self, symmetry) -> None:
         """Only the symmetry's representatives run: collective_ends is asked with their arrivals alone."""
 
+
+@runtime_checkable
+class ConnectionState(Protocol):
+    """A model whose transfers leave state behind (TCP's windows): skipped repetitions move it on."""
+
+    def shift_connections(self, src: int, since: float, delta: float) -> None:
+        """Repetitions of a block were skipped: src's transfer state active since `since` moves on by delta."""
+
+
+@runtime_checkable
+class SendFloor(Protocol):
+    """A lower bound on a send's time, which the planner prunes with (techniques/_pipeline_floor.py)."""
+
     def least_delay_s(self, src: int, dst: int, nbytes: float, p2p: bool) -> float:
-        """The fewest seconds a send of these bytes can take (a floor the planner prunes with; 0: none)."""
+        """The fewest seconds a send of these bytes can take."""
+
+
+def _no(*_args, **_kwargs) -> bool:
+    return False
+
+
+def _none(*_args, **_kwargs) -> None:
+    return None
+
+
+def _zero(*_args, **_kwargs) -> float:
+    return 0.0
+
+
+def _never_asked(coll, arrivals):
+    raise NotImplementedError("collective_ends asked of a model without CollectivePrecompute")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """A model's answers to the optional protocols, looked up once when a run starts (the engine calls
+    these, never probes the model per op): its own methods where it has the protocol, else the
+    defaults (no fast path, no symmetry proven, no state to shift, no floor)."""
+
+    hosts: tuple[str, ...]
+    may_shortcut: Callable = _no
+    collective_time: Callable = _none
+    prepare: Callable = _none
+    may_precompute: Callable = _no
+    collective_ends: Callable = _never_asked
+    groups_may_move: bool = False
+    symmetric_under: Callable = _no
+    reduce_to: Callable = _none
+    shift_connections: Callable = _none
+    least_delay_s: Callable = _zero
+
+
+def capabilities(net: NetworkModel) -> Capabilities:
+    """Which optional protocols `net` implements, asked once: the callables the engine then uses."""
+    found: dict = {"hosts": net.hosts}
+    if isinstance(net, CollectiveShortcut):
+        found.update(may_shortcut=net.may_shortcut, collective_time=net.collective_time)
+    if isinstance(net, CollectivePrecompute):
+        found.update(prepare=net.prepare, may_precompute=net.may_precompute, collective_ends=net.collective_ends)
+    if isinstance(net, Symmetric):
+        found.update(groups_may_move=net.groups_may_move, symmetric_under=net.symmetric_under,
+                     reduce_to=net.reduce_to)
+    if isinstance(net, ConnectionState):
+        found.update(shift_connections=net.shift_connections)
+    if isinstance(net, SendFloor):
+        found.update(least_delay_s=net.least_delay_s)
+    return Capabilities(**found)
 
 
 NetworkFactory = Callable[..., NetworkModel]
@@ -126,10 +214,7 @@ NetworkFactory = Callable[..., NetworkModel]
 
 class CountingNetwork:
     """What every model shares: byte and transfer counts, send() from send_at, collectives as
-    point-to-point steps, no fast path (collective_ends is never asked), no state to shift, no
-    symmetry proven and no floor. Subclasses provide send_at()."""
-
-    groups_may_move = False
+    point-to-point steps. Subclasses provide send_at() and whichever optional protocols they have."""
 
     def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
         self.env = clock
@@ -163,44 +248,11 @@ class CountingNetwork:
     def collective_ops(self, coll: Collective, rank: int) -> tuple:
         return collectives.expand(coll, rank, self.hosts)
 
-    def may_shortcut(self, coll: Collective) -> bool:
-        return False
-
-    def collective_time(self, coll: Collective) -> float | None:
-        return None
-
-    def prepare(self, programs: dict[int, list]) -> None:
-        return None
-
-    def may_precompute(self, coll: Collective) -> bool:
-        return False  # so collective_ends is never asked
-
-    def collective_ends(self, coll: Collective, arrivals: dict[int, float]) -> dict[int, float]:
-        raise NotImplementedError(f"{type(self).__name__} times no collective whole (may_precompute is False)")
-
-    def shift_connections(self, src: int, since: float, delta: float) -> None:
-        return None
-
-    def symmetric_under(self, image) -> bool:
-        return False  # not proven for this model: every rank runs
-
-    def reduce_to(self, symmetry) -> None:
-        return None
-
-    def least_delay_s(self, src: int, dst: int, nbytes: float, p2p: bool) -> float:
-        return 0.0  # no floor: the planner prunes nothing on it
-
 
 @cache
 def _backends() -> dict[str, object]:
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):  # a helper the models share (_topology, _exclusive), not a model
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")  # found by name: adding a model is one file
-        if hasattr(module, "NAME") and hasattr(module, "MODEL"):
-            found[module.NAME] = module
-    return found
+    # found by name: adding a model is one file (_topology, _exclusive: helpers the models share)
+    return {module.NAME: module for module in entry_modules(__name__, __path__, "NAME", "MODEL")}
 
 
 def network_parameters() -> dict[str, tuple]:
@@ -230,4 +282,4 @@ class _Still:
 def least_delay(name: str, cluster: Cluster, params: Params, devices: list[Device]) -> Callable[..., float]:
     """(src, dst, nbytes, p2p) -> the fewest seconds a send can take on the model `name`: every hop
     idle, windows at their largest (a floor the planner prunes with); 0 for a model without one."""
-    return network_model(name)(_Still(), cluster, params, devices).least_delay_s
+    return capabilities(network_model(name)(_Still(), cluster, params, devices)).least_delay_s

@@ -69,8 +69,9 @@ def build_topology(cluster: Cluster, params: Params) -> Graph:
     graph = Graph()
     for host in cluster.hosts:
         # a host reaches its site's switch in a quarter of the LAN RTT each way
+        # at its NIC's rate where the host names one (Host.nic_gbps), else the site LAN's
         graph.add_edge(host.name, f"site:{host.site}", one_way_s=params.lan_rtt_s / 4,
-                       bandwidth_bps=params.lan_bandwidth_bps, link=None)
+                       bandwidth_bps=host.nic_bps or params.lan_bandwidth_bps, link=None)
     host_names = {h.name for h in cluster.hosts}
     for link in cluster.links:
         a = link.a if link.a in host_names else f"site:{link.a}"

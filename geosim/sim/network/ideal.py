@@ -30,4 +30,9 @@ class IdealNetwork(CountingNetwork):
         order simultaneous events go in. The programs' own check (geosim.sim.symmetry) is the proof."""
         return True
 
+    def reduce_to(self, symmetry) -> None:
+        """Nothing to reduce: the engine's barriers await the group's representatives."""
+        return None
+
+
 MODEL = IdealNetwork

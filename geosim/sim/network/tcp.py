@@ -140,6 +140,7 @@ class Route:
     # once after idling, and which hop it is (its free_at says how long the bucket has been refilling)
     burst_bytes: float = 0.0
     shaped_hop: int = -1
+    overhead_s: float = 0.0  # each message's fixed cost (transport.per_message_overhead_us on the TCP model's routes)
 
     def __post_init__(self) -> None:
         self.windowed = self.tcp and self.rtt_s > 0
@@ -171,6 +172,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         self._routes: dict[tuple[int, int], Route] = {}
         self.connections: dict[tuple[int, int], Connection] = {}
         self._pairs: dict[tuple[int, int], tuple[Route, Connection]] = {}  # what send() looks up
+        self.host_window = {h.name: h.tcp_window_bytes for h in cluster.hosts if h.tcp_window_bytes}
 
     def route(self, src: int, dst: int) -> Route:
         key = (src, dst)
@@ -189,6 +191,9 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         delivered = 1.0  # the fraction of segments no hop of the path loses
         shared: list[tuple[float, float]] = []  # (rate, competing flows) of each hop with other traffic
         declared = False  # whether a hop of the path is a scenario's link (which may set window and streams)
+        # the end hosts' own window (a host's tcp_window_mib: what its kernel autotunes to), else the parameters'
+        host_windows = [w for w in (self.host_window.get(a.host), self.host_window.get(b.host)) if w]
+        default_window = min(host_windows) if host_windows else p.window_bytes
         if not same_host:
             for u, v, edge in topo.path(a.host, b.host):
                 names.append(topo.hop_name(u, v, a, b))
@@ -207,7 +212,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
                     # the window and the sockets are the end hosts' settings, which a scenario's link
                     # may declare; a site's LAN declares none, so it must not undo a site link's
                     hop_streams = link.streams or p.streams
-                    hop_window = (link.window_bytes or p.window_bytes) * hop_streams
+                    hop_window = (link.window_bytes or default_window) * hop_streams
                     streams = hop_streams if not declared else min(streams, hop_streams)
                     window = hop_window if not declared else min(window, hop_window)
                     declared = True
@@ -219,7 +224,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
                 if link is not None and link.competing_flows:
                     shared.append((rates[-1], link.competing_flows))
         if tcp and not declared:
-            window = p.window_bytes * p.streams
+            window = default_window * p.streams
         route = Route(
             hops=tuple(topo.hop(n) for n in names), name=" / ".join(names[2:]) if not same_host else f"{a.host} pcie",
             one_way_s=one_way, rtt_s=2 * one_way, line_rate=min(rates), window_bytes=window, tcp=tcp,
@@ -243,6 +248,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         # every socket of the connection starts from its own initial window
         route.initial_window = min(route.max_window, streams * p.initial_window_bytes)
         route.handshake_s = p.p2p_handshake_rtts * route.rtt_s
+        route.overhead_s = p.per_message_overhead_s
         if bucket_bound:
             route.burst_bytes, route.shaped_hop = burst, topo.hop(shaped)
         self._routes[key] = route
@@ -301,7 +307,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         if route.windowed:
             # a flow moves at most its largest window per round trip (flow_time)
             line = max(line, nbytes * route.rtt_s / route.max_window)
-        return (route.handshake_s if p2p else route.credit_s) + line + route.one_way_s + p.per_message_overhead_s
+        return (route.handshake_s if p2p else route.credit_s) + line + route.one_way_s + route.overhead_s
 
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's connections stayed busy through them."""
@@ -357,10 +363,57 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
             if flow_done > done:
                 done = flow_done
         conn.last_active = done
-        arrival = done + route.one_way_s + p.per_message_overhead_s
+        arrival = done + route.one_way_s + route.overhead_s
         if self.trace is not None:
             self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
         return arrival
+
+@dataclass(frozen=True)
+class WindowLimit:
+    """A link whose TCP flows the window, not the line, limits: streams x window / RTT < bandwidth."""
+
+    between: tuple[str, str]
+    rtt_ms: float
+    bandwidth_gbps: float
+    window_mib: float
+    streams: int
+    window_gbps: float  # what streams x window / RTT lets through
+    setting: str  # what to change, where
+
+    def describe(self) -> str:
+        return (f"the TCP window limits {self.between[0]}-{self.between[1]} to {self.window_gbps:.3g} of its "
+                f"{self.bandwidth_gbps:g} Gbit/s ({self.streams} stream(s) x {self.window_mib:.3g} MiB / "
+                f"{self.rtt_ms:g} ms): {self.setting}")
+
+
+def window_limits(cluster: Cluster, params: Params) -> list[WindowLimit]:
+    """The cluster's socket links (transport tcp) whose flows the window limits below the line rate, and
+    the setting that raises it: the link's window_mib where it set one, else the end hosts' tcp_window_mib
+    (what their kernels autotune to: Linux advertises up to half of net.ipv4.tcp_rmem's maximum), else the
+    parameters' [transport] window_mib; more streams do as much (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS)."""
+    p = params.network(NAME)
+    found = []
+    for link in cluster.links:
+        if link.transport != "tcp" or link.rtt_s <= 0:
+            continue
+        ends = [h for h in cluster.hosts if h.name in (link.a, link.b) or h.site in (link.a, link.b)]
+        host_windows = [h.tcp_window_bytes for h in ends if h.tcp_window_bytes]
+        if link.window_bytes:
+            window, setting = link.window_bytes, "raise the link's window_mib (or its streams)"
+        elif host_windows:
+            window, setting = min(host_windows), ("raise the hosts' tcp_window_mib (Linux: net.ipv4.tcp_rmem's "
+                                                  "maximum, twice the window) or the link's streams")
+        else:
+            window, setting = p.window_bytes, ("set the hosts' tcp_window_mib (Linux advertises half of "
+                                               "net.ipv4.tcp_rmem's maximum) or [transport] window_mib in --params, "
+                                               "or the link's streams (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS)")
+        streams = link.streams or p.streams
+        allowed = streams * window / link.rtt_s * 8
+        if allowed < link.bandwidth_bps:
+            found.append(WindowLimit((link.a, link.b), link.rtt_s * 1e3, link.bandwidth_bps / 1e9, window / 2**20,
+                                     streams, allowed / 1e9, setting))
+    return found
+
 
 Network = TCPNetwork  # the name before network models had a protocol
 

@@ -34,6 +34,10 @@ from jax.sharding import PartitionSpec as P
 from geosim.errors import GeosimError
 from geosim.live.train.lowcomm import BITS
 from geosim.live.train.techniques.diloco import DiLoCo
+# Data's placement plus 8 bytes a parameter, as DiLoCo's: the fp32 outer parameters and, where DiLoCo keeps its
+# outer momentum, the fp32 error-feedback buffer (counted whole on every device: an upper bound, the buffer is
+# sharded over a replica's devices)
+from geosim.live.train.techniques.diloco import placement  # noqa: F401 (the live registry's)
 
 
 def kept_per_chunk(topk: float, chunk: int) -> int:
@@ -140,14 +144,3 @@ class SparseLoCo(DiLoCo):
 
 
 TECHNIQUE = SparseLoCo
-
-
-def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
-    """Data's placement (each replica trains data parallel) plus the outer parameters and the outer
-    momentum, fp32."""
-    from dataclasses import replace
-
-    from geosim.techniques.data import jax_placement as data_placement
-
-    inner = data_placement(model, global_batch, microbatches, devices)
-    return replace(inner, extra_state_bytes=8.0 * model.num_params)
