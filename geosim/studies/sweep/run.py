@@ -31,6 +31,8 @@ from geosim.predict import predict
 from geosim.scale import load_any_scenario
 from geosim.scenario import Scenario, get_model, LINK_RANGES, check_number
 from geosim.specs import Params
+from geosim.studies.asked import scaled_tokens_per_epoch, scales_workload
+from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint, iter_rows
@@ -118,7 +120,6 @@ def manifest(grid: Grid, ctx: SweepContext) -> dict:
 def point_workload(point: dict, sc: Scenario, model) -> dict:
     """A point's workload fields, with predict's default for a model outside the study where no token count
     is swept or written (geosim.studies.asked.scales_workload): one workload for one question everywhere."""
-    from geosim.studies.asked import scaled_tokens_per_epoch, scales_workload
 
     if scales_workload(sc, model, point["workload"]):
         return {**point["workload"], "tokens_per_epoch": scaled_tokens_per_epoch(model)}
@@ -181,8 +182,6 @@ def evaluate_row(point: dict, ctx: SweepContext) -> dict:
                      "description"):
             row[name] = getattr(pred, name)
         if pred.ok:  # the ranking's measure (ranking.time_to_progress_s): what the report's best option is drawn on
-            from geosim.studies.ranking import SameProgress, time_to_progress_s
-
             efficiency = SameProgress(ctx.params).efficiency(pred).value
             row["token_efficiency"] = efficiency
             row["time_to_progress_s"] = time_to_progress_s(pred, efficiency)
