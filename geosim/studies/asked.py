@@ -9,6 +9,8 @@ on the ranking's own measure (time to the same training progress).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from geosim.case import Case
 from geosim.predict import Prediction, predict
 from geosim.structure import host_list
@@ -63,8 +65,13 @@ def asked_candidates(case: Case, techniques: tuple[str, ...], host_sets: list[tu
     that fits none of them is the layout's mistake, refused before: cli.common.check_layout_plannable).
     The planner's search never leaves them to its budget, so the verdict is never slower than a row
     that runs."""
-    out = []
+    out, alone = [], set()
     for hosts in host_sets:
+        if len(hosts) == 1:  # a VM alone crosses no link: of VMs with the same hardware, the first stands for all
+            twin = repr(replace(case.cluster.host(hosts[0]), name="", site=""))
+            if twin in alone:
+                continue
+            alone.add(twin)
         for technique in techniques:
             try:
                 options = layout_options(technique, case, hosts, **layout) if layout else None
