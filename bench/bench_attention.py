@@ -31,7 +31,7 @@ def step_seconds(model, gpu, runtime: str, seq_len: int, tokens: int, as_gemm: b
     cm = compute_model(params)
     work = Work("forward", model, max(1, tokens // seq_len), seq_len, model.n_layer, head=True, embedding=True)
     if as_gemm:  # the fused kernel at the GEMM roofline (the model before flash attention had its own fraction)
-        eff = cm.efficiency_for(gpu)
+        eff = cm.constants_for(gpu)
         ops = compute.kernels(work, "bf16", True) + compute.kernels(work._replace(phase="backward"), "bf16", True)
         return sum(compute.roofline_seconds(op.flops, op.nbytes, gpu, "bf16", eff) if type(op) is compute.FusedAttention
                    else compute.op_seconds(op, gpu, "bf16", eff) for op in ops)

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from geosim.live.train.compiled_memory import GPU_TARGETS, cpu_correction, geosim_bytes, run_cases
+from geosim.live.train.compiled_memory import cpu_correction, geosim_bytes, gpu_generation, run_cases
 
 DEVICES = 4  # data, zero2, shard over 4; pipeshard as 2 stages x 2 (unless a case names its stages)
 CASE_KEYS = ("technique", "model", "dims", "precision", "remat", "global_batch", "microbatches", "stages", "seq_len")
@@ -70,7 +70,7 @@ def compared(rows: list[dict], backend: str, devices: int = DEVICES) -> list[dic
         if "peak" not in row:
             out.append({**row, "geosim": None, "error_fraction": None})
             continue
-        parts = geosim_bytes(row, devices, GPU_TARGETS[backend][2] if backend in GPU_TARGETS else "")
+        parts = geosim_bytes(row, devices, gpu_generation(backend))
         ours = sum(parts.values()) + (cpu_correction(row, devices) if backend == "cpu" else 0.0)
         out.append({**row, "geosim": ours, "parts": parts, "error_fraction": ours / row["peak"] - 1.0})
     return out

@@ -92,7 +92,7 @@ class FreeParam:
         return {
             "scalar": self.target,
             "setting": self.target,
-            "efficiency": f"compute.efficiency.{self.target}",
+            "flat_fraction": f"compute.flat_fraction.{self.target}",
             "iteration_overhead": f"overhead.iteration_s.{self.target}",
             "startup": f"overhead.startup_s.{self.target}",
             "link_bandwidth": f"link.{self.target}.bandwidth_gbps",
@@ -103,7 +103,7 @@ class FreeParam:
         }[self.kind]
 
     def affects(self, case: RunCase) -> bool:
-        if self.kind == "efficiency":
+        if self.kind == "flat_fraction":
             return self.target in case.gpus
         if self.kind in ("iteration_overhead", "startup"):
             return self.target in (case.technique, SHARED)
@@ -124,11 +124,11 @@ class FreeParam:
 
 def apply_params(base: Params, free: list[FreeParam], values) -> Params:
     """The global parameters (not per-link, not workload) set to values."""
-    efficiency, iteration, startup = dict(base.efficiency), dict(base.iteration_overhead_s), dict(base.startup_s)
+    flat, iteration, startup = dict(base.flat_fraction), dict(base.iteration_overhead_s), dict(base.startup_s)
     scalars: dict = {}
     for p, v in zip(free, values):
-        if p.kind == "efficiency":
-            efficiency[p.target] = float(v)
+        if p.kind == "flat_fraction":
+            flat[p.target] = float(v)
         elif p.kind == "iteration_overhead":
             for technique in (iteration if p.target == SHARED else (p.target,)):
                 iteration[technique] = float(v)
@@ -145,7 +145,7 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
             name, _, leaf = p.target.partition(".")
             runtime = (base.runtimes or {}).get(name) or shipped_runtimes()[name]
             base = with_runtime(base, replace(runtime, **{leaf: float(v)}))
-    base = replace(base, efficiency=efficiency, iteration_overhead_s=iteration, startup_s=startup)
+    base = replace(base, flat_fraction=flat, iteration_overhead_s=iteration, startup_s=startup)
     for key, value in scalars.items():
         base = with_scalar(base, key, value)
     return base

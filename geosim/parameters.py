@@ -161,23 +161,11 @@ SCALARS: tuple[Scalar, ...] = (
 )
 
 TABLES: tuple[Table, ...] = (
-    Table("compute.efficiency", "efficiency", "fraction",
+    Table("compute.flat_fraction", "flat_fraction", "fraction",
           "a flat fraction of peak for a device the datasheet model does not describe; wins over a runtime's "
           "measured device constants (runtimes.toml device_compute)",
           "`geosim live validate` fits it for a CPU device no runtime measured; empty by default", "gpu",
           range=(1e-6, 1.0)),
-    Table("compute.gemm_fraction_by_architecture", "gemm_fraction_by_architecture", "fraction",
-          "a GPU generation's attainable fraction of its tensor peak for large GEMMs (replaces compute.gemm_fraction "
-          "on that generation, except on the GPUs a runtime's fitted_devices names)",
-          "measured: live's step and plain GEMMs on an H200 (hopper; docs/results/2026-11-27-gpu-compute.md); "
-          "ampere, ada, blackwell, volta: Hopper's, an estimate until measured; never fitted", "architecture",
-          range=(1e-4, 1.0)),
-    Table("compute.memory_fraction_by_architecture", "memory_fraction_by_architecture", "fraction",
-          "a GPU generation's attainable fraction of its memory bandwidth (replaces compute.memory_fraction there)",
-          "measured as compute.gemm_fraction_by_architecture", "architecture", range=(1e-4, 1.0)),
-    Table("compute.gemm_half_us_by_architecture", "gemm_half_s_by_architecture", "us",
-          "a GPU generation's GEMM saturation (replaces compute.gemm_half_us there)",
-          "measured as compute.gemm_fraction_by_architecture", "architecture", range=(0.0, 1e6)),
     Table("host.pcie_gbps", "pcie_bps", "Gbit/s", "effective GPU-to-host rate per PCIe generation (x16)",
           "PCIe 3/4/5 x16 line rates less protocol overhead", "pcie-generation", range=(1e-6, 1e6), missing=80.0),
     Table("collectives", "collectives", "", "collective algorithm per technique",
@@ -333,7 +321,7 @@ RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
                + "; ".join(f"{p.key} {number_text(p.range[0])} to {number_text(p.range[1])} {p.unit}"
                            for p in DEVICE_COMPUTE)
                + "; a fraction is of the nominal datasheet, so above 1 is possible); a parameters file's flat "
-               "`[compute.efficiency]` for that device wins",
+               "`[compute.flat_fraction]` for that device wins",
                "the compute model's GEMM rate, streaming rate and per-kernel gap on that device (the global "
                "`[compute]` constants stay the GPUs')"),
     RuntimeKey(("shard_layer_collectives", "shard_step_collectives"),
@@ -359,9 +347,14 @@ RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
                "gradients, a pipeline stage's JAX residual list and received inputs) or "
                "`\"jax\"` (live's step: fp32 weights, as XLA assigns its buffers); absent: `\"alpa\"`",
                "every technique's memory: Alpa's layout, or the technique's `jax_placement()` through `live_step`"),
-    RuntimeKey(("fitted_devices",), "GPUs (catalog names) whose speed under this runtime is what the parameters "
-               "file's global `[compute]` constants were fitted to",
-               "those GPUs keep the global constants; every other GPU its generation's `[compute.*_by_architecture]`"),
+    RuntimeKey(("efficiency",), "what the runtime achieves on each GPU generation (geosim/data/generations.toml): "
+               "`[NAME.efficiency.GENERATION]` with `gemm_fraction`, `memory_fraction`, `gemm_half_us` (as the "
+               "`[compute]` constants; or `fitted = true`: the parameters file's `[compute]` constants, which "
+               "`geosim calibrate fit` moves), `kind` (`measured`, `published` or `estimated`), `source` and, for a "
+               "measured entry, `refit` (the command that refits it)",
+               "the compute model's constants on that generation's GPUs; a generation without an entry runs "
+               "with the runtime's estimate (the median of its measured and published entries), and the "
+               "prediction names it and gives an interval"),
     RuntimeKey(("description", "source"), "what the runtime is; where its values come from", "the output's notes"),
 )
 

@@ -45,8 +45,12 @@ RUNTIME_TABLE = "runtime"
 # keys of older parameters files that no longer mean anything (the per-GPU default efficiency gave way
 # to the op-level compute model's fractions; state bytes follow from the precision): read and ignored
 RETIRED = {"compute.default_efficiency", "memory.optimizer_bytes_per_param"}
+# tables of older parameters files whose values moved: a GPU generation's constants are a runtime's efficiency
+# on it now (geosim/data/runtimes.toml [RUNTIME.efficiency.GENERATION]): read and ignored
+RETIRED_TABLES = {"compute.gemm_fraction_by_architecture", "compute.memory_fraction_by_architecture",
+                  "compute.gemm_half_us_by_architecture"}
 # keys an older parameters file may still use -> their current name
-RENAMED = {"zero2.bucket_mib": "xla.combine_mib"}
+RENAMED = {"zero2.bucket_mib": "xla.combine_mib", "compute.efficiency": "compute.flat_fraction"}
 
 
 def fittable() -> dict[str, Scalar]:
@@ -76,7 +80,9 @@ def with_scalar(params: Params, key: str, value) -> Params:
 def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
     flat: dict[str, object] = {}
     for key, value in table.items():
-        path = f"{prefix}{key}"
+        path = RENAMED.get(f"{prefix}{key}", f"{prefix}{key}")
+        if path in RETIRED_TABLES:
+            continue
         if isinstance(value, dict) and path not in TABLES:
             flat.update(_flatten(value, path + "."))
         else:

@@ -24,7 +24,9 @@ from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import window_limits
 from geosim.errors import GeosimError
 from geosim.case import Case
-from geosim.runtime import runtime_of
+from geosim.generations import generation
+from geosim.runtime import efficiency_spread, runtime_of
+from geosim.sim.attention import flash_curve
 from geosim.specs import GIB
 from geosim.techniques import build_schedule, memory_first
 
@@ -57,6 +59,8 @@ class GpuMemory:
     need_gib: float
     has_gib: float
     parts_gib: dict[str, float]
+    # a sharded layout's parts as it is read (shards, gathered units, activations, workspace): FSDP's; else None
+    groups_gib: dict[str, float] | None = None
 
 
 @dataclass
@@ -88,6 +92,11 @@ class Prediction:
     bytes_per_iteration: float | None = None
     activation_compression: float = 1.0  # the schedule's: < 1 when pipeline stages send compressed activations
     measured: dict | None = None
+    # the efficiency entries (runtime on a GPU generation) this answer rests on that are estimates, one phrase
+    # each, and then the steady iteration time's interval: compute and bubble scaled by the spread between the
+    # measured and published entries (geosim.runtime.efficiency_spread), either way
+    estimated: list[str] = field(default_factory=list)
+    iteration_time_interval_s: list[float] | None = None
     # socket links whose TCP window, not their line, limits the flows, each with the setting to change
     window_limited: list[dict] = field(default_factory=list)
     simulated_events: int = 0
@@ -99,6 +108,34 @@ class Prediction:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def estimate_phrase(runtime: str, entry) -> str:
+    """One estimated entry, as a row names it: "pytorch on volta (the median of ...)"."""
+    return f"{runtime} on {entry.generation}: {entry.source}"
+
+
+def estimated_on(case: Case, hosts=None) -> list[str]:
+    """The estimated efficiency entries a prediction on the case's slice (or its VMs `hosts`) rests on, one
+    phrase each: what predict's rows carry, and plan, select and sweep say of theirs."""
+    runtime = runtime_of(case.workload, case.params)
+    applied = runtime.applied_to(case.params)
+    gpus = [g for h in case.cluster.hosts if hosts is None or h.name in hosts for g in h.gpus
+            if g.name not in applied.flat_fraction and g.name not in applied.device_compute]
+    said = [estimate_phrase(runtime.name, e) for e in runtime.estimated_entries(g.architecture for g in gpus)]
+    if runtime.fused_attention:  # its attention runs at the flash kernel's fraction on the generation
+        for name in sorted({g.architecture for g in gpus if generation(g.architecture) is not None}):
+            curve = flash_curve(name)
+            if curve.kind == "estimated":
+                said.append(f"flash attention on {name}: {curve.source} (geosim/data/attention-kernels.toml)")
+    return said
+
+
+def estimate_interval(seconds: float, scaled_s: float) -> list[float]:
+    """[low, high] of a time whose `scaled_s` seconds (compute, and the bubble it makes) rest on an estimated
+    efficiency: those seconds divided and multiplied by the spread of the measured and published entries."""
+    spread = efficiency_spread()
+    return [seconds - scaled_s * (1.0 - 1.0 / spread), seconds + scaled_s * (spread - 1.0)]
 
 
 def _settled(run, tolerance: float = 1e-3) -> bool:
@@ -120,8 +157,10 @@ def _memory_report(schedule) -> list[GpuMemory]:
     report = []
     for d in schedule.devices:
         parts = schedule.memory_parts.get(d.rank, {})
+        groups = ({k: v / GIB for k, v in memory_layout.part_groups(parts).items()} if "gathered" in parts
+                  else None)
         report.append(GpuMemory(d.rank, d.host, d.gpu.name, schedule.memory_bytes[d.rank] / GIB, d.gpu.memory_gib,
-                                {k: v / GIB for k, v in parts.items()}))
+                                {k: v / GIB for k, v in parts.items()}, groups))
     return report
 
 
@@ -214,6 +253,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         scenario=cluster.name, technique=technique, model=model.name, hosts=[h.name for h in used.hosts],
         gpus=[g.name for h in used.hosts for g in h.gpus], status="ok", epochs=workload.epochs,
         iterations=workload.iterations_per_epoch * workload.epochs, runtime=workload.runtime,
+        estimated=estimated_on(case, [h.name for h in used.hosts]),
     )
     try:
         # an option out of memory costs no programs: the planner's search on 1,024 GPUs built hundreds
@@ -280,6 +320,8 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     run_breakdown.overhead_s += startup
 
     result.iteration_time_s = steady
+    if result.estimated:
+        result.iteration_time_interval_s = estimate_interval(steady, breakdown.compute_s + breakdown.bubble_s)
     result.first_iteration_s = first
     result.startup_s = startup
     result.total_time_s = startup + run_time

@@ -24,9 +24,11 @@ import tomllib
 from dataclasses import dataclass, replace
 from importlib import resources
 
+from geosim.efficiency import efficiency_table, efficiency_tables, estimate, spread
 from geosim.errors import GeosimError
+from geosim.generations import generation
 from geosim.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY, RUNTIME_OTHER_KEYS
-from geosim.specs import MIB, ComputeConstants, Params, Workload
+from geosim.specs import MIB, ComputeConstants, Efficiency, Params, Workload
 
 DEFAULT_RUNTIME = "alpa"  # the study's: keeps every prediction the study was fitted with
 SOURCE = "geosim/data/runtimes.toml"
@@ -56,7 +58,7 @@ class Runtime:
     streams: int | None = RUNTIME_BY_KEY["streams"].absent
     # the op-level compute model's constants on devices whose speed this runtime measured rather than
     # the GPU calibration describes (XLA:CPU on the CPU "GPUs" of live runs: live/experiments/cpu_compute.py):
-    # (device name, ComputeConstants); a parameters file's flat [compute.efficiency] wins
+    # (device name, ComputeConstants); a parameters file's flat [compute.flat_fraction] wins
     device_compute: tuple[tuple[str, ComputeConstants], ...] = ()
     # Shard's collectives as this runtime's compiler emits them, (op, count, size in activations): per
     # layer and per step outside the layers (jax: read from live's compiled step by
@@ -74,9 +76,9 @@ class Runtime:
     # default), attention as one fused kernel that never writes the scores (PyTorch's SDPA)
     tf32_matmul: bool = False
     fused_attention: bool = False
-    # GPUs (catalog names) whose speed under this runtime is what the parameters file's global [compute]
-    # constants were fitted to (alpa: the study's): a generation's measured constants do not replace them there
-    fitted_devices: tuple[str, ...] = ()
+    # what this runtime achieves on each GPU generation: (generation, Efficiency), each with its source kind;
+    # a generation without an entry runs with estimate()
+    efficiency: tuple[tuple[str, Efficiency], ...] = ()
     # how the step's memory is laid out: "alpa" (TrainState: 16-bit weights, fp32 master, a workspace) or
     # "jax" (live's step: fp32 weights, XLA's buffer assignment, geosim.sim.memory_layout.live_step)
     memory_layout: str = "alpa"
@@ -84,6 +86,26 @@ class Runtime:
     # None: the parameters file's memory.usable_fraction (the jaxlib Alpa pins)
     usable_memory_fraction: float | None = RUNTIME_BY_KEY["usable_memory_fraction"].absent
     source: str = ""
+
+    def estimate(self) -> Efficiency:
+        """This runtime's efficiency on a GPU generation it has no entry for: the median of its measured and
+        published entries (the global constants where those are the parameters file's fit), else of every
+        shipped runtime's; kind "estimated", its source saying from which entries."""
+        return estimate(self.name, self.efficiency, shipped_entries())
+
+    def estimated_entries(self, generations_used) -> list[Efficiency]:
+        """The entries a prediction on GPUs of these generations rests on that are estimates: an entry of
+        kind "estimated", or the runtime's estimate where it has none (GPU generations only: a CPU share
+        runs with its measured device constants or the global ones)."""
+        entries = dict(self.efficiency)
+        out = []
+        for name in sorted(set(generations_used)):
+            if generation(name) is None:
+                continue
+            entry = entries.get(name) or replace(self.estimate(), generation=name)
+            if entry.kind == "estimated":
+                out.append(entry)
+        return out
 
     def iteration_overhead_s(self, technique: str, params: Params, workload: Workload) -> float:
         """Fixed seconds per optimizer step, microbatches included."""
@@ -106,14 +128,15 @@ class Runtime:
         """The parameters a simulation runs with under this runtime: its own launch gap per kernel
         and its collectives' round trips, where it has them."""
         changes = {}
+        by_generation = dict(self.efficiency)
         choices = {"tf32_matmul": self.tf32_matmul, "fused_attention": self.fused_attention,
-                   "fitted_devices": self.fitted_devices}
+                   "efficiency_by_generation": by_generation, "efficiency_estimate": self.estimate()}
         if self.usable_memory_fraction is not None:
             choices["usable_memory_fraction"] = self.usable_memory_fraction
         changes.update({k: v for k, v in choices.items() if getattr(params, k) != v})
         if self.kernel_s is not None and self.kernel_s != params.kernel_s:
             changes["kernel_s"] = self.kernel_s
-        missing = {d: e for d, e in self.device_compute if d not in params.efficiency}
+        missing = {d: e for d, e in self.device_compute if d not in params.flat_fraction}
         if missing:
             changes["device_compute"] = {**params.device_compute, **missing}
         applied = replace(params, **changes) if changes else params
@@ -200,10 +223,8 @@ def runtime_from_table(name: str, table: dict, source: str = SOURCE, prefix: str
             if value not in MEMORY_LAYOUTS:
                 raise GeosimError(f"must be one of {', '.join(MEMORY_LAYOUTS)}, got {value!r}", source=source, key=where)
             values[key] = value
-        elif key == "fitted_devices":
-            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-                raise GeosimError(f"must be a list of GPU names, got {value!r}", source=source, key=where)
-            values[key] = tuple(value)
+        elif key == "efficiency":
+            values[key] = efficiency_tables(value, source, where)
         elif key in FLAGS:
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {value!r}", source=source, key=where)
@@ -270,6 +291,16 @@ def device_compute_table(entries) -> dict:
             for device, eff in entries}
 
 
+def efficiency_spread() -> float:
+    """How far an estimated entry may be off, either way: the spread of the shipped runtimes' measured and
+    published entries (geosim.efficiency.spread)."""
+    return spread(shipped_entries())
+
+
+def shipped_entries() -> list[Efficiency]:
+    return [e for rt in shipped_runtimes().values() for _, e in rt.efficiency]
+
+
 # a table's key -> the Runtime field it sets (the same name but for the launch gap, in microseconds)
 FIELD_OF_KEY = {**{k: k for k in KEYS}, **{k: p.field for k, p in RUNTIME_BY_KEY.items()}}
 
@@ -283,24 +314,31 @@ def runtime_changes_table(runtime: Runtime) -> dict:
         value = getattr(runtime, field)
         if value == getattr(shipped, field) or value is None:  # None: "as the parameters file says", shipped only
             continue
+        if key == "efficiency" and not value:  # no entries: nothing to write (a table must hold one)
+            continue
         table[key] = (RUNTIME_BY_KEY[key].from_si(value) if key in RUNTIME_BY_KEY
                       else device_compute_table(value) if key == "device_compute"
                       else [{"op": o, "count": n, "activations": a} for o, n, a in value] if key in COLLECTIVE_LISTS
-                      else list(value) if key == "fitted_devices"
+                      else efficiency_table(value) if key == "efficiency"
                       else value)
     return table
 
 
 def changed_runtimes(tables, current: dict, source: str) -> dict:
     """Params.runtimes with a parameters file's [runtime.NAME] tables applied: each names a shipped
-    runtime and sets some of its keys (checked as in runtimes.toml)."""
+    runtime and sets some of its keys, or adds a runtime of the user's own (a table with its description;
+    keys checked as in runtimes.toml; `--runtime NAME` then runs it)."""
     if not isinstance(tables, dict):
         raise GeosimError("must be a table of runtimes ([runtime.NAME])", source=source, key="runtime")
     merged = dict(current or {})
     for name, table in tables.items():
-        check_runtime_name(name, source=source, key=f"runtime.{name}")
+        if name not in shipped_runtimes() and name not in merged and not (isinstance(table, dict)
+                                                                          and "description" in table):
+            raise GeosimError(f"unknown runtime {name!r} (known: {', '.join(runtime_names())}; a new runtime's "
+                              "table gives its description, source and keys)", source=source, key=f"runtime.{name}")
         parsed = runtime_from_table(name, table, source, prefix="runtime.")
-        base = merged.get(name) or shipped_runtimes()[name]
+        # a runtime of the user's own starts from a table's defaults (Runtime's), a shipped one from its file
+        base = merged.get(name) or shipped_runtimes().get(name) or Runtime(name)
         merged[name] = replace(base, **{FIELD_OF_KEY[k]: getattr(parsed, FIELD_OF_KEY[k]) for k in table})
     return merged
 
@@ -317,7 +355,10 @@ def runtime_names() -> tuple[str, ...]:
     return tuple(shipped_runtimes())
 
 
-def check_runtime_name(name, source: str = "--runtime", key: str | None = None) -> str:
+def check_runtime_name(name, source: str = "--runtime", key: str | None = None, params: Params | None = None) -> str:
+    """A shipped runtime's name, or one a parameters file added ([runtime.NAME] with its description)."""
+    if params is not None and name in (params.runtimes or {}):
+        return name
     if name not in shipped_runtimes():
         raise GeosimError(f"unknown runtime {name!r} (known: {', '.join(runtime_names())})", source=source, key=key)
     return name
@@ -330,7 +371,7 @@ def runtime_of(workload: Workload, params: Params | None = None) -> Runtime:
         found = params.runtimes.get(name)
         if found is not None:
             return found
-    return shipped_runtimes()[check_runtime_name(name, key="workload.runtime")]
+    return shipped_runtimes()[check_runtime_name(name, key="workload.runtime", params=params)]
 
 
 def with_runtime(params: Params, runtime: Runtime) -> Params:

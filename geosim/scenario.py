@@ -17,11 +17,12 @@ from importlib import resources
 from pathlib import Path
 
 from geosim import plausibility
+from geosim.catalog_match import match_catalog
 from geosim.errors import GeosimError, toml_key_line
+from geosim.generations import check_generation, generations
 from geosim.input_limits import TOML_MAX_BYTES, check_file_size, loads_toml
 from geosim.parameters import STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE
 from geosim.specs import GPU, TRANSPORTS, Cluster, Host, Link, Model, Shaper, Workload
-from geosim.runtime import check_runtime_name
 from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
 from geosim.sites import estimate_rtt_ms, find_site
 from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
@@ -120,7 +121,10 @@ def _positive(value, source: str, key: str, *, allow_zero: bool = False) -> floa
 CPU_DEVICE_PREFIX = "CPU share"
 
 
-def _gpu_from_table(name: str, table, source: str, prefix: str) -> GPU:
+def _gpu_from_table(name: str, table, source: str, prefix: str, catalog: dict[str, GPU] | None = None) -> GPU:
+    """One GPU's table. Its generation: the `architecture` key; else, in the catalog file, the word in
+    parentheses that ends its name ("NVIDIA Tesla T4 (Turing)"); else, in a scenario, the catalog's
+    generation for a GPU the catalog knows (by its key or its name, geosim.catalog_match); else refused."""
     table = _table(table, source, prefix.rstrip("."))
     numeric = set(GPU_RANGES)
     optional = {"bf16_tensor_tflops", "tf32_tensor_tflops", "tdp_w", "nvlink_gbs"}
@@ -133,11 +137,24 @@ def _gpu_from_table(name: str, table, source: str, prefix: str) -> GPU:
     architecture = table.get("architecture")
     if architecture is None and str(table.get("name", "")).startswith(CPU_DEVICE_PREFIX):
         architecture = "cpu"  # a live record's CPU device, written before records named its architecture
-    if architecture is None:  # the catalog's descriptions end in the generation: "NVIDIA Tesla T4 (Turing)"
+    known = None if catalog is None else (name if name in catalog else
+                                          match_catalog(str(table.get("name", name)), catalog, values.get("memory_gib")))
+    if known is not None:  # a GPU the catalog knows, written by hand: the catalog's generation
+        if architecture is not None and str(architecture).lower() != catalog[known].architecture:
+            raise GeosimError(f"is the catalog's {known}, a {catalog[known].architecture} GPU, not "
+                              f"{architecture!r} (leave architecture out, or rename the GPU)", source=source,
+                              key=prefix + "architecture")
+        architecture = catalog[known].architecture
+    if architecture is None and catalog is None:  # the catalog's descriptions end in the generation
         found = re.search(r"\(([A-Za-z]+)\)\s*$", str(table.get("name", "")))
-        architecture = found.group(1) if found else "unknown"
+        architecture = found.group(1) if found else None
+    if architecture is None:
+        choices = " | ".join(f'"{g}"' for g in generations())
+        raise GeosimError(f"a GPU the catalog does not know must name its generation: architecture = {choices} "
+                          "(geosim/data/generations.toml)", source=source, key=prefix + "architecture")
     architecture = _string(architecture, source, prefix + "architecture")
     if architecture.lower() != "cpu":  # valid, but does any GPU have it? (the ranges are GPUs'; a CPU share is slower)
+        architecture = check_generation(architecture, source, prefix + "architecture")
         for key, value in values.items():
             plausibility.check(value, source, prefix + key)
     return GPU(name=name, architecture=architecture.lower(), **values)
@@ -293,8 +310,8 @@ def make_workload(values: dict, source: str = "--workload") -> Workload:
         elif key == "checkpointing":
             if not isinstance(value, bool):
                 raise GeosimError(f"must be true or false, got {_short(value)}", source=source, key="workload.checkpointing")
-        elif key == "runtime":
-            check_runtime_name(value, source=source, key="workload.runtime")
+        elif key == "runtime":  # a shipped runtime, or one a --params file adds: checked when it is run
+            _string(value, source, "workload.runtime")
         else:
             check_number(value, source, f"workload.{key}", *WORKLOAD_RANGES[key], integer=True)
     workload = replace(Workload(), **{k: int(v) if k in WORKLOAD_RANGES else v for k, v in values.items()})
@@ -328,7 +345,7 @@ def scenario_from_doc(doc: dict, source: str, default_name: str = "scenario") ->
             _string(doc[key], source, key)
     gpus = dict(gpu_catalog())
     for name, table in _table(doc.get("gpus", {}), source, "gpus").items():
-        gpus[name] = _with_power_cap(_gpu_from_table(name, table, source, f"gpus.{name}."),
+        gpus[name] = _with_power_cap(_gpu_from_table(name, table, source, f"gpus.{name}.", gpu_catalog()),
                                      _generation_tflops_per_watt(gpu_catalog()))
     models = {name: _model_from_table(name, t, source, f"models.{name}.")
               for name, t in _table(doc.get("models", {}), source, "models").items()}

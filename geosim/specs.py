@@ -11,6 +11,7 @@ from functools import cached_property
 from dataclasses import dataclass, field, replace
 
 from geosim.errors import GeosimError
+from geosim.generations import generation
 from geosim.parameters import missing_value
 from geosim.units import GIB, MIB  # noqa: F401 -- where the specs' users have always found them
 
@@ -225,42 +226,76 @@ class ComputeConstants:
 
     gemm_fraction: attainable fraction of the dense tensor (or fp32) peak for large GEMMs, so that one
         GPU's speed relative to another's comes from the catalog. The global value is fitted to the
-        study (Alpa 2022 on Turing and the A30); by_architecture gives a generation its own measured
-        value (the word in parentheses in a catalog GPU's name, lower case), as do
-        memory_by_architecture and gemm_half_by_architecture for the other two.
+        study (Alpa 2022 on Turing and the A30); a runtime's efficiency on a generation replaces it
+        there (by_generation), as it does the other two.
     gemm_half_s: a GEMM's size-dependent saturation: one of F FLOPs reaches
         F / (F + R * gemm_half_s) of the large-GEMM rate R (tile and wave quantization, the
         ramp of filling and draining the SMs). A GEMM of R * gemm_half_s FLOPs runs at half rate.
     memory_fraction: attainable fraction of the memory bandwidth for streaming kernels.
     kernel_s: launch gap per kernel (XLA launches its fused kernels one by one).
-    fitted_devices: GPUs (catalog names) whose speed under this runtime is what the global constants were
-        fitted to (alpa: the study's RTX6000, T4 and A30): the per-generation values skip them.
     tf32: the runtime runs fp32 matmuls on TF32 tensor cores where the GPU has them (XLA's default).
     fused_attention: the runtime's attention never writes the S x S scores (flash attention, PyTorch's
         SDPA): their memory-bound passes go, and the backward recomputes the scores' product.
+    by_generation: the workload's runtime's efficiency on each GPU generation it has an entry for, as
+        (generation, (gemm_fraction, memory_fraction, gemm_half_s)) or (generation, None) where the entry is
+        the global constants above (alpa's: fitted to the study on Turing and Ampere).
+    estimate: the runtime's estimate for a GPU generation it has no entry for (None: the global constants).
+        A device that is not a GPU of a known generation (a CPU share) runs with the global constants.
     """
 
     gemm_fraction: float
     gemm_half_s: float
     memory_fraction: float
     kernel_s: float
-    by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, gemm fraction)
-    memory_by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, memory fraction)
-    gemm_half_by_architecture: tuple[tuple[str, float], ...] = ()  # (generation, gemm_half_s)
-    fitted_devices: tuple[str, ...] = ()
     tf32: bool = False
     fused_attention: bool = False
+    by_generation: tuple[tuple[str, tuple[float, float, float] | None], ...] = ()
+    estimate: tuple[float, float, float] | None = None
 
     def for_gpu(self, gpu: GPU) -> "ComputeConstants":
-        """These constants as they apply to one GPU: its generation's own values where it has them."""
-        if gpu.name in self.fitted_devices or not (self.by_architecture or self.memory_by_architecture
-                                                   or self.gemm_half_by_architecture):
-            return self
-        generation = gpu.architecture
-        return replace(self, gemm_fraction=dict(self.by_architecture).get(generation, self.gemm_fraction),
-                       memory_fraction=dict(self.memory_by_architecture).get(generation, self.memory_fraction),
-                       gemm_half_s=dict(self.gemm_half_by_architecture).get(generation, self.gemm_half_s),
-                       by_architecture=(), memory_by_architecture=(), gemm_half_by_architecture=())
+        """The constants one GPU runs with: the runtime's entry for its generation, else the runtime's estimate,
+        else (a device of no GPU generation: a CPU share) the global ones."""
+        entries = dict(self.by_generation)
+        if gpu.architecture in entries:
+            return self.with_fractions(entries[gpu.architecture])
+        return self.with_fractions(self.estimate if generation(gpu.architecture) is not None else None)
+
+    def with_fractions(self, fractions: tuple[float, float, float] | None) -> "ComputeConstants":
+        """These constants with one generation's (gemm_fraction, memory_fraction, gemm_half_s); None: as they are."""
+        if fractions is None:
+            return replace(self, by_generation=(), estimate=None)
+        gemm, memory, half = fractions
+        return replace(self, gemm_fraction=gemm, memory_fraction=memory, gemm_half_s=half, by_generation=(),
+                       estimate=None)
+
+
+EFFICIENCY_KINDS = ("measured", "published", "estimated")
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What a runtime achieves on a GPU generation (geosim/data/runtimes.toml, [RUNTIME.efficiency.GENERATION]):
+    the compute model's attainable fractions, and where they come from.
+
+    gemm_fraction, memory_fraction, gemm_half_s: as ComputeConstants'; None: the parameters file's global
+        [compute] constants (alpa's entries: what the study's fit found on Turing and Ampere).
+    kind: measured (runs of this runtime on this generation; `refit` is the command that refits it),
+        published (a public table, named in `source`) or estimated (`source` says from what).
+    """
+
+    generation: str
+    kind: str
+    source: str
+    gemm_fraction: float | None = None
+    memory_fraction: float | None = None
+    gemm_half_s: float | None = None
+    refit: str = ""
+
+    @property
+    def fractions(self) -> tuple[float, float, float] | None:
+        if self.gemm_fraction is None:
+            return None
+        return (self.gemm_fraction, self.memory_fraction, self.gemm_half_s)
 
 
 @dataclass(frozen=True)
@@ -277,7 +312,7 @@ class Params:
 
     # a flat achieved fraction of peak for a device the datasheet model does not describe (the CPU
     # devices of live runs); a GPU listed here bypasses the op-level compute model. Never fitted on the study.
-    efficiency: dict[str, float]
+    flat_fraction: dict[str, float]
     pcie_bps: dict[int, float]  # PCIe generation -> GPU-to-host rate, bit/s
     nvlink_bps: float
     intra_host_latency_s: float
@@ -310,15 +345,12 @@ class Params:
     # per-message costs, from the file's [transport] table); a model without constants has none
     networks: dict[str, object] = field(default_factory=dict)
     token_efficiency: dict[str, float] = field(default_factory=dict)  # Data's tokens / this technique's
-    # a GPU generation's own measured constants (geosim/data/params-default.toml [compute.*_by_architecture]);
-    # never fitted by `calibrate fit`
-    gemm_fraction_by_architecture: dict[str, float] = field(default_factory=dict)
-    memory_fraction_by_architecture: dict[str, float] = field(default_factory=dict)
-    gemm_half_s_by_architecture: dict[str, float] = field(default_factory=dict)
-    # what the workload's runtime decides (Runtime.applied_to sets them from runtimes.toml): the GPUs whose
-    # speed the global constants were fitted to under it (the generation's values skip them), whether fp32
-    # matmuls run on TF32 tensor cores, whether attention is one fused kernel that never writes the scores
-    fitted_devices: tuple[str, ...] = ()
+    # what the workload's runtime decides (Runtime.applied_to sets them from runtimes.toml): its efficiency on
+    # each GPU generation it has an entry for (generation -> Efficiency), its estimate for the others (an
+    # Efficiency of kind "estimated"), whether fp32 matmuls run on TF32 tensor cores, whether attention is one
+    # fused kernel that never writes the scores
+    efficiency_by_generation: dict[str, "Efficiency"] = field(default_factory=dict)
+    efficiency_estimate: "Efficiency | None" = None
     tf32_matmul: bool = False
     fused_attention: bool = False
     # runtime name -> geosim.runtime.Runtime where a fit changed a runtime's fixed costs; empty: as shipped

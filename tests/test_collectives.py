@@ -213,7 +213,7 @@ def test_p2p_after_compute_starts_when_the_compute_ends():
     alpha, beta, rtt = wan_alpha_beta(params, 20e-3, 10e9)
     flops = 3e12
     # a Compute op without Work runs at the flat rate: the peak x the GPU's GEMM fraction (its generation's)
-    fraction = compute_model(params).efficiency_for(GPU).gemm_fraction
+    fraction = compute_model(params).constants_for(GPU).gemm_fraction
     seconds = flops / (GPU.peak_tflops(WORKLOAD.precision) * 1e12 * fraction)
     n = MIB
     sched = schedule_of(cluster, {0: [Compute(flops, "f"), Send(1, n, ("x",))], 1: [Recv(0, ("x",))]})

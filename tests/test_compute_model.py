@@ -110,7 +110,7 @@ def test_one_block_on_a_hand_computed_roofline():
 def test_layers_are_timed_once_and_multiplied():
     model = ComputeModel(PRIOR)
     work = Work("backward", GPT2M, 4, 1024, GPT2M.n_layer, head=True, embedding=True)
-    direct = sum(op_seconds(op, RTX, "fp16", model.efficiency) for op in kernels(work, "fp16"))
+    direct = sum(op_seconds(op, RTX, "fp16", model.constants) for op in kernels(work, "fp16"))
     assert model.seconds(work, RTX, "fp16") == pytest.approx(direct, rel=1e-9)
 
 
@@ -132,8 +132,15 @@ def test_optimizer_and_accumulation_by_bytes():
 
 def test_architecture_from_the_catalog_name():
     assert architecture(RTX) == "turing" and architecture(A30) == "ampere"
-    eff = replace(PRIOR, gemm_fraction=0.6, by_architecture=(("ampere", 0.7),))
-    assert eff.for_gpu(A30).gemm_fraction == 0.7 and eff.for_gpu(T4).gemm_fraction == 0.6
+    constants = replace(PRIOR, gemm_fraction=0.6, by_generation=(("ampere", (0.7, 0.5, 1e-5)), ("turing", None)))
+    model = ComputeModel(constants)
+    assert model.constants_for(A30).gemm_fraction == 0.7 and model.constants_for(A30).memory_fraction == 0.5
+    assert model.constants_for(T4).gemm_fraction == 0.6  # an entry of the global constants (alpa's fit)
+    # a generation without an entry: the runtime's estimate; a device of no GPU generation: the global constants
+    estimated = replace(constants, by_generation=(), estimate=(0.8, 0.6, 2e-5))
+    assert ComputeModel(estimated).constants_for(A30).gemm_fraction == 0.8
+    cpu = replace(A30, name="CPU", architecture="cpu")
+    assert ComputeModel(estimated).constants_for(cpu).gemm_fraction == 0.6
 
 
 def step_seconds(gpu, eff: ComputeConstants) -> float:

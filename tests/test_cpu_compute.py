@@ -69,13 +69,12 @@ def test_the_runtime_gives_the_cpu_its_own_constants_and_a_flat_override_wins():
     base = load_params()
     applied = jax.applied_to(base)
     assert applied.device_compute == dict(jax.device_compute)
-    alpa = shipped_runtimes()["alpa"].applied_to(base)  # the study's GPUs keep the fitted constants, to the bit
+    alpa = shipped_runtimes()["alpa"].applied_to(base)  # alpa's Turing and Ampere: the fitted constants, to the bit
     work = Work("backward", get_model("gpt2m"), 4, 1024, 24, head=True, embedding=True)
     for gpu in ("RTX6000", "T4", "A30"):
         assert compute_model(alpa).seconds(work, gpu_catalog()[gpu], "fp16") == \
-            compute_model(replace(base, gemm_fraction_by_architecture={}, memory_fraction_by_architecture={},
-                                  gemm_half_s_by_architecture={})).seconds(work, gpu_catalog()[gpu], "fp16")
-    flat = replace(base, efficiency={"CPU": 0.5})
+            compute_model(base).seconds(work, gpu_catalog()[gpu], "fp16")
+    flat = replace(base, flat_fraction={"CPU": 0.5})
     assert "CPU" not in jax.applied_to(flat).device_compute
 
 

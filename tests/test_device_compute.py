@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from geosim.live.experiments import device_compute
-from geosim.params import default_params
+from geosim.params import load_params
+from geosim.runtime import shipped_runtimes
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "geosim" / "data" / "gpu-h200-2026-11-26.jsonl"
@@ -20,12 +21,15 @@ def test_the_h200_fit_gives_the_shipped_hopper_constants(tmp_path, capsys):
     out = tmp_path / "hopper.toml"
     assert device_compute.main(["--records", "h200-2026-11-26", "--out", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    shipped = default_params()
-    assert report["architecture"] == "hopper" and report["rms_log_error"] < 0.05
-    assert report["gemm_fraction"] == pytest.approx(shipped.gemm_fraction_by_architecture["hopper"], rel=0.01)
-    assert report["memory_fraction"] == pytest.approx(shipped.memory_fraction_by_architecture["hopper"], rel=0.01)
+    shipped = dict(shipped_runtimes()["jax"].efficiency)["hopper"]
+    assert report["architecture"] == "hopper" and report["runtime"] == "jax" and report["rms_log_error"] < 0.05
+    assert report["gemm_fraction"] == pytest.approx(shipped.gemm_fraction, rel=0.01)
+    assert report["memory_fraction"] == pytest.approx(shipped.memory_fraction, rel=0.01)
     assert all(abs(row["error"]) < 0.05 for row in report["rows"])
-    assert "[compute.gemm_fraction_by_architecture]" in out.read_text()
+    assert "[runtime.jax.efficiency.hopper]" in out.read_text()
+    # the file it writes is a parameters file: the fitted entry replaces the shipped one under jax
+    refitted = load_params(out).runtimes["jax"]
+    assert dict(refitted.efficiency)["hopper"].gemm_fraction == pytest.approx(report["gemm_fraction"], rel=1e-3)
 
 
 @pytest.mark.parametrize("argv, key", [([], "--measure"), (["--records", str(H200), "--gemm-tflops", "1:2:3"], "--gemm-tflops"),

@@ -20,7 +20,7 @@ from geosim.gpu_names import catalog_gpu, with_catalog_gpus
 from geosim.params import default_params
 from geosim.runtime import shipped_runtimes
 from geosim.scenario import get_model, gpu_catalog
-from geosim.sim.compute import ComputeModel, Gemm, Work, gemm_seconds, kernels
+from geosim.sim.compute import ComputeModel, Gemm, Work, compute_model, gemm_seconds, kernels
 from geosim.specs import ComputeConstants
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,12 +62,9 @@ def test_tf32_is_the_runtimes_choice_and_runs_at_the_tf32_rate():
     h200, op = gpu_catalog()["H200"], Gemm("g", 4096, 4096, 4096)
     for runtime, rate in (("jax", 494.0), ("pytorch", 67.0)):
         params = shipped_runtimes()[runtime].applied_to(default_params())
-        eff = ComputeConstants(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
-                         tuple(params.gemm_fraction_by_architecture.items()),
-                         tuple(params.memory_fraction_by_architecture.items()),
-                         tuple(params.gemm_half_s_by_architecture.items()), params.fitted_devices,
-                         params.tf32_matmul).for_gpu(h200)
-        expected = op.flops / (rate * 1e12 * params.gemm_fraction_by_architecture["hopper"]) + eff.gemm_half_s + eff.kernel_s
+        eff = compute_model(params).constants_for(h200)
+        hopper = params.efficiency_by_generation.get("hopper", params.efficiency_estimate)
+        expected = op.flops / (rate * 1e12 * hopper.gemm_fraction) + eff.gemm_half_s + eff.kernel_s
         assert gemm_seconds(op, h200, "fp32", eff) == pytest.approx(expected)
 
 

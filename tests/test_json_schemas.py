@@ -70,6 +70,7 @@ def test_every_schema_is_listed_in_the_cli_reference():
 CASES = [
     ["predict", "--scenario", "utah-gpn", "--technique", "data,pipeshard"],
     ["predict", "--scenario", "utah-gpn", "--technique", "data,diloco", "--hosts", "each"],
+    ["predict", "--scenario", "tacc-tacc", "--technique", "fsdp", "--hosts", "all", "--replica-per", "host"],
     ["select", "--scenario", "utah-gpn", "--technique", "data,shard"],
     ["select", "--scenario", "utah-gpn", "--technique", "data", "--sweep-rtt", "1,50"],
     ["plan", "--scenario", "utah-gpn", "--technique", "data,pipeshard", "--top", "3"],

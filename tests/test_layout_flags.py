@@ -160,7 +160,7 @@ def test_select_ranks_the_layout_asked_and_algorithm1_probes_its_own():
     (["sweep", "--scenario", SCENARIO, "--tensor-parallel", "2", "--sweep-dir", "{tmp}"], "--tensor-parallel",
      "take(s) no layout"),
     (["predict", "--scenario", SCENARIO, "--technique", "data", "--replica-per", "site"], "--replica-per",
-     "data take(s) no layout (give --technique diloco,hybrid,sparseloco with it)"),
+     "data take(s) no layout (give --technique diloco,fsdp,hybrid,sparseloco with it)"),
     (["calibrate", "import", "study", "--records-out", "{tmp}/r.jsonl", "--tensor-parallel", "2"],
      "--tensor-parallel", "a layout is for alpa-log"),
 ])

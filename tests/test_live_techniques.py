@@ -65,6 +65,7 @@ def test_four_techniques_train_to_the_same_losses():
     assert any("'model'" in s for s in out["shard"]["specs"]) and out["shard"]["mesh"] == {"model": 4}
     assert out["pipeshard"]["mesh"] == {"stage": 2, "model": 2}
     assert any("'stage'" in s and "'model'" in s for s in out["pipeshard"]["specs"])
+    assert any("'data'" in s for s in out["fsdp"]["specs"]) and out["fsdp"]["mesh"] == {"data": 4}  # sharded
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from geosim.cli import main
+from geosim.errors import GeosimError
 from geosim.scenario import load_scenario
 from geosim.live.train import corpus
 from geosim.live.train.alpa_backend import ALPA_MISSING, method_spec
@@ -95,6 +96,11 @@ def test_probe_agent_measures_loopback_and_writes_a_loadable_scenario(tmp_path):
                         {"a": "b", "b": "c", "rtt_ms": rtt, "single_gbps": single, "multi_gbps": multi, "streams": 3}]}
     path = tmp_path / "probed.toml"
     path.write_text(scenario_text(result, "probed"))
+    with pytest.raises(GeosimError) as info:  # a GPU the catalog lacks: its generation is the user's to say
+        load_scenario(path)
+    assert info.value.key == "gpus.Mystery-GPU-9.architecture" and "fill in its [gpus] table, its architecture" in \
+        path.read_text()
+    path.write_text(path.read_text().rstrip() + '\narchitecture = "ampere"\n')  # its table is the file's last
     cluster = load_scenario(path).cluster
     assert [h.name for h in cluster.hosts] == ["a", "b", "c"]
     assert [g.name for g in cluster.hosts[1].gpus] == ["T4", "T4"] and cluster.hosts[0].gpus[0].name == "CPU"

@@ -147,7 +147,7 @@ def simulated_records(rtts, per_step_extra=None):
     from geosim.predict import predict
 
     truth = load_params()
-    truth = replace(truth, efficiency={**truth.efficiency, "CPU": 0.05},
+    truth = replace(truth, flat_fraction={**truth.flat_fraction, "CPU": 0.05},
                     iteration_overhead_s={**truth.iteration_overhead_s, "data": 0.01,
                                           "zero2": 0.012, "shard": 0.05, "pipeshard": 0.02}
                     ).with_settings("shard", collectives_per_layer=30).with_network(

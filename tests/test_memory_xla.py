@@ -34,12 +34,12 @@ def errors(rows, backend, devices):
 
 
 def test_tiny_on_four_cpu_devices_within_ten_percent():
-    """Data, ZeRO-2 (with the CPU's all-reduce in place of a reduce-scatter corrected for) and the
-    pipeline, fp32, two microbatches. Shard is left to the GPU compiler: the CPU's partitioner keeps
+    """Data, ZeRO-2 and FSDP (with the CPU's all-reduce in place of a reduce-scatter corrected for) and
+    the pipeline, fp32, two microbatches. Shard is left to the GPU compiler: the CPU's partitioner keeps
     the tied head's logits split over the devices where the GPU's gathers them whole."""
-    rows = run_cases("cpu", 4, [case("data"), case("zero2"), case("pipeshard")], timeout_s=600)
+    rows = run_cases("cpu", 4, [case("data"), case("zero2"), case("pipeshard"), case("fsdp")], timeout_s=600)
     found = errors(rows, "cpu", 4)
-    assert len(found) == 3
+    assert len(found) == 4
     for what, error in found.items():
         assert abs(error) <= TOLERANCE, (what, f"{error:+.1%}")
 

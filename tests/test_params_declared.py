@@ -23,8 +23,8 @@ PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "techn
               "networks",  # each network model's Settings: declared by the model (checked below)
               "runtimes",  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/runtime.py)
               "device_compute",  # a runtime's measured device constants: declared there too (device_compute)
-              # a runtime's kernel choices and the GPUs its fit describes: runtimes.toml's keys (geosim/runtime.py)
-              "tf32_matmul", "fused_attention", "fitted_devices"}
+              # a runtime's kernel choices and its efficiency per GPU generation: runtimes.toml's keys (geosim/runtime.py)
+              "tf32_matmul", "fused_attention", "efficiency_by_generation", "efficiency_estimate"}
 
 
 def shipped() -> dict:

@@ -35,12 +35,12 @@ FLAT = {name: 0.1 for name in CATALOG}
 
 def flat_params(**changes):
     tcp = {k: changes.pop(k) for k in list(changes) if k in TCP_FIELDS}
-    p = default_params().with_values(efficiency=FLAT, **changes).with_network("tcp", slow_start_after_idle=False, **tcp)
+    p = default_params().with_values(flat_fraction=FLAT, **changes).with_network("tcp", slow_start_after_idle=False, **tcp)
     return p.with_network("tcp", initial_window_bytes=p.network("tcp").window_bytes * p.network("tcp").streams)
 
 
 def rate(gpu, params, workload) -> float:
-    return gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency[gpu.name]
+    return gpu.peak_tflops(workload.precision) * 1e12 * params.flat_fraction[gpu.name]
 
 
 def chain(gpus, rtt_s=20e-3, bandwidth_bps=10e9) -> Cluster:
@@ -89,7 +89,7 @@ def test_one_microbatch_on_a_study_slice_with_an_ideal_network():
     the stages' compute one after the other plus the overhead."""
     scenario = load_scenario("utah-gpn")
     cluster = scenario.cluster
-    params = default_params().with_values(efficiency=FLAT)
+    params = default_params().with_values(flat_fraction=FLAT)
     workload = scenario.workload(microbatches=1)
     model = GPT2M
     schedule = build_schedule("pipeshard", Case(cluster, model, workload, params))
@@ -116,7 +116,7 @@ def uniform_stages(S: int, workload: Workload, model=GPT2):
     ratio = (body + model.head_forward_flops(tokens)) / body
     base = CATALOG["A30"]
     gpus = [replace(base, name="G")] * (S - 1) + [replace(base, name="Glast")]
-    params = default_params().with_values(efficiency={"G": 0.1, "Glast": 0.1 * ratio})
+    params = default_params().with_values(flat_fraction={"G": 0.1, "Glast": 0.1 * ratio})
     stage_s = 3 * body / rate(gpus[0], params, workload)  # forward + backward of one microbatch
     return chain(gpus), params, stage_s
 

@@ -133,10 +133,10 @@ def test_faster_gpus_are_not_slower_on_a_study_slice(technique, e1, e2, which):
     e1, e2 = sorted((e1, e2))
 
     def params(e):
-        eff = dict(PARAMS.efficiency)
+        eff = dict(PARAMS.flat_fraction)
         for name in (("RTX6000", "T4") if which == "both" else (which,)):
             eff[name] = e
-        return PARAMS.with_values(efficiency=eff).with_network("tcp", slow_start_after_idle=False)
+        return PARAMS.with_values(flat_fraction=eff).with_network("tcp", slow_start_after_idle=False)
 
     t1 = total(SLICE.cluster, technique, params(e1))
     t2 = total(SLICE.cluster, technique, params(e2))
@@ -146,7 +146,7 @@ def test_faster_gpus_are_not_slower_on_a_study_slice(technique, e1, e2, which):
 @pytest.mark.parametrize("technique", ["data", "zero2", "shard", "pipeshard"])
 def test_the_idle_restart_penalty_of_a_faster_gpu_is_small(technique):
     def run(e):
-        return total(SLICE.cluster, technique, PARAMS.with_values(efficiency={**PARAMS.efficiency, "RTX6000": e}))
+        return total(SLICE.cluster, technique, PARAMS.with_values(flat_fraction={**PARAMS.flat_fraction, "RTX6000": e}))
 
     slow, fast = run(0.25), run(0.5)
     assert fast <= slow * 1.02, (technique, slow, fast)
@@ -200,7 +200,7 @@ def test_faster_gpus_are_not_slower_on_random_clusters(cluster, technique, e1, e
     e1, e2 = sorted((e1, e2))
 
     def params(e):
-        return PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
+        return PARAMS.with_values(flat_fraction={name: e for name in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
 
     t1 = total(cluster, technique, params(e1), model=GPT2, workload=SMALL_WORKLOAD, exact=True)
     assume(t1 is not None)
@@ -228,7 +228,7 @@ REPEAT_SHORTCUT = 0.03
          technique="data", e=0.5)  # the worst found: 1.8% (a transient of five repetitions)
 @given(cluster=small_clusters(), technique=techniques, e=efficiency)
 def test_skipping_repetitions_agrees_with_simulating_them_all(cluster, technique, e):
-    params = PARAMS.with_values(efficiency={name: e for name in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
+    params = PARAMS.with_values(flat_fraction={name: e for name in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
     case = Case(cluster, GPT2, SMALL_WORKLOAD, params)
     try:
         schedule = build_schedule(technique, case)
@@ -248,7 +248,7 @@ def test_the_faster_gpu_counterexamples_were_the_repeat_shortcut():
     hosts) came from extrapolating a Repeat block from its last repetition alone; with the mean of
     the last three they are monotone, as simulating every repetition always was."""
     def run(cluster, e):
-        params = PARAMS.with_values(efficiency={n: e for n in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
+        params = PARAMS.with_values(flat_fraction={n: e for n in GPU_TYPES}).with_network("tcp", slow_start_after_idle=False)
         return total(cluster, "shard", params, model=GPT2, workload=SMALL_WORKLOAD)
 
     three = Cluster("three", (_a30("h0", "A"), _a30("h1", "B"), _a30("h2", "A", "RTX6000")),

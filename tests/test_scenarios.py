@@ -164,7 +164,7 @@ def test_unknown_builtin_name():
 
 def test_custom_gpu_and_model_in_a_scenario(tmp_path):
     text = VALID.replace('"T4", "T4"', '"X1", "X1"') + (
-        "\n[gpus.X1]\nmemory_gib = 48\nmemory_bandwidth_gbs = 900\nfp32_tflops = 30\n"
+        "\n[gpus.X1]\narchitecture = \"ada\"\nmemory_gib = 48\nmemory_bandwidth_gbs = 900\nfp32_tflops = 30\n"
         "fp16_tensor_tflops = 200\npcie_gen = 4\n"
         "\n[models.small]\nn_layer = 4\nn_embd = 256\nn_head = 4\n")
     scenario = load_scenario(write(tmp_path, text))
@@ -215,7 +215,7 @@ def test_params_subset_overrides_the_defaults(tmp_path):
     params = load_params(path)
     defaults = default_params()
     assert params.network("tcp").window_bytes == 8 * 2**20
-    assert params.gemm_fraction == 0.3 and params.efficiency == {"CPU": 0.05}
+    assert params.gemm_fraction == 0.3 and params.flat_fraction == {"CPU": 0.05}
     assert params.memory_fraction == defaults.memory_fraction
     assert params.network("tcp").streams == defaults.network("tcp").streams
     assert params.source == str(path)
@@ -231,9 +231,9 @@ def test_params_subset_overrides_the_defaults(tmp_path):
     ("[pipeshard]\nstage_split = \"random\"\n", "pipeshard.stage_split", "must be one of"),
     ("[collectives]\ndata = \"butterfly\"\n", "collectives.data", "must be one of ring, tree, hierarchical"),
     ("[collectives]\nexpert = \"ring\"\n", "collectives.expert", "unknown technique"),
-    ("[compute.efficiency]\nT4 = \"high\"\n", "compute.efficiency.T4", "must be a number"),
+    ("[compute.flat_fraction]\nT4 = \"high\"\n", "compute.flat_fraction.T4", "must be a number"),
     ("[host.pcie_gbps]\nfour = 160\n", "host.pcie_gbps.four", "PCIe generation"),
-    ("[compute]\nefficiency = 0.5\n", "compute.efficiency", "must be a table"),
+    ("[compute]\nflat_fraction = 0.5\n", "compute.flat_fraction", "must be a table"),
     ("[compute]\ngemm_fraction = 1.5\n", "compute.gemm_fraction", "must be"),
 ])
 def test_params_errors(tmp_path, text, key, problem):

@@ -3,8 +3,9 @@
     python tools/write_gpus_reference.py            # rewrite the tables in docs/reference/gpus.md
     python tools/write_gpus_reference.py --check    # exit 1 if they are out of date (tests/test_gpu_catalog.py)
 
-The GPU table comes from geosim/data/gpus.toml (each figure's source beside it) with the compute
-constants each generation runs with (geosim/data/params-default.toml); the runtime table from
+The GPU table comes from geosim/data/gpus.toml (each figure's source beside it), the generation table
+from geosim/data/generations.toml, the efficiency table (every runtime on every generation, its entry
+or its estimate, with the source kind) and the runtime table from
 geosim/data/runtimes.toml (kernel choices: TF32, fused attention; memory layout; allocator share).
 Everything between a `<!-- generated: NAME -->` line and the next `<!-- end generated -->` is replaced.
 """
@@ -30,31 +31,50 @@ def _n(value) -> str:
 
 
 def gpu_table() -> str:
-    from geosim.params import load_params
+    from geosim.scenario import gpu_catalog
     from geosim.sim.compute import sustained_tensor_tflops
 
     raw = tomllib.loads((ROOT / "geosim/data/gpus.toml").read_text())
-    from geosim.scenario import gpu_catalog
+    rows = ["| key | GPU | generation | memory GiB | GB/s | fp32 | fp16 | bf16 | TF32 | sustained 16-bit | board W | "
+            "source |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, gpu in gpu_catalog().items():
+        rows.append(f"| `{key}` | {raw[key]['name']} | {gpu.architecture} | {_n(gpu.memory_gib)} | "
+                    f"{_n(gpu.memory_bandwidth_gbs)} | {_n(gpu.fp32_tflops)} | {_n(gpu.fp16_tensor_tflops)} | "
+                    f"{_n(gpu.bf16_tensor_tflops)} | {_n(gpu.tf32_tensor_tflops)} | "
+                    f"{sustained_tensor_tflops(gpu, 'fp16'):.4g} | {_n(gpu.tdp_w)} | {raw[key].get('source', '')} |")
+    return "\n".join(rows) + "\n"
 
+
+def generation_table() -> str:
+    from geosim.generations import generations
+
+    rows = ["| generation | TF32 tensor cores | bf16 | live's 16-bit values per attention score | source |",
+            "|---|---|---|---|---|"]
+    for name, g in generations().items():
+        score = "fp32 softmax + 16-bit cast" if g.jax_score_16bit_values is None else _n(g.jax_score_16bit_values)
+        rows.append(f"| `{name}` | {'yes' if g.tf32_tensor_cores else 'no'} | {'yes' if g.bf16 else 'no'} | {score} | "
+                    f"{g.source} |")
+    return "\n".join(rows) + "\n"
+
+
+def efficiency_table() -> str:
+    """Every (runtime, generation): its entry, or the runtime's estimate, with the source kind."""
+    from geosim.generations import generations
+    from geosim.params import load_params
     from geosim.runtime import shipped_runtimes
 
     params = load_params()
-    fitted = {gpu: name for name, rt in shipped_runtimes().items() for gpu in rt.fitted_devices}
-    rows = ["| key | GPU | generation | memory GiB | GB/s | fp32 | fp16 | bf16 | TF32 | sustained 16-bit | board W | "
-            "GEMM fraction | memory fraction | source |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for key, gpu in gpu_catalog().items():
-        gen = gpu.architecture
-        gemm = params.gemm_fraction_by_architecture.get(gen)
-        memory = params.memory_fraction_by_architecture.get(gen)
-        constants = [f"{gemm:g} ({gen})" if gemm is not None else f"{params.gemm_fraction:g} (global, fitted)",
-                     f"{memory:g} ({gen})" if memory is not None else f"{params.memory_fraction:g} (global, fitted)"]
-        if key in fitted and gemm is not None:  # the runtime whose fit describes this GPU keeps the global constants
-            constants[0] += f"; {params.gemm_fraction:g} under {fitted[key]}"
-            constants[1] += f"; {params.memory_fraction:g} under {fitted[key]}"
-        rows.append(f"| `{key}` | {raw[key]['name']} | {gen} | {_n(gpu.memory_gib)} | {_n(gpu.memory_bandwidth_gbs)} | "
-                    f"{_n(gpu.fp32_tflops)} | {_n(gpu.fp16_tensor_tflops)} | {_n(gpu.bf16_tensor_tflops)} | "
-                    f"{_n(gpu.tf32_tensor_tflops)} | {sustained_tensor_tflops(gpu, 'fp16'):.4g} | {_n(gpu.tdp_w)} | "
-                    f"{constants[0]} | {constants[1]} | {raw[key].get('source', '')} |")
+    rows = ["| runtime | generation | GEMM fraction | memory fraction | GEMM half us | kind | source |",
+            "|---|---|---|---|---|---|---|"]
+    for name, rt in shipped_runtimes().items():
+        entries, estimate = dict(rt.efficiency), rt.estimate()
+        for gen in generations():
+            e = entries.get(gen, estimate)
+            g, m, h = e.fractions or (params.gemm_fraction, params.memory_fraction, params.gemm_half_s)
+            fitted = " (the parameters file's fit)" if e.fractions is None else ""
+            refit = f"; refit: `{e.refit}`" if e.refit else ""
+            rows.append(f"| `{name}` | {gen} | {g:.3g}{fitted} | {m:.3g} | {h * 1e6:.3g} | {e.kind} | "
+                        f"{e.source}{refit} |")
     return "\n".join(rows) + "\n"
 
 
@@ -62,17 +82,19 @@ def runtime_table() -> str:
     from geosim.runtime import shipped_runtimes
 
     rows = ["| runtime | fp32 matmuls on TF32 | fused attention | memory layout | allocator share | "
-            "fitted devices (global constants) | kernel gap us |", "|---|---|---|---|---|---|---|"]
+            "generations with an entry | kernel gap us |", "|---|---|---|---|---|---|---|"]
     for name, rt in shipped_runtimes().items():
         share = "memory.usable_fraction" if rt.usable_memory_fraction is None else f"{rt.usable_memory_fraction:g}"
         gap = "compute.kernel_us" if rt.kernel_s is None else f"{rt.kernel_s * 1e6:g}"
+        entries = ", ".join(f"{g} ({e.kind})" for g, e in rt.efficiency) or "-"
         rows.append(f"| `{name}` | {'yes' if rt.tf32_matmul else 'no'} | {'yes' if rt.fused_attention else 'no'} | "
-                    f"{rt.memory_layout} | {share} | {', '.join(rt.fitted_devices) or '-'} | {gap} |")
+                    f"{rt.memory_layout} | {share} | {entries} | {gap} |")
     return "\n".join(rows) + "\n"
 
 
 def render(text: str) -> str:
-    generated = {"gpus": gpu_table(), "runtimes": runtime_table()}
+    generated = {"gpus": gpu_table(), "generations": generation_table(), "efficiency": efficiency_table(),
+                 "runtimes": runtime_table()}
     return BLOCK.sub(lambda m: m.group(1) + generated[m.group(2)] + m.group(4), text)
 
 

@@ -135,7 +135,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
     group.add_argument("--tokens-per-epoch", type=int, help=f"{meaning('--tokens-per-epoch')} (default {w.tokens_per_epoch})")
     group.add_argument("--seq-len", type=int, help=f"{meaning('--seq-len')} (default {w.seq_len})")
     group.add_argument("--precision", choices=PRECISIONS, help=f"{meaning('--precision')} (default {w.precision})")
-    group.add_argument("--runtime", choices=runtime_names(), help=f"{meaning('--runtime')} (default {w.runtime})")
+    group.add_argument("--runtime", metavar="NAME", help=f"{meaning('--runtime')}: {', '.join(runtime_names())}, or one "
+                       f"a --params file's [runtime.NAME] adds (default {w.runtime})")
     group.add_argument("--remat", action="store_true", help=f"{meaning('--remat')} (default: the scenario's "
                                                             f"checkpointing, else off)")
 

@@ -11,7 +11,7 @@ from geosim.cli.common import (DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLO
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
                                refuse_layout, scenario_names, add_progress_arguments, check_progress_arguments,
                                refuse_progress, same_progress, workload_note, layout_choices)
-from geosim.cli.predict import describe_cluster
+from geosim.cli.predict import describe_cluster, print_estimates
 from geosim.validate import count
 from geosim.errors import GeosimError
 from geosim.records import read_records
@@ -178,6 +178,11 @@ def print_plan(plan: Plan, top: int | None, notes=()) -> None:
         eff = f"{o.efficiency.value:.3g}" + ("*" if is_assumed(o.efficiency) else "")
         print(f"  {i:>3} {fmt_duration(o.ranked_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")
+        if p.iteration_time_interval_s:
+            low, high = p.iteration_time_interval_s
+            print(f"  {'':>3} estimated efficiency: a step {low:.3g} to {high:.3g} s "
+                  f"(predicted {p.iteration_time_s:.3g} s)")
+    print_estimates([o.prediction for o in plan.options[:top]])
     if any(is_assumed(o.efficiency) for o in plan.options[:top]):
         print("  * token efficiency assumed (parameters file), not measured: time is to Data's progress")
     if len(c.cluster.hosts) > 4:  # interchangeable VMs (geosim.structure.host_groups) as ranges

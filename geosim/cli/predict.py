@@ -281,6 +281,30 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
               f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")
         if r.memory_note:
             print(f"  {'':<10} {'':<8} memory: {r.memory_note}")
+        parts = memory_parts_line(r)
+        if parts:
+            print(f"  {'':<10} {'':<8} {parts}")
+        if r.iteration_time_interval_s:
+            low, high = r.iteration_time_interval_s
+            print(f"  {'':<10} {'':<8} estimated efficiency: a step {low:.3g} to {high:.3g} s "
+                  f"(predicted {r.iteration_time_s:.3g} s)")
+    print_estimates(rows)
+
+
+def print_estimates(rows, indent: str = "  ") -> None:
+    """The estimated efficiency entries the rows rest on, once each, with where each estimate comes from."""
+    said = list(dict.fromkeys(e for r in rows for e in getattr(r, "estimated", ())))
+    for phrase in said:
+        print(f"{indent}estimate: {phrase} (no measured or published entry; docs/reference/runtimes.md, \"Efficiency per GPU generation\")")
+
+
+def memory_parts_line(r: Prediction) -> str:
+    """The busiest GPU's memory by part, where the layout gathers units whole (a sharded model: FSDP): its
+    shards, the units gathered, the activations; '' for the others' rows."""
+    peak = max(r.memory, key=lambda m: m.need_gib, default=None)
+    if peak is None or peak.groups_gib is None:
+        return ""
+    return "memory per GPU: " + ", ".join(f"{name} {gib:.1f} GiB" for name, gib in peak.groups_gib.items())
 
 
 def print_targets(rows, plan) -> None:

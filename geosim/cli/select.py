@@ -143,12 +143,16 @@ def run(args) -> int:
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
             notes += plan_notes(plan)
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
-               "verdict_notes": notes, **selection.to_dict()}
+               "verdict_notes": notes, **selection.to_dict(),
+               **estimates_of(case, selection, predicted=not (args.live or args.records))}
         if args.draws:
             doc["robustness"] = robustness_of(args, cluster, model, workload, params, vms, selection.label)
         docs.append(doc)
         if not args.json:
             print_selection(cluster, model, selection, verdict, why, workload.runtime, notes)
+            for phrase in doc["estimated"]:
+                print(f"  estimate: {phrase}; each probe's TFLOP/s within x/ {doc['estimate_spread']:.3g} "
+                      "(docs/reference/runtimes.md, \"Efficiency per GPU generation\")")
             if args.draws:
                 r = doc["robustness"]
                 print(f"  robust: {selection.label} wins in {r['share']:.0%} of {r['draws']} parameter draws"
@@ -159,6 +163,19 @@ def run(args) -> int:
     elif len(docs) > 1 and not rtts:
         print_summary(docs)
     return 0
+
+
+def estimates_of(case, selection, predicted: bool) -> dict:
+    """The estimated efficiency entries predicted probes rest on, and each probe's TFLOP/s interval: divided and
+    multiplied by the spread of the measured and published entries (its whole time taken as compute: the widest)."""
+    from geosim.predict import estimated_on
+    from geosim.runtime import efficiency_spread
+
+    estimated = estimated_on(case) if predicted else []
+    spread = efficiency_spread() if estimated else 1.0
+    return {"estimated": estimated, "estimate_spread": spread,
+            "probe_tflops_interval": {name: [p.tflops / spread, p.tflops * spread]
+                                      for name, p in selection.probes.items()} if estimated else None}
 
 
 def robustness_of(args, cluster, model, workload, params, vms, chosen: str) -> dict:

@@ -224,6 +224,9 @@ def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dic
         "total_seconds": round(seconds, 3), "metric": args.metric, "crossover_axis": axis,
         "axes": {k: v for k, v in grid.axes.items()},
         "crossovers": [{k: v for k, v in c.items() if k != "metric"} for c in found],
+        # rows resting on estimated efficiency entries (runtime on a GPU generation), by those entries; each
+        # such row carries them (`estimated`) and its step's interval (iteration_time_low_s, _high_s)
+        "estimated": dict(sorted(result.table.estimated.items())),
     }
 
 
@@ -235,6 +238,9 @@ def format_summary(s: dict) -> str:
     lines = [f"{s['points']} points in {s['out']}/ ({s['computed']} computed, {s['resumed']} resumed; {statuses})",
              f"{s['computed']} predictions in {s['sweep_seconds']:.1f} s = {s['points_per_s']:g} points/s "
              f"on {s['workers']} {s['executor']} worker(s); {s['total_seconds']:.1f} s with crossovers"]
+    for phrase, n in s.get("estimated", {}).items():
+        lines.append(f"{n} row(s) rest on estimated efficiency ({phrase}); each row gives its step's interval "
+                     "(iteration_time_low_s, iteration_time_high_s)")
     flips = [c for c in s["crossovers"] if c["at"] is not None]
     if s["crossover_axis"]:
         lines += ["", f"Crossovers on {s['crossover_axis']} ({s['metric']}; bisection on the simulator to 0.1%):"]

@@ -74,7 +74,7 @@ KernelOp = Gemm | MemoryOp | FusedAttention
 
 
 def architecture(gpu: GPU) -> str:
-    """The GPU's architecture generation, lower case ('turing'), from the catalog."""
+    """The GPU's architecture generation, lower case (a name of geosim/data/generations.toml), from the catalog."""
     return gpu.architecture
 
 
@@ -370,18 +370,20 @@ def kernel_flops(ops: list[KernelOp]) -> float:
 class ComputeModel:
     """Seconds of Work on a GPU, cached per (work, GPU, precision)."""
 
-    def __init__(self, efficiency: ComputeConstants, by_device: tuple[tuple[str, ComputeConstants], ...] = ()):
-        self.efficiency = efficiency
+    def __init__(self, constants: ComputeConstants, by_device: tuple[tuple[str, ComputeConstants], ...] = ()):
+        self.constants = constants  # the global ones, with the runtime's per-generation entries and choices
         self.by_device = dict(by_device)  # a device's own constants: a runtime measured its speed
         self._cache: dict[tuple, float] = {}
         self._per_gpu: dict[GPU, ComputeConstants] = {}
 
-    def efficiency_for(self, gpu: GPU) -> ComputeConstants:
-        """The constants one GPU runs with: a device's measured ones, else its generation's, else the global."""
+    def constants_for(self, gpu: GPU) -> ComputeConstants:
+        """The constants one GPU runs with: a device's measured ones, else the runtime's efficiency on its
+        generation (its entry, or its estimate for a generation it has none for), else the global ones (a
+        device that is no GPU of a known generation: a CPU share)."""
         found = self._per_gpu.get(gpu)
         if found is None:
             own = self.by_device.get(gpu.name)
-            found = self._per_gpu[gpu] = own if own is not None else self.efficiency.for_gpu(gpu)
+            found = self._per_gpu[gpu] = own if own is not None else self.constants.for_gpu(gpu)
         return found
 
     def seconds(self, work: Work, gpu: GPU, precision: str) -> float:
@@ -400,15 +402,16 @@ class ComputeModel:
             one = self.seconds(work._replace(layers=1, head=False, embedding=False), gpu, precision)
             rest = self.seconds(work._replace(layers=0), gpu, precision)
             return one * work.layers + rest
-        eff = self.efficiency_for(gpu)
-        return sum(op_seconds(op, gpu, precision, eff) for op in kernels(work, precision, self.efficiency.fused_attention))
+        constants = self.constants_for(gpu)
+        return sum(op_seconds(op, gpu, precision, constants)
+                   for op in kernels(work, precision, self.constants.fused_attention))
 
     def breakdown(self, work: Work, gpu: GPU, precision: str) -> dict[str, float]:
         """Seconds per kernel label (summed over the blocks): what the time is made of."""
         out: dict[str, float] = {}
-        eff = self.efficiency_for(gpu)
-        for op in kernels(work, precision, self.efficiency.fused_attention):
-            out[op.label] = out.get(op.label, 0.0) + op_seconds(op, gpu, precision, eff)
+        constants = self.constants_for(gpu)
+        for op in kernels(work, precision, self.constants.fused_attention):
+            out[op.label] = out.get(op.label, 0.0) + op_seconds(op, gpu, precision, constants)
         return out
 
 
@@ -418,16 +421,16 @@ _MODELS: dict[tuple, ComputeModel] = {}
 def compute_model(params) -> ComputeModel:
     """The compute model for a Params' constants, shared by every run with the same constants
     (a fit re-simulates hundreds of cases with few distinct values)."""
-    efficiency = ComputeConstants(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
-                            tuple(sorted(params.gemm_fraction_by_architecture.items())),
-                            tuple(sorted(params.memory_fraction_by_architecture.items())),
-                            tuple(sorted(params.gemm_half_s_by_architecture.items())),
-                            tuple(sorted(params.fitted_devices)), params.tf32_matmul, params.fused_attention)
+    estimate = params.efficiency_estimate
+    constants = ComputeConstants(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
+                                 params.tf32_matmul, params.fused_attention,
+                                 tuple(sorted((g, e.fractions) for g, e in params.efficiency_by_generation.items())),
+                                 None if estimate is None else estimate.fractions)
     by_device = tuple(sorted(params.device_compute.items()))
-    key = (efficiency, by_device)
+    key = (constants, by_device)
     found = _MODELS.get(key)
     if found is None:
         if len(_MODELS) > 256:
             _MODELS.clear()
-        found = _MODELS[key] = ComputeModel(efficiency, by_device)
+        found = _MODELS[key] = ComputeModel(constants, by_device)
     return found

@@ -51,7 +51,7 @@ def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int
     model = compute_model(params)
 
     def fraction(gpu) -> float:
-        return params.efficiency.get(gpu.name, model.efficiency_for(gpu).gemm_fraction)
+        return params.flat_fraction.get(gpu.name, model.constants_for(gpu).gemm_fraction)
 
     return {d.rank: d.gpu.peak_tflops(workload.precision, params.tf32_matmul) * 1e12 * fraction(d.gpu)
             for d in schedule.devices}
@@ -82,7 +82,7 @@ def compute_timer(schedule: Schedule, params: Params, workload: Workload):
     rate = gpu_rate(schedule, params, workload)
     model = compute_model(params)
     gpus = {d.rank: d.gpu for d in schedule.devices}
-    flat = {d.rank for d in schedule.devices if d.gpu.name in params.efficiency}
+    flat = {d.rank for d in schedule.devices if d.gpu.name in params.flat_fraction}
     precision = workload.precision
     # rank -> id of a Work -> (its seconds on the rank's GPU, the Work, kept so the id is not reused):
     # keyed by the Work object's identity, as a schedule's ops share a few Work objects for the whole

@@ -26,14 +26,15 @@ buffers Alpa 0.2.3's own code allocates beyond this layout (see ALPA_023_LAYOUT:
 program's divided gradients, a pipeline stage's received inputs). Within margin_fraction of it the verdict is
 "may not fit" with the margin, not a hard yes or no: the layout is a model.
 
-Over 400 lines: the study-era layout, Alpa 0.2.3's additions and live's XLA layout share their
-per-token counts, so they stay in one module.
+Over 400 lines: the study-era layouts (FSDP's included), Alpa 0.2.3's additions and live's XLA layout
+share their per-token counts, so they stay in one module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from geosim.generations import generation
 from geosim.specs import GIB, Model
 
 FITS, MAY_NOT_FIT, OUT_OF_MEMORY = "fits", "may not fit", "out-of-memory"
@@ -208,6 +209,38 @@ def zero2(model: Model, sequences_per_gpu: float, seq_len: int, gpus: int, optio
                    gradient_transient=whole_gradient)
 
 
+def fsdp(model: Model, sequences_per_gpu: float, seq_len: int, gpus: int, unit_params: float, root_params: float,
+         options: LayoutOptions, reduce_bytes: float, units_in_flight: int = 2, reshard: bool = True) -> dict[str, float]:
+    """FSDP / ZeRO-3 (geosim/techniques/fsdp.py) over a shard group of `gpus`: every part of the model state
+    sharded (the 16-bit parameters, the fp32 master, the gradient shard in the reduction's precision,
+    Adam's moments); gathered whole: the root unit (embedding and tied head, kept for the step) and
+    `units_in_flight` units (the one computing and the one prefetched), or every unit where they are not
+    resharded after the forward; the whole gradients of the units in flight: the one being reduce-scattered
+    in the training precision and its copy in the reduction's (where that differs), the others' in the
+    training precision (the next unit's backward writes its own while the last one's is reduced)."""
+    sb = state_bytes(options)
+    acts = activations(model, sequences_per_gpu, seq_len, model.n_layer, True, options)
+    shard = model.num_params / gpus
+    e = options.value_bytes
+    gathered = model.num_params if not reshard else root_params + min(units_in_flight, model.n_layer) * unit_params
+    reduced = unit_params * (e + (reduce_bytes if reduce_bytes != e else 0.0))
+    unit_gradients = reduced + (units_in_flight - 1) * unit_params * e
+    return {"weights": shard * sb.weights, "master": shard * sb.master, "gradients": shard * reduce_bytes,
+            "optimizer": shard * sb.optimizer, "gathered": gathered * e, "activations": acts.residual,
+            "transient": acts.transient + unit_gradients, "workspace": options.workspace_bytes}
+
+
+SHARDED_STATE = ("weights", "master", "gradients", "optimizer")  # FSDP's shards (fsdp's parts)
+
+
+def part_groups(parts: dict[str, float]) -> dict[str, float]:
+    """A layout's parts summed as a sharded one is read: shards of the model state, the units gathered
+    whole, activations (residuals and the backward's transients), workspace."""
+    return {"shards": sum(parts.get(k, 0.0) for k in SHARDED_STATE), "gathered units": parts.get("gathered", 0.0),
+            "activations": parts.get("activations", 0.0) + parts.get("transient", 0.0),
+            "workspace": parts.get("workspace", 0.0)}
+
+
 def auto_sharded_params(model: Model, gpus: int) -> float:
     """Parameters one GPU holds under auto_sharded: the blocks' matrices split, the rest whole."""
     matrices = model.n_layer * 12 * model.n_embd ** 2
@@ -270,11 +303,9 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
 JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, fc out, GELU's tanh and out (4h each)
 JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
 JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
-# In 16-bit, per score: the fp32 softmax and its 16-bit cast (XLA for sm_80, the grid above); XLA for sm_90
-# (Hopper) keeps two 16-bit values a score instead: its buffer assignment of live's gpt2 and gpt2-medium step
-# (batch 8, one device) is 8.49 and 23.54 GiB, and an H200's allocator peaked at 8.50 and 23.55 GiB
-# (docs/results/2026-11-27-gpu-compute.md)
-JAX_SCORE_16BIT_VALUES = {"hopper": 2.0}
+# In 16-bit, per score: the fp32 softmax and its 16-bit cast (XLA for sm_80, the grid above); a generation whose
+# XLA fusions keep otherwise says so (geosim/data/generations.toml, jax_score_16bit_values: Hopper's two 16-bit
+# values a score, measured on an H200)
 JAX_LOGIT_VALUES = 2.0  # per vocabulary entry, fp32: the logits and their softmax (the loss's gradient)
 JAX_UPDATE_COPIES = 2.0  # at the update, per parameter held: the gradient and its flat copy for the one reduction (fp32)
 
@@ -295,7 +326,8 @@ def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions
     """One block's residuals per token in live's step (see above), on one GPU of a tensor-parallel group;
     `scanned`: the block runs inside a differentiated scan and keeps JAX's own residual list."""
     e, t, h = options.value_bytes, tensor_parallel, model.n_embd
-    two_values = JAX_SCORE_16BIT_VALUES.get(options.architecture)
+    facts = generation(options.architecture)
+    two_values = facts.jax_score_16bit_values if facts is not None else None
     per_score = (JAX_SCORE_FP32_VALUES * 4.0 if options.precision == "fp32"
                  else two_values * e if two_values else 4.0 + e)  # 16-bit: the fp32 softmax and its 16-bit cast
     scores = model.n_head * seq_len / t * per_score

@@ -27,7 +27,7 @@ from geosim.validate import check_number
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
 from geosim.structure import structured_subsets
 from geosim.specs import Cluster, Model, Workload
-from geosim.techniques import (get_technique, is_low_communication, label, plan_floor_s, plan_variants,
+from geosim.techniques import (default_techniques, get_technique, is_low_communication, label, plan_floor_s, plan_variants,
                                technique_names)
 
 
@@ -52,7 +52,7 @@ def shapes(case: Case, max_gpus: int | None = None, techniques: tuple[str, ...] 
     for subset in subsets:
         if max_gpus is not None and sum(gpus[h] for h in subset) > max_gpus:
             continue
-        for technique in techniques or technique_names():
+        for technique in techniques or default_techniques():  # predict's, select's and plan's set
             yield technique, subset
 
 

@@ -146,7 +146,8 @@ class Option:
                 "gpus": self.gpus, "total_time_s": p.total_time_s, "time_per_epoch_s": p.time_per_epoch_s,
                 "tflops_per_gpu": p.tflops_per_gpu, "peak_memory_gib": p.peak_memory_gib,
                 "token_efficiency": self.efficiency.value, "token_efficiency_source": self.efficiency.source,
-                "memory": p.memory_verdict, "time_to_progress_s": self.ranked_time_s, "gpu_hours": self.gpu_hours if self.ok else None}
+                "memory": p.memory_verdict, "time_to_progress_s": self.ranked_time_s, "gpu_hours": self.gpu_hours if self.ok else None,
+                "estimated": p.estimated, "iteration_time_interval_s": p.iteration_time_interval_s}
 
 
 @dataclass

@@ -6,6 +6,7 @@ module attributes say what other modules need to know without naming it:
   LABEL            its name in tables and verdicts (default: NAME)
   LOW_COMMUNICATION  it synchronizes every H steps and needs more tokens for the same loss:
                    ranked on time to a target, never on time per epoch against synchronous training
+  ON_REQUEST       runs only when asked by name (or 'all'), not among the defaults without --technique
   PIPELINED        its stages exchange activations point to point (pipeline bubbles, rendezvous)
   BUILDS_ON        techniques whose schedules it reuses (their settings affect it too)
   plan_variants(case, hosts, **choices)  the planner's per-technique choices (stage orders,
@@ -54,9 +55,15 @@ def technique_names() -> list[str]:
 
 
 def default_techniques(*, synchronous: bool = False) -> list[str]:
-    """What a command runs when no --technique is given: every technique found (a new file included),
-    or only the synchronous ones (ranked on time per epoch: plan, select, sweep)."""
-    return [n for n in technique_names() if not (synchronous and is_low_communication(n))]
+    """What a command runs when no --technique is given: every technique found (a new file included)
+    but those that run on request only (ON_REQUEST: FSDP), or only the synchronous ones (ranked on time
+    per epoch: plan, select, sweep)."""
+    return [n for n in technique_names() if not (synchronous and is_low_communication(n)) and not on_request(n)]
+
+
+def on_request(name: str) -> bool:
+    """Whether the technique runs only when asked for by name (its module's ON_REQUEST)."""
+    return bool(getattr(get_technique(name), "ON_REQUEST", False))
 
 
 def is_baseline(name: str) -> bool:

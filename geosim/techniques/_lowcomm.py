@@ -21,7 +21,7 @@ from geosim.runtime import runtime_of
 from geosim.errors import GeosimError
 from geosim.sim.schedule import HOST_IN_TAG, Collective, Compute, Device, Recv, Repeat, Schedule, Send
 from geosim.specs import Cluster, Model, Params, Workload
-from geosim.techniques import data as data_technique, pipeshard as pipeshard_technique
+from geosim.techniques import data as data_technique, fsdp as fsdp_technique, pipeshard as pipeshard_technique
 from geosim.techniques._base import devices_of, overhead_op, require_divisible
 from geosim.techniques._settings import option, tunable
 
@@ -40,7 +40,7 @@ SYNC_BYTES_PER_PARAM = 4.0  # an updated fp32 shard shared inside a replica afte
 @dataclass
 class Replica:
     hosts: tuple[str, ...]
-    kind: str  # full | pipeline
+    kind: str  # full (data parallel, or FSDP: its shards) | pipeline
     ranks: tuple[int, ...]  # global ranks, in host order
     programs: dict[int, list]  # one inner step, global ranks, tags not yet unique per step
     memory_parts: dict[int, dict[str, float]]
@@ -90,11 +90,14 @@ def replica_workload(workload: Workload, replicas: int) -> Workload:
 
 
 def build_replica(cluster: Cluster, hosts: tuple[str, ...], kind: str, model: Model, workload: Workload,
-                  params: Params, technique: str, activation_compression: float = 1.0) -> Replica:
-    """One inner step of one replica, on the cluster's global ranks."""
+                  params: Params, technique: str, activation_compression: float = 1.0, full_inner: str = "data") -> Replica:
+    """One inner step of one replica, on the cluster's global ranks; a full replica's inner step is Data's,
+    or FSDP's (full_inner="fsdp": the replica's GPUs shard it, INTELLECT-1's inner step)."""
     sub = cluster.subset(hosts)
     case = Case(sub, model, workload, params)
-    if kind == "full":
+    if kind == "full" and full_inner == fsdp_technique.NAME:
+        inner = fsdp_technique.build(case, params.settings(fsdp_technique.NAME))
+    elif kind == "full":
         inner = data_technique.build(case, params.settings(data_technique.NAME))
     else:
         inner = pipeshard_technique.build(case, replace(params.settings(pipeshard_technique.NAME),
@@ -152,12 +155,15 @@ def _remap(op, rank_of: dict[int, int], prefix: tuple = (), suffix: tuple = ()):
 
 
 def single_host_replicas(cluster: Cluster, options: dict, model: Model, workload: Workload, params: Params,
-                         technique: str, state_bytes_per_param: float, state_part: str) -> list[Replica]:
+                         technique: str, state_bytes_per_param: float, state_part: str,
+                         inner: str = "data") -> list[Replica]:
     """Full replicas (DiLoCo, SparseLoCo), each with its outer state: one per host by default, or
-    the groups of options["replicas"], each data parallel over all of its hosts' GPUs."""
+    the groups of options["replicas"], each data parallel over all of its hosts' GPUs (or sharded
+    over them: inner="fsdp")."""
     groups = replica_hosts(cluster, options)
     inner_workload = replica_workload(workload, len(groups))
-    replicas = [build_replica(cluster, g, "full", model, inner_workload, params, technique) for g in groups]
+    replicas = [build_replica(cluster, g, "full", model, inner_workload, params, technique, full_inner=inner)
+                for g in groups]
     add_outer_state(replicas, state_bytes_per_param, state_part)
     return replicas
 

@@ -145,9 +145,9 @@ def _stage_times(case: Case, w, size: int, kinds: tuple, layers: int, first: boo
     sequences = w.global_batch / w.microbatches / size
     times = []
     for g in kinds:
-        if g.name in params.efficiency:
+        if g.name in params.flat_fraction:
             flops = forward_flops(case.model, w, sequences, layers, last)
-            rate = g.peak_tflops(w.precision, params.tf32_matmul) * 1e12 * params.efficiency[g.name]
+            rate = g.peak_tflops(w.precision, params.tf32_matmul) * 1e12 * params.flat_fraction[g.name]
             times.append((flops / rate, flops * (3.0 if w.checkpointing else 2.0) / rate))
         else:
             times.append(tuple(timer.seconds(work(phase, case.model, w, sequences, layers, last, first), g,

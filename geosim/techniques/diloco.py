@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from geosim.errors import GeosimError
 from geosim.sim.schedule import Collective, Recv, Schedule, Send
 from geosim.case import Case
 from geosim.techniques import _floor
@@ -37,7 +38,8 @@ LABEL = "DiLoCo"  # how tables and verdicts name it
 DESCRIPTION = "replica per host, H local steps, then an all-reduce of pseudo-gradients and a Nesterov outer step"
 
 
-BUILDS_ON = ("data",)  # an inner step is Data's iteration on the replica's host
+BUILDS_ON = ("data", "fsdp")  # an inner step is Data's iteration on the replica's host (or FSDP's: inner)
+INNER = ("data", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class Settings:
                                       source="the DiLoCo paper's fp32 pseudo-gradients")
     outer_lr: float = outer_lr_tunable(0.7, source="the DiLoCo paper (Douillard et al. 2023)")
     outer_momentum: float = outer_momentum_tunable(0.9, source="the DiLoCo paper (Douillard et al. 2023)")
+    inner: str = tunable("data", "a replica's inner step: data (a whole model on each GPU) or fsdp (sharded over "
+                         "the replica's GPUs, as [fsdp] says; the outer step and its all-reduce on each GPU's shard)",
+                         choices=INNER, source="the DiLoCo paper's data parallel replicas; INTELLECT-1 ran FSDP inside "
+                         "each node (Jaghouar et al. 2024)")
     replicas: tuple | None = replicas_option()
     LIVE_DEFAULTS: ClassVar[dict] = LIVE_DEFAULTS
 
@@ -68,12 +74,19 @@ def build(case: Case, settings: Settings) -> Schedule:
     s = settings
     devices = devices_of(cluster)
     replicas = single_host_replicas(cluster, {"replicas": s.replicas}, model, workload, params, NAME,
-                                    OUTER_STATE_BYTES[s.outer_optimizer], "outer optimizer")
+                                    OUTER_STATE_BYTES[s.outer_optimizer], "outer optimizer", inner=s.inner)
     H = s.inner_steps
     pseudo_gradient = model.num_params * s.sync_dtype_bytes
     algorithm = params.for_technique("collectives", NAME)
     what = (f"{len(replicas)} replicas ({replicas[0].description}), H={H}, {s.outer_optimizer} outer step, "
             f"pseudo-gradient {s.sync_dtype_bytes:g} B/value")
+    if s.inner == "fsdp":
+        if s.overlap:
+            raise GeosimError("Streaming DiLoCo (overlap) is modelled on data parallel replicas only, not with "
+                              "inner = \"fsdp\"", key=f"{NAME}.overlap")
+        return assemble(NAME, devices, replicas, H, _sharded_sync(devices, replicas, pseudo_gradient, algorithm,
+                                                                  params, workload, model.num_params),
+                        what + ", FSDP inner steps (the outer step on each GPU's shard)")
     if not s.overlap:
         # one all-reduce over every GPU: with H=1 and the training dtype, exactly Data's
         everyone = tuple(d.rank for d in devices)
@@ -86,6 +99,25 @@ def build(case: Case, settings: Settings) -> Schedule:
             sync[d.rank] = ops + [outer_step_op(d, model.num_params)]
         return assemble(NAME, devices, replicas, H, sync, what)
     return _streaming(devices, replicas, H, s, model.num_params, what)
+
+
+def _sharded_sync(devices, replicas, pseudo_gradient: float, algorithm: str, params, workload, num_params: int):
+    """FSDP replicas: the GPU holding shard j of each replica all-reduces that shard's pseudo-gradient with the
+    others holding it (replicas of equal size: the same shards), then steps it."""
+    sizes = {len(rep.ranks) for rep in replicas}
+    if len(sizes) != 1:
+        raise GeosimError(f"FSDP inner steps need replicas of as many GPUs each (got {sorted(sizes)})", key="replicas")
+    k = sizes.pop()
+    sync = {}
+    for j in range(k):
+        group = tuple(rep.ranks[j] for rep in replicas)
+        for rank in group:
+            ops = []
+            if len(replicas) > 1:
+                ops.append(combined("allreduce", group, pseudo_gradient / k, algorithm, ("outer", j),
+                                    "pseudo-gradient shard all-reduce", params, workload))
+            sync[rank] = ops + [outer_step_op(devices[rank], num_params / k)]
+    return sync
 
 
 def _streaming(devices, replicas, H: int, s: Settings, num_params: int, what: str) -> Schedule:

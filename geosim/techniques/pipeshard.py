@@ -430,9 +430,9 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
         sequences, tp = microbatch / hosts, g // hosts  # `hosts`: the stage's tensor-parallel groups
     times = []
     for d in {d.gpu.name: d for d in mesh}.values():  # a GPU's time depends on its kind only
-        if d.gpu.name in params.efficiency:  # a flat-rate device
+        if d.gpu.name in params.flat_fraction:  # a flat-rate device
             flops = forward_flops(model, workload, sequences, layers, head) / tp * (4.0 if workload.checkpointing else 3.0)
-            times.append(flops / (d.gpu.peak_tflops(workload.precision) * 1e12 * params.efficiency[d.gpu.name]))
+            times.append(flops / (d.gpu.peak_tflops(workload.precision) * 1e12 * params.flat_fraction[d.gpu.name]))
             continue
         timer = compute_model(params)
         times.append(sum(timer.seconds(work(phase, model, workload, sequences, layers, head, False, tp), d.gpu,

@@ -40,6 +40,7 @@ from importlib import resources
 from pathlib import Path
 
 from geosim.errors import GeosimError
+from geosim.generations import generations
 from geosim.sim.attention import TABLE_FILE
 
 SCHEMA = "geosim.kernel/1"
@@ -236,7 +237,7 @@ def analyse(records: list[dict]) -> dict:
             else:
                 if gpu:  # geosim's unfused kernels for this shape, under the jax runtime's constants
                     params = shipped_runtimes()["jax"].applied_to(default_params())
-                    eff = compute_model(params).efficiency_for(gpu)
+                    eff = compute_model(params).constants_for(gpu)
                     model = Model("sweep", 1, r["heads"] * r["head_dim"], r["heads"], n_ctx=r["seq_len"])
                     forward = attention_ops(r["batch"], r["seq_len"], r["head_dim"], r["heads"], 2, False, False)
                     ops = forward if r["direction"] == "forward" else [
@@ -315,7 +316,7 @@ def main(argv=None) -> int:
         written = []
         if args.write:
             for generation, entry in result.items():
-                if entry["fit"] and generation in ("ampere", "hopper", "ada", "blackwell", "turing", "volta"):
+                if entry["fit"] and generation in generations():  # a GPU generation of generations.toml
                     kernel = "FlashAttention-2 as PyTorch SDPA dispatches it (torch fused records)"
                     text = table_entry(generation, entry["fit"], f"measured: {Path(source).name}, refit with "
                                        f"python -m geosim.live.experiments.attention_kernels --records FILE --write",

@@ -2,8 +2,8 @@
 
 The simulator times a step as an op-level roofline (geosim/sim/compute.py): each GEMM at the
 GPU's tensor peak x a fraction (with a saturation ramp), each streaming kernel at its bandwidth
-x a fraction. Those three constants belong to a GPU generation
-([compute.*_by_architecture] in the parameters file) and are measured here:
+x a fraction. Those three constants are a runtime's efficiency on a GPU generation
+(geosim/data/runtimes.toml, [RUNTIME.efficiency.GENERATION]) and are measured here:
 
 - `--measure` (on the machine with the GPU): live's own training step (`geosim live run`'s loop,
   technique data, bytes tokenizer, generated data: nothing fetched) at the cases given by
@@ -42,8 +42,7 @@ FIT_KEYS = ("gemm_fraction", "memory_fraction", "gemm_half_us")
 # GEMMs timed on the same GPU the same day). h200-2026-11-26: live's step on one H200, jax 0.11.2, CUDA 13
 # (issue 33); 8192^3 bf16 ran at 879 TFLOP/s and 4096^3 fp32 (TF32) at 391.
 SHIPPED = {"h200-2026-11-26": ("gpu-h200-2026-11-26.jsonl", "8192:8192:8192:bf16:879,4096:4096:4096:fp32:391")}
-TABLE_OF = {"gemm_fraction": "gemm_fraction_by_architecture", "memory_fraction": "memory_fraction_by_architecture",
-            "gemm_half_us": "gemm_half_s_by_architecture"}
+REFIT = "python -m geosim.live.experiments.device_compute --records RECORDS [--gemm-tflops M:N:K:PRECISION:TFLOPS,...]"
 
 
 def parse_list(text: str, fields: int, key: str) -> list[list[str]]:
@@ -131,18 +130,22 @@ def fit(cases, gemms: list[dict], params, architecture: str, gpu) -> dict:
     from scipy.optimize import least_squares
 
     from geosim.calibrate.check import check
-    from geosim.runtime import runtime_of
+    from geosim.runtime import runtime_of, shipped_runtimes
     from geosim.sim.compute import Gemm, compute_model, gemm_seconds
+    from geosim.specs import Efficiency
 
     timed = [c for c in cases if c.metric]
     if not timed and not gemms:
         raise GeosimError("nothing to fit: no record measured a step time and no GEMM was given", key="--records")
 
+    # the records' runtime (live's: jax) is what was measured: its efficiency on this generation is fitted
+    runtime = runtime_of(timed[0].workload, params) if timed else shipped_runtimes()["jax"]
+
     def with_constants(x) -> object:
         g, m, half_us = x
-        return replace(params, gemm_fraction_by_architecture={**params.gemm_fraction_by_architecture, architecture: g},
-                       memory_fraction_by_architecture={**params.memory_fraction_by_architecture, architecture: m},
-                       gemm_half_s_by_architecture={**params.gemm_half_s_by_architecture, architecture: half_us * 1e-6})
+        entry = Efficiency(architecture, "measured", "this fit", g, m, half_us * 1e-6, refit=REFIT)
+        efficiency = tuple(sorted({**dict(runtime.efficiency), architecture: entry}.items()))
+        return replace(params, runtimes={**(params.runtimes or {}), runtime.name: replace(runtime, efficiency=efficiency)})
 
     def rows(x) -> list[dict]:
         p = with_constants(x)
@@ -152,7 +155,7 @@ def fit(cases, gemms: list[dict], params, architecture: str, gpu) -> dict:
         if gemms:
             runtime = runtime_of(timed[0].workload, p) if timed else None
             applied = runtime.applied_to(p) if runtime else p
-            eff = compute_model(applied).efficiency_for(gpu)
+            eff = compute_model(applied).constants_for(gpu)
             for gm in gemms:
                 op = Gemm("gemm", gm["m"], gm["n"], gm["k"])
                 out.append({"what": f"GEMM {gm['m']}x{gm['n']}x{gm['k']} {gm['precision']}", "measured_s": gm["seconds"],
@@ -162,24 +165,24 @@ def fit(cases, gemms: list[dict], params, architecture: str, gpu) -> dict:
     def residuals(x):
         return [math.log(r["model_s"] / r["measured_s"]) for r in rows(x)]
 
-    start = [params.gemm_fraction_by_architecture.get(architecture, 0.8),
-             params.memory_fraction_by_architecture.get(architecture, 0.7),
-             params.gemm_half_s_by_architecture.get(architecture, 20e-6) * 1e6]
+    known = dict(runtime.efficiency).get(architecture)
+    start = list(known.fractions) if known is not None and known.fractions is not None else [0.8, 0.7, 20e-6]
+    start[2] *= 1e6
     best = least_squares(residuals, start, bounds=([1e-3, 1e-3, 0.0], [1.0, 1.0, 1e4]))
     final = rows(best.x)
     for r in final:
         r["error"] = r["model_s"] / r["measured_s"] - 1
     rms = math.sqrt(statistics.fmean(math.log(1 + r["error"]) ** 2 for r in final))
-    return {"architecture": architecture, "gemm_fraction": float(best.x[0]), "memory_fraction": float(best.x[1]),
+    return {"architecture": architecture, "runtime": runtime.name, "gemm_fraction": float(best.x[0]), "memory_fraction": float(best.x[1]),
             "gemm_half_us": float(best.x[2]), "rms_log_error": rms, "rows": final}
 
 
 def params_text(constants: dict, what: str) -> str:
     """A parameters file setting the generation's constants (what `--params` reads)."""
-    lines = [f"# measured by python -m geosim.live.experiments.device_compute: {what}"]
-    for key in FIT_KEYS:
-        table = {"gemm_half_us": "compute.gemm_half_us_by_architecture"}.get(key, f"compute.{key}_by_architecture")
-        lines += [f"[{table}]", f"{constants['architecture']} = {constants[key]:.4g}", ""]
+    lines = [f"# measured by python -m geosim.live.experiments.device_compute: {what}",
+             f"[runtime.{constants.get('runtime', 'jax')}.efficiency.{constants['architecture']}]"]
+    lines += [f"{key} = {constants[key]:.4g}" for key in FIT_KEYS]
+    lines += ['kind = "measured"', f"source = {json.dumps(what)}", f"refit = {json.dumps(REFIT)}", ""]
     return "\n".join(lines)
 
 
@@ -239,14 +242,14 @@ def main(argv=None) -> int:
     except GeosimError as exc:
         print(f"geosim: error: {exc}", file=sys.stderr)
         return 2
-    report = {"device": gpu.name, **{k: constants[k] for k in (*FIT_KEYS, "architecture", "rms_log_error", "rows")},
+    report = {"device": gpu.name, **{k: constants[k] for k in (*FIT_KEYS, "architecture", "runtime", "rms_log_error", "rows")},
               "gemms": gemms, "out": args.out}
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0
     print(f"{gpu.name} ({gpu.architecture}): {len(cases)} record(s), {len(gemms)} GEMM(s)")
     print_rows(constants["rows"], "what", width=44, digits=3, indent="  ")
-    print(f"fitted ({gpu.architecture}): gemm_fraction {constants['gemm_fraction']:.4g}, memory_fraction "
+    print(f"fitted ({constants['runtime']} on {gpu.architecture}): gemm_fraction {constants['gemm_fraction']:.4g}, memory_fraction "
           f"{constants['memory_fraction']:.4g}, gemm_half_us {constants['gemm_half_us']:.4g}; rms log error "
           f"{constants['rms_log_error']:.3f}")
     if args.out:

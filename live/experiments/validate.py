@@ -24,7 +24,7 @@ from pathlib import Path
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, Row, latency_costs, plot, print_report
-from geosim.techniques import is_pipelined
+from geosim.techniques import is_pipelined, on_request
 from geosim.fileio import write_atomic
 from geosim.params import load_params, write_params
 from geosim.records import read_records
@@ -48,6 +48,8 @@ START_POINTS = ({}, {"transport.collective_step_rtts": 3.0, "transport.p2p_hands
 # follow), profiled: fitted on a coarse grid, then refined around the best.
 SHARD_GRID = (4, 8, 16, 32, 64, 128)
 PROFILED = {"shard.collectives_per_layer": SHARD_GRID}  # whole-number settings fitted on a grid
+# without --technique: the study's four (a technique that runs on request only, FSDP, when asked or with 'all')
+DEFAULT_TECHNIQUES = tuple(t for t in TECHNIQUES if not on_request(t))
 
 
 def run_time_s(record) -> float:
@@ -86,7 +88,7 @@ def add_arguments(parser) -> None:
                         help="RTTs of the emulated WAN, ms: a list or range (default %(default)s)")
     parser.add_argument("--technique", dest="techniques", action=CommaList, metavar="NAME|all",
                         help=f"techniques to run; repeatable and comma-separated; 'all': {','.join(TECHNIQUES)} "
-                             f"(the default)")
+                             f"(default: {','.join(DEFAULT_TECHNIQUES)})")
     parser.add_argument("--hold-out", type=float,
                         help="the RTT predicted from a fit on the others (default: the middle one); "
                              "every other RTT is also held out in turn and reported")
@@ -257,7 +259,7 @@ def per_iteration_cases(records, source: str):
 
 
 # a live run's CPU devices are outside the datasheet compute model: they run at a flat fraction of their
-# peak ([compute.efficiency]), fitted here from this start when no runtime declares it
+# peak ([compute.flat_fraction]), fitted here from this start when no runtime declares it
 FLAT_EFFICIENCY_START = 0.1
 
 
@@ -272,8 +274,8 @@ def free_params(cases, base):
     runtimes = sorted({c.workload.runtime for c in cases if c.metric})
     # a runtime that measured its devices' speed (jax: XLA:CPU here, live/experiments/cpu_compute.py) brings it
     declared = {d for name in runtimes for d, _ in shipped_runtimes()[name].device_compute}
-    for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.efficiency)):
-        free.append(FreeParam("efficiency", gpu, base.efficiency.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
+    for gpu in sorted({g for c in cases if c.metric for g in c.gpus} - declared - set(base.flat_fraction)):
+        free.append(FreeParam("flat_fraction", gpu, base.flat_fraction.get(gpu, FLAT_EFFICIENCY_START), 1e-4, 0.9, ""))
     tcp = base.network("tcp")  # the live runs' collectives go over TCP (gloo, NCCL's socket transport)
     techniques = sorted({c.technique for c in cases if c.metric})
     declared_scalars = fittable()
@@ -295,7 +297,7 @@ def free_params(cases, base):
                               shipped_runtimes()[name].collective_step_rtts or 1.0, lo, hi, ""))
     timed = sum(1 for c in cases if c.metric)
     if len(free) > timed:  # never more parameters than records: the efficiency goes first (a runtime brings it)
-        free = [p for p in free if p.kind != "efficiency"]
+        free = [p for p in free if p.kind != "flat_fraction"]
     return free
 
 
@@ -418,7 +420,7 @@ def run(args) -> int:
     from geosim.live.train.loop import Options
 
     rtts = _csv_floats(args.rtt_ms, "--rtt-ms")
-    techniques = list(dict.fromkeys(t for n in args.techniques or ["all"]
+    techniques = list(dict.fromkeys(t for n in args.techniques or DEFAULT_TECHNIQUES
                                     for t in (TECHNIQUES if n.lower() == "all" else [n.lower()])))
     for t in techniques:
         if t not in TECHNIQUES:

@@ -54,8 +54,18 @@ A100_TARGET = xla_target("NVIDIA A100-SXM4-40GB", sms=108, fpus_per_sm=64, share
 H100_TARGET = xla_target("NVIDIA H100 80GB HBM3", sms=132, fpus_per_sm=128, shared_per_sm=233472,
                          shared_optin=232448, l2_bytes=52428800, bandwidth=3352320000000, clock_ghz=1.98,
                          memory_bytes=84987740160, compute_major=9)
-# backend -> (target, the GPU generation geosim's model is told): "gpu" is the A100 the grid was first run on
-GPU_TARGETS = {"gpu": ("a100", A100_TARGET, "ampere"), "gpu-h100": ("h100", H100_TARGET, "hopper")}
+# backend -> (target name, target, the catalog GPU it is: geosim's model is told its generation, gpu_generation):
+# "gpu" is the A100 the grid was first run on
+GPU_TARGETS = {"gpu": ("a100", A100_TARGET, "A100-40GB"), "gpu-h100": ("h100", H100_TARGET, "H100")}
+
+
+def gpu_generation(backend: str) -> str:
+    """The GPU generation of a backend's compile target (the catalog's), '' for the CPU backend."""
+    if backend not in GPU_TARGETS:
+        return ""
+    from geosim.scenario import gpu_catalog
+
+    return gpu_catalog()[GPU_TARGETS[backend][2]].architecture
 
 
 def prepare_environment(backend: str, devices: int) -> None:

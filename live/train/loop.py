@@ -80,13 +80,17 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def resolve_precision(precision: str, platform: str, device_kind: str) -> str:
-    """auto: float32 on CPU; bfloat16 on GPUs that have it (Ampere and newer); float16 on
-    older GPUs (Turing: the study's RTX 6000 and T4)."""
+    """auto: float32 on CPU; bfloat16 on GPUs whose generation has it (geosim/data/generations.toml: Ampere
+    and newer); float16 on the others (the study's RTX 6000 and T4, the V100). A GPU the catalog does not
+    know: bfloat16."""
     if precision != "auto":
         return precision
     if platform != "gpu":
         return "fp32"
-    return "fp16" if any(k in device_kind for k in ("T4", "RTX 6000", "RTX6000", "V100", "Turing")) else "bf16"
+    from geosim.generations import generation
+
+    facts = generation(gpu_generation({"platform": platform, "kind": device_kind}))
+    return "fp16" if facts is not None and not facts.bf16 else "bf16"
 
 
 def device_summary(jax) -> dict:
@@ -185,7 +189,7 @@ def still_compiling(log, every_s: float = 15.0):
 
 
 def gpu_generation(devices: dict) -> str:
-    """The catalog's generation of this run's GPU ('hopper'), '' on CPU or for a GPU the catalog lacks."""
+    """The catalog's generation of this run's GPU (a name of geosim/data/generations.toml), '' on CPU or for a GPU the catalog lacks."""
     if devices.get("platform") != "gpu":
         return ""
     from geosim.gpu_names import catalog_gpu
@@ -200,7 +204,10 @@ def tf32_matmul(jax, platform: str, device_kind: str) -> bool | None:
     Ampere and newer (jax_default_matmul_precision unset or "default"/"bfloat16"/"tensorfloat32"); None on CPU."""
     if platform != "gpu":
         return None
-    if gpu_generation({"platform": platform, "kind": device_kind}) in ("turing", "volta", "pascal"):
+    from geosim.generations import generation
+
+    facts = generation(gpu_generation({"platform": platform, "kind": device_kind}))
+    if facts is not None and not facts.tf32_tensor_cores:
         return False
     setting = str(getattr(jax.config, "jax_default_matmul_precision", None) or "default").lower()
     return setting in ("default", "bfloat16", "tensorfloat32", "fastest")

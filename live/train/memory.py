@@ -20,7 +20,7 @@ def layout(technique: str, *, n_layer: int, n_embd: int, n_head: int, vocab: int
     technique's placement (live/train/techniques/<name>.py) through the simulator's memory model.
     `replicas` is accepted for the low-communication techniques' callers (their replicas train data
     parallel, which is how their placement lays them out). `architecture`: the GPU generation XLA compiles
-    for (its fusions keep different residuals: geosim.sim.memory_layout.JAX_SCORE_16BIT_VALUES)."""
+    for (its fusions keep different residuals: geosim/data/generations.toml, jax_score_16bit_values)."""
     from geosim.live.registry import live_module
     from geosim.sim.memory_layout import LayoutOptions, live_step
     from geosim.specs import Model

@@ -107,7 +107,8 @@ def scenario_text(result: dict, name: str) -> str:
             known = catalog_gpu(device, mem)
             if known is None:
                 known = _table_key(device)
-                lines.append(f"# {h['name']}: GPU {device!r} is not in geosim's catalog: fill in its [gpus] table")
+                lines.append(f"# {h['name']}: GPU {device!r} is not in geosim's catalog: fill in its [gpus] table, "
+                             "its architecture (a generation of geosim/data/generations.toml) first")
                 tables[known] = unknown_gpu_table(device, mem)
             gpus.append(known)
         if not gpus:

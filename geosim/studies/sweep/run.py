@@ -185,6 +185,10 @@ def evaluate_row(point: dict, ctx: SweepContext) -> dict:
             efficiency = SameProgress(ctx.params).efficiency(pred).value
             row["token_efficiency"] = efficiency
             row["time_to_progress_s"] = time_to_progress_s(pred, efficiency)
+        # the estimated efficiency entries the row rests on ("; " between them, "" when none) and its step's interval
+        row["estimated"] = "; ".join(pred.estimated)
+        low, high = pred.iteration_time_interval_s or (None, None)
+        row["iteration_time_low_s"], row["iteration_time_high_s"] = low, high
         for prefix, breakdown in (("run", pred.run_breakdown), ("iter", pred.iteration_breakdown)):
             for part, seconds in (vars(breakdown) if breakdown else {}).items():
                 row[f"{prefix}_{part}"] = seconds

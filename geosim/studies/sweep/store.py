@@ -258,7 +258,7 @@ class ResultStore:
             except OSError as exc:  # no space: the rows before this one are whole; a rerun resumes here
                 raise output_error(self.dir / RESULTS, exc, "cannot append a row") from None
             if index is not None:
-                self.table.record(index, str(row.get("status")), row.get(self.table.metric))
+                self.table.record(index, str(row.get("status")), row.get(self.table.metric), row.get("estimated") or "")
         try:
             os.fsync(jsonl_fd)
             os.fsync(csv_fd)
@@ -275,7 +275,7 @@ class ResultStore:
             return True
         if self.table.done(index):
             return False
-        self.table.record(index, str(row.get("status")), row.get(self.table.metric))
+        self.table.record(index, str(row.get("status")), row.get(self.table.metric), row.get("estimated") or "")
         return True
 
     def close(self) -> None:

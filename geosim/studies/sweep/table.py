@@ -56,6 +56,7 @@ class SweepTable:
         self.status_names: list[str] = []
         self.codes = array("B", bytes(len(grid)))
         self.values = array("d", [math.nan]) * len(grid)
+        self.estimated: dict[str, int] = {}  # rows resting on estimated efficiency entries, by those entries
 
     # --- points and their positions ---------------------------------------------------------------
 
@@ -86,7 +87,9 @@ class SweepTable:
     def done(self, index: int) -> bool:
         return bool(self.codes[index])
 
-    def record(self, index: int, status: str, value) -> None:
+    def record(self, index: int, status: str, value, estimated: str = "") -> None:
+        if estimated:
+            self.estimated[estimated] = self.estimated.get(estimated, 0) + 1
         if status not in self.status_names:
             if len(self.status_names) >= MAX_STATUSES:
                 raise ValueError(f"more than {MAX_STATUSES} distinct statuses")
@@ -156,7 +159,7 @@ class SweepTable:
         for row in rows:
             index = table.index_of({**row, "key": row.get("key") or point_key(row["point"])})
             if index is not None and not table.done(index):
-                table.record(index, row["status"], row.get(metric))
+                table.record(index, row["status"], row.get(metric), row.get("estimated") or "")
         return table
 
 
