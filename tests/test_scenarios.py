@@ -19,7 +19,7 @@ from geosim.params import default_params, load_params
 from geosim.predict import predict
 from geosim.scenario import BUILTIN_SCENARIOS, builtin_scenarios, load_scenario, model_catalog
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
-from geosim.techniques import default_techniques, technique_names
+from geosim.techniques import default_techniques
 
 HOSTS = """
 [[hosts]]

@@ -258,12 +258,59 @@ def check_layout_plannable(case, techniques, layout: dict | None, max_gpus: int 
                               source=on_all.source)
 
 
+def layout_choices(args, layout: dict | None) -> dict:
+    """The planner's choices for a layout asked (predict, plan and select alike): the layout, and where
+    --microbatches is given with it, that count too (the configuration asked, Megatron-LM's t, p, d and
+    its microbatches); without --microbatches the planner picks the count."""
+    if not layout:
+        return {}
+    return {"layout": layout, "fixed_microbatches": bool(getattr(args, "microbatches", None))}
+
+
 def refuse_layout(args, why: str) -> None:
     """A command (or a mode of one) that cannot honour a layout flag given: one line saying why."""
     layout = layout_arguments(args)
     if layout:
         flag = next(LAYOUT_FLAGS[k] for k, v in layout.items() if v is not None)
         raise GeosimError(why, source=flag)
+
+
+def add_progress_arguments(parser: argparse.ArgumentParser) -> None:
+    """The question's measure, the same flags in predict, plan, select and sweep: --target-tokens and
+    the token efficiencies it is counted at (--token-efficiency, --loss-curves)."""
+    parser.add_argument("--target-tokens", metavar="N|chinchilla", help=meaning("--target-tokens"))
+    parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
+                        help=meaning("--token-efficiency"))
+    parser.add_argument("--loss-curves", metavar="FILE", help=meaning("--loss-curves"))
+
+
+def check_progress_arguments(args) -> None:
+    """--target-tokens and --token-efficiency checked before any work, also when no row uses them."""
+    from geosim.studies import convergence
+
+    if args.target_tokens and args.target_tokens.strip().lower() != "chinchilla":
+        convergence.target_tokens(args.target_tokens, None)
+    convergence.parse_overrides(args.token_efficiency)
+
+
+def same_progress(args, params, model):
+    """What every command ranks on (geosim.studies.ranking.SameProgress): --target-tokens (default: the
+    workload's own tokens) at each technique's token efficiency (--token-efficiency, --loss-curves, then
+    the parameters file)."""
+    from geosim.studies import convergence
+    from geosim.studies.ranking import SameProgress
+
+    return SameProgress(params, convergence.parse_overrides(args.token_efficiency),
+                        convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves))
+                        if args.loss_curves else None,
+                        convergence.target_tokens(args.target_tokens, model) if args.target_tokens else None)
+
+
+def refuse_progress(args, why: str) -> None:
+    """A mode that ranks nothing predicted (measured or live probes): a progress flag given is one line."""
+    for flag in ("--target-tokens", "--token-efficiency", "--loss-curves"):
+        if getattr(args, flag[2:].replace("-", "_"), None):
+            raise GeosimError(why, source=flag)
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -296,13 +343,35 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
     return cluster
 
 
+def scaled_workload(scenario: Scenario, model: Model, args) -> bool:
+    """Whether the workload is the default that scales with the model (geosim.studies.asked.scales_workload)."""
+    from geosim.studies.asked import scales_workload
+
+    return scales_workload(scenario, model, workload_overrides(args))
+
+
+def workload_note(scenario: Scenario, model: Model, args) -> str | None:
+    """What the answer says of a workload nobody gave (None where it was given or is the study's)."""
+    if not scaled_workload(scenario, model, args):
+        return None
+    from geosim.studies.asked import scaled_workload_note
+
+    return scaled_workload_note(model)
+
+
 def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Workload]:
     scenario = load_any_scenario(name_or_path)
-    for key, value in workload_overrides(args).items():
+    overrides = workload_overrides(args)
+    for key, value in overrides.items():
         if value is not None and not isinstance(value, (str, bool)) and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")
+    model = model_of(args, scenario)
+    if scaled_workload(scenario, model, args):
+        from geosim.studies.asked import scaled_tokens_per_epoch
+
+        overrides = {**overrides, "tokens_per_epoch": scaled_tokens_per_epoch(model)}
     try:
-        workload = scenario.workload(**workload_overrides(args))
+        workload = scenario.workload(**overrides)
     except GeosimError as exc:  # a command-line value out of range or at odds with the file's: name the flag
         flag = (exc.key or "").removeprefix("workload.")
         given = [k for k, v in workload_overrides(args).items() if v is not None]
@@ -313,7 +382,6 @@ def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Worklo
         hint = "".join(f"; {k} is the scenario's workload.{k} (give --{k.replace('_', '-')} to change it)"
                        for k in others)
         raise GeosimError(exc.problem + hint, source=f"--{blamed.replace('_', '-')}") from None
-    model = model_of(args, scenario)
     return scenario, resolve_cluster(scenario, args), model, workload
 
 

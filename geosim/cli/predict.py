@@ -15,13 +15,13 @@ import sys
 from geosim.case import Case
 from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
                                layout_arguments, technique_options, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
-                               ESTIMATE_NOTE,
+                               ESTIMATE_NOTE, add_progress_arguments, layout_choices, check_progress_arguments, same_progress, workload_note,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
                                scenario_names)
 from geosim.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
 from geosim.runtime import runtime_differences, runtime_of
-from geosim.studies.asked import asked_rows, verdict_notes
+from geosim.studies.asked import MAX_ALONE_ROWS, asked_candidates, asked_rows, microbatch_alternatives, verdict_notes
 from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.cli._progress import Heartbeat
 from geosim.studies.reference import attach_measurement
@@ -44,20 +44,9 @@ def add_arguments(parser) -> None:
     add_renamed(parser, "--all-vms-only", "--hosts all", dest="hosts", value="all")
     add_json_argument(parser)
     add_memory_parts_argument(parser)
-    parser.add_argument("--target-tokens", metavar="N|chinchilla",
-                        help="time-to-target table: the time to train as far as Data gets in N tokens "
-                             "(default: the workload's tokens, epochs x tokens per epoch)")
-    parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
-                        help="override a technique's token efficiency (Data's tokens / its tokens, same loss); "
-                             "repeatable")
+    add_progress_arguments(parser)
     parser.add_argument("--draws", type=int, metavar="N",
                         help="also predict with N parameter draws from the fit's covariance and show the range")
-    parser.add_argument("--loss-curves", metavar="FILE",
-                        help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
-
-
-# the "each VM alone" rows multiply the work by the VMs: past this many, only the whole slice is shown
-MAX_ALONE_ROWS = 16
 
 
 def host_subsets(cluster, spec: str) -> list[tuple[str, ...]]:
@@ -69,17 +58,6 @@ def host_subsets(cluster, spec: str) -> list[tuple[str, ...]]:
               f"shown up to {MAX_ALONE_ROWS} VMs (name the VMs with --hosts to see them)", file=sys.stderr)
         return [s for s in subsets if len(s) > 1] or subsets[:1]
     return subsets
-
-
-def same_progress(args, params, model) -> SameProgress:
-    """What predict ranks on: --target-tokens (default: the workload's own tokens) at each technique's
-    token efficiency (--token-efficiency, --loss-curves, then the parameters file)."""
-    from geosim.studies import convergence
-
-    return SameProgress(params, convergence.parse_overrides(args.token_efficiency),
-                        convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves))
-                        if args.loss_curves else None,
-                        convergence.target_tokens(args.target_tokens, model) if args.target_tokens else None)
 
 
 def run(args) -> int:
@@ -98,8 +76,8 @@ def _run(args) -> int:
     lowcomm = [t for t in techniques if is_low_communication(t)]
     layout = layout_arguments(args)
     check_layout_techniques(techniques, layout)
-    _check_target_options(args)
-    slices = []
+    check_progress_arguments(args)
+    slices, progress_of = [], {}
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         case = Case(cluster, model, workload, params, network=args.network)
@@ -121,13 +99,18 @@ def _run(args) -> int:
         progress = same_progress(args, params, model)
         bar = Progress(f"{cluster.name}: planning")
         try:
-            plan = make_plan(case, keep=2, techniques=techniques, same_progress=progress, progress=bar)
+            plan = make_plan(case, keep=2, choices=layout_choices(args, layout) or None, techniques=techniques,
+                             same_progress=progress, progress=bar,
+                             asked=asked_candidates(case, techniques, host_sets, layout))
         finally:
             bar.close()
         targets = _time_to_target(progress, workload, rows) if lowcomm else None
-        notes = verdict_notes(plan.best, rows, host_sets, progress, workload.microbatches,
-                              "--microbatches" if args.microbatches else "the workload's")
+        notes = ([n for n in [workload_note(scenario, model, args)] if n]
+                 + verdict_notes(plan.best, rows, host_sets, progress, workload.microbatches,
+                                 "--microbatches" if args.microbatches else "the workload's")
+                 + microbatch_alternatives(plan))
         slices.append((case, rows, plan, targets, notes))
+        progress_of[id(case)] = progress
     ranges = _ranges(args, params, slices)
     for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
         print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
@@ -145,7 +128,7 @@ def _run(args) -> int:
                          "runtime_differences": runtime_differences(runtime_of(c.workload, c.params), c.params),
                          # which RTTs are estimates (geosim.sites), not measurements
                          **({"estimated_rtts": estimated} if estimated else {}),
-                         "predictions": [r.to_dict() | _target_fields(r, targets)
+                         "predictions": [r.to_dict() | _target_fields(r, targets) | _ranked_fields(r, progress_of[id(c)])
                                          | ({"total_time_range_s": ranges[id(r)]} if ranges else {}) for r in rows]})
         print_json(answer_envelope("predict", params, docs))
         return 0
@@ -154,13 +137,11 @@ def _run(args) -> int:
     return 0
 
 
-def _check_target_options(args) -> None:
-    """--target-tokens and --token-efficiency checked before any work, also when no row uses them."""
-    from geosim.studies import convergence
-
-    if args.target_tokens and args.target_tokens.strip().lower() != "chinchilla":
-        convergence.target_tokens(args.target_tokens, None)
-    convergence.parse_overrides(args.token_efficiency)
+def _ranked_fields(prediction: Prediction, progress: SameProgress) -> dict:
+    """A row's time on the verdict's measure (ranking.time_to_progress_s; None where it does not run): the
+    verdict is never above it (tests/test_one_answer.py)."""
+    return {"time_to_progress_s": time_to_progress_s(prediction, progress.efficiency(prediction).value,
+                                                      progress.target_tokens)}
 
 
 def _target_fields(prediction: Prediction, targets) -> dict:

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from geosim.case import DEFAULT_NETWORK
-from geosim.cli.common import (model_of, LAYOUT_BOUNDS, WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments, check_layout_techniques,
-                               fmt_duration, layout_arguments)
+from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments,
+                               check_layout_techniques, fmt_duration, layout_arguments, add_progress_arguments,
+                               check_progress_arguments, model_of, refuse_progress)
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.validate import count
@@ -78,6 +79,7 @@ def add_arguments(p) -> None:
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     add_layout_arguments(p)  # every point's layout: a row where it does not fit the point's hosts says why
+    add_progress_arguments(p)  # the question's measure, as predict, plan and select take it (refused here: run())
     r = p.add_argument_group("run")
     r.add_argument("--sweep-dir", dest="out", default="sweep", metavar="DIR",
                    help="results directory; a rerun resumes it (default ./%(default)s)")
@@ -187,6 +189,9 @@ def run(args) -> int:
 
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
+    check_progress_arguments(args)
+    refuse_progress(args, "a sweep's rows are whole runs of the workload, ranked on their tokens at the parameters "
+                          "file's efficiencies; rank on another progress with `geosim plan --sweep-rtt` and this flag")
     grid = build_grid(args)
     models = {m.name: m for m in [model_of(args)]} if args.model_config else None
     ctx = make_context(grid, args.params, args.metric, args.network, models=models)
@@ -279,8 +284,8 @@ def format_summary(s: dict) -> str:
         if s.get("orders"):
             lines += ["", "Techniques fastest first, at both ends of the range:"]
             lines += _table(("where", "low end", "order", "high end", "order"),
-                            [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"]), f"{o['high']['at']:g} {unit}",
-                              _order(o["high"])) for o in s["orders"]])
+                            [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"], s["metric"]), f"{o['high']['at']:g} {unit}",
+                              _order(o["high"], s["metric"])) for o in s["orders"]])
     lines += format_best(s.get("best", []))
     lines += ["", f"plots and report: geosim report --sweep-dir {s['out']}"]
     return "\n".join(lines)
@@ -310,10 +315,14 @@ def format_best(best: list[dict]) -> list[str]:
     return lines
 
 
-def _order(end: dict) -> str:
+METRIC_WORDS = {"total_time_s": "total time", "time_per_epoch_s": "time per epoch"}
+
+
+def _order(end: dict, metric: str = "total_time_s") -> str:
     text = " < ".join(end["order"]) or "-"
-    if end.get("low_communication"):
-        text += f"  (not ranked on time per epoch: {', '.join(end['low_communication'])})"
+    if end.get("low_communication"):  # their time is not to the same progress: the best option below ranks them
+        text += (f"  (not in this order on {METRIC_WORDS.get(metric, metric)}, needing more tokens for Data's "
+                 f"progress: {', '.join(end['low_communication'])})")
     return text + "".join(f"  ({t}: {status})" for t, status in end["not_running"].items())
 
 

@@ -31,6 +31,8 @@ from geosim.predict import predict
 from geosim.scale import load_any_scenario
 from geosim.scenario import Scenario, get_model, LINK_RANGES, check_number
 from geosim.specs import Params
+from geosim.studies.asked import scaled_tokens_per_epoch, scales_workload
+from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint, iter_rows
@@ -119,6 +121,15 @@ def manifest(grid: Grid, ctx: SweepContext) -> dict:
                           for name, sc in ctx.scenarios.items()}}
 
 
+def point_workload(point: dict, sc: Scenario, model) -> dict:
+    """A point's workload fields, with predict's default for a model outside the study where no token count
+    is swept or written (geosim.studies.asked.scales_workload): one workload for one question everywhere."""
+
+    if scales_workload(sc, model, point["workload"]):
+        return {**point["workload"], "tokens_per_epoch": scaled_tokens_per_epoch(model)}
+    return point["workload"]
+
+
 def evaluate(point: dict, ctx: SweepContext):
     """One point -> (cluster, Prediction or None, workload or None, reason)."""
     sc = ctx.scenarios[point["scenario"]]
@@ -129,11 +140,11 @@ def evaluate(point: dict, ctx: SweepContext):
         cluster = with_rtt(cluster, ms_to_s(point["rtt_ms"]))
     if point["bandwidth_gbps"] != NATIVE:
         cluster = with_bandwidth(cluster, gbps_to_bps(point["bandwidth_gbps"]))
+    model = get_model(point["model"], sc.models)
     try:  # combinations of axes (batch x microbatches) may be invalid where each value alone is fine
-        workload = sc.workload(**point["workload"])
+        workload = sc.workload(**point_workload(point, sc, model))
     except GeosimError as exc:
         return cluster, None, None, exc.problem
-    model = get_model(point["model"], sc.models)
     case = Case(cluster, model, workload, ctx.params, ctx.network)
     hosts = host_subset(point["hosts"])
     try:  # the layout asked, on this point's hosts (it may fit some scenarios of a sweep and not others)
@@ -174,6 +185,10 @@ def evaluate_row(point: dict, ctx: SweepContext) -> dict:
                      "startup_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "memory_verdict", "bytes_per_iteration",
                      "description"):
             row[name] = getattr(pred, name)
+        if pred.ok:  # the ranking's measure (ranking.time_to_progress_s): what the report's best option is drawn on
+            efficiency = SameProgress(ctx.params).efficiency(pred).value
+            row["token_efficiency"] = efficiency
+            row["time_to_progress_s"] = time_to_progress_s(pred, efficiency)
         # the estimated efficiency entries the row rests on ("; " between them, "" when none) and its step's interval
         row["estimated"] = "; ".join(pred.estimated)
         low, high = pred.iteration_time_interval_s or (None, None)
