@@ -161,7 +161,7 @@ class _Frame:
             else:
                 tp_groups = [tuple(d.rank for d in grp) for grp in _tensor_groups(mesh, settings.tensor)]
                 self.groups.append((tp_groups, b / len(tp_groups)))
-        self.description = (f"{S} stages ({'/'.join(map(str, layers))} layers), {M} microbatches, {settings.schedule}, "
+        self.description = (f"{S} stages ({split_text(layers)} layers), {M} microbatches, {settings.schedule}, "
                             f"intra-stage {intra}" + (f", tensor {settings.tensor}" if settings.tensor else "")
                             + (f", {v} virtual stages each (interleaved)" if v > 1 else "")
                             + (f", activations x{compression:g}" if compression != 1 else ""))
@@ -352,9 +352,9 @@ class _Chunk:
         self.next_of: dict[int, list] = {}
         for i, k, frac in self.to_next:
             self.next_of.setdefault(i, []).append((i, k, frac))
-        params = layers * model.params_per_layer + (model.embedding_params if self.first else 0) + (
-            model.vocab * model.n_embd if self.last and S > 1 else 0)
-        self.held = params - layers * 12 * model.n_embd ** 2 * (1 - 1 / tp)  # the blocks' matrices split
+        # the last chunk holds the head's matrix when another mesh holds the embedding, or when it is untied
+        params = model.stage_params(layers, self.first, self.last and (S > 1 or not model.tied))
+        self.held = params - layers * model.layer_matrix_params * (1 - 1 / tp)  # the blocks' matrices split
         self.fwd, self.bwd = (pass_ops(model, workload, sequences, layers, self.last, self.first) if intra == "data" else
                               pass_ops(model, workload, sequences, 0, self.last, self.first, " head", tensor_parallel=tp))
         self.accumulate = update_op(model, self.held)
@@ -686,9 +686,18 @@ def option_kind(hosts: tuple[str, ...], options: dict | None = None) -> str:
     return f"{LABEL} on {order[0]}" + (" (1 stage)" if one_stage else " (a stage per GPU)")
 
 
+def split_text(layers) -> str:
+    """A layer split as a row shows it: 12/12, or its ends and length when long (a row per stage of
+    thousands would be the whole table)."""
+    layers = list(layers)
+    if len(layers) <= 12:
+        return "/".join(map(str, layers))
+    return f"{'/'.join(map(str, layers[:4]))}/.../{'/'.join(map(str, layers[-2:]))} ({len(layers):,} stages)"
+
+
 def variant_label(hosts: tuple[str, ...], workload, options: dict | None) -> str:
     order = _order(hosts, options)
-    split = (f" layers {'/'.join(map(str, options['layer_split']))}"
+    split = (f" layers {split_text(options['layer_split'])}"
              if options and len(options.get("layer_split") or ()) > 1 else "")
     intra = (options or {}).get("intra_stage")
     tensor = (options or {}).get("tensor")
