@@ -98,7 +98,7 @@ def test_a_trace_that_would_be_a_gigabyte_is_refused_before_simulating(tmp_path,
 
 
 def test_planning_never_offers_more_microbatches_than_a_workload_may_have():
-    from geosim.techniques.pipeshard import MAX_MICROBATCHES, _microbatch_choices
+    from geosim.techniques._pipeshard_plan import MAX_MICROBATCHES, _microbatch_choices
 
     assert max(_microbatch_choices(10_000_000, True, 1)) <= MAX_MICROBATCHES
     assert max(_microbatch_choices(10_000_000, False, 1)) <= MAX_MICROBATCHES

@@ -24,7 +24,7 @@ from geosim import input_limits as limits  # noqa: E402
 from geosim.cli import trace  # noqa: E402
 from geosim.report.html import MAX_REPORT_ROWS  # noqa: E402
 from geosim.cli._progress import INTERVAL_S, MAX_ESTIMATED_S  # noqa: E402
-from geosim.techniques.pipeshard import MAX_MICROBATCHES  # noqa: E402
+from geosim.techniques._pipeshard_plan import MAX_MICROBATCHES  # noqa: E402
 from geosim.calibrate import importers, wan_public  # noqa: E402
 from geosim.live.train import corpus  # noqa: E402
 

@@ -9,7 +9,6 @@ schedule and checks memory before it simulates anything.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import re
 import time
@@ -27,7 +26,7 @@ from geosim.validate import check_number
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
 from geosim.structure import structured_subsets
 from geosim.specs import Cluster, Model, Workload
-from geosim.techniques import (default_techniques, get_technique, is_low_communication, label, plan_floor_s, plan_variants,
+from geosim.techniques import (default_techniques, is_low_communication, label, plan_floor_s, plan_variants,
                                technique_names)
 
 
@@ -85,20 +84,10 @@ def candidates(case: Case, max_gpus: int | None = None, choices: dict | None = N
     # a layout asked with its microbatch count (--microbatches given): that configuration, on each set of hosts
     fixed = (choices or {}).get("fixed_microbatches")
     for technique, hosts in shapes(case, max_gpus, techniques, every):
-        for changes, options in plan_variants(technique, case, hosts,
-                                              **_choices_for(technique, {**(choices or {}), "exhaustive": every})):
+        for changes, options in plan_variants(technique, case, hosts, **{**(choices or {}), "exhaustive": every}):
             if fixed and changes.get("microbatches", case.workload.microbatches) != case.workload.microbatches:
                 continue
             yield technique, hosts, changes, options
-
-
-def _choices_for(technique: str, choices: dict | None) -> dict:
-    """The planner's choices a technique's plan_variants() takes (by its signature)."""
-    module = get_technique(technique)
-    if not choices or not hasattr(module, "plan_variants"):
-        return {}
-    accepted = inspect.signature(module.plan_variants).parameters
-    return {k: v for k, v in choices.items() if k in accepted and v is not None}
 
 
 def _signature(cluster: Cluster):
