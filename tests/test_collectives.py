@@ -26,11 +26,11 @@ from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.network.tcp import Network
 from dataclasses import replace
 
-from geosim.params import default_params
+from geosim.inputs.params import default_params
 from geosim.sim.network.tcp import Settings as TCPSettings
-from geosim.scenario import gpu_catalog
+from geosim.inputs.scenario import gpu_catalog
 from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 
 REL = 1e-9
 GPU = gpu_catalog()["A30"]  # PCIe gen 4

@@ -21,7 +21,7 @@ from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Sche
 from geosim.sim.compute import compute_model
 from geosim.sim.kernel import Clock, Event
 from geosim.sim.symmetry import OrderMatters, find_symmetry
-from geosim.specs import Cluster, Params, Workload
+from geosim.inputs.specs import Cluster, Params, Workload
 
 
 @dataclass

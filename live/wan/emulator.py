@@ -30,8 +30,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
-from geosim.errors import GeosimError
-from geosim.input_limits import loads_json
+from geosim.base.errors import GeosimError
+from geosim.base.input_limits import loads_json
 from geosim.live.wan import netns
 from geosim.live.wan.forwarder import remove_state
 

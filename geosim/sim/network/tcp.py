@@ -20,20 +20,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE, WHOLE, Scalar
+from geosim.base.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network._exclusive import ExclusiveLinks
 from geosim.sim.network._topology import Topology
 from geosim.sim.network._loss import Congestion, loss_limited_rate, shaper_utilization
 from geosim.sim.schedule import Device
-from geosim.specs import Cluster, Params
+from geosim.inputs.specs import Cluster, Params
 
 
 NAME = "tcp"
 
 
 # The TCP model's own parameters, declared here once (key and unit in the parameters file, range,
-# fit range, prior, source): geosim.params reads and writes them as the file's [transport] table
+# fit range, prior, source): geosim.inputs.params reads and writes them as the file's [transport] table
 # (TABLE), geosim.calibrate fits the ones with a `fit` range, tools/write_params_reference.py writes
 # their rows of docs/reference/params.md. Each Scalar's `field` is a field of Settings (SI units).
 TABLE = "transport"
