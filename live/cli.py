@@ -1,6 +1,9 @@
 """`geosim live`: real training runs and network probes, feeding calibration.
 
 Nothing heavy is imported here at module level: `geosim --help` must not load jax or ray.
+
+Over 400 lines: live's subcommands (run, probe, validate, wan) with their flags and bounds, one module
+as every command is one module.
 """
 
 from __future__ import annotations

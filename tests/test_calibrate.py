@@ -2,6 +2,8 @@
 
 The full cross-validation (9 fits on Table II) is in bench/bench_calibrate.py; here
 fits are small synthetic problems that finish in seconds.
+
+Over 400 lines: one file per command; the fit's cases need their records beside them.
 """
 
 from __future__ import annotations

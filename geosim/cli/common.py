@@ -1,4 +1,8 @@
-"""Options and loading shared by the subcommands that predict (predict, trace, select, plan, sweep)."""
+"""Options and loading shared by the subcommands that predict (predict, trace, select, plan, sweep).
+
+Over 400 lines: every option the predicting commands share, declared once here so that each
+command takes the same flags with the same bounds.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ technique x subset of VMs x (for Pipeshard) stage order x microbatches x
 intra-stage parallelism x layer split, uneven splits included, so a slow VM can
 take fewer layers. Out-of-memory options cost almost nothing: predict() builds the
 schedule and checks memory before it simulates anything.
+
+Over 400 lines: the search, its budget, the pruning by floors and the ranking of the rows asked with
+the planner's options (issue 46) are one algorithm.
 """
 
 from __future__ import annotations

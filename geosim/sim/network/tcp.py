@@ -14,6 +14,9 @@ time, starting when all of them are free, so concurrent transfers share a link b
 queueing. The server keeps the time it next falls free instead of a SimPy Resource
 with request/release events: the same FIFO discipline, at a tenth of the events,
 which is what lets a 1,024-GPU iteration or a calibration fit run in seconds.
+
+Over 400 lines: TCP's cost (window, slow start, loss, shapers, streams) is one model; the routes it
+prices and the window report are the rest.
 """
 
 from __future__ import annotations
