@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from geosim.case import Case
-from geosim.params import default_params
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
 from geosim.predict import predict
-from geosim.scale import scale_scenario
-from geosim.scenario import model_catalog
+from geosim.inputs.scale import scale_scenario
+from geosim.inputs.scenario import model_catalog
 from geosim.sim.schedule import Collective, Compute, Repeat
 from geosim.techniques import build_schedule
 
@@ -242,7 +242,7 @@ def test_replica_per_site_is_a_replica_per_site_in_predict_and_plan():
 def test_the_structured_search_tries_interleaved_schedules_and_smaller_tensor_groups():
     from dataclasses import replace
 
-    from geosim.techniques import pipeshard
+    from geosim.techniques import _pipeshard_plan as pipeshard
 
     scenario = scale_scenario("scale:2x2x8:H100")
     case = Case(scenario.cluster, GPT2M, scenario.workload(global_batch=64, microbatches=8), default_params())

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import geosim.cost as cost
-from geosim.case import Case
-from geosim.params import default_params
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
 from geosim.predict import LongPrediction, deferring_long, predict, shared_predictions
-from geosim.scenario import get_model, load_scenario
+from geosim.inputs.scenario import get_model, load_scenario
 from geosim.studies.asked import asked_rows
 
 from conftest import run_cli as run

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from geosim.params import default_params
-from geosim.scale import scale_scenario
-from geosim.scenario import get_model, gpu_catalog
-from geosim.case import Case
+from geosim.inputs.params import default_params
+from geosim.inputs.scale import scale_scenario
+from geosim.inputs.scenario import get_model, gpu_catalog
+from geosim.inputs.case import Case
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 from geosim.techniques._base import devices_of
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from geosim.case import Case
-from geosim.params import default_params
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
 from geosim.predict import predict
-from geosim.scale import scale_scenario
-from geosim.scenario import get_model, load_scenario
-from geosim.specs import Workload
+from geosim.inputs.scale import scale_scenario
+from geosim.inputs.scenario import get_model, load_scenario
+from geosim.inputs.specs import Workload
 from geosim.techniques import layout_options
-from geosim.units import s_to_ms
+from geosim.base.units import s_to_ms
 
 
 def as_file(name: str, tmp_path: Path) -> Path:
