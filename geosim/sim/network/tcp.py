@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from geosim.base.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
-from geosim.sim.network._exclusive import ExclusiveLinks
+from geosim.sim.network import _rounds
+from geosim.sim.network._exclusive import ExclusiveLinks, lockstep_ends
 from geosim.sim.network._topology import Topology
 from geosim.sim.network._loss import Congestion, loss_limited_rate, shaper_utilization
 from geosim.sim.schedule import Device
@@ -311,6 +312,25 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
             # a flow moves at most its largest window per round trip (flow_time)
             line = max(line, nbytes * route.rtt_s / route.max_window)
         return (route.handshake_s if p2p else route.credit_s) + line + route.one_way_s + route.overhead_s
+
+    vector_min_senders = _rounds.MIN_SENDERS  # a round of fewer senders is walked send by send
+
+    def lockstep(self, group: tuple[int, ...], rounds: list[tuple], arrivals: dict[int, float]) -> dict[int, float]:
+        """A lockstep collective's rounds, each priced for all its senders at once (_rounds.py): the
+        scalar walk's times and state to the bit, where every hop has one sender."""
+        if type(rounds) is _rounds.Plan:  # ring_plan's
+            return _rounds.lockstep_ends(self, rounds, arrivals, Connection)
+        plans = self.__dict__.setdefault("_plans", {})
+        plan = plans.get(id(rounds), 0)
+        if plan == 0:
+            plan = plans[id(rounds)] = _rounds.plan_for(self, group, rounds)
+        if plan is None or plan.ranks != group:
+            return lockstep_ends(group, rounds, arrivals, self.send_at)
+        return _rounds.lockstep_ends(self, plan, arrivals, Connection)
+
+    def ring_plan(self, coll, group: tuple[int, ...]):
+        """A ring collective's rounds for arrays, straight from its rings (_rounds.ring_plan)."""
+        return _rounds.ring_plan(self, coll, group, self.hosts)
 
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's connections stayed busy through them."""
