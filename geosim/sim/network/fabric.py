@@ -108,7 +108,10 @@ class FabricNetwork(TCPNetwork):
             one_way, name = self.params.intra_host_latency_s, f"{a.host} nvlink"
             return Route(hops=tuple(topo.hop(n) for n in names), name=name, one_way_s=one_way, rtt_s=2 * one_way,
                          line_rate=rate, window_bytes=0.0, stream_rate=0.0, step_rtts=0.0, tcp=False)
-        rates = [topo.gpu_rate(a, False), topo.gpu_rate(b, False)]  # the GPU's PCIe to its NIC
+        # GPUDirect RDMA: the NIC reads and writes the GPU's memory peer to peer across PCIe, not through the
+        # host's memory (host.pcie_gbps is that copy rate, what a socket pays); the NIC's rate x
+        # fabric.rdma_efficiency is NCCL's figure for the whole path, as its collectives here price it
+        rates = []
         one_way = 0.0
         for u, v, edge in topo.path(a.host, b.host):
             link = edge["link"]
