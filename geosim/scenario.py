@@ -434,8 +434,12 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
                     if "nic_gbps" in table else None)
         window = (check_number(table["tcp_window_mib"], source, prefix + "tcp_window_mib", *LINK_RANGES["window_mib"])
                   if "tcp_window_mib" in table else None)
+        # a host that states no window opens what its kernel autotunes to ([transport] kernel_window_mib), unless
+        # it is a FABRIC VM (a site of geosim/data/fabric-sites.toml): those keep FABRIC's fitted window_mib
+        kernel_window = window is None and find_site(site) is None
         hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic, transport,
-                          None if nic_gbps is None else gbps_to_bps(nic_gbps), None if window is None else window * MIB))
+                          None if nic_gbps is None else gbps_to_bps(nic_gbps), None if window is None else window * MIB,
+                          kernel_window))
         seen.add(name)
         entry_of.append(i)
     total = sum(len(h.gpus) for h in hosts)

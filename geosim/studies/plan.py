@@ -98,7 +98,8 @@ def _choices_for(technique: str, choices: dict | None) -> dict:
 
 
 def _signature(cluster: Cluster):
-    by_name = {h.name: (tuple(g.name for g in h.gpus), h.intra_host, h.transport, h.nic_bps, h.tcp_window_bytes)
+    by_name = {h.name: (tuple(g.name for g in h.gpus), h.intra_host, h.transport, h.nic_bps, h.tcp_window_bytes,
+                       h.kernel_window)
                for h in cluster.hosts}
     return by_name.__getitem__
 
