@@ -15,6 +15,7 @@ from geosim.errors import GeosimError
 from geosim.gpu_names import with_catalog_gpus
 from geosim.records import RunRecord, read_runs as records_read_runs
 from geosim.scale import load_any_scenario
+from geosim.model_config import model_from_table
 from geosim.scenario import Scenario, get_model, scenario_from_doc
 from geosim.specs import Cluster, Model, Workload
 from geosim.techniques import get_technique
@@ -111,8 +112,8 @@ def to_case(where: str, record: RunRecord) -> RunCase:
             raise GeosimError(f"{exc.line()}", source=where, key="scenario") from None
         slice_key = scenario.cluster.name
     try:
-        if record.model_dims is not None:
-            model = Model(name=record.model, **record.model_dims)
+        if record.model_dims is not None:  # the record's own shape (GQA, SwiGLU, experts: geosim.model_shape)
+            model = model_from_table(record.model, record.model_dims, where, "model_dims.")
         else:
             model = get_model(record.model, scenario.models, source=where)
     except TypeError as exc:

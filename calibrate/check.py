@@ -105,6 +105,7 @@ def summary(rows: list[Checked]) -> dict:
     out: dict = {"records": len(rows)}
     for metric in METRICS:
         errors = [e for r in rows if (e := r.error(metric)) is not None and math.isfinite(e)]
+        out[metric] = None  # no record with both figures (alpa-log's records measure tokens/s, not time)
         if errors:
             worst = max(errors, key=abs)
             out[metric] = {"n": len(errors), "median_abs_error": statistics.median(abs(e) for e in errors),
@@ -147,7 +148,7 @@ def print_table(rows: list[Checked], params_label: str) -> None:
     s = summary(rows)
     print(f"\nsummary over {s['records']} record(s):")
     for metric in METRICS:
-        if metric in s:
+        if s.get(metric):
             m = s[metric]
             print(f"  {LABELS[metric]:<10} {m['n']:>3} compared: median |error| {m['median_abs_error']:.1%}, "
                   f"worst {m['worst_error']:+.1%}, mean {m['mean_error']:+.1%}")

@@ -394,6 +394,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
     import tomli_w
 
     from geosim.input_limits import loads_toml
+    from geosim.scenario import read_text
 
     out: dict[Path, str] = {}
     names: set[str] = set()
@@ -402,7 +403,7 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
         if case.record.cluster is not None:
             doc = dict(case.record.cluster)
         else:
-            doc = loads_toml(Path(case.cluster.source).read_text(), case.cluster.source)
+            doc = loads_toml(read_text(Path(case.cluster.source)), case.cluster.source)
         sites = {h["name"]: h["site"] for h in doc.get("hosts", [])}
         for link in doc.get("links", []):
             a, b = (sites.get(end, end) for end in link["between"])
@@ -503,7 +504,21 @@ def run_crossval(args) -> int:
     from geosim.cli._progress import Heartbeat
 
     with Heartbeat("crossval", f"fitting and predicting {len(cases)} records"):  # a fit can be minutes of silence
-        reports = _crossval(args, cases, kinds, options)
+        try:
+            reports = _crossval(args, cases, kinds, options)
+        except GeosimError as exc:  # about the records as a whole: named by their file
+            if exc.source is not None:
+                raise
+            raise GeosimError(exc.problem, source=args.records or "the study's records", key=exc.key) from None
+    empty = [k for k, r in reports.items() if not r.cells]  # no fold held anything out that could be predicted
+    if len(empty) == len(reports):
+        raise GeosimError(f"nothing to cross-validate in {len(cases)} record(s): no fold holds out a record the rest "
+                          "can predict (loto needs two techniques on a slice, loso two slices, single-vm a run on "
+                          "one VM)", source=args.records or "the study's records")
+    for kind in empty:
+        print(f"geosim calibrate crossval: note: {kind}: no fold holds out a record the rest can predict; left out",
+              file=sys.stderr)
+        del reports[kind]
     if args.plot:
         from geosim.calibrate.plot import plot_predicted_vs_measured
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from geosim.errors import GeosimError
 from geosim.calibrate.cases import RunCase
 from geosim.calibrate.fit import fit, predict_with
 from geosim.calibrate.free import default_free
@@ -142,7 +143,10 @@ def nominal_links(cases: list[RunCase]) -> list[RunCase]:
 
 
     slices = {c.slice_key: c.cluster for c in cases}
-    nominal_bps = statistics.median(link.bandwidth_bps for cl in slices.values() for link in wan_links(cl))
+    nominal = [link.bandwidth_bps for cl in slices.values() for link in wan_links(cl)]
+    if not nominal:  # slices of one site each: no link between sites to strip
+        return list(cases)
+    nominal_bps = statistics.median(nominal)
     out = []
     for c in cases:
         change = set(map(id, wan_links(c.cluster)))
@@ -182,6 +186,10 @@ def crossval(cases: list[RunCase], *, params_path: str | None = None, kinds: tup
         cases = nominal_links(cases)
     jobs = [(cases, params_path, name, kind, held, train, test, max_nfev, free_options)
             for name, kind, held, train, test in folds(cases, kinds)]
+    if not jobs:
+        raise GeosimError(f"nothing to cross-validate in {len(cases)} record(s): no fold holds out a record the rest "
+                          "can predict (loto needs two techniques on a slice, loso two slices, single-vm a run on "
+                          "one VM)")
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     reports = {k: Report(k) for k in kinds}
     started = time.perf_counter()

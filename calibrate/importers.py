@@ -18,20 +18,28 @@ from pathlib import Path
 from geosim.errors import GeosimError
 from geosim.records import RunRecord, validate
 from geosim.input_limits import RECORDS_MAX_BYTES
-from geosim.scenario import read_toml, dims_name, load_scenario, model_catalog, read_text, scenario_path
+from geosim.scale import is_scale_name, load_any_scenario
+from geosim.scenario import read_toml, dims_name, model_catalog, read_text, scenario_path
 from geosim.validate import host_names, is_finite
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
                 "#Params (Billion)", "TFLOPs", "Peak Mem (GB)", "Metadata")
 # Alpa's GPTModelConfig fields, in order, for the older plain-tuple form (batch size first)
 ALPA_OLD_TUPLE = ("batch_size", "seq_len", "hidden_size", "num_layers", "num_heads", "vocab_size")
+# bounded digits for the step (int() of thousands of digits raises); possessive runs: linear in the line
 LOG_LINE = re.compile(
-    r"Step\.\.\.\s*(?P<step>\d+)\s*\|\s*Loss:\s*(?P<loss>[-+.\deEnaif]+),\s*Learning Rate:\s*(?P<lr>[-+.\deE]+),\s*"
-    r"Throughput:\s*(?P<tokens>[-+.\deE]+)\s*token/s,\s*(?P<tflops>[-+.\deE]+)\s*TFLOP/s")
+    r"Step\.\.\.\s*+(?P<step>\d{1,12})\s*+\|\s*+Loss:\s*+(?P<loss>[-+.\deEnaif]++),\s*+Learning Rate:\s*+"
+    r"(?P<lr>[-+.\deE]++),\s*+Throughput:\s*+(?P<tokens>[-+.\deE]++)\s*+token/s,\s*+(?P<tflops>[-+.\deE]++)\s*+TFLOP/s")
+
+
+MAX_CONFIG_CHARS = 4_096  # Alpa's Model and Parallel Configs are under 300 characters
 
 
 def _config_fields(text: str, where: str, key: str) -> tuple[str, dict]:
     """'Name(a=1, b=(1, 2))' -> ('Name', {'a': 1, 'b': (1, 2)}); '(8, 1024, ...)' -> ('', {0: 8, ...})."""
+    if len(text) > MAX_CONFIG_CHARS:  # Python's parser spends seconds and gigabytes on megabytes of tuple
+        raise GeosimError(f"{len(text):,} characters, more than any of Alpa's configs (at most {MAX_CONFIG_CHARS:,}); "
+                          "not read", source=where, key=key)
     try:
         node = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -109,8 +117,11 @@ def first_gpus_cluster(scenario: str, hosts: list[str] | None, count: int) -> tu
     """The slice cut to its first `count` GPUs (VMs in order, each VM's GPUs in order), in
     scenario-file form for a record's inline `cluster`, and a note saying which GPUs those are:
     a log whose runs used 1, 2 and 4 GPUs of a 4-GPU slice is predicted on what each run used."""
-    path = scenario_path(scenario)
-    doc, _ = read_toml(path)
+    if is_scale_name(scenario):  # a generated cluster has no file: its scenario-file form, from the cluster
+        doc, stem = _scenario_doc(load_any_scenario(scenario).cluster), scenario
+    else:
+        path = scenario_path(scenario)
+        (doc, _), stem = read_toml(path), path.stem
     wanted = [h for h in doc["hosts"] if not hosts or h.get("name") in hosts]
     kept, left = [], count
     for host in wanted:
@@ -121,12 +132,21 @@ def first_gpus_cluster(scenario: str, hosts: list[str] | None, count: int) -> tu
         left -= len(take)
     names = {h["name"] for h in kept} | {h["site"] for h in kept}
     links = [link for link in doc.get("links", []) if all(end in names for end in link.get("between", []))]
-    name = f"{doc.get('name', path.stem)}-first{count}gpus"
+    name = f"{doc.get('name', stem)}-first{count}gpus"
     cut = {**{k: v for k, v in doc.items() if k not in ("hosts", "links", "name")}, "name": name, "hosts": kept}
     if links:
         cut["links"] = links
     where = ", ".join(f"{h['name']}: {len(h['gpus'])}" for h in kept)
     return cut, f"ran on {count} GPU(s): predicted on the first {count} of the slice's ({where})"
+
+
+def _scenario_doc(cluster) -> dict:
+    """A cluster (a generated one: geosim.scale) in scenario-file form."""
+    return {"name": cluster.name,
+            "hosts": [{"name": h.name, "site": h.site, "gpus": [g.name for g in h.gpus], "intra_host": h.intra_host}
+                      for h in cluster.hosts],
+            "links": [{"between": [link.a, link.b], "rtt_ms": link.rtt_s * 1e3, "bandwidth_gbps": link.bandwidth_bps / 1e9}
+                      for link in cluster.links]}
 
 
 @dataclass
@@ -203,7 +223,7 @@ def _number(text: str, where: str, key: str) -> float:
 def slice_shape(scenario: str, hosts: list[str] | None) -> tuple[int, int]:
     """(VMs, GPUs) of the slice the user says the runs ran on."""
 
-    cluster = load_scenario(scenario).cluster
+    cluster = load_any_scenario(scenario).cluster  # a file, a built-in or a generated cluster (scale:...)
     if hosts:
         cluster = cluster.subset(host_names(",".join(hosts), [x.name for x in cluster.hosts]))
     return len(cluster.hosts), cluster.num_gpus
@@ -274,7 +294,7 @@ def alpa_benchmark_records(path: str | Path, scenario: str, *, global_batch: int
     check the memory model."""
     path = Path(path)
     lines = read_text(path, RECORDS_MAX_BYTES, "log or records file").splitlines()
-    if any(CONSOLE_ROW.search(line) for line in lines):
+    if any(console_row_at(line) >= 0 for line in lines):
         return alpa_console_records(path, scenario, global_batch=global_batch, hosts=hosts, lines=lines,
                                     skipped=skipped)
     shape = slice_shape(scenario, hosts)
@@ -312,8 +332,32 @@ def _some(records: list[RunRecord], skipped: list[str], path: Path) -> list[RunR
 # Alpa's write_tsv also prints each row as 'Head: value  ' for every column (alpa/util.py), among
 # the benchmark's progress lines; benchmark.py prints 'Working on case: BenchmarkCase(batch_size=...'
 # before each case, the only place the console gives the global batch.
-CONSOLE_ROW = re.compile(r"Type: \S+\s+Model Config: .*Mean Time \(s\): ")
-CONSOLE_CASE = re.compile(r"Working on case: .*?BenchmarkCase\((?:batch_size=)?(?P<batch>[^,]+),")
+# Both are found in linear time: a pattern such as "Type: ...  Model Config: .*Mean Time" backtracks over
+# the rest of the line from every place it could start (a 460 KB line took 36 s, 3.45 MB never ended)
+_CONSOLE_HEAD = re.compile(r"Type: \S++\s++Model Config: ")  # possessive: each run scanned once
+_CONSOLE_BATCH = re.compile(r"(?:batch_size=)?+([^,]++),")
+
+
+def console_row_at(line: str) -> int:
+    """Where a console result row ('Type: gpt  Model Config: ...  Mean Time (s): ...') begins in the
+    line, -1 when it holds none."""
+    mean = line.rfind("Mean Time (s): ")
+    if mean < 0:
+        return -1
+    head = _CONSOLE_HEAD.search(line, 0, mean)
+    return head.start() if head else -1
+
+
+def console_case_batch(line: str) -> str | None:
+    """The global batch of a 'Working on case: ... BenchmarkCase(batch_size=N, ...' line, None on another line."""
+    at = line.find("Working on case: ")
+    if at < 0:
+        return None
+    case = line.find("BenchmarkCase(", at)
+    if case < 0:
+        return None
+    match = _CONSOLE_BATCH.match(line, case + len("BenchmarkCase("))
+    return match.group(1) if match else None
 
 
 def alpa_console_records(path: str | Path, scenario: str, *, global_batch: int | None = None,
@@ -330,13 +374,14 @@ def alpa_console_records(path: str | Path, scenario: str, *, global_batch: int |
     records, batch = [], None
     for number, line in enumerate(lines, start=1):
         where = f"{path}:{number}"
-        case = CONSOLE_CASE.search(line)
-        if case:
-            batch = _whole(_number(case["batch"], where, "batch_size"), where, "batch_size")
+        case = console_case_batch(line)
+        if case is not None:
+            batch = _whole(_number(case, where, "batch_size"), where, "batch_size")
             continue
-        if not CONSOLE_ROW.search(line):
+        at = console_row_at(line)
+        if at < 0:
             continue
-        text = line[line.index("Type: "):]
+        text = line[at:]
         parts = split.split(text)  # ['', head, value, head, value, ...]
         row = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
         missing = [h for h in ALPA_COLUMNS if h not in row and h != "Metadata"]
@@ -369,7 +414,12 @@ def alpa_log_record(path: str | Path, scenario: str, technique: str, model: str,
         if not match:
             raise GeosimError("a 'Step...' line not in Alpa's format ('Step... N | Loss: L, Learning Rate: R, "
                               "Throughput: T token/s, F TFLOP/s')", source=f"{path}:{number}")
-        steps.append((int(match["step"]), float(match["tokens"]), float(match["tflops"])))
+        where = f"{path}:{number}"
+        tokens, tflops = _number(match["tokens"], where, "Throughput"), _number(match["tflops"], where, "TFLOP/s")
+        if tokens <= 0 or tflops < 0:
+            raise GeosimError("a throughput must be > 0 token/s and TFLOP/s >= 0", source=where,
+                              key="Throughput" if tokens <= 0 else "TFLOP/s")
+        steps.append((int(match["step"]), tokens, tflops))
     if not steps:
         raise GeosimError("no 'Step... N | ... TFLOP/s' lines in the log (empty)", source=str(path))
     steady = steps[skip:] if len(steps) > skip else steps

@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 
 from geosim.errors import GeosimError
+from geosim.input_limits import SMALL_TEXT_MAX_BYTES, read_input
 from geosim.params import default_params
 from geosim.scenario import gpu_catalog
 from geosim.sim.network.tcp import TCPNetwork
@@ -93,40 +94,73 @@ def provider(host: str) -> str:
     return "on-premise"
 
 
+MAX_ROWS = 20_000  # the extract has 530; each profile costs a bisection of the TCP model (~5 ms)
+MAX_PROFILES = 2_000
+_THREADS = re.compile(r"(.*)-([0-9]{1,4})thread")  # bounded digits: never an integer of thousands of digits
+
+
 def read_profiles(path: str | Path | None = None) -> tuple[list[Profile], int]:
     """The extract's rows grouped by experiment set, hosts and streams; and how many rows were left
-    out as not the streams' sum (the profiles of which a row could not be read)."""
+    out as not the streams' sum (the profiles of which a row could not be read). A row that is no
+    measurement at all (too few cells, a path without an experiment, a rate or ping that is not a
+    positive finite number, 0 streams) is one line naming the file and the row: never a traceback
+    and never a rate that makes the check say +99900%."""
     if path is None:
         text = resources.files("geosim.data").joinpath("hivemind-iperf.csv").read_text()
         source = "geosim/data/hivemind-iperf.csv"
     else:
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise GeosimError(f"cannot read it: {e.strerror}", source=str(path)) from None
         source = str(path)
-    reader = csv.DictReader(text.splitlines())
+        text = read_input(path, SMALL_TEXT_MAX_BYTES, "iperf profiles CSV", source)
+    lines = text.splitlines()
+    if len(lines) > MAX_ROWS + 1:
+        raise GeosimError(f"{len(lines) - 1:,} rows, more than the {MAX_ROWS:,} this check reads (the extract has "
+                          "530); not read", source=source)
+    reader = csv.DictReader(lines)
+    try:
+        fields = reader.fieldnames or ()
+    except csv.Error as exc:
+        raise GeosimError(f"not CSV ({exc})", source=source) from None
     missing = {"file", "local_hostname", "target_hostname", "bandwidth", "bandwidth_metric", "avg_ping_ms"} - set(
-        reader.fieldnames or ())
+        fields)
     if missing:
         raise GeosimError(f"not an extract of hivemind-multi-cloud's iperf profiles: no column {sorted(missing)[0]!r}",
                           source=source)
     groups: dict[tuple[str, str, str, int], tuple[list[float], list[float]]] = {}
     broken: dict[tuple[str, str, str, int], int] = {}
-    for row in reader:
+    for row in _rows(reader, source):
+        where = f"{source}:{reader.line_num}"
+        if any(row.get(k) is None for k in ("file", "local_hostname", "target_hostname", "bandwidth",
+                                            "bandwidth_metric", "avg_ping_ms")):
+            cells = sum(v is not None for k, v in row.items() if k is not None)
+            raise GeosimError(f"a row of {cells} cells; every row has {len(fields)}", source=where)
         # a profile's file is named after its sending host, which some rows leave blank
         local = row["local_hostname"] or Path(row["file"]).stem.removeprefix("iperf-profile-")
-        match = re.fullmatch(r"(.*)-(\d+)thread", local)
+        match = _THREADS.fullmatch(local)
         host, streams = (match.group(1), int(match.group(2))) if match else (local, 1)
+        if streams < 1:
+            raise GeosimError(f"{streams} streams in the host name {local[:60]!r}: at least 1", source=where,
+                              key="local_hostname")
         parts = Path(row["file"]).parts
+        if len(parts) < 4:  # artifacts/networking/logs/<experiment set>/...
+            raise GeosimError("the file column names no experiment set (artifacts/networking/logs/SET/...)",
+                              source=where, key="file")
         experiment = "/".join(parts[3:5]) if len(parts) > 5 else parts[3]
         key = (experiment, host, row["target_hostname"], streams)
         rates, pings = groups.setdefault(key, ([], []))
         try:
-            rates.append(float(row["bandwidth"]) * UNITS_MBPS[row["bandwidth_metric"]])
-            pings.append(float(row["avg_ping_ms"]))
+            rate = float(row["bandwidth"]) * UNITS_MBPS[row["bandwidth_metric"]]
+            ping = float(row["avg_ping_ms"])
         except (KeyError, TypeError, ValueError):
             broken[key] = broken.get(key, 0) + 1
+            continue
+        for name, value in (("bandwidth", rate), ("avg_ping_ms", ping)):
+            if not math.isfinite(value) or value <= 0:
+                raise GeosimError(f"must be a positive finite number, got {row[name][:40]!r}", source=where, key=name)
+        rates.append(rate)
+        pings.append(ping)
+        if len(groups) > MAX_PROFILES:
+            raise GeosimError(f"more than {MAX_PROFILES:,} profiles (host pairs x streams), more than this check "
+                              "predicts (the extract has 103); not compared", source=source)
     # the script keeps iperf's last line: with -P it is the streams' sum, unless a stream's own line
     # came last (every 160-stream run: rows in MBytes, the rest one stream's rate): a profile with
     # any such row is dropped whole, its readable rows being no sum either
@@ -134,6 +168,13 @@ def read_profiles(path: str | Path | None = None) -> tuple[list[Profile], int]:
                 if (e, a, b, n) not in broken]
     dropped = sum(len(groups[k][0]) + broken[k] for k in broken)
     return profiles, dropped
+
+
+def _rows(reader: csv.DictReader, source: str):
+    try:
+        yield from reader
+    except csv.Error as exc:
+        raise GeosimError(f"not CSV ({exc})", source=f"{source}:{reader.line_num}") from None
 
 
 def nic_mbps(profiles: list[Profile]) -> dict[str, float]:
@@ -153,7 +194,8 @@ def link_of(profile: Profile, nics: dict[str, float], tcp: HostTCP = LINUX_DEFAU
     and the public internet's other traffic at the bottleneck (`competing` flows)."""
     ends = [nics[c] for c in profile.provider_pair if c in nics]
     if not ends:
-        raise GeosimError(f"no NIC rate for either end of {profile.local} -> {profile.target}", key="nic")
+        raise GeosimError(f"no NIC rate for either end of {profile.local[:60]} -> {profile.target[:60]} (no same-zone "
+                          "profile of its clouds)", key="nic")
     return Link("a", "b", profile.rtt_ms / 1e3, min(ends) * 1e6, window_bytes=tcp.window_bytes,
                 streams=profile.streams, competing_flows=competing)
 

@@ -18,6 +18,10 @@ under it that takes long shows progress (geosim.cli.common.Progress, geosim.cli.
 
 from __future__ import annotations
 
+import math
+
+from geosim.errors import GeosimError
+from geosim.sim.collectives import host_layout
 from geosim.sim.engine import SIMULATED_REPETITIONS
 from geosim.sim.schedule import Collective, Repeat
 
@@ -27,7 +31,7 @@ from geosim.sim.schedule import Collective, Repeat
 # 4 GPUs 330 thousand (Repeat blocks keep microbatches cheap); Shard near the 8,192-GPU bound passes it
 MAX_PREDICTION_WORK = 100_000_000_000
 
-_STEPS = {"allreduce": 2, "reduce_scatter": 1, "all_gather": 1}  # ring steps per member, x (p - 1)
+_STEPS = {"allreduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}  # steps per member, x (p - 1)
 
 
 def schedule_work(schedule, iterations: int = 1, exact: bool = False) -> int:
@@ -52,6 +56,86 @@ def _ops_work(ops, exact: bool, memo: dict[int, int]) -> int:
             total += 1
     memo[id(ops)] = total
     return total
+
+
+# Memory: the engine expands a collective into each running member's ring steps (geosim.sim.collectives.expand,
+# cached: a program meets the same collective again) before it times them, ~160 bytes a step (a Send or a
+# Recv; measured with tracemalloc, 2 shared cores: 4.19 million steps of a 1,024-GPU ring all-reduce, 662 MB).
+# Data on 4,096 GPUs of one site (no symmetry: a star of links) would expand 67 million (10 GB): MemoryError
+# after minutes. Past MAX_EXPANDED_STEPS a prediction is refused before anything is expanded, as too_costly's.
+MAX_EXPANDED_STEPS = 6_000_000  # ~1 GB of steps: with the rest of a run, within 2 GB
+BYTES_PER_STEP = 160
+
+
+class TooCostly(GeosimError):
+    """A run refused before it is simulated: its reason is the prediction's (status infeasible)."""
+
+
+def member_steps(coll: Collective, hosts: tuple[str, ...] | None) -> int:
+    """The ops one member of `coll` runs (geosim.sim.collectives: a Send and a Recv per ring step), without
+    building them: ring 2 x (p - 1) steps for an all-reduce, (p - 1) for the others; a binomial tree's
+    2 ceil(log2 p) at most; hierarchical, the rings inside a host and across hosts."""
+    p = len(coll.group)
+    if p <= 1:
+        return 0
+    per = 2 if coll.op == "allreduce" else 1  # ring steps per member, x (p - 1)
+    if coll.algorithm == "tree" and coll.op == "allreduce":
+        return 2 * math.ceil(math.log2(p))
+    if coll.algorithm == "hierarchical" and hosts is not None:
+        layout = host_layout(coll.group, hosts)
+        if layout is not None:
+            g = len(next(iter(layout.values()))[0])
+            q = p // g
+            local, across = g - 1, q - 1
+            steps = {"allreduce": 2 * local + 2 * across, "reduce_scatter": local + across,
+                     "all_gather": local + across}[coll.op]
+            return 2 * steps
+    return 2 * per * (p - 1)
+
+
+def expanded_steps(schedule, hosts: tuple[str, ...] | None = None, running=None, planned=None) -> int:
+    """The collective steps a run expands: every distinct collective (as the engine keys them: op, group,
+    bytes, algorithm, the tag's first item) times its members that run (`running`: a symmetry's
+    representatives; None: every rank) times member_steps; none for a collective `planned(coll)` says the
+    network times from its rings without expanding them (a network model's ring_plan, where it has one).
+    Walks the schedule once (shared blocks once)."""
+    running = None if running is None or len(running) == len(schedule.programs) else frozenset(running)
+    shapes: dict[tuple, Collective] = {}
+    seen: set[int] = set()
+
+    def walk(ops) -> None:
+        if id(ops) in seen:
+            return
+        seen.add(id(ops))
+        for op in ops:
+            kind = type(op)
+            if kind is Repeat:
+                walk(op.ops)
+            elif kind is Collective:
+                shapes.setdefault((op.op, op.group, op.nbytes, op.algorithm, op.tag[:1]), op)
+
+    for program in schedule.programs.values():
+        walk(program)
+    total = 0
+    for coll in shapes.values():
+        if planned is not None and running is None and planned(coll):
+            continue
+        members = len(coll.group) if running is None else sum(1 for r in coll.group if r in running)
+        total += members * member_steps(coll, hosts)
+    return total
+
+
+def check_expansion(schedule, net, running=None) -> None:
+    """Refuse (TooCostly) a run whose collectives would expand into more than MAX_EXPANDED_STEPS steps on
+    the network model `net` (the engine's admit hook: `running` the ranks that run, None for all)."""
+    ring_plan = getattr(net, "ring_plan", None)
+    planned = None if ring_plan is None else (lambda coll: ring_plan(coll, coll.group) is not None)
+    steps = expanded_steps(schedule, getattr(net, "hosts", None), running, planned)
+    if steps > MAX_EXPANDED_STEPS:
+        raise TooCostly(f"too large to simulate in bounded memory: its collectives expand into about {steps / 1e6:,.0f} "
+                        f"million ring steps (~{steps * BYTES_PER_STEP / 2**30:,.1f} GiB), past the "
+                        f"{MAX_EXPANDED_STEPS / 1e6:,.0f} million one prediction may hold; ask fewer hosts, a "
+                        "hierarchical or tree collective, or a cluster of several sites (whose ranks run alike)")
 
 
 def too_costly(work: int) -> str | None:

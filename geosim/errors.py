@@ -22,7 +22,21 @@ class GeosimError(Exception):
         if source is not None and self.lineno is not None:
             source = f"{source}:{self.lineno}"
         where = ": ".join(str(part) for part in (source, self.key) if part)
-        return f"{where}: {self.problem}" if where else self.problem
+        problem = elide_long_words(self.problem)
+        return f"{where}: {problem}" if where else problem
+
+
+_LONG_WORD = re.compile(r"\S{201,}")  # an echoed value of thousands of characters: its ends say which
+
+
+def _elide(match: re.Match) -> str:
+    word = match.group(0)
+    return f"{word[:80]}...{word[-40:]} ({len(word):,} characters)"
+
+
+def elide_long_words(text: str) -> str:
+    """`text` with each run of more than 200 non-blank characters cut to its ends and its length."""
+    return _LONG_WORD.sub(_elide, text)
 
 
 class MissingExtraError(GeosimError):
@@ -63,7 +77,7 @@ def toml_key_line(text: str, key: str | None) -> int | None:
     wanted = [p for p in re.split(r"\.(?![^\[]*\])", key) if p]
     want = []
     for part in wanted:  # 'links[1]' -> ('links', 1)
-        m = re.fullmatch(r"(.+?)\[(\d+)\]", part)
+        m = re.fullmatch(r"(.+?)\[(\d{1,9})\]", part)
         want.extend([m.group(1), int(m.group(2))] if m else [part])
     counts: dict[tuple, int] = {}
     table: list = []

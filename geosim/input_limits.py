@@ -112,10 +112,53 @@ def loads_json(text: str, source: str, limit: int = JSON_MAX_BYTES, **kwargs):
 
 
 def read_json_file(path: str | Path, source: str | None = None, limit: int = JSON_MAX_BYTES):
-    """A JSON file's document: its size checked before reading, its nesting before parsing."""
-    check_file_size(path, limit, "JSON file geosim reads", source)
-    text = Path(path).read_text(encoding="utf-8")
+    """A JSON file's document: read by read_input (a regular file, its size checked before reading),
+    its nesting checked before parsing."""
+    text = read_input(path, limit, "JSON file geosim reads", source)
     return loads_json(text, source or str(path), limit)
+
+
+SMALL_TEXT_MAX_BYTES = 4 * MiB  # a side file of a scenario (bandwidth samples: 100,000 values) or a CSV
+
+
+def read_input(path: str | Path, limit: int, what: str, source: str | None = None, key: str | None = None) -> str:
+    """The one reader of a file the user names (a scenario, its side files, a CSV, a log, records):
+    opened without blocking (a FIFO has no writer to wait for), then refused unless it is a regular
+    file (a device such as /dev/zero never ends), larger than `limit` refused before reading, read
+    at most `limit` bytes (a file that grows, or a /proc file that says size 0), and decoded as
+    strict UTF-8. Every refusal is one line naming the file and never quotes its content (a file
+    named by mistake, or on purpose, may be a secret: /etc/shadow, /proc/self/environ)."""
+    import stat
+
+    where = source or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise GeosimError("no such file", source=where, key=key) from None
+    except OSError as exc:
+        raise GeosimError(f"cannot read ({exc.strerror})", source=where, key=key) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise GeosimError("is a directory, not a file", source=where, key=key)
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
+        raise GeosimError(f"is {kind}, not a regular file; not read", source=where, key=key)
+    with os.fdopen(fd, "rb") as f:
+        size = st.st_size
+        if size > limit:
+            raise GeosimError(f"{human_bytes(size)} is larger than any {what} (at most {human_bytes(limit)}); "
+                              f"not read", source=where, key=key)
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise GeosimError(f"cannot read ({exc.strerror})", source=where, key=key) from None
+    if len(data) > limit:
+        raise GeosimError(f"larger than any {what} (at most {human_bytes(limit)}); not read", source=where, key=key)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GeosimError(f"not UTF-8 text (byte {exc.start:,}); not read", source=where, key=key) from None
 
 
 MAX_NAME_CHARS = 100  # a slice or scenario name; FABRIC's own names are far shorter

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, replace
 
 from geosim.sim import memory_layout
-from geosim.cost import schedule_work, too_costly
+from geosim.cost import TooCostly, check_expansion, schedule_work, too_costly
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
@@ -288,14 +288,21 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         return result
 
     network = network_model(case.network)
-    real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network, exact=exact)
-    if simulated_iterations >= 3 and not _settled(real):
-        # TCP windows that never settle (idle restarts against heterogeneous GPUs) make
-        # iterations wander: average over more of them rather than trust the last two
-        simulated_iterations = UNSETTLED_ITERATIONS
+    try:  # the ranks that run are known inside the engine (a symmetry runs fewer): it checks them before simulating
         real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network,
-                            exact=exact)
-    ideal = run_schedule(schedule, used, params, workload, iterations=1, network=IdealNetwork, exact=exact)
+                            exact=exact, admit=check_expansion)
+        if simulated_iterations >= 3 and not _settled(real):
+            # TCP windows that never settle (idle restarts against heterogeneous GPUs) make
+            # iterations wander: average over more of them rather than trust the last two
+            simulated_iterations = UNSETTLED_ITERATIONS
+            real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network,
+                                exact=exact)
+        ideal = run_schedule(schedule, used, params, workload, iterations=1, network=IdealNetwork, exact=exact,
+                             admit=check_expansion)
+    except TooCostly as exc:
+        result.status, result.reason = "infeasible", exc.problem
+        result.wall_s = time.perf_counter() - started
+        return result
     last = simulated_iterations - 1
     steady = (real.iteration_end[last] - real.iteration_end[0]) / last if last else real.iteration_end[0]
     first = real.iteration_end[0]

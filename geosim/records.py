@@ -18,7 +18,8 @@ from pathlib import Path
 from geosim.errors import GeosimError
 from geosim.fileio import append_lines, locked, write_atomic
 from geosim.input_limits import LINE_MAX_BYTES, RECORDS_MAX_BYTES, check_json_text
-from geosim.scenario import MODEL_RANGES, check_number, make_workload, read_text
+from geosim.model_config import model_from_table
+from geosim.scenario import check_number, make_workload, read_text
 
 SCHEMA = "geosim.run/1"
 STATUSES = ("ok", "out-of-memory", "failed", "interrupted")
@@ -124,15 +125,7 @@ def validate(doc: object, where: str) -> RunRecord:
     if dims is not None:
         if not isinstance(dims, dict):
             _fail("must be an object", where, "model_dims")
-        for key, value in dims.items():
-            if key not in MODEL_RANGES:
-                _fail(f"unknown key (expected: {', '.join(MODEL_RANGES)})", where, f"model_dims.{key}")
-            check_number(value, where, f"model_dims.{key}", *MODEL_RANGES[key], integer=True)
-        for key in ("n_layer", "n_embd", "n_head"):
-            if key not in dims:
-                _fail("missing", where, f"model_dims.{key}")
-        if dims["n_embd"] % dims["n_head"]:
-            _fail("n_embd must be divisible by n_head", where, "model_dims.n_head")
+        model_from_table(str(doc["model"]), dims, where, "model_dims.")  # the shape's keys, as a scenario's
     measured = doc.get("measured", {})
     if not isinstance(measured, dict):
         _fail("must be an object", where, "measured")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from geosim.errors import GeosimError
-from geosim.scenario import Scenario, gpu_catalog, load_scenario
+from geosim.scenario import MAX_GPUS_PER_HOST, Scenario, gpu_catalog, load_scenario
 from geosim.units import gbps_to_bps, ms_to_s
 from geosim.specs import Cluster, Host, Link, Workload
 
@@ -28,7 +28,7 @@ DEFAULT_BANDWIDTH_GBPS = 10.0
 # InfiniBand connection", learn.microsoft.com nda100-v4-series)
 DEFAULT_RDMA_NIC_GBPS = 200.0
 MAX_GPUS = 65_536  # a sanity bound: the engine simulates every rank
-_NAME = re.compile(r"^scale:(\d+)x(\d+)x(\d+)(?::([A-Za-z0-9_.-]+))?(?::(pcie|nvlink))?$")
+_NAME = re.compile(r"^scale:(\d{1,9})x(\d{1,9})x(\d{1,9})(?::([A-Za-z0-9_.-]{1,40}))?(?::(pcie|nvlink))?$")
 
 
 def is_scale_name(name: str) -> bool:
@@ -48,6 +48,9 @@ def make_cluster(sites: int, vms_per_site: int, gpus_per_vm: int, gpu: str = DEF
             raise GeosimError(f"must be >= 1, got {value}", key=what)
     if sites * vms_per_site < 2:
         raise GeosimError("a generated cluster needs at least 2 VMs (one VM has no network to sweep)", key="vms_per_site")
+    if gpus_per_vm > MAX_GPUS_PER_HOST:  # the bound a scenario file's host has: the same on both roads
+        raise GeosimError(f"at most {MAX_GPUS_PER_HOST} GPUs per host (VM), as in a scenario file; got {gpus_per_vm}",
+                          key="gpus_per_vm")
     total = sites * vms_per_site * gpus_per_vm
     if total > MAX_GPUS:
         raise GeosimError(f"{total} GPUs is more than {MAX_GPUS}", key="gpus_per_vm")
@@ -78,8 +81,9 @@ def default_workload(sites: int, vms_per_site: int, gpus_per_vm: int,
 def scale_scenario(name: str) -> Scenario:
     match = _NAME.match(name)
     if not match:
-        raise GeosimError("a generated scenario is named scale:SITESxVMSxGPUS[:GPU[:nvlink]], e.g. scale:16x8x8:A30",
-                          source=name)
+        shown = name if len(name) <= 60 else f"{name[:40]}... ({len(name):,} characters)"
+        raise GeosimError("a generated scenario is named scale:SITESxVMSxGPUS[:GPU[:nvlink]] with numbers of at most "
+                          "9 digits, e.g. scale:16x8x8:A30", source=shown)
     sites, vms, gpus = (int(g) for g in match.group(1, 2, 3))
     gpu = match.group(4) or DEFAULT_GPU
     intra = match.group(5) or "pcie"

@@ -20,7 +20,8 @@ from geosim import plausibility
 from geosim.catalog_match import match_catalog
 from geosim.errors import GeosimError, toml_key_line
 from geosim.generations import check_generation, generations
-from geosim.input_limits import TOML_MAX_BYTES, check_file_size, loads_toml
+from geosim.input_limits import SMALL_TEXT_MAX_BYTES, TOML_MAX_BYTES, loads_toml, read_input
+from geosim.model_config import MODEL_RANGES, model_from_config_file, model_from_table  # noqa: F401 (MODEL_RANGES: the CLI's bounds)
 from geosim.parameters import STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE
 from geosim.specs import GPU, TRANSPORTS, Cluster, Host, Link, Model, Shaper, Workload
 from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
@@ -43,8 +44,6 @@ GPU_RANGES = {"memory_gib": (1e-3, 1e5), "memory_bandwidth_gbs": (1e-3, 1e7), "f
               "fp16_tensor_tflops": (1e-3, 1e7), "bf16_tensor_tflops": (1e-3, 1e7), "tf32_tensor_tflops": (1e-3, 1e7),
               "pcie_gen": (1, 9),
               "tdp_w": (1.0, 1e5), "nvlink_gbs": (1e-3, 1e6)}
-MODEL_RANGES = {"n_layer": (1, 1024), "n_embd": (1, 65536), "n_head": (1, 1024), "vocab": (1, 10_000_000),
-                "n_ctx": (1, 1_000_000)}
 WORKLOAD_RANGES = {"tokens_per_epoch": (1, 10**13), "seq_len": (1, 1_000_000), "global_batch": (1, 10_000_000),
                    "microbatches": (1, 4096), "epochs": (1, 1_000_000)}
 # counts that multiply a prediction's work (docs/reference/cli.md, "Bounds on numbers"): far above
@@ -66,18 +65,7 @@ def parse_toml(text: str, source: str) -> dict:
 def read_text(path: Path, limit: int = TOML_MAX_BYTES, what: str = "TOML file geosim reads") -> str:
     """A text file's contents, or a one-line error (missing, unreadable, not UTF-8, not a regular
     file: a FIFO would block the read, a device never end it)."""
-    regular_input(path)
-    check_file_size(path, limit, what)  # before reading it whole
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise GeosimError("no such file", source=str(path)) from None
-    except IsADirectoryError:
-        raise GeosimError("is a directory, not a file", source=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise GeosimError(f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
-    except OSError as exc:
-        raise GeosimError(f"cannot read ({exc.strerror})", source=str(path)) from None
+    return read_input(path, limit, what)  # the one reader: regular, bounded, strict UTF-8
 
 
 def read_toml(path: Path) -> tuple[dict, str]:
@@ -161,12 +149,18 @@ def _gpu_from_table(name: str, table, source: str, prefix: str, catalog: dict[st
 
 
 def _model_from_table(name: str, table, source: str, prefix: str) -> Model:
+    """A scenario's or the catalog's model: its shape's keys, or `config`, a Hugging Face config.json
+    (a path relative to the file that names it)."""
     table = _table(table, source, prefix.rstrip("."))
-    _only_keys(table, set(MODEL_RANGES), {"n_layer", "n_embd", "n_head"}, source, prefix)
-    values = {k: check_number(v, source, prefix + k, *MODEL_RANGES[k], integer=True) for k, v in table.items()}
-    if values["n_embd"] % values["n_head"]:
-        raise GeosimError("n_embd must be divisible by n_head", source=source, key=prefix + "n_head")
-    return Model(name=name, **values)
+    if "config" in table:
+        _only_keys(table, {"config"}, set(), source, prefix)
+        path = Path(_string(table["config"], source, prefix + "config"))
+        if not path.is_absolute():
+            path = (Path(source).parent if source != MODELS_TOML else CONFIGS_DIR) / path
+        return model_from_config_file(path, name, source=f"{source}: {prefix}config ({path.name})")
+    return model_from_table(name, table, source, prefix)
+
+
 @cache
 def gpu_catalog() -> dict[str, GPU]:
     doc = parse_toml(resources.files("geosim.data").joinpath("gpus.toml").read_text(), "geosim/data/gpus.toml")
@@ -190,7 +184,8 @@ def _with_power_cap(gpu: GPU, per_watt: dict[str, float]) -> GPU:
 
 
 MODELS_TOML = "geosim/data/models.toml"
-CATALOG_ONLY_KEYS = {"aliases", "description"}  # a catalog entry's documentation, not the model's shape
+CATALOG_ONLY_KEYS = {"aliases", "description", "source", "published_params", "published_rounded_to"}  # documentation, not the shape
+CONFIGS_DIR = Path(str(resources.files("geosim.data").joinpath("model-configs")))  # the catalog's config.json files
 
 
 @cache
@@ -237,7 +232,9 @@ def get_model(name: str, extra: dict[str, Model] | None = None, source: str = "-
                       source=source)
 
 
-DIMS_NAME = re.compile(r"gpt-(?P<n_layer>\d+)x(?P<n_embd>\d+)(?:-a(?P<n_head>\d+))?-v(?P<vocab>\d+)(?:-s(?P<n_ctx>\d+))?")
+# bounded digits (also below): an integer of thousands of digits is past Python's int-string limit, a traceback
+DIMS_NAME = re.compile(r"gpt-(?P<n_layer>\d{1,9})x(?P<n_embd>\d{1,9})(?:-a(?P<n_head>\d{1,9}))?-v(?P<vocab>\d{1,9})"
+                       r"(?:-s(?P<n_ctx>\d{1,9}))?")
 
 
 def dims_name(n_layer: int, n_embd: int, n_head: int, vocab: int, n_ctx: int = 1024) -> str:
@@ -363,7 +360,7 @@ def scenario_from_doc(doc: dict, source: str, default_name: str = "scenario") ->
 
 # a host entry with `count = N` stands for N alike hosts: its name holds their numbers as a range
 # (utah-[0-15]) or is their prefix (utah: utah-0 .. utah-15)
-_NAME_RANGE = re.compile(r"^(.*)\[(\d+)-(\d+)\](.*)$")
+_NAME_RANGE = re.compile(r"^(.*)\[(\d{1,9})-(\d{1,9})\](.*)$")
 
 
 def _expanded_hosts(value, source: str):
@@ -390,6 +387,8 @@ def _expanded_hosts(value, source: str):
 
 def _numbered(name: str, count: int, source: str, prefix: str) -> list[str]:
     match = _NAME_RANGE.match(name)
+    if not match and re.search(r"\[\d+-\d+\]", name):
+        raise GeosimError("a range of names with a number of more than 9 digits", source=source, key=prefix + "name")
     if not match:
         return [f"{name}-{k}" for k in range(count)]
     head, low, high, tail = match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
@@ -532,10 +531,9 @@ def _bandwidth_samples(value, source: str, key: str) -> tuple[float, ...]:
     if isinstance(value, str):
         path = Path(value) if Path(value).is_absolute() else Path(source).parent / value
         try:
-            lines = path.read_text().splitlines()
-        except (OSError, UnicodeDecodeError) as e:
-            raise GeosimError(f"cannot read the samples file {value!r}: {getattr(e, 'strerror', None) or e}",
-                              source=source, key=key) from None
+            lines = read_input(path, SMALL_TEXT_MAX_BYTES, "bandwidth samples file").splitlines()
+        except GeosimError as exc:  # named from the scenario that names it
+            raise GeosimError(f"cannot read the samples file {value!r}: {exc.problem}", source=source, key=key) from None
         value, where = [], str(path)
         for n, line in enumerate(lines, 1):
             text = line.split("#", 1)[0].strip()
@@ -544,7 +542,9 @@ def _bandwidth_samples(value, source: str, key: str) -> tuple[float, ...]:
             try:
                 value.append(float(text))
             except ValueError:
-                raise GeosimError(f"line {n} is not a number of Gbit/s: {_short(text)}", source=where, key=key) from None
+                # the line itself is not quoted: a file named by mistake may be a secret (/etc/shadow)
+                raise GeosimError(f"line {n} is not a number of Gbit/s (one value a line); is this a samples file?",
+                                  source=where, key=key) from None
     if not isinstance(value, list) or not value:
         raise GeosimError(f"must be a non-empty list of Gbit/s values or a file of them, got {_short(value)}",
                           source=source, key=key)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from geosim.errors import GeosimError
 from geosim.generations import generation
+from geosim.model_shape import Model  # noqa: F401 -- the model's shape and counts, where the specs' users find it
 from geosim.parameters import missing_value
 from geosim.units import GIB, MIB  # noqa: F401 -- where the specs' users have always found them
 
@@ -154,45 +155,6 @@ class Cluster:
     @property
     def num_gpus(self) -> int:
         return sum(len(h.gpus) for h in self.hosts)
-
-
-@dataclass(frozen=True)
-class Model:
-    """A GPT-2 shaped decoder. Counts follow Alpa's compute_gpt_tflops."""
-
-    name: str
-    n_layer: int
-    n_embd: int
-    n_head: int
-    vocab: int = 50257
-    n_ctx: int = 1024
-
-    @property
-    def params_per_layer(self) -> int:
-        h = self.n_embd
-        return 12 * h * h + 13 * h  # qkv, proj, two MLP matrices, biases and 2 layer norms
-
-    @property
-    def embedding_params(self) -> int:
-        return self.vocab * self.n_embd + self.n_ctx * self.n_embd + 2 * self.n_embd
-
-    @property
-    def num_params(self) -> int:
-        return self.n_layer * self.params_per_layer + self.embedding_params
-
-    def layer_forward_flops(self, tokens: int, seq_len: int) -> float:
-        """One transformer block, forward: a third of Alpa's F=72 term."""
-        h = self.n_embd
-        return 24.0 * tokens * h * h * (1.0 + seq_len / (6.0 * h))
-
-    def head_forward_flops(self, tokens: int) -> float:
-        """The tied LM head, forward: a third of Alpa's 6*B*S*H*V term."""
-        return 2.0 * tokens * self.n_embd * self.vocab
-
-    def alpa_flops_per_iteration(self, batch: int, seq_len: int, checkpointing: bool = False) -> float:
-        f = 96 if checkpointing else 72
-        h, s = self.n_embd, seq_len
-        return f * batch * s * h * h * self.n_layer * (1 + s / (6 * h)) + 6 * batch * s * h * self.vocab
 
 
 @dataclass(frozen=True)

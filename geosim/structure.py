@@ -193,7 +193,7 @@ def host_list(hosts) -> str:
         run.clear()
 
     for name in hosts:
-        m = re.fullmatch(r"(.*?)(\d+)", name)
+        m = re.fullmatch(r"(.*?)(\d{1,9})", name)  # bounded digits: int() of thousands of digits raises
         numbered = m is not None and str(int(m.group(2))) == m.group(2)  # no leading zeros: s01 stays s01
         if numbered and run and m.group(1) == run[-1][0] and int(m.group(2)) == run[-1][1] + 1:
             run.append((m.group(1), int(m.group(2))))

@@ -54,7 +54,7 @@ def _float(text: str, source: str, whole: str) -> float:
     return value
 
 
-def parse_range(item: str, source: str) -> list[float]:
+def parse_range(item: str, source: str, count_only: bool = False):
     """One START:STOP:STEP or START:STOP:xFACTOR item -> its values, in order."""
     parts = [p.strip() for p in item.split(":")]
     if len(parts) != 3:
@@ -76,11 +76,18 @@ def parse_range(item: str, source: str) -> list[float]:
         step = _float(step_text, source, item)
         if step <= 0:
             raise GeosimError(f"range {item!r}: STEP must be > 0", source=source)
-        count = int((stop - start) / step + 1e-9) + 1
+        count = int(min((stop - start) / step, 1e18) + 1e-9) + 1
         make = lambda i: start + i * step  # noqa: E731
     if count > MAX_RANGE_POINTS:
-        raise GeosimError(f"range {item!r}: {count} points is more than {MAX_RANGE_POINTS}", source=source)
+        raise GeosimError(f"range {item!r}: {count:,} points is more than {MAX_RANGE_POINTS:,}", source=source)
+    if count_only:
+        return count
     return [float(f"{make(i):.6g}") for i in range(count)]  # keys of sweep points must not carry float noise
+
+
+def range_count(item: str, source: str) -> int:
+    """How many values parse_range gives `item` (before rounding merges any), without making them."""
+    return parse_range(item, source, count_only=True)
 
 
 def parse_numbers(text: str, source: str, *, minimum: float | None = 0.0) -> list[float]:

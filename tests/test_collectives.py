@@ -432,3 +432,31 @@ def test_an_explicit_link_between_same_site_hosts_is_their_path():
         route = Network(None, cluster, params, devices(cluster)).route(0, 1)
         assert route.name == "a->b"
         assert route.rtt_s == pytest.approx(rtt_s + 2 * params.intra_host_latency_s, rel=REL)
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("p", [2, 3, 5])
+def test_pairwise_all_to_all(regime, p):
+    """The pairwise exchange over a full mesh of identical links: p-1 steps, each rank sending its 1/p
+    slice for the rank k places on and waiting for the one from k places back, so
+    all-to-all = (p-1)(alpha + n/p beta); every rank sends (p-1)/p of its buffer."""
+    params = flat_params()
+    cfg = REGIMES[regime]
+    cluster = pairwise_cluster(p, **cfg)
+    alpha, beta, _ = wan_alpha_beta(params, cfg["rtt_s"], cfg["bandwidth_bps"])
+    nbytes = 48 * MIB
+    result = simulate(collective_schedule(cluster, "all_to_all", nbytes, "pairwise"), cluster, params)
+    assert result.iteration_end[0] == pytest.approx((p - 1) * (alpha + nbytes / p * beta), rel=REL)
+    assert result.bytes_sent == pytest.approx((p - 1) * nbytes, rel=REL)
+    assert result.transfers == p * (p - 1)
+
+
+def test_all_to_all_sends_to_every_peer_once():
+    """Rank i's k-th step goes to i+k and comes from i-k: each ordered pair exactly once."""
+    from geosim.sim import collectives
+
+    group = (4, 7, 1, 9)
+    pairs = [(r, op.dst) for r in group
+             for op in collectives.expand(Collective("all_to_all", group, 8.0, "pairwise", ("t",)), r, ("h",) * 10)
+             if type(op) is Send]
+    assert sorted(pairs) == sorted((a, b) for a in group for b in group if a != b)

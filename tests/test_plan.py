@@ -10,7 +10,7 @@ from geosim.params import load_params
 from geosim.case import Case
 from geosim.studies.plan import candidates, evaluate, floor_s, make_plan, parse_duration, search, twins
 from geosim.techniques import default_techniques
-from geosim.techniques.pipeshard import layer_splits
+from geosim.techniques._pipeshard_plan import layer_splits
 from geosim.techniques import is_low_communication, technique_names
 from geosim.scenario import get_model, load_scenario
 

@@ -107,5 +107,5 @@ def test_a_file_that_is_not_an_extract_is_one_line(tmp_path):
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(GeosimError, match="no column"):
         wan_public.read_profiles(bad)
-    with pytest.raises(GeosimError, match="cannot read"):
+    with pytest.raises(GeosimError, match="no such file"):
         wan_public.read_profiles(tmp_path / "missing.csv")

@@ -24,7 +24,9 @@ from geosim import input_limits as limits  # noqa: E402
 from geosim.cli import trace  # noqa: E402
 from geosim.report.html import MAX_REPORT_ROWS  # noqa: E402
 from geosim.cli._progress import INTERVAL_S, MAX_ESTIMATED_S  # noqa: E402
-from geosim.techniques.pipeshard import MAX_MICROBATCHES  # noqa: E402
+from geosim.techniques._pipeshard_plan import MAX_MICROBATCHES  # noqa: E402
+from geosim.calibrate import importers, wan_public  # noqa: E402
+from geosim.live.train import corpus  # noqa: E402
 
 OUT = ROOT / "docs" / "reference" / "bounds.md"
 
@@ -59,7 +61,10 @@ def render() -> str:
         "| what | bound | why |",
         "|---|---|---|",
         f"| hosts in a scenario | <= {scenario.MAX_HOSTS:,} | each host is simulated; 1,024-host plans are in reach |",
-        f"| GPUs in a host | <= {scenario.MAX_GPUS_PER_HOST} | past any server (8-16 GPUs) |",
+        f"| GPUs in a host | <= {scenario.MAX_GPUS_PER_HOST} | past any server (8-16 GPUs); a generated cluster "
+        "(`scale:SxVxG`) has the same bound on G |",
+        "| numbers in a name (`scale:SxVxG`, a host range `a[1-16]`, a model `gpt-24x1024-v50257`) | <= 9 digits | "
+        "Python's int() raises past 4,300 digits; no count is near 9 |",
         f"| GPUs in a scenario | <= {scenario.MAX_GPUS:,} | each GPU is a process of the simulation; 8,192 are in "
         "reach |",
     ]
@@ -81,6 +86,11 @@ def render() -> str:
         "| `plan --deadline` | > 0, <= 100 years | 0 would mean no deadline |",
         f"| `sweep` grid | <= {MAX_GRID_POINTS:,} points, <= {MAX_RANGE_POINTS:,} per range | each point is a "
         "prediction: a million take hours on a few cores |",
+        "| `sweep` grid, counted | from each axis's size (a range from its ends and step) before any axis is "
+        "built | two ranges of 100,000, or generated clusters of every size, were built before they were refused |",
+        f"| an asked layout (`--layer-split`, `--virtual-stages`, ...) | its split has one entry per stage (x virtual "
+        "stages), each >= 1, summing to the model's layers; stages x virtual stages <= layers | checked where every "
+        "command (predict, plan, select, sweep, `calibrate import`) resolves it: one line, not every row failed |",
         "| `sweep --set FIELD=...`, `--epochs`, `--global-batch`, `--microbatches` | a scenario's "
         "`workload` range | checked before the first point runs |",
         "",
@@ -100,6 +110,20 @@ def render() -> str:
         f"| a JSON Lines file (run records, logs to import) | <= {limits.human_bytes(limits.RECORDS_MAX_BYTES)} "
         "| ~150,000 run records; a study has a few hundred |",
         f"| one line of a records file | <= {limits.human_bytes(limits.LINE_MAX_BYTES)} | a run record is 1-3 KB |",
+        f"| a scenario's side file (`bandwidth_samples`), a CSV (`calibrate wan-public`) | <= "
+        f"{limits.human_bytes(limits.SMALL_TEXT_MAX_BYTES)} | 100,000 samples are ~1 MB; the iperf extract 85 KB |",
+        f"| a text corpus (`live run --data`) | <= {limits.human_bytes(corpus.CORPUS_MAX_BYTES)} | the runs read a "
+        "few MB |",
+        "| every file a user names | a regular file (opened without blocking, then checked: a FIFO, a device, a "
+        "socket or a directory is one line), read at most its bound, strict UTF-8; an error never quotes the "
+        "file's content | `/dev/zero` was read until MemoryError, a FIFO hung, `/etc/shadow`'s first line was "
+        "printed (`geosim.input_limits.read_input`, the one reader) |",
+        f"| `calibrate wan-public` | <= {wan_public.MAX_ROWS:,} rows, <= {wan_public.MAX_PROFILES:,} profiles; "
+        "each rate and ping a positive finite number | each profile is a bisection of the TCP model; a negative "
+        "rate printed +99900% |",
+        f"| an Alpa Model or Parallel Config (`calibrate import alpa-*`) | <= {importers.MAX_CONFIG_CHARS:,} "
+        "characters | Python's parser spent 16 s and 1.7 GB on a 3.45 MB one; the lines are scanned in linear "
+        "time (no backtracking pattern) |",
         f"| nesting (arrays, tables, objects) | <= {limits.MAX_DEPTH} deep | geosim's files nest 4 deep; the "
         "parsers recurse |",
         f"| a TOML dotted key | <= {limits.MAX_KEY_PARTS} parts | geosim's keys have 4 at most; tomllib's cost "
@@ -114,8 +138,13 @@ def render() -> str:
         "|---|---|---|",
         f"| microbatches the planner tries (Pipeshard) | <= {MAX_MICROBATCHES:,} | a workload's own bound; a batch "
         "of 10 million offered millions of microbatches, each simulated |",
-        f"| `trace` | <= {trace.MAX_TRACE_EVENTS:,} events (ops per iteration x `--iterations`), refused before "
-        "simulating | ~150 MB of JSON, built by a process under 1 GB |",
+        f"| `trace` | <= {trace.MAX_TRACE_EVENTS:,} events (ops and collective steps per iteration x "
+        "`--iterations`), refused before simulating | ~150 MB of JSON, built by a process under 1 GB; data on "
+        "1,024 GPUs is 20 million steps an iteration, not the 1,024 ops its programs list |",
+        f"| collective steps one prediction expands | <= {cost.MAX_EXPANDED_STEPS / 1e6:,.0f} million (each running "
+        "member of each distinct collective x its ring steps, counted once the engine knows which ranks run), "
+        f"else `infeasible` | ~{cost.BYTES_PER_STEP} bytes a step: data on 4,096 GPUs of one site would expand "
+        "67 million (10 GB) and died with MemoryError |",
         f"| one prediction (a row asked, a planner's option, a sweep point, a draw) | <= "
         f"{cost.MAX_PREDICTION_WORK / 1e9:,.0f} billion simulated steps (ranks x ops x collective steps x "
         "iterations, counted from the schedule before simulating), else answered `infeasible` with the count "

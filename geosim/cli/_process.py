@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 
+from geosim.errors import elide_long_words
 from geosim.fileio import output_error
 
 ERROR_SCHEMA = "geosim.error/1"
@@ -84,7 +85,12 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message):
         argv = sys.argv[1:] if _ARGV is None else _ARGV
         command = self.prog.split(" ", 1)[1] if " " in self.prog else None
-        print_error(command, f"{message} (see {self.prog} --help)", json_wanted(argv))
+        prog = self.prog
+        if command is None and argv:  # `geosim predict --bogus`: the top parser reports it, of predict
+            commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
+            if argv[0] in commands:
+                command, prog = argv[0], commands[argv[0]].prog
+        print_error(command, f"{elide_long_words(message)} (see {prog} --help)", json_wanted(argv))
         sys.exit(2)
 
 

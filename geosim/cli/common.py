@@ -15,6 +15,7 @@ from geosim.params import load_params
 from geosim.sim.network import network_names
 from geosim.runtime import runtime_names
 from geosim.scale import load_any_scenario
+from geosim.model_config import SHAPE_RANGES
 from geosim.scenario import (BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, LINK_RANGES, MAX_GPUS, MODEL_RANGES,
                              WORKLOAD_RANGES, check_number)
 from geosim.specs import Cluster, Model, Params, Workload
@@ -121,6 +122,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, many_scenarios: b
     w = WORKLOAD_DEFAULTS
     add_scenario_argument(parser, many=many_scenarios)
     parser.add_argument("--model", default="gpt2m", help=f"{meaning('--model')} (default: %(default)s)")
+    parser.add_argument("--model-config", metavar="PATH", help=meaning("--model-config"))
     parser.add_argument("--params", metavar="FILE", help=meaning("--params"))
     parser.add_argument("--network", default=DEFAULT_NETWORK, choices=network_names(),
                         help=f"{meaning('--network')} (default: %(default)s)")
@@ -170,7 +172,8 @@ LIVE_RUN_SIZE_BOUNDS = {
 
 # layout_options()'s keyword -> its flag (keywords, not strings: "data" would read as the technique's name)
 LAYOUT_FLAGS = dict(tensor="--tensor-parallel", pipeline="--pipeline-parallel", data="--data-parallel",
-                    virtual="--virtual-stages", layer_split="--layer-split", replica_per="--replica-per")
+                    virtual="--virtual-stages", layer_split="--layer-split", replica_per="--replica-per",
+                    expert="--expert-parallel")
 
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -180,8 +183,8 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     from geosim.techniques._lowcomm import REPLICA_UNITS
 
     group = parser.add_argument_group("layout (the techniques that take one: pipeshard; --replica-per: diloco, "
-                                      "sparseloco, hybrid; default: their own)")
-    for flag in ("--tensor-parallel", "--pipeline-parallel", "--data-parallel", "--virtual-stages"):
+                                      "sparseloco, hybrid; --expert-parallel: data; default: their own)")
+    for flag in ("--tensor-parallel", "--pipeline-parallel", "--data-parallel", "--virtual-stages", "--expert-parallel"):
         group.add_argument(flag, type=int, metavar="N", help=meaning(flag))
     group.add_argument("--layer-split", metavar="N,N,...", help=meaning("--layer-split"))
     group.add_argument("--replica-per", choices=REPLICA_UNITS, help=meaning("--replica-per"))
@@ -191,7 +194,9 @@ LAYOUT_BOUNDS = {"--tensor-parallel": count(1024, "GPUs of a tensor-parallel gro
                  "--pipeline-parallel": count(MODEL_RANGES["n_layer"][1], "pipeline stages: at most one per layer"),
                  "--data-parallel": count(MAX_GPUS, "replicas of a stage: at most a cluster's GPUs"),
                  "--virtual-stages": count(MODEL_RANGES["n_layer"][1], "chunks of layers per stage: at most one "
-                                                                      "layer each")}
+                                                                      "layer each"),
+                 "--expert-parallel": count(SHAPE_RANGES["n_expert"][1], "GPUs a mixture of experts' experts are split "
+                                                                        "over: at most its experts")}
 
 
 def layout_arguments(args) -> dict | None:
@@ -253,12 +258,59 @@ def check_layout_plannable(case, techniques, layout: dict | None, max_gpus: int 
                               source=on_all.source)
 
 
+def layout_choices(args, layout: dict | None) -> dict:
+    """The planner's choices for a layout asked (predict, plan and select alike): the layout, and where
+    --microbatches is given with it, that count too (the configuration asked, Megatron-LM's t, p, d and
+    its microbatches); without --microbatches the planner picks the count."""
+    if not layout:
+        return {}
+    return {"layout": layout, "fixed_microbatches": bool(getattr(args, "microbatches", None))}
+
+
 def refuse_layout(args, why: str) -> None:
     """A command (or a mode of one) that cannot honour a layout flag given: one line saying why."""
     layout = layout_arguments(args)
     if layout:
         flag = next(LAYOUT_FLAGS[k] for k, v in layout.items() if v is not None)
         raise GeosimError(why, source=flag)
+
+
+def add_progress_arguments(parser: argparse.ArgumentParser) -> None:
+    """The question's measure, the same flags in predict, plan, select and sweep: --target-tokens and
+    the token efficiencies it is counted at (--token-efficiency, --loss-curves)."""
+    parser.add_argument("--target-tokens", metavar="N|chinchilla", help=meaning("--target-tokens"))
+    parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
+                        help=meaning("--token-efficiency"))
+    parser.add_argument("--loss-curves", metavar="FILE", help=meaning("--loss-curves"))
+
+
+def check_progress_arguments(args) -> None:
+    """--target-tokens and --token-efficiency checked before any work, also when no row uses them."""
+    from geosim.studies import convergence
+
+    if args.target_tokens and args.target_tokens.strip().lower() != "chinchilla":
+        convergence.target_tokens(args.target_tokens, None)
+    convergence.parse_overrides(args.token_efficiency)
+
+
+def same_progress(args, params, model):
+    """What every command ranks on (geosim.studies.ranking.SameProgress): --target-tokens (default: the
+    workload's own tokens) at each technique's token efficiency (--token-efficiency, --loss-curves, then
+    the parameters file)."""
+    from geosim.studies import convergence
+    from geosim.studies.ranking import SameProgress
+
+    return SameProgress(params, convergence.parse_overrides(args.token_efficiency),
+                        convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves))
+                        if args.loss_curves else None,
+                        convergence.target_tokens(args.target_tokens, model) if args.target_tokens else None)
+
+
+def refuse_progress(args, why: str) -> None:
+    """A mode that ranks nothing predicted (measured or live probes): a progress flag given is one line."""
+    for flag in ("--target-tokens", "--token-efficiency", "--loss-curves"):
+        if getattr(args, flag[2:].replace("-", "_"), None):
+            raise GeosimError(why, source=flag)
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -291,13 +343,35 @@ def resolve_cluster(scenario: Scenario, args) -> Cluster:
     return cluster
 
 
+def scaled_workload(scenario: Scenario, model: Model, args) -> bool:
+    """Whether the workload is the default that scales with the model (geosim.studies.asked.scales_workload)."""
+    from geosim.studies.asked import scales_workload
+
+    return scales_workload(scenario, model, workload_overrides(args))
+
+
+def workload_note(scenario: Scenario, model: Model, args) -> str | None:
+    """What the answer says of a workload nobody gave (None where it was given or is the study's)."""
+    if not scaled_workload(scenario, model, args):
+        return None
+    from geosim.studies.asked import scaled_workload_note
+
+    return scaled_workload_note(model)
+
+
 def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Workload]:
     scenario = load_any_scenario(name_or_path)
-    for key, value in workload_overrides(args).items():
+    overrides = workload_overrides(args)
+    for key, value in overrides.items():
         if value is not None and not isinstance(value, (str, bool)) and value <= 0:
             raise GeosimError(f"must be > 0, got {value}", source=f"--{key.replace('_', '-')}")
+    model = model_of(args, scenario)
+    if scaled_workload(scenario, model, args):
+        from geosim.studies.asked import scaled_tokens_per_epoch
+
+        overrides = {**overrides, "tokens_per_epoch": scaled_tokens_per_epoch(model)}
     try:
-        workload = scenario.workload(**workload_overrides(args))
+        workload = scenario.workload(**overrides)
     except GeosimError as exc:  # a command-line value out of range or at odds with the file's: name the flag
         flag = (exc.key or "").removeprefix("workload.")
         given = [k for k, v in workload_overrides(args).items() if v is not None]
@@ -308,8 +382,31 @@ def load_case(name_or_path: str, args) -> tuple[Scenario, Cluster, Model, Worklo
         hint = "".join(f"; {k} is the scenario's workload.{k} (give --{k.replace('_', '-')} to change it)"
                        for k in others)
         raise GeosimError(exc.problem + hint, source=f"--{blamed.replace('_', '-')}") from None
-    model = get_model(args.model, scenario.models)
     return scenario, resolve_cluster(scenario, args), model, workload
+
+
+def add_memory_parts_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--memory-parts", action="store_true", help=meaning("--memory-parts"))
+
+
+def memory_by_part_line(prediction) -> str | None:
+    """The fullest GPU's memory by part (weights, master copy, gradients, optimizer, activations, the
+    backward's transient, workspace): what a model's shape puts where under the technique."""
+    if not prediction.memory:
+        return None
+    m = max(prediction.memory, key=lambda g: g.need_gib)
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in m.parts_gib.items() if v >= 0.05)
+    return f"memory of {m.host} GPU {m.rank} by part, GiB: {parts} (needs {m.need_gib:.1f} of {m.has_gib:.0f})"
+
+
+def model_of(args, scenario: Scenario | None = None) -> Model:
+    """The model a command runs: --model-config's config.json (named for its file), else --model."""
+    path = getattr(args, "model_config", None)
+    if path:
+        from geosim.model_config import model_from_config_file
+
+        return model_from_config_file(path)
+    return get_model(args.model, scenario.models if scenario else None)
 
 
 def load_params_arg(args) -> Params:

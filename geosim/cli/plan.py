@@ -5,16 +5,18 @@ from __future__ import annotations
 from functools import cache
 
 from geosim.case import Case
-from geosim.cli.common import (DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
+from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
                                add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
                                add_workload_arguments, check_layout_plannable, check_layout_techniques, fmt_duration,
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
-                               refuse_layout, scenario_names)
+                               refuse_layout, scenario_names, add_progress_arguments, check_progress_arguments,
+                               refuse_progress, same_progress, workload_note, layout_choices)
 from geosim.cli.predict import describe_cluster, print_estimates
 from geosim.validate import count
 from geosim.errors import GeosimError
 from geosim.records import read_records
 from geosim.studies.plan import Plan, answer_vs_rtt, make_plan, measured_plan, parse_duration, twins
+from geosim.studies.asked import asked_candidates, default_host_sets, plan_notes
 from geosim.studies.ranking import is_assumed
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA
@@ -47,6 +49,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--all", action="store_true", help="simulate every option (no pruning) and list them all")
     add_plan_arguments(parser)  # each technique's own planner flags (Pipeshard: --intra-stage)
     add_layout_arguments(parser)  # the layout asked: the planner ranks it on each set of hosts it fits
+    add_progress_arguments(parser)  # what the options are ranked on, as predict and select rank them
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA,
                         help="Algorithm 1's threshold: the relative TFLOP/s gap that decides (default %(default)s)")
     parser.add_argument("--records", metavar="RUNS.jsonl",
@@ -59,6 +62,7 @@ def add_arguments(parser) -> None:
     for extension in plan_extensions():  # a wing's own way to plan (FABRIC's: --sites)
         extension.add_arguments(parser)
     add_json_argument(parser)
+    add_memory_parts_argument(parser)
 
 
 @cache
@@ -81,9 +85,12 @@ def run(args) -> int:
     techniques = chosen_techniques(args.technique)
     layout = layout_arguments(args)
     check_layout_techniques(techniques, layout)
+    check_progress_arguments(args)
     if args.records:
         refuse_layout(args, "--records ranks the measured runs as they ran; a layout applies to predicted options")
-    choices = {**choices, "layout": layout}
+        refuse_progress(args, "--records ranks the measured runs on their own times; a training progress to rank "
+                              "on applies to predicted options")
+    choices = {**choices, "layout": layout, **layout_choices(args, layout)}
     params = load_params_arg(args)
     for extension in plan_extensions():
         if extension.wanted(args):
@@ -101,12 +108,16 @@ def run(args) -> int:
             continue
         case = Case(cluster, model, workload, params, network=args.network)
         check_layout_plannable(case, techniques, layout, args.max_gpus)
+        measure = same_progress(args, params, model)
 
-        def plan_at(c: Case, label=cluster.name, keep=None if args.all else args.top) -> Plan:
+        def plan_at(c: Case, label=cluster.name, keep=None if args.all else args.top, measure=measure) -> Plan:
             progress = Progress(label)
             try:
+                # seeded with predict's default rows (every technique on all the VMs and on each alone, the
+                # layout asked where it fits): the three commands weigh the same options
                 return make_plan(c, deadline, args.max_gpus, args.delta, keep, choices, techniques,
-                                 progress)
+                                 progress, same_progress=measure,
+                                 asked=asked_candidates(c, techniques, default_host_sets(c.cluster), layout))
             finally:
                 progress.close()
 
@@ -117,7 +128,8 @@ def run(args) -> int:
                 print_answer_vs_rtt(doc)
             continue
         plan = plan_at(case)
-        doc = plan.to_dict()
+        notes = [n for n in [workload_note(scenario, model, args)] if n] + plan_notes(plan)
+        doc = plan.to_dict() | {"verdict_notes": notes}
         if args.draws:
             from geosim.studies.plan import robustness
             from geosim.studies.uncertainty import parameter_draws
@@ -125,7 +137,7 @@ def run(args) -> int:
             doc["robustness"] = robustness(plan, parameter_draws(params, args.draws), on_draw=_draw_progress())
         docs.append(doc)
         if not args.json:
-            print_plan(plan, None if args.all else args.top)
+            print_plan(plan, None if args.all else args.top, notes, args.memory_parts)
             if args.draws and plan.best:
                 r = doc["robustness"]
                 print(f"  robust: {plan.best.kind} wins in {r['share']:.0%} of {r['draws']} parameter draws "
@@ -138,11 +150,13 @@ def run(args) -> int:
     return 0
 
 
-def print_plan(plan: Plan, top: int | None) -> None:
+def print_plan(plan: Plan, top: int | None, notes=(), parts: bool = False) -> None:
     c = plan.case
     w = c.workload
     print(f"\n{c.cluster.name}  ({describe_cluster(c.cluster)})")
     print(f"  {plan.verdict('verdict')}")
+    for note in notes:
+        print(f"  note: {note}")
     why = plan.why_algorithm1_differs()
     if why:
         print(f"  why Algorithm 1 differs: {why}")
@@ -165,6 +179,8 @@ def print_plan(plan: Plan, top: int | None) -> None:
         eff = f"{o.efficiency.value:.3g}" + ("*" if is_assumed(o.efficiency) else "")
         print(f"  {i:>3} {fmt_duration(o.ranked_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")
+        if parts and memory_by_part_line(p):
+            print(f"  {'':>3} {memory_by_part_line(p)}")
         if p.iteration_time_interval_s:
             low, high = p.iteration_time_interval_s
             print(f"  {'':>3} estimated efficiency: a step {low:.3g} to {high:.3g} s "

@@ -13,15 +13,15 @@ from __future__ import annotations
 import sys
 
 from geosim.case import Case
-from geosim.cli.common import (DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
+from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
                                layout_arguments, technique_options, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
-                               ESTIMATE_NOTE,
+                               ESTIMATE_NOTE, add_progress_arguments, layout_choices, check_progress_arguments, same_progress, workload_note,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
                                scenario_names)
 from geosim.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
 from geosim.runtime import runtime_differences, runtime_of
-from geosim.studies.asked import asked_rows, verdict_notes
+from geosim.studies.asked import MAX_ALONE_ROWS, asked_candidates, asked_rows, microbatch_alternatives, verdict_notes
 from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.cli._progress import Heartbeat
 from geosim.studies.reference import attach_measurement
@@ -43,20 +43,10 @@ def add_arguments(parser) -> None:
     add_hosts_argument(parser, "all,each")
     add_renamed(parser, "--all-vms-only", "--hosts all", dest="hosts", value="all")
     add_json_argument(parser)
-    parser.add_argument("--target-tokens", metavar="N|chinchilla",
-                        help="time-to-target table: the time to train as far as Data gets in N tokens "
-                             "(default: the workload's tokens, epochs x tokens per epoch)")
-    parser.add_argument("--token-efficiency", action="append", metavar="TECHNIQUE=VALUE",
-                        help="override a technique's token efficiency (Data's tokens / its tokens, same loss); "
-                             "repeatable")
+    add_memory_parts_argument(parser)
+    add_progress_arguments(parser)
     parser.add_argument("--draws", type=int, metavar="N",
                         help="also predict with N parameter draws from the fit's covariance and show the range")
-    parser.add_argument("--loss-curves", metavar="FILE",
-                        help="JSON lines with technique and loss_curve [[tokens, loss], ...]: measured efficiencies")
-
-
-# the "each VM alone" rows multiply the work by the VMs: past this many, only the whole slice is shown
-MAX_ALONE_ROWS = 16
 
 
 def host_subsets(cluster, spec: str) -> list[tuple[str, ...]]:
@@ -68,17 +58,6 @@ def host_subsets(cluster, spec: str) -> list[tuple[str, ...]]:
               f"shown up to {MAX_ALONE_ROWS} VMs (name the VMs with --hosts to see them)", file=sys.stderr)
         return [s for s in subsets if len(s) > 1] or subsets[:1]
     return subsets
-
-
-def same_progress(args, params, model) -> SameProgress:
-    """What predict ranks on: --target-tokens (default: the workload's own tokens) at each technique's
-    token efficiency (--token-efficiency, --loss-curves, then the parameters file)."""
-    from geosim.studies import convergence
-
-    return SameProgress(params, convergence.parse_overrides(args.token_efficiency),
-                        convergence.measured_efficiencies(convergence.read_loss_curves(args.loss_curves))
-                        if args.loss_curves else None,
-                        convergence.target_tokens(args.target_tokens, model) if args.target_tokens else None)
 
 
 def run(args) -> int:
@@ -97,8 +76,8 @@ def _run(args) -> int:
     lowcomm = [t for t in techniques if is_low_communication(t)]
     layout = layout_arguments(args)
     check_layout_techniques(techniques, layout)
-    _check_target_options(args)
-    slices = []
+    check_progress_arguments(args)
+    slices, progress_of = [], {}
     for name in scenario_names(args):
         scenario, cluster, model, workload = load_case(name, args)
         case = Case(cluster, model, workload, params, network=args.network)
@@ -120,13 +99,18 @@ def _run(args) -> int:
         progress = same_progress(args, params, model)
         bar = Progress(f"{cluster.name}: planning")
         try:
-            plan = make_plan(case, keep=2, techniques=techniques, same_progress=progress, progress=bar)
+            plan = make_plan(case, keep=2, choices=layout_choices(args, layout) or None, techniques=techniques,
+                             same_progress=progress, progress=bar,
+                             asked=asked_candidates(case, techniques, host_sets, layout))
         finally:
             bar.close()
         targets = _time_to_target(progress, workload, rows) if lowcomm else None
-        notes = verdict_notes(plan.best, rows, host_sets, progress, workload.microbatches,
-                              "--microbatches" if args.microbatches else "the workload's")
+        notes = ([n for n in [workload_note(scenario, model, args)] if n]
+                 + verdict_notes(plan.best, rows, host_sets, progress, workload.microbatches,
+                                 "--microbatches" if args.microbatches else "the workload's")
+                 + microbatch_alternatives(plan))
         slices.append((case, rows, plan, targets, notes))
+        progress_of[id(case)] = progress
     ranges = _ranges(args, params, slices)
     for warning in params.fit_warnings:  # what `calibrate fit` found suspicious when it wrote this file
         print(f"geosim predict: warning: {params.source}: [fitted] {warning}", file=sys.stderr)
@@ -144,22 +128,20 @@ def _run(args) -> int:
                          "runtime_differences": runtime_differences(runtime_of(c.workload, c.params), c.params),
                          # which RTTs are estimates (geosim.sites), not measurements
                          **({"estimated_rtts": estimated} if estimated else {}),
-                         "predictions": [r.to_dict() | _target_fields(r, targets)
+                         "predictions": [r.to_dict() | _target_fields(r, targets) | _ranked_fields(r, progress_of[id(c)])
                                          | ({"total_time_range_s": ranges[id(r)]} if ranges else {}) for r in rows]})
         print_json(answer_envelope("predict", params, docs))
         return 0
     for case, rows, plan, targets, notes in slices:
-        print_slice(case, plan, rows, targets, ranges, notes, layout is not None)
+        print_slice(case, plan, rows, targets, ranges, notes, layout is not None, args.memory_parts)
     return 0
 
 
-def _check_target_options(args) -> None:
-    """--target-tokens and --token-efficiency checked before any work, also when no row uses them."""
-    from geosim.studies import convergence
-
-    if args.target_tokens and args.target_tokens.strip().lower() != "chinchilla":
-        convergence.target_tokens(args.target_tokens, None)
-    convergence.parse_overrides(args.token_efficiency)
+def _ranked_fields(prediction: Prediction, progress: SameProgress) -> dict:
+    """A row's time on the verdict's measure (ranking.time_to_progress_s; None where it does not run): the
+    verdict is never above it (tests/test_one_answer.py)."""
+    return {"time_to_progress_s": time_to_progress_s(prediction, progress.efficiency(prediction).value,
+                                                      progress.target_tokens)}
 
 
 def _target_fields(prediction: Prediction, targets) -> dict:
@@ -246,7 +228,8 @@ def describe_cluster(cluster) -> str:
     return f"{hosts}; RTT {shown} ms" + (" (estimated from distance)" if estimated else "")
 
 
-def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=(), layout: bool = False) -> None:
+def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=(), layout: bool = False,
+                by_part: bool = False) -> None:
     cluster, model, workload = case.cluster, case.model, case.workload
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     print(f"  {plan.verdict('verdict')}")
@@ -261,7 +244,7 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
           f"{case.params.source}; {ESTIMATE_NOTE}")
     synchronous = [r for r in rows if not is_low_communication(r.technique)]
     if synchronous:
-        print_table(cluster, workload, synchronous)
+        print_table(cluster, workload, synchronous, by_part)
         for r in (r for r in synchronous if layout and r.description):  # the layout asked, as built
             print(f"  {r.technique} on {host_list(r.hosts)}: {r.description}")
         if ranges:
@@ -271,14 +254,14 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
     for note in limited.values():
         print(f"  window: {note}")
     if targets:
-        print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan)
+        print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan, by_part)
     differs = runtime_differences(runtime_of(workload, case.params), case.params)
     if differs:  # why a time under another runtime is not Alpa's (the study's fit)
         print(f"  runtime {workload.runtime}, against the study's Alpa fit: {'; '.join(differs)} "
               f"(geosim/data/runtimes.toml)")
 
 
-def print_table(cluster, workload, rows: list[Prediction]) -> None:
+def print_table(cluster, workload, rows: list[Prediction], by_part: bool = False) -> None:
     head = (f"  {'technique':<10} {'VMs':<8} {'total':>10} {'per epoch':>10} {'TFLOP/s':>8} {'mem/GPU':>9}  "
             f"{'compute':>7} {'comm':>5} {'bubble':>6} {'ovhd':>5}  measured")
     print(head)
@@ -288,6 +271,8 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
         vms = host_list(r.hosts)
         if not r.ok:
             print(f"  {r.technique:<10} {vms:<8} fails: {r.reason}")
+            if by_part and memory_by_part_line(r):
+                print(f"  {'':<10} {'':<8} {memory_by_part_line(r)}")
             continue
         b = r.run_breakdown
         share = [100 * v / r.total_time_s for v in (b.compute_s, b.exposed_comm_s, b.bubble_s, b.overhead_s)]
@@ -300,9 +285,11 @@ def print_table(cluster, workload, rows: list[Prediction]) -> None:
               f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")
         if r.memory_note:
             print(f"  {'':<10} {'':<8} memory: {r.memory_note}")
-        parts = memory_parts_line(r)
-        if parts:
-            print(f"  {'':<10} {'':<8} {parts}")
+        groups = memory_parts_line(r)
+        if groups:
+            print(f"  {'':<10} {'':<8} {groups}")
+        if by_part and memory_by_part_line(r):
+            print(f"  {'':<10} {'':<8} {memory_by_part_line(r)}")
         if r.iteration_time_interval_s:
             low, high = r.iteration_time_interval_s
             print(f"  {'':<10} {'':<8} estimated efficiency: a step {low:.3g} to {high:.3g} s "
@@ -326,7 +313,7 @@ def memory_parts_line(r: Prediction) -> str:
     return "memory per GPU: " + ", ".join(f"{name} {gib:.1f} GiB" for name, gib in peak.groups_gib.items())
 
 
-def print_targets(rows, plan) -> None:
+def print_targets(rows, plan, by_part: bool = False) -> None:
     """Low-communication techniques on time to target, beside Data and the verdict's best."""
     if not rows:
         return
@@ -345,8 +332,12 @@ def print_targets(rows, plan) -> None:
               f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
         if r.memory_note:
             print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
+        if by_part and memory_by_part_line(r):
+            print(f"    {'':<10} {'':<8} {memory_by_part_line(r)}")
     for r in (r for r, _ in rows if not r.ok):  # why, in the table: not only in --json
         print(f"    {r.technique:<10} {host_list(r.hosts):<8} does not run: {r.reason}")
+        if by_part and memory_by_part_line(r):
+            print(f"    {'':<10} {'':<8} {memory_by_part_line(r)}")
 
 
 def r_params_source(fields: dict) -> str:

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
 
 from geosim.case import DEFAULT_NETWORK
-from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments, check_layout_techniques,
-                               fmt_duration, layout_arguments)
+from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments,
+                               check_layout_techniques, fmt_duration, layout_arguments, add_progress_arguments,
+                               check_progress_arguments, model_of, refuse_progress)
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.errors import GeosimError
 from geosim.validate import count
 from geosim.scenario import BUILTIN_SCENARIOS
 from geosim.sim.network import network_names
 from geosim.runtime import check_runtime_name
-from geosim.studies.sweep.grid import NATIVE, Grid, WORKLOAD_KINDS, parse_assignment, parse_values
+from geosim.studies.sweep.grid import (NATIVE, Grid, WORKLOAD_KINDS, count_values, parse_assignment, parse_values,
+                                       refuse_grid)
 from geosim.units import RANGE_SYNTAX
 from geosim.scale import DEFAULT_GPU, scale_name
 from geosim.techniques import default_techniques, get_technique, technique_names
@@ -49,6 +52,7 @@ def add_arguments(p) -> None:
     g.add_argument("--bandwidth-gbps", metavar="SPEC", default="native",
                    help="WAN bandwidths in Gbit/s; 'native' = the scenario's own (default %(default)s)")
     g.add_argument("--model", metavar="SPEC", default="gpt2m", help="models, e.g. gpt2m,gpt2-large (default %(default)s)")
+    g.add_argument("--model-config", metavar="PATH", help=meaning("--model-config"))
     g.add_argument("--technique", action=CommaList, metavar="NAME",
                    help="techniques, or 'all'; repeatable and comma-separated (default: every technique found, "
                         "as predict, plan and select rank, so the best option against RTT is theirs)")
@@ -75,6 +79,7 @@ def add_arguments(p) -> None:
     g.add_argument("--set", action="append", metavar="FIELD=SPEC", default=[],
                    help=f"any workload field ({', '.join(WORKLOAD_KINDS)}); repeatable")
     add_layout_arguments(p)  # every point's layout: a row where it does not fit the point's hosts says why
+    add_progress_arguments(p)  # the question's measure, as predict, plan and select take it (refused here: run())
     r = p.add_argument_group("run")
     r.add_argument("--sweep-dir", dest="out", default="sweep", metavar="DIR",
                    help="results directory; a rerun resumes it (default ./%(default)s)")
@@ -96,8 +101,34 @@ def add_arguments(p) -> None:
     add_json_argument(p)
 
 
+def count_grid(args) -> None:
+    """Refuse a grid of more than MAX_GRID_POINTS from its axes' sizes, before any axis is built (two
+    ranges of 100,000 values, or generated clusters of every size in three ranges, are counted, not made)."""
+    sites = [(args.num_sites, "int", "--site-count"), (args.vms_per_site, "int", "--hosts-per-site"),
+             (args.gpus_per_vm, "int", "--gpus-per-host")]
+    scenarios = count_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
+    gpus = count_values(args.gpu, "str", "--gpu")
+    if args.num_sites:
+        built = gpus if not getattr(args, "scale_gpu", None) else 1
+        scenarios = (scenarios if args.scenario else 0) + math.prod(count_values(*s) for s in sites) * built
+        gpus = 1
+    sizes = {"scenario": scenarios, "technique": count_values(args.technique, "str", "--technique"),
+             "model": count_values(args.model, "str", "--model"),
+             "rtt_ms": count_values(args.rtt_ms, "float", "--rtt-ms"),
+             "bandwidth_gbps": count_values(args.bandwidth_gbps, "float", "--bandwidth-gbps"), "gpu": gpus,
+             "hosts": count_values(args.hosts, "str", "--hosts")}
+    for name in ("global_batch", "microbatches", "epochs"):
+        sizes[name] = count_values(getattr(args, name), "int", f"--{name.replace('_', '-')}")
+    sizes["runtime"] = count_values(args.runtime, "str", "--runtime")
+    for text in args.set:
+        name, _, spec = text.partition("=")
+        sizes[name.strip()] = count_values(spec, WORKLOAD_KINDS.get(name.strip(), "str"), "--set")
+    refuse_grid(math.prod(sizes.values()), sizes, counted=True)
+
+
 def build_grid(args) -> Grid:
 
+    count_grid(args)
     scenarios = parse_values(args.scenario or [",".join(BUILTIN_SCENARIOS)], "str", "--scenario")
     gpus = parse_values(args.gpu, "str", "--gpu", allow_native=True)
     if args.num_sites:  # --gpu names the generated clusters' GPUs: they are built of them, not edited
@@ -112,7 +143,7 @@ def build_grid(args) -> Grid:
     axes = {
         "scenario": scenarios,
         "technique": _techniques(args.technique),
-        "model": parse_values(args.model, "str", "--model"),
+        "model": [model_of(args).name] if args.model_config else parse_values(args.model, "str", "--model"),
         "rtt_ms": parse_values(args.rtt_ms, "float", "--rtt-ms", allow_native=True),
         "bandwidth_gbps": parse_values(args.bandwidth_gbps, "float", "--bandwidth-gbps", allow_native=True),
         "gpu": gpus,
@@ -158,16 +189,23 @@ def run(args) -> int:
 
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise GeosimError(f"must be in 1..1024, got {args.workers}", source="--workers")
+    check_progress_arguments(args)
+    refuse_progress(args, "a sweep's rows are whole runs of the workload, ranked on their tokens at the parameters "
+                          "file's efficiencies; rank on another progress with `geosim plan --sweep-rtt` and this flag")
     grid = build_grid(args)
-    ctx = make_context(grid, args.params, args.metric, args.network)
+    models = {m.name: m for m in [model_of(args)]} if args.model_config else None
+    ctx = make_context(grid, args.params, args.metric, args.network, models=models)
     axis = pick_axis(grid.axes) if args.crossover_axis == "auto" else (None if args.crossover_axis == "none" else args.crossover_axis)
     started = time.perf_counter()
-    executor = make_executor(ctx, args.workers, args.ray_address)
+    # starting Ray takes seconds to minutes on a busy machine (its raylet waits up to 30 s): the clock shows
+    with _beat(not args.quiet and bool(args.ray_address), "starting Ray"):
+        executor = make_executor(ctx, args.workers, args.ray_address)
     try:
         on_tty = not args.quiet and sys.stderr.isatty()
         # progress lines come from a thread (started after the pool's workers are forked), so a chunk of
-        # slow points, or the planning after them, still shows the clock; a terminal has the bar instead
-        with _beat(not args.quiet and not on_tty, "0 points computed") as beat:
+        # slow points, or the planning after them, still shows the clock; a terminal has the bar instead,
+        # except under Ray, whose chunks come back whole (8 slow points were one silent chunk of 240 s)
+        with _beat(not args.quiet and (not on_tty or executor.name == "ray"), "0 points computed") as beat:
             result = run_sweep(grid, ctx, args.out, executor, fresh=args.fresh, progress=on_tty,
                                on_chunk=lambda done: setattr(beat, "phase", f"{done:,}/{len(grid):,} points computed"))
         with _beat(not args.quiet, "finding crossovers") as beat:
@@ -211,7 +249,8 @@ def _beat(shown: bool, phase: str):
 
 
 def _summary(grid, result, found, axis, executor, workers, seconds, args) -> dict:
-    statuses = dict(sorted(result.table.statuses().items()))  # by name: a resumed sweep's as a fresh one's
+    # by name: a resumed sweep's as a fresh one's; "ok" always (0 when no point ran: the schema's one required count)
+    statuses = dict(sorted({"ok": 0, **result.table.statuses()}.items()))
     return {
         "out": str(Path(args.out)), "points": result.total, "computed": result.computed, "resumed": result.skipped,
         "statuses": statuses, "executor": executor, "workers": workers,
@@ -245,8 +284,8 @@ def format_summary(s: dict) -> str:
         if s.get("orders"):
             lines += ["", "Techniques fastest first, at both ends of the range:"]
             lines += _table(("where", "low end", "order", "high end", "order"),
-                            [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"]), f"{o['high']['at']:g} {unit}",
-                              _order(o["high"])) for o in s["orders"]])
+                            [(o["where"], f"{o['low']['at']:g} {unit}", _order(o["low"], s["metric"]), f"{o['high']['at']:g} {unit}",
+                              _order(o["high"], s["metric"])) for o in s["orders"]])
     lines += format_best(s.get("best", []))
     lines += ["", f"plots and report: geosim report --sweep-dir {s['out']}"]
     return "\n".join(lines)
@@ -276,10 +315,14 @@ def format_best(best: list[dict]) -> list[str]:
     return lines
 
 
-def _order(end: dict) -> str:
+METRIC_WORDS = {"total_time_s": "total time", "time_per_epoch_s": "time per epoch"}
+
+
+def _order(end: dict, metric: str = "total_time_s") -> str:
     text = " < ".join(end["order"]) or "-"
-    if end.get("low_communication"):
-        text += f"  (not ranked on time per epoch: {', '.join(end['low_communication'])})"
+    if end.get("low_communication"):  # their time is not to the same progress: the best option below ranks them
+        text += (f"  (not in this order on {METRIC_WORDS.get(metric, metric)}, needing more tokens for Data's "
+                 f"progress: {', '.join(end['low_communication'])})")
     return text + "".join(f"  ({t}: {status})" for t, status in end["not_running"].items())
 
 

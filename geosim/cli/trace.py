@@ -115,15 +115,21 @@ MAX_TRACE_EVENTS = 1_000_000
 
 
 def check_trace_size(schedule, iterations: int) -> int:
-    """Refuse, before simulating, a trace that would pass MAX_TRACE_EVENTS (an op of the schedule
-    is about one event per iteration: 4,096 microbatches x 100 iterations were a 1 GB file);
-    returns the estimate."""
-    ops = sum(len(program) for program in schedule.programs.values())
+    """Refuse, before simulating, a trace that would pass MAX_TRACE_EVENTS; returns the estimate: every
+    rank's ops per iteration with each collective's ring steps (a send and a receive each, every one an
+    event: geosim.cost.schedule_work), the events a trace records at most (4,096 microbatches x 100
+    iterations were a 1 GB file; data on 1,024 GPUs is 4 million steps an iteration, not the 1,024 ops
+    its programs list)."""
+    from geosim.cost import schedule_work
+
+    ops = schedule_work(schedule, 1)
     if ops * iterations > MAX_TRACE_EVENTS:
-        most = max(1, MAX_TRACE_EVENTS // max(ops, 1))
-        raise GeosimError(f"about {ops * iterations:,} trace events ({ops:,} ops per iteration x {iterations}), more "
-                          f"than a trace holds ({MAX_TRACE_EVENTS:,}, ~150 MB): use --iterations {most} or fewer, "
-                          f"or fewer --microbatches", source="--iterations")
+        most = MAX_TRACE_EVENTS // max(ops, 1)
+        fix = (f"use --iterations {most} or fewer, or fewer --microbatches" if most >= 1 else
+               "one iteration is already more: trace fewer hosts (--hosts) or fewer --microbatches")
+        raise GeosimError(f"about {ops * iterations:,} trace events ({ops:,} ops and collective steps per iteration x "
+                          f"{iterations}), more than a trace holds ({MAX_TRACE_EVENTS:,}, ~150 MB): {fix}",
+                          source="--iterations" if most >= 1 else "--hosts")
     return ops * iterations
 
 
@@ -146,11 +152,13 @@ def _trace(args, technique, out, cluster, model, workload, params, layout=None) 
     except GeosimError as exc:  # a layout this case cannot run: one line naming the technique
         raise GeosimError(f"{technique} cannot run as asked: {exc.problem}", source="trace") from None
     from geosim.cli._progress import Heartbeat
+    from geosim.cost import check_expansion
 
     events = check_trace_size(schedule, args.iterations)
     with Heartbeat("trace", f"simulating about {events:,} events") as beat:  # a line every few seconds
         result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload,
-                              iterations=args.iterations, network=network_model(case.network), trace=True)
+                              iterations=args.iterations, network=network_model(case.network), trace=True,
+                              admit=check_expansion)  # a trace runs every rank: their steps bounded first
         doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
                "otherData": {"scenario": cluster.name, "technique": technique, "model": model.name,
                              "description": schedule.description, "iteration_end_s": result.iteration_end}}

@@ -24,6 +24,10 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--scenario": ("list|one", "the slice: a built-in scenario name or a scenario file (repeatable where a "
                                "command takes several)"),
     "--model": ("one|spec", "a model from the catalog (`geosim models`) or the scenario"),
+    "--model-config": ("one", "a Hugging Face config.json (Llama, Qwen2, Mistral, Mixtral, DeepSeek-MoE, GPT-2, "
+                              "GPT-NeoX): the model's shape, named for its file (instead of --model)"),
+    "--memory-parts": ("flag", "print each row's fullest GPU's memory by part: weights, master copy, gradients, "
+                               "optimizer, activations, the backward's transient, workspace"),
     "--params": ("one", "simulator parameters file (default: the shipped defaults)"),
     "--network": ("one", "the network model the simulation runs: fabric (each link by its transport: NVLink, RDMA, TCP), tcp, alpha-beta or ideal"),
     "--technique": ("list|one", "technique name(s), repeatable and comma-separated; 'all': every technique the "
@@ -94,6 +98,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--data-parallel": ("int", "layout: data-parallel replicas of each stage (d; default: the GPUs asked / t / p)"),
     "--virtual-stages": ("int", "layout: chunks of layers per stage under the interleaved 1F1B schedule (v; "
                                 "default 1)"),
+    "--expert-parallel": ("int", "layout of a mixture of experts (data): its experts split over groups of N consecutive "
+                                 "GPUs inside a site, two all-to-alls per MoE layer each way (never across a WAN link)"),
     "--layer-split": ("one", "layout: layers of each stage (of each virtual stage when interleaved), comma-separated"),
     "--replica-per": ("one", "layout of a low-communication technique: what trains one replica, a host or a site "
                              "(the hosts asked at a site, data parallel)"),

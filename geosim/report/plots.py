@@ -106,12 +106,40 @@ def _save(fig, base: Path, legend=None) -> list[Path]:
 BEST_STYLE = {"color": "black", "lw": 5, "alpha": 0.25, "solid_capstyle": "round", "zorder": 1}
 
 
-def _draw_best(ax, best_rows: list[dict], scale: float) -> str | None:
-    """The planner's best option at each RTT (the sweep's best.json) as a broad grey band under the
-    technique lines. Returns what it is, for the panel's title ("best: Pipeshard vm1>vm2 to 5 ms,
-    then Data on vm1"), or None if there is nothing to draw."""
-    pts = sorted((r["rtt_ms"], r["total_time_s"] / scale, r.get("best") or r["best_option"]) for r in best_rows
-                 if r.get("total_time_s") and r.get("best_option") and isinstance(r.get("rtt_ms"), (int, float)))
+def ranked_value(row: dict, metric: str) -> float:
+    """A line's point on the ranking's measure where the metric is the whole run: its time to Data's
+    progress (the sweep row's time_to_progress_s, the run's own time for the synchronous techniques; a
+    low-communication technique's training stretched by 1 / its token efficiency), so the best option and
+    the lines it ranks are drawn on one measure; per epoch, the metric as it is."""
+    if metric == "total_time_s" and row.get("time_to_progress_s") is not None:
+        return row["time_to_progress_s"]
+    return row[metric]
+
+
+def lower_envelope(lines: dict[str, list[tuple[float, float]]], planned: list[tuple[float, float, str]]
+                   ) -> list[tuple[float, float, str]]:
+    """The best option at each x: the least of the lines' points there and the planner's best (which also
+    ranks single VMs and Pipeshard's splits), with its name. lines: technique -> [(x, y)]; planned:
+    [(x, y, option)]. Never above a line at an x the line has."""
+    at: dict[float, tuple[float, str]] = {}
+    for x, y, name in planned:
+        at[x] = min(at.get(x, (float("inf"), "")), (y, name))
+    for technique, pts in lines.items():
+        for x, y in pts:
+            if y < at.get(x, (float("inf"), ""))[0] * (1 - 1e-9):
+                at[x] = (y, f"{_label(technique)} on all VMs")
+    return sorted((x, y, name) for x, (y, name) in at.items())
+
+
+def _draw_best(ax, best_rows: list[dict], scale: float, lines: dict[str, list[tuple[float, float]]]
+               ) -> str | None:
+    """The best option at each RTT as a broad grey band under the technique lines: the lower envelope of
+    the lines drawn and the planner's best (the sweep's best.json, on the same measure). Returns what it
+    is, for the panel's title ("best: Pipeshard vm1>vm2 to 5 ms, then Data on vm1"), or None if there is
+    nothing to draw."""
+    planned = [(r["rtt_ms"], r["total_time_s"] / scale, r.get("best") or r["best_option"]) for r in best_rows
+               if r.get("total_time_s") and r.get("best_option") and isinstance(r.get("rtt_ms"), (int, float))]
+    pts = lower_envelope(lines, planned)
     if not pts:
         return None
     ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], **BEST_STYLE)
@@ -158,17 +186,22 @@ def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", met
     for ax, key in zip(axes, keys):
         group = panels[key]
         bottom = blended_transform_factory(ax.transData, ax.transAxes)
+        drawn: dict[str, list[tuple[float, float]]] = {}  # technique -> its line's points (the best's envelope)
         for tech in dict.fromkeys(r["technique"] for r in group):
             pts = sorted(((r[EFFECTIVE[axis]], r) for r in group if r["technique"] == tech), key=lambda p: p[0])
             # the scenario as given is a marker, not part of the line: its other links may differ from the what-if's
-            ok = [(x, r[metric] / scale) for x, r in pts if r["status"] == "ok" and r["point"][axis] != NATIVE]
+            ok = [(x, ranked_value(r, metric) / scale) for x, r in pts
+                  if r["status"] == "ok" and r["point"][axis] != NATIVE]
+            if axis == "rtt_ms":
+                drawn[tech] = [(r["point"][axis], ranked_value(r, metric) / scale) for x, r in pts
+                               if r["status"] == "ok" and r["point"][axis] != NATIVE]
             if ok:
                 ls, marker = _style(tech)
                 ax.plot(*zip(*ok), ls=ls, marker=marker, ms=4, lw=1.6, color=_color(tech), label=_label(tech),
                         mfc="none" if ls != "-" else _color(tech))
             for x, r in pts:
                 if r["status"] == "ok" and r["point"][axis] == NATIVE:
-                    ax.plot([x], [r[metric] / scale], "o", mfc="none", mec=_color(tech), ms=8, mew=1.5)
+                    ax.plot([x], [ranked_value(r, metric) / scale], "o", mfc="none", mec=_color(tech), ms=8, mew=1.5)
                     seen_marks.add("native")
                 if r["status"] != "ok":
                     mark = "x" if r["status"] == "out-of-memory" else "|"
@@ -190,10 +223,11 @@ def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", met
                 ax.plot([m["x"]], [m["y"] / scale], "D", color=_color(m["technique"]), mec="black", ms=6, zorder=5)
                 seen_marks.add("measured")
         best_line = None
-        if axis == "rtt_ms" and metric == "total_time_s":
-            for doc in best:
-                if panel_key({"point": doc["point"]}, axis) == key:
-                    best_line = _draw_best(ax, doc.get("rows", []), scale) or best_line
+        if axis == "rtt_ms":
+            # the planner's best is on the whole run (time to the same progress); per epoch, the lines alone
+            planned = [doc.get("rows", []) for doc in best if metric == "total_time_s"
+                       and panel_key({"point": doc["point"]}, axis) == key]
+            best_line = _draw_best(ax, planned[0] if planned else [], scale, drawn)
         if best_line:
             seen_marks.add("best")
         ax.set_xscale("log")
@@ -220,13 +254,16 @@ def plot_time_vs_axis(rows: list[dict], base: Path, *, axis: str = "rtt_ms", met
         ax.tick_params(labelsize=7)
     handles = [Line2D([], [], color=_color(t), ls=_style(t)[0], marker=_style(t)[1], ms=4,
                       mfc="none" if _style(t)[0] != "-" else _color(t),
-                      label=_label(t) + (" (needs more tokens)" if _low_communication(t) else ""))
+                      label=_label(t) + ((" (to Data's progress)" if metric == "total_time_s" else " (needs more tokens)")
+                                         if _low_communication(t) else ""))
                for t in dict.fromkeys(r["technique"] for r in rows)]
     extra = {"native": Line2D([], [], ls="", marker="o", mfc="none", mec="black", label="scenario as given"),
              "out-of-memory": Line2D([], [], ls="", marker="x", color="black", mew=2, label="out of memory"),
              "infeasible": Line2D([], [], ls="", marker="|", color="black", mew=2, label="infeasible"),
              "measured": Line2D([], [], ls="", marker="D", color="white", mec="black", label="measured"),
-             "best": Line2D([], [], label="best option (the planner's,\nto the same training progress)",
+             "best": Line2D([], [], label=("best option: the lowest line\nor the planner's option, to the\nsame "
+                                           "training progress" if metric == "total_time_s"
+                                           else "best option per epoch:\nthe lowest line"),
                             **{k: v for k, v in BEST_STYLE.items() if k != "zorder"})}
     handles += [h for k, h in extra.items() if k in seen_marks]
     fig.tight_layout()

@@ -6,6 +6,7 @@ than out of a formula. With nothing contending and identical links:
   ring allreduce     = 2(p-1)·α + 2(p-1)/p·n·β
   ring reduce-scatter or all-gather = (p-1)·α + (p-1)/p·n·β
   binomial-tree allreduce = 2·ceil(log2 p)·(α + n·β)
+  pairwise all-to-all = (p-1)·(α + n/p·β)   (n: the buffer each rank holds, 1/p of it for each rank)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from functools import lru_cache
 
 from geosim.sim.schedule import Collective, Recv, Send
 
-ALGORITHMS = ("ring", "tree", "hierarchical")
+ALGORITHMS = ("ring", "tree", "hierarchical", "pairwise")
 
 
 def _ring_steps(group, pos, chunk, steps, tag, phase):
@@ -60,6 +61,18 @@ def tree(op: str, group: tuple[int, ...], pos: int, nbytes: float, tag: tuple) -
         elif low == 0 and pos + bit < p:
             bcast_ops.append(Send(group[pos + bit], nbytes, tag + ("down", r), p2p=False))
     return reduce_ops + bcast_ops
+
+
+def pairwise(group: tuple[int, ...], pos: int, nbytes: float, tag: tuple) -> list:
+    """All-to-all as NCCL's pairwise exchange (and MPI's for large messages): in step k = 1 .. p-1 each
+    rank sends its 1/p slice for the rank k places after it and receives from the rank k places before
+    it, one step after another (an MoE layer's token dispatch and combine under expert parallelism)."""
+    p = len(group)
+    ops = []
+    for k in range(1, p):
+        ops.append(Send(group[(pos + k) % p], nbytes / p, tag + ("a2a", k), p2p=False))
+        ops.append(Recv(group[(pos - k) % p], tag + ("a2a", k)))
+    return ops
 
 
 @lru_cache(maxsize=256)
@@ -107,7 +120,7 @@ def ring_phases(coll: Collective, hosts: tuple[str, ...]) -> list[list[tuple[int
     """The (sender, receiver) pairs of each ring phase of `coll`, in the order the phases run;
     None for the tree. Every rank sends to one rank per phase, each step of the phase."""
     group = coll.group
-    if coll.algorithm == "tree" and coll.op == "allreduce":
+    if (coll.algorithm == "tree" and coll.op == "allreduce") or coll.op == "all_to_all":
         return None
     if len(group) == 1:
         return []
@@ -140,6 +153,8 @@ def _positions(group: tuple[int, ...]) -> dict[int, int]:
 
 def _expand(coll: Collective, rank: int, hosts: tuple[str, ...]) -> list:
     pos = position(coll.group, rank)
+    if coll.op == "all_to_all":  # one form: the pairwise exchange (no ring or tree all-to-all)
+        return pairwise(coll.group, pos, coll.nbytes, coll.tag)
     if coll.algorithm == "ring":
         return ring(coll.op, coll.group, pos, coll.nbytes, coll.tag)
     if coll.algorithm == "tree":

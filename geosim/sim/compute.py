@@ -178,25 +178,50 @@ def attention_ops(sequences: float, seq_len: int, d: float, heads: float, e: int
 def block_forward(model: Model, sequences: float, seq_len: int, precision: str, tensor_parallel: int = 1,
                   dropout: bool = True, fused_attention: bool = False) -> list[KernelOp]:
     """One transformer block's forward for `sequences` sequences on one GPU of a `tensor_parallel`
-    split (Megatron's layout: heads and MLP columns split, layer norms and residuals replicated)."""
+    split (Megatron's layout: heads and MLP columns split, layer norms and residuals replicated).
+    The shape's own widths: q and the attention output n_head x head_dim wide, k and v n_kv_head x
+    head_dim (GQA), the MLP's intermediate width (SwiGLU: gate and up in one GEMM, then silu x up)."""
     e, t = value_bytes(precision), tensor_parallel
     h, a = model.n_embd, model.n_head
-    tokens, d, heads = sequences * seq_len, h / a, a / t
+    tokens, d, heads = sequences * seq_len, model.head_width, a / t
+    q, qkv = model.q_width, model.q_width + 2 * model.kv_width
     drop = 1 if dropout else 0  # dropout writes a one-byte mask and the scaled values
     return [
         MemoryOp("ln1", 2 * tokens * h * e),
-        Gemm("qkv", tokens, 3 * h / t, h),
-        MemoryOp("qkv bias", 2 * tokens * 3 * h / t * e),
-        *attention_ops(sequences, seq_len, d, heads, e, dropout, fused_attention),
-        MemoryOp("merge heads", 2 * tokens * h / t * e),
-        Gemm("attention out", tokens, h, h / t),
+        Gemm("qkv", tokens, qkv / t, h),
+        *([MemoryOp("qkv bias", 2 * tokens * qkv / t * e)] if model.bias != "none" else []),
+        *attention_ops(sequences, seq_len, d, heads, e, dropout, fused_attention, model.kv_heads / t),
+        MemoryOp("merge heads", 2 * tokens * q / t * e),
+        Gemm("attention out", tokens, h, q / t),
         MemoryOp("bias+dropout+residual", tokens * h * (3 * e + drop)),
         MemoryOp("ln2", 2 * tokens * h * e),
-        Gemm("mlp in", tokens, 4 * h / t, h),
-        MemoryOp("bias+gelu", 2 * tokens * 4 * h / t * e),
-        Gemm("mlp out", tokens, h, 4 * h / t),
+        *mlp_forward(model, tokens, e, t),
         MemoryOp("bias+dropout+residual", tokens * h * (3 * e + drop)),
     ]
+
+
+def mlp_forward(model: Model, tokens: float, e: int, t: int) -> list[KernelOp]:
+    """The MLP's kernels: GELU's two GEMMs around bias+GELU, SwiGLU's gate-and-up GEMM, silu x up and the
+    down GEMM; a mixture of experts' router, its top-k experts (one GEMM each, its share of the routed
+    tokens, capacity padding included) and its shared experts."""
+    h = model.n_embd
+    swiglu = model.mlp == "swiglu"
+
+    def mlp(rows: float, inner: int, batch: float = 1.0, tag: str = "mlp") -> list[KernelOp]:
+        # inner: the unsplit width, divided by t in each term as GPT-2's kernels always were (to the bit)
+        act = (MemoryOp(f"{tag} silu*up", 3 * rows * inner / t * e * batch) if swiglu
+               else MemoryOp(f"{tag} bias+gelu" if tag != "mlp" else "bias+gelu", 2 * rows * inner / t * e * batch))
+        return [Gemm(f"{tag} in", rows, (2 if swiglu else 1) * inner / t, h, batch), act,
+                Gemm(f"{tag} out", rows, h, inner / t, batch)]
+
+    if not model.moe:
+        return mlp(tokens, model.ffn)
+    experts, inner = model.n_expert, model.expert_ffn
+    ops: list[KernelOp] = [Gemm("router", tokens, experts, h), MemoryOp("router top-k", 2 * tokens * experts * 4)]
+    ops += mlp(tokens * model.routed_tokens / experts, inner, experts, "experts")
+    if model.n_shared_expert:
+        ops += mlp(tokens, model.n_shared_expert * inner, 1.0, "shared experts")
+    return ops
 
 
 def _backward_gemms(op: Gemm) -> list[Gemm]:
@@ -212,6 +237,7 @@ def block_backward(model: Model, sequences: float, seq_len: int, precision: str,
     s, h, a = seq_len, model.n_embd, model.n_head
     tokens, heads = sequences * seq_len, a / t
     scores = sequences * heads * s * s
+    q, qkv = model.q_width, model.q_width + 2 * model.kv_width
     drop = 1 if dropout else 0
     ops: list[KernelOp] = []
     for op in reversed(block_forward(model, sequences, seq_len, precision, tensor_parallel, dropout, fused_attention)):
@@ -227,12 +253,16 @@ def block_backward(model: Model, sequences: float, seq_len: int, precision: str,
             ops.append(MemoryOp(label + " bwd", tokens * h * (4 * e + drop)))
         elif label in ("ln1", "ln2"):  # read x, dy (and the residual branch's grad), write dx
             ops.append(MemoryOp(label + " bwd", 4 * tokens * h * e))
-        elif label == "bias+gelu":  # read x and dy, write dx; the bias reduce rereads dx
-            ops.append(MemoryOp(label + " bwd", 4 * tokens * 4 * h / t * e))
+        elif label.endswith("bias+gelu"):  # read x and dy, write dx; the bias reduce rereads dx
+            ops.append(MemoryOp(label + " bwd", 2 * op.nbytes))
+        elif label.endswith("silu*up"):  # read gate, up and dy; write d(gate) and d(up)
+            ops.append(MemoryOp(label + " bwd", op.nbytes * 5 / 3))
+        elif label == "router top-k":  # the routing weights' gradient
+            ops.append(MemoryOp(label + " bwd", op.nbytes))
         elif label == "qkv bias":
-            ops.append(MemoryOp(label + " bwd", tokens * 3 * h / t * e))
+            ops.append(MemoryOp(label + " bwd", tokens * qkv / t * e))
         elif label == "merge heads":
-            ops.append(MemoryOp(label + " bwd", 2 * tokens * h / t * e))
+            ops.append(MemoryOp(label + " bwd", 2 * tokens * q / t * e))
         elif label == "mask+softmax":
             ops.append(MemoryOp(label + " bwd", SOFTMAX_PASSES_BACKWARD * scores * e))
         elif label == "attention dropout":

@@ -106,23 +106,28 @@ def compute_timer(schedule: Schedule, params: Params, workload: Workload):
 
 def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload: Workload,
                  iterations: int = 3, *, network: NetworkFactory, trace: bool = False,
-                 exact: bool = False, clock: Callable[[], Clock] = Clock, symmetry: bool | None = None) -> RunResult:
+                 exact: bool = False, clock: Callable[[], Clock] = Clock, symmetry: bool | None = None,
+                 admit: Callable | None = None) -> RunResult:
     """Simulate `iterations` iterations on the network model `network` builds (a factory called
     as network(clock, cluster, params, devices, trace); geosim.sim.network.network_model(name)
     gives one by name; there is no default). exact=True runs every repetition of
     Repeat blocks. `clock` makes the event kernel (tests/test_kernel.py hands it SimPy's).
     Ranks a proven symmetry makes alike run once (geosim.sim.symmetry; the same answers to the
     bit, fewer events); symmetry=False runs every rank (what the tests compare that against), as
-    does every run inside `with every_rank():`."""
+    does every run inside `with every_rank():`. admit(schedule, network, ranks), where given, is called once
+    the ranks that run are known (None: every rank) and before any is simulated: it raises to refuse the run
+    (geosim.cost's bound on the collective steps those ranks expand)."""
     if symmetry is None:
         symmetry = _symmetry_on.get()
     thresholds = gc.get_threshold()
     gc.set_threshold(*RUN_GC_THRESHOLDS)
     try:
         try:
-            return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run(symmetry)
+            return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run(symmetry,
+                                                                                                              admit)
         except OrderMatters:  # a shared hop's senders met at one instant: the proof's run-time half failed
-            return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run(False)
+            return EngineRun(schedule, cluster, params, workload, iterations, network, trace, exact, clock).run(False,
+                                                                                                              admit)
     finally:
         gc.set_threshold(*thresholds)
 
@@ -185,11 +190,13 @@ class EngineRun:
         self.is_representative = None  # under a symmetry, whether a rank runs
         self._running: dict[int, int] = {}  # id of a group -> its ranks that run (the group kept by the programs)
 
-    def run(self, symmetry: bool = True) -> RunResult:
+    def run(self, symmetry: bool = True, admit: Callable | None = None) -> RunResult:
         env, net, caps, schedule = self.env, self.net, self.caps, self.schedule
         caps.prepare(schedule.programs)
         found = find_symmetry(schedule, caps) if symmetry and self.trace_rows is None else None
         ranks = list(schedule.programs)
+        if admit is not None:  # the network model, and the ranks that run (None: every rank)
+            admit(schedule, net, found.representatives() if found is not None else None)
         if found is not None:  # run the representatives alone; each answers for its copies
             caps.reduce_to(found)
             ranks, self.copies, self.canonical = found.representatives(), found.copies, found.canonical

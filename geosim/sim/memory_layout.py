@@ -90,7 +90,8 @@ def block_residual_bytes_per_token(model: Model, seq_len: int, options: LayoutOp
     scores = model.n_head * seq_len  # softmax values per token
     if options.fused_attention:  # flash attention keeps each row's log-sum-exp (fp32) instead of its scores
         scores = model.n_head * 4.0 / e
-    values = (replicated_h_values + (16.0 - replicated_h_values) / t) * h * e + scores * e / t
+    h_values = model.block_activation_values / h  # GPT-2's 16 (the shape's own: GQA's narrower k, v; SwiGLU's 3 f)
+    values = (replicated_h_values + (h_values - replicated_h_values) / t) * h * e + scores * e / t
     if options.dropout and not options.fused_attention:  # masks of the two residual dropouts and the attention dropout, its output
         values += 2 * h * 1 + scores * (1 + e) / t
     return values
@@ -102,10 +103,10 @@ def block_input_bytes_per_token(model: Model, options: LayoutOptions) -> float:
 
 
 def block_transient_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions, tensor_parallel: int = 1) -> float:
-    """A block's backward: the score gradients (dP, dS) and the MLP's 4h-wide gradients."""
+    """A block's backward: the score gradients (dP, dS) and the MLP's gradients (GPT-2: two 4h-wide)."""
     e, t = options.value_bytes, tensor_parallel
     scores = 0.0 if options.fused_attention else 2 * model.n_head * seq_len * e / t
-    return scores + 8 * model.n_embd * e / t
+    return scores + model.block_gradient_values * e / t
 
 
 def head_bytes_per_token(model: Model, options: LayoutOptions, tensor_parallel: int = 1) -> tuple[float, float]:
@@ -194,10 +195,12 @@ def _layout(params_full: float, params_sharded: float, shards: int, what_is_shar
     return parts
 
 
-def data_parallel(model: Model, sequences_per_gpu: float, seq_len: int, options: LayoutOptions) -> dict[str, float]:
-    """A full replica; each weight's gradient is added into the accumulator as its GEMM produces it."""
+def data_parallel(model: Model, sequences_per_gpu: float, seq_len: int, options: LayoutOptions,
+                  params_held: float | None = None) -> dict[str, float]:
+    """A full replica (or `params_held`: expert parallelism's share of the experts); each weight's gradient is
+    added into the accumulator as its GEMM produces it."""
     acts = activations(model, sequences_per_gpu, seq_len, model.n_layer, True, options)
-    return _layout(model.num_params, 0.0, 1, (), acts, 1, options)
+    return _layout(model.num_params if params_held is None else params_held, 0.0, 1, (), acts, 1, options)
 
 
 def zero2(model: Model, sequences_per_gpu: float, seq_len: int, gpus: int, options: LayoutOptions) -> dict[str, float]:
@@ -243,7 +246,7 @@ def part_groups(parts: dict[str, float]) -> dict[str, float]:
 
 def auto_sharded_params(model: Model, gpus: int) -> float:
     """Parameters one GPU holds under auto_sharded: the blocks' matrices split, the rest whole."""
-    matrices = model.n_layer * 12 * model.n_embd ** 2
+    matrices = model.n_layer * model.layer_matrix_params
     return model.num_params - matrices + matrices / gpus
 
 
@@ -254,7 +257,7 @@ def auto_sharded(model: Model, sequences: float, seq_len: int, gpus: int, option
     replicating it at these sizes), so every GPU holds their states whole; the activations that
     feed the layer norms are replicated, the attention and MLP ones split by heads and columns.
     `sequences` is the whole microbatch: every GPU sees every token."""
-    matrices = model.n_layer * 12 * model.n_embd ** 2
+    matrices = model.n_layer * model.layer_matrix_params
     replicated = model.num_params - matrices
     acts = activations(model, sequences, seq_len, model.n_layer, True, options, tensor_parallel=gpus)
     return _layout(replicated, matrices, gpus, ("weights", "master", "gradients", "optimizer"), acts, 1, options)
@@ -268,10 +271,10 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
     stages - stage index; GPipe: all of them). A mesh running data parallel inside holds the stage
     whole; one sharding it (tensor_parallel > 1) splits the blocks' matrices as auto_sharded does,
     and each of its GPUs sees the whole microbatch."""
-    matrices = layers * 12 * model.n_embd ** 2
-    params = layers * model.params_per_layer + (model.embedding_params if first else 0)
+    matrices = layers * model.layer_matrix_params
+    params = model.stage_params(layers, first, last)
     if last and not first:
-        params += model.vocab * model.n_embd + 2 * model.n_embd
+        params += model.norm_params  # the final norm before the head
     acts = activations(model, sequences_per_gpu, seq_len, layers, last, options, tensor_parallel=tensor_parallel)
     parts = _layout(params - matrices, matrices, tensor_parallel, ("weights", "master", "gradients", "optimizer"),
                     acts, in_flight, options)
@@ -300,7 +303,9 @@ def pipeline_stage(model: Model, sequences_per_gpu: float, seq_len: int, layers:
 # - remat keeps a block's input, split over a tensor-parallel group outside a scan; two microbatches
 #   (live's one-step scan, unrolled) run both forwards before either backward.
 
-JAX_BLOCK_H_VALUES = 20.0  # ln_1 in/out, q, k, v, attention out, ln_2 in/out, fc out, GELU's tanh and out (4h each)
+# Per token and block, live keeps the shape's block_activation_values (GPT-2: ln_1 in/out, q, k, v, attention out,
+# ln_2 in/out, fc out and GELU's out, 16h) and one more MLP-wide value: GELU's tanh (4h; 20h in all), SwiGLU's sigmoid
+JAX_EXTRA_MLP_VALUES = 1.0
 JAX_REPLICATED_H_VALUES = 2.0  # under tensor parallelism: the residual stream entering each layer norm
 JAX_SCORE_FP32_VALUES = 2.0  # per score: the fp32 scores and the fp32 softmax (live's softmax runs in fp32)
 # In 16-bit, per score: the fp32 softmax and its 16-bit cast (XLA for sm_80, the grid above); a generation whose
@@ -335,7 +340,8 @@ def jax_block_bytes_per_token(model: Model, seq_len: int, options: LayoutOptions
         replicated_bytes = JAX_SCANNED_LN_FP32_H_VALUES * 4.0 + JAX_SCANNED_LN_OUT_H_VALUES * e
         return (replicated_bytes + JAX_SCANNED_SPLIT_H_VALUES * e / t) * h + scores
     replicated = JAX_REPLICATED_H_VALUES
-    h_values = (replicated + (JAX_BLOCK_H_VALUES - replicated) / t) * h * e
+    block = (model.block_activation_values + JAX_EXTRA_MLP_VALUES * model.ffn) / h  # GPT-2: 20
+    h_values = (replicated + (block - replicated) / t) * h * e
     return h_values + scores
 
 

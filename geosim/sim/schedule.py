@@ -55,10 +55,10 @@ class Recv(NamedTuple):
 
 
 class Collective(NamedTuple):
-    op: str  # allreduce | reduce_scatter | all_gather
+    op: str  # allreduce | reduce_scatter | all_gather | all_to_all
     group: tuple[int, ...]  # ranks, in ring order
-    nbytes: float  # the full buffer each rank contributes (allreduce) or ends with (all_gather)
-    algorithm: str  # ring | tree | hierarchical
+    nbytes: float  # the full buffer each rank contributes (allreduce, all_to_all) or ends with (all_gather)
+    algorithm: str  # ring | tree | hierarchical | pairwise (all_to_all's one form)
     tag: tuple
     label: str = ""
 

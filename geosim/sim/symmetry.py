@@ -188,7 +188,7 @@ def _steps_map(a: Collective, b: Collective, image, hosts) -> bool:
     """Every member's steps of b are its σ-preimage's steps of a, renamed: rings (and the rings of
     the hierarchical form) with the same lengths and the renamed neighbours. The tree only when b's
     group is a's renamed in order (its root and positions move with it)."""
-    if a.algorithm == "tree" and a.op == "allreduce":
+    if (a.algorithm == "tree" and a.op == "allreduce") or a.op == "all_to_all":  # positions matter
         return b.group == tuple(image(r) for r in a.group)
     mine, theirs = _ring_shape(a, hosts), _ring_shape(b, hosts)
     for rank, phases in mine.items():

@@ -9,11 +9,10 @@ schedule and checks memory before it simulates anything.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from geosim.case import Case
@@ -27,7 +26,7 @@ from geosim.validate import check_number
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
 from geosim.structure import structured_subsets
 from geosim.specs import Cluster, Model, Workload
-from geosim.techniques import (default_techniques, get_technique, is_low_communication, label, plan_floor_s, plan_variants,
+from geosim.techniques import (default_techniques, is_low_communication, label, plan_floor_s, plan_variants,
                                technique_names)
 
 
@@ -82,19 +81,13 @@ def candidates(case: Case, max_gpus: int | None = None, choices: dict | None = N
     plan_variants(); `choices` go to it as keyword arguments (e.g. intra_stages), and so does
     `exhaustive` (every variant, or the structured few) where it takes one."""
     every = is_exhaustive(case, exhaustive)
+    # a layout asked with its microbatch count (--microbatches given): that configuration, on each set of hosts
+    fixed = (choices or {}).get("fixed_microbatches")
     for technique, hosts in shapes(case, max_gpus, techniques, every):
-        for changes, options in plan_variants(technique, case, hosts,
-                                              **_choices_for(technique, {**(choices or {}), "exhaustive": every})):
+        for changes, options in plan_variants(technique, case, hosts, **{**(choices or {}), "exhaustive": every}):
+            if fixed and changes.get("microbatches", case.workload.microbatches) != case.workload.microbatches:
+                continue
             yield technique, hosts, changes, options
-
-
-def _choices_for(technique: str, choices: dict | None) -> dict:
-    """The planner's choices a technique's plan_variants() takes (by its signature)."""
-    module = get_technique(technique)
-    if not choices or not hasattr(module, "plan_variants"):
-        return {}
-    accepted = inspect.signature(module.plan_variants).parameters
-    return {k: v for k, v in choices.items() if k in accepted and v is not None}
 
 
 def _signature(cluster: Cluster):
@@ -127,13 +120,17 @@ def floor_s(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, o
     """A floor under an option's ranked time (its module's plan_floor_s; 0 if it has none). The
     ranked time stretches the run by 1 / efficiency, so the floor holds divided by the most the
     technique's efficiency can be, when that is above 1."""
-    if progress is not None and progress.target_tokens is not None:
-        return 0.0  # another token count than the workload's: the floor (for the workload) does not bound it
     workload = replace(case.workload, **changes) if changes else case.workload
     floor = shared_floor(case.with_(workload=workload) if changes else case, technique, hosts, options,
                          lambda: plan_floor_s(technique, case, hosts, workload, options))
     best = (progress or SameProgress(case.params)).best_efficiency(technique)
-    return floor / max(1.0, best)
+    # the floor F = start-up s + X bounds the workload's run, X <= its training time T - s; a run's time to
+    # r x the workload's tokens at efficiency e <= best is s + r (T - s) / e >= min(1, r / best) x F
+    # (r = 1 without a target: F / max(1, best))
+    r = 1.0
+    if progress is not None and progress.target_tokens is not None:
+        r = progress.target_tokens / (workload.iterations_per_epoch * workload.epochs * workload.tokens_per_iteration)
+    return floor * min(1.0, r / best)
 
 
 def robustness(plan: "Plan", draws: list, contenders: int = 8, on_draw=None) -> dict:
@@ -179,38 +176,46 @@ class Search:
 def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadline_s: float | None = None,
            choices: dict | None = None, techniques: tuple[str, ...] | None = None,
            progress: Callable[..., None] | None = None, same_progress: SameProgress | None = None,
-           exhaustive: bool | None = None, budget: int | None = -1) -> Search:
+           exhaustive: bool | None = None, budget: int | None = -1, asked: list[tuple] = ()) -> Search:
     """Simulate candidates in order of their floor; stop once no floor can reach the top `keep`.
     The floor only ever underestimates, so nothing that belongs in the top `keep` is skipped;
     keep=None simulates everything. More than MAX_CANDIDATES candidates: a one-line error
     naming what narrows the search, before anything is simulated. `budget` caps the simulations
     (-1: none for the exhaustive search, STRUCTURED_BUDGET for the structured one; None: none);
-    what it leaves unsimulated though its floor could still rank is counted in `unsettled`."""
+    what it leaves unsimulated though its floor could still rank is counted in `unsettled`.
+    `asked` (geosim.studies.asked.asked_candidates: the techniques on the host sets and layout the user
+    asked) join the candidates and are never left to the budget: the verdict cannot be slower than a
+    row the user asked that runs (only their floors prune them, which never hides a better one)."""
     started = time.perf_counter()
     key = rank_key(deadline_s)
     every = is_exhaustive(case, exhaustive)
     if budget == -1:
         budget = None if every or keep is None else STRUCTURED_BUDGET
-    todo = []
-    for args in candidates(case, max_gpus, choices, techniques, every):
+    todo, seen = [], set()
+    for args, seeded in itertools.chain(((a, True) for a in asked),
+                                        ((a, False) for a in candidates(case, max_gpus, choices, techniques, every))):
+        if seeded and max_gpus is not None and _gpus_of(case, args[1]) > max_gpus:
+            continue
+        if (k := candidate_key(case, *args)) in seen:
+            continue
+        seen.add(k)
         if len(todo) >= MAX_CANDIDATES:
             raise GeosimError(f"the plan would weigh more than {MAX_CANDIDATES:,} options on "
                               f"{len(case.cluster.hosts)} VMs; narrow it with --technique, --max-gpus, "
                               f"--intra-stage or a smaller scenario", source="plan")
-        todo.append((floor_s(case, *args, same_progress), args))
+        todo.append((floor_s(case, *args, same_progress), args, seeded))
         if progress and len(todo) % 200 == 0:
             progress(len(todo), None, "weighed")
     gpus_of = _gpus_counter(case)
     todo.sort(key=lambda fa: key(fa[0], gpus_of(fa[1][1])))
     best: list[tuple] = []  # keys of the best feasible options so far, sorted, at most `keep`
-    simulated, spent = [], 0
-    for i, (floor, args) in enumerate(todo):
+    simulated, spent, left = [], 0, []
+    for i, (floor, args, seeded) in enumerate(todo):
         if keep is not None and len(best) >= keep and key(floor, gpus_of(args[1])) > best[-1]:
-            return Search(simulated, len(todo), len(todo) - i, time.perf_counter() - started, every)
-        if budget is not None and spent >= budget and best:
-            rest = [fa for fa in todo[i:] if len(best) < (keep or 0) or key(fa[0], gpus_of(fa[1][1])) <= best[-1]]
-            return Search(simulated, len(todo), len(todo) - i - len(rest), time.perf_counter() - started, every,
-                          unsettled=len(rest))
+            break
+        if budget is not None and spent >= budget and best and not seeded:
+            left.append((floor, args))
+            continue
         option = evaluate(case, *args, same_progress)
         simulated.append(option)
         spent += option.ok  # an infeasible or out-of-memory option costs a build, not a simulation
@@ -220,7 +225,16 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
             best = sorted(set(best + [key(option.ranked_time_s, option.gpus)]))[:keep]
         if progress:
             progress(len(simulated), len(todo))
-    return Search(simulated, len(todo), 0, time.perf_counter() - started, every)
+    # left by the budget: those whose floor could still rank among the options kept are unsettled
+    unsettled = sum(1 for f, a in left if keep is None or len(best) < keep or key(f, gpus_of(a[1])) <= best[-1])
+    return Search(simulated, len(todo), len(todo) - len(simulated) - unsettled, time.perf_counter() - started, every,
+                  unsettled=unsettled)
+
+
+def candidate_key(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None) -> tuple:
+    """What makes two candidates the same run: a microbatch count equal to the workload's is no change."""
+    changes = {k: v for k, v in changes.items() if getattr(case.workload, k, None) != v}
+    return technique, tuple(hosts), repr(sorted(changes.items())), repr(options)
 
 
 def _gpus_of(case: Case, hosts: tuple[str, ...]) -> int:
@@ -259,7 +273,7 @@ class Plan:
     failed: dict[str, int]  # status -> how many options predicted it
     deadline_s: float | None
     max_gpus: int | None
-    algorithm: Selection | None  # Algorithm 1 on predicted probes (None: the slice has not 2 VMs)
+    algorithm: Selection | None  # Algorithm 1 on predicted probes (on every VM of the slice: select.algorithm1)
     algorithm_option: Option | None  # its choice, predicted for the same workload
     considered: int  # candidate options, simulated or pruned
     pruned: int  # never simulated: even their compute-only floor ranks below the options kept
@@ -268,6 +282,8 @@ class Plan:
     unsettled: int = 0  # left unsimulated by the structured search's budget though their floor could rank
     seconds: float = 0.0  # wall time of the search
     exhaustive: bool = True  # every subset and order was tried (else the structured search)
+    # asked rows that fail on divisibility, each with the best microbatch count that runs it (None: none does)
+    retried: list = field(default_factory=list)
 
     def search_line(self) -> str:
         """How much the planner looked at: options weighed, simulated, pruned, and how long it took."""
@@ -304,7 +320,8 @@ class Plan:
         """One sentence: how Algorithm 1's choice compares with the planner's best."""
         best, algo, chosen = self.best, self.algorithm, self.algorithm_option
         if algo is None:
-            return "Algorithm 1 needs exactly two VMs; not applicable to this slice."
+            return (f"Algorithm 1 (a pipeline stage per VM) is not weighed past {ALGORITHM1_HOSTS} VMs; "
+                    f"`geosim select` runs it.")
         if best is None:
             return f"Algorithm 1 picks {algo.label}; the planner finds no feasible option either."
         if chosen is None or not chosen.ok:
@@ -330,11 +347,16 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
+# Algorithm 1 probes Pipeshard with a stage per VM: past this many VMs (predict's "each alone" rows stop there too)
+# the planner does not put it beside the verdict; `geosim select` still runs it when asked
+ALGORITHM1_HOSTS = 16
+
+
 def algorithm_choice(case: Case, delta: float, progress: SameProgress | None = None
                      ) -> tuple[Selection | None, Option | None]:
     """Algorithm 1 on predicted probes, and its choice predicted for the full workload."""
     hosts = [h.name for h in case.cluster.hosts]
-    if len(hosts) != 2:
+    if len(hosts) > ALGORITHM1_HOSTS:
         return None, None
     selection = algorithm1(PredictedProbes(case.cluster, case.model, case.workload, case.params), *hosts, delta=delta)
     if selection.technique is None:
@@ -345,23 +367,66 @@ def algorithm_choice(case: Case, delta: float, progress: SameProgress | None = N
 def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None = None, delta: float = 0.1,
               keep: int | None = 10, choices: dict | None = None,
               techniques: tuple[str, ...] | None = None, progress: Callable[[int, int], None] | None = None,
-              same_progress: SameProgress | None = None, exhaustive: bool | None = None) -> Plan:
+              same_progress: SameProgress | None = None, exhaustive: bool | None = None,
+              asked: list[tuple] = ()) -> Plan:
     """Rank every option (geosim.studies.ranking's rule: time to the same training progress) and put
     Algorithm 1's choice beside the best. `choices` go to the techniques' plan_variants() (Pipeshard:
     intra_stages); `same_progress` says what progress is (default: the workload's tokens, efficiencies
     from the parameters file)."""
     same_progress = same_progress or SameProgress(case.params)
-    found = search(case, max_gpus, keep, deadline_s, choices, techniques, progress, same_progress, exhaustive)
+    found = search(case, max_gpus, keep, deadline_s, choices, techniques, progress, same_progress, exhaustive,
+                   asked=asked)
     failed: dict[str, int] = {}
     for o in found.simulated:
         if not o.ok:
             failed[o.prediction.status] = failed.get(o.prediction.status, 0) + 1
-    ok = rank(found.simulated, deadline_s)
+    # an asked row that fails only on divisibility at the workload's microbatches: the counts that run
+    retried = other_microbatches(case, found.simulated, asked, same_progress)
+    ok = _one_each(rank(found.simulated + [o for _, o in retried if o is not None and o.ok], deadline_s))
     selection, chosen = algorithm_choice(case, delta, same_progress)
     return Plan(case, ok, failed, deadline_s, max_gpus, selection, chosen,
                 considered=found.considered, pruned=found.pruned, progress=same_progress,
                 simulated=len(found.simulated), seconds=found.seconds, exhaustive=found.exhaustive,
-                unsettled=found.unsettled)
+                unsettled=found.unsettled, retried=retried)
+
+
+def _one_each(ranked: list[Option]) -> list[Option]:
+    """A row asked and the planner's variant that is the same run (the asked layout with its default layer
+    split spelled out) listed once, under the planner's fuller label."""
+    def run_of(o: Option) -> tuple:
+        p = o.prediction
+        return o.technique, o.hosts, o.workload.microbatches, p.total_time_s, p.peak_memory_gib, p.description
+
+    fuller: dict[tuple, Option] = {}
+    for o in ranked:
+        held = fuller.get(run_of(o))
+        if held is None or len(o.options or {}) + len(o.changes) > len(held.options or {}) + len(held.changes):
+            fuller[run_of(o)] = o
+    kept = {id(o) for o in fuller.values()}
+    return [o for o in ranked if id(o) in kept]
+
+
+def other_microbatches(case: Case, simulated: list[Option], asked: list[tuple],
+                       progress: SameProgress | None) -> list[tuple[Option, Option | None]]:
+    """For each asked row that did not run because a batch does not divide (global_batch / microbatches
+    over the GPUs or replicas), the best microbatch count that runs it (every divisor of the global
+    batch tried): (the row as asked, the row at that count); where none runs, the first count at which
+    the batch divides but the run fails otherwise (out of memory), else None. The verdict ranks what
+    runs, so it is never slower than a row it offers."""
+    wanted = {candidate_key(case, *a) for a in asked}
+    out = []
+    for o in simulated:
+        if o.ok or "divisible" not in (o.prediction.reason or "") or o.changes or \
+                candidate_key(case, o.technique, o.hosts, o.changes, o.options) not in wanted:
+            continue
+        batch = case.workload.global_batch
+        counts = [m for m in range(1, min(batch, 4096) + 1) if batch % m == 0 and m != case.workload.microbatches]
+        tried = [evaluate(case, o.technique, o.hosts, {"microbatches": m}, o.options, progress) for m in counts]
+        runs = [x for x in tried if x.ok]
+        # none runs: the first count that divides but fails otherwise (out of memory), if any
+        divides = next((x for x in tried if "divisible" not in (x.prediction.reason or "")), None)
+        out.append((o, rank(runs)[0] if runs else divides))
+    return out
 
 
 # -- the same question on measured runs ----------------------------------------------------------

@@ -186,9 +186,10 @@ def fmt_time(seconds: float | None) -> str:
 
 
 def margin(slower_s: float, faster_s: float) -> str:
-    """'+0.4%', '1.93x': how much longer the slower takes."""
+    """'+0.4%', '1.93x': how much longer the slower takes; '-48.9%' when the one named slower is in fact
+    faster (a sign of its own, never '+-48.9%')."""
     ratio = slower_s / faster_s
-    return f"+{100 * (ratio - 1):.1f}%" if ratio < 1.5 else f"{ratio:.2f}x"
+    return f"{ratio:.2f}x" if ratio >= 1.5 else f"{100 * (ratio - 1):+.1f}%"
 
 
 def verdict(where: str, ranked: list[Option], *, estimate: str = "predicted", algorithm: str | None = None,
@@ -211,6 +212,22 @@ def verdict(where: str, ranked: list[Option], *, estimate: str = "predicted", al
     if algorithm is not None:
         line += "; " + algorithm_agreement(best, algorithm, algorithm_option)
     return line
+
+
+STARTUP_BOUND = 0.5  # a verdict whose start-up is more than this share of its time says so
+
+
+def startup_note(best) -> str | None:
+    """Where the verdict's option spends most of its time starting up, the workload is too short to tell
+    the techniques apart by training: say so (None otherwise)."""
+    p = getattr(best, "prediction", None)
+    if p is None or not p.ok or not p.startup_s or best.ranked_time_s is None:
+        return None
+    share = p.startup_s / best.ranked_time_s
+    if share <= STARTUP_BOUND:
+        return None
+    return (f"start-up is {share:.0%} of the verdict's {fmt_time(best.ranked_time_s)}: the workload is too short for "
+            f"training to decide (give --epochs, --tokens-per-epoch or --target-tokens)")
 
 
 def _efficiency_note(option, what: str = "") -> str:
@@ -251,8 +268,8 @@ def why_algorithm1_differs(best: Option, selection, chosen: Option | None, probe
         return None
     reasons = []
     if best.kind not in probed_kinds:
-        reasons.append(f"it never probes {best.kind} (it tries Pipeshard on both VMs, Data and Shard on each VM "
-                       f"alone, then ZeRO2 on both)")
+        reasons.append(f"it never probes {best.kind} (it tries Pipeshard on {_all(selection)}, Data and Shard on each "
+                       f"VM alone, then ZeRO2 on {_all(selection).removesuffix(' VMs') if _all(selection) == 'both VMs' else _all(selection)})")
     elif best.label != best.kind:
         reasons.append(f"it probes {best.kind} only at the default layer split and microbatches, where the ranking "
                        f"also tries {best.label.removeprefix(best.kind).lstrip(', ')}")
@@ -260,6 +277,12 @@ def why_algorithm1_differs(best: Option, selection, chosen: Option | None, probe
         reasons.append(f"it decides on TFLOP/s per GPU against delta {selection.delta:g}, not on time to train "
                        f"({selection.branch} branch: {selection.reason})")
     return "; ".join(reasons) or None
+
+
+def _all(selection) -> str:
+    """'both VMs' (the study's two) or 'all N VMs': what Algorithm 1 probes together."""
+    n = sum(1 for name in selection.probes if name.startswith("Td"))
+    return "both VMs" if n == 2 else f"all {n} VMs"
 
 
 # -- how the choice moves with latency -------------------------------------------------------

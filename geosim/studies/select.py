@@ -9,7 +9,7 @@ only sees the numbers, so it is written once, exactly as the reference restates 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
 from geosim.errors import GeosimError
@@ -78,12 +78,25 @@ def _ratio(a: float, b: float) -> str:
     return f"{(a - b) / b:+.3f}" if b > 0 else "undefined (divisor 0)"
 
 
-def algorithm1(source: ProbeSource, v1: str, v2: str, delta: float = DEFAULT_DELTA) -> Selection:
-    """Algorithm 1, step for step. Ties go to V1 and to Data, as in the restatement (>=)."""
+def algorithm1(source: ProbeSource, *vms: str, delta: float = DEFAULT_DELTA) -> Selection:
+    """Algorithm 1, step for step, on any number of VMs (docs/guide/select-plan.md, "Algorithm 1 past
+    two VMs"). On two it is the study's exactly: probes Tp (Pipeshard on V1+V2, a stage per VM), Td_i
+    and Ts_i (Data and Shard on each VM alone), Tz = their maximum; Pipeshard if it beats Tz by more than
+    delta, the best single VM if Tz beats Tp by more than delta, else ZeRO2 on all if it runs, else none.
+    On N VMs the same steps with Tp a stage per VM over all N, i = 1..N, ZeRO2 on all N; ties go to the
+    lower-numbered VM and to Data (>=), as in the restatement. On one VM there is no pipeline across VMs
+    (Tp is not probed): the better of Data and Shard on it, else ZeRO2 on it, else none."""
+    if vms and not isinstance(vms[-1], str):  # the study's form: algorithm1(source, v1, v2, delta)
+        *vms, delta = vms
+    if not vms:
+        raise GeosimError("Algorithm 1 needs at least one VM", source="--hosts")
     if not 0 < delta <= 1:
         raise GeosimError(f"must be in (0, 1], got {delta:g}", source="--delta")
-    wanted = {"Tp": (PIPESHARD, (v1, v2)), "Td1": (DATA, (v1,)), "Ts1": (SHARD, (v1,)),
-              "Td2": (DATA, (v2,)), "Ts2": (SHARD, (v2,))}
+    everyone = tuple(vms)
+    wanted = {"Tp": (PIPESHARD, everyone)} if len(vms) > 1 else {}
+    for i, vm in enumerate(vms, start=1):
+        wanted[f"Td{i}"] = (DATA, (vm,))
+        wanted[f"Ts{i}"] = (SHARD, (vm,))
     probes, missing = {}, []
     for name, (technique, hosts) in wanted.items():
         try:
@@ -93,21 +106,29 @@ def algorithm1(source: ProbeSource, v1: str, v2: str, delta: float = DEFAULT_DEL
     if missing:
         raise _missing_error(missing)
     t = {name: p.tflops for name, p in probes.items()}
-    tp, td1, ts1, td2, ts2 = t["Tp"], t["Td1"], t["Ts1"], t["Td2"], t["Ts2"]
-    tz = max(td1, td2, ts1, ts2)
+    singles = [(t[f"Td{i}"], t[f"Ts{i}"]) for i in range(1, len(vms) + 1)]
+    tz = max(max(pair) for pair in singles)
     pick = dict(probes=probes, tz=tz, delta=delta, source=source.kind)
+    # the first VM whose better single-VM probe is Tz, and its better technique (Data on a tie)
+    i_best = next(i for i, pair in enumerate(singles) if max(pair) >= tz)
+    single = (DATA if singles[i_best][0] >= singles[i_best][1] else SHARD), (vms[i_best],)
+    if len(vms) == 1:
+        if tz > 0:
+            return Selection(*single, "single-vm", f"one VM: the better of Data and Shard on it (Tz = {tz:.3g})",
+                             **pick)
+        probes["Tz2"] = tz2 = _one(source, ZERO2, everyone)
+        if tz2.tflops > 0:
+            return Selection(ZERO2, everyone, ZERO2, "one VM: Data and Shard fail (Tz = 0); Tz2 > 0", **pick)
+        return Selection(None, (), "none", "one VM: every probe failed (Tz = 0, Tz2 = 0)", **pick)
+    tp = t["Tp"]
     gain_p = f"(Tp - Tz) / Tz = {_ratio(tp, tz)}"
     gain_z = f"(Tz - Tp) / Tp = {_ratio(tz, tp)}"
 
     if tz > 0 and (tp - tz) / tz > delta:
-        return Selection(PIPESHARD, (v1, v2), PIPESHARD, f"{gain_p} > delta {delta:g}", **pick)
+        return Selection(PIPESHARD, everyone, PIPESHARD, f"{gain_p} > delta {delta:g}", **pick)
     if tp > 0 and (tz - tp) / tp > delta:
         reason = f"{gain_z} > delta {delta:g}: one VM beats the pipeline"
-        if max(td1, ts1) >= max(td2, ts2):
-            technique, vm = (DATA if td1 >= ts1 else SHARD), v1
-        else:
-            technique, vm = (DATA if td2 >= ts2 else SHARD), v2
-        return Selection(technique, (vm,), "single-vm", reason, **pick)
+        return Selection(*single, "single-vm", reason, **pick)
 
     if tz == 0 and tp == 0:
         why = "Tp = 0 and Tz = 0 (every probe failed)"
@@ -117,21 +138,22 @@ def algorithm1(source: ProbeSource, v1: str, v2: str, delta: float = DEFAULT_DEL
         why = f"Tp = 0 (Pipeshard failed), so the single-VM test needs Tp > 0; {gain_p} <= delta"
     else:
         why = f"|gap| within delta {delta:g}: {gain_p}, {gain_z}"
-    probes["Tz2"] = tz2 = _one(source, ZERO2, (v1, v2))
+    probes["Tz2"] = tz2 = _one(source, ZERO2, everyone)
     notes = []
     if tz == 0 < tp:
         notes.append("Pipeshard ran (Tp > 0) but Algorithm 1 returns it only when some single-VM probe ran too")
     if tp == 0 < tz:
         notes.append("a single VM ran (Tz > 0) but Algorithm 1 returns one only when Pipeshard ran too")
     if tz2.tflops > 0:
-        return Selection(ZERO2, (v1, v2), ZERO2, f"{why}; Tz2 > 0", notes=notes, **pick)
+        return Selection(ZERO2, everyone, ZERO2, f"{why}; Tz2 > 0", notes=notes, **pick)
     return Selection(None, (), "none", f"{why}; Tz2 = 0", notes=notes, **pick)
 
 
-def algorithm1_kinds(v1: str, v2: str) -> set[str]:
+def algorithm1_kinds(*vms: str) -> set[str]:
     """The technique-and-VMs choices Algorithm 1 can return."""
-    return {option_kind(PIPESHARD, (v1, v2)), option_kind(ZERO2, (v1, v2))} | {
-        option_kind(t, (v,)) for t in (DATA, SHARD) for v in (v1, v2)}
+    everyone = tuple(vms)
+    return ({option_kind(PIPESHARD, everyone), option_kind(ZERO2, everyone)} if len(vms) > 1
+            else {option_kind(ZERO2, everyone)}) | {option_kind(t, (v,)) for t in (DATA, SHARD) for v in vms}
 
 
 def _one(source: ProbeSource, technique: str, hosts: tuple[str, ...]) -> Probe:
@@ -166,8 +188,14 @@ class PredictedProbes:
                  network: str = DEFAULT_NETWORK):
         self.cluster, self.model, self.workload, self.params = cluster, model, workload, params
         self.network = network  # the network model the probes are predicted on
+        self._twins: dict[tuple, tuple[str, ...]] = {}  # (technique, a VM alone's hardware) -> the VM probed
 
     def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:
+        if len(hosts) == 1:  # a VM alone crosses no link: VMs of the same GPUs give the same probe
+            twin = self._twins.setdefault((technique, _alone(self.cluster, hosts[0])), hosts)
+            if twin != hosts:
+                same = self.probe(technique, twin)
+                return replace(same, hosts=hosts)
         p = predict(Case(self.cluster, self.model, self.workload, self.params, self.network), technique, hosts=hosts)
         if not p.ok:
             return Probe(technique, hosts, 0.0, p.status, p.reason or "")
@@ -176,6 +204,12 @@ class PredictedProbes:
                          f"counted as failed ({p.tflops_per_gpu:.3f} TFLOP/s if it fits): "
                          + (p.memory_note or "").removeprefix(MAY_NOT_FIT_STATUS + ": "))
         return Probe(technique, hosts, p.tflops_per_gpu, "ok", p.description)
+
+
+def _alone(cluster: Cluster, name: str):
+    """What a VM alone is predicted from: its GPUs, how they are joined and its NICs, not its name or site."""
+    host = cluster.host(name)
+    return repr(replace(host, name="", site=""))
 
 
 class MeasuredProbes:

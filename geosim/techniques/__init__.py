@@ -13,6 +13,10 @@ module attributes say what other modules need to know without naming it:
                    microbatches, splits) as (workload changes, options) pairs; default: one, ({}, None)
   plan_floor_s(case, hosts, workload, options)  a floor under the predicted total time (default 0)
   variant_label(hosts, workload, options) / option_kind(hosts, options)  how the planner names an option
+  PLAN_FLAGS       `geosim plan`'s flags of its own, as data: ({"flag", "choices", "help"}, ...); plan_choices(args)
+                   turns what they ask into plan_variants' keywords
+  PLANNER          the name of a sibling module that holds the planner functions above (and PLAN_FLAGS,
+                   plan_choices) instead of this one: Pipeshard's "_pipeshard_plan"
   layout_options(case, hosts, **layout)  the per-run options of a layout asked on the command line (its
                    keywords are the layout keys it takes: tensor, pipeline, ..., replica_per)
 Modules whose names start with an underscore are shared helpers, not techniques.
@@ -21,6 +25,7 @@ Modules whose names start with an underscore are shared helpers, not techniques.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 from functools import cache
 from types import ModuleType
@@ -108,50 +113,60 @@ def is_low_communication(name: str) -> bool:
     return bool(getattr(get_technique(name), "LOW_COMMUNICATION", False))
 
 
+def _planner_hook(name: str, attr: str):
+    """A planner function of a technique: its module's own, or its planner module's where it names one
+    (PLANNER: a sibling module holding the planner's search, as Pipeshard's), else None."""
+    module = get_technique(name)
+    if hasattr(module, attr):
+        return getattr(module, attr)
+    planner = getattr(module, "PLANNER", None)
+    if planner:
+        return getattr(importlib.import_module(f"{__name__}.{planner}"), attr, None)
+    return None
+
+
 def option_kind(name: str, hosts: tuple[str, ...], options: dict | None = None) -> str:
     """Technique and VMs only: what a change of latency flips between (not a variant's details)."""
-    module = get_technique(name)
-    if hasattr(module, "option_kind"):
-        return module.option_kind(tuple(hosts), options)
-    return f"{label(name)} on {host_list(hosts)}"
+    own = _planner_hook(name, "option_kind")
+    return own(tuple(hosts), options) if own else f"{label(name)} on {host_list(hosts)}"
 
 
 def variant_label(name: str, hosts: tuple[str, ...], workload, options: dict | None) -> str:
-    module = get_technique(name)
-    if hasattr(module, "variant_label"):
-        return module.variant_label(tuple(hosts), workload, options)
-    return option_kind(name, hosts)
+    own = _planner_hook(name, "variant_label")
+    return own(tuple(hosts), workload, options) if own else option_kind(name, hosts)
 
 
 def plan_variants(name: str, case, hosts: tuple[str, ...], **choices):
-    """(workload changes, predict options) for each way the planner should try `name` on `hosts`."""
-    module = get_technique(name)
-    if hasattr(module, "plan_variants"):
-        yield from module.plan_variants(case, tuple(hosts), **choices)
-    else:
+    """(workload changes, predict options) for each way the planner should try `name` on `hosts`; of the
+    planner's `choices` (intra_stages, exhaustive, ...) each technique gets those its plan_variants takes."""
+    own = _planner_hook(name, "plan_variants")
+    if not own:
         yield {}, None
+        return
+    accepted = inspect.signature(own).parameters
+    yield from own(case, tuple(hosts), **{k: v for k, v in choices.items() if k in accepted and v is not None})
 
 
 def plan_floor_s(name: str, case, hosts: tuple[str, ...], workload, options: dict | None) -> float:
-    module = get_technique(name)
-    return module.plan_floor_s(case, tuple(hosts), workload, options) if hasattr(module, "plan_floor_s") else 0.0
+    own = _planner_hook(name, "plan_floor_s")
+    return own(case, tuple(hosts), workload, options) if own else 0.0
 
 
 def add_plan_arguments(parser) -> None:
-    """`geosim plan`'s flags that belong to one technique: each module's add_plan_arguments(parser)."""
+    """`geosim plan`'s flags that belong to one technique, from each one's PLAN_FLAGS: data (flag, choices,
+    help) this renders, so a technique declares its flag without writing argparse."""
     for name in technique_names():
-        module = get_technique(name)
-        if hasattr(module, "add_plan_arguments"):
-            module.add_plan_arguments(parser)
+        for spec in _planner_hook(name, "PLAN_FLAGS") or ():
+            parser.add_argument(spec["flag"], choices=spec.get("choices"), help=spec["help"])
 
 
 def plan_choices(args) -> dict:
     """The planner's choices those flags ask for (keyword arguments of the techniques' plan_variants)."""
     choices: dict = {}
     for name in technique_names():
-        module = get_technique(name)
-        if hasattr(module, "plan_choices"):
-            choices.update(module.plan_choices(args))
+        own = _planner_hook(name, "plan_choices")
+        if own:
+            choices.update(own(args))
     return choices
 
 

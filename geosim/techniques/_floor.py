@@ -104,6 +104,8 @@ def _collective_floor(op: Collective, host_of, site_of, ingress, wan) -> float:
         per_site[site_of[h]] = per_site.get(site_of[h], 0) + k
 
     def must_enter(k: int) -> float:
+        if op.op == "all_to_all":  # each of the k ranks receives 1/n of its buffer from each rank elsewhere
+            return op.nbytes * k * (n - k) / n
         if op.algorithm == "ring":  # the ring enters a host at least once per step: a chunk of B / n
             return op.nbytes * (n - 1) / n * (2 if op.op == "allreduce" else 1)
         if op.op == "allreduce":

@@ -91,8 +91,8 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
         by_name = {h.name: h for h in case.cluster.hosts}
         for s, mesh in enumerate(options["meshes"]):
             if len(mesh) > 1:
-                stage_params = layers[s] * case.model.params_per_layer + (case.model.embedding_params if s == 0 else 0) + (
-                    case.model.vocab * case.model.n_embd if s == count - 1 else 0)
+                stage_params = case.model.stage_params(layers[s], s == 0, s == count - 1) + (
+                    case.model.head_params if count == 1 and case.model.tied else 0)  # one stage: as counted before
                 port = min(params.lan_bandwidth_bps / 8 * (len(by_name[h].gpus) if by_name[h].nic == "per-gpu"
                                                                   else 1) for h in mesh)
                 g = stages[s][0]  # a ring enters each host once per step: 2(g-1) chunks of 1/g

@@ -60,11 +60,36 @@ def _resolve(case, hosts: tuple[str, ...], tensor, pipeline, data, virtual, laye
         options["intra_stage"] = "data" if t == 1 else "shard-data"
         if 1 < t < g:
             options["tensor"] = t
+    _check_layers(case.model.n_layer, p, virtual or 1, layer_split)
     if virtual and virtual > 1:
         options["interleave"] = virtual
     if layer_split is not None:
         options["layer_split"] = tuple(layer_split)
     return options, p, d
+
+
+def _check_layers(n_layer: int, stages: int, v: int, layer_split) -> None:
+    """The asked layout's layers, checked where every command (predict, plan, select, sweep, calibrate
+    import) resolves a layout: a split of the model's layers over the stages (x virtual stages) it
+    names, each at least one layer. A layout that fits nowhere is one line naming its flag, never a
+    prediction of every row failed and a verdict for another layout."""
+    if v > 1 and stages < 2:
+        raise GeosimError(f"virtual stages interleave a pipeline of two or more stages; this layout has {stages}",
+                          source=FLAGS["virtual"])
+    if stages * v > n_layer:
+        raise GeosimError(f"{stages} stages x {v} virtual stages = {stages * v} chunks of layers, more than the "
+                          f"model's {n_layer} layers", source=FLAGS["virtual"] if v > 1 else FLAGS["pipeline"])
+    if layer_split is None:
+        return
+    want = stages * v
+    if len(layer_split) != want:
+        of = f"{stages} stages x {v} virtual stages" if v > 1 else f"{stages} stages"
+        raise GeosimError(f"{len(layer_split):,} numbers for the {of} of the hosts asked: give {want} (layers of each)",
+                          source=FLAGS["layer_split"])
+    if min(layer_split) < 1:
+        raise GeosimError("every stage holds at least 1 layer", source=FLAGS["layer_split"])
+    if sum(layer_split) != n_layer:
+        raise GeosimError(f"{sum(layer_split):,} layers in all, but the model has {n_layer}", source=FLAGS["layer_split"])
 
 
 def asked_variants(case, hosts: tuple[str, ...], layout: dict, microbatches: list[int], stage_layers):

@@ -21,9 +21,10 @@ from geosim.sim import memory_layout
 from geosim.sim.schedule import Compute, Recv, Repeat, Schedule, Send
 from geosim.case import Case
 from geosim.runtime import runtime_of
-from geosim.techniques import _floor
+from geosim.techniques import _experts, _floor
 from geosim.techniques._base import (accumulation, backward_multiplier, combined, forward_flops, launch_ops,
                                      optimizer_op, overhead_op, pass_ops, replica_per_gpu, update_op, work)
+from geosim.techniques._settings import option
 from geosim.units import MIB
 
 NAME = "data"
@@ -36,7 +37,18 @@ DESCRIPTION = "replica per GPU, batch split, gradient all-reduce over all GPUs"
 
 @dataclass(frozen=True)
 class Settings:
-    pass  # Data's tunables are the simulator-wide ones (collectives, [xla] combiner, overheads)
+    # Data's tunables are the simulator-wide ones (collectives, [xla] combiner, overheads)
+    expert_parallel: int = option(1, "GPUs a mixture of experts' experts are split over (--expert-parallel: "
+                                     "consecutive GPUs of a site, two all-to-alls per MoE layer each way; "
+                                     "1: every GPU holds every expert)")
+
+
+def layout_options(case: Case, hosts: tuple[str, ...], expert: int | None = None) -> dict:
+    """--expert-parallel asked: its groups checked on the hosts asked (inside a site, dividing the experts)."""
+    if expert is None:
+        return {}
+    _experts.check_degree(case.on(hosts), replica_per_gpu(case.on(hosts))[0], expert)
+    return {"expert_parallel": expert}
 
 
 def build(case: Case, settings: Settings) -> Schedule:
@@ -44,6 +56,8 @@ def build(case: Case, settings: Settings) -> Schedule:
     devices, per_gpu, grad_bytes, group = replica_per_gpu(case)
     p = len(devices)
     runtime = runtime_of(workload, params)
+    if settings.expert_parallel > 1:
+        return _expert_parallel(case, devices, per_gpu, settings.expert_parallel)
     memory = memory_layout.per_device(
         devices, model, workload, params, runtime,
         lambda options: memory_layout.data_parallel(model, per_gpu, workload.seq_len, options),
@@ -60,6 +74,37 @@ def build(case: Case, settings: Settings) -> Schedule:
     return Schedule(NAME, devices, {d.rank: program for d in devices},
                     {r: sum(m.values()) for r, m in memory.items()}, memory,
                     what + f"{allreduce.count} all-reduce buffers of {grad_bytes / allreduce.count / MIB:.1f} MiB")
+
+
+def _expert_parallel(case: Case, devices, per_gpu: float, degree: int) -> Schedule:
+    """Data's replicas with the experts split over groups of `degree` GPUs (geosim/techniques/_experts.py)."""
+    model, workload, params = case.model, case.workload, case.params
+    groups = _experts.check_degree(case, devices, degree)
+    held = _experts.params_held(model, degree)
+    everyone = tuple(d.rank for d in devices)
+    algorithm = params.for_technique("collectives", NAME)
+    e = workload.bytes_per_value
+    shared = combined("allreduce", everyone, (model.num_params - model.expert_params) * e, algorithm, ("grads",),
+                      "gradient all-reduce (outside the experts)", params, workload)
+    memory = memory_layout.per_device(
+        devices, model, workload, params, runtime_of(workload, params),
+        lambda options: memory_layout.data_parallel(model, per_gpu, workload.seq_len, options, params_held=held),
+        lambda: jax_placement(model, workload.global_batch, workload.microbatches, len(devices)))
+    peers = {r: peer for peer in _experts.peer_groups(groups) for r in peer}
+    programs = {}
+    for group in groups:
+        fwd, bwd = pass_ops(model, workload, per_gpu, model.n_layer, True, True)
+        micro = Repeat((fwd, _experts.exchange(model, workload, per_gpu, group, "forward"), bwd,
+                        _experts.exchange(model, workload, per_gpu, group, "backward"), update_op(model, held)),
+                       workload.microbatches, group, ("microbatch",), "microbatches")
+        for rank in group:
+            experts = combined("allreduce", peers[rank], model.expert_params / degree * e, algorithm,
+                               ("expert grads",), "expert gradient all-reduce", params, workload)
+            programs[rank] = [micro, shared, experts, optimizer_op(model, held), overhead_op(NAME, params, workload)]
+    what = (f"data parallel over {len(devices)} GPUs, {workload.microbatches} microbatches of {per_gpu:g} sequences "
+            f"each; {model.n_expert} experts split over groups of {degree} GPUs ({model.n_expert // degree} each), "
+            f"{2 * model.moe_layers} all-to-alls each way per microbatch")
+    return Schedule(NAME, devices, programs, {r: sum(m.values()) for r, m in memory.items()}, memory, what)
 
 
 def _overlapped(model, workload, params, group, per_gpu, grad_bytes, runtime):

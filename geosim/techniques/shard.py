@@ -42,7 +42,7 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
     h, s = model.n_embd, workload.seq_len
     tokens = sequences * s
     total = model.layer_forward_flops(tokens, s)
-    attention_share = (8 * h * h + 4 * s * h) / (24 * h * h + 4 * s * h)
+    attention_share = model.attention_share(s)
     act_bytes = tokens * h * workload.bytes_per_value
     algorithm = params.for_technique("collectives", NAME)
     per_half = max(1, collectives_per_layer // 2)

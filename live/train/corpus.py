@@ -14,11 +14,11 @@ from __future__ import annotations
 import random
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from geosim.errors import GeosimError, require
+from geosim.input_limits import read_input
 
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.ace")
 
@@ -55,11 +55,11 @@ def generated_texts(n_docs: int = 400, seed: int = 0) -> list[str]:
     return docs
 
 
+CORPUS_MAX_BYTES = 256 << 20  # the runs read a few MB of text; a file past this is read by no run
+
+
 def file_texts(path: str) -> list[str]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise GeosimError(f"cannot read ({exc.strerror})", source=path, key="--data") from None
+    text = read_input(path, CORPUS_MAX_BYTES, "text corpus geosim trains on", path, "--data")
     docs = [d for d in text.split("\n\n") if d.strip()]
     if not docs:
         raise GeosimError("no text in file", source=path, key="--data")

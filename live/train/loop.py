@@ -45,6 +45,8 @@ class Options:
 
 # What a result says about the devices when the run stopped before JAX could tell.
 UNKNOWN_DEVICES = {"platform": "cpu", "kind": "unknown", "count": 1, "processes": 1}
+# live techniques whose step is the whole model's loss (shard and pipeshard cut GPT-2's blocks by their names)
+LLAMA_TECHNIQUES = ("data", "zero2", "fsdp", "diloco", "sparseloco")
 
 
 @dataclass
@@ -226,6 +228,10 @@ def run(opts: Options, log=print) -> Result:
     if opts.batch <= 0 or opts.microbatches <= 0:
         raise GeosimError("--global-batch and --microbatches must be > 0", key="--global-batch")
     spec = get_model(opts.model)
+    if not spec.gpt2_shaped and opts.technique not in LLAMA_TECHNIQUES:
+        raise GeosimError(f"{opts.model} is not GPT-2 shaped: live trains its Llama block with "
+                          f"{', '.join(LLAMA_TECHNIQUES)} (whole-model steps); {opts.technique} cuts GPT-2's "
+                          "blocks by their parameter names", key="--technique")
     n_ctx = opts.seq_len or spec.n_ctx
     result = Result(devices=dict(UNKNOWN_DEVICES))
     start = time.perf_counter()
@@ -240,14 +246,14 @@ def run(opts: Options, log=print) -> Result:
         result.devices = devices
         precision = resolve_precision(opts.precision, devices["platform"], devices["kind"])
         dataset = corpus.load(opts.data, n_ctx, opts.tokenizer, opts.seed)
-        cfg = GPTConfig(spec.n_layer, spec.n_embd, spec.n_head, dataset.vocab, n_ctx, precision)
+        cfg = GPTConfig(spec.n_layer, spec.n_embd, spec.n_head, dataset.vocab, n_ctx, precision,
+                        shape=None if spec.gpt2_shaped else spec)
         technique = get(opts.technique, Setup(cfg, optimizer(opts.learning_rate), opts.batch, opts.microbatches,
                                               opts.stages), **(opts.lowcomm or {}))
         per_epoch = dataset.steps_per_epoch(opts.batch)
         steps = opts.steps or (opts.epochs * per_epoch if opts.epochs else 20)
         result.data = f"{dataset.source} ({dataset.tokenizer} tokens, {dataset.sequences.shape[0]} sequences)"
-        result.model_dims = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head, "vocab": cfg.vocab,
-                             "n_ctx": cfg.n_ctx}
+        result.model_dims = cfg.spec.shape_table()  # the shape the run trained (GQA, SwiGLU, ...), as records keep it
         result.devices["tf32_matmul"] = tf32_matmul(jax, devices["platform"], devices["kind"])
         result.workload = {"global_batch": opts.batch, "microbatches": opts.microbatches, "seq_len": n_ctx,
                            "tokens_per_epoch": per_epoch * opts.batch * n_ctx, "precision": precision,

@@ -94,6 +94,11 @@ class WanSlice:
     @classmethod
     def from_dict(cls, d: dict) -> WanSlice:
         d = dict(d)
+        if not netns.valid_id(d.get("id")):  # every action on a slice goes by its id: never an empty or odd one
+            raise ValueError(f"its id {str(d.get('id'))[:40]!r} is not of the form `up` writes (6 hex digits)")
+        pid = d.get("forwarder_pid", 0)
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid < 1 << 22:
+            raise ValueError(f"its forwarder_pid {str(pid)[:40]!r} is not a process id")
         d["hosts"] = [Host(**h) for h in d["hosts"]]
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
@@ -118,16 +123,38 @@ def read_state(path: str | None = None) -> WanSlice | None:
     """The slice of the state file; None without one; BrokenState if it cannot be read."""
     path = state_path(path)
     try:
-        with open(path) as f:
-            return WanSlice.from_dict(loads_json(f.read(STATE_MAX_BYTES + 1), path, STATE_MAX_BYTES))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO named as the state: no wait for a writer
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise BrokenState(f"cannot open it ({exc.strerror}); left as it is", source=path) from None
+    with os.fdopen(fd, "rb") as f:
+        not_ours = _not_ours(os.fstat(f.fileno()))
+        if not_ours:  # root acts on what root's `up` wrote alone: another user's file names no slice of its
+            raise BrokenState(f"{not_ours}: not a state file this user's `geosim live wan up` wrote, so "
+                              "`geosim live wan down` leaves it as it is", source=path)
+        data = f.read(STATE_MAX_BYTES + 1)
+    try:
+        return WanSlice.from_dict(loads_json(data.decode("utf-8"), path, STATE_MAX_BYTES))
     except (OSError, ValueError, TypeError, KeyError, AttributeError, GeosimError) as exc:
         why = exc.problem if isinstance(exc, GeosimError) else f"{type(exc).__name__}: {exc}"
         # what `down` will do with it, said the same way here (status reports it, down acts on it)
         then = ("`geosim live wan down` removes it and whatever it left" if looks_like_state(path) else
                 "not a WAN state file geosim wrote, so `geosim live wan down` leaves it as it is")
         raise BrokenState(f"unreadable state file ({why}); {then}", source=path) from None
+
+
+def _not_ours(st: os.stat_result) -> str | None:
+    """Why a state file (its stat) is not one this user's `up` made, None when it may be."""
+    import stat
+
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not by uid {os.geteuid()} who runs this"
+    if st.st_mode & 0o022:
+        return f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 def current(path: str | None = None) -> WanSlice | None:
@@ -147,7 +174,7 @@ def leftovers(path: str | None = None) -> dict:
     live_ids = {sid for _, sid, _ in running}
     found = {"namespaces": [], "etc_netns": [], "taps": [], "processes": [], "forwarders": [], "state_file": None}
     for ns in netns.namespaces():
-        sid = ns.removeprefix(netns.PREFIX).split("-")[0]
+        sid = netns.id_of(ns)
         if sid in live_ids:
             continue
         if os.path.exists(os.path.join(netns.NETNS_RUN, ns)):
@@ -438,17 +465,16 @@ def looks_like_state(path: str) -> bool:
     with the slice's id): a regular file of ours, small. Anything else named as the state file is
     reported and left alone, never deleted."""
     import re
-    import stat
 
     try:
         st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > STATE_MAX_BYTES:
+        if _not_ours(st) or st.st_size > STATE_MAX_BYTES:
             return False
         with open(path, "rb") as f:
             head = f.read(256)
     except OSError:
         return False
-    return re.match(rb'\{\s*"id":\s*"[0-9a-f]{1,16}"', head) is not None
+    return re.match(rb'\{\s*"id":\s*"[0-9a-f]{6}"', head) is not None
 
 
 def down(state: str | None = None, *, everything: bool = False, timeout_s: float = 15.0) -> list[str]:
@@ -480,7 +506,7 @@ def down(state: str | None = None, *, everything: bool = False, timeout_s: float
             done.append(sid)
     # what dead forwarders left: nothing running owns these names any more
     live_ids = {sid for _, sid, _ in _all_forwarders()}
-    orphans = {x.removeprefix(netns.PREFIX).split("-")[0] for x in netns.namespaces()}
+    orphans = {netns.id_of(x) for x in netns.namespaces()}  # names of up's form alone: valid ids
     orphans |= {t[2:8] for t in netns.tap_links()}
     for sid in sorted(orphans - live_ids):
         netns.teardown(sid)
@@ -489,24 +515,30 @@ def down(state: str | None = None, *, everything: bool = False, timeout_s: float
 
 
 def _all_forwarders(pids: list[int] | None = None) -> list[tuple[int, str, str]]:
-    """Running forwarders: (pid, slice id, state path), from their command lines."""
+    """Running forwarders: (pid, slice id, state path), from their command lines. Only processes
+    of this user whose command line names a valid id: another user's process dressed as a
+    forwarder (any name, any id) is never signalled, and never makes a slice look alive."""
     found = []
+    me = os.geteuid()
     for entry in pids if pids is not None else os.listdir("/proc"):
         entry = str(entry)
         if not entry.isdigit():
             continue
         try:
+            if os.stat(f"/proc/{entry}").st_uid != me:
+                continue
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
+                argv = f.read(1 << 20).split(b"\0")
         except OSError:
             continue
         # also "live.wan.forwarder": slices brought up by an older geosim are running slices too
         at = next((i for i, a in enumerate(argv) if a in _FORWARDER_NAMES), None)
         if at is not None and len(argv) > at + 1 and not _zombie(int(entry)):
             try:
-                cfg = json.loads(argv[at + 1])
-                found.append((int(entry), cfg["id"], cfg.get("state_path", "")))
-            except (ValueError, KeyError, TypeError):
+                cfg = loads_json(argv[at + 1].decode("utf-8"), f"process {entry}")
+                if netns.valid_id(cfg["id"]) and isinstance(cfg.get("state_path", ""), str):
+                    found.append((int(entry), cfg["id"], cfg.get("state_path", "")))
+            except (ValueError, KeyError, TypeError, AttributeError, GeosimError):
                 pass
     return found
 

@@ -20,6 +20,7 @@ import os
 import random
 import select
 import signal
+import stat
 import sys
 import time
 from collections import deque
@@ -168,12 +169,15 @@ def write_state(path: str, state: dict) -> None:
     never see half a file, and no fixed temporary name can be linked elsewhere."""
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    write_atomic(path, json.dumps(state, indent=2))
+    write_atomic(path, json.dumps(state, indent=2), mode=0o644)  # writable by its owner alone: read_state checks
 
 
 def remove_state(path: str, slice_id: str) -> None:
     try:
-        with open(path) as f:
+        with open(path, opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                return  # another user's file: never this user's to remove
             if loads_json(f.read(1 << 20), path).get("id") != slice_id:
                 return  # another slice's state: not ours to remove
         os.unlink(path)

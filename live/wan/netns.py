@@ -28,6 +28,10 @@ PREFIX = "geosim-wan-"
 SUBNET = "10.213.0"  # the project's own test hosts; never an address outside this /24 or loopback
 IFNAME = "wan0"
 MAX_HOSTS = 200
+# a slice's id as `up` writes it (secrets.token_hex(3)); anything else names no slice. An empty or
+# shorter id would be a prefix of every slice's names: teardown() refuses it rather than match them all
+ID_PATTERN = re.compile(r"[0-9a-f]{6}")
+_NS_NAME = re.compile(re.escape(PREFIX) + r"([0-9a-f]{6})-h[0-9]{1,4}")
 
 _TUNSETIFF = 0x400454CA
 _IFF_TAP = 0x0002
@@ -50,6 +54,26 @@ def child_env(base: dict | None = None) -> dict:
     if os.path.isfile(os.path.join(root, "pyproject.toml")):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
+
+
+def valid_id(slice_id) -> bool:
+    """Whether `slice_id` is an id `up` could have written (6 lowercase hex digits)."""
+    return isinstance(slice_id, str) and ID_PATTERN.fullmatch(slice_id) is not None
+
+
+def id_of(name: str) -> str | None:
+    """The slice id in a namespace name geosim-wan-<id>-h<i>, None when the name is not of that form."""
+    match = _NS_NAME.fullmatch(name)
+    return match.group(1) if match else None
+
+
+def owned_by_me(path: str) -> bool:
+    """A file or directory (not followed if a link) owned by this user and writable by no one else."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
 def ns_name(slice_id: str, i: int) -> str:
@@ -192,20 +216,26 @@ def configure_host(slice_id: str, i: int, n: int, *, mtu: int, bandwidth_mbit: f
 
 
 def namespaces(slice_id: str | None = None) -> list[str]:
-    """Namespaces of one slice (or of every geosim slice), from /run/netns and /etc/netns."""
-    prefix = f"{PREFIX}{slice_id}-" if slice_id else PREFIX
+    """Namespaces of one slice (or of every geosim slice), from /run/netns and /etc/netns: names of
+    the form up gives them (geosim-wan-<6 hex>-h<i>), owned by this user."""
+    if slice_id is not None and not valid_id(slice_id):
+        return []
     found = set()
     for base in (NETNS_RUN, NETNS_ETC):
         try:
-            found.update(x for x in os.listdir(base) if x.startswith(prefix))
-        except FileNotFoundError:
-            pass
+            names = os.listdir(base)
+        except OSError:
+            continue
+        found.update(x for x in names if id_of(x) and (slice_id is None or id_of(x) == slice_id)
+                     and owned_by_me(os.path.join(base, x)))
     return sorted(found)
 
 
 def tap_links(slice_id: str | None = None) -> list[str]:
     """TAP devices of a slice still in the root namespace (a setup that failed mid-way)."""
-    pattern = re.compile(rf"^gw{re.escape(slice_id) if slice_id else '[0-9a-f]{6}'}t\d+$")
+    if slice_id is not None and not valid_id(slice_id):
+        return []
+    pattern = re.compile(rf"^gw{slice_id if slice_id else '[0-9a-f]{6}'}t\d+$")
     try:
         return sorted(x for x in os.listdir("/sys/class/net") if pattern.match(x))
     except FileNotFoundError:
@@ -256,12 +286,17 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def teardown(slice_id: str | None) -> list[str]:
-    """Remove every namespace, /etc/netns entry and TAP of a slice (None: of every slice).
+def teardown(slice_id: str) -> list[str]:
+    """Remove every namespace, /etc/netns entry and TAP of one slice, named by its id as `up` wrote it.
 
     Processes still running inside the namespaces are stopped first: otherwise they keep
-    the namespace alive after `ip netns del`. Idempotent; returns what it removed.
+    the namespace alive after `ip netns del`. Idempotent; returns what it removed. Never a
+    wildcard: an id not of `up`'s form (empty, None, shorter: a prefix of other slices' names)
+    is refused, so no state file or process can make it remove another slice.
     """
+    if not valid_id(slice_id):
+        raise GeosimError(f"{str(slice_id)[:40]!r} is not a WAN slice id (6 hex digits, as `up` writes); "
+                          "nothing torn down", source=SOURCE)
     removed = []
     nss = namespaces(slice_id)
     for ns in nss:

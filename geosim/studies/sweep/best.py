@@ -12,9 +12,10 @@ from geosim.case import Case
 from geosim.scenario import get_model
 from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.table import as_table
-from geosim.studies.sweep.run import SweepContext
+from geosim.studies.sweep.run import SweepContext, point_workload
 from geosim.studies.whatif import with_bandwidth, with_gpu
 from geosim.units import gbps_to_bps
+from geosim.studies.asked import asked_candidates
 from geosim.studies.plan import answer_vs_rtt, make_plan
 
 MAX_PLANNED_HOSTS = 4  # the planner enumerates VM subsets: beyond a few VMs that is the scale sweep's job
@@ -48,12 +49,18 @@ def solve_best(ctx: SweepContext, job: dict) -> dict:
         cluster = with_gpu(cluster, p["gpu"])
     if p["bandwidth_gbps"] != NATIVE:
         cluster = with_bandwidth(cluster, gbps_to_bps(p["bandwidth_gbps"]))
-    case = Case(cluster, get_model(p["model"], sc.models), sc.workload(**p["workload"]), ctx.params, ctx.network)
+    model = get_model(p["model"], sc.models)
+    case = Case(cluster, model, sc.workload(**point_workload(p, sc, model)), ctx.params, ctx.network)
     techniques = tuple(job["techniques"])
     # flips stay bracketed by the grid's RTTs: bisecting each on the planner would cost ~7 plans a flip
     # (`geosim plan --sweep-rtt` locates them); the crossover table bisects technique pairs already
     choices = {"layout": p["layout"]} if p.get("layout") else None  # the layout asked: the planner ranks it too
-    doc = answer_vs_rtt(case, job["rtts"], lambda c, _: make_plan(c, keep=1, choices=choices, techniques=techniques),
+    # seeded with the panel's own lines (each technique on all the VMs, the layout asked): the best option is
+    # never above a line it ranks (the report draws it as their lower envelope)
+    everyone = [tuple(h.name for h in cluster.hosts)]
+    layout = p.get("layout") or None
+    doc = answer_vs_rtt(case, job["rtts"], lambda c, _: make_plan(c, keep=1, choices=choices, techniques=techniques,
+                                                                  asked=asked_candidates(c, techniques, everyone, layout)),
                         algorithm1_flips=False, locate=False)
     return {"point": p, "techniques": list(techniques), **doc}
 

@@ -17,7 +17,7 @@ from dataclasses import fields
 from geosim.errors import GeosimError
 from geosim.scenario import PRECISIONS
 from geosim.specs import Workload
-from geosim.units import parse_range
+from geosim.units import parse_range, range_count
 
 NATIVE = "native"  # the scenario as its file says: no what-if edit on this axis
 ALL_HOSTS = "all"
@@ -59,6 +59,30 @@ def _range(item: str, kind: str, source: str) -> list:
         values = [int(round(v)) for v in values]
     # rounding may merge neighbours; ascending, so a repeat is next to its twin (no set of 100,000 values)
     return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
+
+
+def count_values(spec: str | list | tuple | None, kind: str, source: str) -> int:
+    """How many values parse_values gives `spec` at most (repeats counted), without making them: each
+    range counted from its ends and step (geosim.units.range_count), each other item one. A grid is
+    counted from these before any axis is built."""
+    if spec is None:
+        return 1
+    if isinstance(spec, (list, tuple)):
+        return sum(count_values(s, kind, source) for s in spec) or 1
+    if not isinstance(spec, str):
+        return 1
+    return sum(range_count(item.strip(), source) if kind in ("int", "float") and ":" in item else 1
+               for item in spec.split(",")) or 1
+
+
+def refuse_grid(points: int, sizes: dict[str, int], counted: bool = False) -> None:
+    """A grid of more than MAX_GRID_POINTS points: one line saying how many and of which axes."""
+    if points <= MAX_GRID_POINTS:
+        return
+    shown = " x ".join(f"{n:,} {k}" for k, n in sizes.items() if n > 1)
+    raise GeosimError(f"{'up to ' if counted else ''}{points:,} points ({shown}) is more than {MAX_GRID_POINTS:,}: "
+                      "sweep fewer values, or split the grid over several sweeps (each its own --sweep-dir); "
+                      "nothing was built", key="grid")
 
 
 def parse_values(spec: str | list | tuple, kind: str, source: str, *, allow_native: bool = False) -> list:
@@ -126,10 +150,7 @@ class Grid:
             if not values:
                 raise GeosimError("no values", key=name)
         self.axes = {name: list(values) for name, values in axes.items()}
-        if len(self) > MAX_GRID_POINTS:
-            sizes = " x ".join(f"{len(v)} {k}" for k, v in self.axes.items() if len(v) > 1)
-            raise GeosimError(f"{len(self):,} points ({sizes}) is more than {MAX_GRID_POINTS:,}: "
-                              f"sweep fewer values, or split the grid over several --out directories", key="grid")
+        refuse_grid(len(self), {k: len(v) for k, v in self.axes.items()})
 
     def __len__(self) -> int:
         return math.prod(len(v) for v in self.axes.values())

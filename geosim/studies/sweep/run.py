@@ -31,6 +31,8 @@ from geosim.predict import predict
 from geosim.scale import load_any_scenario
 from geosim.scenario import Scenario, get_model, LINK_RANGES, check_number
 from geosim.specs import Params
+from geosim.studies.asked import scaled_tokens_per_epoch, scales_workload
+from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
 from geosim.studies.sweep.grid import NATIVE, Grid, host_subset, point_key
 from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint, iter_rows
@@ -55,10 +57,14 @@ def resolve_scenario(name: str) -> Scenario:
 
 
 def make_context(grid: Grid, params_path: str | None = None, metric: str = "total_time_s",
-                 network: str = DEFAULT_NETWORK) -> SweepContext:
-    """Load every scenario once and check every axis value, so a typo fails before any work starts."""
+                 network: str = DEFAULT_NETWORK, models: dict | None = None) -> SweepContext:
+    """Load every scenario once and check every axis value, so a typo fails before any work starts.
+    `models`: name -> Model the sweep adds to every scenario's own (a --model-config's shape)."""
     params = load_params(params_path)
     scenarios = {name: resolve_scenario(name) for name in grid.axes["scenario"]}
+    if models:
+        scenarios = {name: Scenario(sc.cluster, sc.workload_overrides, {**sc.models, **models})
+                     for name, sc in scenarios.items()}
     known = technique_names()
     for t in grid.axes["technique"]:
         if t not in known:
@@ -115,6 +121,15 @@ def manifest(grid: Grid, ctx: SweepContext) -> dict:
                           for name, sc in ctx.scenarios.items()}}
 
 
+def point_workload(point: dict, sc: Scenario, model) -> dict:
+    """A point's workload fields, with predict's default for a model outside the study where no token count
+    is swept or written (geosim.studies.asked.scales_workload): one workload for one question everywhere."""
+
+    if scales_workload(sc, model, point["workload"]):
+        return {**point["workload"], "tokens_per_epoch": scaled_tokens_per_epoch(model)}
+    return point["workload"]
+
+
 def evaluate(point: dict, ctx: SweepContext):
     """One point -> (cluster, Prediction or None, workload or None, reason)."""
     sc = ctx.scenarios[point["scenario"]]
@@ -125,11 +140,11 @@ def evaluate(point: dict, ctx: SweepContext):
         cluster = with_rtt(cluster, ms_to_s(point["rtt_ms"]))
     if point["bandwidth_gbps"] != NATIVE:
         cluster = with_bandwidth(cluster, gbps_to_bps(point["bandwidth_gbps"]))
+    model = get_model(point["model"], sc.models)
     try:  # combinations of axes (batch x microbatches) may be invalid where each value alone is fine
-        workload = sc.workload(**point["workload"])
+        workload = sc.workload(**point_workload(point, sc, model))
     except GeosimError as exc:
         return cluster, None, None, exc.problem
-    model = get_model(point["model"], sc.models)
     case = Case(cluster, model, workload, ctx.params, ctx.network)
     hosts = host_subset(point["hosts"])
     try:  # the layout asked, on this point's hosts (it may fit some scenarios of a sweep and not others)
@@ -170,6 +185,10 @@ def evaluate_row(point: dict, ctx: SweepContext) -> dict:
                      "startup_s", "tflops_per_gpu", "tokens_per_s", "peak_memory_gib", "memory_verdict", "bytes_per_iteration",
                      "description"):
             row[name] = getattr(pred, name)
+        if pred.ok:  # the ranking's measure (ranking.time_to_progress_s): what the report's best option is drawn on
+            efficiency = SameProgress(ctx.params).efficiency(pred).value
+            row["token_efficiency"] = efficiency
+            row["time_to_progress_s"] = time_to_progress_s(pred, efficiency)
         # the estimated efficiency entries the row rests on ("; " between them, "" when none) and its step's interval
         row["estimated"] = "; ".join(pred.estimated)
         low, high = pred.iteration_time_interval_s or (None, None)
@@ -271,10 +290,15 @@ class RayExecutor:
         self.ray = require("ray", extra="sweep", command="geosim sweep --ray-address")
         self._temp = None
         if not self.ray.is_initialized():
-            if address == "local":  # ours alone: on loopback, in a private temp directory
-                self._temp = init_local(self.ray, num_cpus)
-            else:  # a cluster someone started deliberately: attach to it
-                self.ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            try:
+                if address == "local":  # ours alone: on loopback, in a private temp directory
+                    self._temp = init_local(self.ray, num_cpus)
+                else:  # a cluster someone started deliberately: attach to it
+                    self.ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            except Exception as exc:  # Ray raises a bare Exception ("node timed out during startup"), ConnectionError...
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                raise GeosimError(f"Ray did not start ({why}); nothing was computed (try again, fewer --workers, or "
+                                  "without --ray-address)", source="--ray-address") from None
             self._owns = True
         else:
             self._owns = False
