@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from geosim.params import default_params
-from geosim.scenario import gpu_catalog, load_scenario
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import gpu_catalog, load_scenario
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.fabric import FabricNetwork
 from geosim.sim.schedule import Collective, Device, Schedule
-from geosim.specs import Cluster, Host, Workload
+from geosim.inputs.specs import Cluster, Host, Workload
 
 A100 = gpu_catalog()["A100-80GB"]
 GB = 1e9

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from geosim.params import default_params
-from geosim.scenario import load_scenario
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import load_scenario
 from geosim.sim.network.tcp import TCPNetwork, window_limits
 from geosim.techniques._base import devices_of
-from geosim.units import MIB
+from geosim.base.units import MIB
 
 
 def scenario(tmp_path, sites: tuple[str, str], windows: tuple[str, str] = ("", ""), rtt_ms: float = 40.0):
