@@ -56,6 +56,12 @@ MAX_GPUS_PER_HOST = 64
 MAX_GPUS = 65_536
 
 
+def opens_kernel_window(site: str, window_mib: float | None) -> bool:
+    """Whether a host opens what its kernel autotunes to ([transport] kernel_window_mib): one that states no
+    window and is no FABRIC VM (a site of geosim/data/fabric-sites.toml: those keep FABRIC's fitted
+    window_mib). One rule for a scenario file's hosts and a generated cluster's (scale:)."""
+    return window_mib is None and find_site(site) is None
+
 def parse_toml(text: str, source: str) -> dict:
     try:
         return loads_toml(text, source)  # size, nesting and dotted keys bounded first
@@ -436,9 +442,7 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
                     if "nic_gbps" in table else None)
         window = (check_number(table["tcp_window_mib"], source, prefix + "tcp_window_mib", *LINK_RANGES["window_mib"])
                   if "tcp_window_mib" in table else None)
-        # a host that states no window opens what its kernel autotunes to ([transport] kernel_window_mib), unless
-        # it is a FABRIC VM (a site of geosim/data/fabric-sites.toml): those keep FABRIC's fitted window_mib
-        kernel_window = window is None and find_site(site) is None
+        kernel_window = opens_kernel_window(site, window)
         hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic, transport,
                           None if nic_gbps is None else gbps_to_bps(nic_gbps), None if window is None else window * MIB,
                           kernel_window))
