@@ -13,6 +13,7 @@ the planner's options (issue 46) are one algorithm.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -409,25 +410,38 @@ def _one_each(ranked: list[Option]) -> list[Option]:
     return [o for o in ranked if id(o) in kept]
 
 
+OTHER_COUNTS_RUN = 2  # a row failing on divisibility: this many other microbatch counts that run are simulated
+
+
 def other_microbatches(case: Case, simulated: list[Option], asked: list[tuple],
                        progress: SameProgress | None) -> list[tuple[Option, Option | None]]:
     """For each asked row that did not run because a batch does not divide (global_batch / microbatches
-    over the GPUs or replicas), the best microbatch count that runs it (every divisor of the global
-    batch tried): (the row as asked, the row at that count); where none runs, the first count at which
-    the batch divides but the run fails otherwise (out of memory), else None. The verdict ranks what
-    runs, so it is never slower than a row it offers."""
+    over the GPUs or replicas), the faster of the nearest microbatch counts that run it (the divisors of
+    the global batch, nearest the asked count first, until OTHER_COUNTS_RUN of them run: a count that does
+    not divide fails when its schedule is built, one out of memory before it is simulated, so only those
+    few runs are simulated; every divisor simulated made a 128-GPU question 10x slower): (the row as asked,
+    the row at that count); where none runs, the first count at which the batch divides but the run fails
+    otherwise (out of memory), else None. The verdict ranks what runs, so it is never slower than a row it
+    offers."""
     wanted = {candidate_key(case, *a) for a in asked}
+    asked_count = case.workload.microbatches
     out = []
     for o in simulated:
         if o.ok or "divisible" not in (o.prediction.reason or "") or o.changes or \
                 candidate_key(case, o.technique, o.hosts, o.changes, o.options) not in wanted:
             continue
         batch = case.workload.global_batch
-        counts = [m for m in range(1, min(batch, 4096) + 1) if batch % m == 0 and m != case.workload.microbatches]
-        tried = [evaluate(case, o.technique, o.hosts, {"microbatches": m}, o.options, progress) for m in counts]
-        runs = [x for x in tried if x.ok]
-        # none runs: the first count that divides but fails otherwise (out of memory), if any
-        divides = next((x for x in tried if "divisible" not in (x.prediction.reason or "")), None)
+        counts = sorted((m for m in range(1, min(batch, 4096) + 1) if batch % m == 0 and m != asked_count),
+                        key=lambda m: (abs(math.log(m / asked_count)), m))
+        runs, divides = [], None
+        for m in counts:
+            x = evaluate(case, o.technique, o.hosts, {"microbatches": m}, o.options, progress)
+            if x.ok:
+                runs.append(x)
+                if len(runs) == OTHER_COUNTS_RUN:
+                    break
+            elif divides is None and "divisible" not in (x.prediction.reason or ""):
+                divides = x  # none runs: the first count that divides but fails otherwise (out of memory)
         out.append((o, rank(runs)[0] if runs else divides))
     return out
 
