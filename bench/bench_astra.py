@@ -37,7 +37,7 @@ import time
 
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.alphabeta import AlphaBetaNetwork
-from geosim.specs import Workload
+from geosim.inputs.specs import Workload
 from geosim.studies.astra import CASES, QUICK, AstraCase, allreduce_schedule, astra_cluster, astra_params
 
 ERROR_TARGET = 1e-3

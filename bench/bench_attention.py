@@ -19,9 +19,9 @@ import argparse
 import sys
 from dataclasses import replace
 
-from geosim.params import default_params
-from geosim.runtime import shipped_runtimes
-from geosim.scenario import get_model, gpu_catalog
+from geosim.inputs.params import default_params
+from geosim.inputs.runtime import shipped_runtimes
+from geosim.inputs.scenario import get_model, gpu_catalog
 from geosim.sim import compute
 from geosim.sim.compute import ComputeModel, Work, compute_model
 

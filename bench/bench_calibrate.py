@@ -22,7 +22,7 @@ from geosim.calibrate.crossval import crossval, nominal_links
 from geosim.calibrate.fit import fit
 from geosim.calibrate.free import default_free
 from geosim.studies.reference import study_records
-from geosim.params import load_params
+from geosim.inputs.params import load_params
 
 
 def main() -> None:

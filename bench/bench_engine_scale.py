@@ -42,8 +42,8 @@ CHILD_TIMEOUT_S = 1800
 
 
 def cluster(gpus: int, variant: str, per_host: int = 8):
-    from geosim.scenario import gpu_catalog
-    from geosim.specs import Cluster, Host, Link
+    from geosim.inputs.scenario import gpu_catalog
+    from geosim.inputs.specs import Cluster, Host, Link
 
     sites, hosts = SIZES[gpus]
     hosts = hosts * 8 // per_host  # the same GPUs, on hosts of per_host
@@ -58,12 +58,12 @@ def cluster(gpus: int, variant: str, per_host: int = 8):
 
 
 def child(technique: str, gpus: int, variant: str, mode: str, runs: int, per_host: int = 8) -> dict:
-    from geosim.case import Case
-    from geosim.params import default_params
-    from geosim.scenario import get_model
+    from geosim.inputs.case import Case
+    from geosim.inputs.params import default_params
+    from geosim.inputs.scenario import get_model
     from geosim.sim.engine import run_schedule
     from geosim.sim.network.tcp import TCPNetwork
-    from geosim.specs import Workload
+    from geosim.inputs.specs import Workload
     from geosim.techniques import build_schedule
 
     made, params = cluster(gpus, variant, per_host), default_params()

@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from geosim.fabric.choose import rank_sites, resolve_sites  # noqa: E402
-from geosim.sites import rtt_model  # noqa: E402
-from geosim.params import load_params  # noqa: E402
-from geosim.scenario import get_model, make_workload  # noqa: E402
+from geosim.base.sites import rtt_model  # noqa: E402
+from geosim.inputs.params import load_params  # noqa: E402
+from geosim.inputs.scenario import get_model, make_workload  # noqa: E402
 from geosim.techniques import STUDY_ORDER  # noqa: E402
 
 

@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     out = Path(args.out_dir) / f"{today}-gpu-{slug}.jsonl"
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     kernels_file = Path(args.out_dir) / f"{today}-kernels-{slug}.jsonl"
-    from geosim.fileio import append_lines
+    from geosim.base.fileio import append_lines
 
     if kernels_out is not None:
         append_lines(kernels_file, kernels_out.read_text().splitlines())
@@ -101,7 +101,7 @@ def steps_part(args, device, out, log, started) -> None:
     from geosim.calibrate.cases import load_cases
     from geosim.calibrate.check import check, summary
     from geosim.live.experiments import device_compute
-    from geosim.params import default_params
+    from geosim.inputs.params import default_params
 
     device_compute.measure_steps(device_compute.parse_list(args.cases, 3, "--cases"), args.steps, str(out), log)
     gemms = device_compute.time_gemms(device_compute.parse_list(device_compute.DEFAULT_GEMMS, 4, "--gemms"))

@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from geosim import convergence  # noqa: E402
+from geosim.studies import convergence  # noqa: E402
 
 PY = os.environ.get("GEOSIM_PYTHON", sys.executable)
 

@@ -35,18 +35,18 @@ from itertools import combinations
 from pathlib import Path
 
 import geosim
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.cli import main as geosim_main
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
-from geosim.params import default_params
+from geosim.inputs.params import default_params
 from geosim.predict import SIMULATED_ITERATIONS, predict
-from geosim.scenario import BUILTIN_SCENARIOS, get_model, gpu_catalog, load_scenario
+from geosim.inputs.scenario import BUILTIN_SCENARIOS, get_model, gpu_catalog, load_scenario
 from geosim.techniques import STUDY_ORDER, is_low_communication, technique_names
 
 # the study's four, then the low-communication techniques (DiLoCo, SparseLoCo, the hybrid)
 TECHNIQUE_NAMES = (*STUDY_ORDER, *(t for t in technique_names() if is_low_communication(t)))
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 
 TARGETS = {"prediction": 0.010, "default predict": 1.0, "1,024-GPU iteration": 10.0}

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from geosim.case import Case
-from geosim.scenario import BUILTIN_SCENARIOS  # noqa: E402
+from geosim.inputs.case import Case
+from geosim.inputs.scenario import BUILTIN_SCENARIOS  # noqa: E402
 from geosim.studies.sweep.run import LocalExecutor, RayExecutor, SerialExecutor, make_context, run_sweep  # noqa: E402
 from geosim.studies.sweep.grid import Grid, parse_values  # noqa: E402
 from geosim.techniques import STUDY_ORDER, technique_names  # noqa: E402
@@ -64,10 +64,10 @@ def timed_sweep(g: Grid, ctx, make_executor, repeats: int) -> tuple[float, float
 
 
 def bench_scale(sites: list[int], vms: int, gpus: int) -> None:
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
     from geosim.predict import predict
-    from geosim.scale import scale_name, scale_scenario
-    from geosim.scenario import get_model
+    from geosim.inputs.scale import scale_name, scale_scenario
+    from geosim.inputs.scenario import get_model
 
     params = load_params()
     print(f"\npredict() on generated clusters (N sites x {vms} VMs x {gpus} GPUs, A30, gpt2m, 20 ms):")

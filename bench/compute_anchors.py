@@ -147,10 +147,10 @@ def scenario_text(a: Anchor) -> str:
 
 
 def predict_anchor(a: Anchor, params=None) -> dict:
-    from geosim.case import Case
-    from geosim.params import load_params
+    from geosim.inputs.case import Case
+    from geosim.inputs.params import load_params
     from geosim.predict import predict
-    from geosim.scenario import load_scenario
+    from geosim.inputs.scenario import load_scenario
     from geosim.techniques import layout_options
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -192,9 +192,9 @@ def fit(runtime: str, generation: str) -> float:
     fit=True for them zero (bisection; the entry's other numbers as shipped)."""
     import math
 
-    from geosim.params import load_params
-    from geosim.runtime import runtime_of
-    from geosim.specs import Efficiency, Workload
+    from geosim.inputs.params import load_params
+    from geosim.inputs.runtime import runtime_of
+    from geosim.inputs.specs import Efficiency, Workload
 
     rows = [a for a in ANCHORS if a.fit and a.runtime == runtime and generation_of(a) == generation]
     if not rows:
@@ -218,7 +218,7 @@ def fit(runtime: str, generation: str) -> float:
 
 
 def generation_of(a: Anchor) -> str:
-    from geosim.scenario import gpu_catalog
+    from geosim.inputs.scenario import gpu_catalog
 
     return gpu_catalog()[a.gpu].architecture if a.gpu in gpu_catalog() else EXTRA_GPUS[a.gpu]["architecture"]
 

@@ -188,7 +188,7 @@ def main(argv=None) -> int:
     records = gemm_records(torch, device, args.quick)
     records += attention_records(torch, device, args.quick, log)
     records += block_step_records(torch, device, args.quick, log)
-    from geosim.fileio import append_lines  # one O_APPEND write of whole lines
+    from geosim.base.fileio import append_lines  # one O_APPEND write of whole lines
 
     append_lines(args.out, [json.dumps(r) for r in records])
     print(f"torch_kernels: {len(records)} records appended to {args.out}")

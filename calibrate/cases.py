@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from geosim.errors import GeosimError
-from geosim.gpu_names import with_catalog_gpus
-from geosim.records import RunRecord, read_runs as records_read_runs
-from geosim.scale import load_any_scenario
-from geosim.model_config import model_from_table
-from geosim.scenario import Scenario, get_model, scenario_from_doc
-from geosim.specs import Cluster, Model, Workload
+from geosim.base.errors import GeosimError
+from geosim.inputs.gpu_names import with_catalog_gpus
+from geosim.inputs.records import RunRecord, read_runs as records_read_runs
+from geosim.inputs.scale import load_any_scenario
+from geosim.inputs.model_config import model_from_table
+from geosim.inputs.scenario import Scenario, get_model, scenario_from_doc
+from geosim.inputs.specs import Cluster, Model, Workload
 from geosim.techniques import get_technique
-from geosim.params import default_params
+from geosim.inputs.params import default_params
 from geosim.techniques._settings import with_options
 
 # The measured figure a case is fitted to, in order of preference: the steady-state
@@ -112,7 +112,7 @@ def to_case(where: str, record: RunRecord) -> RunCase:
             raise GeosimError(f"{exc.line()}", source=where, key="scenario") from None
         slice_key = scenario.cluster.name
     try:
-        if record.model_dims is not None:  # the record's own shape (GQA, SwiGLU, experts: geosim.model_shape)
+        if record.model_dims is not None:  # the record's own shape (GQA, SwiGLU, experts: geosim.inputs.model_shape)
             model = model_from_table(record.model, record.model_dims, where, "model_dims.")
         else:
             model = get_model(record.model, scenario.models, source=where)

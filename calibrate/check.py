@@ -14,9 +14,9 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from geosim.calibrate.cases import RunCase
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.predict import Prediction, predict
-from geosim.specs import Params
+from geosim.inputs.specs import Params
 
 METRICS = ("time_per_iteration_s", "tflops_per_gpu", "peak_memory_gib")
 LABELS = {"time_per_iteration_s": "time/iter", "tflops_per_gpu": "TFLOP/s", "peak_memory_gib": "peak mem"}

@@ -10,6 +10,9 @@
 
 Nothing is written until everything has been read, fitted and checked; files are
 replaced atomically, so a failed command leaves no half-written output.
+
+Over 400 lines: the calibrate subcommands (import, fit, crossval, check, wan-public) and their
+printing, one module as every command is one module.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from pathlib import Path
 from geosim.calibrate import OVERHEAD_KINDS
 from geosim.cli.common import LAYOUT_BOUNDS, WORKLOAD_BOUNDS, add_layout_arguments
 from geosim.cli.vocabulary import add_renamed, deprecate
-from geosim.errors import GeosimError, require
+from geosim.base.errors import GeosimError, require
 from geosim.studies.reference import study_records
-from geosim.validate import count
+from geosim.base.validate import count
 
 HELP = "fit the simulator to measured runs (study, Alpa, live) and cross-validate it on the study's Table II"
 IMPORT_KINDS = ("study", "alpa-tsv", "alpa-console", "alpa-log", "live")
@@ -40,7 +43,7 @@ CROSSVAL_OVERHEAD = "shared"
 OVERHEAD_HELP = ("per-iteration overhead fitted per technique, once for all techniques (shared), or not at all "
                  "(none: the parameters file's values)")
 
-# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+# every numeric flag's bound, checked before the command runs (geosim/base/validate.py check_flags)
 FLAG_BOUNDS = {
     "calibrate import": {"--global-batch": WORKLOAD_BOUNDS["--global-batch"],
                          "--microbatches": WORKLOAD_BOUNDS["--microbatches"], **LAYOUT_BOUNDS},
@@ -168,10 +171,10 @@ def _with_layout(args, records) -> None:
     """The layout flags (--tensor-parallel and its kin) of an alpa-log import: the run's layout, checked
     against its hosts as predict checks one, written into the record's options. Other kinds' files
     say what ran: a layout flag with them is a mistake."""
-    from geosim.case import Case
+    from geosim.inputs.case import Case
     from geosim.calibrate.cases import to_case
     from geosim.cli.common import check_layout_techniques, layout_arguments, refuse_layout
-    from geosim.params import default_params
+    from geosim.inputs.params import default_params
     from geosim.techniques import layout_options
 
     layout = layout_arguments(args)
@@ -190,8 +193,8 @@ def _with_layout(args, records) -> None:
 def _run_import(args, beat) -> int:
     from geosim.calibrate import importers
     from geosim.calibrate.cases import read_runs, to_case
-    from geosim.fileio import check_output_path
-    from geosim.records import append_records, scenario_for_file, write_records
+    from geosim.base.fileio import check_output_path
+    from geosim.inputs.records import append_records, scenario_for_file, write_records
 
     if not args.out:
         raise GeosimError("required: the run-records file to write", source="--records-out")
@@ -259,7 +262,7 @@ def run_check(args) -> int:
     from geosim.calibrate.cases import cases_from_records, load_cases
     from geosim.calibrate.check import check, interrupted, print_table, summary
     from geosim.cli._progress import Every
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
 
     old_positional_records(args)
     if args.records is None:
@@ -295,7 +298,7 @@ def run_check(args) -> int:
 
 def run_wan_public(args) -> int:
     from geosim.calibrate import wan_public
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
 
     profiles, dropped = wan_public.read_profiles(args.profiles)
     if not profiles:
@@ -315,9 +318,9 @@ def run_fit(args) -> int:
     from geosim.calibrate.cases import load_cases
     from geosim.calibrate.fit import fit
     from geosim.calibrate.free import default_free
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
 
-    from geosim.fileio import check_output_path
+    from geosim.base.fileio import check_output_path
 
     old_positional_records(args)
     if not args.records:
@@ -352,7 +355,7 @@ def run_fit(args) -> int:
         result = fit(cases, free, base, progress=None if args.json else progress, max_nfev=args.max_evaluations)
     fitted_table = fitted_summary(result, args.records)
     scenario_files = fitted_scenarios(result, cases, args.scenarios_out) if args.scenarios_out else {}
-    from geosim.params import write_params
+    from geosim.inputs.params import write_params
 
     write_params(result.params, args.out, fitted=fitted_table)
     for path, text in scenario_files.items():
@@ -393,8 +396,8 @@ def fitted_scenarios(result, cases, directory: str) -> dict[Path, str]:
     """Each fitted slice's scenario file with the fitted bandwidth/window on its links between sites."""
     import tomli_w
 
-    from geosim.input_limits import loads_toml
-    from geosim.scenario import read_text
+    from geosim.base.input_limits import loads_toml
+    from geosim.inputs.scenario import read_text
 
     out: dict[Path, str] = {}
     names: set[str] = set()
@@ -431,7 +434,7 @@ def safe_file_name(name: str, taken: set[str] = frozenset()) -> str:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    from geosim.fileio import write_atomic
+    from geosim.base.fileio import write_atomic
 
     write_atomic(path, text)
 
@@ -486,7 +489,7 @@ def run_crossval(args) -> int:
 
     if args.plot:
         require("matplotlib", "calibrate", "geosim calibrate crossval")
-        from geosim.fileio import check_output_path
+        from geosim.base.fileio import check_output_path
 
         check_output_path(args.plot, "--plot")  # a directory, a read-only or missing one: now, not after the fits
     if args.workers is not None and not 1 <= args.workers <= 1024:

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.calibrate.cases import RunCase
 from geosim.calibrate.fit import fit, predict_with
 from geosim.calibrate.free import default_free
-from geosim.params import load_params
+from geosim.inputs.params import load_params
 from geosim.techniques import STUDY_ORDER
 from geosim.studies.whatif import wan_links
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from geosim.calibrate.cases import RunCase
 from geosim.calibrate.free import COMPUTE_PRIORS, OVERHEAD_RANGE, SCALAR_PRIORS, FreeParam
-from geosim.specs import Params
+from geosim.inputs.specs import Params
 
 if TYPE_CHECKING:
     from geosim.calibrate.fit import CaseResult, Evaluator

@@ -24,10 +24,10 @@ from geosim.calibrate.diagnostics import (Fitted, drawable_covariance, misfit_wa
                                           pinned_by_prior, secant_jacobian, uncertainties)
 from geosim.calibrate.free import (DATA_NOISE, LINK_GLOBALS, LINK_KEYS, LINK_KINDS, LINK_PRIOR_SIGMA, OVERHEAD_PRIOR,
                                    SCALAR_PRIORS, FreeParam, apply_case, apply_params)
-from geosim.case import Case as SimCase
-from geosim.errors import GeosimError
+from geosim.inputs.case import Case as SimCase
+from geosim.base.errors import GeosimError
 from geosim.predict import Prediction, predict
-from geosim.specs import GIB, Cluster, Params
+from geosim.inputs.specs import GIB, Cluster, Params
 from geosim.techniques import build_schedule
 
 DIFF_STEP = 0.02  # log units: a 2% step; the simulated clock is piecewise (slow-start rounds, buckets)

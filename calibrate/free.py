@@ -11,15 +11,15 @@ from dataclasses import dataclass, replace
 
 from geosim.calibrate import OVERHEAD_KINDS
 from geosim.calibrate.cases import RunCase
-from geosim.errors import GeosimError
-from geosim.parameters import RUNTIME_BY_KEY, TABLE_BY_KEY
-from geosim.params import NETWORK_KEYS, SCALARS, fittable, priors, scalar_si, with_scalar
-from geosim.runtime import runtime_of, shipped_runtimes, with_runtime
-from geosim.specs import Cluster, Params
+from geosim.base.errors import GeosimError
+from geosim.base.parameters import RUNTIME_BY_KEY, TABLE_BY_KEY
+from geosim.inputs.params import NETWORK_KEYS, SCALARS, fittable, priors, scalar_si, with_scalar
+from geosim.inputs.runtime import runtime_of, shipped_runtimes, with_runtime
+from geosim.inputs.specs import Cluster, Params
 from geosim.techniques import is_pipelined, builds_on, settings_class, technique_names
 from geosim.studies.whatif import wan_links
 from geosim.techniques._settings import tunables
-from geosim.units import MIB
+from geosim.base.units import MIB
 
 SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}
 # A per-link value is a slice's deviation from the global transport (window) or from the scenario's
@@ -30,7 +30,7 @@ LINK_PRIOR_SIGMA = 2.0
 # scalars only some techniques' schedules use: a p2p send's rendezvous is paid by pipeline stages only
 P2P_SCALARS = ("transport.p2p_handshake_rtts",)
 # (lowest, highest) a global scalar may be fitted to, in its file unit: declared with the parameter
-# (geosim/parameters.py, `fit`, e.g. a message's fixed cost within [1 us, 20 ms]: without a ceiling a
+# (geosim/base/parameters.py, `fit`, e.g. a message's fixed cost within [1 us, 20 ms]: without a ceiling a
 # fit explained runs 40 s slower than their compute by 0.87 s per message, a per-iteration cost in
 # disguise); a technique's own fittable settings come with their ranges from its Settings
 # (tunable(..., fit=(low, high)))
@@ -38,7 +38,7 @@ SCALAR_RANGES = {key: p.fit for key, p in fittable().items()}
 MAX_PER_MESSAGE_US = SCALAR_RANGES["transport.per_message_overhead_us"][1]
 # the round trips a collective step waits for NCCL's flow control (fitted unless step_rtts=None)
 STEP_SCALARS = ("transport.collective_step_rtts",)
-# Priors, (centre, 1-sigma of log(value)), are declared with each parameter (geosim/parameters.py,
+# Priors, (centre, 1-sigma of log(value)), are declared with each parameter (geosim/base/parameters.py,
 # sources in docs/reference/params.md). A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
 # weighed against the records as if each record's log error had a 1-sigma of DATA_NOISE.
 SCALAR_PRIORS = priors()
@@ -141,7 +141,7 @@ def apply_params(base: Params, free: list[FreeParam], values) -> Params:
             technique, _, leaf = p.target.partition(".")
             kind = type(getattr(base.settings(technique), leaf))
             base = base.with_settings(technique, **{leaf: max(1, round(v)) if kind is int else float(v)})
-        elif p.kind == "runtime":  # one of a runtime's fixed costs (geosim/runtime.py), seconds
+        elif p.kind == "runtime":  # one of a runtime's fixed costs (geosim/inputs/runtime.py), seconds
             name, _, leaf = p.target.partition(".")
             runtime = (base.runtimes or {}).get(name) or shipped_runtimes()[name]
             base = with_runtime(base, replace(runtime, **{leaf: float(v)}))
@@ -243,7 +243,7 @@ def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | No
                                   min(max(base.for_technique("iteration_overhead_s", technique), 1e-3), OVERHEAD_RANGE[1]),
                                   *OVERHEAD_RANGE, "s"))
     if overhead != "none" and timed:
-        # records of a runtime with its own per-step cost (jax, pytorch: geosim/runtime.py) do not use the
+        # records of a runtime with its own per-step cost (jax, pytorch: geosim/inputs/runtime.py) do not use the
         # parameters file's overhead table: their runtime's cost is what the fit can move
         for name in sorted({c.workload.runtime for c in timed}):
             runtime = runtime_of(next(c.workload for c in timed if c.workload.runtime == name), base)

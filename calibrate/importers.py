@@ -1,9 +1,11 @@
 """Importers: the study's measurements, Alpa's benchmark TSV and Alpa's GPT-2 training log -> run records.
 
-Every importer returns geosim.records.RunRecord objects (schema geosim.run/1), so a
+Every importer returns geosim.inputs.records.RunRecord objects (schema geosim.run/1), so a
 fit reads them exactly as it reads what live/ writes. Alpa's files do not say which
 slice they ran on, so their importers take the scenario (and what else the file
 lacks) as arguments; a line that cannot be read is an error naming file and line.
+
+Over 400 lines: three importers (the study, Alpa's TSV, Alpa's log) with their line-level checks.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from geosim.errors import GeosimError
-from geosim.records import RunRecord, validate
-from geosim.input_limits import RECORDS_MAX_BYTES
-from geosim.scale import is_scale_name, load_any_scenario
-from geosim.scenario import read_toml, dims_name, model_catalog, read_text, scenario_path
-from geosim.validate import host_names, is_finite
+from geosim.base.errors import GeosimError
+from geosim.inputs.records import RunRecord, validate
+from geosim.base.input_limits import RECORDS_MAX_BYTES
+from geosim.inputs.scale import is_scale_name, load_any_scenario
+from geosim.inputs.scenario import read_toml, dims_name, model_catalog, read_text, scenario_path
+from geosim.base.validate import host_names, is_finite
 
 ALPA_COLUMNS = ("Type", "Model Config", "#Microbatch", "#GPU", "Parallel Config", "Mean Time (s)", "Std Time (s)",
                 "#Params (Billion)", "TFLOPs", "Peak Mem (GB)", "Metadata")
@@ -141,7 +143,7 @@ def first_gpus_cluster(scenario: str, hosts: list[str] | None, count: int) -> tu
 
 
 def _scenario_doc(cluster) -> dict:
-    """A cluster (a generated one: geosim.scale) in scenario-file form."""
+    """A cluster (a generated one: geosim.inputs.scale) in scenario-file form."""
     return {"name": cluster.name,
             "hosts": [{"name": h.name, "site": h.site, "gpus": [g.name for g in h.gpus], "intra_host": h.intra_host}
                       for h in cluster.hosts],
@@ -405,7 +407,7 @@ def alpa_log_record(path: str | Path, scenario: str, technique: str, model: str,
     """One run from Alpa's GPT-2 example log ('Step... N | Loss: L, Learning Rate: R, Throughput: T token/s,
     F TFLOP/s'): the median of the logged windows after the first `skip` (compilation and warm-up)."""
     path = Path(path)
-    lines = read_text(path, RECORDS_MAX_BYTES, "log or records file").splitlines()  # a regular file, UTF-8 (geosim.scenario.read_text)
+    lines = read_text(path, RECORDS_MAX_BYTES, "log or records file").splitlines()  # a regular file, UTF-8 (geosim.inputs.scenario.read_text)
     steps = []
     for number, line in enumerate(lines, start=1):
         if "Step..." not in line:

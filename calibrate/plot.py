@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from geosim.errors import require
+from geosim.base.errors import require
 from geosim.report.figures import save_png
 
 COLOURS = {"data": "tab:blue", "zero2": "tab:orange", "shard": "tab:red", "pipeshard": "tab:green"}

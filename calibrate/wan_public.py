@@ -27,14 +27,14 @@ from functools import partial
 from importlib import resources
 from pathlib import Path
 
-from geosim.errors import GeosimError
-from geosim.input_limits import SMALL_TEXT_MAX_BYTES, read_input
-from geosim.params import default_params
-from geosim.scenario import gpu_catalog
+from geosim.base.errors import GeosimError
+from geosim.base.input_limits import SMALL_TEXT_MAX_BYTES, read_input
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import gpu_catalog
 from geosim.sim.network.tcp import TCPNetwork
-from geosim.specs import Cluster, Host, Link, Params
+from geosim.inputs.specs import Cluster, Host, Link, Params
 from geosim.techniques._base import devices_of
-from geosim.units import MIB
+from geosim.base.units import MIB
 
 SOURCE = ("github.com/cirquit/hivemind-multi-cloud, artifacts/networking/logs, commit "
           "f385276e94b80b5cebb2f2be952716b7b2372b70 (MIT licence)")

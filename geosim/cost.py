@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.sim.collectives import host_layout
 from geosim.sim.engine import SIMULATED_REPETITIONS
 from geosim.sim.schedule import Collective, Repeat

@@ -22,12 +22,12 @@ from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import window_limits
-from geosim.errors import GeosimError
-from geosim.case import Case
-from geosim.generations import generation
-from geosim.runtime import efficiency_spread, runtime_of
+from geosim.base.errors import GeosimError
+from geosim.inputs.case import Case
+from geosim.base.generations import generation
+from geosim.inputs.runtime import efficiency_spread, runtime_of
 from geosim.sim.attention import flash_curve
-from geosim.specs import GIB
+from geosim.inputs.specs import GIB
 from geosim.techniques import build_schedule, memory_first
 
 SIMULATED_ITERATIONS = 3  # the first is cold; steady state = the mean of the others
@@ -72,7 +72,7 @@ class Prediction:
     gpus: list[str]
     status: str  # ok | out-of-memory | infeasible
     reason: str | None = None
-    runtime: str = "alpa"  # whose fixed costs (geosim/runtime.py)
+    runtime: str = "alpa"  # whose fixed costs (geosim/inputs/runtime.py)
     description: str = ""
     epochs: int = 0
     iterations: int = 0
@@ -94,7 +94,7 @@ class Prediction:
     measured: dict | None = None
     # the efficiency entries (runtime on a GPU generation) this answer rests on that are estimates, one phrase
     # each, and then the steady iteration time's interval: compute and bubble scaled by the spread between the
-    # measured and published entries (geosim.runtime.efficiency_spread), either way
+    # measured and published entries (geosim.inputs.runtime.efficiency_spread), either way
     estimated: list[str] = field(default_factory=list)
     iteration_time_interval_s: list[float] | None = None
     # socket links whose TCP window, not their line, limits the flows, each with the setting to change

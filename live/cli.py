@@ -1,6 +1,9 @@
 """`geosim live`: real training runs and network probes, feeding calibration.
 
 Nothing heavy is imported here at module level: `geosim --help` must not load jax or ray.
+
+Over 400 lines: live's subcommands (run, probe, validate, wan) with their flags and bounds, one module
+as every command is one module.
 """
 
 from __future__ import annotations
@@ -12,11 +15,11 @@ import sys
 
 from geosim.cli.common import LIVE_RUN_SIZE_BOUNDS, MAX_STEPS, WORKLOAD_BOUNDS
 from geosim.cli.vocabulary import CommaList, add_renamed, deprecate
-from geosim.errors import GeosimError, require
+from geosim.base.errors import GeosimError, require
 from geosim.live.registry import check_live, low_communication, synchronous
-from geosim.records import append_record, validate
-from geosim.scenario import get_model, load_scenario
-from geosim.validate import Bound, count, positive
+from geosim.inputs.records import append_record, validate
+from geosim.inputs.scenario import get_model, load_scenario
+from geosim.base.validate import Bound, count, positive
 
 RENAMED_KEYS = {"cpu_devices": "--gpus-per-host", "hosts": "--host-count", "stages": "--pipeline-parallel"}  # a dest -> its flag, where they differ
 
@@ -28,7 +31,7 @@ DEFAULT_STEPS = 20  # live/train/loop.py's, when neither --steps nor --epochs is
 DEFAULT_WARMUP = 2  # a shorter run times what is left after the first step (live/train/loop.py)
 
 DAY_S = 86_400.0
-# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+# every numeric flag's bound, checked before the command runs (geosim/base/validate.py check_flags)
 LIVE_RUN_BOUNDS = {
     "--steps": LIVE_RUN_SIZE_BOUNDS["--steps"],
     "--epochs": count(100_000, "passes over the data set"),
@@ -252,7 +255,7 @@ def _options(args):
 
         load_scenario(args.scenario)
     if args.data not in ("auto", "wikipedia", "generated"):  # a text file: a FIFO would block the run
-        from geosim.validate import regular_input
+        from geosim.base.validate import regular_input
 
         regular_input(args.data, "--data")
     for path, key in ((args.record, "--records-out"), (getattr(args, "loss_curve_out", None), "--loss-curve-out")):
@@ -268,9 +271,9 @@ def _options(args):
 
 
 def _check_combinations(args) -> None:
-    """What the flags' own bounds (geosim/validate.py) cannot see: values checked against each other,
+    """What the flags' own bounds (geosim/base/validate.py) cannot see: values checked against each other,
     here, before JAX starts (a refusal after compiling costs 10-16 s)."""
-    from geosim.validate import check_number
+    from geosim.base.validate import check_number
 
     if isinstance(args.hosts, int):
         check_number(args.hosts, "--host-count", None, 1, 4096, integer=True)
@@ -314,7 +317,7 @@ def check_appendable(path: str, key: str) -> None:
     where = os.path.dirname(os.path.abspath(path))
     try:
         mode = os.stat(path).st_mode if os.path.exists(path) else 0
-        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):  # written through at the end (geosim.fileio); opening
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):  # written through at the end (geosim.base.fileio); opening
             return  # a FIFO here would wait for its reader, and a temporary file beside /dev/null is not wanted
         if os.path.isdir(path):
             raise IsADirectoryError(21, "is a directory")
@@ -535,7 +538,7 @@ def _report(result, record, args):
 def _probe(args) -> int:
     from geosim.live.wan.agent import probe, write_scenario
 
-    check_appendable(args.out, "--out")  # (--seconds, --streams, --pings: geosim/validate.py's bounds)
+    check_appendable(args.out, "--out")  # (--seconds, --streams, --pings: geosim/base/validate.py's bounds)
     check_reachable(args.ray_address, "--ray-address")
     result = probe(args.ray_address, seconds=args.seconds, streams=args.streams, pings=args.pings,
                    log=lambda line: print(line, file=sys.stderr))

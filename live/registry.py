@@ -12,8 +12,8 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from geosim.discover import module_names
-from geosim.errors import GeosimError
+from geosim.base.discover import module_names
+from geosim.base.errors import GeosimError
 from geosim.techniques import is_low_communication, technique_names
 
 IMPLEMENTATIONS = Path(__file__).resolve().parent / "train" / "techniques"

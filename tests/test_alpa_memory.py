@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.params import load_params
-from geosim.runtime import shipped_runtimes
-from geosim.scenario import get_model, load_scenario
+from geosim.inputs.params import load_params
+from geosim.inputs.runtime import shipped_runtimes
+from geosim.inputs.scenario import get_model, load_scenario
 from geosim.sim import memory_layout as ml
-from geosim.specs import Workload
+from geosim.inputs.specs import Workload
 from geosim.studies.select import PredictedProbes, algorithm1
 
 STUDY = ml.LayoutOptions(precision="fp16")

@@ -15,14 +15,14 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.calibrate.cases import cases_from_records
 from geosim.calibrate.free import SHARED, apply_params, default_free
-from geosim.errors import GeosimError
-from geosim.params import load_params
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import load_params
 from geosim.predict import predict
 from geosim.studies.reference import study_records
-from geosim.scenario import get_model, load_scenario
+from geosim.inputs.scenario import get_model, load_scenario
 from geosim.sim.schedule import Collective, Repeat
 from geosim.techniques import build_schedule
 

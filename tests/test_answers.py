@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.cli import main
-from geosim.params import load_params
-from geosim.scenario import BUILTIN_SCENARIOS, get_model, load_scenario
+from geosim.inputs.params import load_params
+from geosim.inputs.scenario import BUILTIN_SCENARIOS, get_model, load_scenario
 from geosim.studies.plan import make_plan
 from geosim.studies.ranking import Option, margin, rank, same_run, verdict
 from geosim.studies.whatif import with_rtt
 from geosim.techniques import STUDY_ORDER, default_techniques
-from geosim.units import ms_to_s
+from geosim.base.units import ms_to_s
 
 
 def run_json(capsys, argv: list[str]):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from geosim.scenario import load_scenario
+from geosim.inputs.scenario import load_scenario
 
 from conftest import run_cli as run
 

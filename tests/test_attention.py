@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from geosim.errors import GeosimError
-from geosim.scenario import gpu_catalog
+from geosim.base.errors import GeosimError
+from geosim.inputs.scenario import gpu_catalog
 from geosim.sim.attention import flash_curve, flash_curves, flash_fraction, interpolate, parse_table
 from geosim.sim.compute import (ComputeModel, FusedAttention, Gemm, MemoryOp, Work, attention_ops, block_backward,
                                 block_forward, op_seconds)
-from geosim.specs import ComputeConstants, Model
+from geosim.inputs.specs import ComputeConstants, Model
 
 EFF = ComputeConstants(gemm_fraction=0.8, gemm_half_s=20e-6, memory_fraction=0.7, kernel_s=3e-6)
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.experiments import attention_kernels as ak
-from geosim.scenario import gpu_catalog
+from geosim.inputs.scenario import gpu_catalog
 from geosim.sim.attention import parse_table
 
 ROOT = Path(__file__).resolve().parent.parent

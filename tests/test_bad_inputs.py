@@ -19,7 +19,7 @@ import pytest
 
 from geosim.cli import build_parser, main
 from geosim.cli import flag_bounds
-from geosim.validate import FALLBACK, check_number, command_path, numeric_actions
+from geosim.base.validate import FALLBACK, check_number, command_path, numeric_actions
 
 FLAG_BOUNDS = flag_bounds()
 
@@ -122,7 +122,7 @@ def test_command_path_follows_the_subcommands():
 
 @pytest.mark.parametrize("value", [10**400, -10**400, float("nan"), float("inf"), True, "3"])
 def test_check_number_refuses_what_is_not_a_finite_number_in_range(value):
-    from geosim.errors import GeosimError
+    from geosim.base.errors import GeosimError
 
     with pytest.raises(GeosimError) as info:
         check_number(value, "f.toml", "key", 0, 1e300)
@@ -131,7 +131,7 @@ def test_check_number_refuses_what_is_not_a_finite_number_in_range(value):
 
 def test_the_bounds_leave_room_for_large_real_jobs():
     """Bounds refuse typos, never real work: 1,024 hosts and 8,192 GPUs in one scenario, 10,000 draws."""
-    from geosim.scenario import MAX_GPUS, MAX_HOSTS
+    from geosim.inputs.scenario import MAX_GPUS, MAX_HOSTS
 
     assert MAX_HOSTS >= 1024 and MAX_GPUS >= 8192
     assert FLAG_BOUNDS["predict"]["--draws"].high >= 10_000

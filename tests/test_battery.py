@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.input_limits import MAX_DEPTH, MAX_KEY_PARTS, check_name, check_toml_text, loads_json
+from geosim.base.errors import GeosimError
+from geosim.base.input_limits import MAX_DEPTH, MAX_KEY_PARTS, check_name, check_toml_text, loads_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = (ROOT / "scenarios" / "utah-mass.toml").read_text()
@@ -262,7 +262,7 @@ def test_a_path_too_long_for_the_file_system_is_one_line(capsys, argv):
 def test_a_lock_on_a_full_disk_still_locks_and_a_refused_lock_is_one_line(tmp_path, monkeypatch):
     import errno
 
-    from geosim import fileio
+    from geosim.base import fileio
 
     def full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -471,7 +471,7 @@ def test_a_side_file_that_is_no_regular_samples_file_is_one_line_and_never_quote
 
 @pytest.mark.parametrize("kind", ["device", "fifo", "huge", "not-utf8"])
 def test_wan_public_reads_only_a_regular_bounded_utf8_file(tmp_path, kind):
-    from geosim.input_limits import SMALL_TEXT_MAX_BYTES
+    from geosim.base.input_limits import SMALL_TEXT_MAX_BYTES
 
     path = tmp_path / "profiles.csv"
     if kind == "device":
@@ -489,7 +489,7 @@ def test_wan_public_reads_only_a_regular_bounded_utf8_file(tmp_path, kind):
 
 
 def test_the_one_reader_refuses_what_it_cannot_read_whole(tmp_path):
-    from geosim.input_limits import read_input
+    from geosim.base.input_limits import read_input
 
     text = tmp_path / "a.txt"
     text.write_text("héllo\n")
@@ -553,11 +553,11 @@ def test_a_row_that_would_expand_gigabytes_of_steps_is_refused_before_building(s
     """Data on 4,096-65,536 GPUs of one site built its ring steps as objects: MemoryError at 5.9 GB."""
     import resource
 
-    from geosim.case import Case
-    from geosim.params import default_params
+    from geosim.inputs.case import Case
+    from geosim.inputs.params import default_params
     from geosim.predict import predict
-    from geosim.scale import load_any_scenario
-    from geosim.scenario import get_model
+    from geosim.inputs.scale import load_any_scenario
+    from geosim.inputs.scenario import get_model
 
     scenario = load_any_scenario(f"scale:1x{sites}x16")
     case = Case(scenario.cluster, get_model("gpt2m", scenario.models), scenario.workload(), default_params())

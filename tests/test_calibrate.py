@@ -2,6 +2,8 @@
 
 The full cross-validation (9 fits on Table II) is in bench/bench_calibrate.py; here
 fits are small synthetic problems that finish in seconds.
+
+Over 400 lines: one file per command; the fit's cases need their records beside them.
 """
 
 from __future__ import annotations
@@ -15,18 +17,18 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.calibrate.cases import cases_from_records, load_cases, read_runs, to_case
 from geosim.calibrate.fit import fit, fit_memory, predict_with
 from geosim.calibrate.free import FreeParam, apply_params
 from geosim.calibrate.importers import alpa_benchmark_records, alpa_log_record
 from geosim.studies.reference import study_records
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.params import load_params
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import load_params
 from geosim.predict import predict
-from geosim.records import RunRecord, validate, write_records
-from geosim.scenario import get_model, load_scenario
+from geosim.inputs.records import RunRecord, validate, write_records
+from geosim.inputs.scenario import get_model, load_scenario
 
 # Alpa's benchmark.py output (write_tsv, no header): Type, Model Config, #Microbatch, #GPU, Parallel Config,
 # Mean Time (s), Std Time (s), #Params (Billion), TFLOPs, Peak Mem (GB), Metadata

@@ -11,9 +11,9 @@ import pytest
 from geosim.calibrate.cases import cases_from_records, load_cases
 from geosim.calibrate.check import check, summary
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.params import load_params
-from geosim.scenario import dims_name, get_model, model_catalog
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import load_params
+from geosim.inputs.scenario import dims_name, get_model, model_catalog
 from geosim.studies.reference import study_records
 
 CONSOLE = Path(__file__).parent / "data" / "alpa-gpt-console.log"

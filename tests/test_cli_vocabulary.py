@@ -11,8 +11,8 @@ import pytest
 
 from geosim.cli import build_parser
 from geosim.cli.vocabulary import DEFAULTS_DIFFER, FLAGS, RENAMED, CommaList, RenamedFlag
-from geosim.specs import Workload
-from geosim.validate import INTEGER_TYPES
+from geosim.inputs.specs import Workload
+from geosim.base.validate import INTEGER_TYPES
 
 WORKLOAD_DEFAULTS = {f"--{f.name.replace('_', '-')}": f.default for f in dataclasses.fields(Workload)}
 

@@ -11,6 +11,9 @@ Slow start is taken out of the picture by starting every connection at its full
 window (initial_window_bytes = streams x window) and never restarting it
 (slow_start_after_idle = False); a separate test checks the warm steady state of
 the default transport too.
+
+Over 400 lines: one file for the engine against hand-derived formulas, so each formula and its
+case are read together.
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.network.tcp import Network
 from dataclasses import replace
 
-from geosim.params import default_params
+from geosim.inputs.params import default_params
 from geosim.sim.network.tcp import Settings as TCPSettings
-from geosim.scenario import gpu_catalog
+from geosim.inputs.scenario import gpu_catalog
 from geosim.sim.schedule import Collective, Compute, Device, Recv, Schedule, Send
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 
 REL = 1e-9
 GPU = gpu_catalog()["A30"]  # PCIe gen 4

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from geosim.live.train.compiled_collectives import collectives, layer_tables
-from geosim.runtime import shipped_runtimes
+from geosim.inputs.runtime import shipped_runtimes
 
 HLO = """
   %all-reduce.1 = (f32[8,32]{1,0}, f32[8,32]{1,0}) all-reduce(f32[8,32]{1,0} %a, f32[8,32]{1,0} %b), to_apply=%add
@@ -57,9 +57,9 @@ def small_wan_case(runtime: str):
     from pathlib import Path
 
     from geosim.calibrate.cases import cases_from_records
-    from geosim.case import Case
-    from geosim.params import load_params
-    from geosim.records import read_records
+    from geosim.inputs.case import Case
+    from geosim.inputs.params import load_params
+    from geosim.inputs.records import read_records
 
     data = Path(__file__).resolve().parents[1] / "docs" / "results" / "data" / "2026-11-25-validate-runs.jsonl"
     record = next(r for r in read_records(data) if r.technique == "shard")
@@ -101,7 +101,7 @@ def test_live_zero2_gathers_its_fp32_parameters_as_validate_prices_them():
     parameter in fp32: 4 bytes a parameter, what `live validate` sets (the study's Alpa gathered 2)."""
     from geosim.live.experiments.validate import live_settings
     from geosim.live.train.compiled_collectives import run_cases
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
 
     case = {"technique": "zero2", "model": "small-wan", "precision": "fp32", "global_batch": 8, "microbatches": 1,
             "dims": {"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab": 257, "n_ctx": 32}}
@@ -165,9 +165,9 @@ def small_wan_pipeshard_case(runtime: str, microbatches: int = 1):
     from pathlib import Path
 
     from geosim.calibrate.cases import cases_from_records
-    from geosim.case import Case
-    from geosim.params import load_params
-    from geosim.records import read_records
+    from geosim.inputs.case import Case
+    from geosim.inputs.params import load_params
+    from geosim.inputs.records import read_records
 
     data = Path(__file__).resolve().parents[1] / "docs" / "results" / "data" / "2026-11-25-validate-runs-2.jsonl"
     record = next(r for r in read_records(data) if r.technique == "pipeshard")
@@ -231,7 +231,7 @@ def test_the_jax_launch_cost_is_the_measured_collective_net_of_what_the_tcp_mode
     charges that same collective two ring steps of its per-message cost, credit round trips and one-way
     delay (hand-derived below), which is more: the runtime's own launch cost is what is left, nothing."""
     from geosim.live.train.collective_costs import LOOPBACK_RTT_S, transport_share_s
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
 
     params = load_params(None)
     tcp = shipped_runtimes()["jax"].applied_to(params).network("tcp")

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.scenario import gpu_catalog, model_catalog
-from geosim.specs import ComputeConstants
+from geosim.inputs.scenario import gpu_catalog, model_catalog
+from geosim.inputs.specs import ComputeConstants
 from geosim.sim.compute import (ComputeModel, Gemm, MemoryOp, Work, architecture, block_backward,
                                 block_forward, gemm_seconds, head_backward, head_forward, kernel_flops, kernels,
                                 memory_seconds, op_seconds, sustained_tensor_tflops)
@@ -18,7 +18,7 @@ RTX, T4, A30 = CATALOG["RTX6000"], CATALOG["T4"], CATALOG["A30"]
 GPT2M = model_catalog()["gpt2m"]
 # no ramp, no launch gap, full bandwidth: the bare roofline
 BARE = ComputeConstants(gemm_fraction=0.5, gemm_half_s=0.0, memory_fraction=1.0, kernel_s=0.0)
-# the compute model's priors (geosim/parameters.py): a set of constants unlike the shipped fit
+# the compute model's priors (geosim/base/parameters.py): a set of constants unlike the shipped fit
 PRIOR = ComputeConstants(gemm_fraction=0.7, gemm_half_s=20e-6, memory_fraction=0.8, kernel_s=5e-6)
 REL = 1e-12
 

@@ -13,7 +13,7 @@ import pytest
 from geosim.live.experiments import validate as live_validate
 from geosim.live.experiments import wan_runs
 from geosim.live.wan.connections import ConnectionSampler, Sample, parse_ss
-from geosim.records import validate
+from geosim.inputs.records import validate
 from test_live_wan_runs import fake_slice, local_record_doc
 
 # `ss -tinH state established` in host 0 of a 25 ms slice during a data-parallel run (this

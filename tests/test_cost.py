@@ -4,10 +4,10 @@ import sys
 import time
 
 from geosim import cost
-from geosim.case import Case
-from geosim.params import load_params
+from geosim.inputs.case import Case
+from geosim.inputs.params import load_params
 from geosim.predict import predict
-from geosim.scenario import BUILTIN_SCENARIOS, get_model, load_scenario
+from geosim.inputs.scenario import BUILTIN_SCENARIOS, get_model, load_scenario
 from geosim.sim.engine import SIMULATED_REPETITIONS
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
 

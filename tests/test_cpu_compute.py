@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.experiments import cpu_compute
-from geosim.params import load_params
-from geosim.runtime import runtime_changes_table, runtime_from_table, shipped_runtimes
-from geosim.scenario import get_model, gpu_catalog
+from geosim.inputs.params import load_params
+from geosim.inputs.runtime import runtime_changes_table, runtime_from_table, shipped_runtimes
+from geosim.inputs.scenario import get_model, gpu_catalog
 from geosim.sim.compute import ComputeModel, Work, compute_model
-from geosim.specs import ComputeConstants, Workload
+from geosim.inputs.specs import ComputeConstants, Workload
 
 CONSTANTS = {"gemm_fraction": 1.1, "gemm_half_us": 0.0, "memory_fraction": 0.8, "kernel_us": 6.0}
 
@@ -149,9 +149,9 @@ def test_two_workers_time_the_live_step_in_the_same_windows():
 def test_a_workload_of_the_jax_runtime_predicts_with_the_measured_cpu():
     """A live record's CPU device under `--runtime jax` is timed by the op model with the measured constants,
     not the GPU calibration's: a data step of small-wan at batch 4 a host comes out near the measured ~12 ms."""
-    from geosim.case import Case
+    from geosim.inputs.case import Case
     from geosim.predict import predict
-    from geosim.specs import Cluster, Host
+    from geosim.inputs.specs import Cluster, Host
 
     gpu = cpu_compute.cpu_device()
     cluster = Cluster("one", (Host("h0", "s", (gpu,)),), ())
@@ -164,7 +164,7 @@ def test_a_cpu_device_is_not_judged_by_a_gpus_plausible_range(capsys):
     """A live record's CPU share (0.16 TFLOP/s, 20 GB/s) is architecture "cpu", by name in older records:
     no "below anything real" warning; the same figures under a GPU's name still warn."""
     from geosim.live.train.record import cpu_gpu_table
-    from geosim.scenario import _gpu_from_table
+    from geosim.inputs.scenario import _gpu_from_table
 
     table = cpu_gpu_table(1)["CPU"]
     assert table["architecture"] == "cpu"

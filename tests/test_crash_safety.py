@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import default_sigint
-from geosim.errors import GeosimError
-from geosim.fileio import locked, write_atomic
-from geosim.records import RunRecord, append_record, append_records, read_runs
+from geosim.base.errors import GeosimError
+from geosim.base.fileio import locked, write_atomic
+from geosim.inputs.records import RunRecord, append_record, append_records, read_runs
 from geosim.studies.sweep.grid import point_key
 from geosim.studies.sweep.store import CSV_FILE, MANIFEST, RESULTS, ResultStore, read_manifest, read_rows
 

@@ -16,9 +16,9 @@ import math
 import pytest
 
 from geosim.studies.crossover import bisect_flip, crossovers, find_brackets, solve
-from geosim.params import load_params
-from geosim.scenario import Scenario, get_model, gpu_catalog
-from geosim.specs import Cluster, Host, Link
+from geosim.inputs.params import load_params
+from geosim.inputs.scenario import Scenario, get_model, gpu_catalog
+from geosim.inputs.specs import Cluster, Host, Link
 from geosim.studies.sweep.run import SerialExecutor, SweepContext, metric_of, run_sweep
 from geosim.studies.sweep.grid import Grid, make_point
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from geosim.live.experiments import device_compute
-from geosim.params import load_params
-from geosim.runtime import shipped_runtimes
+from geosim.inputs.params import load_params
+from geosim.inputs.runtime import shipped_runtimes
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "geosim" / "data" / "gpu-h200-2026-11-26.jsonl"

@@ -1,5 +1,5 @@
 """On disk, geosim writes only what and where it was asked (issue 27): through the one atomic writer
-(geosim/fileio.py: a temporary name from mkstemp, never a fixed `<file>.tmp` someone could plant as
+(geosim/base/fileio.py: a temporary name from mkstemp, never a fixed `<file>.tmp` someone could plant as
 a symbolic link), never into directories it made up, never outside the output directory because of
 a name that came from a file. Each test here failed before the fix it covers."""
 
@@ -84,8 +84,8 @@ def test_slice_create_default_path_is_checked_before_the_dry_run(tmp_path):
 
 
 def test_an_emulated_vm_name_cannot_leave_the_homes_directory(tmp_path):
-    from geosim.errors import GeosimError
-    from geosim.validate import inside
+    from geosim.base.errors import GeosimError
+    from geosim.base.validate import inside
 
     assert inside(tmp_path, "vm1", "the VM name") == tmp_path / "vm1"
     for name in ("../vm1", "a/b", "..", ".", "", "x\0y"):
@@ -94,7 +94,7 @@ def test_an_emulated_vm_name_cannot_leave_the_homes_directory(tmp_path):
 
 
 def test_fabric_writes_go_through_the_one_atomic_writer():
-    """No fixed temporary names left in the fabric code: every write is geosim.fileio.write_atomic."""
+    """No fixed temporary names left in the fabric code: every write is geosim.base.fileio.write_atomic."""
     for path in (ROOT / "geosim" / "fabric").glob("*.py"):
         text = path.read_text()
         assert '.tmp")' not in text and '".part"' not in text and "write_text(" not in text, path
@@ -105,7 +105,7 @@ def test_save_figure_writes_atomically(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from geosim.fileio import save_figure
+    from geosim.base.fileio import save_figure
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")

@@ -10,17 +10,17 @@ from dataclasses import replace
 
 import pytest
 
-import geosim.generations as generations_module
-from geosim.case import Case
+import geosim.base.generations as generations_module
+from geosim.inputs.case import Case
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.generations import generations
-from geosim.params import default_params, load_params
+from geosim.base.errors import GeosimError
+from geosim.base.generations import generations
+from geosim.inputs.params import default_params, load_params
 from geosim.predict import predict
-from geosim.runtime import efficiency_spread, runtime_of, shipped_runtimes
-from geosim.scenario import get_model, gpu_catalog, load_scenario
+from geosim.inputs.runtime import efficiency_spread, runtime_of, shipped_runtimes
+from geosim.inputs.scenario import get_model, gpu_catalog, load_scenario
 from geosim.sim.compute import compute_model
-from geosim.specs import EFFICIENCY_KINDS, Workload
+from geosim.inputs.specs import EFFICIENCY_KINDS, Workload
 
 GENERATIONS_TOML = generations_module.DATA
 

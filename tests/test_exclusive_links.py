@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from geosim.case import Case
-from geosim.params import default_params
-from geosim.scenario import get_model, gpu_catalog, load_scenario
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import get_model, gpu_catalog, load_scenario
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Collective, Compute, Recv, Repeat, Schedule, Send
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 from geosim.techniques._base import devices_of
 

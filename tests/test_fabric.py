@@ -13,9 +13,9 @@ import pytest
 
 from geosim.fabric.nodes import _split_rc
 from geosim.fabric.provision import parse_ping_rtt_ms
-from geosim.sites import (SAME_SITE_RTT_MS, estimate_rtt_ms, find_site, great_circle_km, rtt_model,
+from geosim.base.sites import (SAME_SITE_RTT_MS, estimate_rtt_ms, find_site, great_circle_km, rtt_model,
                                  site_catalog)
-from geosim.scenario import load_scenario
+from geosim.inputs.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,7 +219,7 @@ def test_without_the_extra_geosim_fabric_says_which_to_install(tmp_path):
 
 def test_plan_sites_lists_each_slice_once():
     from geosim.fabric.choose import candidates
-    from geosim.sites import get_site
+    from geosim.base.sites import get_site
 
     slices = candidates([get_site("GPN"), get_site("TACC")], vms=2, gpus_per_vm=2, gpu=None)
     keys = [tuple(sorted(zip(c.sites, c.gpus))) for c in slices]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from geosim.records import read_records
+from geosim.inputs.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

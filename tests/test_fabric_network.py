@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.params import default_params, load_params
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params, load_params
 from geosim.predict import predict
-from geosim.scenario import get_model, gpu_catalog, load_scenario
+from geosim.inputs.scenario import get_model, gpu_catalog, load_scenario
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import CountingNetwork, capabilities, network_model
 from geosim.sim.network import _nccl
@@ -19,7 +19,7 @@ from geosim.sim.network.fabric import FabricNetwork, uses_rdma
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Collective, Device, Schedule
-from geosim.specs import Cluster, Host, Workload
+from geosim.inputs.specs import Cluster, Host, Workload
 from geosim.studies.nccl_tests import check_all, check_row, published_rows, summary
 
 H100 = gpu_catalog()["H100"]
@@ -220,7 +220,7 @@ def test_an_rdma_link_between_sites_adds_its_propagation_to_each_step_across():
     """Two sites joined by an RDMA link of 1 ms RTT: a ring's steps between hosts wait its 0.5 ms one way
     beyond NCCL's network latency (2(nodes-1) of them for an all-reduce)."""
     hosts = tuple(Host(f"n{i}", f"s{i}", (H100,) * 8, "nvlink", "per-gpu", "rdma", 400e9) for i in range(2))
-    from geosim.specs import Link
+    from geosim.inputs.specs import Link
     near = Cluster("near", hosts, (Link("s0", "s1", 0.0, 3.2e12, transport="rdma"),))
     far = Cluster("far", hosts, (Link("s0", "s1", 1e-3, 3.2e12, transport="rdma"),))
     times = []
@@ -248,7 +248,7 @@ def test_ranks_simulated_once_give_the_full_runs_answer_on_an_rdma_cluster(techn
 def test_tensor_parallel_comm_overlap_hides_the_all_reduces_under_the_gemms(tmp_path):
     """Megatron's --tp-comm-overlap (a runtime's tp_comm_overlap) on one NVLink host: the same compute, the
     same bytes as ring all-reduces, and most of the communication under the GEMM chunks."""
-    from geosim.params import load_params as load
+    from geosim.inputs.params import load_params as load
 
     path = tmp_path / "p.toml"
     path.write_text("[runtime.pytorch]\ntp_comm_overlap = true\n")

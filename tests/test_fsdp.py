@@ -7,16 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geosim.case import Case
-from geosim.params import default_params
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
 from geosim.predict import predict
-from geosim.runtime import runtime_of
-from geosim.scale import make_cluster
-from geosim.scenario import load_scenario, model_catalog
+from geosim.inputs.runtime import runtime_of
+from geosim.inputs.scale import make_cluster
+from geosim.inputs.scenario import load_scenario, model_catalog
 from geosim.sim import memory_layout
 from geosim.sim.collectives import expand
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
-from geosim.specs import Model, Workload
+from geosim.inputs.specs import Model, Workload
 from geosim.techniques import build_schedule, default_techniques, technique_names
 
 PARAMS = default_params()
@@ -187,7 +187,7 @@ def test_diloco_with_fsdp_inner_steps_syncs_shards():
 
 
 def test_a_unit_that_does_not_divide_the_layers_is_refused():
-    from geosim.errors import GeosimError
+    from geosim.base.errors import GeosimError
 
     case = Case(load_scenario("utah-gpn").cluster, GPT2, WORKLOAD, PARAMS)
     with pytest.raises(GeosimError, match="not a whole number of units"):
@@ -222,7 +222,7 @@ def test_live_fsdp_writes_a_record_that_calibrate_check_reads(tmp_path):
     import subprocess
     import sys
 
-    from geosim.records import read_records
+    from geosim.inputs.records import read_records
     from conftest import run_cli
 
     runs = tmp_path / "runs.jsonl"

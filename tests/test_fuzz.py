@@ -27,13 +27,13 @@ from hypothesis import strategies as st
 
 from geosim.calibrate.cases import read_runs, to_case
 from geosim.calibrate.importers import alpa_benchmark_records
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.params import load_params
-from geosim.records import validate
-from geosim.scenario import load_scenario
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import load_params
+from geosim.inputs.records import validate
+from geosim.inputs.scenario import load_scenario
 from geosim.predict import predict
-from geosim.specs import Model, Workload
+from geosim.inputs.specs import Model, Workload
 
 TINY = Model("fuzz-tiny", n_layer=2, n_embd=64, n_head=2, vocab=1000, n_ctx=128)
 SHORT = Workload(tokens_per_epoch=8 * 128 * 3, seq_len=128, global_batch=8, microbatches=2, epochs=1)

@@ -15,13 +15,13 @@ import pytest
 
 from geosim.calibrate.cases import load_cases
 from geosim.calibrate.check import check
-from geosim.errors import GeosimError
-from geosim.gpu_names import catalog_gpu, with_catalog_gpus
-from geosim.params import default_params
-from geosim.runtime import shipped_runtimes
-from geosim.scenario import get_model, gpu_catalog
+from geosim.base.errors import GeosimError
+from geosim.inputs.gpu_names import catalog_gpu, with_catalog_gpus
+from geosim.inputs.params import default_params
+from geosim.inputs.runtime import shipped_runtimes
+from geosim.inputs.scenario import get_model, gpu_catalog
 from geosim.sim.compute import ComputeModel, Gemm, Work, compute_model, gemm_seconds, kernels
-from geosim.specs import ComputeConstants
+from geosim.inputs.specs import ComputeConstants
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RECORDS = ROOT / "geosim" / "data" / "gpu-h200-2026-11-26.jsonl"
@@ -163,10 +163,10 @@ def test_a_real_gpt2_vocabulary_passes_the_check():
 def test_the_simulator_under_jax_holds_what_live_estimates_for_its_own_step(technique, precision):
     """One memory model: predict under the jax runtime gives each device the bytes live's own check gives
     before it allocates (live/train/memory.py), on two H100s of one host, per technique."""
-    from geosim.case import Case
+    from geosim.inputs.case import Case
     from geosim.live.train.memory import layout
     from geosim.predict import predict
-    from geosim.specs import Cluster, Host, Workload
+    from geosim.inputs.specs import Cluster, Host, Workload
 
     h100 = gpu_catalog()["H100"]
     model = get_model("gpt2-medium")

@@ -15,10 +15,10 @@ pytest.importorskip("scipy")
 from geosim.calibrate.cases import load_cases, to_case
 from geosim.calibrate.importers import alpa_benchmark_records
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.params import load_params
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import load_params
 from geosim.studies.reference import study_records
-from geosim.records import read_runs
+from geosim.inputs.records import read_runs
 
 CONSOLE = Path(__file__).parent / "data" / "alpa-gpt-console.log"
 GPT = "GPTModelConfig(seq_len=1024, hidden_size=1024, num_layers=24, num_heads=16, vocab_size=51200)"

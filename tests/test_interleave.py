@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.params import default_params
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params
 from geosim.predict import predict
-from geosim.runtime import runtime_of
-from geosim.scenario import gpu_catalog, model_catalog
+from geosim.inputs.runtime import runtime_of
+from geosim.inputs.scenario import gpu_catalog, model_catalog
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Compute, Recv, Repeat, Send
-from geosim.specs import Cluster, Host, Link, Model, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Model, Workload
 from geosim.techniques import build_schedule
 
 H100 = gpu_catalog()["H100"]
@@ -164,7 +164,7 @@ def test_interleaving_needs_1f1b():
 def test_the_planner_offers_tensor_degrees_below_a_host_s_gpus_under_their_floors():
     """On a large cluster the structured search tries shard-data with t = 2 on 4-GPU hosts too, and
     the floor it prunes by stays under each such option's prediction."""
-    from geosim.scale import scale_scenario
+    from geosim.inputs.scale import scale_scenario
     from geosim.studies.plan import candidates, floor_s
 
     scenario = scale_scenario("scale:2x2x4:H100")

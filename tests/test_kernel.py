@@ -7,9 +7,9 @@ import pytest
 import simpy
 from simpy.events import NORMAL
 
-from geosim.case import Case
-from geosim.params import default_params
-from geosim.scenario import get_model, load_scenario
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import get_model, load_scenario
 from geosim.sim.engine import run_schedule
 from geosim.sim.kernel import Clock
 from geosim.sim.network.alphabeta import AlphaBetaNetwork

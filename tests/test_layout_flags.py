@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from geosim.case import Case
-from geosim.params import default_params
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
 from geosim.predict import predict
-from geosim.scale import scale_scenario
-from geosim.scenario import model_catalog
+from geosim.inputs.scale import scale_scenario
+from geosim.inputs.scenario import model_catalog
 from geosim.sim.schedule import Collective, Compute, Repeat
 from geosim.techniques import build_schedule
 

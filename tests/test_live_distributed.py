@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from geosim.records import read_records
-from geosim.scenario import load_scenario
+from geosim.inputs.records import read_records
+from geosim.inputs.scenario import load_scenario
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 # The test cluster keeps Ray's token authentication on (Ray >= 2.5x): every `ray start`, driver

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import default_sigint
-from geosim.records import read_records
+from geosim.inputs.records import read_records
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import default_sigint
-from geosim.records import read_records
+from geosim.inputs.records import read_records
 
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -171,7 +171,7 @@ def test_estimate_is_the_simulators_memory_model_and_orders_what_techniques_keep
     from geosim.live.train.memory import estimate_gib
     from geosim.live.train.techniques import data as data_technique
     from geosim.sim.memory_layout import LayoutOptions, live_step
-    from geosim.specs import Model
+    from geosim.inputs.specs import Model
 
     model = Model("m", 24, 1024, 16)
     dims = dict(n_layer=24, n_embd=1024, n_head=16, vocab=50257, n_ctx=1024, precision="fp32", global_batch=8,

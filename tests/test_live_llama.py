@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.scenario import get_model
+from geosim.inputs.scenario import get_model
 
 
 @pytest.mark.parametrize("change", [{}, {"tied": False}, {"bias": "qkv"}, {"bias": "attention"}, {"n_kv_head": 1}])
@@ -27,7 +27,7 @@ def test_the_flax_llama_has_the_shapes_parameter_count(change):
 
 
 def test_live_refuses_a_technique_that_cuts_gpt2_blocks():
-    from geosim.errors import GeosimError
+    from geosim.base.errors import GeosimError
     from geosim.live.train.loop import Options, run
 
     with pytest.raises(GeosimError, match="not GPT-2 shaped"):

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from geosim.studies import convergence
-from geosim.records import read_records
+from geosim.inputs.records import read_records
 
 FOUR_DEVICES = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
 

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from geosim.records import read_records
+from geosim.inputs.records import read_records
 
 FOUR_DEVICES = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
 
@@ -86,7 +86,7 @@ def test_each_technique_writes_a_record_calibration_reads(tmp_path):
         assert r.measured["steps"] == 5 and r.measured["time_per_iteration_s"] > 0 and r.measured["tokens_per_s"] > 0
         assert r.measured["tflops_per_gpu"] > 0 and r.measured["compile_time_s"] > 0 and r.measured["peak_memory_gib"] > 0
         assert r.workload == {"global_batch": 8, "microbatches": 2, "seq_len": 64, "tokens_per_epoch": r.workload["tokens_per_epoch"],
-                              "precision": "fp32", "runtime": "jax"}  # live runs are on the jax runtime (geosim/runtime.py)
+                              "precision": "fp32", "runtime": "jax"}  # live runs are on the jax runtime (geosim/inputs/runtime.py)
         assert r.model == "tiny" and r.model_dims["vocab"] == 257  # bytes, not GPT-2's 50257
         assert r.cluster["hosts"][0]["gpus"] == ["CPU"] * 4 and "CPU" in r.cluster["gpus"]
         assert {"jax", "flax", "optax", "geosim"} <= set(r.software)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.scenario import load_scenario
+from geosim.base.errors import GeosimError
+from geosim.inputs.scenario import load_scenario
 from geosim.live.train import corpus
 from geosim.live.train.alpa_backend import ALPA_MISSING, method_spec
 from geosim.live.wan.agent import Agent, scenario_text
@@ -142,7 +142,7 @@ def test_out_of_memory_is_recognised_from_a_real_xla_error():
 ])
 def test_gpu_names_resolve_through_the_catalog(device, memory_gib, name):
     from geosim.live.train.record import catalog_gpu, inline_cluster
-    from geosim.scenario import gpu_catalog
+    from geosim.inputs.scenario import gpu_catalog
 
     assert catalog_gpu(device, memory_gib) == name
     cluster = inline_cluster({"platform": "gpu", "kind": device, "count": 2, "memory_gib": memory_gib}, ["vm1"])

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from geosim.live.experiments import validate as live_validate
-from geosim.records import validate
+from geosim.inputs.records import validate
 
 from test_live_wan_runs import fake_slice, local_record_doc
 from geosim.live.experiments import wan_runs
@@ -42,7 +42,7 @@ def test_a_run_on_a_machine_loaded_beyond_its_cores_is_named_in_one_line():
 
 
 def test_the_fit_moves_only_round_trips_within_the_tcp_models_declared_ranges():
-    from geosim.params import fittable, load_params
+    from geosim.inputs.params import fittable, load_params
 
     records = [record(rtt, t, {"time_per_iteration_s": 0.1 * (1 + rtt)}) for rtt in (25, 70)
                for t in ("data", "zero2", "shard", "pipeshard")]
@@ -63,11 +63,11 @@ def test_the_fit_moves_only_round_trips_within_the_tcp_models_declared_ranges():
 def test_validate_recovers_a_held_out_rtt_of_simulated_jax_runs():
     """Runs the simulator itself timed with the jax runtime's shipped costs and known round trips: a fit on
     25 and 70 ms predicts 0.1 ms, where only the shipped costs and compute remain."""
-    from geosim.case import Case
+    from geosim.inputs.case import Case
     from geosim.calibrate.cases import cases_from_records
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
     from geosim.predict import predict
-    from geosim.runtime import shipped_runtimes, with_runtime
+    from geosim.inputs.runtime import shipped_runtimes, with_runtime
 
     truth = with_runtime(load_params(None), replace(shipped_runtimes()["jax"], collective_step_rtts=0.6))
     # live's fp32 ZeRO-2 gathers 4 bytes a parameter (what validate sets: live_settings)
@@ -94,7 +94,7 @@ def test_the_validate_runs_of_nov_26_regenerate_the_pages_table():
     within 15% for every technique, 0.1 ms included, with the page's figures."""
     from pathlib import Path
 
-    from geosim.records import read_records
+    from geosim.inputs.records import read_records
 
     data = Path(__file__).resolve().parents[1] / "docs" / "results" / "data"
     records = read_records(data / "2026-11-26-validate-runs-10.jsonl")

@@ -20,9 +20,9 @@ from dataclasses import replace
 import pytest
 
 from conftest import default_sigint
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.records import RunRecord, validate
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.records import RunRecord, validate
 from geosim.live.experiments import wan_runs
 from geosim.live.experiments import validate as live_validate
 from geosim.live.experiments import validate_report
@@ -68,7 +68,7 @@ def local_record_doc(per_host=(1, 1)) -> dict:
 
 def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
     from geosim.calibrate.cases import cases_from_records
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
     from geosim.predict import predict
 
     doc = wan_runs.to_wan_record(local_record_doc((2, 2)), fake_slice(rtt=20, bandwidth=500))
@@ -92,7 +92,7 @@ def test_record_on_the_slice_is_a_two_site_scenario_calibrate_can_simulate():
 
 def test_window_cap_of_the_slice_is_the_links_window_and_slows_the_simulated_run():
     from geosim.calibrate.cases import cases_from_records
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
     from geosim.predict import predict
 
     capped = fake_slice(rtt=20, bandwidth=1000)
@@ -143,7 +143,7 @@ def test_hosts_wan_without_a_slice_is_a_one_line_error(tmp_path):
 def simulated_records(rtts, per_step_extra=None):
     """Records whose 'measured' times the simulator itself produced with known parameters."""
     from geosim.calibrate.cases import cases_from_records
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
     from geosim.predict import predict
 
     truth = load_params()
@@ -358,8 +358,8 @@ def test_an_emulated_slices_loss_reaches_its_links_and_the_loss_probes_predictio
     from dataclasses import replace as with_field
 
     from geosim.live.experiments.loss_probes import predicted_mbps
-    from geosim.scenario import scenario_from_doc
-    from geosim.params import default_params
+    from geosim.inputs.scenario import scenario_from_doc
+    from geosim.inputs.params import default_params
     from geosim.sim.network._loss import loss_limited_rate
 
     lossy = with_field(fake_slice(rtt=20, bandwidth=200), loss=0.005)

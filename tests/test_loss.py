@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geosim.errors import GeosimError
-from geosim.params import default_params
-from geosim.scenario import gpu_catalog, scenario_from_doc
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import gpu_catalog, scenario_from_doc
 from geosim.sim.network._loss import (Congestion, cubic_window, loss_limited_rate, reno_window,
                                      shaper_utilization)
 from geosim.sim.network.tcp import TCPNetwork
-from geosim.specs import Cluster, Host, Link, Shaper
+from geosim.inputs.specs import Cluster, Host, Link, Shaper
 from geosim.techniques._base import devices_of
 
 CUBIC = Congestion(mss_bytes=1448.0, cubic_c=0.4, cubic_beta=0.7, segments_per_ack=1, bbr=False, timeouts=True)

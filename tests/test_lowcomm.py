@@ -8,16 +8,16 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.cli import main
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
-from geosim.errors import GeosimError
-from geosim.params import default_params, load_params
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params, load_params
 from geosim.predict import predict
-from geosim.scenario import get_model, gpu_catalog, load_scenario, model_catalog
+from geosim.inputs.scenario import get_model, gpu_catalog, load_scenario, model_catalog
 from geosim.sim.schedule import Collective, Repeat
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule, sparseloco
 from geosim.techniques.hybrid import plan_replicas, replica_layout
 from geosim.studies.whatif import with_bandwidth, with_rtt

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from geosim.case import Case
-from geosim.params import default_params
-from geosim.scenario import get_model, gpu_catalog
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import get_model, gpu_catalog
 from geosim.sim.engine import run_schedule
 from geosim.sim.network._exclusive import SharedTag, sender_pairs
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Collective, Repeat
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 from conftest import assert_same_run
 

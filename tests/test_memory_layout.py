@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.scenario import model_catalog
+from geosim.inputs.scenario import model_catalog
 from geosim.sim.memory_layout import (FITS, MAY_NOT_FIT, OUT_OF_MEMORY, LayoutOptions, activations, auto_sharded,
                                       block_residual_bytes_per_token, data_parallel, live_step, LivePlacement,
                                       pipeline_stage, verdict, zero2)
-from geosim.specs import GIB
+from geosim.inputs.specs import GIB
 
 GPT2M = model_catalog()["gpt2m"]
 GPT2L = model_catalog()["gpt2l"]

@@ -70,7 +70,7 @@ def test_pipeline_blocks_in_a_scan_keep_jax_residual_list_on_cpu():
 
     from geosim.live.train.techniques.pipeshard import placement
     from geosim.sim.memory_layout import LayoutOptions, live_step
-    from geosim.specs import Model
+    from geosim.inputs.specs import Model
 
     cases = [{**case("pipeshard", global_batch=8, microbatches=2), "model": "blocks", "dims": BLOCKS}]
     rows = run_cases("cpu", 4, cases, timeout_s=600)

@@ -8,14 +8,14 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.model_config import model_from_config, model_from_config_file
-from geosim.params import default_params
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.model_config import model_from_config, model_from_config_file
+from geosim.inputs.params import default_params
 from geosim.predict import predict
-from geosim.scale import make_cluster
-from geosim.scenario import _catalog_doc, catalog_models, get_model
-from geosim.specs import Model, Workload
+from geosim.inputs.scale import make_cluster
+from geosim.inputs.scenario import _catalog_doc, catalog_models, get_model
+from geosim.inputs.specs import Model, Workload
 from geosim.techniques import build_schedule, layout_options
 
 CATALOG = catalog_models()
@@ -159,7 +159,7 @@ def test_the_config_file_is_checked_before_it_is_parsed(tmp_path):
 
 
 def test_a_scenario_names_a_config(tmp_path):
-    from geosim.scenario import load_scenario
+    from geosim.inputs.scenario import load_scenario
 
     (tmp_path / "llama.json").write_text(json.dumps({
         "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,

@@ -6,10 +6,10 @@ import inspect
 
 import pytest
 
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.params import load_params
-from geosim.scenario import get_model, load_scenario
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import load_params
+from geosim.inputs.scenario import get_model, load_scenario
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import least_delay, network_model, network_names
 from geosim.sim.network.tcp import Settings, TCPNetwork
@@ -94,7 +94,7 @@ def test_every_predicting_command_takes_network_and_a_sweep_directory_keeps_its_
 
 def test_a_fit_moves_the_tcp_models_settings_through_their_declaration_and_writes_them_back(tmp_path):
     from geosim.calibrate.free import FreeParam, apply_params
-    from geosim.params import write_params
+    from geosim.inputs.params import write_params
 
     base = load_params()
     window = FreeParam("scalar", "transport.window_mib", 1.43, 1 / 16, 512.0, "MiB")

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from geosim.params import default_params
-from geosim.scenario import gpu_catalog
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import gpu_catalog
 from geosim.sim import collectives
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import CountingNetwork, NetworkModel
@@ -23,7 +23,7 @@ from geosim.sim.network.alphabeta import AlphaBetaNetwork
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.studies.astra import QUICK, allreduce_schedule, astra_cluster, astra_params, case_named
 from geosim.techniques._base import devices_of
 

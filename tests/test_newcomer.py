@@ -1,12 +1,12 @@
 """The mistakes a newcomer made (issue 25) each give one line naming the flag or the key, and values
-no real system has are accepted with one warning naming the file and the key (geosim.plausibility)."""
+no real system has are accepted with one warning naming the file and the key (geosim.base.plausibility)."""
 
 from __future__ import annotations
 
 
 import pytest
 
-from geosim import plausibility
+from geosim.base import plausibility
 from geosim.cli import build_parser
 
 from conftest import run_cli as run
@@ -117,7 +117,7 @@ def test_choices_and_names_are_case_insensitive(argv):
 
 
 def test_live_validate_help_quotes_the_catalogs_parameter_count():
-    from geosim.scenario import get_model
+    from geosim.inputs.scenario import get_model
 
     parser = build_parser("live")
     text = parser._subparsers._group_actions[0].choices["live"].format_help()
@@ -151,7 +151,7 @@ def test_live_run_takes_a_list_of_techniques_one_record_each(tmp_path):
     import subprocess
     import sys
 
-    from geosim.records import read_records
+    from geosim.inputs.records import read_records
 
     runs = tmp_path / "runs.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from geosim.cli import main
-from geosim.scenario import BUILTIN_SCENARIOS
+from geosim.inputs.scenario import BUILTIN_SCENARIOS
 
 COMMANDS = ("predict", "select", "plan")
 

@@ -1,4 +1,4 @@
-"""Every file geosim writes goes through geosim/fileio.py (issue 36): it never replaces a device
+"""Every file geosim writes goes through geosim/base/fileio.py (issue 36): it never replaces a device
 or a FIFO, keeps a file's mode and honours the umask, turns a failing disk or stdout into one
 line, cleans up on SIGTERM as on SIGINT, sweeps its own stale temporary files and neutralises
 spreadsheet formulas. Each situation is built for real: a device node made with mknod where the
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from geosim.errors import GeosimError
-from geosim.fileio import append_lines, csv_cell, locked, sweep_stale_temporaries, write_atomic
+from geosim.base.errors import GeosimError
+from geosim.base.fileio import append_lines, csv_cell, locked, sweep_stale_temporaries, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ("trace", "--scenario", "utah-gpn", "--iterations", "1")
@@ -235,7 +235,7 @@ def test_sigterm_unwinds_like_sigint_and_leaves_no_temporary(tmp_path):
     script = (
         "import os, sys, time\n"
         "from geosim.cli import _process\n"
-        "from geosim import fileio\n"
+        "from geosim.base import fileio\n"
         "_process.terminate_as_interrupt()\n"
         "os.fsync = lambda fd: time.sleep(60)  # a slow disk: SIGTERM arrives mid-write\n"
         "try:\n"
@@ -285,9 +285,9 @@ def test_a_lock_is_not_made_beside_a_fifo(tmp_path):
 
 # ---------------------------------------------------------------- the writers
 
-# Every place in geosim that writes a file by itself, not through geosim/fileio.py, and why.
+# Every place in geosim that writes a file by itself, not through geosim/base/fileio.py, and why.
 RAW_WRITERS = {
-    "geosim/fileio.py": "the one output module",
+    "geosim/base/fileio.py": "the one output module",
     "geosim/studies/sweep/store.py": "a sweep's rows appended with O_APPEND to files fileio made (errors via output_error)",
     "geosim/fabric/steps.py": "a wheel pip built in a temporary directory, moved into the workdir",
     "geosim/report/figures.py": "matplotlib renders into memory (BytesIO); the PNG goes through write_atomic",
@@ -308,7 +308,7 @@ def test_every_writer_is_the_output_module_or_listed_with_its_reason():
         for path in (ROOT / top).rglob("*.py"):
             if _RAW.search(path.read_text()):
                 found.add(str(path.relative_to(ROOT)))
-    assert found == set(RAW_WRITERS), (f"new raw writers (use geosim.fileio): {sorted(found - set(RAW_WRITERS))}; "
+    assert found == set(RAW_WRITERS), (f"new raw writers (use geosim.base.fileio): {sorted(found - set(RAW_WRITERS))}; "
                                        f"listed but gone: {sorted(set(RAW_WRITERS) - found)}")
 
 

@@ -1,4 +1,4 @@
-"""Each parameter is declared once (geosim/parameters.py; a network model's in its module); the
+"""Each parameter is declared once (geosim/base/parameters.py; a network model's in its module); the
 defaults file, the parameters class, the fit's free set and the reference page are checked against
 that declaration."""
 
@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from geosim import parameters
-from geosim.params import ALL_SCALARS, _flatten, load_params, params_to_toml, setting_keys
+from geosim.base import parameters
+from geosim.inputs.params import ALL_SCALARS, _flatten, load_params, params_to_toml, setting_keys
 from geosim.sim.network import network_parameters
-from geosim.specs import Params
+from geosim.inputs.specs import Params
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "geosim" / "data" / "params-default.toml"
 # Params fields that are not parameters: where the values came from and what a fit said
 PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "technique_settings",
               "networks",  # each network model's Settings: declared by the model (checked below)
-              "runtimes",  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/runtime.py)
+              "runtimes",  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/inputs/runtime.py)
               "device_compute",  # a runtime's measured device constants: declared there too (device_compute)
-              # a runtime's kernel choices and its efficiency per GPU generation: runtimes.toml's keys (geosim/runtime.py)
+              # a runtime's kernel choices and its efficiency per GPU generation: runtimes.toml's keys (geosim/inputs/runtime.py)
               "tf32_matmul", "fused_attention", "efficiency_by_generation", "efficiency_estimate"}
 
 
@@ -137,8 +137,8 @@ def test_a_technique_the_file_does_not_name_costs_what_a_typical_one_does():
 
 
 def test_every_shipped_runtime_value_is_declared_and_in_its_range():
-    """runtimes.toml's numbers and device constants against their one declaration (geosim/parameters.py)."""
-    from geosim.runtime import KEYS
+    """runtimes.toml's numbers and device constants against their one declaration (geosim/base/parameters.py)."""
+    from geosim.inputs.runtime import KEYS
 
     runtimes = tomllib.loads((ROOT / "geosim" / "data" / "runtimes.toml").read_text())
     device = {p.key: p for p in parameters.DEVICE_COMPUTE}
@@ -201,7 +201,7 @@ def test_no_module_writes_a_literal_default_for_a_declared_number():
     for folder in ("geosim", "calibrate", "live"):
         for path in (ROOT / folder).rglob("*.py"):
             rel = path.relative_to(ROOT).as_posix()
-            if rel == "geosim/parameters.py" or rel in OWN_DEFAULTS:
+            if rel == "geosim/base/parameters.py" or rel in OWN_DEFAULTS:
                 continue
             offenders += [f"{rel}:{line}: {name}" for line, name in literal_defaults(ast.parse(path.read_text()), names)
                           if f"{rel}:{name}" not in OWN_DEFAULTS]
@@ -213,9 +213,9 @@ def test_no_module_writes_a_literal_default_for_a_declared_number():
 
 def test_tcp_bounds_have_one_home():
     """A link's window, streams and step_rtts override the [transport] parameters and a runtime's numbers of
-    the same name: all of them read one bound (geosim.parameters), and the plausible window lies inside it."""
-    from geosim import parameters, plausibility
-    from geosim.scenario import LINK_RANGES
+    the same name: all of them read one bound (geosim.base.parameters), and the plausible window lies inside it."""
+    from geosim.base import parameters, plausibility
+    from geosim.inputs.scenario import LINK_RANGES
     from geosim.sim.network import tcp
 
     transport = {s.key: s.range for s in tcp.PARAMETERS}

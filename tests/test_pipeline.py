@@ -8,15 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import TCPNetwork
-from geosim.params import default_params
+from geosim.inputs.params import default_params
 from geosim.sim.network.tcp import Settings as TCPSettings
 from geosim.predict import predict
-from geosim.scenario import gpu_catalog, load_scenario, model_catalog
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.scenario import gpu_catalog, load_scenario, model_catalog
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 from geosim.techniques.pipeshard import split_layers
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from geosim.case import Case
-from geosim.params import default_params
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
 from geosim.predict import predict
-from geosim.runtime import runtime_of
-from geosim.scenario import gpu_catalog, model_catalog
+from geosim.inputs.runtime import runtime_of
+from geosim.inputs.scenario import gpu_catalog, model_catalog
 from geosim.sim import collectives, memory_layout
 from geosim.sim.schedule import Collective, Compute, Repeat
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule, plan_floor_s, plan_variants
 
 H100 = gpu_catalog()["H100"]

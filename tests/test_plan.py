@@ -5,14 +5,14 @@ import json
 import pytest
 
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.params import load_params
-from geosim.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import load_params
+from geosim.inputs.case import Case
 from geosim.studies.plan import candidates, evaluate, floor_s, make_plan, parse_duration, search, twins
 from geosim.techniques import default_techniques
 from geosim.techniques._pipeshard_plan import layer_splits
 from geosim.techniques import is_low_communication, technique_names
-from geosim.scenario import get_model, load_scenario
+from geosim.inputs.scenario import get_model, load_scenario
 
 
 def case(name="utah-gpn", model="gpt2m", **workload):

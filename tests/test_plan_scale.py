@@ -1,7 +1,7 @@
 """The planner at scale: structured search against exhaustive search, the GPT-3 sizes, large options."""
 
 import pytest
-from geosim.scenario import get_model, gpu_catalog
+from geosim.inputs.scenario import get_model, gpu_catalog
 
 
 def test_gpt3_sizes_match_the_papers_table():
@@ -18,9 +18,9 @@ def test_gpt3_sizes_match_the_papers_table():
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from geosim.case import Case  # noqa: E402
-from geosim.params import load_params  # noqa: E402
-from geosim.specs import Cluster, Host, Link, Model, Workload  # noqa: E402
+from geosim.inputs.case import Case  # noqa: E402
+from geosim.inputs.params import load_params  # noqa: E402
+from geosim.inputs.specs import Cluster, Host, Link, Model, Workload  # noqa: E402
 from geosim.studies.plan import make_plan  # noqa: E402
 
 SMALL_MODEL = Model("planner-test", n_layer=6, n_embd=1024, n_head=16, n_ctx=256)
@@ -93,7 +93,7 @@ def test_floors_stay_under_predictions_on_a_large_cluster():
     never exceed the prediction: checked on the options the search simulates."""
     from pathlib import Path
 
-    from geosim.scenario import load_scenario
+    from geosim.inputs.scenario import load_scenario
     from geosim.studies.plan import floor_s, search
 
     scenario = load_scenario(Path(__file__).resolve().parents[1] / "bench" / "clusters" / "h100-4x4.toml")
@@ -112,7 +112,7 @@ def test_floors_stay_under_predictions_on_every_runtime(runtime):
     alpa's start-up under a jax run, the floor stood above the prediction and pruned the best option."""
     from dataclasses import replace
 
-    from geosim.scenario import load_scenario
+    from geosim.inputs.scenario import load_scenario
     from geosim.studies.plan import floor_s, search
 
     scenario = load_scenario("utah-gpn")
@@ -127,7 +127,7 @@ def test_floors_stay_under_predictions_on_every_runtime(runtime):
 def test_diloco_offers_a_replica_per_site_data_parallel_inside_it():
     from pathlib import Path
 
-    from geosim.scenario import load_scenario
+    from geosim.inputs.scenario import load_scenario
     from geosim.predict import predict
     from geosim.techniques import plan_variants
 

@@ -61,9 +61,9 @@ def test_no_measured_legend_entry_without_a_measurement(tmp_path):
 
 def test_crossval_plot_rings_the_fastest_per_slice_without_labels_piling_up(tmp_path):
     from geosim.calibrate.plot import plot_predicted_vs_measured
-    from geosim.case import Case
-    from geosim.params import load_params
-    from geosim.scenario import BUILTIN_SCENARIOS, get_model, load_scenario
+    from geosim.inputs.case import Case
+    from geosim.inputs.params import load_params
+    from geosim.inputs.scenario import BUILTIN_SCENARIOS, get_model, load_scenario
     from geosim.predict import predict
     from geosim.studies.reference import attach_measurement
 

@@ -8,17 +8,17 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from geosim.case import Case
-from geosim.errors import GeosimError
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
 from geosim.sim.collectives import expand
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
-from geosim.params import default_params
+from geosim.inputs.params import default_params
 from geosim.predict import predict
-from geosim.scenario import gpu_catalog, load_scenario, model_catalog
+from geosim.inputs.scenario import gpu_catalog, load_scenario, model_catalog
 from geosim.sim.schedule import Collective, Recv, Repeat, Send
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 from geosim.studies.whatif import with_bandwidth, with_rtt
 

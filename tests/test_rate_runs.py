@@ -73,8 +73,8 @@ def test_a_lossy_run_is_predicted_on_a_lossy_link():
     from dataclasses import replace
 
     from geosim.live.experiments.runtime_validation import Run, cluster_doc, predict_run
-    from geosim.params import load_params
-    from geosim.scenario import scenario_from_doc
+    from geosim.inputs.params import load_params
+    from geosim.inputs.scenario import scenario_from_doc
 
     record = {"cluster": {"name": "wan", "hosts": [{"name": "h0", "site": "s0", "gpus": ["CPU"]},
                                                    {"name": "h1", "site": "s1", "gpus": ["CPU"]}],

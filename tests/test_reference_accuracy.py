@@ -8,11 +8,11 @@ from functools import cache
 
 import pytest
 
-from geosim.case import Case
-from geosim.params import default_params
+from geosim.inputs.case import Case
+from geosim.inputs.params import default_params
 from geosim.predict import predict
 from geosim.studies.reference import STUDY_EPOCHS, single_vm_measurements, study_measurements
-from geosim.scenario import get_model, load_scenario
+from geosim.inputs.scenario import get_model, load_scenario
 from geosim.techniques import STUDY_ORDER as TECHNIQUE_NAMES
 
 TWO_SITE_SLICES = ("utah-gpn", "utah-mass", "bris-star", "gat-amst")

@@ -1,4 +1,4 @@
-"""Runtimes (geosim/runtime.py): the fixed costs that belong to the software stack.
+"""Runtimes (geosim/inputs/runtime.py): the fixed costs that belong to the software stack.
 
 Alpa's are the parameters file's (the study's fit, unchanged: tests/test_golden.py); JAX's are
 what `geosim live` measured; PyTorch's follow DDP's documented behaviour. Small models are not
@@ -11,14 +11,14 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.params import default_params
-from geosim.runtime import runtime_from_table, runtime_names, runtime_of, shipped_runtimes, with_runtime
-from geosim.scenario import gpu_catalog, load_scenario, make_workload
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params
+from geosim.inputs.runtime import runtime_from_table, runtime_names, runtime_of, shipped_runtimes, with_runtime
+from geosim.inputs.scenario import gpu_catalog, load_scenario, make_workload
 from geosim.predict import predict
-from geosim.specs import MIB, Cluster, Host, Model, Workload
+from geosim.inputs.specs import MIB, Cluster, Host, Model, Workload
 
 LAN = "scenarios/lan-4xa100-30m.toml"
 
@@ -127,7 +127,7 @@ def test_a_fitted_runtime_cost_survives_the_parameters_file(tmp_path):
     fitted.toml they write keeps it ([runtime.NAME], only what differs from the shipped runtime),
     and reading it back gives the same runtime and the same prediction."""
     from geosim.calibrate.free import FreeParam, apply_params
-    from geosim.params import load_params, write_params
+    from geosim.inputs.params import load_params, write_params
 
     base = default_params()
     free = [FreeParam("runtime", "jax.iteration_s", 1e-4, 1e-5, 1.0, "s"),
@@ -155,7 +155,7 @@ def test_a_fitted_runtime_cost_survives_the_parameters_file(tmp_path):
     ("runtime = 3\n", "runtime", "must be a table"),
 ])
 def test_a_parameters_files_runtime_table_is_checked(tmp_path, text, key, problem):
-    from geosim.params import load_params
+    from geosim.inputs.params import load_params
 
     path = tmp_path / "p.toml"
     path.write_text(text)

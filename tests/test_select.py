@@ -5,14 +5,14 @@ import json
 import pytest
 
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.params import load_params
-from geosim.records import RunRecord, append_record
-from geosim.scenario import get_model, load_scenario
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import load_params
+from geosim.inputs.records import RunRecord, append_record
+from geosim.inputs.scenario import get_model, load_scenario
 from geosim.studies.reference import study_records
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Probe, algorithm1
 from geosim.studies.ranking import choice_vs_rtt
-from geosim.units import parse_numbers
+from geosim.base.units import parse_numbers
 
 PROBES = {"Tp": ("pipeshard", ("v1", "v2")), "Td1": ("data", ("v1",)), "Ts1": ("shard", ("v1",)),
           "Td2": ("data", ("v2",)), "Ts2": ("shard", ("v2",)), "Tz2": ("zero2", ("v1", "v2"))}
@@ -142,7 +142,7 @@ def test_measured_probes_latest_record_wins_and_failures_count_zero(tmp_path):
               record("shard", ["vm2"], status="failed", error="boom")):
         append_record(path, r)
     cluster, model, workload, _ = case("utah-gpn", "gpt2m")
-    from geosim.records import read_records
+    from geosim.inputs.records import read_records
     source = MeasuredProbes(read_records(path), cluster, "utah-gpn", model, workload, str(path))
     s = algorithm1(source, "vm1", "vm2")
     assert s.probes["Td1"].tflops == 3.0 and s.probes["Ts1"].tflops == 0 and s.probes["Ts2"].tflops == 0
@@ -153,7 +153,7 @@ def test_measured_missing_probes_name_the_runs_to_do(tmp_path):
     path = tmp_path / "runs.jsonl"
     append_record(path, record("pipeshard", ["vm1", "vm2"], tflops=2.0))
     cluster, model, workload, _ = case("utah-gpn", "gpt2m")
-    from geosim.records import read_records
+    from geosim.inputs.records import read_records
     with pytest.raises(GeosimError) as err:
         algorithm1(MeasuredProbes(read_records(path), cluster, "utah-gpn", model, workload, str(path)), "vm1", "vm2")
     text = err.value.line()

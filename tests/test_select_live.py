@@ -5,7 +5,7 @@ import json
 import pytest
 
 from geosim.cli import main
-from geosim.records import read_records
+from geosim.inputs.records import read_records
 
 pytestmark = pytest.mark.slow
 

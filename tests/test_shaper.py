@@ -1,4 +1,4 @@
-"""Rate-limited links (geosim.specs.Shaper): a token bucket's rate, burst and queue in the TCP model,
+"""Rate-limited links (geosim.inputs.specs.Shaper): a token bucket's rate, burst and queue in the TCP model,
 checked against the hand-derived time of one message (the probes of live/wan/measure.py measure the
 same thing on the WAN emulator: docs/results/2026-11-25-runtime-validation.md)."""
 
@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from geosim.errors import GeosimError
-from geosim.params import default_params
-from geosim.scenario import gpu_catalog, scenario_from_doc
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import gpu_catalog, scenario_from_doc
 from geosim.sim.network.tcp import TCPNetwork
-from geosim.specs import Cluster, Host, Link, Shaper
+from geosim.inputs.specs import Cluster, Host, Link, Shaper
 from geosim.techniques._base import devices_of
 
 RATE = 50e6  # bit/s

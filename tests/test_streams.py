@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from geosim.errors import GeosimError
-from geosim.params import default_params
-from geosim.runtime import runtime_from_table, shipped_runtimes
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params
+from geosim.inputs.runtime import runtime_from_table, shipped_runtimes
 from geosim.sim.network._loss import Congestion, loss_limited_rate, shaper_utilization
-from geosim.specs import Shaper
+from geosim.inputs.specs import Shaper
 from tests.test_loss import network
 
 CUBIC = Congestion(mss_bytes=1448.0, cubic_c=0.4, cubic_beta=0.7, segments_per_ack=1, bbr=False, timeouts=True)
@@ -65,9 +65,9 @@ def test_a_bad_runtime_streams_is_one_line(bad):
 
 
 def shared_network(streams: int, competing: float, rate_bps: float = 1e9, rtt_s: float = 0.05):
-    from geosim.scenario import gpu_catalog
+    from geosim.inputs.scenario import gpu_catalog
     from geosim.sim.network.tcp import TCPNetwork
-    from geosim.specs import Cluster, Host, Link
+    from geosim.inputs.specs import Cluster, Host, Link
     from geosim.techniques._base import devices_of
 
     gpu = gpu_catalog()["A30"]
@@ -95,7 +95,7 @@ def test_more_streams_take_a_larger_share_and_none_is_the_link_it_was():
 
 
 def test_the_scenario_reads_competing_flows_and_refuses_bad_ones():
-    from geosim.scenario import scenario_from_doc
+    from geosim.inputs.scenario import scenario_from_doc
     from tests.test_loss import scenario_doc
 
     assert scenario_from_doc(scenario_doc(competing_flows=7.5), "x.toml").cluster.links[0].competing_flows == 7.5

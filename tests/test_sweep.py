@@ -11,8 +11,8 @@ import pytest
 
 from conftest import default_sigint
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.records import RunRecord
+from geosim.base.errors import GeosimError
+from geosim.inputs.records import RunRecord
 from geosim.studies.sweep.run import LocalExecutor, SerialExecutor, make_context, run_sweep
 from geosim.studies.sweep.grid import Grid, point_key
 from geosim.studies.sweep.store import CSV_FILE, RESULTS, read_rows

@@ -1,4 +1,4 @@
-"""Grid specs: lists, START:STOP:STEP and START:STOP:xFACTOR ranges (the one syntax, geosim.units),
+"""Grid specs: lists, START:STOP:STEP and START:STOP:xFACTOR ranges (the one syntax, geosim.base.units),
 'native', workload fields, and clear errors."""
 
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 
 from geosim.cli.sweep import add_arguments, build_grid
-from geosim.errors import GeosimError
-from geosim.scale import make_cluster, scale_scenario
+from geosim.base.errors import GeosimError
+from geosim.inputs.scale import make_cluster, scale_scenario
 from geosim.techniques import default_techniques, technique_names
 from geosim.studies.sweep.grid import Grid, parse_assignment, parse_values, point_key
 
@@ -34,7 +34,7 @@ def test_factor_range():
 
 
 def test_one_range_syntax_in_select_plan_and_sweep():
-    from geosim.units import parse_numbers
+    from geosim.base.units import parse_numbers
 
     # "0:100:10" used to mean 10 values to the sweep and a step of 10 to select: now a step everywhere
     assert parse_values("0:100:10", "float", "--rtt-ms") == parse_numbers("0:100:10", "--sweep-rtt")

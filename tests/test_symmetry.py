@@ -13,17 +13,17 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.params import default_params
-from geosim.scenario import get_model, gpu_catalog
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import get_model, gpu_catalog
 from geosim.sim.engine import every_rank, run_schedule
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import TCPNetwork
 from geosim.predict import predict
 from geosim.sim.schedule import Collective, Compute, Schedule
 from geosim.sim.symmetry import Symmetry, find_symmetry
-from geosim.specs import Cluster, Host, Link, Shaper, Workload
+from geosim.inputs.specs import Cluster, Host, Link, Shaper, Workload
 from geosim.techniques import build_schedule, layout_options, technique_names
 from conftest import assert_same_run
 

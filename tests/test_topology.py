@@ -5,10 +5,10 @@ import random
 
 import networkx as nx
 
-from geosim.params import default_params
-from geosim.scenario import gpu_catalog
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import gpu_catalog
 from geosim.sim.network._topology import TIE_BREAK_S, Topology
-from geosim.specs import Cluster, Host, Link
+from geosim.inputs.specs import Cluster, Host, Link
 from geosim.techniques._base import devices_of
 
 

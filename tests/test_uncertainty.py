@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from geosim.errors import GeosimError
-from geosim.params import default_params, load_params
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params, load_params
 from geosim.studies.uncertainty import parameter_draws, robustness, spread
 
 COVARIANCE = """

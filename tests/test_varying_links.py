@@ -7,12 +7,12 @@ import statistics
 
 import pytest
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.params import default_params
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import default_params
 from geosim.predict import predict
-from geosim.scenario import scenario_from_doc
+from geosim.inputs.scenario import scenario_from_doc
 from geosim.studies.uncertainty import link_draws, varies
 
 FAST, SLOW = 10.0, 0.1  # Gbit/s

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.wan import emulator, forwarder, netns
 
 

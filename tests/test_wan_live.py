@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.wan import emulator, netns
 from geosim.live.wan.measure import measure_rtt, measure_throughput
 

@@ -9,9 +9,9 @@ import pytest
 
 from geosim.calibrate import wan_public
 from geosim.cli import main
-from geosim.errors import GeosimError
-from geosim.specs import Link
-from geosim.units import MIB
+from geosim.base.errors import GeosimError
+from geosim.inputs.specs import Link
+from geosim.base.units import MIB
 
 
 @pytest.fixture(scope="module")

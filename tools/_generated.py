@@ -21,7 +21,7 @@ def write_or_check(page: Path, text: str, argv: list[str], tool: str) -> tuple[i
         return 0, False
     if current == text:
         return 0, False
-    from geosim.fileio import write_atomic
+    from geosim.base.fileio import write_atomic
 
     write_atomic(page, text)
     return 0, True

@@ -1,4 +1,4 @@
-"""Write docs/reference/bounds.md from the bounds in the code (each command module's FLAG_BOUNDS, geosim/scenario.py,
+"""Write docs/reference/bounds.md from the bounds in the code (each command module's FLAG_BOUNDS, geosim/inputs/scenario.py,
 the sweep grid, convergence), so the page lists every bound as the code applies it.
 
     python tools/bounds_reference.py            # rewrite docs/reference/bounds.md
@@ -14,13 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's geosim, not an installed one
 
 from _generated import write_or_check  # noqa: E402 (tools/_generated.py)
-from geosim import scenario  # noqa: E402
+from geosim.inputs import scenario  # noqa: E402
 from geosim.studies import convergence  # noqa: E402
 from geosim.studies.sweep.grid import MAX_GRID_POINTS, MAX_RANGE_POINTS  # noqa: E402
 from geosim.cli import flag_bounds  # noqa: E402
-from geosim.validate import FALLBACK, Bound  # noqa: E402
+from geosim.base.validate import FALLBACK, Bound  # noqa: E402
 from geosim import cost  # noqa: E402
-from geosim import input_limits as limits  # noqa: E402
+from geosim.base import input_limits as limits  # noqa: E402
 from geosim.cli import trace  # noqa: E402
 from geosim.report.html import MAX_REPORT_ROWS  # noqa: E402
 from geosim.cli._progress import INTERVAL_S, MAX_ESTIMATED_S  # noqa: E402
@@ -49,7 +49,7 @@ def render() -> str:
         "Generated from the code by `python tools/bounds_reference.py`; do not edit by hand.",
         "",
         "Every number geosim takes from a user (a flag, a scenario or parameters file, a run record) goes",
-        "through one check (`geosim/validate.py`, `check_number`): a finite number in an explicit range,",
+        "through one check (`geosim/base/validate.py`, `check_number`): a finite number in an explicit range,",
         "whatever its type and size. NaN, infinity and integers too large for a float are refused",
         "everywhere, as one line naming the flag or the file and key (exit 2). The bounds refuse typos,",
         "not real work: they are far above what any study slice needs, and counts that multiply work",
@@ -97,7 +97,7 @@ def render() -> str:
         "## Input files",
         "",
         "Checked before a file is read or parsed, so that no input makes geosim spend gigabytes or minutes",
-        "before it refuses (`geosim/input_limits.py`). Python's TOML and JSON parsers take whatever they",
+        "before it refuses (`geosim/base/input_limits.py`). Python's TOML and JSON parsers take whatever they",
         "are given: one long dotted key cost seconds and gigabytes, an array nested 100,000 deep ended in",
         "a RecursionError, a 200 MB scenario was parsed whole before its host count was checked.",
         "",
@@ -117,7 +117,7 @@ def render() -> str:
         "| every file a user names | a regular file (opened without blocking, then checked: a FIFO, a device, a "
         "socket or a directory is one line), read at most its bound, strict UTF-8; an error never quotes the "
         "file's content | `/dev/zero` was read until MemoryError, a FIFO hung, `/etc/shadow`'s first line was "
-        "printed (`geosim.input_limits.read_input`, the one reader) |",
+        "printed (`geosim.base.input_limits.read_input`, the one reader) |",
         f"| `calibrate wan-public` | <= {wan_public.MAX_ROWS:,} rows, <= {wan_public.MAX_PROFILES:,} profiles; "
         "each rate and ping a positive finite number | each profile is a bisection of the TCP model; a negative "
         "rate printed +99900% |",

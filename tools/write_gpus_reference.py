@@ -31,7 +31,7 @@ def _n(value) -> str:
 
 
 def gpu_table() -> str:
-    from geosim.scenario import gpu_catalog
+    from geosim.inputs.scenario import gpu_catalog
     from geosim.sim.compute import sustained_tensor_tflops
 
     raw = tomllib.loads((ROOT / "geosim/data/gpus.toml").read_text())
@@ -46,7 +46,7 @@ def gpu_table() -> str:
 
 
 def generation_table() -> str:
-    from geosim.generations import generations
+    from geosim.base.generations import generations
 
     rows = ["| generation | TF32 tensor cores | bf16 | live's 16-bit values per attention score | source |",
             "|---|---|---|---|---|"]
@@ -59,9 +59,9 @@ def generation_table() -> str:
 
 def efficiency_table() -> str:
     """Every (runtime, generation): its entry, or the runtime's estimate, with the source kind."""
-    from geosim.generations import generations
-    from geosim.params import load_params
-    from geosim.runtime import shipped_runtimes
+    from geosim.base.generations import generations
+    from geosim.inputs.params import load_params
+    from geosim.inputs.runtime import shipped_runtimes
 
     params = load_params()
     rows = ["| runtime | generation | GEMM fraction | memory fraction | GEMM half us | kind | source |",
@@ -79,7 +79,7 @@ def efficiency_table() -> str:
 
 
 def runtime_table() -> str:
-    from geosim.runtime import shipped_runtimes
+    from geosim.inputs.runtime import shipped_runtimes
 
     rows = ["| runtime | fp32 matmuls on TF32 | fused attention | memory layout | allocator share | "
             "generations with an entry | kernel gap us |", "|---|---|---|---|---|---|---|"]

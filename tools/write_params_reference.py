@@ -3,7 +3,7 @@
     python tools/write_params_reference.py            # rewrite the tables in docs/reference/params.md and runtimes.md
     python tools/write_params_reference.py --check    # exit 1 if they are out of date (tests/test_params_declared.py)
 
-The simulator-wide parameters come from geosim/parameters.py (with the shipped values of
+The simulator-wide parameters come from geosim/base/parameters.py (with the shipped values of
 geosim/data/params-default.toml), each network model's own from its module (PARAMETERS,
 geosim.sim.network.network_parameters), each technique's tunables from its Settings (the registry,
 geosim.techniques.reference_table). Everything between a `<!-- generated: NAME -->` line and the
@@ -23,14 +23,15 @@ sys.path.insert(0, str(ROOT))  # this checkout's geosim, not an installed one
 from _generated import write_or_check  # noqa: E402 (tools/_generated.py)
 
 PAGE = ROOT / "docs" / "reference" / "params.md"
-RUNTIMES_PAGE = ROOT / "docs" / "reference" / "runtimes.md"  # its table of a runtime's keys (geosim.parameters)
+RUNTIMES_PAGE = ROOT / "docs" / "reference" / "runtimes.md"  # its table of a runtime's keys (geosim.base.parameters)
 PAGES = (PAGE, RUNTIMES_PAGE)
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
 def tables() -> dict[str, str]:
-    from geosim import parameters, techniques
-    from geosim.params import _flatten
+    from geosim import techniques
+    from geosim.base import parameters
+    from geosim.inputs.params import _flatten
     from geosim.sim.network import network_parameters
 
     shipped = _flatten(tomllib.loads((ROOT / "geosim" / "data" / "params-default.toml").read_text()))

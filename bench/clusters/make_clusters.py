@@ -2,7 +2,7 @@
 
 H100 SXM hosts (geosim/data/gpus.toml) of 8 GPUs joined by NVLink, at FABRIC sites joined
 pairwise by 100 Gbit/s links whose RTT the scenario loader estimates from the sites'
-distance (no rtt_ms given: geosim.sites). They are not built-in scenarios: the
+distance (no rtt_ms given: geosim.base.sites). They are not built-in scenarios: the
 default `geosim predict` never plans them.
 
     python bench/clusters/make_clusters.py

@@ -18,9 +18,9 @@ import sys
 from geosim import __version__
 from geosim.cli import _process
 from geosim.cli.vocabulary import lower_choices
-from geosim.discover import module_names
-from geosim.errors import GeosimError
-from geosim.validate import check_flags, whole_numbers
+from geosim.base.discover import module_names
+from geosim.base.errors import GeosimError
+from geosim.base.validate import check_flags, whole_numbers
 
 ENTRY_POINT_GROUP = "geosim.commands"
 # the order `geosim --help` lists them in; commands not named here follow alphabetically
@@ -82,7 +82,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module.add_arguments(p)
         p.set_defaults(_run=module.run, _flag_bounds=getattr(module, "FLAG_BOUNDS", {}))
     lower_choices(parser)  # --precision FP16 as --scenario UTAH-GPN (geosim.cli.vocabulary)
-    whole_numbers(parser)  # --tokens-per-epoch 1e9 as 1000000000 (geosim.validate)
+    whole_numbers(parser)  # --tokens-per-epoch 1e9 as 1000000000 (geosim.base.validate)
     return parser
 
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     real_stdout, sys.stdout = sys.stdout, _process.GuardedStdout(sys.stdout)
     try:
-        check_flags(parser, args, args._flag_bounds)  # every number in its bound before any work (geosim/validate.py)
+        check_flags(parser, args, args._flag_bounds)  # every number in its bound before any work (geosim/base/validate.py)
         code = int(args._run(args) or 0)
         sys.stdout.flush()
         _process.deferred_warnings(args)  # after the answer: a failing command prints its error alone

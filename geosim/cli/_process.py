@@ -17,8 +17,8 @@ import os
 import signal
 import sys
 
-from geosim.errors import elide_long_words
-from geosim.fileio import output_error
+from geosim.base.errors import elide_long_words
+from geosim.base.fileio import output_error
 
 ERROR_SCHEMA = "geosim.error/1"
 

@@ -54,7 +54,7 @@ def refuse_if_too_long(done: int, total: int, elapsed_s: float, flag: str, what:
     """A cost estimate from the first `done` of `total` items: refuse (one line naming `flag`)
     when the rest would take more than MAX_ESTIMATED_S. `per_flag`: items per unit of the flag's
     value (predictions per draw), so the line says how large a value would fit."""
-    from geosim.errors import GeosimError
+    from geosim.base.errors import GeosimError
 
     if done <= 0 or total <= done:
         return

@@ -1,4 +1,8 @@
-"""Options and loading shared by the subcommands that predict (predict, trace, select, plan, sweep)."""
+"""Options and loading shared by the subcommands that predict (predict, trace, select, plan, sweep).
+
+Over 400 lines: every option the predicting commands share, declared once here so that each
+command takes the same flags with the same bounds.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +11,22 @@ import json
 import sys
 import time
 
-from geosim import plausibility
-from geosim.case import DEFAULT_NETWORK
+from geosim.base import plausibility
+from geosim.inputs.case import DEFAULT_NETWORK
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
-from geosim.errors import GeosimError
-from geosim.params import load_params
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import load_params
 from geosim.sim.network import network_names
-from geosim.runtime import runtime_names
-from geosim.scale import load_any_scenario
-from geosim.model_config import SHAPE_RANGES
-from geosim.scenario import (BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, LINK_RANGES, MAX_GPUS, MODEL_RANGES,
+from geosim.inputs.runtime import runtime_names
+from geosim.inputs.scale import load_any_scenario
+from geosim.inputs.model_config import SHAPE_RANGES
+from geosim.inputs.scenario import (BUILTIN_SCENARIOS, PRECISIONS, Scenario, get_model, LINK_RANGES, MAX_GPUS, MODEL_RANGES,
                              WORKLOAD_RANGES, check_number)
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.inputs.specs import Cluster, Model, Params, Workload
 from geosim.studies.whatif import with_bandwidth, with_rtt
 from geosim.studies.ranking import fmt_time
-from geosim.units import RANGE_SYNTAX, gbps_to_bps, ms_to_s
-from geosim.validate import Bound, count
+from geosim.base.units import RANGE_SYNTAX, gbps_to_bps, ms_to_s
+from geosim.base.validate import Bound, count
 
 DEFAULT_SWEEP_MS = "0.1,1,2,5,10,20,50,100,200"
 
@@ -152,7 +156,7 @@ def _link_bound(key: str) -> Bound:
     return Bound(*LINK_RANGES[key], why=f"a scenario link's {key} range")
 
 
-# The workload flags' bounds: a scenario's [workload] ranges (geosim/scenario.py), so a flag and a file agree
+# The workload flags' bounds: a scenario's [workload] ranges (geosim/inputs/scenario.py), so a flag and a file agree
 WORKLOAD_BOUNDS = {"--epochs": _workload_bound("epochs"), "--global-batch": _workload_bound("global_batch"),
                    "--microbatches": _workload_bound("microbatches"),
                    "--tokens-per-epoch": _workload_bound("tokens_per_epoch"), "--seq-len": _workload_bound("seq_len"),
@@ -403,7 +407,7 @@ def model_of(args, scenario: Scenario | None = None) -> Model:
     """The model a command runs: --model-config's config.json (named for its file), else --model."""
     path = getattr(args, "model_config", None)
     if path:
-        from geosim.model_config import model_from_config_file
+        from geosim.inputs.model_config import model_from_config_file
 
         return model_from_config_file(path)
     return get_model(args.model, scenario.models if scenario else None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from geosim.cli.common import add_json_argument, print_json
-from geosim.scenario import _catalog_doc, catalog_models, model_aliases, model_description
+from geosim.inputs.scenario import _catalog_doc, catalog_models, model_aliases, model_description
 
 HELP = ("list the models: GPT-2's own sizes, the study's aliases (gpt2m, gpt2L, gpt2l), Llama-family shapes read "
         "from their config.json, layers, heads and parameters (total and active)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
                                add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
                                add_workload_arguments, check_layout_plannable, check_layout_techniques, fmt_duration,
@@ -12,16 +12,16 @@ from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, D
                                refuse_layout, scenario_names, add_progress_arguments, check_progress_arguments,
                                refuse_progress, same_progress, workload_note, layout_choices)
 from geosim.cli.predict import describe_cluster, print_estimates
-from geosim.validate import count
-from geosim.errors import GeosimError
-from geosim.records import read_records
+from geosim.base.validate import count
+from geosim.base.errors import GeosimError
+from geosim.inputs.records import read_records
 from geosim.studies.plan import Plan, answer_vs_rtt, make_plan, measured_plan, parse_duration, twins
 from geosim.studies.asked import asked_candidates, default_host_sets, plan_notes
 from geosim.studies.ranking import is_assumed
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA
 from geosim.techniques import add_plan_arguments, plan_choices
-from geosim.units import parse_numbers
+from geosim.base.units import parse_numbers
 
 # Wings above the core (fabric/) add their own ways to plan under this entry-point group (pyproject.toml): a
 # module with add_arguments(parser), wanted(args) -> bool and run(args, params, deadline_s, techniques) -> int.
@@ -30,7 +30,7 @@ EXTENSION_GROUP = "geosim.plan_extensions"
 
 HELP = "rank every feasible option (technique x VMs x microbatches x layer split) and compare with Algorithm 1"
 
-# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+# every numeric flag's bound, checked before the command runs (geosim/base/validate.py check_flags)
 FLAG_BOUNDS = {"plan": {
     **WORKLOAD_BOUNDS, **DRAWS_BOUNDS, **DELTA_BOUNDS, **LAYOUT_BOUNDS,
     "--max-gpus": count(1_000_000, "a filter: any bound above the slice's GPUs is the same"),
@@ -188,8 +188,8 @@ def print_plan(plan: Plan, top: int | None, notes=(), parts: bool = False) -> No
     print_estimates([o.prediction for o in plan.options[:top]])
     if any(is_assumed(o.efficiency) for o in plan.options[:top]):
         print("  * token efficiency assumed (parameters file), not measured: time is to Data's progress")
-    if len(c.cluster.hosts) > 4:  # interchangeable VMs (geosim.structure.host_groups) as ranges
-        from geosim.structure import host_groups, host_list
+    if len(c.cluster.hosts) > 4:  # interchangeable VMs (geosim.inputs.structure.host_groups) as ranges
+        from geosim.inputs.structure import host_groups, host_list
 
         alike = [g for g in host_groups(c.cluster) if g.count > 1]
         if alike:

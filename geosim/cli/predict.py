@@ -12,27 +12,27 @@ from __future__ import annotations
 
 import sys
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
                                layout_arguments, technique_options, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
                                ESTIMATE_NOTE, add_progress_arguments, layout_choices, check_progress_arguments, same_progress, workload_note,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
                                scenario_names)
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
-from geosim.runtime import runtime_differences, runtime_of
+from geosim.inputs.runtime import runtime_differences, runtime_of
 from geosim.studies.asked import MAX_ALONE_ROWS, asked_candidates, asked_rows, microbatch_alternatives, verdict_notes
 from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.cli._progress import Heartbeat
 from geosim.studies.reference import attach_measurement
-from geosim.structure import host_groups, host_list
+from geosim.inputs.structure import host_groups, host_list
 from geosim.studies.whatif import wan_links
 from geosim.techniques import is_baseline, is_low_communication, label
-from geosim.units import s_to_ms
+from geosim.base.units import s_to_ms
 
 HELP = "predict the best option and each technique's time, TFLOP/s and memory on a slice (default: the study's five)"
 
-# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+# every numeric flag's bound, checked before the command runs (geosim/base/validate.py check_flags)
 FLAG_BOUNDS = {"predict": {**WORKLOAD_BOUNDS, **DRAWS_BOUNDS, **LAYOUT_BOUNDS}}
 
 
@@ -126,7 +126,7 @@ def _run(args) -> int:
                          "why_algorithm1_differs": plan.why_algorithm1_differs(),
                          "verdict_notes": notes,
                          "runtime_differences": runtime_differences(runtime_of(c.workload, c.params), c.params),
-                         # which RTTs are estimates (geosim.sites), not measurements
+                         # which RTTs are estimates (geosim.base.sites), not measurements
                          **({"estimated_rtts": estimated} if estimated else {}),
                          "predictions": [r.to_dict() | _target_fields(r, targets) | _ranked_fields(r, progress_of[id(c)])
                                          | ({"total_time_range_s": ranges[id(r)]} if ranges else {}) for r in rows]})
@@ -217,7 +217,7 @@ def print_ranges(rows, ranges) -> None:
 def describe_cluster(cluster) -> str:
     if len(cluster.hosts) <= 4:
         hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
-    else:  # interchangeable VMs as one group (geosim.structure.host_groups)
+    else:  # interchangeable VMs as one group (geosim.inputs.structure.host_groups)
         hosts = ", ".join(f"{host_list(g.hosts)}: {len(g.gpus)}x {g.gpus[0]} @{g.site}" for g in host_groups(cluster))
     links = wan_links(cluster)
     if not links:  # one VM, or VMs of one site: nothing crosses a WAN

@@ -7,7 +7,7 @@ import sys
 
 from dataclasses import replace
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, LIVE_RUN_SIZE_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
                                answer_envelope, add_sweep_rtt_argument, add_technique_argument, add_workload_arguments,
                                check_layout_plannable, check_layout_techniques, chosen_techniques, layout_arguments,
@@ -16,17 +16,17 @@ from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, D
                                workload_note, layout_choices)
 from geosim.cli.plan import print_answer_vs_rtt
 from geosim.cli.predict import describe_cluster
-from geosim.errors import GeosimError
-from geosim.records import read_records
+from geosim.base.errors import GeosimError
+from geosim.inputs.records import read_records
 from geosim.studies.asked import asked_candidates, default_host_sets, plan_notes
 from geosim.studies.reference import study_records
 from geosim.studies.select import DEFAULT_DELTA, LiveProbes, MeasuredProbes, PredictedProbes, Selection, algorithm1
 from geosim.techniques import label
-from geosim.units import parse_numbers
+from geosim.base.units import parse_numbers
 
 HELP = "choose a technique with the study's Algorithm 1 (probes predicted, measured or run live)"
 
-# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags); --steps and
+# every numeric flag's bound, checked before the command runs (geosim/base/validate.py check_flags); --steps and
 # --gpus-per-host drive live probes, bounded as live run's
 FLAG_BOUNDS = {"select": {
     **WORKLOAD_BOUNDS, **DRAWS_BOUNDS, **DELTA_BOUNDS, **LAYOUT_BOUNDS,
@@ -88,7 +88,7 @@ def run(args) -> int:
     if args.records_out and not args.live:
         raise GeosimError("only live probes write run records (--live)", source="--records-out")
     if args.records_out:
-        from geosim.fileio import check_output_path
+        from geosim.base.fileio import check_output_path
 
         check_output_path(args.records_out, "--records-out")  # before the probes run, not after
     if args.draws and (args.live or args.records):
@@ -176,7 +176,7 @@ def estimates_of(case, selection, predicted: bool) -> dict:
     """The estimated efficiency entries predicted probes rest on, and each probe's TFLOP/s interval: divided and
     multiplied by the spread of the measured and published entries (its whole time taken as compute: the widest)."""
     from geosim.predict import estimated_on
-    from geosim.runtime import efficiency_spread
+    from geosim.inputs.runtime import efficiency_spread
 
     estimated = estimated_on(case) if predicted else []
     spread = efficiency_spread() if estimated else 1.0

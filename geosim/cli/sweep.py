@@ -8,25 +8,25 @@ import sys
 import time
 from pathlib import Path
 
-from geosim.case import DEFAULT_NETWORK
+from geosim.inputs.case import DEFAULT_NETWORK
 from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_DEFAULTS, add_json_argument, add_layout_arguments,
                                check_layout_techniques, fmt_duration, layout_arguments, add_progress_arguments,
                                check_progress_arguments, model_of, refuse_progress)
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
-from geosim.errors import GeosimError
-from geosim.validate import count
-from geosim.scenario import BUILTIN_SCENARIOS
+from geosim.base.errors import GeosimError
+from geosim.base.validate import count
+from geosim.inputs.scenario import BUILTIN_SCENARIOS
 from geosim.sim.network import network_names
-from geosim.runtime import check_runtime_name
+from geosim.inputs.runtime import check_runtime_name
 from geosim.studies.sweep.grid import (NATIVE, Grid, WORKLOAD_KINDS, count_values, parse_assignment, parse_values,
                                        refuse_grid)
-from geosim.units import RANGE_SYNTAX
-from geosim.scale import DEFAULT_GPU, scale_name
+from geosim.base.units import RANGE_SYNTAX
+from geosim.inputs.scale import DEFAULT_GPU, scale_name
 from geosim.techniques import default_techniques, get_technique, technique_names
 
 HELP = "sweep a grid of what-ifs (RTT, bandwidth, model, batch, ...) in parallel, locally or on Ray; find crossovers"
 
-# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+# every numeric flag's bound, checked before the command runs (geosim/base/validate.py check_flags)
 FLAG_BOUNDS = {"sweep": {"--workers": count(1024, "worker processes on one machine"), **LAYOUT_BOUNDS}}
 
 DEFAULT_RTT = "native,0.1,0.2,0.5,1,2,5,10,20,50,100,150"
@@ -159,8 +159,8 @@ def build_grid(args) -> Grid:
     for text in args.set:
         name, values = parse_assignment(text)
         axes[name] = values
-    from geosim.scenario import WORKLOAD_RANGES
-    from geosim.validate import check_number
+    from geosim.inputs.scenario import WORKLOAD_RANGES
+    from geosim.base.validate import check_number
 
     for name in WORKLOAD_KINDS:  # each value in a scenario's range, before any point runs
         for value in axes.get(name, []) if WORKLOAD_KINDS[name] == "int" else []:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from pathlib import Path
 
 from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_BOUNDS, add_hosts_argument, add_layout_arguments, check_layout_techniques, layout_arguments,
@@ -12,16 +12,16 @@ from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_BOUNDS, add_hosts_argumen
                                chosen_techniques, fmt_duration, load_case, load_params_arg, parse_hosts, print_json)
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
-from geosim.validate import count
-from geosim.errors import GeosimError
-from geosim.fileio import check_output_path, write_atomic
-from geosim.runtime import runtime_of
+from geosim.base.validate import count
+from geosim.base.errors import GeosimError
+from geosim.base.fileio import check_output_path, write_atomic
+from geosim.inputs.runtime import runtime_of
 from geosim.techniques import build_schedule
 
 TRACE_SCHEMA = "geosim.trace/1"
 HELP = "write one simulated iteration as a Chrome trace (a row per GPU and per link) for Perfetto"
 
-# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags)
+# every numeric flag's bound, checked before the command runs (geosim/base/validate.py check_flags)
 FLAG_BOUNDS = {"trace": {**WORKLOAD_BOUNDS, **LAYOUT_BOUNDS,
                          "--iterations": count(100, "each iteration adds every op as a trace event")}}
 

@@ -12,7 +12,7 @@ flag that writes one ends in -out (--records-out, --loss-curve-out); --out is a 
 works, prints one deprecation line, and is listed in the reference, not in the help.
 
 A kind is what the flag takes: "list" flags are repeatable AND comma-separated (CommaList);
-"spec" flags take geosim.units' range syntax where a command sweeps, one value elsewhere.
+"spec" flags take geosim.base.units' range syntax where a command sweeps, one value elsewhere.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A candidate slice is `vms` VMs, each at a site with `gpus_per_vm` GPUs of one model the site
 offers. Its links carry the study's measured RTT where Table I has the pair, else the RTT
-estimated from distance (geosim.sites). Each candidate is ranked by the planner's
+estimated from distance (geosim.base.sites). Each candidate is ranked by the planner's
 own search and rank_key (geosim.studies.plan): the same rule as `geosim plan`.
 
 Two things keep `--sites all` fast, both exact rather than heuristic:
@@ -17,12 +17,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.sites import (GPU_COMPONENT, SAME_SITE_RTT_MS, Site, estimate_rtt_ms, get_site, gpu_component,
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.base.sites import (GPU_COMPONENT, SAME_SITE_RTT_MS, Site, estimate_rtt_ms, get_site, gpu_component,
                                  network_service, rtt_model, site_catalog, study_wan_pairs)
-from geosim.scenario import gpu_catalog
-from geosim.specs import Cluster, Host, Link, Model, Params, Workload
+from geosim.inputs.scenario import gpu_catalog
+from geosim.inputs.specs import Cluster, Host, Link, Model, Params, Workload
 from geosim.studies.plan import Option, rank_key, search
 from geosim.studies.ranking import rank
 

@@ -9,11 +9,11 @@ import json
 import sys
 
 from geosim.cli.common import fmt_duration, workload_overrides
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.fabric.choose import DEFAULT_BANDWIDTH_GBPS, rank_sites, resolve_sites
-from geosim.sites import rtt_model
+from geosim.base.sites import rtt_model
 from geosim.cli.vocabulary import add_renamed
-from geosim.scenario import get_model, make_workload
+from geosim.inputs.scenario import get_model, make_workload
 
 
 def add_arguments(parser) -> None:

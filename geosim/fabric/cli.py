@@ -17,12 +17,12 @@ from pathlib import Path
 
 from geosim.cli.common import LIVE_RUN_SIZE_BOUNDS, add_json_argument, add_technique_argument
 from geosim.cli.vocabulary import add_renamed, deprecate
-from geosim.errors import GeosimError, require
+from geosim.base.errors import GeosimError, require
 from geosim.techniques import is_low_communication, is_pipelined, technique_names
 
 HELP = "provision a FABRIC slice from a scenario (fablib), calibrate on it, bring the run records home"
 
-# every numeric flag's bound, checked before the command runs (geosim/validate.py check_flags): a calibration
+# every numeric flag's bound, checked before the command runs (geosim/base/validate.py check_flags): a calibration
 # on a slice is live runs and probes, bounded as theirs
 FLAG_BOUNDS = {"fabric calibrate": {"--steps": LIVE_RUN_SIZE_BOUNDS["--steps"],
                                     "--global-batch": LIVE_RUN_SIZE_BOUNDS["--global-batch"],
@@ -115,8 +115,8 @@ def run(args) -> int:
         return _delete(args)
     from geosim.fabric.request import DEFAULT_IMAGE, request_from_scenario
 
-    from geosim.fileio import check_output_path
-    from geosim.validate import inside
+    from geosim.base.fileio import check_output_path
+    from geosim.base.validate import inside
 
     if args.old_scenario is not None:
         deprecate(args, "the positional SCENARIO is deprecated; use --scenario SCENARIO")
@@ -124,7 +124,7 @@ def run(args) -> int:
     if not args.scenario:
         raise GeosimError("required: the scenario to provision", source="--scenario")
     if args.name is not None:
-        from geosim.input_limits import check_name
+        from geosim.base.input_limits import check_name
 
         check_name(args.name, "--name", "slice name")
     request = request_from_scenario(args.scenario, args.model, args.name, args.image or DEFAULT_IMAGE)
@@ -177,13 +177,13 @@ def _dry_run_create(args, request, out: Path) -> int:
 def _emulate(args, request, out: Path) -> int:
     from geosim.fabric.provision import write_emulated_slice
 
-    from geosim.validate import regular_input
+    from geosim.base.validate import regular_input
 
     if not Path(args.wan_state).exists():
         raise GeosimError("no emulated WAN is up (`geosim live wan up --host-count N --rtt-ms R`, as root)",
                           source=args.wan_state)
     try:
-        from geosim.input_limits import read_json_file
+        from geosim.base.input_limits import read_json_file
 
         wan = read_json_file(regular_input(args.wan_state, "--wan-state"), args.wan_state)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -211,7 +211,7 @@ def _delete(args) -> int:
     from geosim.fabric import provision
 
     path = Path(args.slice)
-    from geosim.input_limits import check_name
+    from geosim.base.input_limits import check_name
 
     name = provision.read_slice_file(path)["slice"] if path.exists() else args.slice
     # a name geosim would not have made (too long, invisible or control characters) names no slice of

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from geosim.fileio import write_atomic
+from geosim.base.fileio import write_atomic
 
 
 @dataclass

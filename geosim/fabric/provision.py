@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from geosim.errors import GeosimError
-from geosim.fileio import write_atomic
-from geosim.input_limits import read_json_file  # the one atomic writer (mkstemp: never a planted <file>.tmp)
-from geosim.validate import inside, regular_input
+from geosim.base.errors import GeosimError
+from geosim.base.fileio import write_atomic
+from geosim.base.input_limits import read_json_file  # the one atomic writer (mkstemp: never a planted <file>.tmp)
+from geosim.base.validate import inside, regular_input
 from geosim.fabric.nodes import FablibNode, NetnsNode, Node
 from geosim.fabric.request import DATAPLANE, L2_SUBNET, SliceRequest, build_slice
-from geosim.scenario import load_scenario
+from geosim.inputs.scenario import load_scenario
 
 SLICE_SUFFIX = ".slice.json"
 UNMEASURED_BANDWIDTH_GBPS = 10.0

@@ -19,10 +19,10 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from geosim.errors import GeosimError, require
-from geosim.sites import GPU_COMPONENT, get_site, network_service
-from geosim.scenario import get_model, load_scenario
-from geosim.specs import Model
+from geosim.base.errors import GeosimError, require
+from geosim.base.sites import GPU_COMPONENT, get_site, network_service
+from geosim.inputs.scenario import get_model, load_scenario
+from geosim.inputs.specs import Model
 
 DEFAULT_IMAGE = "default_ubuntu_24"  # Python 3.12: geosim needs >= 3.11 (Ubuntu 22.04 has 3.10)
 DATAPLANE = "dataplane"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.cli.common import add_json_argument
-from geosim.sites import COMPONENT_GPU, estimate_rtt_ms, get_site, gpu_component, rtt_model, site_catalog, sources
+from geosim.base.sites import COMPONENT_GPU, estimate_rtt_ms, get_site, gpu_component, rtt_model, site_catalog, sources
 
 HELP = "list FABRIC's sites (city, coordinates, GPU components) and the RTTs estimated between them"
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from geosim.errors import GeosimError, require
-from geosim.fileio import write_atomic
-from geosim.input_limits import read_json_file
+from geosim.base.errors import GeosimError, require
+from geosim.base.fileio import write_atomic
+from geosim.base.input_limits import read_json_file
 from geosim.fabric.nodes import Node, Result
 from geosim.techniques import STUDY_ORDER
 

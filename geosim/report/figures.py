@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from geosim.fileio import write_atomic
+from geosim.base.fileio import write_atomic
 
 MIN_WIDTH_PX = 1200
 DPI = 150
@@ -82,7 +82,7 @@ def png_bytes(fig, *, dpi: int = DPI, extra=(), tight: bool = True) -> bytes:
 
 
 def save_png(fig, path: str | Path, *, dpi: int = DPI, extra=(), tight: bool = True) -> Path:
-    """Write the figure as a PNG atomically (geosim.fileio), recording its text overlaps in LAYOUT."""
+    """Write the figure as a PNG atomically (geosim.base.fileio), recording its text overlaps in LAYOUT."""
     data = png_bytes(fig, dpi=dpi, extra=extra, tight=tight)
     LAYOUT[str(Path(path))] = {"overlaps": text_overlaps(fig), "texts": [t.get_text() for t in texts(fig)]}
     write_atomic(path, data)

@@ -11,14 +11,14 @@ import html
 from pathlib import Path
 
 from geosim.studies.crossover import describe
-from geosim.errors import GeosimError
-from geosim.fileio import write_atomic
+from geosim.base.errors import GeosimError
+from geosim.base.fileio import write_atomic
 from geosim.report.plots import EFFECTIVE, breakdown_rows, panel_key, panel_title, plot_breakdown, plot_time_vs_axis
 from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.store import count_lines, read_best, read_crossovers, read_manifest, read_rows, fingerprint
-from geosim.units import s_to_ms
-from geosim.params import load_params
-from geosim.records import read_records
+from geosim.base.units import s_to_ms
+from geosim.inputs.params import load_params
+from geosim.inputs.records import read_records
 from geosim.studies.reference import STUDY_EPOCHS, measured_for, slice_rtt_ms
 from geosim.studies.sweep.run import SweepContext, evaluate_row, resolve_scenario
 from geosim.studies.whatif import wan_links
@@ -48,7 +48,7 @@ def study_points(rows: list[dict], axis: str, metric: str) -> list[dict]:
 
 
 def record_points(rows: list[dict], records_path: str, axis: str, metric: str) -> list[dict]:
-    """Measured run records (geosim.records) that match a panel's scenario, technique, model and hosts."""
+    """Measured run records (geosim.inputs.records) that match a panel's scenario, technique, model and hosts."""
 
     if axis != "rtt_ms":
         return []

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from geosim.errors import require
-from geosim.fileio import save_figure
+from geosim.base.errors import require
+from geosim.base.fileio import save_figure
 from geosim.report.figures import save_png
 from geosim.studies.sweep.grid import NATIVE
 from geosim.techniques import get_technique, is_low_communication, label, technique_names

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 
 TABLE_FILE = "attention-kernels.toml"
 KINDS = ("published", "measured", "estimated")

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from geosim.sim.attention import flash_fraction
-from geosim.specs import GPU, ComputeConstants, Model
+from geosim.inputs.specs import GPU, ComputeConstants, Model
 
 
 class Gemm(NamedTuple):
@@ -92,7 +92,7 @@ def sustained_tensor_tflops(gpu: GPU, precision: str, tf32: bool = False) -> flo
     tensor_fp32 = precision == "fp32" and peak != gpu.fp32_tflops
     if (precision == "fp32" and not tensor_fp32) or not gpu.tdp_w:
         return peak
-    per_watt = gpu.generation_tflops_per_watt  # set from the catalog by geosim.scenario
+    per_watt = gpu.generation_tflops_per_watt  # set from the catalog by geosim.inputs.scenario
     if per_watt is None:
         return peak
     if tensor_fp32:  # TF32 throttles as the card's 16-bit tensor rate does

@@ -4,6 +4,9 @@ Each GPU is a small generator process walking its program (a Repeat block is wal
 nested generator); what a transfer costs, and what a collective becomes, is the network
 model's answer (geosim.sim.network), which may also time a whole collective itself. Nothing
 here knows what a technique is or which network model runs.
+
+Over 400 lines: one event loop whose processes share EngineRun's state; split, the loop would pass
+that state around.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Sche
 from geosim.sim.compute import compute_model
 from geosim.sim.kernel import Clock, Event
 from geosim.sim.symmetry import OrderMatters, find_symmetry
-from geosim.specs import Cluster, Params, Workload
+from geosim.inputs.specs import Cluster, Params, Workload
 
 
 @dataclass

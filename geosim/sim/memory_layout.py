@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from geosim.generations import generation
-from geosim.specs import GIB, Model
+from geosim.base.generations import generation
+from geosim.inputs.specs import GIB, Model
 
 FITS, MAY_NOT_FIT, OUT_OF_MEMORY = "fits", "may not fit", "out-of-memory"
 

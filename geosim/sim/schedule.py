@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from geosim.specs import GPU
+from geosim.inputs.specs import GPU
 
 
 @dataclass(frozen=True)

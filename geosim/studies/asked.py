@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.predict import Prediction, predict
-from geosim.structure import host_list
+from geosim.inputs.structure import host_list
 from geosim.studies.ranking import Option, SameProgress, fmt_time, margin, startup_note, time_to_progress_s
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.techniques import label, layout_options
 
 # the study's models (Table II is gpt2m; gpt2L and gpt2l its larger runs), by their names and aliases: they keep the

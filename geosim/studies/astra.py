@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.params import default_params
+from geosim.inputs.params import default_params
 from geosim.sim.schedule import Collective, Schedule
-from geosim.specs import Cluster, Host, Params
-from geosim.scenario import gpu_catalog
+from geosim.inputs.specs import Cluster, Host, Params
+from geosim.inputs.scenario import gpu_catalog
 from geosim.techniques._base import devices_of
 
 BUFFER_BYTES = 2**30

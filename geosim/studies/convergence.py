@@ -22,11 +22,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from geosim.errors import GeosimError
-from geosim.records import json_lines
-from geosim.specs import Model, Params
+from geosim.base.errors import GeosimError
+from geosim.inputs.records import json_lines
+from geosim.inputs.specs import Model, Params
 from geosim.techniques import get_technique, technique_names
-from geosim.validate import check_number
+from geosim.base.validate import check_number
 
 CHINCHILLA_TOKENS_PER_PARAM = 20
 # bounds on the user's numbers (docs/reference/cli.md): 1e16 tokens is ~1,000x today's largest runs;

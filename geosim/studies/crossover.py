@@ -14,7 +14,7 @@ import math
 
 from geosim.studies.sweep.run import SweepContext, metric_of
 from geosim.techniques import is_low_communication
-from geosim.units import bisect, middle
+from geosim.base.units import bisect, middle
 from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.table import as_table
 
@@ -23,7 +23,7 @@ REL_TOL = 1e-3
 
 
 def bisect_flip(f, lo: float, hi: float, *, rel_tol: float = REL_TOL, log: bool = True, max_steps: int = 100):
-    """A root of f between lo and hi, where f(lo) and f(hi) differ in sign (geosim.units.bisect).
+    """A root of f between lo and hi, where f(lo) and f(hi) differ in sign (geosim.base.units.bisect).
 
     Returns (x, steps): x is the middle of the last bracket, whose width is at most
     rel_tol * x. f may return None (the point does not run): that is an error here.

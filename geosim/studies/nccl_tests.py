@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from functools import partial
 from importlib import resources
 
-from geosim.params import default_params
-from geosim.scenario import gpu_catalog, parse_toml
+from geosim.inputs.params import default_params
+from geosim.inputs.scenario import gpu_catalog, parse_toml
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import _nccl
 from geosim.sim.network.fabric import FabricNetwork
 from geosim.sim.schedule import Collective, Device, Schedule
-from geosim.specs import Cluster, Host, Params, Workload
-from geosim.units import gbps_to_bps
+from geosim.inputs.specs import Cluster, Host, Params, Workload
+from geosim.base.units import gbps_to_bps
 
 DATA = "nccl-tests-published.toml"
 OPS = {"allreduce": "allreduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}

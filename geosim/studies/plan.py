@@ -5,6 +5,9 @@ technique x subset of VMs x (for Pipeshard) stage order x microbatches x
 intra-stage parallelism x layer split, uneven splits included, so a slow VM can
 take fewer layers. Out-of-memory options cost almost nothing: predict() builds the
 schedule and checks memory before it simulates anything.
+
+Over 400 lines: the search, its budget, the pruning by floors and the ranking of the rows asked with
+the planner's options (issue 46) are one algorithm.
 """
 
 from __future__ import annotations
@@ -15,17 +18,17 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from geosim.case import Case
-from geosim.errors import GeosimError
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
 from geosim.predict import predict, shared_floor
 from geosim.studies.ranking import (MeasuredOption, Option, SameProgress, choice_vs_rtt, rank, rank_key, verdict,
                                    why_algorithm1_differs)
 from geosim.studies.whatif import with_rtt
-from geosim.units import ms_to_s
-from geosim.validate import check_number
+from geosim.base.units import ms_to_s
+from geosim.base.validate import check_number
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
-from geosim.structure import structured_subsets
-from geosim.specs import Cluster, Model, Workload
+from geosim.inputs.structure import structured_subsets
+from geosim.inputs.specs import Cluster, Model, Workload
 from geosim.techniques import (default_techniques, is_low_communication, label, plan_floor_s, plan_variants,
                                technique_names)
 
@@ -41,7 +44,7 @@ def is_exhaustive(case: Case, exhaustive: bool | None = None) -> bool:
 def shapes(case: Case, max_gpus: int | None = None, techniques: tuple[str, ...] | None = None,
            exhaustive: bool | None = None):
     """(technique, hosts) for each technique on each set of VMs worth planning on: every subset
-    (twins planned once) where that is cheap, else geosim.structure.structured_subsets (by site and
+    (twins planned once) where that is cheap, else geosim.inputs.structure.structured_subsets (by site and
     host group: how many hosts of each, never every combination)."""
     gpus = {h.name: len(h.gpus) for h in case.cluster.hosts}
     if is_exhaustive(case, exhaustive):

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from geosim.predict import Prediction
-from geosim.specs import Params
+from geosim.inputs.specs import Params
 from geosim.studies.convergence import TokenEfficiency, time_to_target_s, token_efficiency, uses_compressed_pipeline
 from geosim.techniques import get_technique, option_kind, variant_label
-from geosim.units import bisect
+from geosim.base.units import bisect
 
 SAME_TIME = 1e-9  # relative: closer than this, two times are equal and the cheaper option wins
 
@@ -291,7 +291,7 @@ def _all(selection) -> str:
 def choice_vs_rtt(rtts_ms: list[float], choose: Callable[[float], tuple[str, object]],
                   rel_tol: float = 1e-2, locate: bool = True) -> tuple[list, list]:
     """choose(rtt_ms) -> (label, row) at each RTT; where the label changes between two neighbouring
-    RTTs, bisect (geosim.units.bisect) to locate the flip to rel_tol (locate=False: leave it bracketed
+    RTTs, bisect (geosim.base.units.bisect) to locate the flip to rel_tol (locate=False: leave it bracketed
     by the two RTTs). Returns (rows, flips) with rows as (rtt_ms, label, row) and flips as
     (low_ms, high_ms, label_below, label_above)."""
     rows = [(r, *choose(r)) for r in rtts_ms]

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from geosim.records import RunRecord
+from geosim.inputs.records import RunRecord
 from geosim.predict import Prediction
-from geosim.specs import Cluster
+from geosim.inputs.specs import Cluster
 
 REFERENCE_FILE = "fabric-slm-2026.toml"
 STUDY_TECHNIQUES = {"Data": "data", "ZeRO2": "zero2", "Shard": "shard", "Pipeshard": "pipeshard"}

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
-from geosim.errors import GeosimError
-from geosim.case import DEFAULT_NETWORK, Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.case import DEFAULT_NETWORK, Case
 from geosim.predict import predict
-from geosim.records import RunRecord
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.inputs.records import RunRecord
+from geosim.inputs.specs import Cluster, Model, Params, Workload
 from geosim.techniques import data, is_pipelined, label, option_kind, pipeshard, shard, zero2
 
 DEFAULT_DELTA = 0.1

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from geosim.errors import GeosimError
-from geosim.params import BOUNDS, SCALARS, scalar_si, with_scalar
-from geosim.specs import Cluster, Params
+from geosim.base.errors import GeosimError
+from geosim.inputs.params import BOUNDS, SCALARS, scalar_si, with_scalar
+from geosim.inputs.specs import Cluster, Params
 
 DEFAULT_DRAWS = 32
 SCALAR_FIELDS = {key: (name, scale) for key, name, scale in SCALARS}

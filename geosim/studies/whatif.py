@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from geosim.errors import GeosimError
-from geosim.scenario import gpu_catalog
-from geosim.specs import Cluster
-from geosim.units import bps_to_gbps, s_to_ms
+from geosim.base.errors import GeosimError
+from geosim.inputs.scenario import gpu_catalog
+from geosim.inputs.specs import Cluster
+from geosim.base.units import bps_to_gbps, s_to_ms
 
 
 def wan_links(cluster: Cluster) -> list:

@@ -30,11 +30,11 @@ import inspect
 from functools import cache
 from types import ModuleType
 
-from geosim.discover import modules as entry_modules
-from geosim.errors import GeosimError
-from geosim.structure import host_list
+from geosim.base.discover import modules as entry_modules
+from geosim.base.errors import GeosimError
+from geosim.inputs.structure import host_list
 from geosim.techniques._settings import tunables, with_options
-from geosim.parameters import number_text
+from geosim.base.parameters import number_text
 
 STUDY_ORDER = ("data", "zero2", "shard", "pipeshard")  # the study's four, in its order
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from geosim.errors import GeosimError
-from geosim.runtime import runtime_of
+from geosim.base.errors import GeosimError
+from geosim.inputs.runtime import runtime_of
 from geosim.sim.compute import Work
 from geosim.sim.schedule import Collective, Compute, Device, Repeat
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.inputs.specs import Cluster, Model, Params, Workload
 
 
 # (id of each host) -> (the hosts, their devices): the low-communication techniques ask for a 1,024-GPU
@@ -75,7 +75,7 @@ def backward_multiplier(workload: Workload) -> float:
 
 
 def overhead_op(technique: str, params: Params, workload: Workload | None = None) -> Compute:
-    """The step's fixed cost: the workload's runtime's (geosim/runtime.py; Alpa's is the parameters
+    """The step's fixed cost: the workload's runtime's (geosim/inputs/runtime.py; Alpa's is the parameters
     file's per-technique [overhead.iteration_s])."""
     if workload is None:
         seconds = params.for_technique("iteration_overhead_s", technique)

@@ -11,7 +11,7 @@ A group whose GPUs sit at two sites would run its all-to-alls over a WAN link: r
 
 from __future__ import annotations
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.sim.schedule import Collective, Repeat
 
 FLAG = "--expert-parallel"

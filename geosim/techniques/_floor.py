@@ -19,8 +19,8 @@ handful of a 1,024-GPU cluster's options instead of all of them.
 
 from __future__ import annotations
 
-from geosim.errors import GeosimError
-from geosim.runtime import runtime_of
+from geosim.base.errors import GeosimError
+from geosim.inputs.runtime import runtime_of
 from geosim.sim.engine import compute_timer
 from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
 from geosim.sim.network.fabric import uses_rdma

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 
 
 def check_interleave(settings, stages: int, microbatches: int) -> None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from geosim.case import Case
-from geosim.runtime import runtime_of
-from geosim.errors import GeosimError
+from geosim.inputs.case import Case
+from geosim.inputs.runtime import runtime_of
+from geosim.base.errors import GeosimError
 from geosim.sim.schedule import HOST_IN_TAG, Collective, Compute, Device, Recv, Repeat, Schedule, Send
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.inputs.specs import Cluster, Model, Params, Workload
 from geosim.techniques import data as data_technique, fsdp as fsdp_technique, pipeshard as pipeshard_technique
 from geosim.techniques._base import devices_of, overhead_op, require_divisible
 from geosim.techniques._settings import option, tunable

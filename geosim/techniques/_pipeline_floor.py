@@ -9,8 +9,8 @@ tests/test_plan.py and tests/test_plan_scale.py check each floor stays under its
 
 from __future__ import annotations
 
-from geosim.case import Case
-from geosim.runtime import runtime_of
+from geosim.inputs.case import Case
+from geosim.inputs.runtime import runtime_of
 from geosim.sim.compute import Work, compute_model
 from geosim.sim.network import least_delay
 from geosim.sim.network.fabric import uses_rdma

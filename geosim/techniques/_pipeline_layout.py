@@ -4,14 +4,14 @@ data degree d, virtual stages v, a layer split; turned into Pipeshard's per-run 
 t x p x d is every GPU asked. Tensor parallelism stays inside a host (t divides a host's GPUs); each of
 the p stages holds t x d GPUs, whole hosts, consecutive in the scenario's order of the hosts asked; the
 microbatches are the workload's (--microbatches). A degree left out follows from the others: p one stage
-per host-or-group, d the rest. Every mistake is one line naming the flag (geosim.errors.GeosimError).
+per host-or-group, d the rest. Every mistake is one line naming the flag (geosim.base.errors.GeosimError).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.techniques._base import devices_of
 from geosim.techniques._interleave import layers_per_chunk
 from geosim.techniques._settings import with_options

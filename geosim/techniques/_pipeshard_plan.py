@@ -8,11 +8,11 @@ from __future__ import annotations
 import itertools
 import math
 
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.runtime import runtime_of
-from geosim.scenario import WORKLOAD_RANGES
-from geosim.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.runtime import runtime_of
+from geosim.inputs.scenario import WORKLOAD_RANGES
+from geosim.inputs.structure import host_groups, host_list, hosts_at, site_distances, site_orders, sites
 from geosim.techniques._interleave import planned_interleaves
 from geosim.techniques._pipeline_floor import iteration_floor_s, stage_gpus
 from geosim.techniques._pipeline_layout import FLAGS, LAYOUT_KEYS, asked_variants
@@ -72,7 +72,7 @@ def _microbatch_choices(batch: int, exhaustive: bool, current: int) -> list[int]
 def _stage_layouts(case: Case, hosts: tuple[str, ...], exhaustive: bool) -> list[list[list[str]]]:
     """Meshes (host names per stage, in stage order) to try. Exhaustive (a few VMs): one stage per VM
     in every order, except between two VMs with the same GPUs. Structured: one stage per site in the
-    orders geosim.structure.site_orders gives, and one stage per host (sites in those orders, each
+    orders geosim.inputs.structure.site_orders gives, and one stage per host (sites in those orders, each
     site's hosts in the scenario's order: same-group hosts are interchangeable) up to MAX_HOST_STAGES."""
     if exhaustive:
         same = {h.name: (tuple(g.name for g in h.gpus), h.intra_host) for h in case.cluster.hosts}
@@ -94,7 +94,7 @@ def _stage_layouts(case: Case, hosts: tuple[str, ...], exhaustive: bool) -> list
 
 
 def _group_orders(cluster, order) -> list[list[tuple[str, ...]]]:
-    """Each site's host groups (geosim.structure.host_groups) in every order, sites in `order`; the
+    """Each site's host groups (geosim.inputs.structure.host_groups) in every order, sites in `order`; the
     scenario's order alone where that would be more than a few layouts."""
     groups = host_groups(cluster)
     per_site = [[g.hosts for g in groups if g.site == site] for site in order]
@@ -237,7 +237,7 @@ def _split_weights(case: Case, stages: list[tuple], microbatch: int, intra: str,
 
 
 def _order(hosts: tuple[str, ...], options: dict | None) -> tuple[str, ...]:
-    """Each stage's VMs (a mesh of several written as geosim.structure.host_list does)."""
+    """Each stage's VMs (a mesh of several written as geosim.inputs.structure.host_list does)."""
     return tuple(host_list(m) for m in options["meshes"]) if options and options.get("meshes") else hosts
 
 

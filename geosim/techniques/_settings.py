@@ -13,8 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from geosim.errors import GeosimError
-from geosim.validate import is_finite
+from geosim.base.errors import GeosimError
+from geosim.base.validate import is_finite
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ all-reduce of every gradient per iteration across all GPUs: Alpa skips the gradi
 all-reduce on all but the last microbatch. XLA's combiner packs the gradients into
 buffers of params.combine_bytes, all-reduced one after another.
 
-Under a runtime that overlaps the all-reduce with the backward (PyTorch DDP, geosim/runtime.py),
+Under a runtime that overlaps the all-reduce with the backward (PyTorch DDP, geosim/inputs/runtime.py),
 the last microbatch's backward runs in as many pieces as there are gradient buckets (DDP's
 25 MiB, in the reverse order of the layers) and each bucket's reduction starts as soon as its
 piece is done. The engine runs one op at a time per GPU, so a bucket is reduced as its two
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Compute, Recv, Repeat, Schedule, Send
-from geosim.case import Case
-from geosim.runtime import runtime_of
+from geosim.inputs.case import Case
+from geosim.inputs.runtime import runtime_of
 from geosim.techniques import _experts, _floor
 from geosim.techniques._base import (accumulation, backward_multiplier, combined, forward_flops, launch_ops,
                                      optimizer_op, overhead_op, pass_ops, replica_per_gpu, update_op, work)
 from geosim.techniques._settings import option
-from geosim.units import MIB
+from geosim.base.units import MIB
 
 NAME = "data"
 LABEL = "Data"  # how tables and verdicts name it

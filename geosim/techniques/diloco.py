@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.sim.schedule import Collective, Recv, Schedule, Send
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.techniques import _floor
 from geosim.techniques._base import check_dims, combined, devices_of
 from geosim.techniques._settings import tunable

@@ -29,18 +29,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from geosim.case import Case
-from geosim.errors import GeosimError
-from geosim.runtime import runtime_of
+from geosim.inputs.case import Case
+from geosim.base.errors import GeosimError
+from geosim.inputs.runtime import runtime_of
 from geosim.sim import memory_layout
-from geosim.structure import host_list
+from geosim.inputs.structure import host_list
 from geosim.sim.schedule import HOST_IN_TAG, Collective, Compute, Recv, Repeat, Schedule, Send
 from geosim.techniques import _floor
 from geosim.techniques._base import (backward_multiplier, check_dims, combined, devices_of, forward_flops, launch_ops,
                                      microbatch_per_gpu, optimizer_op, overhead_op, update_op, work)
 from geosim.techniques._settings import tunable
 from geosim.techniques.data import jax_placement as data_placement
-from geosim.units import MIB
+from geosim.base.units import MIB
 
 NAME = "fsdp"
 LABEL = "FSDP"

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.sim.schedule import Schedule
-from geosim.case import Case
-from geosim.specs import GIB, Cluster, Model, Params, Workload
-from geosim.structure import hosts_at, sites
-from geosim.runtime import runtime_of
+from geosim.inputs.case import Case
+from geosim.inputs.specs import GIB, Cluster, Model, Params, Workload
+from geosim.inputs.structure import hosts_at, sites
+from geosim.inputs.runtime import runtime_of
 from geosim.techniques import _floor, pipeshard, sparseloco
 from geosim.techniques._base import check_dims, devices_of
 from geosim.techniques._pipeline_floor import iteration_floor_s

@@ -22,12 +22,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.sim import memory_layout
 from geosim.sim.compute import compute_model
 from geosim.sim.schedule import HOST_IN_TAG, Collective, Device, Recv, Schedule, Send
-from geosim.case import Case
-from geosim.runtime import runtime_of
+from geosim.inputs.case import Case
+from geosim.inputs.runtime import runtime_of
 from geosim.techniques._base import (check_dims, devices_of, forward_flops, launch_ops, optimizer_op, overhead_op, pass_ops,
                                      require_divisible, update_op, work)
 from geosim.techniques._interleave import (check_interleave, interleaved_in_flight, interleaved_program,

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Compute, Recv, Repeat, Schedule, Send
-from geosim.case import Case
-from geosim.runtime import runtime_of
-from geosim.specs import Model, Params, Workload
+from geosim.inputs.case import Case
+from geosim.inputs.runtime import runtime_of
+from geosim.inputs.specs import Model, Params, Workload
 from geosim.techniques import _floor
 from geosim.techniques._settings import tunable
 from geosim.techniques._base import (backward_multiplier, check_dims, devices_of, launch_ops, optimizer_op, overhead_op, pass_ops,
@@ -36,7 +36,7 @@ def layer_ops(model: Model, workload: Workload, params: Params, group: tuple[int
               compiled: tuple = ()) -> tuple[list, list]:
     """Forward and backward ops of one block sharded over `group` (also used by Pipeshard stages).
     compiled: the runtime's own collectives per layer, (op, count, size in activations), as its compiler
-    emits them (geosim/runtime.py); half of each count in the forward, the rest in the backward.
+    emits them (geosim/inputs/runtime.py); half of each count in the forward, the rest in the backward.
     Without them, Megatron's collectives_per_layer all-reduces of one activation."""
     p = len(group)
     h, s = model.n_embd, workload.seq_len

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from geosim.sim.schedule import Schedule
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.techniques import _floor
 from geosim.techniques._base import check_dims, devices_of
 from geosim.techniques._settings import tunable

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from geosim.runtime import runtime_of
+from geosim.inputs.runtime import runtime_of
 from geosim.techniques.data import jax_placement as data_placement
 from geosim.sim import memory_layout
 from geosim.sim.schedule import Collective, Repeat, Schedule
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.techniques import _floor
 from geosim.techniques._settings import tunable
 from geosim.techniques._base import (accumulation, combined, optimizer_op, overhead_op, replica_per_gpu)
-from geosim.units import MIB
+from geosim.base.units import MIB
 
 NAME = "zero2"
 LABEL = "ZeRO2"  # how tables and verdicts name it

@@ -39,8 +39,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from geosim.errors import GeosimError
-from geosim.generations import generations
+from geosim.base.errors import GeosimError
+from geosim.base.generations import generations
 from geosim.sim.attention import TABLE_FILE
 
 SCHEMA = "geosim.kernel/1"
@@ -171,8 +171,8 @@ def load_records(path: str) -> list[dict]:
 
 def generation_of(device: str) -> tuple[str | None, str]:
     """(catalog GPU name or None, its generation or 'cpu'/'unknown')."""
-    from geosim.gpu_names import catalog_gpu
-    from geosim.scenario import gpu_catalog
+    from geosim.inputs.gpu_names import catalog_gpu
+    from geosim.inputs.scenario import gpu_catalog
 
     name = catalog_gpu(device)
     if name:
@@ -216,11 +216,11 @@ def fit_curve(records: list[dict]) -> dict:
 def analyse(records: list[dict]) -> dict:
     """Per generation: the fused curve fitted, the unfused records against geosim's unfused prediction, the
     GEMMs' fractions of the peak."""
-    from geosim.params import default_params
-    from geosim.runtime import shipped_runtimes
-    from geosim.scenario import gpu_catalog
+    from geosim.inputs.params import default_params
+    from geosim.inputs.runtime import shipped_runtimes
+    from geosim.inputs.scenario import gpu_catalog
     from geosim.sim.compute import attention_ops, block_backward, compute_model, op_seconds, sustained_tensor_tflops
-    from geosim.specs import Model
+    from geosim.inputs.specs import Model
 
     by_generation: dict[str, dict] = {}
     for r in records:
@@ -267,7 +267,7 @@ def table_entry(generation: str, fit: dict, source: str, kernel: str) -> str:
 
 def write_entry(path: Path, generation: str, entry_text: str) -> None:
     """Replace (or add) one generation's table in the attention table file, keeping the rest as it is."""
-    from geosim.fileio import write_atomic
+    from geosim.base.fileio import write_atomic
     from geosim.sim.attention import parse_table
 
     lines = path.read_text().splitlines(keepends=True)
@@ -300,7 +300,7 @@ def main(argv=None) -> int:
             raise GeosimError("give --measure or --records FILE, one of them", key="--measure")
         if not 16 <= args.tokens <= 1 << 24:
             raise GeosimError(f"must be in 16..16777216, got {args.tokens}", key="--tokens")
-        from geosim.fileio import append_lines
+        from geosim.base.fileio import append_lines
 
         if args.measure:
             records = measure_jax(parse_sweep(args.sweep), tokens=args.tokens, log=log)

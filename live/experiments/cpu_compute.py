@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import replace
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
 WINDOW_S = 2.0  # each measurement's wall-clock window, the same for every worker
@@ -54,7 +54,7 @@ def _worker(model_name: str, batches: list[int], seq_len: int | None, vocab: int
     import optax
 
     from geosim.live.train.model import GPTConfig, init_params, loss_fn, optimizer
-    from geosim.scenario import get_model
+    from geosim.inputs.scenario import get_model
 
     spec = get_model(model_name)
     cfg = GPTConfig(spec.n_layer, spec.n_embd, spec.n_head, vocab, seq_len or spec.n_ctx)
@@ -168,7 +168,7 @@ def fit_constants(steps: dict, update_s: float, model, seq_len: int, gpu) -> dic
     """Least squares on log(model / measured) over the steps and the update: the constants and each point's error."""
     from scipy.optimize import least_squares
 
-    from geosim.specs import ComputeConstants
+    from geosim.inputs.specs import ComputeConstants
 
     def eff(x):
         return ComputeConstants(gemm_fraction=x[0], gemm_half_s=0.0, memory_fraction=x[1], kernel_s=x[2] * 1e-6)
@@ -197,7 +197,7 @@ def cpu_device():
     """The CPU device a live record of one device a host describes (live/train/record.py): the
     constants are fractions of its nominal figures, so they apply to the records' [gpus.CPU]."""
     from geosim.live.train.record import cpu_gpu_table
-    from geosim.specs import GPU
+    from geosim.inputs.specs import GPU
 
     table = dict(cpu_gpu_table(1)["CPU"])
     table.pop("name")
@@ -245,8 +245,8 @@ def main(argv=None) -> int:
         _worker(args.model, batches, args.seq_len, args.vocab)
         return 0
     try:
-        from geosim.fileio import check_output_path, write_atomic
-        from geosim.scenario import get_model
+        from geosim.base.fileio import check_output_path, write_atomic
+        from geosim.inputs.scenario import get_model
 
         if args.out:
             check_output_path(args.out, "--out")  # before the minutes of timing, not after

@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import replace
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.experiments.cpu_compute import print_rows
 
 DEFAULT_CASES = "gpt2:8:bf16,gpt2-medium:8:bf16,gpt2-medium:4:bf16,gpt2-medium:8:fp32"
@@ -105,7 +105,7 @@ def measure_steps(cases: list[list[str]], steps: int, records_out: str | None, l
     records_out when given."""
     from geosim.live.train.loop import Options, run
     from geosim.live.train.record import build_record
-    from geosim.records import append_records
+    from geosim.inputs.records import append_records
     from geosim.techniques import data as data_parallel  # one device: the plainest step live runs
 
     records = []
@@ -130,9 +130,9 @@ def fit(cases, gemms: list[dict], params, architecture: str, gpu) -> dict:
     from scipy.optimize import least_squares
 
     from geosim.calibrate.check import check
-    from geosim.runtime import runtime_of, shipped_runtimes
+    from geosim.inputs.runtime import runtime_of, shipped_runtimes
     from geosim.sim.compute import Gemm, compute_model, gemm_seconds
-    from geosim.specs import Efficiency
+    from geosim.inputs.specs import Efficiency
 
     timed = [c for c in cases if c.metric]
     if not timed and not gemms:
@@ -213,8 +213,8 @@ def main(argv=None) -> int:
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         from geosim.calibrate.cases import cases_from_records, load_cases
-        from geosim.fileio import write_atomic
-        from geosim.params import load_params
+        from geosim.base.fileio import write_atomic
+        from geosim.inputs.params import load_params
 
         if args.measure == bool(args.records):
             raise GeosimError("give --measure (run on this machine's device) or --records FILE (fit runs measured "

@@ -24,8 +24,8 @@ import subprocess
 import sys
 
 from geosim.calibrate.wan_public import iperf_mbps, iperf_params
-from geosim.errors import GeosimError
-from geosim.scenario import scenario_from_doc
+from geosim.base.errors import GeosimError
+from geosim.inputs.scenario import scenario_from_doc
 
 BANDWIDTH_MBIT = 200.0
 

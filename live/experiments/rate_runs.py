@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
 
     def write(doc: dict) -> None:
-        from geosim.fileio import append_lines
+        from geosim.base.fileio import append_lines
 
         append_lines(args.out, [json.dumps(doc)])
 

@@ -2,7 +2,7 @@
 (live/experiments/rate_runs.py writes them): the page docs/results/2026-11-25-runtime-validation.md.
 
 Every run is predicted from its link's stated rate and RTT (a token-bucket link, as the
-emulator's tbf is: geosim.specs.Shaper), the model and workload it trained, and the `jax`
+emulator's tbf is: geosim.inputs.specs.Shaper), the model and workload it trained, and the `jax`
 runtime (geosim/data/runtimes.toml), whose CPU compute constants are measured, not fitted
 (live/experiments/cpu_compute.py). Three constants are fitted once, on a subset of the runs, and the
 rest are held out: the jax runtime's per-step and per-collective fixed costs and its collectives'
@@ -20,14 +20,14 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 
-from geosim.case import Case
+from geosim.inputs.case import Case
 from geosim.live.experiments.rate_runs import per_iteration
-from geosim.params import load_params
-from geosim.parameters import RUNTIME_BY_KEY
-from geosim.runtime import shipped_runtimes, with_runtime
-from geosim.scenario import scenario_from_doc
+from geosim.inputs.params import load_params
+from geosim.base.parameters import RUNTIME_BY_KEY
+from geosim.inputs.runtime import shipped_runtimes, with_runtime
+from geosim.inputs.scenario import scenario_from_doc
 from geosim.predict import predict
-from geosim.specs import Model, Params
+from geosim.inputs.specs import Model, Params
 
 TARGET = 0.15  # issue 24: every run within 15%
 EMULATOR_MTU = 1500
@@ -114,7 +114,7 @@ def predict_run(run: Run, params: Params) -> float:
 
 
 # what the fit moves: (name, start, lower, upper), the bounds the runtime's declaration's fit range
-# (geosim.parameters.RUNTIME_NUMBERS); fitted in log space
+# (geosim.base.parameters.RUNTIME_NUMBERS); fitted in log space
 # (the CPU device's compute is not among them: the jax runtime brings it, measured by cpu_compute.py)
 FREE = tuple((f"jax.{key}", start, *RUNTIME_BY_KEY[key].fit)
              for key, start in (("iteration_s", 0.004), ("collective_launch_s", 0.01), ("collective_step_rtts", 1.0)))

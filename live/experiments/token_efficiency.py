@@ -30,8 +30,8 @@ import argparse
 import json
 import statistics
 import sys
-from geosim.errors import GeosimError
-from geosim.fileio import append_lines
+from geosim.base.errors import GeosimError
+from geosim.base.fileio import append_lines
 
 # ------------------------------------------------------------------ curves
 def loss_curve(losses: list[float], tokens_per_step: int, window: int = 10, smooth: int = 5) -> list[list[float]]:
@@ -61,7 +61,7 @@ def mean_step_time(step_times: list[float], inner_steps: int | None, warmup: int
 
 def curve_doc(record, losses: list[float], step_times: list[float], window: int | None = None,
               options: dict | None = None) -> dict:
-    """One sidecar object for a run (record: geosim.records.RunRecord; options: the
+    """One sidecar object for a run (record: geosim.inputs.records.RunRecord; options: the
     low-communication options it ran with). window None: H for diloco / sparseloco, else 10."""
     w = record.workload or {}
     tokens_per_step = int(w.get("global_batch", 0)) * int(w.get("seq_len", 0))

@@ -9,6 +9,9 @@ JSON report, the fitted parameters and a PNG plot (live/experiments/validate_rep
 The fitted figure is the steady-state time per iteration (`time_per_iteration_s`): a
 live record's `total_time_s` includes compilation and covers a few steps, not the
 workload's epoch, so it is not what the simulator's total predicts.
+
+Over 400 lines: the whole experiment (runs at each RTT, the fit, the held-out check, the report)
+reads top to bottom in one place.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.experiments.validate_report import TARGET, TECHNIQUES, Report, Row, latency_costs, plot, print_report
 from geosim.techniques import is_pipelined, on_request
-from geosim.fileio import write_atomic
-from geosim.params import load_params, write_params
-from geosim.records import read_records
-from geosim.scenario import get_model
-from geosim.units import MIB
+from geosim.base.fileio import write_atomic
+from geosim.inputs.params import load_params, write_params
+from geosim.inputs.records import read_records
+from geosim.inputs.scenario import get_model
+from geosim.base.units import MIB
 
 DEFAULT_RTTS = (0.1, 10.0, 40.0)
 # What runs far apart in RTT identify: only costs that scale with the RTT. For CPU "GPUs" talking gloo
@@ -94,7 +97,7 @@ def add_arguments(parser) -> None:
                              "every other RTT is also held out in turn and reported")
     # The defaults reproduce the study's mechanism: a model whose gradients outweigh its
     # activations (as gpt2m's do) behind TCP windows smaller than those gradients.
-    from geosim.scenario import get_model
+    from geosim.inputs.scenario import get_model
 
     small = get_model("small-wan")  # the help quotes the catalog's count, as `geosim models` prints it
     parser.add_argument("--model", default="small-wan",
@@ -267,8 +270,8 @@ def free_params(cases, base):
     """What the fit moves: the round trips RTTs identify (ROUND_TRIP_SCALARS, the runtime's own
     collective round trips), and, for the study's runtime, one overhead per technique."""
     from geosim.calibrate.free import FreeParam
-    from geosim.params import fittable
-    from geosim.runtime import shipped_runtimes
+    from geosim.inputs.params import fittable
+    from geosim.inputs.runtime import shipped_runtimes
 
     free = []
     runtimes = sorted({c.workload.runtime for c in cases if c.metric})
@@ -304,7 +307,7 @@ def free_params(cases, base):
 def profiled_settings(cases) -> dict:
     """The whole-number settings profiled on a grid: Shard's per-layer count, only for runs of a runtime
     without Shard's compiled collectives (the study's); jax's come from its compiled step."""
-    from geosim.runtime import shipped_runtimes
+    from geosim.inputs.runtime import shipped_runtimes
 
     out = {}
     for key, grid in PROFILED.items():
@@ -438,7 +441,7 @@ def run(args) -> int:
 
     get_model(args.model)
     base = load_params(args.params)  # a bad file is one line before any run starts
-    from geosim.fileio import check_output_path, make_output_dir
+    from geosim.base.fileio import check_output_path, make_output_dir
 
     out = make_output_dir(args.out, "--out-dir")
     for name in ("fitted.toml", "validate.json"):  # every output checked before minutes of runs

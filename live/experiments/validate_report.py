@@ -10,8 +10,8 @@ from pathlib import Path
 
 from geosim.live.registry import synchronous
 from geosim.techniques import is_pipelined
-from geosim.errors import require
-from geosim.fileio import write_atomic
+from geosim.base.errors import require
+from geosim.base.fileio import write_atomic
 
 TECHNIQUES = synchronous()  # the live techniques that compute the same step (the one registry's)
 TARGET = 0.15  # issue 24's bar: held-out predictions within 15% (issue 2's was 20%)

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import geosim
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.train import lowcomm
-from geosim.records import append_record, validate
+from geosim.inputs.records import append_record, validate
 
 # With no bandwidth cap the link runs as fast as the forwarder moves frames: ~5.5 Gbit/s
 # measured on an idle 2-core machine (docs/guide/wan-emulator.md), less when training competes for the CPU.
@@ -133,7 +133,7 @@ def uncapped_window_bytes(wan) -> float:
 
 
 def shaper_table(wan) -> dict:
-    """The slice's tbf as a scenario link's `shaper` table (geosim.specs.Shaper)."""
+    """The slice's tbf as a scenario link's `shaper` table (geosim.inputs.specs.Shaper)."""
     from geosim.live.wan.netns import TBF_LATENCY_MS, tbf_burst_bytes
 
     offload = bool((getattr(wan, "extra", None) or {}).get("offload"))

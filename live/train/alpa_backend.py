@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.techniques import get_technique, is_pipelined
-from geosim.scenario import get_model
+from geosim.inputs.scenario import get_model
 
 ALPA_MISSING = ("--backend alpa needs Alpa (Python 3.8/3.9, CUDA 11, jax 0.3.22; "
                 "see https://alpa.ai/install.html); use --backend jax on this installation")

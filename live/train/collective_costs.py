@@ -104,12 +104,12 @@ def transport_share_s(params=None, count: int = SMALL_COUNT, elements: int = SMA
     all-reduces of `elements` fp32 values between two ranks on two hosts joined by loopback, the jax
     runtime's round trips applied, no launch cost. The part of a measured loopback collective the model
     already prices; the rest is the runtime's launch cost."""
-    from geosim.params import load_params
-    from geosim.runtime import shipped_runtimes
+    from geosim.inputs.params import load_params
+    from geosim.inputs.runtime import shipped_runtimes
     from geosim.sim.engine import run_schedule
     from geosim.sim.network import network_model
     from geosim.sim.schedule import Collective, Device, Schedule
-    from geosim.specs import GPU, Cluster, Host, Link, Workload
+    from geosim.inputs.specs import GPU, Cluster, Host, Link, Workload
 
     params = shipped_runtimes()["jax"].applied_to(params or load_params(None))
     gpu = GPU("CPU", memory_gib=1.0, memory_bandwidth_gbs=20.0, fp32_tflops=0.1, fp16_tensor_tflops=0.1, pcie_gen=3)

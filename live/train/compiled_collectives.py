@@ -142,8 +142,8 @@ def layer_tables(technique: str, model_name: str = "small-wan", vocab: int = 257
                  global_batch: int = 8) -> dict:
     """The per-layer and per-step collectives of live's `technique` step for a model, from compiles with
     1 and 2 layers (vocab 257: the byte tokenizer live's WAN runs use). Also the 2-layer total."""
-    from geosim.scenario import get_model
-    from geosim.specs import Model
+    from geosim.inputs.scenario import get_model
+    from geosim.inputs.specs import Model
 
     base = get_model(model_name)
     cases = []
@@ -168,8 +168,8 @@ def pipeline_tables(technique: str, model_name: str = "small-wan", vocab: int = 
     summed over the stages), "step": once a step (the shared parameters' gradients, the loss), in
     runtimes.toml's form, and "extra_sends": stage exchanges (collective-permutes) beyond the M per
     direction: those of the S - 1 bubble ticks}."""
-    from geosim.scenario import get_model
-    from geosim.specs import Model
+    from geosim.inputs.scenario import get_model
+    from geosim.inputs.specs import Model
 
     base = get_model(model_name)
     dims = {"n_layer": base.n_layer, "n_embd": base.n_embd, "n_head": base.n_head, "vocab": vocab, "n_ctx": base.n_ctx}

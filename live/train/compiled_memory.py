@@ -63,7 +63,7 @@ def gpu_generation(backend: str) -> str:
     """The GPU generation of a backend's compile target (the catalog's), '' for the CPU backend."""
     if backend not in GPU_TARGETS:
         return ""
-    from geosim.scenario import gpu_catalog
+    from geosim.inputs.scenario import gpu_catalog
 
     return gpu_catalog()[GPU_TARGETS[backend][2]].architecture
 
@@ -126,8 +126,8 @@ def compiled_step(case: dict, devices: list):
 
     from geosim.live.train import techniques
     from geosim.live.train.model import GPT, GPTConfig, optimizer
-    from geosim.scenario import get_model
-    from geosim.specs import Model
+    from geosim.inputs.scenario import get_model
+    from geosim.inputs.specs import Model
 
     spec = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
     n_ctx = case.get("seq_len") or spec.n_ctx
@@ -192,8 +192,8 @@ def geosim_bytes(case: dict, devices: int, architecture: str = "") -> dict[str, 
     """geosim's memory model for the same case, by part, without the workspace (XLA's figure does not
     hold the CUDA context or the allocator's slack either), for the GPU generation compiled for."""
     from geosim.live.train.memory import layout
-    from geosim.scenario import get_model
-    from geosim.specs import Model
+    from geosim.inputs.scenario import get_model
+    from geosim.inputs.specs import Model
 
     model = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
     return layout(case["technique"], n_layer=model.n_layer, n_embd=model.n_embd, n_head=model.n_head,
@@ -208,8 +208,8 @@ def cpu_correction(case: dict, devices: int) -> float:
     fp32, which no correction per part captures, so 16-bit cases are compared on the GPU compiler only.
     ZeRO-2: the CPU has no reduce-scatter; it all-reduces the whole flat gradient and slices it, so the
     whole reduced gradient (fp32) is live beside the slice."""
-    from geosim.scenario import get_model
-    from geosim.specs import Model
+    from geosim.inputs.scenario import get_model
+    from geosim.inputs.specs import Model
 
     if case["precision"] != "fp32":
         raise ValueError("16-bit cases are compared on XLA's GPU compiler only (the CPU widens them to fp32)")

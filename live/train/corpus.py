@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geosim.errors import GeosimError, require
-from geosim.input_limits import read_input
+from geosim.base.errors import GeosimError, require
+from geosim.base.input_limits import read_input
 
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.ace")
 

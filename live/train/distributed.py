@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from geosim.errors import GeosimError, require
+from geosim.base.errors import GeosimError, require
 
 
 def configure_cpu_devices(count: int | None):

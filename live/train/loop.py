@@ -18,8 +18,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from geosim.errors import GeosimError, require
-from geosim.scenario import get_model
+from geosim.base.errors import GeosimError, require
+from geosim.inputs.scenario import get_model
 
 
 @dataclass
@@ -89,7 +89,7 @@ def resolve_precision(precision: str, platform: str, device_kind: str) -> str:
         return precision
     if platform != "gpu":
         return "fp32"
-    from geosim.generations import generation
+    from geosim.base.generations import generation
 
     facts = generation(gpu_generation({"platform": platform, "kind": device_kind}))
     return "fp16" if facts is not None and not facts.bf16 else "bf16"
@@ -194,8 +194,8 @@ def gpu_generation(devices: dict) -> str:
     """The catalog's generation of this run's GPU (a name of geosim/data/generations.toml), '' on CPU or for a GPU the catalog lacks."""
     if devices.get("platform") != "gpu":
         return ""
-    from geosim.gpu_names import catalog_gpu
-    from geosim.scenario import gpu_catalog
+    from geosim.inputs.gpu_names import catalog_gpu
+    from geosim.inputs.scenario import gpu_catalog
 
     key = catalog_gpu(devices["kind"], devices.get("memory_gib"))
     return gpu_catalog()[key].architecture if key else ""
@@ -206,7 +206,7 @@ def tf32_matmul(jax, platform: str, device_kind: str) -> bool | None:
     Ampere and newer (jax_default_matmul_precision unset or "default"/"bfloat16"/"tensorfloat32"); None on CPU."""
     if platform != "gpu":
         return None
-    from geosim.generations import generation
+    from geosim.base.generations import generation
 
     facts = generation(gpu_generation({"platform": platform, "kind": device_kind}))
     if facts is not None and not facts.tf32_tensor_cores:

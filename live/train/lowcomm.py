@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.techniques import is_low_communication, settings_class, technique_names
 
 # the options a live run takes, as its Settings name them (replicas: a per-run option there too)

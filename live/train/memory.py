@@ -23,7 +23,7 @@ def layout(technique: str, *, n_layer: int, n_embd: int, n_head: int, vocab: int
     for (its fusions keep different residuals: geosim/data/generations.toml, jax_score_16bit_values)."""
     from geosim.live.registry import live_module
     from geosim.sim.memory_layout import LayoutOptions, live_step
-    from geosim.specs import Model
+    from geosim.inputs.specs import Model
 
     model = Model(name="live", n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab=vocab, n_ctx=n_ctx)
     module = live_module(technique)
@@ -39,7 +39,7 @@ def estimate_gib(technique: str, **dims) -> float:
 
 def verdict(need_gib: float, limit_gib: float):
     """The simulator's band for this need against a device's whole limit (fits / may not fit / out-of-memory)."""
-    from geosim.params import default_params
+    from geosim.inputs.params import default_params
     from geosim.sim.memory_layout import LayoutOptions, verdict as band
 
     options = LayoutOptions(usable_fraction=1.0, margin_fraction=default_params().memory_margin_fraction)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from geosim.specs import Model
+from geosim.inputs.specs import Model
 
 DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
 
@@ -240,5 +240,5 @@ def optimizer(learning_rate: float = 3e-4, weight_decay: float = 0.1):
 
 
 def alpa_flops_per_iter(cfg: GPTConfig, batch: int, checkpointing: bool = False) -> float:
-    """alpa.util.compute_gpt_tflops' numerator: F*B*S*H^2*L*(1 + S/(6H)) + 6*B*S*H*V (geosim.specs.Model)."""
+    """alpa.util.compute_gpt_tflops' numerator: F*B*S*H^2*L*(1 + S/(6H)) + 6*B*S*H*V (geosim.inputs.specs.Model)."""
     return cfg.spec.alpa_flops_per_iteration(batch, cfg.n_ctx, checkpointing)

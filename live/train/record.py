@@ -1,4 +1,4 @@
-"""A Result -> a geosim run record (geosim/records.py), with the cluster it ran on."""
+"""A Result -> a geosim run record (geosim/inputs/records.py), with the cluster it ran on."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import os
 import socket
 from importlib import metadata
 
-from geosim.records import RunRecord
-from geosim.gpu_names import PLACEHOLDER_FIGURES, catalog_gpu  # noqa: F401 (catalog_gpu: where live looked it up)
-from geosim.scenario import model_catalog
+from geosim.inputs.records import RunRecord
+from geosim.inputs.gpu_names import PLACEHOLDER_FIGURES, catalog_gpu  # noqa: F401 (catalog_gpu: where live looked it up)
+from geosim.inputs.scenario import model_catalog
 
 
 def unknown_gpu_table(device_name: str, memory_gib: float | None) -> dict:

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from geosim.live.wan.probe import TcpServer, tcp_gbps, tcp_rtt_ms
-from geosim.errors import GeosimError, require
-from geosim.fileio import write_atomic
-from geosim.scenario import load_scenario
+from geosim.base.errors import GeosimError, require
+from geosim.base.fileio import write_atomic
+from geosim.inputs.scenario import load_scenario
 
 
 class Agent:

@@ -1,7 +1,7 @@
 """`geosim live wan up|down|status|measure`: the emulated WAN slice from the command line.
 
 live/cli.py hooks this in with add_arguments(parser) and run(args). Only the standard
-library, geosim.errors and the probes' RTT methods load at import; the emulator loads when a command runs.
+library, geosim.base.errors and the probes' RTT methods load at import; the emulator loads when a command runs.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import statistics
 import sys
 import time
 from geosim.cli.vocabulary import add_renamed
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.wan.probe import RTT_METHODS
-from geosim.scenario import check_number
+from geosim.inputs.scenario import check_number
 
 HELP = "emulate a geo-distributed slice on this machine: hosts in network namespaces joined by a delayed WAN link (root)"
 

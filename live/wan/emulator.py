@@ -13,6 +13,9 @@ lets other processes find the slice.
 When the forwarder dies without its teardown (SIGKILL, OOM killer), what it made stays:
 namespaces, /etc/netns entries, TAPs, processes inside, the state file. `leftovers()`
 finds them from their names alone, `status` lists them and `down` removes them.
+
+Over 400 lines: bring-up, discovery and teardown share the state file's checks and its ownership
+rules (issue 44); split, those rules would be read in three places.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
-from geosim.errors import GeosimError
-from geosim.input_limits import loads_json
+from geosim.base.errors import GeosimError
+from geosim.base.input_limits import loads_json
 from geosim.live.wan import netns
 from geosim.live.wan.forwarder import remove_state
 

@@ -26,9 +26,9 @@ import time
 from collections import deque
 
 from geosim.live.wan import netns
-from geosim.errors import GeosimError
-from geosim.fileio import write_atomic
-from geosim.input_limits import loads_json
+from geosim.base.errors import GeosimError
+from geosim.base.fileio import write_atomic
+from geosim.base.input_limits import loads_json
 
 
 # Frames due within BATCH_S of now go out together: one wake-up per batch instead of per
@@ -165,7 +165,7 @@ def _tune_process(realtime: bool) -> None:
 
 
 def write_state(path: str, state: dict) -> None:
-    """Atomically (geosim.fileio: a unique temporary file beside it, renamed over it): readers
+    """Atomically (geosim.base.fileio: a unique temporary file beside it, renamed over it): readers
     never see half a file, and no fixed temporary name can be linked elsewhere."""
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

@@ -13,7 +13,7 @@ import statistics
 import subprocess
 import sys
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.wan import netns
 from geosim.live.wan.probe import RTT_METHODS
 

@@ -19,7 +19,7 @@ import struct
 import subprocess
 import time
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 
 TUN_PATH = "/dev/net/tun"  # module attribute so tests can point it at a missing path
 NETNS_RUN = "/run/netns"

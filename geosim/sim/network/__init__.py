@@ -48,9 +48,9 @@ their own factories.
 
 Each model is a backend found by its module: `NAME` (what a case or `--network` calls it),
 `MODEL` (its factory) and, where it has constants of its own, `PARAMETERS` (their declaration:
-geosim.parameters.Scalar, key, unit, range, fit range, prior, source), `TABLE` (the parameters
+geosim.base.parameters.Scalar, key, unit, range, fit range, prior, source), `TABLE` (the parameters
 file's table that holds them: the TCP model's is [transport]) and `Settings` (a frozen dataclass
-with one SI field per declared parameter). geosim.params reads and writes them
+with one SI field per declared parameter). geosim.inputs.params reads and writes them
 (`Params.network(NAME)`), the fit frees them from the same declaration, and the reference page
 lists them (`network_parameters()`). The engine has no default: the caller names the model
 (`network_model(case.network)`); a Case runs "fabric" unless it says otherwise.
@@ -63,12 +63,12 @@ from functools import cache
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from geosim.discover import modules as entry_modules
-from geosim.errors import GeosimError
+from geosim.base.discover import modules as entry_modules
+from geosim.base.errors import GeosimError
 
 from geosim.sim import collectives
 from geosim.sim.schedule import Collective, Device
-from geosim.specs import Cluster, Params
+from geosim.inputs.specs import Cluster, Params
 
 
 class NetworkModel(Protocol):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from geosim.parameters import TABLE_BY_KEY
+from geosim.base.parameters import TABLE_BY_KEY
 from geosim.sim.schedule import Device
-from geosim.specs import Cluster, Params
+from geosim.inputs.specs import Cluster, Params
 
 # a PCIe generation the parameters do not name: the declared default (PCIe 3 x16), bit/s
 PCIE_MISSING_BPS = TABLE_BY_KEY["host.pcie_gbps"].missing * TABLE_BY_KEY["host.pcie_gbps"].scale

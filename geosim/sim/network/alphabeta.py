@@ -24,7 +24,7 @@ from geosim.sim import collectives
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network._topology import Topology
 from geosim.sim.schedule import Collective, Device, Recv, Send
-from geosim.specs import Cluster, Params
+from geosim.inputs.specs import Cluster, Params
 
 
 @dataclass(frozen=True)

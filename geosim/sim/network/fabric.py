@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.parameters import Scalar
+from geosim.base.parameters import Scalar
 from geosim.sim import collectives
 from geosim.sim.network import _nccl
 from geosim.sim.network.tcp import Route, TCPNetwork
 from geosim.sim.schedule import Collective, Device
-from geosim.specs import Cluster, Params
+from geosim.inputs.specs import Cluster, Params
 
 NAME = "fabric"
 

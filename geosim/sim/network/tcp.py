@@ -14,26 +14,29 @@ time, starting when all of them are free, so concurrent transfers share a link b
 queueing. The server keeps the time it next falls free instead of a SimPy Resource
 with request/release events: the same FIFO discipline, at a tenth of the events,
 which is what lets a 1,024-GPU iteration or a calibration fit run in seconds.
+
+Over 400 lines: TCP's cost (window, slow start, loss, shapers, streams) is one model; the routes it
+prices and the window report are the rest.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE, WHOLE, Scalar
+from geosim.base.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
 from geosim.sim.network._exclusive import ExclusiveLinks
 from geosim.sim.network._topology import Topology
 from geosim.sim.network._loss import Congestion, loss_limited_rate, shaper_utilization
 from geosim.sim.schedule import Device
-from geosim.specs import Cluster, Params
+from geosim.inputs.specs import Cluster, Params
 
 
 NAME = "tcp"
 
 
 # The TCP model's own parameters, declared here once (key and unit in the parameters file, range,
-# fit range, prior, source): geosim.params reads and writes them as the file's [transport] table
+# fit range, prior, source): geosim.inputs.params reads and writes them as the file's [transport] table
 # (TABLE), geosim.calibrate fits the ones with a `fit` range, tools/write_params_reference.py writes
 # their rows of docs/reference/params.md. Each Scalar's `field` is a field of Settings (SI units).
 TABLE = "transport"

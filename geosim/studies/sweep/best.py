@@ -8,13 +8,13 @@ each panel, in the sweep's workers: `geosim sweep` and `geosim plan --sweep-rtt`
 
 from __future__ import annotations
 
-from geosim.case import Case
-from geosim.scenario import get_model
+from geosim.inputs.case import Case
+from geosim.inputs.scenario import get_model
 from geosim.studies.sweep.grid import NATIVE
 from geosim.studies.sweep.table import as_table
 from geosim.studies.sweep.run import SweepContext, point_workload
 from geosim.studies.whatif import with_bandwidth, with_gpu
-from geosim.units import gbps_to_bps
+from geosim.base.units import gbps_to_bps
 from geosim.studies.asked import asked_candidates
 from geosim.studies.plan import answer_vs_rtt, make_plan
 

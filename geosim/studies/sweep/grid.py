@@ -14,10 +14,10 @@ import json
 import math
 from dataclasses import fields
 
-from geosim.errors import GeosimError
-from geosim.scenario import PRECISIONS
-from geosim.specs import Workload
-from geosim.units import parse_range, range_count
+from geosim.base.errors import GeosimError
+from geosim.inputs.scenario import PRECISIONS
+from geosim.inputs.specs import Workload
+from geosim.base.units import parse_range, range_count
 
 NATIVE = "native"  # the scenario as its file says: no what-if edit on this axis
 ALL_HOSTS = "all"
@@ -53,7 +53,7 @@ def _number(text: str, kind: str, source: str):
 
 
 def _range(item: str, kind: str, source: str) -> list:
-    """START:STOP:STEP or START:STOP:xFACTOR (geosim.units, the one range syntax of every command)."""
+    """START:STOP:STEP or START:STOP:xFACTOR (geosim.base.units, the one range syntax of every command)."""
     values = parse_range(item, source)  # ascending, already at _round's 6 significant digits
     if kind == "int":
         values = [int(round(v)) for v in values]
@@ -63,7 +63,7 @@ def _range(item: str, kind: str, source: str) -> list:
 
 def count_values(spec: str | list | tuple | None, kind: str, source: str) -> int:
     """How many values parse_values gives `spec` at most (repeats counted), without making them: each
-    range counted from its ends and step (geosim.units.range_count), each other item one. A grid is
+    range counted from its ends and step (geosim.base.units.range_count), each other item one. A grid is
     counted from these before any axis is built."""
     if spec is None:
         return 1

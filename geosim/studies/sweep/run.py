@@ -8,6 +8,9 @@ share one interface, `imap(fn, items)` yielding results as they finish:
                    starting Ray costs ~2.5 s and ~700 MB, more than a default sweep takes
   RayExecutor      tasks on a Ray cluster (--ray-address); Ray does all the scheduling
 fn(context, item) must be a module-level function so every executor can ship it.
+
+Over 400 lines: the three executors share the chunking, progress and interrupt handling, written
+here once.
 """
 
 from __future__ import annotations
@@ -23,14 +26,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from geosim.errors import GeosimError, require
-from geosim.params import load_params
-from geosim.case import DEFAULT_NETWORK, Case
+from geosim.base.errors import GeosimError, require
+from geosim.inputs.params import load_params
+from geosim.inputs.case import DEFAULT_NETWORK, Case
 from geosim.sim.network import network_model
 from geosim.predict import predict
-from geosim.scale import load_any_scenario
-from geosim.scenario import Scenario, get_model, LINK_RANGES, check_number
-from geosim.specs import Params
+from geosim.inputs.scale import load_any_scenario
+from geosim.inputs.scenario import Scenario, get_model, LINK_RANGES, check_number
+from geosim.inputs.specs import Params
 from geosim.studies.asked import scaled_tokens_per_epoch, scales_workload
 from geosim.studies.ranking import SameProgress, time_to_progress_s
 from geosim.studies.sweep.local_ray import init_local, loopback_ray_env, remove_temp_dir
@@ -39,7 +42,7 @@ from geosim.studies.sweep.store import SCHEMA, ResultStore, fingerprint, iter_ro
 from geosim.studies.sweep.table import SweepTable
 from geosim.techniques import layout_options, technique_names
 from geosim.studies.whatif import wan_links, with_bandwidth, with_gpu, with_rtt
-from geosim.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
+from geosim.base.units import bps_to_gbps, gbps_to_bps, ms_to_s, s_to_ms
 
 
 @dataclass

@@ -22,10 +22,10 @@ import json
 import os
 from pathlib import Path
 
-from geosim.errors import GeosimError
-from geosim.input_limits import check_json_text, read_json_file
+from geosim.base.errors import GeosimError
+from geosim.base.input_limits import check_json_text, read_json_file
 from geosim.studies.sweep.table import SweepTable
-from geosim.fileio import csv_cell, locked, make_output_dir, output_error, write_atomic
+from geosim.base.fileio import csv_cell, locked, make_output_dir, output_error, write_atomic
 
 SCHEMA = "geosim.studies.sweep.run/1"
 RESULTS = "results.jsonl"

@@ -19,7 +19,7 @@ import optax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.registry import live_module, low_communication, synchronous
 from geosim.live.train.model import GPTConfig, loss_fn
 

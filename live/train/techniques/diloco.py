@@ -42,7 +42,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.train.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
 from geosim.live.train import lowcomm
 

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 from geosim.live.train.lowcomm import BITS
 from geosim.live.train.techniques.diloco import DiLoCo
 # Data's placement plus 8 bytes a parameter, as DiLoCo's: the fp32 outer parameters and, where DiLoCo keeps its

@@ -7,19 +7,19 @@ from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
-from geosim import plausibility, parameters
-from geosim.errors import GeosimError, toml_key_line
-from geosim.parameters import (COLLECTIVE_ALGORITHMS, DEFAULT_RANGE, FLAG, WHOLE, TABLE_BY_KEY, Scalar,
+from geosim.base import plausibility, parameters
+from geosim.base.errors import GeosimError, toml_key_line
+from geosim.base.parameters import (COLLECTIVE_ALGORITHMS, DEFAULT_RANGE, FLAG, WHOLE, TABLE_BY_KEY, Scalar,
                                TABLES as DECLARED_TABLES)
 from geosim.sim.network import network_parameters
-from geosim.specs import Params
+from geosim.inputs.specs import Params
 from geosim.techniques._settings import check_value, file_tunables
-from geosim.fileio import write_atomic
-from geosim.runtime import changed_runtimes, runtime_changes_table
-from geosim.scenario import check_number, read_toml
+from geosim.base.fileio import write_atomic
+from geosim.inputs.runtime import changed_runtimes, runtime_changes_table
+from geosim.inputs.scenario import check_number, read_toml
 from geosim.techniques import settings_class, settings_parent, technique_names
 
-# Every simulator-wide parameter is declared once, in geosim/parameters.py (key, unit, range,
+# Every simulator-wide parameter is declared once, in geosim/base/parameters.py (key, unit, range,
 # prior, fit range, source); the tables below are views of that declaration for reading and
 # writing. A technique's own tunables are not here: each technique declares them in its Settings
 # (geosim/techniques/<name>.py) and they are read from and written to the table [NAME].
@@ -269,7 +269,7 @@ def load_params(path: str | Path | None = None) -> Params:
         raise
 
 
-# parameters whose values real networks bound (geosim.plausibility's ranges): a valid value outside
+# parameters whose values real networks bound (geosim.base.plausibility's ranges): a valid value outside
 # them is usually a unit slip, so it warns once, naming the file and the key
 PLAUSIBLE_KEYS = {"host.lan_rtt_ms": "rtt_ms", "host.lan_bandwidth_gbps": "bandwidth_gbps",
                   "transport.window_mib": "window_mib"}

@@ -7,8 +7,8 @@ by the catalog's entry once the catalog has it (the H200 records of 2026-11-26).
 
 from __future__ import annotations
 
-from geosim.catalog_match import match_catalog
-from geosim.scenario import gpu_catalog
+from geosim.inputs.catalog_match import match_catalog
+from geosim.inputs.scenario import gpu_catalog
 
 # the speed figures live writes for a device the catalog lacks (to fill in by hand): never a datasheet
 PLACEHOLDER_FIGURES = {"memory_bandwidth_gbs": 500, "fp32_tflops": 10, "fp16_tensor_tflops": 60, "pcie_gen": 3}
@@ -16,7 +16,7 @@ PLACEHOLDER_FIGURES = {"memory_bandwidth_gbs": 500, "fp32_tflops": 10, "fp16_ten
 
 def catalog_gpu(device_name: str, memory_gib: float | None = None) -> str | None:
     """A device's name as jax or nvidia-smi says it -> its name in the GPU catalog (geosim/data/gpus.toml),
-    or None (geosim.catalog_match.match_catalog says how)."""
+    or None (geosim.inputs.catalog_match.match_catalog says how)."""
     return match_catalog(device_name, gpu_catalog(), memory_gib)
 
 def with_catalog_gpus(cluster: dict) -> dict:

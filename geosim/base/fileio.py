@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 
 LOCK_SUFFIX = ".lock"
 TMP_SUFFIX = ".tmp"

@@ -23,7 +23,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 
 MiB = 1 << 20
 TOML_MAX_BYTES = 16 * MiB  # a 4,096-host scenario with every link written out is ~2 MB

@@ -4,6 +4,9 @@ Every value is checked for its type and a finite range before it reaches a spec,
 mistake in a file is one line (`file:line: key: problem`, exit 2), never a traceback or a
 NaN later in the simulator. The ranges are wide (far beyond any real slice) and exist to
 keep every prediction finite; they are listed in docs/reference/run-records.md.
+
+Over 400 lines: one reader per table of a scenario file (hosts, links, GPUs, workload), each with
+the checks of its keys beside them; the checks are most of it.
 """
 
 from __future__ import annotations
@@ -16,17 +19,17 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from geosim import plausibility
-from geosim.catalog_match import match_catalog
-from geosim.errors import GeosimError, toml_key_line
-from geosim.generations import check_generation, generations
-from geosim.input_limits import SMALL_TEXT_MAX_BYTES, TOML_MAX_BYTES, loads_toml, read_input
-from geosim.model_config import MODEL_RANGES, model_from_config_file, model_from_table  # noqa: F401 (MODEL_RANGES: the CLI's bounds)
-from geosim.parameters import STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE
-from geosim.specs import GPU, TRANSPORTS, Cluster, Host, Link, Model, Shaper, Workload
-from geosim.units import KIB, MIB, gbps_to_bps, ms_to_s
-from geosim.sites import estimate_rtt_ms, find_site
-from geosim.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
+from geosim.base import plausibility
+from geosim.inputs.catalog_match import match_catalog
+from geosim.base.errors import GeosimError, toml_key_line
+from geosim.base.generations import check_generation, generations
+from geosim.base.input_limits import SMALL_TEXT_MAX_BYTES, TOML_MAX_BYTES, loads_toml, read_input
+from geosim.inputs.model_config import MODEL_RANGES, model_from_config_file, model_from_table  # noqa: F401 (MODEL_RANGES: the CLI's bounds)
+from geosim.base.parameters import STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE
+from geosim.inputs.specs import GPU, TRANSPORTS, Cluster, Host, Link, Model, Shaper, Workload
+from geosim.base.units import KIB, MIB, gbps_to_bps, ms_to_s
+from geosim.base.sites import estimate_rtt_ms, find_site
+from geosim.base.validate import check_number, regular_input  # noqa: F401 (the one number check; imported from here by others)
 
 BUILTIN_SCENARIOS = ("tacc-tacc", "utah-gpn", "utah-mass", "bris-star", "gat-amst")
 PRECISIONS = ("fp16", "bf16", "fp32")
@@ -112,7 +115,7 @@ CPU_DEVICE_PREFIX = "CPU share"
 def _gpu_from_table(name: str, table, source: str, prefix: str, catalog: dict[str, GPU] | None = None) -> GPU:
     """One GPU's table. Its generation: the `architecture` key; else, in the catalog file, the word in
     parentheses that ends its name ("NVIDIA Tesla T4 (Turing)"); else, in a scenario, the catalog's
-    generation for a GPU the catalog knows (by its key or its name, geosim.catalog_match); else refused."""
+    generation for a GPU the catalog knows (by its key or its name, geosim.inputs.catalog_match); else refused."""
     table = _table(table, source, prefix.rstrip("."))
     numeric = set(GPU_RANGES)
     optional = {"bf16_tensor_tflops", "tf32_tensor_tflops", "tdp_w", "nvlink_gbs"}

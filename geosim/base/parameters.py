@@ -1,7 +1,7 @@
 """Every simulator-wide parameter, declared once: its key, unit, range, prior, fit range and source.
 
 This table is the one place a parameter is written down. From it come: reading and writing
-the parameters file (geosim/params.py: the key, the unit's scale to SI, the range every value
+the parameters file (geosim/inputs/params.py: the key, the unit's scale to SI, the range every value
 is checked against), what a fit may move and how hard its prior pulls (calibrate/free.py:
 `fit`, `prior`), the check that the shipped defaults (geosim/data/params-default.toml) hold
 every key and nothing else (tests/test_params_declared.py), and the reference tables of
@@ -9,24 +9,24 @@ docs/reference/params.md (`reference_table()`, checked by the same test; rewrite
 `python tools/write_params_reference.py`).
 
 To add a parameter: one `Scalar(...)` (or `Table(...)`) below, a field of that name in
-`geosim.specs.Params` (SI units: the file's unit is converted here, at the boundary, never
+`geosim.inputs.specs.Params` (SI units: the file's unit is converted here, at the boundary, never
 inside the simulator), its shipped value in params-default.toml, then
 `python tools/write_params_reference.py`. A runtime's number (geosim/data/runtimes.toml) is one
 `Scalar(...)` in RUNTIME_NUMBERS (its `absent`: the value where a runtime's table leaves it out) and a
-field of that name in `geosim.runtime.Runtime` defaulting to it; geosim/runtime.py checks and converts
+field of that name in `geosim.inputs.runtime.Runtime` defaulting to it; geosim/inputs/runtime.py checks and converts
 it, docs/reference/runtimes.md's table lists it. Code never writes a declared number's default of its
 own (tests/test_params_declared.py). A technique's own constants are not here: they are
 `tunable(...)` fields of its Settings (geosim/techniques/_settings.py), declared in its file
 with the same facts (help, range, fit range, source). Nor are a network model's: each backend
 declares its own with the same `Scalar` (geosim/sim/network/tcp.py: PARAMETERS, the file's
-[transport] table), and geosim.params joins them to these (`geosim.params.ALL_SCALARS`).
+[transport] table), and geosim.inputs.params joins them to these (`geosim.inputs.params.ALL_SCALARS`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from geosim.units import GIB, KIB, MIB
+from geosim.base.units import GIB, KIB, MIB
 
 # A range's default: wide (far beyond any real machine); it exists so that no parameters file can
 # make a prediction infinite or NaN (a rate or an efficiency of 0 would divide by zero).
@@ -46,7 +46,7 @@ class Scalar:
     """One number (or flag) of the parameters file, `table.key = value` in `unit`."""
 
     key: str  # the TOML key, `table.name`; the unit is in its name
-    field: str  # the geosim.specs.Params field that holds it, in SI units
+    field: str  # the geosim.inputs.specs.Params field that holds it, in SI units
     unit: str  # the file's unit (a key of UNIT_SCALE)
     help: str  # what it means, one line
     source: str  # where its default comes from
@@ -91,7 +91,7 @@ class Table:
     range: tuple[float, float] = DEFAULT_RANGE
     choices: tuple[str, ...] = ()  # for a table of names (collectives): the allowed values
     # the value for a name the table lacks (None: no default); a technique's numbers: the median of the
-    # table's entries first (geosim.specs.Params.for_technique), this when the table is empty
+    # table's entries first (geosim.inputs.specs.Params.for_technique), this when the table is empty
     missing: float | str | None = None
     fit: tuple[float, float] | None = None
     prior: tuple[float, float] | None = None
@@ -102,7 +102,7 @@ class Table:
 
 
 # A TCP connection's bounds, declared once: the TCP model's [transport] parameters (geosim/sim/network/tcp.py),
-# a runtime's `streams` (RUNTIME_NUMBERS below) and a scenario's links (geosim.scenario.LINK_RANGES) read them;
+# a runtime's `streams` (RUNTIME_NUMBERS below) and a scenario's links (geosim.inputs.scenario.LINK_RANGES) read them;
 # the command line's link flags (geosim/cli/common.py) and the sweep's link axes (geosim/studies/sweep/run.py)
 # check against LINK_RANGES, so against these. A window beyond TCP's 1 GiB (RFC 7323) still parses: a fit may
 # stand in several sockets' windows for one (streams x window is what a flow moves).
@@ -183,7 +183,7 @@ TABLES: tuple[Table, ...] = (
           range=(1e-6, 10.0)),
 )
 
-# A runtime's keys (geosim/data/runtimes.toml, a parameters file's [runtime.NAME]; geosim/runtime.py reads them
+# A runtime's keys (geosim/data/runtimes.toml, a parameters file's [runtime.NAME]; geosim/inputs/runtime.py reads them
 # through these). A number's `absent`: the value of a runtime whose table leaves the key out (None: the
 # parameters file's own value of that cost). What each key becomes in a schedule: docs/reference/runtimes.md,
 # whose table is generated from these.
@@ -240,7 +240,7 @@ BY_FIELD: dict[str, Scalar | Table] = {p.field: p for p in (*SCALARS, *TABLES)}
 
 
 def fittable(scalars: tuple[Scalar, ...] = SCALARS) -> dict[str, Scalar]:
-    """The scalars a fit may move, key -> declaration (of these; geosim.params.fittable: with the network's)."""
+    """The scalars a fit may move, key -> declaration (of these; geosim.inputs.params.fittable: with the network's)."""
     return {p.key: p for p in scalars if p.fit is not None}
 
 

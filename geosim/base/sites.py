@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 
 DATA_FILE = "fabric-sites.toml"
 EARTH_RADIUS_KM = 6371.0088  # mean radius (IUGG)

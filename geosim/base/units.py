@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 
 # binary sizes: a file's MiB, KiB and GiB become bytes with these, once, at the boundary
 KIB = 1024

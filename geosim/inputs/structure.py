@@ -16,7 +16,7 @@ import heapq
 import itertools
 from dataclasses import dataclass
 
-from geosim.specs import Cluster
+from geosim.inputs.specs import Cluster
 
 PERMUTED_SITES = 4  # up to this many sites every order is tried; beyond, nearest-neighbour chains
 

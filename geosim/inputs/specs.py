@@ -10,11 +10,11 @@ from __future__ import annotations
 from functools import cached_property
 from dataclasses import dataclass, field, replace
 
-from geosim.errors import GeosimError
-from geosim.generations import generation
-from geosim.model_shape import Model  # noqa: F401 -- the model's shape and counts, where the specs' users find it
-from geosim.parameters import missing_value
-from geosim.units import GIB, MIB  # noqa: F401 -- where the specs' users have always found them
+from geosim.base.errors import GeosimError
+from geosim.base.generations import generation
+from geosim.inputs.model_shape import Model  # noqa: F401 -- the model's shape and counts, where the specs' users find it
+from geosim.base.parameters import missing_value
+from geosim.base.units import GIB, MIB  # noqa: F401 -- where the specs' users have always found them
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class GPU:
     tf32_tensor_tflops: float | None = None  # None: no TF32 tensor cores (before Ampere)
     architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the compute model's overrides
     tdp_w: float | None = None  # board power: caps a power-dense card's sustained tensor rate (sim/compute.py)
-    # the least tensor TFLOP/s per watt of its generation's cards in the catalog (geosim.scenario sets it):
+    # the least tensor TFLOP/s per watt of its generation's cards in the catalog (geosim.inputs.scenario sets it):
     # what a power-dense card of that generation sustains per watt of tdp_w; None: no cap
     generation_tflops_per_watt: float | None = None
     # NVLink's line rate per direction, GB/s (a datasheet's bidirectional figure halved); None: no NVLink
@@ -112,7 +112,7 @@ class Link:
     window_bytes: float | None = None
     streams: int | None = None
     step_rtts: float | None = None  # NCCL flow-control round trips per collective step
-    rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.sites), not measured
+    rtt_estimated: bool = False  # rtt_s estimated from the sites' distance (geosim.base.sites), not measured
     shaper: Shaper | None = None  # a rate-limited link: bandwidth_bps is a token bucket's rate
     loss: float = 0.0  # fraction of segments lost at random (each direction): TCP's response function prices it
     # other traffic at the path's bottleneck, as that many loss-based flows of the same round trip (the public
@@ -164,7 +164,7 @@ class Workload:
     precision: str = "fp16"  # fp16 | bf16 | fp32 (mixed precision keeps fp32 master weights)
     epochs: int = 20
     checkpointing: bool = False
-    runtime: str = "alpa"  # the software stack and its fixed costs (geosim/runtime.py, geosim/data/runtimes.toml)
+    runtime: str = "alpa"  # the software stack and its fixed costs (geosim/inputs/runtime.py, geosim/data/runtimes.toml)
 
     @property
     def tokens_per_iteration(self) -> int:
@@ -183,7 +183,7 @@ class Workload:
 @dataclass(frozen=True)
 class ComputeConstants:
     """The op-level compute model's constants (geosim/sim/compute.py; each number declared once in
-    geosim/parameters.py, its value the parameters file's or a runtime's measurement): the global ones with
+    geosim/base/parameters.py, its value the parameters file's or a runtime's measurement): the global ones with
     a GPU generation's own, or one device's where a runtime measured it (XLA:CPU on live's CPU devices).
 
     gemm_fraction: attainable fraction of the dense tensor (or fp32) peak for large GEMMs, so that one
@@ -265,11 +265,11 @@ class Params:
     """Every tunable constant of the simulator, in SI units (seconds, bytes, bit/s).
 
     Each is declared once, with its file key, unit, range, prior and source, in
-    geosim/parameters.py (a network model's in its module, a technique's in its Settings); the
+    geosim/base/parameters.py (a network model's in its module, a technique's in its Settings); the
     parameters file converts its units to these at the boundary.
 
     The shipped values live in one file, geosim/data/params-default.toml (read by
-    geosim.params.load_params); a user's --params file overrides any subset.
+    geosim.inputs.params.load_params); a user's --params file overrides any subset.
     """
 
     # a flat achieved fraction of peak for a device the datasheet model does not describe (the CPU
@@ -286,7 +286,7 @@ class Params:
     startup_s: dict[str, float]
     workspace_bytes: float
     # No default here for a declared number: its one value is the shipped file's, read through its
-    # declaration (geosim/parameters.py); tests/test_params_declared.py holds the code to that.
+    # declaration (geosim/base/parameters.py); tests/test_params_declared.py holds the code to that.
     compressed_activation_efficiency: float  # token efficiency factor of a compressed pipeline
     # the op-level compute model's global constants (geosim/sim/compute.py, docs/reference/params.md)
     gemm_fraction: float  # attainable fraction of the tensor peak for large GEMMs
@@ -315,7 +315,7 @@ class Params:
     efficiency_estimate: "Efficiency | None" = None
     tf32_matmul: bool = False
     fused_attention: bool = False
-    # runtime name -> geosim.runtime.Runtime where a fit changed a runtime's fixed costs; empty: as shipped
+    # runtime name -> geosim.inputs.runtime.Runtime where a fit changed a runtime's fixed costs; empty: as shipped
     # (geosim/data/runtimes.toml, declared there with their sources, not here)
     runtimes: dict[str, object] = field(default_factory=dict)
     # device name -> ComputeConstants: the op-level model's constants on a device whose speed
@@ -324,7 +324,7 @@ class Params:
     device_compute: dict[str, object] = field(default_factory=dict)
 
     def settings(self, technique: str):
-        """The technique's Settings, as the parameters file built them (geosim.params: every technique
+        """The technique's Settings, as the parameters file built them (geosim.inputs.params: every technique
         found, its Settings' defaults overridden by its [NAME] table)."""
         found = self.technique_settings.get(technique)
         if found is None:
@@ -337,7 +337,7 @@ class Params:
         return replace(self, technique_settings={**self.technique_settings, technique: updated})
 
     def network(self, model: str):
-        """The network model's Settings, as the parameters file built them (geosim.params: every model
+        """The network model's Settings, as the parameters file built them (geosim.inputs.params: every model
         with a Settings, its values from its table, e.g. [transport] for tcp)."""
         found = self.networks.get(model)
         if found is None:
@@ -353,7 +353,7 @@ class Params:
         """A technique-keyed table's value (iteration_overhead_s, startup_s, collectives, ...). A technique
         the table does not name (a new file, an older parameters file) gets what a typical technique has
         in this file: the median of the numbers the table holds (a fitted file's shared overhead), else
-        the declared default (geosim/parameters.py); never a free 0 s that would let it win unearned."""
+        the declared default (geosim/base/parameters.py); never a free 0 s that would let it win unearned."""
         table = getattr(self, field)
         found = table.get(technique)
         if found is not None:

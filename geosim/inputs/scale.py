@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 
-from geosim.errors import GeosimError
-from geosim.scenario import MAX_GPUS_PER_HOST, Scenario, gpu_catalog, load_scenario
-from geosim.units import gbps_to_bps, ms_to_s
-from geosim.specs import Cluster, Host, Link, Workload
+from geosim.base.errors import GeosimError
+from geosim.inputs.scenario import MAX_GPUS_PER_HOST, Scenario, gpu_catalog, load_scenario
+from geosim.base.units import gbps_to_bps, ms_to_s
+from geosim.inputs.specs import Cluster, Host, Link, Workload
 
 PREFIX = "scale:"
 DEFAULT_GPU = "A30"

@@ -1,6 +1,6 @@
 """A GPU's name as a device, a record or a person writes it -> the GPU catalog's key: the one rule, used by
-live's records (geosim/gpu_names.py) and by scenario files (a hand-written GPU the catalog knows takes the
-catalog's generation, geosim/scenario.py). Takes the catalog as an argument, so either can call it."""
+live's records (geosim/inputs/gpu_names.py) and by scenario files (a hand-written GPU the catalog knows takes the
+catalog's generation, geosim/inputs/scenario.py). Takes the catalog as an argument, so either can call it."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from geosim.specs import Cluster, Model, Params, Workload
+from geosim.inputs.specs import Cluster, Model, Params, Workload
 
 
 # the network model a case runs unless it names another (geosim.sim.network: fabric, tcp, alpha-beta,

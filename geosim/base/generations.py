@@ -2,7 +2,7 @@
 (geosim/data/generations.toml). Code asks these facts; no generation's name is written in code.
 
 A generation's efficiency under a runtime is the runtime's (geosim/data/runtimes.toml,
-[RUNTIME.efficiency.GENERATION], read by geosim/runtime.py); what is here is the hardware's.
+[RUNTIME.efficiency.GENERATION], read by geosim/inputs/runtime.py); what is here is the hardware's.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from geosim.errors import GeosimError
-from geosim.input_limits import loads_toml
+from geosim.base.errors import GeosimError
+from geosim.base.input_limits import loads_toml
 
 SOURCE = "geosim/data/generations.toml"
 DATA = resources.files("geosim.data").joinpath("generations.toml")  # the file generations() reads

@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from geosim.errors import GeosimError
-from geosim.fileio import append_lines, locked, write_atomic
-from geosim.input_limits import LINE_MAX_BYTES, RECORDS_MAX_BYTES, check_json_text
-from geosim.model_config import model_from_table
-from geosim.scenario import check_number, make_workload, read_text
+from geosim.base.errors import GeosimError
+from geosim.base.fileio import append_lines, locked, write_atomic
+from geosim.base.input_limits import LINE_MAX_BYTES, RECORDS_MAX_BYTES, check_json_text
+from geosim.inputs.model_config import model_from_table
+from geosim.inputs.scenario import check_number, make_workload, read_text
 
 SCHEMA = "geosim.run/1"
 STATUSES = ("ok", "out-of-memory", "failed", "interrupted")

@@ -11,7 +11,7 @@ and the activation values a block keeps for its backward. The defaults are GPT-2
 stated with n_layer, n_embd and n_head alone is the GPT-2 shape the study trained, counted to the bit
 as before (Alpa's compute_gpt_tflops; tests/test_model_shape.py holds both to it).
 
-geosim/model_config.py reads a shape from a catalog table, a scenario's [models.NAME] table or a
+geosim/inputs/model_config.py reads a shape from a catalog table, a scenario's [models.NAME] table or a
 Hugging Face config.json.
 """
 

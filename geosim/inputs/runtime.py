@@ -24,11 +24,11 @@ import tomllib
 from dataclasses import dataclass, replace
 from importlib import resources
 
-from geosim.efficiency import efficiency_table, efficiency_tables, estimate, spread
-from geosim.errors import GeosimError
-from geosim.generations import generation
-from geosim.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY, RUNTIME_OTHER_KEYS
-from geosim.specs import MIB, ComputeConstants, Efficiency, Params, Workload
+from geosim.inputs.efficiency import efficiency_table, efficiency_tables, estimate, spread
+from geosim.base.errors import GeosimError
+from geosim.base.generations import generation
+from geosim.base.parameters import DEVICE_COMPUTE, RUNTIME_BY_KEY, RUNTIME_OTHER_KEYS
+from geosim.inputs.specs import MIB, ComputeConstants, Efficiency, Params, Workload
 
 DEFAULT_RUNTIME = "alpa"  # the study's: keeps every prediction the study was fitted with
 SOURCE = "geosim/data/runtimes.toml"
@@ -38,7 +38,7 @@ SOURCE = "geosim/data/runtimes.toml"
 class Runtime:
     name: str
     description: str = ""
-    # the numbers' meanings, ranges and values where a table leaves them out: geosim.parameters.RUNTIME_NUMBERS
+    # the numbers' meanings, ranges and values where a table leaves them out: geosim.base.parameters.RUNTIME_NUMBERS
     iteration_s: float | None = RUNTIME_BY_KEY["iteration_s"].absent  # None: [overhead.iteration_s][technique]
     microbatch_s: float = RUNTIME_BY_KEY["microbatch_s"].absent
     collective_launch_s: float = RUNTIME_BY_KEY["collective_launch_s"].absent
@@ -260,7 +260,7 @@ def collective_list(value, source: str, where: str) -> tuple[tuple[str, int, flo
 
 
 # a device's compute constants: key -> (ComputeConstants field, factor from the key's unit to SI, allowed range),
-# as geosim.parameters.DEVICE_COMPUTE declares them (why a fraction there may exceed 1, too)
+# as geosim.base.parameters.DEVICE_COMPUTE declares them (why a fraction there may exceed 1, too)
 DEVICE_COMPUTE_KEYS = {p.key: (p.field, p.scale, p.range) for p in DEVICE_COMPUTE}
 
 
@@ -293,7 +293,7 @@ def device_compute_table(entries) -> dict:
 
 def efficiency_spread() -> float:
     """How far an estimated entry may be off, either way: the spread of the shipped runtimes' measured and
-    published entries (geosim.efficiency.spread)."""
+    published entries (geosim.inputs.efficiency.spread)."""
     return spread(shipped_entries())
 
 

@@ -1,6 +1,6 @@
 """A runtime's efficiency on a GPU generation (geosim/data/runtimes.toml, [RUNTIME.efficiency.GENERATION]):
 reading and writing the entries, the estimate for a generation a runtime has none for, and how far an
-estimate may be off. The entries belong to their runtimes (geosim/runtime.py reads them with the rest of a
+estimate may be off. The entries belong to their runtimes (geosim/inputs/runtime.py reads them with the rest of a
 runtime's table); this module holds what is done with them.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from statistics import median
 
-from geosim.errors import GeosimError
-from geosim.generations import check_generation
-from geosim.parameters import DEVICE_COMPUTE
-from geosim.specs import EFFICIENCY_KINDS, Efficiency
+from geosim.base.errors import GeosimError
+from geosim.base.generations import check_generation
+from geosim.base.parameters import DEVICE_COMPUTE
+from geosim.inputs.specs import EFFICIENCY_KINDS, Efficiency
 
 DEVICE_COMPUTE_BY_KEY = {p.key: p for p in DEVICE_COMPUTE}
 EFFICIENCY_NUMBERS = {"gemm_fraction": "gemm_fraction", "memory_fraction": "memory_fraction",

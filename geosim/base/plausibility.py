@@ -1,6 +1,6 @@
 """Values that are valid but implausible: a warning, once, naming the file (or flag) and the key.
 
-geosim.scenario refuses what cannot be (a negative RTT, NaN); this module warns about what no real
+geosim.inputs.scenario refuses what cannot be (a negative RTT, NaN); this module warns about what no real
 system has (a 10 Tbit/s WAN link, a 1 us round trip between two sites), because such a value is
 usually a typo in units (Mbit/s for Gbit/s, s for ms) and it silently changes the answer. The ranges
 and where they come from are in docs/guide/scenarios-params.md ("Plausible values"); a value outside
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from geosim.sites import FIBRE_KM_PER_MS, find_site, great_circle_km
+from geosim.base.sites import FIBRE_KM_PER_MS, find_site, great_circle_km
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from geosim.errors import GeosimError
+from geosim.base.errors import GeosimError
 
 
 def _short(value) -> str:

@@ -1,22 +1,22 @@
 """A model's shape from where people write it: a catalog or scenario table, or a Hugging Face config.json.
 
 A table (geosim/data/models.toml, a scenario's [models.NAME], a run record's model_dims) names the
-shape's fields as geosim.model_shape.Model has them; a config.json names them as its architecture's
+shape's fields as geosim.inputs.model_shape.Model has them; a config.json names them as its architecture's
 transformers class does. Architectures read (`model_type`): llama, mistral, qwen2 (Llama's block with
 q/k/v biases), mixtral (Mistral's block with experts), deepseek (DeepSeek-MoE: shared experts, leading
 dense layers), gpt2 and gpt_neox. Anything else is refused in one line naming the key, as is a key
 that would change the counts and that geosim does not model (DeepSeek-V2's latent attention, an MoE
-layer only every few layers). Every file passes geosim/input_limits.py's size and nesting checks first.
+layer only every few layers). Every file passes geosim/base/input_limits.py's size and nesting checks first.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from geosim.errors import GeosimError
-from geosim.input_limits import read_json_file
-from geosim.model_shape import BIASES, MLP_KINDS, NORMS, POSITIONS, Model
-from geosim.validate import check_number, regular_input
+from geosim.base.errors import GeosimError
+from geosim.base.input_limits import read_json_file
+from geosim.inputs.model_shape import BIASES, MLP_KINDS, NORMS, POSITIONS, Model
+from geosim.base.validate import check_number, regular_input
 
 MODEL_RANGES = {"n_layer": (1, 1024), "n_embd": (1, 65536), "n_head": (1, 1024), "vocab": (1, 10_000_000),
                 "n_ctx": (1, 1_000_000)}
