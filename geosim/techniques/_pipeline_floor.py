@@ -55,38 +55,11 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
     The hybrid's floor (geosim.techniques.hybrid) bounds its pipelined replica's inner steps by it."""
     w, params = workload, case.params
     layers = options["layer_split"]
-    tables = _floor_tables(case)
-    meshes = options.get("meshes")
-    layout = tuple(map(tuple, meshes)) if meshes is not None else (hosts[0],)
-    stages = tables["stages"].get(layout)
-    if stages is None:
-        stages = []
-        for gpus in stage_gpus(case, hosts, options):
-            kinds = tuple({g.name: g for g in gpus}.values())
-            # the GPUs by identity (the tables hold the cluster that holds them): hashing each would cost more
-            stages.append((len(gpus), kinds, tuple(map(id, kinds))))
-        tables["stages"][layout] = stages
-    # a stage's times depend on its GPUs, layers and place, and the workload's shape alone: the
-    # planner weighs thousands of layer splits and stage orders over a few kinds of stage, so each is timed once
-    shape = (w.global_batch, w.microbatches, w.seq_len, w.checkpointing, w.precision, w.runtime)
-    times_of = tables["times"]
+    stages = _stage_kinds(case, hosts, options)
     count = len(stages)
     settings = with_options(params.settings(TECHNIQUE), options, TECHNIQUE)
-    # a data-parallel stage holds its whole parameters: its gradient accumulation after each microbatch's
-    # backward and its optimizer step after the last count at their size (a shard-data stage's are its
-    # shard's: left out)
-    held_whole = settings.intra_stage == "data"
-    per_microbatch, forward_s, backward_s, sharding, optimizer_s = [], [], [], [], []
-    for s, (size, kinds, ids) in enumerate(stages):
-        key = (size, ids, layers[s], s == 0, s == count - 1, shape)
-        known = times_of.get(key)
-        if known is None:
-            known = times_of[key] = _stage_times(case, w, size, kinds, layers[s], s == 0, s == count - 1)
-        sharding.append(_sharding_floor_s(case, hosts, options, w, s, layers[s]))
-        per_microbatch.append((known[3] if held_whole else known[0]) + sharding[-1])
-        forward_s.append(known[1])
-        backward_s.append(known[4] if held_whole else known[2])
-        optimizer_s.append(known[5] if held_whole else 0.0)
+    per_microbatch, forward_s, backward_s, sharding, optimizer_s = _per_stage(
+        case, hosts, options, w, stages, settings.intra_stage == "data")
     busiest = max(range(count), key=per_microbatch.__getitem__)
     iteration = w.microbatches * per_microbatch[busiest]
     if virtual > 1:
@@ -133,6 +106,48 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
         # the last round trip ends in stage 0's accumulation; its optimizer step follows
         iteration = max(iteration, trips * (compute + virtual * crossings) + optimizer_s[0])
     return iteration
+
+
+def _stage_kinds(case: Case, hosts: tuple[str, ...], options: dict) -> list[tuple]:
+    """(GPUs, their kinds, the kinds' ids) of each stage of the option's layout, from the tables."""
+    tables = _floor_tables(case)
+    meshes = options.get("meshes")
+    layout = tuple(map(tuple, meshes)) if meshes is not None else (hosts[0],)
+    stages = tables["stages"].get(layout)
+    if stages is None:
+        stages = []
+        for gpus in stage_gpus(case, hosts, options):
+            kinds = tuple({g.name: g for g in gpus}.values())
+            # the GPUs by identity (the tables hold the cluster that holds them): hashing each would cost more
+            stages.append((len(gpus), kinds, tuple(map(id, kinds))))
+        tables["stages"][layout] = stages
+    return stages
+
+
+def _per_stage(case: Case, hosts: tuple[str, ...], options: dict, w, stages: list[tuple], held_whole: bool
+               ) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+    """Per stage: (a microbatch on its slowest GPU, the fastest forward, the fastest backward, its
+    shard-data activation all-reduces, the fastest optimizer step). held_whole (intra_stage data: a
+    stage holds its whole parameters): a microbatch counts the gradient accumulation after its
+    backward and a step the optimizer's, at their size (a shard-data stage's are its shard's: left out)."""
+    layers = options["layer_split"]
+    # a stage's times depend on its GPUs, layers and place, and the workload's shape alone: the
+    # planner weighs thousands of layer splits and stage orders over a few kinds of stage, so each is timed once
+    shape = (w.global_batch, w.microbatches, w.seq_len, w.checkpointing, w.precision, w.runtime)
+    times_of = _floor_tables(case)["times"]
+    count = len(stages)
+    per_microbatch, forward_s, backward_s, sharding, optimizer_s = [], [], [], [], []
+    for s, (size, kinds, ids) in enumerate(stages):
+        key = (size, ids, layers[s], s == 0, s == count - 1, shape)
+        known = times_of.get(key)
+        if known is None:
+            known = times_of[key] = _stage_times(case, w, size, kinds, layers[s], s == 0, s == count - 1)
+        sharding.append(_sharding_floor_s(case, hosts, options, w, s, layers[s]))
+        per_microbatch.append((known[3] if held_whole else known[0]) + sharding[-1])
+        forward_s.append(known[1])
+        backward_s.append(known[4] if held_whole else known[2])
+        optimizer_s.append(known[5] if held_whole else 0.0)
+    return per_microbatch, forward_s, backward_s, sharding, optimizer_s
 
 
 # (id of the cluster, of the model, of the params) -> (them, the floor's tables): which GPUs each
