@@ -7,10 +7,10 @@ stated, against geosim's prediction of the same setup (docs/results/2026-11-28-c
     python bench/compute_anchors.py --fit pytorch:ampere   # the GEMM fraction its fit rows call for
 
 Each anchor is a step time the source publishes or that follows from its figures (TFLOP/s per GPU or MFU
-times the FLOPs it counts), on a cluster written here as a scenario (one host of NVLink GPUs, or hosts with a
-NIC per GPU), predicted with the runtime that ran it. Inter-node links are InfiniBand, which geosim's TCP
-model does not describe: those anchors run under the alpha-beta network model (`--network alpha-beta`) with
-the link's line rate. Nothing here is fitted: a change of an efficiency entry shows here as it is.
+times the FLOPs it counts), on a cluster written here as a scenario (one host of NVLink GPUs, or DGX hosts:
+NVLink inside, an InfiniBand port per GPU), predicted with the runtime that ran it, on the default network
+model (fabric: NVLink and RDMA as NCCL drives them; `--network alpha-beta` or `tcp` to compare). Nothing here
+is fitted: a change of an efficiency entry shows here as it is.
 """
 
 from __future__ import annotations
@@ -137,17 +137,16 @@ def scenario_text(a: Anchor) -> str:
     if a.gpu in EXTRA_GPUS:
         lines += [f"[gpus.{a.gpu}]"] + [f"{k} = {json.dumps(v)}" for k, v in EXTRA_GPUS[a.gpu].items()]
     lines += ["[models.anchor]", f"n_ctx = {a.seq_len}"] + [f"{k} = {v}" for k, v in a.model.items()]
+    # a DGX: NVLink inside, an InfiniBand port per GPU at nic_gbps (RDMA: NCCL's IB transport), every host on
+    # the site's switch (a non-blocking fat tree)
     for i in range(a.hosts):
         lines += ["[[hosts]]", f'name = "n{i}"', 'site = "DC"', f"gpus = {json.dumps([a.gpu] * a.gpus_per_host)}",
-                  'intra_host = "nvlink"', 'nic = "per-gpu"']
-    for i in range(a.hosts):
-        for j in range(i + 1, a.hosts):
-            lines += ["[[links]]", f'between = ["n{i}", "n{j}"]', "rtt_ms = 0.01", f"bandwidth_gbps = {a.nic_gbps}"]
+                  'intra_host = "nvlink"', 'nic = "per-gpu"', 'transport = "rdma"', f"nic_gbps = {a.nic_gbps}"]
     return "\n".join(lines) + "\n"
 
 
-def predict_anchor(a: Anchor, params=None) -> dict:
-    from geosim.inputs.case import Case
+def predict_anchor(a: Anchor, params=None, network: str | None = None) -> dict:
+    from geosim.inputs.case import DEFAULT_NETWORK, Case
     from geosim.inputs.params import load_params
     from geosim.predict import predict
     from geosim.inputs.scenario import load_scenario
@@ -160,7 +159,7 @@ def predict_anchor(a: Anchor, params=None) -> dict:
     workload = replace(scenario.workload(), seq_len=a.seq_len, global_batch=a.global_batch,
                        microbatches=a.microbatches, precision=a.precision, checkpointing=a.checkpointing,
                        runtime=a.runtime, epochs=1, tokens_per_epoch=a.global_batch * a.seq_len * 3)
-    network = "alpha-beta" if a.hosts > 1 else "tcp"  # one host: no link, the model is moot
+    network = network or DEFAULT_NETWORK
     if params is None:  # the shipped parameters, with the runtime bench/anchors/ adds (a user's own, in a file)
         params = load_params(RUNTIMES_FILE)
     case = Case(scenario.cluster, scenario.models["anchor"], workload, params, network=network)
@@ -172,8 +171,9 @@ def predict_anchor(a: Anchor, params=None) -> dict:
             "published": a.published, "published_step_s": a.published_step_s, "predicted_step_s": step,
             "error": None if step is None else step / a.published_step_s - 1, "status": p.status,
             "reason": p.reason, "estimated": p.estimated, "generation": generation_of(a),
-            "fitted_to": a.fit,
-            "command": "python bench/compute_anchors.py" + (" --fast" if a.fast else "")}
+            "fitted_to": a.fit, "network": network,
+            "command": "python bench/compute_anchors.py" + (" --fast" if a.fast else "")
+            + (f" --network {network}" if network != DEFAULT_NETWORK else "")}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -227,6 +227,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python bench/compute_anchors.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--fast", action="store_true", help="only the anchors the test runs")
     ap.add_argument("--json", action="store_true", help="the rows and the summary as JSON")
+    ap.add_argument("--network", choices=("fabric", "alpha-beta", "tcp", "ideal"), default=None,
+                    help="the network model (default: geosim's, fabric)")
     ap.add_argument("--fit", metavar="RUNTIME:GENERATION",
                     help="print the GEMM fraction that zeroes the median error of the rows marked fit=True")
     args = ap.parse_args(argv)
@@ -234,7 +236,7 @@ def main(argv=None) -> int:
         runtime, _, generation = args.fit.partition(":")
         print(f"{runtime} on {generation}: gemm_fraction = {fit(runtime, generation):.3f}")
         return 0
-    rows = [predict_anchor(a) for a in ANCHORS if a.fast or not args.fast]
+    rows = [predict_anchor(a, network=args.network) for a in ANCHORS if a.fast or not args.fast]
     if args.json:
         print(json.dumps({"rows": rows, "summary": summary(rows)}, indent=1, allow_nan=False))
         return 0

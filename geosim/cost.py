@@ -24,6 +24,7 @@ from geosim.base.errors import GeosimError
 from geosim.sim.collectives import host_layout
 from geosim.sim.engine import SIMULATED_REPETITIONS
 from geosim.sim.schedule import Collective, Repeat
+from geosim.techniques import simulation_rate
 
 # at the engine's fastest measured rate (4 million a second) 7 hours, at its slowest days. Counted per
 # prediction (4 iterations): GPT-3 6.7B on 1,024 GPUs is 84 million for Data and 1.7 billion for Shard
@@ -145,3 +146,23 @@ def too_costly(work: int) -> str | None:
     return (f"too large to simulate: about {work / 1e9:,.0f} billion simulated steps (ranks x ops x collective "
             f"steps x iterations), past the {MAX_PREDICTION_WORK / 1e9:,.0f} billion one prediction may take "
             f"(hours); ask fewer microbatches, hosts or layers")
+
+
+# --- how long a prediction will take, from its work count (issue 47): a row that will take long says
+# so before it starts, with this figure, and the CLI runs the quick rows first.
+# Each technique's module says how many counted units its predictions simulate per CPU second
+# (SIMULATED_UNITS_PER_CPU_S, measured on 2 shared x86_64 cores: docs/results/2026-11-28-every-row.md);
+# one without the figure takes the slowest rate any declares, so the estimate errs long.
+LONG_PREDICTION_S = 20.0  # past this many expected CPU seconds a row announces itself and runs last
+
+
+def expected_seconds(work: int, technique: str) -> float:
+    """The CPU seconds a prediction of `work` counted units is expected to take (an estimate: the
+    technique's SIMULATED_UNITS_PER_CPU_S; a symmetric cluster simulates less and takes less)."""
+    return work / simulation_rate(technique)
+
+
+def long_prediction(work: int, technique: str) -> float | None:
+    """The expected seconds when they pass LONG_PREDICTION_S, else None."""
+    seconds = expected_seconds(work, technique)
+    return seconds if seconds > LONG_PREDICTION_S else None

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, replace
 
 from geosim.sim import memory_layout
-from geosim.cost import TooCostly, check_expansion, schedule_work, too_costly
+from geosim.cost import TooCostly, check_expansion, long_prediction, schedule_work, too_costly
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
@@ -166,6 +166,41 @@ def _memory_report(schedule) -> list[GpuMemory]:
 
 # question -> (the case it was asked about, its answer) while shared_predictions() is on
 _shared: ContextVar[dict | None] = ContextVar("shared_predictions", default=None)
+_defer_long: ContextVar[bool] = ContextVar("defer_long", default=False)
+# the schedules of questions deferred as long, by question, until they are asked again (deferring_long)
+_deferred: ContextVar[dict | None] = ContextVar("deferred_schedules", default=None)
+
+
+class LongPrediction(Exception):
+    """Raised by predict() inside deferring_long() instead of simulating a question expected to take
+    more than geosim.cost.LONG_PREDICTION_S: `seconds` expected (an estimate), `work` counted units."""
+
+    def __init__(self, seconds: float, work: int):
+        super().__init__(f"about {seconds:.0f} s of simulation")
+        self.seconds, self.work = seconds, work
+
+
+@contextmanager
+def deferring_long():
+    """Within the block, predict() raises LongPrediction for a question it expects to take long (its
+    work count, geosim.cost), before simulating it, so a caller can answer the quick ones first."""
+    token, kept = _defer_long.set(True), _deferred.set({})
+    try:
+        yield
+    finally:
+        _defer_long.reset(token)
+        _deferred.reset(kept)
+
+
+@contextmanager
+def simulating_deferred():
+    """Inside deferring_long(): predict() simulates every question again (the long ones, now), each
+    deferred question from the schedule built when it was deferred."""
+    token = _defer_long.set(False)
+    try:
+        yield
+    finally:
+        _defer_long.reset(token)
 
 
 @contextmanager
@@ -242,6 +277,8 @@ def predict(case: Case, technique: str, hosts: tuple[str, ...] | None = None, op
 def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options: dict | None,
              simulated_iterations: int, exact: bool) -> Prediction:
     started = time.perf_counter()
+    deferred = _deferred.get()
+    asked = (id(case), technique, tuple(hosts) if hosts is not None else None, repr(options), exact)
     runtime = runtime_of(case.workload, case.params)
     applied = runtime.applied_to(case.params)  # its launch gap, collective round trips, devices' efficiency
     if applied is not case.params:
@@ -258,9 +295,11 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
     try:
         # an option out of memory costs no programs: the planner's search on 1,024 GPUs built hundreds
         # of schedules only to find them out of memory (issue 34); memory_first refuses what build does
-        schedule = memory_first(technique, on, options)
-        if schedule is None or _memory_verdict(schedule, workload, params)[1].status != memory_layout.OUT_OF_MEMORY:
-            schedule = build_schedule(technique, on, options)
+        schedule = deferred.pop(asked, None) if deferred is not None else None  # built when it was deferred
+        if schedule is None:
+            schedule = memory_first(technique, on, options)
+            if schedule is None or _memory_verdict(schedule, workload, params)[1].status != memory_layout.OUT_OF_MEMORY:
+                schedule = build_schedule(technique, on, options)
     except GeosimError as exc:
         if exc.key == "technique" or (exc.key or "").startswith(f"{technique}."):
             raise  # the caller's mistake (an unknown technique or setting), not the case's
@@ -281,11 +320,15 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         result.memory_note = f"{worst.describe()} on {place}"
 
     # a case that would simulate for hours is answered as one that does not fit: not simulated, and why
-    reason = too_costly(schedule_work(schedule, simulated_iterations + 1, exact))
+    work = schedule_work(schedule, simulated_iterations + 1, exact)
+    reason = too_costly(work)
     if reason is not None:
         result.status, result.reason = "infeasible", reason
         result.wall_s = time.perf_counter() - started
         return result
+    if _defer_long.get() and (seconds := long_prediction(work, technique)) is not None:
+        deferred[asked] = schedule  # kept for the question's second asking (the case kept alive by the caller)
+        raise LongPrediction(seconds, work)  # the caller runs its quick questions first (deferring_long)
 
     network = network_model(case.network)
     try:  # the ranks that run are known inside the engine (a symmetry runs fewer): it checks them before simulating

@@ -138,8 +138,8 @@ def test_live_records_and_schema_errors(tmp_path):
                          + json.dumps(live_record(scenario=None, cluster=bad_gpu)) + "\n"))
     with pytest.raises(GeosimError, match=r"r\.jsonl:1: measured\.seconds: unknown measured key"):
         read_runs(write(tmp_path, "r.jsonl", json.dumps(live_record(measured={"seconds": 3})) + "\n"))
-    with pytest.raises(GeosimError, match=r"r\.jsonl:1: technique: unknown technique 'fsdp'"):
-        load_cases(write(tmp_path, "r.jsonl", json.dumps(live_record(technique="fsdp")) + "\n"))
+    with pytest.raises(GeosimError, match=r"r\.jsonl:1: technique: unknown technique 'zero4'"):
+        load_cases(write(tmp_path, "r.jsonl", json.dumps(live_record(technique="zero4")) + "\n"))
     with pytest.raises(GeosimError, match=r"e\.jsonl: no run records in file \(empty\)"):
         read_runs(write(tmp_path, "e.jsonl", "\n\n"))
 

@@ -22,7 +22,7 @@ from geosim.base.errors import GeosimError
 from geosim.predict import Prediction, predict, shared_predictions
 from geosim.inputs.runtime import runtime_differences, runtime_of
 from geosim.studies.asked import MAX_ALONE_ROWS, asked_candidates, asked_rows, microbatch_alternatives, verdict_notes
-from geosim.studies.ranking import SameProgress, time_to_progress_s
+from geosim.studies.ranking import SameProgress, fmt_time, time_to_progress_s
 from geosim.cli._progress import Heartbeat
 from geosim.studies.reference import attach_measurement
 from geosim.inputs.structure import host_groups, host_list
@@ -89,7 +89,8 @@ def _run(args) -> int:
                 beat.phase = f"simulating {t} on {len(hosts)} VM{'s' if len(hosts) != 1 else ''} (a row asked)"
                 return technique_options(t, case, hosts, layout)
 
-            rows: list[Prediction] = asked_rows(case, techniques, host_sets, options_for)
+            told = LongRows(cluster.name, rows_too=not args.json)
+            rows: list[Prediction] = asked_rows(case, techniques, host_sets, options_for, told.row, told.long)
         if args.rtt_ms is None and args.bandwidth_gbps is None:
             for prediction in rows:
                 attach_measurement(prediction, cluster)
@@ -135,6 +136,39 @@ def _run(args) -> int:
     for case, rows, plan, targets, notes in slices:
         print_slice(case, plan, rows, targets, ranges, notes, layout is not None, args.memory_parts)
     return 0
+
+
+class LongRows:
+    """A row expected to take long (geosim.cost.long_prediction) is asked after the others: before it
+    starts, one line on stderr says so, the time it expects and what to ask instead. In text mode the
+    rows already done are printed there first, and every row after it as it is done (the table still
+    comes at the end, with the verdict); under --json only the announcement."""
+
+    def __init__(self, cluster: str, rows_too: bool):
+        self.cluster, self.rows_too = cluster, rows_too
+        self.done: list[Prediction] = []
+        self.told = False  # whether a long row was announced: rows are printed as they are done since
+
+    def row(self, prediction: Prediction) -> None:
+        self.done.append(prediction)
+        if self.told and self.rows_too:
+            self._print(prediction)
+
+    def long(self, technique: str, hosts: tuple[str, ...], long) -> None:
+        if self.rows_too and not self.told:
+            for prediction in self.done:
+                self._print(prediction)
+        self.told = True
+        on = f"{len(hosts)} VM{'s' if len(hosts) != 1 else ''}"
+        print(f"  {self.cluster}: {technique} on {on} will take about {fmt_time(long.seconds)} of CPU "
+              f"({long.work / 1e6:,.1f} million simulated steps; an estimate); the other rows are done. For an "
+              f"answer in seconds ask fewer --hosts, fewer --microbatches, or leave {technique} out of --technique",
+              file=sys.stderr, flush=True)
+
+    def _print(self, p: Prediction) -> None:
+        on = f"{len(p.hosts)} VM{'s' if len(p.hosts) != 1 else ''}"
+        answer = fmt_time(p.total_time_s) if p.ok else f"{p.status}: {p.reason}"
+        print(f"  {self.cluster}: {p.technique} on {on}: {answer} (row done)", file=sys.stderr, flush=True)
 
 
 def _ranked_fields(prediction: Prediction, progress: SameProgress) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from geosim.base.errors import GeosimError
-from geosim.inputs.scenario import MAX_GPUS_PER_HOST, Scenario, gpu_catalog, load_scenario
+from geosim.inputs.scenario import MAX_GPUS_PER_HOST, Scenario, gpu_catalog, load_scenario, opens_kernel_window
 from geosim.base.units import gbps_to_bps, ms_to_s
 from geosim.inputs.specs import Cluster, Host, Link, Workload
 
@@ -61,7 +61,8 @@ def make_cluster(sites: int, vms_per_site: int, gpus_per_vm: int, gpu: str = DEF
     datacenter = intra_host == "nvlink"  # NVLink hosts talk RDMA inside their site, a NIC per GPU
     hosts = tuple(Host(f"s{s}v{v}", f"site{s}", (card,) * gpus_per_vm, intra_host,
                        "per-gpu" if datacenter else "shared", "rdma" if datacenter else "tcp",
-                       gbps_to_bps(DEFAULT_RDMA_NIC_GBPS) if datacenter else None)
+                       gbps_to_bps(DEFAULT_RDMA_NIC_GBPS) if datacenter else None,
+                       kernel_window=opens_kernel_window(f"site{s}", None))
                   for s in range(sites) for v in range(vms_per_site))
     links = tuple(Link(f"site{a}", f"site{b}", ms_to_s(rtt_ms), gbps_to_bps(bandwidth_gbps))
                   for a in range(sites) for b in range(a + 1, sites))

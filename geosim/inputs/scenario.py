@@ -56,6 +56,12 @@ MAX_GPUS_PER_HOST = 64
 MAX_GPUS = 65_536
 
 
+def opens_kernel_window(site: str, window_mib: float | None) -> bool:
+    """Whether a host opens what its kernel autotunes to ([transport] kernel_window_mib): one that states no
+    window and is no FABRIC VM (a site of geosim/data/fabric-sites.toml: those keep FABRIC's fitted
+    window_mib). One rule for a scenario file's hosts and a generated cluster's (scale:)."""
+    return window_mib is None and find_site(site) is None
+
 def parse_toml(text: str, source: str) -> dict:
     try:
         return loads_toml(text, source)  # size, nesting and dotted keys bounded first
@@ -436,8 +442,10 @@ def _hosts(value, gpus: dict[str, GPU], source: str) -> list[Host]:
                     if "nic_gbps" in table else None)
         window = (check_number(table["tcp_window_mib"], source, prefix + "tcp_window_mib", *LINK_RANGES["window_mib"])
                   if "tcp_window_mib" in table else None)
+        kernel_window = opens_kernel_window(site, window)
         hosts.append(Host(name, site, tuple(gpus[g] for g in names), intra, nic, transport,
-                          None if nic_gbps is None else gbps_to_bps(nic_gbps), None if window is None else window * MIB))
+                          None if nic_gbps is None else gbps_to_bps(nic_gbps), None if window is None else window * MIB,
+                          kernel_window))
         seen.add(name)
         entry_of.append(i)
     total = sum(len(h.gpus) for h in hosts)
@@ -497,13 +505,23 @@ def _links(value, hosts: list[Host], source: str) -> list[Link]:
             loss=number.get("loss", 0.0), competing_flows=number.get("competing_flows", 0.0),
             bandwidth_samples=_bandwidth_samples(table["bandwidth_samples"], source, prefix + "bandwidth_samples")
             if "bandwidth_samples" in table else (),
-            transport=_transport(table, source, prefix),
+            transport=_transport(table, source, prefix, _rdma_between(ends, hosts)),
         ))
     return links
 
 
-def _transport(table: dict, source: str, prefix: str) -> str:
-    transport = table.get("transport", "tcp")
+def _rdma_between(ends: list[str], hosts: list[Host]) -> str:
+    """A link's transport where it names none: RDMA between two hosts of one site that both run it (their
+    InfiniBand or RoCE NICs are its ends: NCCL's IB transport takes it), TCP everywhere else."""
+    by_name = {h.name: h for h in hosts}
+    a, b = by_name.get(ends[0]), by_name.get(ends[1])
+    if a is not None and b is not None and a.site == b.site and a.transport == b.transport == "rdma":
+        return "rdma"
+    return "tcp"
+
+
+def _transport(table: dict, source: str, prefix: str, default: str = "tcp") -> str:
+    transport = table.get("transport", default)
     if transport not in TRANSPORTS:
         raise GeosimError(f"must be {' or '.join(TRANSPORTS)}, got {_short(transport)}", source=source,
                           key=prefix + "transport")

@@ -67,6 +67,10 @@ class Host:
     # the hosts' TCP window (Linux autotunes up to tcp_rmem's maximum, half of it advertised); None: the
     # parameters' transport.window_mib (FABRIC's fitted figure, the study's slices')
     tcp_window_bytes: float | None = None
+    # where tcp_window_bytes is None: True for a host a scenario writes that is no FABRIC VM (its site is not
+    # one of geosim/data/fabric-sites.toml's): its kernel's autotuning limit, [transport] kernel_window_mib;
+    # False (FABRIC's VMs, and hosts built in code): [transport] window_mib, the study's fitted figure
+    kernel_window: bool = False
 
 
 # Bytes a TCP segment carries on a link of this MTU, and what it costs on the wire: 20 B of IPv4,

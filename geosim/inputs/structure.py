@@ -39,7 +39,8 @@ def host_groups(cluster: Cluster) -> list[HostGroup]:
     rate, TCP window), in order of first appearance."""
     found: dict[tuple, list[str]] = {}
     for h in cluster.hosts:
-        key = (h.site, tuple(g.name for g in h.gpus), h.intra_host, h.nic, h.transport, h.nic_bps, h.tcp_window_bytes)
+        key = (h.site, tuple(g.name for g in h.gpus), h.intra_host, h.nic, h.transport, h.nic_bps, h.tcp_window_bytes,
+               h.kernel_window)
         found.setdefault(key, []).append(h.name)
     return [HostGroup(*key[:4], tuple(names)) for key, names in found.items()]
 
@@ -172,7 +173,7 @@ def _equivalence(cluster: Cluster, hosts: set[str]):
     kinds: dict[tuple, int] = {}
     for h in chosen:
         kind = (tuple(g.name for g in h.gpus), h.intra_host, h.nic, h.transport, h.nic_bps or 0.0,
-                h.tcp_window_bytes or 0.0)
+                h.tcp_window_bytes or 0.0, h.kernel_window)
         kinds[kind] = kinds.get(kind, 0) + 1
     return ("one site", tuple(sorted(kinds.items())))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from geosim.inputs.case import Case
-from geosim.predict import Prediction, predict
+from geosim.predict import LongPrediction, Prediction, deferring_long, predict, simulating_deferred
 from geosim.inputs.structure import host_list
 from geosim.studies.ranking import Option, SameProgress, fmt_time, margin, startup_note, time_to_progress_s
 from geosim.base.errors import GeosimError
@@ -82,12 +82,37 @@ def asked_candidates(case: Case, techniques: tuple[str, ...], host_sets: list[tu
 
 
 def asked_rows(case: Case, techniques: tuple[str, ...], host_sets: list[tuple[str, ...]],
-               options_for=None) -> list[Prediction]:
+               options_for=None, on_row=None, on_long=None) -> list[Prediction]:
     """Each technique on each asked host set, at the workload's own microbatches and the technique's
     default layout or the one asked (options_for(technique, hosts) -> per-run options): the question as
-    asked (a row that cannot run says why in its reason)."""
-    return [predict(case, technique, hosts=hosts, options=options_for(technique, hosts) if options_for else None)
-            for hosts in host_sets for technique in techniques]
+    asked (a row that cannot run says why in its reason). Rows expected to take long (their work count,
+    geosim.cost.long_prediction) run after the others: on_long(technique, hosts, LongPrediction) is
+    called before each starts; on_row(prediction) as each row is done. The rows come back in the
+    order asked."""
+    questions = [(technique, hosts) for hosts in host_sets for technique in techniques]
+
+    def ask(technique, hosts):
+        return predict(case, technique, hosts=hosts, options=options_for(technique, hosts) if options_for else None)
+
+    answers, later = {}, []
+    with deferring_long():
+        for i, (technique, hosts) in enumerate(questions):
+            try:
+                answers[i] = ask(technique, hosts)
+            except LongPrediction as long:
+                later.append((i, long))
+                continue
+            if on_row is not None:
+                on_row(answers[i])
+        with simulating_deferred():
+            for i, long in sorted(later, key=lambda x: x[1].seconds):  # the quickest of the long ones first
+                technique, hosts = questions[i]
+                if on_long is not None:
+                    on_long(technique, hosts, long)
+                answers[i] = ask(technique, hosts)
+                if on_row is not None:
+                    on_row(answers[i])
+    return [answers[i] for i in range(len(questions))]
 
 
 def verdict_notes(best: Option | None, rows: list[Prediction], host_sets: list[tuple[str, ...]],

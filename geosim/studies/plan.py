@@ -94,7 +94,8 @@ def candidates(case: Case, max_gpus: int | None = None, choices: dict | None = N
 
 
 def _signature(cluster: Cluster):
-    by_name = {h.name: (tuple(g.name for g in h.gpus), h.intra_host, h.transport, h.nic_bps, h.tcp_window_bytes)
+    by_name = {h.name: (tuple(g.name for g in h.gpus), h.intra_host, h.transport, h.nic_bps, h.tcp_window_bytes,
+                       h.kernel_window)
                for h in cluster.hosts}
     return by_name.__getitem__
 

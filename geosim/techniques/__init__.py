@@ -76,6 +76,15 @@ def is_baseline(name: str) -> bool:
     return bool(getattr(get_technique(name), "BASELINE", False))
 
 
+def simulation_rate(name: str) -> float:
+    """Counted units (geosim.cost) the technique's predictions simulate per CPU second: its module's
+    SIMULATED_UNITS_PER_CPU_S, else the slowest any module declares."""
+    modules = _modules()
+    declared = [m.SIMULATED_UNITS_PER_CPU_S for m in modules.values() if hasattr(m, "SIMULATED_UNITS_PER_CPU_S")]
+    module = modules.get(name)
+    return getattr(module, "SIMULATED_UNITS_PER_CPU_S", None) or min(declared)
+
+
 def get_technique(name: str) -> ModuleType:
     modules = _modules()
     if name not in modules:

@@ -28,6 +28,9 @@ from geosim.techniques._settings import option
 from geosim.base.units import MIB
 
 NAME = "data"
+# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
+# on the largest bench cluster it runs on, 2 shared cores (docs/results/2026-11-28-every-row.md): cost.expected_seconds
+SIMULATED_UNITS_PER_CPU_S = 1.3e6
 LABEL = "Data"  # how tables and verdicts name it
 # token efficiencies are Data's tokens / a technique's tokens (geosim/studies/convergence.py)
 BASELINE = True

@@ -33,6 +33,9 @@ from geosim.techniques._lowcomm import (OUTER_STATE_BYTES, SYNC_BYTES_PER_PARAM,
                                         replica_name, single_host_replicas)
 
 NAME = "diloco"
+# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
+# on the largest bench cluster it runs on, 2 shared cores (docs/results/2026-11-28-every-row.md): cost.expected_seconds
+SIMULATED_UNITS_PER_CPU_S = 0.97e6
 LOW_COMMUNICATION = True  # more tokens for the same loss: ranked on time to a target
 LABEL = "DiLoCo"  # how tables and verdicts name it
 DESCRIPTION = "replica per host, H local steps, then an all-reduce of pseudo-gradients and a Nesterov outer step"

@@ -40,6 +40,9 @@ from geosim.techniques._lowcomm import (REPLICA_UNITS, add_outer_state, assemble
                                         replica_hosts, replica_workload, site_groups, sparse_gather_ops)
 
 NAME = "hybrid"
+# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
+# on the largest bench cluster it runs on, 2 shared cores (docs/results/2026-11-28-every-row.md): cost.expected_seconds
+SIMULATED_UNITS_PER_CPU_S = 0.67e6
 LOW_COMMUNICATION = True  # more tokens for the same loss: ranked on time to a target
 LABEL = "Hybrid"  # how tables and verdicts name it
 DESCRIPTION = ("full replicas where memory allows, compressed pipelines of the other hosts, "

@@ -38,6 +38,9 @@ from geosim.techniques._settings import option, tunable
 from geosim.techniques.shard import compiled_ops, layers_ops
 
 NAME = "pipeshard"
+# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
+# on the largest bench cluster it runs on, 2 shared cores (docs/results/2026-11-28-every-row.md): cost.expected_seconds
+SIMULATED_UNITS_PER_CPU_S = 0.29e6
 LABEL = "Pipeshard"  # how tables and verdicts name it
 ALPA_METHOD = "PipeshardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "pipeline stages on meshes (one per host), microbatches, intra-op parallelism inside each stage"
@@ -245,7 +248,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 chunk = chunks[c]
                 ops = []
                 if chunk.prev_mesh:
-                    ops += [Recv(chunk.prev_mesh[i].rank, ("act", chunk.k, m)) for i, k, _ in chunk.from_prev if k == j]
+                    ops += [Recv(chunk.prev_mesh[i].rank, ("act", chunk.k, m)) for i, k, _ in chunk.prev_of.get(j, ())]
                 if intra == "data":
                     ops.append(chunk.fwd._replace(label=f"F{m}" + (f".{c}" if v > 1 else "")))
                 else:
@@ -254,14 +257,14 @@ def build(case: Case, settings: Settings) -> Schedule:
                         ops.append(chunk.fwd._replace(label=f"F{m} head"))
                 if chunk.next_mesh:
                     ops += [Send(chunk.next_mesh[k].rank, act_bytes * frac, ("act", chunk.k + 1, m))
-                            for i, k, frac in chunk.to_next if i == j]
+                            for i, k, frac in chunk.next_of.get(j, ())]
                 return ops
 
             def backward(m, c=0, j=j, group=group, host_tag=host_tag):
                 chunk = chunks[c]
                 ops = []
                 if chunk.next_mesh:
-                    ops += [Recv(chunk.next_mesh[k].rank, ("grad", chunk.k, m)) for i, k, _ in chunk.to_next if i == j]
+                    ops += [Recv(chunk.next_mesh[k].rank, ("grad", chunk.k, m)) for i, k, _ in chunk.next_of.get(j, ())]
                 if intra == "data":
                     ops.append(chunk.bwd._replace(label=f"B{m}" + (f".{c}" if v > 1 else "")))
                 else:
@@ -271,7 +274,7 @@ def build(case: Case, settings: Settings) -> Schedule:
                 ops.append(chunk.accumulate)
                 if chunk.prev_mesh:
                     ops += [Send(chunk.prev_mesh[i].rank, act_bytes * frac, ("grad", chunk.k - 1, m))
-                            for i, k, frac in chunk.from_prev if k == j]
+                            for i, k, frac in chunk.prev_of.get(j, ())]
                 return ops
 
             if v > 1:
@@ -341,6 +344,14 @@ class _Chunk:
         g = len(meshes[s])
         self.from_prev = overlaps(len(self.prev_mesh), g) if self.prev_mesh else []
         self.to_next = overlaps(g, len(self.next_mesh)) if self.next_mesh else []
+        # by this mesh's GPU, in the overlaps' order: each GPU's share looked up, not found by walking
+        # every pair (a 640-GPU stage walked 640 x 640 pairs per microbatch and GPU)
+        self.prev_of: dict[int, list] = {}
+        for i, k, frac in self.from_prev:
+            self.prev_of.setdefault(k, []).append((i, k, frac))
+        self.next_of: dict[int, list] = {}
+        for i, k, frac in self.to_next:
+            self.next_of.setdefault(i, []).append((i, k, frac))
         # the last chunk holds the head's matrix when another mesh holds the embedding, or when it is untied
         params = model.stage_params(layers, self.first, self.last and (S > 1 or not model.tied))
         self.held = params - layers * model.layer_matrix_params * (1 - 1 / tp)  # the blocks' matrices split

@@ -19,6 +19,9 @@ from geosim.techniques._base import (backward_multiplier, check_dims, devices_of
                                      require_divisible, update_op, work)
 
 NAME = "shard"
+# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
+# on the largest bench cluster it runs on, 2 shared cores (docs/results/2026-11-28-every-row.md): cost.expected_seconds
+SIMULATED_UNITS_PER_CPU_S = 14e6
 LABEL = "Shard"  # how tables and verdicts name it
 ALPA_METHOD = "ShardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "tensor parallelism over all GPUs: activation all-reduces inside every layer"

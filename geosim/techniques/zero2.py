@@ -29,6 +29,9 @@ from geosim.techniques._base import (accumulation, combined, optimizer_op, overh
 from geosim.base.units import MIB
 
 NAME = "zero2"
+# counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
+# on the largest bench cluster it runs on, 2 shared cores (docs/results/2026-11-28-every-row.md): cost.expected_seconds
+SIMULATED_UNITS_PER_CPU_S = 2.2e6
 LABEL = "ZeRO2"  # how tables and verdicts name it
 ALPA_METHOD = "Zero2Parallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "data parallel, gradients reduce-scattered every microbatch, sharded optimizer, parameters all-gathered"

@@ -304,6 +304,16 @@ class ExclusiveLinks:
             marks[hop] = (now, sender)
         return type(self).send_at(self, src, dst, nbytes, p2p, label, now)
 
+    def ring_plan(self, coll: Collective, group: tuple[int, ...]):
+        """A ring collective's rounds in the model's own form, built from its rings without expanding
+        every rank's steps (handed to lockstep), or None: lockstep_rounds of the expanded steps."""
+        return None
+
+    def lockstep(self, group: tuple[int, ...], rounds: list[tuple], arrivals: dict[int, float]) -> dict[int, float]:
+        """lockstep_ends over the model's send_at; a model may price a round's senders at once
+        (TCPNetwork: geosim/sim/network/_rounds.py), the same times to the bit."""
+        return lockstep_ends(group, rounds, arrivals, self.send_at)
+
     def may_precompute(self, coll: Collective) -> bool:
         return self._one_sender_per_hop and len(coll.group) > 1  # a group of one has no steps to save
 
@@ -318,15 +328,19 @@ class ExclusiveLinks:
             known = self._shapes.get(shape)
             if known is None:
                 group = coll.group if self._symmetry is None else tuple(r for r in coll.group if r in arrivals)
-                steps = [self.collective_ops(coll, rank) for rank in group]
-                known = self._shapes[shape] = (group, lockstep_rounds(group, steps, self._symmetry))
+                planned = self.ring_plan(coll, group) if self._symmetry is None else None
+                if planned is not None:  # the model's rounds straight from the rings, every step unexpanded
+                    known = self._shapes[shape] = (group, planned)
+                else:
+                    steps = [self.collective_ops(coll, rank) for rank in group]
+                    known = self._shapes[shape] = (group, lockstep_rounds(group, steps, self._symmetry))
             self._rounds[coll] = known
         group, rounds = known
         if rounds is None:
             canonical = self._symmetry.canonical if self._symmetry is not None else None
             ends = collective_ends(lambda rank: self.collective_ops(coll, rank), arrivals, self.send_at, canonical)
         else:
-            ends = lockstep_ends(group, rounds, arrivals, self.send_at)
+            ends = self.lockstep(group, rounds, arrivals)
         if min(ends.values()) < max(arrivals.values()):
             # the event run would have let that rank go on before the last one arrived: holding
             # it was wrong. Every form here (ring, hierarchical, tree) ends after all have arrived.

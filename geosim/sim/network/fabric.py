@@ -108,7 +108,10 @@ class FabricNetwork(TCPNetwork):
             one_way, name = self.params.intra_host_latency_s, f"{a.host} nvlink"
             return Route(hops=tuple(topo.hop(n) for n in names), name=name, one_way_s=one_way, rtt_s=2 * one_way,
                          line_rate=rate, window_bytes=0.0, stream_rate=0.0, step_rtts=0.0, tcp=False)
-        rates = [topo.gpu_rate(a, False), topo.gpu_rate(b, False)]  # the GPU's PCIe to its NIC
+        # GPUDirect RDMA: the NIC reads and writes the GPU's memory peer to peer across PCIe, not through the
+        # host's memory (host.pcie_gbps is that copy rate, what a socket pays); the NIC's rate x
+        # fabric.rdma_efficiency is NCCL's figure for the whole path, as its collectives here price it
+        rates = []
         one_way = 0.0
         for u, v, edge in topo.path(a.host, b.host):
             link = edge["link"]
@@ -158,13 +161,11 @@ class FabricNetwork(TCPNetwork):
                 # a link's own propagation beyond NCCL's network latency (an RDMA link between sites)
                 extra = max(max(self.route(s, d).one_way_s for s in firsts for d in firsts if s != d)
                             - self.fabric.rdma_latency_s, 0.0)
-                inter = min(self._host_nics(name, ranks) for name, ranks in hosts.items())
-                # a scenario's RDMA link between the hosts (or their sites) may be narrower than their NICs
-                for i, src in enumerate(firsts):
-                    dst = firsts[(i + 1) % len(firsts)]
-                    for _, _, edge in self.topology.path(self.devices[src].host, self.devices[dst].host):
-                        if edge["link"] is not None:
-                            inter = min(inter, edge["bandwidth_bps"] / 8 * self.fabric.rdma_efficiency)
+                # the ring's stage between hosts: every edge its hops cross from one host to the next, each
+                # at its rate times the lanes the group's rails have on it
+                names = list(hosts)
+                inter = min(self._ring_hop_bps(names[i], names[(i + 1) % len(names)], hosts)
+                            for i in range(len(names)))
             if intra == float("inf"):  # one GPU a host: its NIC is the only stage
                 intra = inter
             nvlink = all(self.topology.intra_kind.get(h) == "nvlink" for h in hosts)
@@ -175,11 +176,19 @@ class FabricNetwork(TCPNetwork):
         self._nccl[key] = found
         return found
 
-    def _host_nics(self, host: str, ranks: list[int]) -> float:
-        """bytes/s a host's NICs move together for these ranks: one NIC per GPU (its rails), or the host's one."""
-        edge = self.topology.graph.edge(host, f"site:{self.host_of[host].site}")
-        per_nic = edge["bandwidth_bps"] / 8 * self.fabric.rdma_efficiency
-        return per_nic * (len(ranks) if host in self.topology.per_gpu_nic else 1)
+    def _ring_hop_bps(self, a: str, b: str, hosts: dict[str, list[int]]) -> float:
+        """bytes/s a ring's channels move from host a to host b together: the slowest edge of their path.
+        NCCL spreads a communicator's channels over the NICs of its ranks (the rails): on a host with a
+        NIC per GPU, each of the group's k ranks there drives its own NIC, and the topology gives each GPU
+        its own lane of every edge leaving or entering that host (the host's NIC edge or a link the
+        scenario draws to it), so such an edge carries k lanes; an edge between two sites is one, shared."""
+        per_gpu = self.topology.per_gpu_nic
+        slowest = float("inf")
+        for u, v, edge in self.topology.path(a, b):
+            lanes = [len(hosts[h]) for h in (u, v) if h in per_gpu and h in hosts]
+            rate = edge["bandwidth_bps"] / 8 * self.fabric.rdma_efficiency * (min(lanes) if lanes else 1)
+            slowest = min(slowest, rate)
+        return slowest
 
     def nccl_choice(self, coll: Collective) -> _nccl.Choice | None:
         """What NCCL runs for coll and its time, where its ranks talk over NVLink and RDMA only."""

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from geosim.base.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE, WHOLE, Scalar
 from geosim.sim.network import CountingNetwork
-from geosim.sim.network._exclusive import ExclusiveLinks
+from geosim.sim.network import _rounds
+from geosim.sim.network._exclusive import ExclusiveLinks, lockstep_ends
 from geosim.sim.network._topology import Topology
 from geosim.sim.network._loss import Congestion, loss_limited_rate, shaper_utilization
 from geosim.sim.schedule import Device
@@ -45,6 +46,12 @@ PARAMETERS: tuple[Scalar, ...] = (
            "TCP window of one socket: a flow moves at most streams x window / RTT",
            "fitted to the study's Table II; Linux autotunes up to ~4 MiB (tcp_rmem/tcp_wmem maximum)",
            range=TCP_WINDOW_MIB_RANGE, fit=(1 / 16, 512.0)),
+    Scalar("transport.kernel_window_mib", "kernel_window_bytes", "MiB",
+           "TCP window of one socket on a host that states none (tcp_window_mib) and is no FABRIC VM: what its "
+           "kernel autotunes to",
+           "Linux's defaults since 4.20: net.ipv4.tcp_rmem maximum 6 MiB, tcp_adv_win_scale 1 (half of it "
+           "advertised): 3 MiB (Documentation/networking/ip-sysctl.rst; the public WAN check's HostTCP, "
+           "calibrate/wan_public.py)", range=TCP_WINDOW_MIB_RANGE),
     Scalar("transport.streams", "streams", WHOLE, "sockets per NCCL connection",
            "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS default to one; only streams x window matters",
            range=TCP_STREAMS_RANGE),
@@ -95,7 +102,8 @@ class Settings:
     file's [transport] table sets them (Params.network("tcp")). A scenario's link may override
     window, streams and step_rtts."""
 
-    window_bytes: float  # in-flight window per stream
+    window_bytes: float  # in-flight window per stream (FABRIC's fitted figure: the study's VMs)
+    kernel_window_bytes: float  # a host's that states none and is no FABRIC VM (Host.kernel_window)
     streams: int  # sockets NCCL opens per connection
     stream_rate_bps: float  # what one socket can move, host-side (copies through host memory)
     per_message_overhead_s: float
@@ -175,7 +183,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         self._routes: dict[tuple[int, int], Route] = {}
         self.connections: dict[tuple[int, int], Connection] = {}
         self._pairs: dict[tuple[int, int], tuple[Route, Connection]] = {}  # what send() looks up
-        self.host_window = {h.name: h.tcp_window_bytes for h in cluster.hosts if h.tcp_window_bytes}
+        self.host_window = {h.name: w for h in cluster.hosts if (w := host_window(h, self.settings))}
 
     def route(self, src: int, dst: int) -> Route:
         key = (src, dst)
@@ -195,8 +203,8 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         shared: list[tuple[float, float]] = []  # (rate, competing flows) of each hop with other traffic
         declared = False  # whether a hop of the path is a scenario's link (which may set window and streams)
         # the end hosts' own window (a host's tcp_window_mib: what its kernel autotunes to), else the parameters'
-        host_windows = [w for w in (self.host_window.get(a.host), self.host_window.get(b.host)) if w]
-        default_window = min(host_windows) if host_windows else p.window_bytes
+        # a flow's window: the smaller of its two hosts' (host_window: stated, the kernel's, or FABRIC's fitted)
+        default_window = min(self.host_window.get(a.host) or p.window_bytes, self.host_window.get(b.host) or p.window_bytes)
         if not same_host:
             for u, v, edge in topo.path(a.host, b.host):
                 names.append(topo.hop_name(u, v, a, b))
@@ -312,6 +320,25 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
             line = max(line, nbytes * route.rtt_s / route.max_window)
         return (route.handshake_s if p2p else route.credit_s) + line + route.one_way_s + route.overhead_s
 
+    vector_min_senders = _rounds.MIN_SENDERS  # a round of fewer senders is walked send by send
+
+    def lockstep(self, group: tuple[int, ...], rounds: list[tuple], arrivals: dict[int, float]) -> dict[int, float]:
+        """A lockstep collective's rounds, each priced for all its senders at once (_rounds.py): the
+        scalar walk's times and state to the bit, where every hop has one sender."""
+        if type(rounds) is _rounds.Plan:  # ring_plan's
+            return _rounds.lockstep_ends(self, rounds, arrivals, Connection)
+        plans = self.__dict__.setdefault("_plans", {})
+        plan = plans.get(id(rounds), 0)
+        if plan == 0:
+            plan = plans[id(rounds)] = _rounds.plan_for(self, group, rounds)
+        if plan is None or plan.ranks != group:
+            return lockstep_ends(group, rounds, arrivals, self.send_at)
+        return _rounds.lockstep_ends(self, plan, arrivals, Connection)
+
+    def ring_plan(self, coll, group: tuple[int, ...]):
+        """A ring collective's rounds for arrays, straight from its rings (_rounds.ring_plan)."""
+        return _rounds.ring_plan(self, coll, group, self.hosts)
+
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's connections stayed busy through them."""
         for (sender, _), conn in self.connections.items():
@@ -389,27 +416,46 @@ class WindowLimit:
                 f"{self.rtt_ms:g} ms): {self.setting}")
 
 
+def host_window(host, settings: Settings) -> float | None:
+    """bytes a socket of this host opens, where the host decides it: its tcp_window_mib, else its kernel's
+    autotuning limit (transport.kernel_window_mib) where it is no FABRIC VM (Host.kernel_window); None: the
+    parameters' transport.window_mib, FABRIC's fitted figure (the study's VMs), which calibrate fits."""
+    if host.tcp_window_bytes:
+        return host.tcp_window_bytes
+    return settings.kernel_window_bytes if host.kernel_window else None
+
+
+def _decider(host) -> str:
+    return "stated" if host.tcp_window_bytes else "kernel" if host.kernel_window else "fitted"
+
+
 def window_limits(cluster: Cluster, params: Params) -> list[WindowLimit]:
     """The cluster's socket links (transport tcp) whose flows the window limits below the line rate, and
-    the setting that raises it: the link's window_mib where it set one, else the end hosts' tcp_window_mib
-    (what their kernels autotune to: Linux advertises up to half of net.ipv4.tcp_rmem's maximum), else the
-    parameters' [transport] window_mib; more streams do as much (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS)."""
+    the setting that raises it: the link's window_mib where it set one, else the smallest of its hosts' windows
+    (host_window: a stated tcp_window_mib, the kernel's default, or FABRIC's fitted [transport] window_mib);
+    more streams do as much (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS)."""
     p = params.network(NAME)
     found = []
     for link in cluster.links:
         if link.transport != "tcp" or link.rtt_s <= 0:
             continue
         ends = [h for h in cluster.hosts if h.name in (link.a, link.b) or h.site in (link.a, link.b)]
-        host_windows = [h.tcp_window_bytes for h in ends if h.tcp_window_bytes]
+        # the smallest window of the link's hosts, and who decided it
+        window, decider = min(((host_window(h, p) or p.window_bytes, _decider(h)) for h in ends),
+                              default=(p.window_bytes, "fitted"))
         if link.window_bytes:
             window, setting = link.window_bytes, "raise the link's window_mib (or its streams)"
-        elif host_windows:
-            window, setting = min(host_windows), ("raise the hosts' tcp_window_mib (Linux: net.ipv4.tcp_rmem's "
-                                                  "maximum, twice the window) or the link's streams")
+        elif decider == "stated":
+            setting = ("raise the hosts' tcp_window_mib (Linux: net.ipv4.tcp_rmem's maximum, twice the window) or the "
+                       "link's streams")
+        elif decider == "kernel":
+            setting = ("the hosts' kernel default (Linux advertises half of net.ipv4.tcp_rmem's maximum, 6 MiB): raise "
+                       "tcp_rmem and set the hosts' tcp_window_mib, or the link's streams "
+                       "(NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS)")
         else:
-            window, setting = p.window_bytes, ("set the hosts' tcp_window_mib (Linux advertises half of "
-                                               "net.ipv4.tcp_rmem's maximum) or [transport] window_mib in --params, "
-                                               "or the link's streams (NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS)")
+            setting = ("set the hosts' tcp_window_mib (Linux advertises half of net.ipv4.tcp_rmem's maximum) or "
+                       "[transport] window_mib in --params, or the link's streams (NCCL_NSOCKS_PERTHREAD x "
+                       "NCCL_SOCKET_NTHREADS)")
         streams = link.streams or p.streams
         allowed = streams * window / link.rtt_s * 8
         if allowed < link.bandwidth_bps:

@@ -1,0 +1,152 @@
+"""A lockstep collective's rounds priced for all senders at once (geosim/sim/network/_rounds.py) against
+the scalar walk (one send_at per sender per round) and against every step run as events: on random
+clusters (symmetric and not, ranks arriving apart, connections idle past the restart, windows still
+opening, lossy and window-capped links, Repeat blocks the engine skips), the same iteration ends,
+compute and overhead to the last bit, the same bytes and transfers per rank."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from geosim.inputs.params import default_params
+from geosim.inputs.scale import scale_scenario
+from geosim.inputs.scenario import get_model, gpu_catalog
+from geosim.inputs.case import Case
+from geosim.sim.engine import run_schedule
+from geosim.sim.network.tcp import TCPNetwork
+from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.inputs.specs import Cluster, Host, Link, Workload
+from geosim.techniques import build_schedule
+from geosim.techniques._base import devices_of
+
+CATALOG = gpu_catalog()
+GPUS = [CATALOG[name] for name in ("RTX6000", "T4", "A30", "H100")]
+_EXAMPLES = int(os.environ.get("GEOSIM_HYPOTHESIS_EXAMPLES", "0"))
+PROPERTY = settings(max_examples=_EXAMPLES or 40, deadline=None, derandomize=not _EXAMPLES,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+class _Arrays(TCPNetwork):
+    vector_min_senders = 1  # every lockstep collective on arrays, however small
+
+
+class _Scalar(TCPNetwork):
+    vector_min_senders = 10 ** 9  # every one send by send
+
+
+EVENTS_ONLY = functools.partial(TCPNetwork, precompute=False)
+
+
+@st.composite
+def clusters(draw) -> Cluster:
+    hosts = draw(st.integers(2, 4))
+    made = tuple(Host(f"h{i}", f"s{draw(st.integers(0, 2))}",
+                      tuple(draw(st.sampled_from(GPUS)) for _ in range(draw(st.integers(1, 4)))),
+                      draw(st.sampled_from(["pcie", "nvlink"])), "per-gpu")
+                 for i in range(hosts))
+    sites = sorted({h.site for h in made})
+    links = tuple(Link(a, b, draw(st.sampled_from([2e-3, 20.2e-3, 90e-3])), draw(st.sampled_from([1e9, 10e9, 1e11])),
+                       window_bytes=draw(st.sampled_from([None, 64 * 1024.0])), loss=draw(st.sampled_from([0.0, 1e-3])))
+                  for i, a in enumerate(sites) for b in sites[i + 1:])
+    return Cluster("random", made, links)
+
+
+BLOCK = st.fixed_dictionaries(dict(
+    op=st.sampled_from(["allreduce", "reduce_scatter", "all_gather"]),
+    algorithm=st.sampled_from(["ring", "hierarchical"]),
+    nbytes=st.sampled_from([1e3, 3e6, 2.5e8]),
+    gap=st.sampled_from([0.0, 1e-3, 0.6]),  # 0.6 s: past the idle restart (RTT + 200 ms)
+    repeat=st.sampled_from([1, 3, 8]),  # 8: the engine's Repeat shortcut skips some
+))
+
+
+def program_of(cluster: Cluster, blocks: list[dict], skew: list[float]) -> Schedule:
+    devices = devices_of(cluster)
+    group = tuple(d.rank for d in devices)
+    programs = {}
+    for rank in group:
+        ops = []
+        for b, block in enumerate(blocks):
+            body = [Compute(0.0, "work", kind="overhead", seconds=block["gap"] * skew[rank % len(skew)]),
+                    Collective(block["op"], group, block["nbytes"], block["algorithm"], ("c", b))]
+            ops.extend([Repeat(tuple(body), block["repeat"], group, ("block", b))] if block["repeat"] > 1 else body)
+        programs[rank] = ops
+    return Schedule("random", devices, programs, dict.fromkeys(group, 0.0))
+
+
+def three_ways(schedule: Schedule, cluster: Cluster, params=None, workload=None, iterations: int = 2):
+    params, workload = params or default_params(), workload or Workload()
+    sent = {}
+
+    def keeping(model):
+        def factory(*args):
+            net = model(*args)
+            sent[model] = net
+            return net
+        return factory
+
+    runs = [run_schedule(schedule, cluster, params, workload, iterations, network=keeping(model), symmetry=False)
+            for model in (_Arrays, _Scalar)]
+    events = run_schedule(schedule, cluster, params, workload, iterations, network=EVENTS_ONLY, symmetry=False)
+    per_rank = [[sent[model].sent(rank) for rank in schedule.programs] for model in (_Arrays, _Scalar)]
+    return runs, events, per_rank, sent[_Arrays]._one_sender_per_hop
+
+
+def assert_same(run, events):
+    assert run.iteration_end == events.iteration_end  # to the bit
+    assert run.compute_s == events.compute_s and run.overhead_s == events.overhead_s
+    assert run.transfers == events.transfers
+    assert run.bytes_sent == pytest.approx(events.bytes_sent, rel=1e-12)  # summed in another order
+
+
+@PROPERTY
+@given(cluster=clusters(), blocks=st.lists(BLOCK, min_size=1, max_size=3),
+       skew=st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.7]), min_size=1, max_size=4))
+def test_rounds_on_arrays_equal_the_scalar_walk_and_the_events(cluster, blocks, skew):
+    schedule = program_of(cluster, blocks, skew)
+    (arrays, scalar), events, (mine, theirs), _ = three_ways(schedule, cluster)
+    assert_same(arrays, events)
+    assert_same(scalar, events)
+    assert mine == theirs  # each rank's bytes (the same additions in the same order) and transfers
+
+
+@pytest.mark.parametrize("scenario,technique", [("scale:2x2x4:H100:nvlink", "shard"),
+                                                ("scale:2x1x8:A30", "data"),
+                                                ("scale:3x1x4:H100:nvlink", "zero2")])
+def test_techniques_on_arrays_equal_the_events(scenario, technique):
+    """Real schedules (Shard's per-layer all-reduces over every GPU of sites at one RTT, Data's and
+    ZeRO-2's gradient collectives), every collective's rounds on arrays."""
+    cluster = scale_scenario(scenario).cluster
+    case = Case(cluster, get_model("gpt2-xl"), Workload(global_batch=96, microbatches=2), default_params())
+    schedule = build_schedule(technique, case)
+    (arrays, scalar), events, (mine, theirs), used = three_ways(schedule, cluster, workload=case.workload)
+    assert used  # the collectives were timed by arithmetic at all
+    assert_same(arrays, events)
+    assert mine == theirs
+    # under a proven symmetry (the representatives' rounds, lockstep_rounds' form) on arrays too
+    reduced = run_schedule(schedule, cluster, default_params(), case.workload, 2, network=_Arrays)
+    assert_same(reduced, events)
+
+
+def test_a_round_of_many_senders_runs_on_arrays_by_default():
+    """The default threshold: a 32-GPU ring is priced on arrays, and still equals the events."""
+    cluster = Cluster("wide", tuple(Host(f"h{i}", f"s{i // 2}", (CATALOG["H100"],) * 8, "nvlink", "per-gpu")
+                                   for i in range(4)), (Link("s0", "s1", 20e-3, 1e10),))
+    schedule = program_of(cluster, [dict(op="allreduce", algorithm="ring", nbytes=3e6, gap=1e-3, repeat=1)], [1.0])
+    built = []
+
+    def factory(*args):
+        built.append(TCPNetwork(*args))
+        return built[-1]
+
+    run = run_schedule(schedule, cluster, default_params(), Workload(), 2, network=factory, symmetry=False)
+    from geosim.sim.network._rounds import Plan
+
+    assert built[0]._shapes and all(type(rounds) is Plan for _, rounds in built[0]._shapes.values())
+    events = run_schedule(schedule, cluster, default_params(), Workload(), 2, network=EVENTS_ONLY, symmetry=False)
+    assert_same(run, events)
