@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from geosim.inputs.case import Case
 from geosim.inputs.runtime import runtime_of
-from geosim.sim.compute import compute_model
+from geosim.sim.compute import Work, compute_model
 from geosim.sim.network import least_delay
 from geosim.sim.network.fabric import uses_rdma
 from geosim.techniques._base import devices_of, forward_flops, work
@@ -49,39 +49,26 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
     (see plan_floor_s). virtual > 1 (interleaved: `virtual` chunks a stage, options' layer_split
     still a count per stage): the busiest stage's microbatches and gradient all-reduce, and the
     microbatches' round trips stage 0's program runs back to back (_interleave.round_trips), each
-    crossing every boundary `virtual` times each way.
+    crossing every boundary `virtual` times each way. Under intra_stage data a stage's microbatch
+    counts its gradient accumulation and a step its optimizer steps, as pipeshard.build's programs
+    run them (a shard-data stage's, its shard's, are left out).
     The hybrid's floor (geosim.techniques.hybrid) bounds its pipelined replica's inner steps by it."""
     w, params = workload, case.params
     layers = options["layer_split"]
-    tables = _floor_tables(case)
-    meshes = options.get("meshes")
-    layout = tuple(map(tuple, meshes)) if meshes is not None else (hosts[0],)
-    stages = tables["stages"].get(layout)
-    if stages is None:
-        stages = []
-        for gpus in stage_gpus(case, hosts, options):
-            kinds = tuple({g.name: g for g in gpus}.values())
-            # the GPUs by identity (the tables hold the cluster that holds them): hashing each would cost more
-            stages.append((len(gpus), kinds, tuple(map(id, kinds))))
-        tables["stages"][layout] = stages
-    # a stage's times depend on its GPUs, layers and place, and the workload's shape alone: the
-    # planner weighs thousands of layer splits and stage orders over a few kinds of stage, so each is timed once
-    shape = (w.global_batch, w.microbatches, w.seq_len, w.checkpointing, w.precision, w.runtime)
-    times_of = tables["times"]
+    stages = _stage_kinds(case, hosts, options)
     count = len(stages)
-    per_microbatch, forward_s, backward_s, sharding = [], [], [], []
-    for s, (size, kinds, ids) in enumerate(stages):
-        key = (size, ids, layers[s], s == 0, s == count - 1, shape)
-        known = times_of.get(key)
-        if known is None:
-            known = times_of[key] = _stage_times(case, w, size, kinds, layers[s], s == 0, s == count - 1)
-        sharding.append(_sharding_floor_s(case, hosts, options, w, s, layers[s]))
-        per_microbatch.append(known[0] + sharding[-1])
-        forward_s.append(known[1])
-        backward_s.append(known[2])
-    busiest = max(range(count), key=per_microbatch.__getitem__)
-    iteration = w.microbatches * per_microbatch[busiest] + (0.0 if virtual > 1 else sum(per_microbatch[:busiest]))
     settings = with_options(params.settings(TECHNIQUE), options, TECHNIQUE)
+    per_microbatch, forward_s, backward_s, sharding, optimizer_s = _per_stage(
+        case, hosts, options, w, stages, settings.intra_stage == "data")
+    busiest = max(range(count), key=per_microbatch.__getitem__)
+    iteration = w.microbatches * per_microbatch[busiest]
+    if virtual > 1:
+        iteration += optimizer_s[busiest]
+    else:
+        # between the busiest stage's last microbatch and the next step's first: its own optimizer step,
+        # or the last microbatch's backwards down to stage 0, stage 0's step and the next step's first
+        # forwards back up (a step in a run of them: the next fill runs under this step's optimizer)
+        iteration += max(optimizer_s[busiest], sum(per_microbatch[:busiest]) + optimizer_s[0] if busiest else 0.0)
     if settings.intra_stage in ("data", "shard-data") and options.get("meshes") and (
             getattr(case, "network", "tcp") == "tcp"
             or (getattr(case, "network", "tcp") == "fabric" and not uses_rdma(case.cluster))):
@@ -104,8 +91,9 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
                     # one another in it), so 2(K-1)/K of the shard enters a host's port at least
                     g, stage_params = len(mesh), stage_params - layers[s] * 12 * case.model.n_embd ** 2 * (1 - 1 / tp)
                 share = 2 * (g - 1) / g if params.collectives.get(TECHNIQUE, "ring") == "ring" else 1.0
+                # the stage's optimizer step waits for its all-reduce
                 iteration = max(iteration, w.microbatches * per_microbatch[s]
-                                + share * stage_params * w.bytes_per_value / port)
+                                + share * stage_params * w.bytes_per_value / port + optimizer_s[s])
     if count > 1 and settings.intra_stage in ("data", "shard-data"):
         if virtual > 1:
             trips = round_trips(count, w.microbatches, virtual)
@@ -115,8 +103,51 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
         # shard-data: a path's compute is its tensor-parallel ops (no data-parallel floor for them), its
         # activation all-reduces at least the rings' steps
         compute = sum(forward_s) + sum(backward_s) if settings.intra_stage == "data" else sum(sharding)
-        iteration = max(iteration, trips * (compute + virtual * crossings))
+        # the last round trip ends in stage 0's accumulation; its optimizer step follows
+        iteration = max(iteration, trips * (compute + virtual * crossings) + optimizer_s[0])
     return iteration
+
+
+def _stage_kinds(case: Case, hosts: tuple[str, ...], options: dict) -> list[tuple]:
+    """(GPUs, their kinds, the kinds' ids) of each stage of the option's layout, from the tables."""
+    tables = _floor_tables(case)
+    meshes = options.get("meshes")
+    layout = tuple(map(tuple, meshes)) if meshes is not None else (hosts[0],)
+    stages = tables["stages"].get(layout)
+    if stages is None:
+        stages = []
+        for gpus in stage_gpus(case, hosts, options):
+            kinds = tuple({g.name: g for g in gpus}.values())
+            # the GPUs by identity (the tables hold the cluster that holds them): hashing each would cost more
+            stages.append((len(gpus), kinds, tuple(map(id, kinds))))
+        tables["stages"][layout] = stages
+    return stages
+
+
+def _per_stage(case: Case, hosts: tuple[str, ...], options: dict, w, stages: list[tuple], held_whole: bool
+               ) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+    """Per stage: (a microbatch on its slowest GPU, the fastest forward, the fastest backward, its
+    shard-data activation all-reduces, the fastest optimizer step). held_whole (intra_stage data: a
+    stage holds its whole parameters): a microbatch counts the gradient accumulation after its
+    backward and a step the optimizer's, at their size (a shard-data stage's are its shard's: left out)."""
+    layers = options["layer_split"]
+    # a stage's times depend on its GPUs, layers and place, and the workload's shape alone: the
+    # planner weighs thousands of layer splits and stage orders over a few kinds of stage, so each is timed once
+    shape = (w.global_batch, w.microbatches, w.seq_len, w.checkpointing, w.precision, w.runtime)
+    times_of = _floor_tables(case)["times"]
+    count = len(stages)
+    per_microbatch, forward_s, backward_s, sharding, optimizer_s = [], [], [], [], []
+    for s, (size, kinds, ids) in enumerate(stages):
+        key = (size, ids, layers[s], s == 0, s == count - 1, shape)
+        known = times_of.get(key)
+        if known is None:
+            known = times_of[key] = _stage_times(case, w, size, kinds, layers[s], s == 0, s == count - 1)
+        sharding.append(_sharding_floor_s(case, hosts, options, w, s, layers[s]))
+        per_microbatch.append((known[3] if held_whole else known[0]) + sharding[-1])
+        forward_s.append(known[1])
+        backward_s.append(known[4] if held_whole else known[2])
+        optimizer_s.append(known[5] if held_whole else 0.0)
+    return per_microbatch, forward_s, backward_s, sharding, optimizer_s
 
 
 # (id of the cluster, of the model, of the params) -> (them, the floor's tables): which GPUs each
@@ -136,24 +167,32 @@ def _floor_tables(case: Case) -> dict:
 
 
 def _stage_times(case: Case, w, size: int, kinds: tuple, layers: int, first: bool, last: bool
-                 ) -> tuple[float, float, float]:
-    """(the slowest GPU's forward + backward, the fastest forward, the fastest backward) of one
-    microbatch on a stage of `size` GPUs of these kinds, as engine.compute_timer times them: a
-    flat-rate device, else the op-level model."""
+                 ) -> tuple[float, float, float, float, float, float]:
+    """(the slowest GPU's forward + backward, the fastest forward, the fastest backward; the slowest
+    forward + backward + gradient accumulation, the fastest backward + accumulation, the fastest
+    optimizer step) of one microbatch on a stage of `size` GPUs of these kinds, as engine.compute_timer times pipeshard.build's ops: a flat-rate device, else the
+    op-level model. Each microbatch's backward is followed by its cast+accumulate before its gradients
+    leave the stage, and the iteration by Adam over the stage's parameters (memory-bound ops whose
+    share grows where a runtime's GEMMs run fast); a flat-rate device is charged nothing for either.
+    The stage's parameters as one op: an interleaved stage's chunks each pay their own launch, more."""
     params = runtime_of(w, case.params).applied_to(case.params)  # as predict times it: the runtime's kernels
     timer = compute_model(params)
     sequences = w.global_batch / w.microbatches / size
+    held = case.model.stage_params(layers, first, last)
     times = []
     for g in kinds:
         if g.name in params.flat_fraction:
             flops = forward_flops(case.model, w, sequences, layers, last)
             rate = g.peak_tflops(w.precision, params.tf32_matmul) * 1e12 * params.flat_fraction[g.name]
-            times.append((flops / rate, flops * (3.0 if w.checkpointing else 2.0) / rate))
+            times.append((flops / rate, flops * (3.0 if w.checkpointing else 2.0) / rate, 0.0, 0.0))
         else:
             times.append(tuple(timer.seconds(work(phase, case.model, w, sequences, layers, last, first), g,
-                                             w.precision) for phase in ("forward", "backward")))
+                                             w.precision) for phase in ("forward", "backward"))
+                         + tuple(timer.seconds(Work(phase, case.model, params=float(held)), g, w.precision)
+                                 for phase in ("update", "optimizer")))
     # a path runs through one GPU of each stage: the fastest's forward and backward
-    return max(f + b for f, b in times), min(f for f, _ in times), min(b for _, b in times)
+    return (max(f + b for f, b, _, _ in times), min(f for f, *_ in times), min(b for _, b, _, _ in times),
+            max(f + b + a for f, b, a, _ in times), min(b + a for _, b, a, _ in times), min(o for *_, o in times))
 
 
 # (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the
