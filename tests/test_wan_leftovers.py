@@ -84,7 +84,7 @@ def test_sigkilled_forwarder_then_status_and_down(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/net/tun"), reason="needs root and /dev/net/tun")
 def test_broken_state_file_is_reported_and_recoverable(tmp_path):
     state = tmp_path / "state.json"
-    state.write_text('{"id": "abc", "hosts": [')  # half a file
+    state.write_text('{"id": "abc123", "hosts": [')  # half a file
     status = geosim("status", state=state)
     assert status.returncode == 1 and "Traceback" not in status.stderr
     assert f"state file {state}: unreadable state file" in status.stdout

@@ -76,10 +76,10 @@ class Calibration:
         return self.workdir / "calibrate-state.json"
 
     def load_state(self) -> dict:
+        if not self.state_path.exists():  # the first run (the one reader calls a missing file an error)
+            return {"done": {}}
         try:
             return read_json_file(self.state_path)
-        except FileNotFoundError:
-            return {"done": {}}
         except json.JSONDecodeError as exc:
             raise GeosimError(f"not valid JSON ({exc}); delete it to start over", source=str(self.state_path)) from None
 

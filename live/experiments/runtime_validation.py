@@ -175,7 +175,7 @@ def probe_predictions(probes: list[dict], params: Params) -> list[dict]:
                                        {"name": "h1", "site": "s1", "gpus": ["CPU"]}],
             "links": [{"between": ["h0", "h1"], "rtt_ms": probe["rtt_ms"], "bandwidth_gbps": probe["rate_gbps"]}],
             "gpus": {"CPU": {"fp16_tensor_tflops": 0.16, "fp32_tflops": 0.16, "memory_bandwidth_gbs": 20.0,
-                             "memory_gib": 24.0, "pcie_gen": 3}}}})
+                             "memory_gib": 24.0, "pcie_gen": 3, "architecture": "cpu"}}}})
         cluster = scenario_from_doc(cluster_doc(fake_run), "probe").cluster
         devices: list[Device] = devices_of(cluster)
         clock = type("Clock", (), {"now": 0.0})()
