@@ -548,7 +548,7 @@ def test_collective_steps_are_counted_as_the_engine_builds_them():
     assert expanded_steps(schedule, hosts, running=range(4)) == 4 * 60  # a symmetry's representatives alone
 
 
-@pytest.mark.parametrize("sites", [256, 4096])
+@pytest.mark.parametrize("sites", [pytest.param(256, marks=pytest.mark.slow), 4096])  # 256: ~15 s
 def test_a_row_that_would_expand_gigabytes_of_steps_is_refused_before_building(sites):
     """Data on 4,096-65,536 GPUs of one site built its ring steps as objects: MemoryError at 5.9 GB."""
     import resource

@@ -239,6 +239,7 @@ def test_replica_per_site_is_a_replica_per_site_in_predict_and_plan():
 
 # --- the planner's own search: interleaving and tensor degrees below a host's GPUs --------------------------
 
+@pytest.mark.slow  # ~12 s on 2 cores
 def test_the_structured_search_tries_interleaved_schedules_and_smaller_tensor_groups():
     from dataclasses import replace
 

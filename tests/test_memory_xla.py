@@ -33,6 +33,7 @@ def errors(rows, backend, devices):
     return out
 
 
+@pytest.mark.slow  # ~10 s on 2 cores: four XLA compilations
 def test_tiny_on_four_cpu_devices_within_ten_percent():
     """Data, ZeRO-2 and FSDP (with the CPU's all-reduce in place of a reduce-scatter corrected for) and
     the pipeline, fp32, two microbatches. Shard is left to the GPU compiler: the CPU's partitioner keeps

@@ -124,6 +124,7 @@ def test_floors_stay_under_predictions_on_every_runtime(runtime):
         assert floor_s(case, o.technique, o.hosts, o.changes, o.options) <= o.total_time_s, (o.technique, o.hosts)
 
 
+@pytest.mark.slow  # ~6 s on 2 cores
 def test_diloco_offers_a_replica_per_site_data_parallel_inside_it():
     from pathlib import Path
 

@@ -11,7 +11,7 @@ from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, D
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
                                refuse_layout, scenario_names, add_progress_arguments, check_progress_arguments,
                                refuse_progress, same_progress, workload_note, layout_choices)
-from geosim.cli.predict import describe_cluster, print_estimates
+from geosim.cli.predict import describe_cluster, interval_line, print_estimates
 from geosim.base.validate import count
 from geosim.base.errors import GeosimError
 from geosim.inputs.records import read_records
@@ -182,9 +182,7 @@ def print_plan(plan: Plan, top: int | None, notes=(), parts: bool = False) -> No
         if parts and memory_by_part_line(p):
             print(f"  {'':>3} {memory_by_part_line(p)}")
         if p.iteration_time_interval_s:
-            low, high = p.iteration_time_interval_s
-            print(f"  {'':>3} estimated efficiency: a step {low:.3g} to {high:.3g} s "
-                  f"(predicted {p.iteration_time_s:.3g} s)")
+            print(f"  {'':>3} {interval_line(p)}")
     print_estimates([o.prediction for o in plan.options[:top]])
     if any(is_assumed(o.efficiency) for o in plan.options[:top]):
         print("  * token efficiency assumed (parameters file), not measured: time is to Data's progress")

@@ -325,10 +325,14 @@ def print_table(cluster, workload, rows: list[Prediction], by_part: bool = False
         if by_part and memory_by_part_line(r):
             print(f"  {'':<10} {'':<8} {memory_by_part_line(r)}")
         if r.iteration_time_interval_s:
-            low, high = r.iteration_time_interval_s
-            print(f"  {'':<10} {'':<8} estimated efficiency: a step {low:.3g} to {high:.3g} s "
-                  f"(predicted {r.iteration_time_s:.3g} s)")
+            print(f"  {'':<10} {'':<8} {interval_line(r)}")
     print_estimates(rows)
+
+
+def interval_line(p: Prediction) -> str:
+    """A prediction resting on an estimated efficiency entry: its step's interval (predict's and plan's rows)."""
+    low, high = p.iteration_time_interval_s
+    return f"estimated efficiency: a step {low:.3g} to {high:.3g} s (predicted {p.iteration_time_s:.3g} s)"
 
 
 def print_estimates(rows, indent: str = "  ") -> None:
