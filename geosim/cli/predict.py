@@ -283,9 +283,9 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
             print(f"  {r.technique} on {host_list(r.hosts)}: {r.description}")
         if ranges:
             print_ranges(synchronous, ranges)
-    # the socket links whose TCP window, not their line, limits a row's flows (each row's JSON lists its own)
-    limited = {tuple(w["between"]): w["note"] for r in rows for w in r.window_limited}
-    for note in limited.values():
+    # the socket links whose TCP window, not their line, limits a row's flows (each row's JSON lists its own),
+    # links limited alike named once: a 256-host site would otherwise print 255 lines
+    for note in window_notes(rows):
         print(f"  window: {note}")
     if targets:
         print_targets([(r, targets[id(r)]) for r in rows if id(r) in targets], plan, by_part)
@@ -327,6 +327,18 @@ def print_table(cluster, workload, rows: list[Prediction], by_part: bool = False
         if r.iteration_time_interval_s:
             print(f"  {'':<10} {'':<8} {interval_line(r)}")
     print_estimates(rows)
+
+
+def window_notes(rows) -> list[str]:
+    """One note per kind of window-limited link of the rows (the first such link named, the others counted)."""
+    from geosim.sim.network.tcp import WindowLimit
+
+    links = {tuple(w["between"]): WindowLimit(**{k: v for k, v in w.items() if k != "note"})
+             for r in rows for w in r.window_limited}
+    kinds: dict[tuple, list] = {}
+    for limit in links.values():
+        kinds.setdefault(limit.alike_key(), []).append(limit)
+    return [alike[0].describe(len(alike) - 1) for alike in kinds.values()]
 
 
 def interval_line(p: Prediction) -> str:

@@ -410,10 +410,15 @@ class WindowLimit:
     window_gbps: float  # what streams x window / RTT lets through
     setting: str  # what to change, where
 
-    def describe(self) -> str:
-        return (f"the TCP window limits {self.between[0]}-{self.between[1]} to {self.window_gbps:.3g} of its "
-                f"{self.bandwidth_gbps:g} Gbit/s ({self.streams} stream(s) x {self.window_mib:.3g} MiB / "
+    def describe(self, alike: int = 0) -> str:
+        """The note; `alike`: how many more links the same window limits the same way (named once)."""
+        more = f" (and {alike:,} more link{'s' if alike > 1 else ''} alike)" if alike else ""
+        return (f"the TCP window limits {self.between[0]}-{self.between[1]}{more} to {self.window_gbps:.3g} Gbit/s "
+                f"of its {self.bandwidth_gbps:g} Gbit/s ({self.streams} stream(s) x {self.window_mib:.3g} MiB / "
                 f"{self.rtt_ms:g} ms): {self.setting}")
+
+    def alike_key(self) -> tuple:
+        return (self.rtt_ms, self.bandwidth_gbps, self.window_mib, self.streams, self.window_gbps, self.setting)
 
 
 def host_window(host, settings: Settings) -> float | None:
