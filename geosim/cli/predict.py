@@ -6,6 +6,9 @@ measure, the time to the same training progress (ranking.time_to_progress_s), th
 and plan rank on. The table below it holds the synchronous techniques (the study's four) on both
 VMs and each alone; low-communication techniques (DiLoCo, SparseLoCo, the hybrid) need more tokens
 for the same loss, so their rows are in a time-to-target table beside Data with their efficiency.
+
+Over 400 lines: the command's whole text output (the table, memory by part, estimates, window notes,
+time to target, draws) is here, one command as one module; the ranking itself is geosim.studies'.
 """
 
 from __future__ import annotations
