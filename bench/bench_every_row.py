@@ -23,14 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import geosim
+from bench_plan import timed_geosim  # the child timer both benches share (bench/ is the script's path)
 
 ROOT = Path(geosim.__file__).resolve().parent.parent
 CLUSTERS = Path(__file__).resolve().parent / "clusters"
@@ -59,17 +57,8 @@ def run_command(arguments: list[str], root: Path = ROOT) -> dict:
     set of any child so far (MB; Linux keeps one maximum for all waited children: cases run smallest
     first), the load average when it ended, and its answer (the JSON less each row's wall_s)."""
     arguments = [str(CLUSTERS / a) if a.endswith(".toml") else a for a in arguments]
-    command = [sys.executable, "-m", "geosim", *arguments, "--json"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench_every_row: {' '.join(command)} failed: {proc.stderr.strip()[-2000:]}")
-    return {"cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), "wall_s": wall,
-            "rss_mb": after.ru_maxrss / 1024, "load": os.getloadavg()[0], "answer": answer_of(proc.stdout),
+    proc, wall, cpu, rss_mb = timed_geosim([*arguments, "--json"], root, "bench_every_row")
+    return {"cpu_s": cpu, "wall_s": wall, "rss_mb": rss_mb, "load": os.getloadavg()[0], "answer": answer_of(proc.stdout),
             "announced": [line.strip() for line in proc.stderr.splitlines() if "will take about" in line]}
 
 

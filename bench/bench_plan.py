@@ -96,11 +96,11 @@ def run_case(scenario: Path, model: str) -> tuple[float, float, float, str]:
                         "--microbatches", "16", "--hosts", "all"])
 
 
-def run_command(arguments: list[str], root: Path = ROOT) -> tuple[float, float, float, str]:
-    """(wall s, CPU s, peak resident MB, verdict line) of one fresh `geosim ARGUMENTS`, the geosim of
-    the checkout `root` (first on the path). CPU from the children's rusage before and after; the
-    resident peak is the largest of any child so far (Linux keeps one maximum for all waited
-    children), so cases run smallest first."""
+def timed_geosim(arguments: list[str], root: Path, bench: str):
+    """(process, wall s, CPU s, peak resident MB) of one fresh `geosim ARGUMENTS`, the geosim of the
+    checkout `root` (first on the path); a failure ends `bench` with its stderr. CPU from the children's
+    rusage before and after; the resident peak is the largest of any child so far (Linux keeps one
+    maximum for all waited children), so cases run smallest first. bench_every_row.py times with it too."""
     command = [sys.executable, "-m", "geosim", *arguments]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -109,10 +109,16 @@ def run_command(arguments: list[str], root: Path = ROOT) -> tuple[float, float, 
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise SystemExit(f"bench_plan: {' '.join(command)} failed: {proc.stderr.strip()}")
+        raise SystemExit(f"{bench}: {' '.join(command)} failed: {proc.stderr.strip()[-2000:]}")
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return proc, wall, cpu, after.ru_maxrss / 1024  # ru_maxrss: KiB on Linux
+
+
+def run_command(arguments: list[str], root: Path = ROOT) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak resident MB, verdict line) of one fresh `geosim ARGUMENTS` (timed_geosim)."""
+    proc, wall, cpu, rss_mb = timed_geosim(arguments, root, "bench_plan")
     verdict = next((line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("verdict:")), "")
-    return wall, cpu, after.ru_maxrss / 1024, verdict  # ru_maxrss: KiB on Linux
+    return wall, cpu, rss_mb, verdict
 
 
 def exponent(points: list[tuple[int, float]]) -> float:

@@ -313,7 +313,6 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         largest. send() only adds to it (queueing, slow start, waiting for the connection); a floor
         the planner prunes with."""
         route = self._routes.get((src, dst)) or self.route(src, dst)
-        p = self.settings
         line = nbytes / route.line_rate
         if route.windowed:
             # a flow moves at most its largest window per round trip (flow_time)
@@ -397,6 +396,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         if self.trace is not None:
             self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
         return arrival
+
 
 @dataclass(frozen=True)
 class WindowLimit:
