@@ -171,6 +171,31 @@ def test_published_nccl_tests_bus_bandwidth_within_the_issues_bounds():
     assert {c.row.op for c in checked} == {"allreduce", "all_gather", "reduce_scatter"}
 
 
+def test_each_size_on_one_communicator_gets_nccls_choice_for_its_own_bytes():
+    """NCCL's choice is kept per (op, bytes, communicator): one group's all-reduces of several sizes in one
+    run, again and again, each end the previous one's plus its own size's choice, to the bit; the sizes
+    span LL, LL128 and Simple, and a forced ring where the tree would win, so a choice kept under a key
+    too coarse would price some with another size's protocol."""
+    cluster = nodes(2, 8)
+    devices = devices_of(cluster)
+    group = tuple(d.rank for d in devices)
+    sizes = [2**10, 2**30, 2**20, 2**10, 2**30, 2**16]
+    params = default_params()
+    for forced in (None, "ring"):
+        program = [Collective("allreduce", group, n, "ring", ("c", i)) for i, n in enumerate(sizes)]
+        schedule = Schedule("sizes", devices, {d.rank: program for d in devices}, {})
+        run = run_schedule(schedule, cluster, params, WORKLOAD, iterations=1,
+                           network=lambda *a, **k: FabricNetwork(*a, **k, algorithm=forced))
+        net = FabricNetwork(None, cluster, params, devices, algorithm=forced)
+        fabric = net._communicator(program[0])[0]
+        chosen = [_nccl.choose("allreduce", n, fabric, forced) for n in sizes]
+        assert len({(c.algorithm, c.protocol) for c in chosen}) >= 2
+        end = 0.0
+        for choice in chosen:
+            end = end + choice.seconds
+        assert run.iteration_end[0] == end
+
+
 def test_a_forced_ring_is_honoured_where_ncccls_tree_would_win():
     row = next(r for r in published_rows() if r.id == "h100-2x4-ib200-1G")
     assert check_row(row).algorithm == "ring"

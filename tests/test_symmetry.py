@@ -263,3 +263,54 @@ def test_a_3d_layout_runs_one_replica_where_each_gpu_has_its_nic():
             reduced = run_schedule(schedule, cluster, params, workload, iterations=2, network=network)
             assert_same_run(full, reduced)
             assert reduced.simulated_ranks == expected
+
+
+def _full_walk_symmetric_under(net, image) -> bool:
+    """ExclusiveLinks.symmetric_under as it was before the fixed-hop refusal: the hop image over every pair
+    the run sends over (each route's cost computed afresh), then shared_hops_map on the whole of it."""
+    from geosim.sim.network._exclusive import _cost, shared_hops_map
+    if not net._pairs_complete:
+        return False
+    hop_image: dict[int, int] = {}
+    for src, dst in net._pairs_used:
+        mine, theirs = net.route(src, dst), net.route(image(src), image(dst))
+        if len(mine.hops) != len(theirs.hops) or _cost(mine) != _cost(theirs):
+            return False
+        for hop, other in zip(mine.hops, theirs.hops):
+            if hop_image.setdefault(hop, other) != other:
+                return False
+    if len(set(hop_image.values())) != len(hop_image):
+        return False
+    return net._one_sender_per_hop or shared_hops_map(net._pairs_used, net.route, image, hop_image) is not None
+
+
+@PROPERTY
+@given(cluster=clusters(), technique=st.sampled_from(sorted(technique_names())), tensor=st.sampled_from([0, 1, 2, 4]),
+       pipeline=st.sampled_from([1, 2, 3]), fabric=st.booleans())
+def test_refusing_a_fixed_shared_hop_early_refuses_only_what_the_whole_walk_refuses(cluster, technique, tensor,
+                                                                                      pipeline, fabric):
+    """The proof's network half stops at the first shared hop that is its own image (a symmetry moves every
+    rank, so that hop's orbit is shorter than its senders'): for every shift the search tries, on the TCP and
+    the fabric model, it answers what the full walk and shared_hops_map answer (tensor 0: the technique's
+    own schedule; else a Pipeshard layout)."""
+    from geosim.sim.kernel import Clock
+    from geosim.sim.network.fabric import FabricNetwork
+    params = default_params()
+    p = sum(len(h.gpus) for h in cluster.hosts)
+    workload = Workload(global_batch=p * 4, microbatches=2, seq_len=256)
+    case = Case(cluster, MODEL, workload, params)
+    try:
+        if tensor:
+            schedule = build_schedule("pipeshard", case, layout_options(
+                "pipeshard", case, tuple(h.name for h in cluster.hosts), tensor=tensor, pipeline=pipeline))
+        else:
+            schedule = build_schedule(technique, case)
+    except GeosimError:
+        return
+    net = (FabricNetwork if fabric else TCPNetwork)(Clock(), cluster, params, schedule.devices)
+    net.prepare(schedule.programs)
+    size = len(schedule.devices)
+    for segment in (d for d in range(2, size + 1) if size % d == 0):
+        for shift in (d for d in range(1, segment) if segment % d == 0):
+            image = Symmetry(size, segment, shift).image
+            assert net.symmetric_under(image) == _full_walk_symmetric_under(net, image), (segment, shift)

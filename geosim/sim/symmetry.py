@@ -109,7 +109,8 @@ def _same_devices(devices, symmetry: Symmetry) -> dict[str, str] | None:
     host_of: dict[str, str] = {}
     for d in devices:
         other = devices[symmetry.image(d.rank)]
-        if other.gpu != d.gpu or host_of.setdefault(d.host, other.host) != other.host:
+        # (a cluster's hosts share GPU objects: identity first, a field-by-field compare only where it fails)
+        if (other.gpu is not d.gpu and other.gpu != d.gpu) or host_of.setdefault(d.host, other.host) != other.host:
             return None
     return host_of if len(set(host_of.values())) == len(host_of) else None
 
