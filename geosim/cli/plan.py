@@ -179,8 +179,9 @@ def print_plan(plan: Plan, top: int | None, notes=(), parts: bool = False) -> No
         eff = f"{o.efficiency.value:.3g}" + ("*" if is_assumed(o.efficiency) else "")
         print(f"  {i:>3} {fmt_duration(o.ranked_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")
-        if parts and memory_by_part_line(p):
-            print(f"  {'':>3} {memory_by_part_line(p)}")
+        by_part = memory_by_part_line(p, parts)
+        if by_part:
+            print(f"  {'':>3} {by_part}")
         if p.iteration_time_interval_s:
             print(f"  {'':>3} {interval_line(p)}")
     print_estimates([o.prediction for o in plan.options[:top]])

@@ -308,8 +308,9 @@ def print_table(cluster, workload, rows: list[Prediction], by_part: bool = False
         vms = host_list(r.hosts)
         if not r.ok:
             print(f"  {r.technique:<10} {vms:<8} fails: {r.reason}")
-            if by_part and memory_by_part_line(r):
-                print(f"  {'':<10} {'':<8} {memory_by_part_line(r)}")
+            parts = memory_by_part_line(r, by_part)
+            if parts:
+                print(f"  {'':<10} {'':<8} {parts}")
             continue
         b = r.run_breakdown
         share = [100 * v / r.total_time_s for v in (b.compute_s, b.exposed_comm_s, b.bubble_s, b.overhead_s)]
@@ -322,11 +323,9 @@ def print_table(cluster, workload, rows: list[Prediction], by_part: bool = False
               f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")
         if r.memory_note:
             print(f"  {'':<10} {'':<8} memory: {r.memory_note}")
-        groups = memory_parts_line(r)
-        if groups:
-            print(f"  {'':<10} {'':<8} {groups}")
-        if by_part and memory_by_part_line(r):
-            print(f"  {'':<10} {'':<8} {memory_by_part_line(r)}")
+        parts = memory_by_part_line(r, by_part)
+        if parts:
+            print(f"  {'':<10} {'':<8} {parts}")
         if r.iteration_time_interval_s:
             print(f"  {'':<10} {'':<8} {interval_line(r)}")
     print_estimates(rows)
@@ -357,15 +356,6 @@ def print_estimates(rows, indent: str = "  ") -> None:
         print(f"{indent}estimate: {phrase} (no measured or published entry; docs/reference/runtimes.md, \"Efficiency per GPU generation\")")
 
 
-def memory_parts_line(r: Prediction) -> str:
-    """The busiest GPU's memory by part, where the layout gathers units whole (a sharded model: FSDP): its
-    shards, the units gathered, the activations; '' for the others' rows."""
-    peak = max(r.memory, key=lambda m: m.need_gib, default=None)
-    if peak is None or peak.groups_gib is None:
-        return ""
-    return "memory per GPU: " + ", ".join(f"{name} {gib:.1f} GiB" for name, gib in peak.groups_gib.items())
-
-
 def print_targets(rows, plan, by_part: bool = False) -> None:
     """Low-communication techniques on time to target, beside Data and the verdict's best."""
     if not rows:
@@ -385,12 +375,14 @@ def print_targets(rows, plan, by_part: bool = False) -> None:
               f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
         if r.memory_note:
             print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
-        if by_part and memory_by_part_line(r):
-            print(f"    {'':<10} {'':<8} {memory_by_part_line(r)}")
+        parts = memory_by_part_line(r, by_part)
+        if parts:
+            print(f"    {'':<10} {'':<8} {parts}")
     for r in (r for r, _ in rows if not r.ok):  # why, in the table: not only in --json
         print(f"    {r.technique:<10} {host_list(r.hosts):<8} does not run: {r.reason}")
-        if by_part and memory_by_part_line(r):
-            print(f"    {'':<10} {'':<8} {memory_by_part_line(r)}")
+        parts = memory_by_part_line(r, by_part)
+        if parts:
+            print(f"    {'':<10} {'':<8} {parts}")
 
 
 def r_params_source(fields: dict) -> str:
