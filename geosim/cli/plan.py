@@ -11,7 +11,7 @@ from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, D
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
                                refuse_layout, scenario_names, add_progress_arguments, check_progress_arguments,
                                refuse_progress, same_progress, workload_note, layout_choices)
-from geosim.cli.predict import describe_cluster, interval_line, print_estimates
+from geosim.cli.predict import describe_cluster, interval_line, print_estimates, print_verdict_head
 from geosim.base.validate import count
 from geosim.base.errors import GeosimError
 from geosim.inputs.records import read_records
@@ -153,13 +153,7 @@ def run(args) -> int:
 def print_plan(plan: Plan, top: int | None, notes=(), parts: bool = False) -> None:
     c = plan.case
     w = c.workload
-    print(f"\n{c.cluster.name}  ({describe_cluster(c.cluster)})")
-    print(f"  {plan.verdict('verdict')}")
-    for note in notes:
-        print(f"  note: {note}")
-    why = plan.why_algorithm1_differs()
-    if why:
-        print(f"  why Algorithm 1 differs: {why}")
+    print_verdict_head(c.cluster, plan, notes)
     print(f"  {c.model.name}, {w.epochs} epochs of {w.tokens_per_epoch:,} tokens, batch {w.global_batch} x {w.seq_len}, "
           f"{w.precision}{', remat' if w.checkpointing else ''}, runtime {w.runtime}; params: {c.params.source}; {ESTIMATE_NOTE}")
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
