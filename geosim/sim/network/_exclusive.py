@@ -235,6 +235,7 @@ class ExclusiveLinks:
         self._shapes: dict[tuple, tuple] = {}  # the same, by what the rounds are made of (collective_ends)
         self._pairs_used: list[tuple[int, int]] = []
         self._pairs_complete = False
+        self._costs: dict[int, tuple] = {}  # id of a route -> (the route, its _cost): the symmetry proof's
         if self.precompute and self.trace is None:  # a trace lists transfers in the order they start
             try:
                 self._pairs_used = list(sender_pairs(programs, self.hosts))
@@ -278,7 +279,7 @@ class ExclusiveLinks:
     def _route_cost(self, route) -> tuple:
         """_cost(route), computed once per route object (a run's routes are cached per pair; the proof
         compares them once per candidate shift)."""
-        costs = self.__dict__.setdefault("_costs", {})
+        costs = self._costs
         known = costs.get(id(route))
         if known is None or known[0] is not route:
             known = costs[id(route)] = (route, _cost(route))
