@@ -254,6 +254,7 @@ NAME_AS_DATA = {
     "bench/bench_predict.py": "the technique whose schedule build is timed",
     "bench/bench_plan.py": "the technique of Megatron-LM's forced 3D layouts at the published sizes",
     "bench/bench_every_row.py": "the technique of issue 47's 3D layout on 10,240 GPUs",
+    "bench/bench_layout_parts.py": "the technique of issue 47's 3D layout on 10,240 GPUs, timed part by part",
     "bench/bench_live_lowcomm.py": "the three techniques of the convergence study: flags, constructors, colours",
     "bench/compute_anchors.py": "the technique each published setup ran: Data, or Pipeshard's layout for tensor parallelism",
     "tools/write_params_reference.py": "'data' here is the folder geosim/data, not the technique",
