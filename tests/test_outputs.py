@@ -323,9 +323,13 @@ def test_sigterm_to_a_command_is_one_line_and_under_json_one_document(tmp_path):
                              "--pipeline-parallel", "4", "--data-parallel", "32", "--microbatches", "56",
                              "--seq-len", "2048", "--remat", "--hosts", "all", "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    time.sleep(4)
+    # its announcement of the long row (an indented progress line) comes before minutes of simulating:
+    # SIGTERM then arrives mid-work, without a guess at how long the start takes (a sleep of 4 s was)
+    announced = proc.stderr.readline()
+    assert announced.startswith("  ") and "pipeshard" in announced, announced
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
+    err = announced + err
     assert proc.returncode == 143, err
     assert json.loads(out) == {"schema": "geosim.error/1", "command": "predict", "error": "terminated", "exit": 143}
     lines = [line for line in err.splitlines() if not line.startswith("  ")]  # progress lines are indented
