@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from geosim.base.errors import GeosimError
 from geosim.base.fileio import append_lines, csv_cell, locked, sweep_stale_temporaries, write_atomic
@@ -34,6 +35,20 @@ def geosim(*args, cwd=None, timeout=120, umask=None, stdout=subprocess.PIPE, **k
     pre = (lambda: os.umask(umask)) if umask is not None else None
     return subprocess.run([sys.executable, "-m", "geosim", *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
                           timeout=timeout, cwd=cwd, env=env, preexec_fn=pre, **kw)
+
+
+def geosim_here(*args, cwd, umask=None):
+    """`geosim ARGS` in this process, in CWD and under UMASK: the same exit code, stdout and stderr as
+    geosim() for a check that needs no process of its own (no signal, no closed or full stdout, no
+    FIFO a hang would wait on), without a Python start and geosim's imports each."""
+    old = os.umask(umask) if umask is not None else None
+    try:
+        with contextlib.chdir(cwd):
+            code, out, err = run_cli(list(args))
+    finally:
+        if old is not None:
+            os.umask(old)
+    return subprocess.CompletedProcess(list(args), code, out, err)
 
 
 def one_line(proc) -> str:
@@ -111,7 +126,7 @@ def test_a_block_device_or_socket_is_refused_before_the_work(tmp_path):
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(sock_path))
     try:
-        proc = geosim(*TRACE, "--out", str(sock_path), cwd=tmp_path)
+        proc = geosim_here(*TRACE, "--out", str(sock_path), cwd=tmp_path)
         assert proc.returncode == 2 and "--out" in one_line(proc) and "socket" in proc.stderr
     finally:
         s.close()
@@ -122,13 +137,13 @@ def test_an_existing_files_mode_is_kept_and_a_new_one_follows_the_umask(tmp_path
     kept = tmp_path / "kept.json"
     kept.write_text("{}")
     os.chmod(kept, 0o600)
-    assert geosim(*TRACE, "--out", str(kept), cwd=tmp_path).returncode == 0
+    assert geosim_here(*TRACE, "--out", str(kept), cwd=tmp_path).returncode == 0
     assert stat.S_IMODE(os.stat(kept).st_mode) == 0o600 and kept.stat().st_size > 2
     new = tmp_path / "new.json"
-    assert geosim(*TRACE, "--out", str(new), cwd=tmp_path, umask=0o077).returncode == 0
+    assert geosim_here(*TRACE, "--out", str(new), cwd=tmp_path, umask=0o077).returncode == 0
     assert stat.S_IMODE(os.stat(new).st_mode) == 0o600
     other = tmp_path / "other.json"
-    assert geosim(*TRACE, "--out", str(other), cwd=tmp_path, umask=0o022).returncode == 0
+    assert geosim_here(*TRACE, "--out", str(other), cwd=tmp_path, umask=0o022).returncode == 0
     assert stat.S_IMODE(os.stat(other).st_mode) == 0o644
 
 
@@ -195,7 +210,7 @@ def test_a_plot_into_a_directory_or_a_missing_one_fails_before_the_fits(tmp_path
     (tmp_path / "adir").mkdir()
     for plot, why in ((tmp_path / "adir", "directory"), (tmp_path / "missing" / "x.png", "no such directory")):
         started = time.monotonic()
-        proc = geosim("calibrate", "crossval", "--plot", str(plot), cwd=tmp_path)
+        proc = geosim_here("calibrate", "crossval", "--plot", str(plot), cwd=tmp_path)
         assert proc.returncode == 2 and "--plot" in one_line(proc) and why in proc.stderr
         assert time.monotonic() - started < 30  # refused before any fit (crossval itself takes minutes)
 
