@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,6 +72,7 @@ def clusters(draw) -> Cluster:
     return Cluster(f"{cluster.name}-{flaw}-shaped-{shaped}", tuple(made), tuple(links))
 
 
+@pytest.mark.slow  # ~3.5 s of CPU: a few large random clusters, every rank and once per class (the whole suite runs it)
 @PROPERTY
 @given(cluster=clusters(), technique=st.sampled_from(sorted(technique_names())),
        algorithm=st.sampled_from(["ring", "hierarchical", "tree"]), microbatches=st.sampled_from([1, 2, 8]),
