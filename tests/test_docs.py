@@ -155,11 +155,11 @@ def in_process_argv(text: str) -> list[str] | None:
     return argv[1:] if len(argv) > 1 and argv[0] == "geosim" and argv[1] in IN_PROCESS else None
 
 
-def run_command(block: Block, command: Command, cwd: Path, monkeypatch) -> subprocess.CompletedProcess:
+def run_command(block: Block, command: Command, cwd: Path) -> subprocess.CompletedProcess:
     """One command of a block as a reader would run it (a leading `sudo ` dropped: the block is `root`)."""
     argv = in_process_argv(command.text)
     if argv is not None:
-        with monkeypatch.context() as patch:
+        with pytest.MonkeyPatch.context() as patch:  # (tools/refresh_docs_outputs.py calls this too)
             for name, value in environment().items():
                 if os.environ.get(name) != value and name not in ("PATH", "PYTHONPATH"):
                     patch.setenv(name, value)
@@ -245,7 +245,7 @@ def environment() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("block", block_params())
-def test_command_block(block: Block, tmp_path: Path, monkeypatch):
+def test_command_block(block: Block, tmp_path: Path):
     if "skip" in block.options:
         pytest.skip(f"{block.name}: {block.options['skip']}")
     if needs_root(block) and (os.geteuid() != 0 or not Path("/dev/net/tun").exists()):
@@ -255,7 +255,7 @@ def test_command_block(block: Block, tmp_path: Path, monkeypatch):
     expected_exit = block.options.get("exit", 0)
     output = ""
     for command in block.commands:
-        result = run_command(block, command, tmp_path, monkeypatch)
+        result = run_command(block, command, tmp_path)
         printed = result.stdout + result.stderr
         assert result.returncode == expected_exit, (
             f"{block.name}: `{command.text}` exited {result.returncode}, not {expected_exit}:\n{printed[-3000:]}")
