@@ -342,9 +342,12 @@ class Plan:
 
     def verdict(self, where: str | None = None, estimate: str = "predicted") -> str:
         """The one line a slice's answer starts with (geosim.studies.ranking.verdict)."""
-        return verdict(where or self.case.cluster.name, self.options, estimate=estimate,
+        line = verdict(where or self.case.cluster.name, self.options, estimate=estimate,
                        algorithm=self.algorithm.label if self.algorithm else None,
                        algorithm_option=self.algorithm_option)
+        if not self.options and self.long:  # not "none runs": some were never simulated (long_line says which)
+            line += f"; {self.long:,} option{'s' if self.long != 1 else ''} left unsimulated as too long to simulate"
+        return line
 
     def why_algorithm1_differs(self) -> str | None:
         """Why Algorithm 1's choice is not the planner's best, in one sentence (None when they agree)."""
