@@ -7,7 +7,8 @@ take fewer layers. Out-of-memory options cost almost nothing: predict() builds t
 schedule and checks memory before it simulates anything.
 
 Over 400 lines: the search, its budget, the pruning by floors and the ranking of the rows asked with
-the planner's options (issue 46) are one algorithm.
+the planner's options (issue 46), and those rows' retries at other microbatch counts under the same floors
+(issue 47), are one algorithm.
 """
 
 from __future__ import annotations
