@@ -75,7 +75,7 @@ class Plan:
     the index of the sender each rank receives from. `phases`: (sends, sources, rounds) in the order
     they run, each sends list in group order."""
 
-    __slots__ = ("ranks", "hops", "pairs", "rounds")
+    __slots__ = ("ranks", "hops", "pairs", "runs")
 
     def __init__(self, net, group: tuple, phases: list):
         self.ranks = group
@@ -89,10 +89,9 @@ class Plan:
                         hop_index.setdefault(h, len(hop_index))
         self.hops = list(hop_index)
         self.pairs = list(conn_index)
-        self.rounds = []
+        self.runs = []  # (phase, sources, rounds): consecutive rounds alike
         for sends, sources, count in phases:
-            phase, sources = _Phase(net, sends, hop_index, conn_index), np.array(sources, dtype=np.intp)
-            self.rounds += [(phase, sources)] * count
+            self.runs.append((_Phase(net, sends, hop_index, conn_index), np.array(sources, dtype=np.intp), count))
 
 
 def _usable(net, group: tuple, pairs) -> bool:
@@ -172,56 +171,150 @@ def lockstep_ends(net, plan: Plan, arrivals: dict[int, float], Connection) -> di
         if key not in pairs_cache:
             pairs_cache[key] = (net.route(*key), conn)
         conns.append(conn)
-    cwnd = np.array([c.cwnd for c in conns])
-    active = np.array([c.last_active for c in conns])
     group = plan.ranks
     sent = [net._sent[rank] for rank in group]
-    sent_bytes = np.array([s[0] for s in sent])
-    clock = np.array([arrivals[rank] for rank in group])
-    rounds, flow_time, total = len(plan.rounds), net.flow_time, 0.0
-    # np.maximum(a, b) stands for `a if a >= b else b` (and its mirror): the two differ only on a NaN or
-    # on 0.0 against -0.0, neither of which a time is
-    maximum = np.maximum
-    for phase, sources in plan.rounds:
-        now = clock
-        last = active if phase.all_conns else active[phase.conns]  # not written in place below: rebound
-        start = maximum(now + phase.lead, last)  # ready, or when the connection is free
-        busy = maximum(free[phase.hops], now) + phase.serialize  # each hop's backlog grows
-        free[phase.hops] = busy
-        done = maximum(start + phase.serialize, busy.max(axis=0))
-        if phase.any_windowed:  # flow_time: at the largest window (or one holding the bytes), bytes x RTT / window
-            held = cwnd if phase.all_conns else cwnd[phase.conns]
-            window = np.minimum(held, phase.w_max)
-            elapsed = phase.w_bytes_rtt / window
-            slow = window < phase.w_slow_below  # slow start (below both its largest window and the bytes)
-            if restart_on:
-                slow |= (start - last) > phase.w_rto
-            if slow.any():  # slow start or a restart: the model's own loop, on a scratch connection
-                for j in np.flatnonzero(slow).tolist():
-                    scratch = Connection(cwnd=float(held[j]), last_active=float(last[j]))
-                    elapsed[j] = flow_time(phase.routes[j], scratch, float(phase.nbytes[j]), float(start[j]))
-                    window[j] = scratch.cwnd
-            if phase.all_conns:
-                cwnd = window
-            else:
-                cwnd[phase.conns] = window
-            done = maximum(done, start + elapsed)
-        if phase.all_conns:
-            active = done
-        else:
-            active[phase.conns] = done
-        arrived = now + ((done + phase.one_way + phase.overhead) - now)
-        sent_bytes += phase.nbytes
-        total += phase.counted
-        clock = maximum(arrived[sources], now)
+    initial_sent = [s[0] for s in sent]
+    state = [np.array([c.cwnd for c in conns]), np.array([c.last_active for c in conns]),
+             np.array([arrivals[rank] for rank in group])]  # cwnd, last active, each rank's clock
+    total, rounds = 0.0, 0
+    for phase, sources, count in plan.runs:
+        left = count
+        while left:
+            ran = _steady_rounds(phase, sources, left, free, state, restart_on)
+            left -= ran
+            if left:  # a round the steady form does not cover: the whole model's round
+                _round(phase, sources, free, state, restart_on, net.flow_time, Connection)
+                left -= 1
+        for _ in range(count):  # the walk's own sum, in its order
+            total += phase.counted
+        rounds += count
+    cwnd, active, clock = state
     # the state as the scalar walk leaves it
     for h, value in zip(plan.hops, free.tolist()):
         free_at[h] = value
     for conn, c, a in zip(conns, cwnd.tolist(), active.tolist()):
         conn.cwnd, conn.last_active = c, a
-    for mine, b in zip(sent, sent_bytes.tolist()):
+    for mine, b in zip(sent, _sums(plan, initial_sent)):
         mine[0] = b
         mine[1] += rounds
     net.bytes_sent += total
     net.transfers += rounds * len(group)
     return dict(zip(group, clock.tolist()))
+
+
+def _round(phase: _Phase, sources, free, state: list, restart_on: bool, flow_time, Connection) -> None:
+    """One round, every line of send_at on arrays (slow start and restarts by the model's own flow_time)."""
+    cwnd, active, now = state
+    # np.maximum(a, b) stands for `a if a >= b else b` (and its mirror): the two differ only on a NaN or
+    # on 0.0 against -0.0, neither of which a time is
+    maximum = np.maximum
+    last = active if phase.all_conns else active[phase.conns]  # not written in place below: rebound
+    start = maximum(now + phase.lead, last)  # ready, or when the connection is free
+    busy = maximum(free[phase.hops], now) + phase.serialize  # each hop's backlog grows
+    free[phase.hops] = busy
+    done = maximum(start + phase.serialize, busy.max(axis=0))
+    if phase.any_windowed:  # flow_time: at the largest window (or one holding the bytes), bytes x RTT / window
+        held = cwnd if phase.all_conns else cwnd[phase.conns]
+        window = np.minimum(held, phase.w_max)
+        elapsed = phase.w_bytes_rtt / window
+        slow = window < phase.w_slow_below  # slow start (below both its largest window and the bytes)
+        if restart_on:
+            slow |= (start - last) > phase.w_rto
+        if slow.any():  # slow start or a restart: the model's own loop, on a scratch connection
+            for j in np.flatnonzero(slow).tolist():
+                scratch = Connection(cwnd=float(held[j]), last_active=float(last[j]))
+                elapsed[j] = flow_time(phase.routes[j], scratch, float(phase.nbytes[j]), float(start[j]))
+                window[j] = scratch.cwnd
+        if phase.all_conns:
+            state[0] = window
+        else:
+            cwnd[phase.conns] = window
+        done = maximum(done, start + elapsed)
+    if phase.all_conns:
+        state[1] = done
+    else:
+        active[phase.conns] = done
+    arrived = now + ((done + phase.one_way + phase.overhead) - now)
+    state[2] = maximum(arrived[sources], now)
+
+
+def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart_on: bool) -> int:
+    """Up to `most` rounds of `phase` in the form they take once nothing changes but the times: each
+    sender's hops at one backlog (they then grow alike: one value a sender), its window settled (not
+    in slow start, not restarting: bytes x RTT / window is the same every round). Then
+      done = max(start + serialize, max over hops of backlog, start + elapsed)
+           = max(start + max(serialize, elapsed), backlog)
+    exactly: adding a number is monotone in IEEE-754 (round to nearest), so fl(s + a) and fl(s + b)
+    keep the order of a and b, and the larger of the two sums is the sum with the larger. That is
+    _round's arithmetic in 12 array operations instead of 25. Returns how many rounds it ran: 0
+    where a sender's hops differ or its window is not settled; it stops before a round in which a
+    connection would restart after idling (_round runs that one)."""
+    hops, all_conns = phase.hops, phase.all_conns
+    table = free[hops]
+    backlog = table[0] if len(table) == 1 else table.max(axis=0)
+    if len(table) > 1 and not (table == backlog).all():
+        return 0
+    cwnd, active, now = state
+    last = active if all_conns else active[phase.conns]
+    serialize, lead, one_way, overhead = phase.serialize, phase.lead, phase.one_way, phase.overhead
+    longest = serialize
+    check_restart = False
+    if phase.any_windowed:
+        window = np.minimum(cwnd if all_conns else cwnd[phase.conns], phase.w_max)
+        if (window < phase.w_slow_below).any():
+            return 0
+        longest = np.maximum(serialize, phase.w_bytes_rtt / window)
+        check_restart, rto = restart_on, phase.w_rto
+    maximum = np.maximum
+    ran = 0
+    while ran < most:
+        start = maximum(now + lead, last)
+        if check_restart and ((start - last) > rto).any():
+            break
+        backlog = maximum(backlog, now)
+        backlog += serialize
+        done = start + longest
+        maximum(done, backlog, out=done)
+        last = done
+        arrived = done + one_way
+        arrived += overhead
+        arrived -= now
+        arrived += now  # now + ((done + one_way + overhead) - now), as send_at's caller sums it
+        clock = arrived[sources]
+        now = maximum(clock, now, out=clock)
+        ran += 1
+    if ran:
+        free[hops] = backlog
+        if all_conns:
+            state[1] = last
+        else:
+            active[phase.conns] = last
+        if phase.any_windowed:
+            if all_conns:
+                state[0] = window
+            else:
+                cwnd[phase.conns] = window
+        state[2] = now
+    return ran
+
+
+def _sums(plan: Plan, initial: list[float]) -> list[float]:
+    """Each sender's bytes after the collective: its count plus each round's bytes, one addition a round
+    in order, as send_at adds them; computed once for senders that start alike and send alike."""
+    columns = [phase.nbytes for phase, _, _ in plan.runs]
+    rows = list(zip(initial, *(c.tolist() for c in columns)))
+    distinct = set(rows)
+    if len(distinct) > 20:  # many kinds of sender: a round's additions on arrays
+        sums = np.array(initial, dtype=float)
+        for phase, _, count in plan.runs:
+            for _ in range(count):
+                sums += phase.nbytes
+        return sums.tolist()
+    known = {}
+    for row in distinct:
+        value = row[0]
+        for nbytes, (_, _, count) in zip(row[1:], plan.runs):
+            for _ in range(count):
+                value += nbytes
+        known[row] = value
+    return [known[row] for row in rows]
