@@ -34,7 +34,7 @@ class _Phase:
     """What one round's sends are made of, as arrays over the senders (in group order): a ring phase's
     rounds all send the same bytes to the same peers, so they share one."""
 
-    __slots__ = ("lead", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "all_conns", "any_windowed",
+    __slots__ = ("lead", "lead_max", "rto_min", "permuted", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "all_conns", "any_windowed",
                  "routes", "w_max", "w_rto", "w_bytes_rtt", "w_slow_below", "counted")
 
     def __init__(self, net, sends, hop_index: dict, conn_index: dict):
@@ -68,6 +68,8 @@ class _Phase:
                                                                                              self.nbytes)])
         self.w_rto = np.array([r.restart_after_s if w else inf for r, w in zip(routes, windowed)])
         self.counted = float(sum(nbytes for _, _, nbytes, _, _ in sends))
+        self.lead_max = float(self.lead.max())
+        self.rto_min = float(self.w_rto.min())  # inf: no sender with a window
 
 
 class Plan:
@@ -91,7 +93,10 @@ class Plan:
         self.pairs = list(conn_index)
         self.runs = []  # (phase, sources, rounds): consecutive rounds alike
         for sends, sources, count in phases:
-            self.runs.append((_Phase(net, sends, hop_index, conn_index), np.array(sources, dtype=np.intp), count))
+            phase = _Phase(net, sends, hop_index, conn_index)
+            # every sender's message received by one rank (a ring's phase): its arrival is then some clock
+            phase.permuted = sorted(sources) == list(range(len(sources)))
+            self.runs.append((phase, np.array(sources, dtype=np.intp), count))
 
 
 def _usable(net, group: tuple, pairs) -> bool:
@@ -245,10 +250,12 @@ def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart
       done = max(start + serialize, max over hops of backlog, start + elapsed)
            = max(start + max(serialize, elapsed), backlog)
     exactly: adding a number is monotone in IEEE-754 (round to nearest), so fl(s + a) and fl(s + b)
-    keep the order of a and b, and the larger of the two sums is the sum with the larger. That is
-    _round's arithmetic in 12 array operations instead of 25. Returns how many rounds it ran: 0
-    where a sender's hops differ or its window is not settled; it stops before a round in which a
-    connection would restart after idling (_round runs that one)."""
+    keep the order of a and b, and the larger of the two sums is the sum with the larger. Returns how
+    many rounds it ran: 0 where a sender's hops differ or its window is not settled; it stops before a
+    round in which a connection would restart after idling (_round runs that one).
+
+    After its first round the rounds run in blocks (_block) whose checks are made once, after the
+    block, on the clocks it kept: a block whose checks fail is run again round by round (_careful)."""
     hops, all_conns = phase.hops, phase.all_conns
     table = free[hops]
     backlog = table[0] if len(table) == 1 else table.max(axis=0)
@@ -256,21 +263,82 @@ def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart
         return 0
     cwnd, active, now = state
     last = active if all_conns else active[phase.conns]
-    serialize, lead, one_way, overhead = phase.serialize, phase.lead, phase.one_way, phase.overhead
-    longest = serialize
-    check_restart = False
+    longest, window, check_restart = phase.serialize, None, False
     if phase.any_windowed:
         window = np.minimum(cwnd if all_conns else cwnd[phase.conns], phase.w_max)
         if (window < phase.w_slow_below).any():
             return 0
-        longest = np.maximum(serialize, phase.w_bytes_rtt / window)
-        check_restart, rto = restart_on, phase.w_rto
-    maximum = np.maximum
-    ran = 0
+        longest = np.maximum(phase.serialize, phase.w_bytes_rtt / window)
+        check_restart = restart_on
+    ran, prev = 0, None  # prev: each rank's clock when the round before started (None: none in this call)
+    careful, short = False, phase.permuted
     while ran < most:
+        if prev is None or careful or most - ran < 2:
+            stepped = _careful(phase, sources, backlog, last, now, longest, check_restart)
+            if stepped is None:
+                break  # a restart: _round's
+            (backlog, last, now), prev, ran = stepped, now, ran + 1
+            continue
+        block = min(BLOCK, most - ran)
+        clocks, kept = _block(phase, sources, block, backlog, last, now, prev, longest, short)
+        if check_restart and not _no_restart(phase, clocks, block):
+            careful = True  # rounds far apart: each checked on its own from here
+            continue
+        if short and not clocks[block + 1].max() <= 2.0 * clocks[1].min():
+            short = False  # early times (a clock near 0): the subtraction is not exact; the block again, in full
+            continue
+        backlog, last = kept
+        prev, now, ran = clocks[block], clocks[block + 1], ran + block
+    if ran:
+        free[hops] = backlog
+        if all_conns:
+            state[1] = last
+        else:
+            active[phase.conns] = last
+        if window is not None:
+            if all_conns:
+                state[0] = window
+            else:
+                cwnd[phase.conns] = window
+        state[2] = now
+    return ran
+
+
+BLOCK = 16  # rounds whose checks _steady_rounds makes at once, after them
+
+
+def _careful(phase: _Phase, sources, backlog, last, now, longest, check_restart: bool):
+    """One steady round, its restart checked first: (backlog, last activity, clock) after it, or None
+    where a connection would restart."""
+    maximum = np.maximum
+    start = maximum(now + phase.lead, last)
+    if check_restart and ((start - last) > phase.w_rto).any():
+        return None
+    backlog = maximum(backlog, now)
+    backlog += phase.serialize
+    done = start + longest
+    maximum(done, backlog, out=done)
+    arrived = done + phase.one_way
+    arrived += phase.overhead
+    arrived -= now
+    arrived += now  # now + ((done + one_way + overhead) - now), as send_at's caller sums it
+    clock = arrived[sources]
+    return backlog, done, maximum(clock, now, out=clock)
+
+
+def _block(phase: _Phase, sources, block: int, backlog, last, now, prev, longest, short: bool):
+    """`block` steady rounds without their checks: (clocks, (backlog, last activity)), clocks[0] each
+    rank's clock at the round before, clocks[1] at the first, clocks[r + 2] after round r. `short`:
+    the arrival as done + one_way + overhead, without send_at's caller's `now + (... - now)`, which is
+    the same number where the subtraction is exact (Sterbenz: y / 2 <= x <= 2 y); the caller checks
+    that it was (every arrival is at most the largest clock after the block, every clock at least the
+    least before it: largest <= 2 x least)."""
+    maximum = np.maximum
+    lead, serialize, one_way, overhead = phase.lead, phase.serialize, phase.one_way, phase.overhead
+    clocks = np.empty((block + 2, len(now)))
+    clocks[0], clocks[1] = prev, now
+    for r in range(block):
         start = maximum(now + lead, last)
-        if check_restart and ((start - last) > rto).any():
-            break
         backlog = maximum(backlog, now)
         backlog += serialize
         done = start + longest
@@ -278,24 +346,23 @@ def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart
         last = done
         arrived = done + one_way
         arrived += overhead
-        arrived -= now
-        arrived += now  # now + ((done + one_way + overhead) - now), as send_at's caller sums it
-        clock = arrived[sources]
-        now = maximum(clock, now, out=clock)
-        ran += 1
-    if ran:
-        free[hops] = backlog
-        if all_conns:
-            state[1] = last
-        else:
-            active[phase.conns] = last
-        if phase.any_windowed:
-            if all_conns:
-                state[0] = window
-            else:
-                cwnd[phase.conns] = window
-        state[2] = now
-    return ran
+        if not short:
+            arrived -= now
+            arrived += now
+        now = maximum(arrived[sources], now, out=clocks[r + 2])
+    return clocks, (backlog, last)
+
+
+def _no_restart(phase: _Phase, clocks, block: int) -> bool:
+    """Whether no connection restarted in a block's rounds, from its clocks alone: a sender's idle time
+    before round r, start - last, is at most its clock's advance since round r - 1 (last, its send of
+    round r - 1 done, is past that round's now + lead; start is now + lead or last) plus the roundings of
+    the two sums and the difference (each under 2^-52 of the largest time). So where every advance is
+    below the smallest restart time by more than those, none restarts (a check of the whole block in
+    two array operations instead of three a round); where it is not, the block runs round by round."""
+    advance = (clocks[1:block + 1] - clocks[:block]).max()
+    largest = clocks[block + 1].max() + phase.lead_max
+    return advance <= phase.rto_min * (1 - 1e-12) - 1e-14 * (largest + 1.0)
 
 
 def _sums(plan: Plan, initial: list[float]) -> list[float]:
