@@ -271,7 +271,11 @@ def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart
         longest = np.maximum(phase.serialize, phase.w_bytes_rtt / window)
         check_restart = restart_on
     ran, prev = 0, None  # prev: each rank's clock when the round before started (None: none in this call)
-    careful, short = False, phase.permuted
+    # a block's clocks and its checks' scratch, made once a call: arrays of 100 kB and more made and freed
+    # every block are the allocator's mmap and munmap each time (glibc), which cost more than the rounds
+    buffers = [np.empty((BLOCK + 2, len(now))), np.empty((BLOCK + 2, len(now)))]
+    scratch = np.empty((BLOCK, len(now)))
+    careful, short, idle_hops = False, phase.permuted, True
     while ran < most:
         if prev is None or careful or most - ran < 2:
             stepped = _careful(phase, sources, backlog, last, now, longest, check_restart)
@@ -280,12 +284,18 @@ def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart
             (backlog, last, now), prev, ran = stepped, now, ran + 1
             continue
         block = min(BLOCK, most - ran)
-        clocks, kept = _block(phase, sources, block, backlog, last, now, prev, longest, short)
-        if check_restart and not _no_restart(phase, clocks, block):
+        clocks = buffers[0] if prev.base is not buffers[0] else buffers[1]  # not the one prev and now are in
+        kept = _block(phase, sources, block, backlog, last, now, prev, longest, short, idle_hops, clocks)
+        if check_restart and not _no_restart(phase, clocks, block, scratch):
             careful = True  # rounds far apart: each checked on its own from here
             continue
         if short and not clocks[block + 1].max() <= 2.0 * clocks[1].min():
             short = False  # early times (a clock near 0): the subtraction is not exact; the block again, in full
+            continue
+        if idle_hops and not ((backlog <= clocks[1]).all()
+                              and (np.add(clocks[1:block], phase.serialize, out=scratch[:block - 1])
+                                   <= clocks[2:block + 1]).all()):
+            idle_hops = False  # a hop still busy when its sender sent again: the block again, with backlogs
             continue
         backlog, last = kept
         prev, now, ran = clocks[block], clocks[block + 1], ran + block
@@ -326,23 +336,28 @@ def _careful(phase: _Phase, sources, backlog, last, now, longest, check_restart:
     return backlog, done, maximum(clock, now, out=clock)
 
 
-def _block(phase: _Phase, sources, block: int, backlog, last, now, prev, longest, short: bool):
-    """`block` steady rounds without their checks: (clocks, (backlog, last activity)), clocks[0] each
-    rank's clock at the round before, clocks[1] at the first, clocks[r + 2] after round r. `short`:
+def _block(phase: _Phase, sources, block: int, backlog, last, now, prev, longest, short: bool, idle_hops: bool,
+           clocks):
+    """`block` steady rounds without their checks: (backlog, last activity) after them, and in `clocks` (a
+    block + 2 by ranks array) clocks[0] each rank's clock at the round before, clocks[1] at the first,
+    clocks[r + 2] after round r. `short`:
     the arrival as done + one_way + overhead, without send_at's caller's `now + (... - now)`, which is
     the same number where the subtraction is exact (Sterbenz: y / 2 <= x <= 2 y); the caller checks
     that it was (every arrival is at most the largest clock after the block, every clock at least the
-    least before it: largest <= 2 x least)."""
+    least before it: largest <= 2 x least). `idle_hops`: each sender's hops free when it sends (its
+    backlog at most its clock), so the backlog after a send is now + serialize and never later than
+    start + longest (start >= now, longest >= serialize: monotone again), done is start + longest,
+    and no backlog is kept a round; the caller checks that each backlog was at most the next clock."""
     maximum = np.maximum
     lead, serialize, one_way, overhead = phase.lead, phase.serialize, phase.one_way, phase.overhead
-    clocks = np.empty((block + 2, len(now)))
     clocks[0], clocks[1] = prev, now
     for r in range(block):
         start = maximum(now + lead, last)
-        backlog = maximum(backlog, now)
-        backlog += serialize
         done = start + longest
-        maximum(done, backlog, out=done)
+        if not idle_hops:
+            backlog = maximum(backlog, now)
+            backlog += serialize
+            maximum(done, backlog, out=done)
         last = done
         arrived = done + one_way
         arrived += overhead
@@ -350,17 +365,19 @@ def _block(phase: _Phase, sources, block: int, backlog, last, now, prev, longest
             arrived -= now
             arrived += now
         now = maximum(arrived[sources], now, out=clocks[r + 2])
-    return clocks, (backlog, last)
+    if idle_hops:
+        backlog = clocks[block] + serialize  # the last round's: max(backlog, now) + serialize, its hops free
+    return backlog, last
 
 
-def _no_restart(phase: _Phase, clocks, block: int) -> bool:
+def _no_restart(phase: _Phase, clocks, block: int, scratch) -> bool:
     """Whether no connection restarted in a block's rounds, from its clocks alone: a sender's idle time
     before round r, start - last, is at most its clock's advance since round r - 1 (last, its send of
     round r - 1 done, is past that round's now + lead; start is now + lead or last) plus the roundings of
     the two sums and the difference (each under 2^-52 of the largest time). So where every advance is
     below the smallest restart time by more than those, none restarts (a check of the whole block in
     two array operations instead of three a round); where it is not, the block runs round by round."""
-    advance = (clocks[1:block + 1] - clocks[:block]).max()
+    advance = np.subtract(clocks[1:block + 1], clocks[:block], out=scratch[:block]).max()
     largest = clocks[block + 1].max() + phase.lead_max
     return advance <= phase.rto_min * (1 - 1e-12) - 1e-14 * (largest + 1.0)
 
