@@ -42,6 +42,13 @@ def live_module(name: str) -> ModuleType:
     return importlib.import_module(f"{PACKAGE}.{check_live(name)}")
 
 
+def placement(name: str):
+    """How a live technique places its step on a device, for the memory model
+    (geosim.sim.memory_layout.live_step): the simulator's module of the same name says it
+    (`jax_placement`), so live and simulator share one placement and this imports no jax."""
+    return importlib.import_module(f"geosim.techniques.{check_live(name)}").jax_placement
+
+
 def check_live(name: str, key: str = "--technique") -> str:
     if name in live_techniques():
         return name

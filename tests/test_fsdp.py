@@ -293,3 +293,24 @@ def test_json_shows_the_memory_by_part():
     assert set(by["fsdp"]["groups_gib"]) == {"shards", "gathered units", "activations", "workspace"}
     assert sum(by["fsdp"]["groups_gib"].values()) == pytest.approx(by["fsdp"]["need_gib"])
     assert by["data"]["groups_gib"] is None
+
+
+def test_one_memory_by_part_line_sharded_rows_always_others_on_request():
+    """One line format in every command: under FSDP's row always (with its held groups), under the
+    others only with --memory-parts; the parts it prints sum to what the row needs."""
+    from conftest import run_cli
+
+    ask = ["predict", "--scenario", "tacc-tacc", "--technique", "fsdp,data", "--hosts", "all", "--network", "alpha-beta"]
+    code, plain, err = run_cli(ask)
+    assert code == 0, err
+    lines = [line for line in plain.splitlines() if "by part, GiB:" in line]
+    assert len(lines) == 1 and "; as held: shards" in lines[0]
+    code, asked, err = run_cli([*ask, "--memory-parts"])
+    assert code == 0, err
+    lines = [line.strip() for line in asked.splitlines() if "by part, GiB:" in line]
+    assert len(lines) == 2 and sum("as held" in line for line in lines) == 1
+    for line in lines:
+        parts = line.split("GiB: ", 1)[1].split("; as held")[0].split(" (needs")[0]
+        need = float(line.rsplit("(needs ", 1)[1].split(" of")[0])
+        # at most a dozen parts, each rounded to 0.1 GiB or left out under 0.05: each off by < 0.05
+        assert sum(float(p.rsplit(" ", 1)[1]) for p in parts.split(", ")) == pytest.approx(need, abs=0.05 * 12)

@@ -169,7 +169,7 @@ def test_memory_is_checked_before_any_weight_exists(tmp_path):
 
 def test_estimate_is_the_simulators_memory_model_and_orders_what_techniques_keep():
     from geosim.live.train.memory import estimate_gib
-    from geosim.live.train.techniques import data as data_technique
+    from geosim.techniques import data as data_technique
     from geosim.sim.memory_layout import LayoutOptions, live_step
     from geosim.inputs.specs import Model
 
@@ -178,7 +178,7 @@ def test_estimate_is_the_simulators_memory_model_and_orders_what_techniques_keep
                 microbatches=1, devices=4)
     est = {t: estimate_gib(t, **dims) for t in ("data", "zero2", "shard", "pipeshard", "diloco")}
     # one model: live's check is the simulator's layout of the technique's placement
-    parts = live_step(model, data_technique.placement(model, 8, 1, 4), 1024, 1,
+    parts = live_step(model, data_technique.jax_placement(model, 8, 1, 4), 1024, 1,
                       LayoutOptions(precision="fp32", workspace_bytes=0.0))
     assert est["data"] == pytest.approx(sum(parts.values()) / 2**30)
     # ZeRO-2 shards Adam's moments; DiLoCo adds its outer parameters and momentum to a replica

@@ -172,7 +172,7 @@ def test_live_remat_pair_of_microbatches_turns_before_any_gradient():
     blocks). XLA's GPU buffer assignment (gpt2-medium, fp32, B=8, 2 microbatches, Shard over 4 A100s):
     both heads' logits run one after the other, the peak is 2944 MiB."""
     pytest.importorskip("jax")
-    from geosim.live.train.techniques.shard import placement
+    from geosim.techniques.shard import jax_placement as placement
 
     medium = model_catalog()["gpt2-medium"]
     remat = LayoutOptions(precision="fp32", remat=True, workspace_bytes=0.0)
@@ -217,7 +217,7 @@ def test_live_pipeline_blocks_in_a_scan_keep_jax_residual_list():
     and the whole gathered embedding. XLA's GPU buffer assignment of this very step (gpt2, fp32, B=8,
     2 microbatches, 2 stages of 2 tensor-parallel A100s): the stack 8208 MiB, the peak 12097 MiB."""
     pytest.importorskip("jax")
-    from geosim.live.train.techniques.pipeshard import placement
+    from geosim.techniques.pipeshard import jax_placement as placement
 
     pipe = placement(GPT2, 8, 2, 4, 2)
     assert pipe.scanned and pipe.in_flight == 3 and pipe.tensor_parallel == 2

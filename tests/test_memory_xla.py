@@ -69,7 +69,7 @@ def test_pipeline_blocks_in_a_scan_keep_jax_residual_list_on_cpu():
     it (the straight-line list that XLA's fusion leaves outside a loop)."""
     from dataclasses import replace
 
-    from geosim.live.train.techniques.pipeshard import placement
+    from geosim.techniques.pipeshard import jax_placement as placement
     from geosim.sim.memory_layout import LayoutOptions, live_step
     from geosim.inputs.specs import Model
 

@@ -393,14 +393,22 @@ def add_memory_parts_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-parts", action="store_true", help=meaning("--memory-parts"))
 
 
-def memory_by_part_line(prediction) -> str | None:
+def memory_by_part_line(prediction, asked: bool = True) -> str | None:
     """The fullest GPU's memory by part (weights, master copy, gradients, optimizer, activations, the
-    backward's transient, workspace): what a model's shape puts where under the technique."""
+    backward's transient, workspace): what a model's shape puts where under the technique; a sharded
+    layout (FSDP) adds the same bytes as it holds them (its shards, the units gathered, activations,
+    workspace). The one memory-by-part line of every command: under every row with --memory-parts
+    (`asked`), and under a sharded layout's rows always (their memory is the point of them)."""
     if not prediction.memory:
         return None
     m = max(prediction.memory, key=lambda g: g.need_gib)
+    if not asked and m.groups_gib is None:
+        return None
     parts = ", ".join(f"{k} {v:.1f}" for k, v in m.parts_gib.items() if v >= 0.05)
-    return f"memory of {m.host} GPU {m.rank} by part, GiB: {parts} (needs {m.need_gib:.1f} of {m.has_gib:.0f})"
+    held = ""
+    if m.groups_gib is not None:
+        held = "; as held: " + ", ".join(f"{k} {v:.1f}" for k, v in m.groups_gib.items())
+    return f"memory of {m.host} GPU {m.rank} by part, GiB: {parts}{held} (needs {m.need_gib:.1f} of {m.has_gib:.0f})"
 
 
 def model_of(args, scenario: Scenario | None = None) -> Model:

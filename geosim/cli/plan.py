@@ -11,7 +11,7 @@ from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, D
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
                                refuse_layout, scenario_names, add_progress_arguments, check_progress_arguments,
                                refuse_progress, same_progress, workload_note, layout_choices)
-from geosim.cli.predict import describe_cluster, interval_line, print_estimates
+from geosim.cli.predict import describe_cluster, interval_line, print_estimates, print_verdict_head
 from geosim.base.validate import count
 from geosim.base.errors import GeosimError
 from geosim.inputs.records import read_records
@@ -153,13 +153,7 @@ def run(args) -> int:
 def print_plan(plan: Plan, top: int | None, notes=(), parts: bool = False) -> None:
     c = plan.case
     w = c.workload
-    print(f"\n{c.cluster.name}  ({describe_cluster(c.cluster)})")
-    print(f"  {plan.verdict('verdict')}")
-    for note in notes:
-        print(f"  note: {note}")
-    why = plan.why_algorithm1_differs()
-    if why:
-        print(f"  why Algorithm 1 differs: {why}")
+    print_verdict_head(c.cluster, plan, notes)
     print(f"  {c.model.name}, {w.epochs} epochs of {w.tokens_per_epoch:,} tokens, batch {w.global_batch} x {w.seq_len}, "
           f"{w.precision}{', remat' if w.checkpointing else ''}, runtime {w.runtime}; params: {c.params.source}; {ESTIMATE_NOTE}")
     limits = [f"deadline {fmt_duration(plan.deadline_s)}: cheapest first"] if plan.deadline_s else []
@@ -179,8 +173,9 @@ def print_plan(plan: Plan, top: int | None, notes=(), parts: bool = False) -> No
         eff = f"{o.efficiency.value:.3g}" + ("*" if is_assumed(o.efficiency) else "")
         print(f"  {i:>3} {fmt_duration(o.ranked_time_s):>9} {fmt_duration(p.time_per_epoch_s):>10} {o.gpu_hours:>6.2f} "
               f"{o.gpus:>4} {p.tflops_per_gpu:>7.2f} {p.peak_memory_gib:>4.1f} GiB {eff:>5}  {o.label}{late}")
-        if parts and memory_by_part_line(p):
-            print(f"  {'':>3} {memory_by_part_line(p)}")
+        by_part = memory_by_part_line(p, parts)
+        if by_part:
+            print(f"  {'':>3} {by_part}")
         if p.iteration_time_interval_s:
             print(f"  {'':>3} {interval_line(p)}")
     print_estimates([o.prediction for o in plan.options[:top]])

@@ -251,6 +251,7 @@ def print_ranges(rows, ranges) -> None:
         print(f"    {r.technique:<10} {host_list(r.hosts):<8} {fmt_duration(g['low']):>10} .. {fmt_duration(g['high']):<10} "
               f"(median {fmt_duration(g['median'])})")
 
+
 def describe_cluster(cluster) -> str:
     if len(cluster.hosts) <= 4:
         hosts = ", ".join(f"{h.name}: {len(h.gpus)}x {h.gpus[0].name} @{h.site}" for h in cluster.hosts)
@@ -265,9 +266,9 @@ def describe_cluster(cluster) -> str:
     return f"{hosts}; RTT {shown} ms" + (" (estimated from distance)" if estimated else "")
 
 
-def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=(), layout: bool = False,
-                by_part: bool = False) -> None:
-    cluster, model, workload = case.cluster, case.model, case.workload
+def print_verdict_head(cluster, plan, notes=()) -> None:
+    """What predict and plan print first about a cluster: its hosts, the verdict, its notes and why
+    Algorithm 1 differs."""
     print(f"\n{cluster.name}  ({describe_cluster(cluster)})")
     print(f"  {plan.verdict('verdict')}")
     for note in notes:
@@ -275,6 +276,12 @@ def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=
     why = plan.why_algorithm1_differs()
     if why:
         print(f"  why Algorithm 1 differs: {why}")
+
+
+def print_slice(case, plan, rows: list[Prediction], targets, ranges=None, notes=(), layout: bool = False,
+                by_part: bool = False) -> None:
+    cluster, model, workload = case.cluster, case.model, case.workload
+    print_verdict_head(cluster, plan, notes)
     print(f"  {model.name}, {workload.epochs} epochs of {workload.tokens_per_epoch:,} tokens, batch {workload.global_batch} "
           f"x {workload.seq_len}, {workload.microbatches} microbatches, {workload.precision}{', remat' if workload.checkpointing else ''}, runtime "
           f"{workload.runtime}; params: "
@@ -308,8 +315,9 @@ def print_table(cluster, workload, rows: list[Prediction], by_part: bool = False
         vms = host_list(r.hosts)
         if not r.ok:
             print(f"  {r.technique:<10} {vms:<8} fails: {r.reason}")
-            if by_part and memory_by_part_line(r):
-                print(f"  {'':<10} {'':<8} {memory_by_part_line(r)}")
+            parts = memory_by_part_line(r, by_part)
+            if parts:
+                print(f"  {'':<10} {'':<8} {parts}")
             continue
         b = r.run_breakdown
         share = [100 * v / r.total_time_s for v in (b.compute_s, b.exposed_comm_s, b.bubble_s, b.overhead_s)]
@@ -320,16 +328,20 @@ def print_table(cluster, workload, rows: list[Prediction], by_part: bool = False
         print(f"  {r.technique:<10} {vms:<8} {fmt_duration(r.total_time_s):>10} {fmt_duration(r.time_per_epoch_s):>10} "
               f"{r.tflops_per_gpu:>8.2f} {r.peak_memory_gib:>5.1f} GiB  "
               f"{share[0]:>6.0f}% {share[1]:>4.0f}% {share[2]:>5.0f}% {share[3]:>4.0f}%  {measured}")
-        if r.memory_note:
-            print(f"  {'':<10} {'':<8} memory: {r.memory_note}")
-        groups = memory_parts_line(r)
-        if groups:
-            print(f"  {'':<10} {'':<8} {groups}")
-        if by_part and memory_by_part_line(r):
-            print(f"  {'':<10} {'':<8} {memory_by_part_line(r)}")
+        print_memory_lines(r, by_part)
         if r.iteration_time_interval_s:
             print(f"  {'':<10} {'':<8} {interval_line(r)}")
     print_estimates(rows)
+
+
+def print_memory_lines(r: Prediction, by_part: bool, indent: str = "  ") -> None:
+    """Under a row: its memory note, and its memory by part (asked, or a sharded layout's)."""
+    pad = f"{indent}{'':<10} {'':<8}"
+    if r.memory_note:
+        print(f"{pad} memory: {r.memory_note}")
+    parts = memory_by_part_line(r, by_part)
+    if parts:
+        print(f"{pad} {parts}")
 
 
 def window_notes(rows) -> list[str]:
@@ -357,15 +369,6 @@ def print_estimates(rows, indent: str = "  ") -> None:
         print(f"{indent}estimate: {phrase} (no measured or published entry; docs/reference/runtimes.md, \"Efficiency per GPU generation\")")
 
 
-def memory_parts_line(r: Prediction) -> str:
-    """The busiest GPU's memory by part, where the layout gathers units whole (a sharded model: FSDP): its
-    shards, the units gathered, the activations; '' for the others' rows."""
-    peak = max(r.memory, key=lambda m: m.need_gib, default=None)
-    if peak is None or peak.groups_gib is None:
-        return ""
-    return "memory per GPU: " + ", ".join(f"{name} {gib:.1f} GiB" for name, gib in peak.groups_gib.items())
-
-
 def print_targets(rows, plan, by_part: bool = False) -> None:
     """Low-communication techniques on time to target, beside Data and the verdict's best."""
     if not rows:
@@ -383,14 +386,12 @@ def print_targets(rows, plan, by_part: bool = False) -> None:
         source = t["token_efficiency_source"].replace(f"{r_params_source(t)} ", "")
         print(f"    {r.technique:<10} {host_list(r.hosts):<8} {fmt_duration(t['time_to_target_s']):>10}  "
               f"{t['token_efficiency']:>10.3g}  {versus:>10}  {source}{twin}")
-        if r.memory_note:
-            print(f"    {'':<10} {'':<8} memory: {r.memory_note}")
-        if by_part and memory_by_part_line(r):
-            print(f"    {'':<10} {'':<8} {memory_by_part_line(r)}")
+        print_memory_lines(r, by_part, "    ")
     for r in (r for r, _ in rows if not r.ok):  # why, in the table: not only in --json
         print(f"    {r.technique:<10} {host_list(r.hosts):<8} does not run: {r.reason}")
-        if by_part and memory_by_part_line(r):
-            print(f"    {'':<10} {'':<8} {memory_by_part_line(r)}")
+        parts = memory_by_part_line(r, by_part)
+        if parts:
+            print(f"    {'':<10} {'':<8} {parts}")
 
 
 def r_params_source(fields: dict) -> str:

@@ -144,8 +144,9 @@ def run(args) -> int:
             plan = plan_at(case)
             verdict, why = plan.verdict("verdict"), plan.why_algorithm1_differs()
             notes += plan_notes(plan)
-            if args.memory_parts and plan.best and memory_by_part_line(plan.best.prediction):
-                parts = f"verdict's {memory_by_part_line(plan.best.prediction)}"
+            by_part = plan.best and memory_by_part_line(plan.best.prediction, args.memory_parts)
+            if by_part:
+                parts = f"verdict's {by_part}"
         doc = {"scenario": cluster.name, "model": model.name, "verdict": verdict, "why_algorithm1_differs": why,
                "verdict_notes": notes, **selection.to_dict(),
                **estimates_of(case, selection, predicted=not (args.live or args.records))}

@@ -304,3 +304,12 @@ def site_groups(case: Case, hosts: tuple[str, ...]) -> list[tuple[str, ...]] | N
     and from a single replica: several sites, one of them with several hosts; else None."""
     groups = by_site(case, hosts)
     return groups if len(groups) > 1 and any(len(g) > 1 for g in groups) else None
+
+
+def jax_placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
+    """How live's low-communication step places a replica on a device, for the memory model: Data's
+    placement (each replica trains data parallel) plus 8 bytes a parameter, the fp32 outer parameters
+    and the outer momentum (DiLoCo) or the error-feedback buffer (SparseLoCo), counted whole on every
+    device: an upper bound, the buffer is sharded over a replica's devices."""
+    inner = data_technique.jax_placement(model, global_batch, microbatches, devices)
+    return replace(inner, extra_state_bytes=8.0 * model.num_params)

@@ -267,30 +267,26 @@ def _backward(rank, unit: _Unit, L: int, reshard: bool) -> list:
     return ops + list(unit.collective("reduce_scatter", "fsdp-rs-0"))
 
 
+def _hops(rank, unit: _Unit, tag: tuple, gather_hop: str | bool, reduce_hop: str | bool) -> tuple[list, list]:
+    """The sends and receives of one hop of the all-gather (if `gather_hop` names it) and then one of the
+    reduce-scatter (if `reduce_hop` does)."""
+    sends, recvs = [], []
+    for kind, hop in (("ag", gather_hop), ("rs", reduce_hop)):
+        if hop:
+            s, r = unit.phase(rank, kind, hop, tag)
+            sends += s
+            recvs += r
+    return sends, recvs
+
+
 def _overlap(rank, unit: _Unit, phase: str, parts: tuple[str, str], gather: bool, reduce: bool,
              tag: tuple = ()) -> list:
     """A unit's compute in its two halves, a neighbour's all-gather (rail hop, then host hop) and another's
     reduce-scatter (host hop, then rail hop) travelling meanwhile, each hop's receives where the GPU next
     needs them."""
-    first_sends, first_recvs, second = [], [], []
-    if gather:
-        sends, recvs = unit.phase(rank, "ag", "rail", tag)
-        first_sends += sends
-        first_recvs += recvs
-    if reduce:
-        sends, recvs = unit.phase(rank, "rs", "local", tag)
-        first_sends += sends
-        first_recvs += recvs
+    first_sends, first_recvs = _hops(rank, unit, tag, gather and "rail", reduce and "local")
+    second, second_recvs = _hops(rank, unit, tag, gather and "local", reduce and "rail")
     ops = first_sends + [unit.compute(phase, parts[0])] + first_recvs
-    second_recvs = []
-    if gather:
-        sends, recvs = unit.phase(rank, "ag", "local", tag)
-        second += sends
-        second_recvs += recvs
-    if reduce:
-        sends, recvs = unit.phase(rank, "rs", "rail", tag)
-        second += sends
-        second_recvs += recvs
     return ops + second + [unit.compute(phase, parts[1])] + second_recvs
 
 

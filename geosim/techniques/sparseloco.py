@@ -27,6 +27,7 @@ from geosim.inputs.case import Case
 from geosim.techniques import _floor
 from geosim.techniques._base import check_dims, devices_of
 from geosim.techniques._settings import tunable
+from geosim.techniques._lowcomm import jax_placement  # noqa: F401 (live's memory model asks it)
 from geosim.techniques._lowcomm import layout_options, plan_variants  # noqa: F401 (the registry's)
 from geosim.techniques._lowcomm import LIVE_DEFAULTS, outer_lr_tunable, outer_momentum_tunable, replicas_option
 from geosim.techniques._lowcomm import (ERROR_FEEDBACK_BYTES, OUTER_COPY_BYTES, assemble, single_host_replicas,

@@ -213,11 +213,10 @@ def cpu_correction(case: dict, devices: int) -> float:
 
     if case["precision"] != "fp32":
         raise ValueError("16-bit cases are compared on XLA's GPU compiler only (the CPU widens them to fp32)")
-    from geosim.live.registry import live_module
+    from geosim.live.registry import placement as placement_of
 
     model = Model(name=case["model"], **case["dims"]) if case.get("dims") else get_model(case["model"])
-    module = live_module(case["technique"])
-    placement = module.placement(model, case["global_batch"], case["microbatches"], devices, case.get("stages"))
+    placement = placement_of(case["technique"])(model, case["global_batch"], case["microbatches"], devices, case.get("stages"))
     if not placement.tree_accumulator and devices > 1:  # a reduce-scatter into a flat shard, on GPUs
         return 4.0 * placement.microbatch_grads * (1 - 1 / devices)
     return 0.0

@@ -17,17 +17,16 @@ def layout(technique: str, *, n_layer: int, n_embd: int, n_head: int, vocab: int
            global_batch: int, microbatches: int, devices: int, stages: int | None = None, remat: bool = False,
            replicas: int | None = None, architecture: str = "") -> dict[str, float]:
     """Bytes one device holds at the step's peak, by part (weights, optimizer, activations, ...): the
-    technique's placement (live/train/techniques/<name>.py) through the simulator's memory model.
+    technique's placement (the simulator's geosim/techniques/<name>.py jax_placement) through the simulator's memory model.
     `replicas` is accepted for the low-communication techniques' callers (their replicas train data
     parallel, which is how their placement lays them out). `architecture`: the GPU generation XLA compiles
     for (its fusions keep different residuals: geosim/data/generations.toml, jax_score_16bit_values)."""
-    from geosim.live.registry import live_module
+    from geosim.live.registry import placement as placement_of
     from geosim.sim.memory_layout import LayoutOptions, live_step
     from geosim.inputs.specs import Model
 
     model = Model(name="live", n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab=vocab, n_ctx=n_ctx)
-    module = live_module(technique)
-    placement = module.placement(model, global_batch, microbatches, devices, stages)
+    placement = placement_of(technique)(model, global_batch, microbatches, devices, stages)
     return live_step(model, placement, n_ctx, microbatches, LayoutOptions(precision=precision, remat=remat,
                                                                          workspace_bytes=0.0, architecture=architecture))
 

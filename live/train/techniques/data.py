@@ -54,10 +54,3 @@ class Data(Technique):
 
 
 TECHNIQUE = Data
-
-
-def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
-    """This step's placement for the memory model: the simulator's technique says it (one place for both)."""
-    from geosim.techniques.data import jax_placement
-
-    return jax_placement(model, global_batch, microbatches, devices, stages)

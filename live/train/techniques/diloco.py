@@ -226,14 +226,3 @@ class DiLoCo(Technique):
 
 
 TECHNIQUE = DiLoCo
-
-
-def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
-    """Data's placement (each replica trains data parallel) plus the outer parameters and the outer
-    momentum, fp32."""
-    from dataclasses import replace
-
-    from geosim.techniques.data import jax_placement as data_placement
-
-    inner = data_placement(model, global_batch, microbatches, devices)
-    return replace(inner, extra_state_bytes=8.0 * model.num_params)

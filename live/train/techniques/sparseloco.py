@@ -34,10 +34,6 @@ from jax.sharding import PartitionSpec as P
 from geosim.base.errors import GeosimError
 from geosim.live.train.lowcomm import BITS
 from geosim.live.train.techniques.diloco import DiLoCo
-# Data's placement plus 8 bytes a parameter, as DiLoCo's: the fp32 outer parameters and, where DiLoCo keeps its
-# outer momentum, the fp32 error-feedback buffer (counted whole on every device: an upper bound, the buffer is
-# sharded over a replica's devices)
-from geosim.live.train.techniques.diloco import placement  # noqa: F401 (the live registry's)
 
 
 def kept_per_chunk(topk: float, chunk: int) -> int:

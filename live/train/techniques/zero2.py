@@ -83,10 +83,3 @@ class Zero2(Technique):
 
 
 TECHNIQUE = Zero2
-
-
-def placement(model, global_batch: int, microbatches: int, devices: int, stages: int | None = None):
-    """This step's placement for the memory model: the simulator's technique says it (one place for both)."""
-    from geosim.techniques.zero2 import jax_placement
-
-    return jax_placement(model, global_batch, microbatches, devices, stages)
