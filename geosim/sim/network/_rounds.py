@@ -11,10 +11,10 @@ bits on an array element as on a Python float, so every time is the scalar walk'
 
 Only the common case runs on arrays: a route without a token bucket, and a windowed TCP flow not
 restarting after idling whose window is at its largest or already holds the message (slow start's
-loop would not run). A sender in slow start or
-restarting (its first sends, a connection idle past the retransmission timeout) is priced by the
-model's own `flow_time` on a scratch connection, the same code the scalar walk runs; a collective
-over a rate-limited hop is walked send by send. The state is read from the model when the
+loop would not run). A sender in slow start or restarting (its first sends, a connection idle past
+the retransmission timeout) is priced by the model's own `flow_time` on a scratch connection; a
+collective over a rate-limited hop is walked send by send. Once nothing changes but the times, the
+rounds take a shorter form (_steady_rounds), in blocks. The state is read from the model when the
 collective starts and written back when it ends (free_at, each connection's window and last
 activity, each sender's bytes and transfers), as the scalar walk would have left it; no other
 transfer runs in between (the engine asks collective_ends between events).
@@ -252,10 +252,8 @@ def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart
     exactly: adding a number is monotone in IEEE-754 (round to nearest), so fl(s + a) and fl(s + b)
     keep the order of a and b, and the larger of the two sums is the sum with the larger. Returns how
     many rounds it ran: 0 where a sender's hops differ or its window is not settled; it stops before a
-    round in which a connection would restart after idling (_round runs that one).
-
-    After its first round the rounds run in blocks (_block) whose checks are made once, after the
-    block, on the clocks it kept: a block whose checks fail is run again round by round (_careful)."""
+    round in which a connection would restart after idling (_round runs that one). After its first
+    round, blocks (_block) checked once after each (a block that fails runs again: _careful, in full)."""
     hops, all_conns = phase.hops, phase.all_conns
     table = free[hops]
     backlog = table[0] if len(table) == 1 else table.max(axis=0)
@@ -305,11 +303,10 @@ def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart
             state[1] = last
         else:
             active[phase.conns] = last
-        if window is not None:
-            if all_conns:
-                state[0] = window
-            else:
-                cwnd[phase.conns] = window
+        if window is not None and all_conns:
+            state[0] = window
+        elif window is not None:
+            cwnd[phase.conns] = window
         state[2] = now
     return ran
 
@@ -373,10 +370,9 @@ def _block(phase: _Phase, sources, block: int, backlog, last, now, prev, longest
 def _no_restart(phase: _Phase, clocks, block: int, scratch) -> bool:
     """Whether no connection restarted in a block's rounds, from its clocks alone: a sender's idle time
     before round r, start - last, is at most its clock's advance since round r - 1 (last, its send of
-    round r - 1 done, is past that round's now + lead; start is now + lead or last) plus the roundings of
-    the two sums and the difference (each under 2^-52 of the largest time). So where every advance is
-    below the smallest restart time by more than those, none restarts (a check of the whole block in
-    two array operations instead of three a round); where it is not, the block runs round by round."""
+    round r - 1 done, is past that round's now + lead; start is now + lead or last) plus the roundings
+    of the two sums and the difference (each under 2^-52 of the largest time): every advance below the
+    smallest restart time by more than those, none restarts (two array operations a block)."""
     advance = np.subtract(clocks[1:block + 1], clocks[:block], out=scratch[:block]).max()
     largest = clocks[block + 1].max() + phase.lead_max
     return advance <= phase.rto_min * (1 - 1e-12) - 1e-14 * (largest + 1.0)
