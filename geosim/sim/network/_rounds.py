@@ -34,8 +34,8 @@ class _Phase:
     """What one round's sends are made of, as arrays over the senders (in group order): a ring phase's
     rounds all send the same bytes to the same peers, so they share one."""
 
-    __slots__ = ("lead", "lead_max", "rto_min", "permuted", "serialize", "nbytes", "one_way", "overhead", "hops", "conns", "all_conns", "any_windowed",
-                 "routes", "w_max", "w_rto", "w_bytes_rtt", "w_slow_below", "counted")
+    __slots__ = ("lead", "lead_max", "rto_min", "permuted", "serialize", "nbytes", "one_way", "overhead", "hops", "conns",
+                 "all_conns", "any_windowed", "routes", "w_max", "w_rto", "w_bytes_rtt", "w_slow_below", "counted")
 
     def __init__(self, net, sends, hop_index: dict, conn_index: dict):
         routes = [net.route(rank, dst) for rank, dst, _, _, _ in sends]
@@ -269,8 +269,7 @@ def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart
         longest = np.maximum(phase.serialize, phase.w_bytes_rtt / window)
         check_restart = restart_on
     ran, prev = 0, None  # prev: each rank's clock when the round before started (None: none in this call)
-    # a block's clocks and its checks' scratch, made once a call: arrays of 100 kB and more made and freed
-    # every block are the allocator's mmap and munmap each time (glibc), which cost more than the rounds
+    # made once a call: 100 kB arrays made and freed a block were glibc's mmap and munmap each time
     buffers = [np.empty((BLOCK + 2, len(now))), np.empty((BLOCK + 2, len(now)))]
     scratch = np.empty((BLOCK, len(now)))
     careful, short, idle_hops = False, phase.permuted, True
@@ -282,7 +281,10 @@ def _steady_rounds(phase: _Phase, sources, most: int, free, state: list, restart
             (backlog, last, now), prev, ran = stepped, now, ran + 1
             continue
         block = min(BLOCK, most - ran)
-        clocks = buffers[0] if prev.base is not buffers[0] else buffers[1]  # not the one prev and now are in
+        held = (prev.base, now.base)  # a buffer prev or now is a row of is not written over
+        clocks = buffers[0] if all(b is not buffers[0] for b in held) else buffers[1]
+        if any(b is clocks for b in held):
+            clocks = np.empty_like(clocks)
         kept = _block(phase, sources, block, backlog, last, now, prev, longest, short, idle_hops, clocks)
         if check_restart and not _no_restart(phase, clocks, block, scratch):
             careful = True  # rounds far apart: each checked on its own from here
@@ -315,8 +317,7 @@ BLOCK = 16  # rounds whose checks _steady_rounds makes at once, after them
 
 
 def _careful(phase: _Phase, sources, backlog, last, now, longest, check_restart: bool):
-    """One steady round, its restart checked first: (backlog, last activity, clock) after it, or None
-    where a connection would restart."""
+    """One steady round, its restart checked first: (backlog, last activity, clock), or None (a restart)."""
     maximum = np.maximum
     start = maximum(now + phase.lead, last)
     if check_restart and ((start - last) > phase.w_rto).any():
@@ -337,14 +338,13 @@ def _block(phase: _Phase, sources, block: int, backlog, last, now, prev, longest
            clocks):
     """`block` steady rounds without their checks: (backlog, last activity) after them, and in `clocks` (a
     block + 2 by ranks array) clocks[0] each rank's clock at the round before, clocks[1] at the first,
-    clocks[r + 2] after round r. `short`:
-    the arrival as done + one_way + overhead, without send_at's caller's `now + (... - now)`, which is
-    the same number where the subtraction is exact (Sterbenz: y / 2 <= x <= 2 y); the caller checks
-    that it was (every arrival is at most the largest clock after the block, every clock at least the
-    least before it: largest <= 2 x least). `idle_hops`: each sender's hops free when it sends (its
-    backlog at most its clock), so the backlog after a send is now + serialize and never later than
-    start + longest (start >= now, longest >= serialize: monotone again), done is start + longest,
-    and no backlog is kept a round; the caller checks that each backlog was at most the next clock."""
+    clocks[r + 2] after round r. `short`: the arrival as done + one_way + overhead, without send_at's
+    caller's `now + (... - now)`, the same number where the subtraction is exact (Sterbenz: y / 2 <= x
+    <= 2 y); the caller checks that it was (every arrival is at most the largest clock after the block,
+    every clock at least the least before it: largest <= 2 x least). `idle_hops`: each sender's hops
+    free when it sends (its backlog at most its clock), so the backlog after a send is now + serialize,
+    never later than start + longest (start >= now, longest >= serialize: monotone again), done is
+    start + longest, no backlog is kept a round; the caller checks each backlog against the next clock."""
     maximum = np.maximum
     lead, serialize, one_way, overhead = phase.lead, phase.serialize, phase.one_way, phase.overhead
     clocks[0], clocks[1] = prev, now

@@ -183,7 +183,7 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         self._routes: dict[tuple[int, int], Route] = {}
         self.connections: dict[tuple[int, int], Connection] = {}
         self._pairs: dict[tuple[int, int], tuple[Route, Connection]] = {}  # what send() looks up
-        self._by_sender: dict[int, list[Connection]] = {}  # shift_connections' index of connections by sender
+        self._by_sender: dict[int, list[tuple[int, int]]] = {}  # shift_connections' index of connections by sender
         self._by_sender_count = 0  # how many connections it holds (they are only ever added)
         self.host_window = {h.name: w for h in cluster.hosts if (w := host_window(h, self.settings))}
 
@@ -346,11 +346,12 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         # connections were opened since (a walk over all of them per rank was 7 s of a 1,024-GPU Shard row)
         connections = self.connections
         if self._by_sender_count != len(connections):
-            by_sender: dict[int, list[Connection]] = {}
-            for (sender, _), conn in connections.items():
-                by_sender.setdefault(sender, []).append(conn)
+            by_sender: dict[int, list[tuple[int, int]]] = {}
+            for key in connections:
+                by_sender.setdefault(key[0], []).append(key)
             self._by_sender, self._by_sender_count = by_sender, len(connections)
-        for conn in self._by_sender.get(src, ()):
+        for key in self._by_sender.get(src, ()):
+            conn = connections[key]
             if conn.last_active >= since:
                 conn.last_active += delta
 
