@@ -70,6 +70,13 @@ def fuzz_examples(share: float = 1.0) -> int:
     return max(10, round(FUZZ_EXAMPLES.get(settings._current_profile, 150) * share))
 
 
+def examples(full: int, quick: int) -> int:
+    """A property test's example count: `full` under the ci and search profiles (what .ci/run's whole
+    suite runs), `quick` under the default profile (a developer's run and the quick tier). Only for
+    properties that still hold meaning at the smaller count (each example a whole random cluster)."""
+    return quick if settings._current_profile == "default" else full
+
+
 def default_sigint() -> None:
     """preexec_fn for a child process a test interrupts: SIGINT back to its default disposition.
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from geosim.inputs.scenario import load_scenario
 
-from conftest import run_cli as run
+from conftest import examples, run_cli as run
 
 DATA = Path(__file__).parent / "data"
 THREE_VMS = DATA / "three-vms.toml"
@@ -97,7 +97,7 @@ def asked_clusters(draw):
     return _cluster_toml(n, gpus, sites), spec
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12, 6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(asked_clusters())
 def test_every_row_is_an_asked_host_set_on_random_clusters(tmp_path, drawn):
     text, spec = drawn

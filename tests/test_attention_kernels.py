@@ -86,6 +86,7 @@ def test_one_command_refits_and_writes_the_table(tmp_path, capsys):
     assert ak.main([]) == 2 and "one of them" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # ~1.6 s of CPU: JAX compiles and times the kernels on this CPU
 def test_jax_attention_sweep_runs_for_real_on_this_cpu(tmp_path):
     records = ak.measure_jax([(64, 64)], repeats=2, tokens=64)
     assert {(r["kernel"], r["direction"]) for r in records} == {("unfused", "forward"), ("unfused", "backward")}

@@ -97,11 +97,12 @@ def _every_subcommand_parser():
 def test_every_numeric_flag_has_an_explicit_bound():
     """A new numeric flag must get its bound (and its reason) in its command module's FLAG_BOUNDS,
     which docs/reference/cli.md lists; the fallback only stops NaN, inf and absurd sizes."""
-    missing = [f"{path} {flag}" for path, p in _every_subcommand_parser() for flag, _ in numeric_actions(p)
+    parsers = list(_every_subcommand_parser())  # built once (it was rebuilt for every declared bound)
+    missing = [f"{path} {flag}" for path, p in parsers for flag, _ in numeric_actions(p)
                if flag not in FLAG_BOUNDS.get(path, {})]
     assert missing == []
     stale = [f"{path} {flag}" for path, bounds in FLAG_BOUNDS.items() for flag in bounds
-             if flag not in {f for q, p in _every_subcommand_parser() if q == path for f, _ in numeric_actions(p)}]
+             if flag not in {f for q, p in parsers if q == path for f, _ in numeric_actions(p)}]
     assert stale == []
     for bounds in FLAG_BOUNDS.values():
         assert all(b.why and b.low <= b.high for b in bounds.values())

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from geosim.cli import main
 from geosim.base.errors import GeosimError
@@ -463,8 +464,10 @@ def test_a_side_file_that_is_no_regular_samples_file_is_one_line_and_never_quote
         os.mkfifo(target)
     if kind == "secret":
         Path(target).write_text(secret + "\n")
-    code, out, err = geosim_process(["predict", "--scenario", str(samples_scenario(tmp_path, target))],
-                                    GEOSIM_PROBE_SECRET="hunter2")
+    argv = ["predict", "--scenario", str(samples_scenario(tmp_path, target))]
+    # a device, a FIFO and /proc/self/environ (which holds the child's GEOSIM_PROBE_SECRET) need a process
+    # of their own; a plain file the reader refuses is the same refusal in this process
+    code, out, err = run_cli(argv) if kind == "secret" else geosim_process(argv, GEOSIM_PROBE_SECRET="hunter2")
     one_line_error(code, err, "bandwidth_samples")
     assert secret not in err and "s3cr3t" not in err and "hunter2" not in err and "PATH=" not in err
 
@@ -483,7 +486,8 @@ def test_wan_public_reads_only_a_regular_bounded_utf8_file(tmp_path, kind):
             f.truncate(SMALL_TEXT_MAX_BYTES + 1)
     else:
         path.write_bytes(IPERF_HEAD.encode() + b"\xff\xfe,\n")
-    code, _, err = geosim_process(["calibrate", "wan-public", str(path)], timeout=30)
+    argv = ["calibrate", "wan-public", str(path)]  # a device or FIFO in a process of its own: a hang times out
+    code, _, err = geosim_process(argv, timeout=30) if kind in ("device", "fifo") else run_cli(argv)
     one_line_error(code, err, str(path), {"device": "a device", "fifo": "a FIFO", "huge": "larger than",
                                           "not-utf8": "not UTF-8"}[kind])
 

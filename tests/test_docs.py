@@ -21,6 +21,10 @@ The convention (README.md, "Documentation map"):
 - Each block runs in a fresh temporary directory holding the page's files, with this
   environment's bin directory first on PATH (its `geosim`, its `python`) and this checkout's
   `geosim` package first on PYTHONPATH; a leading `sudo ` is dropped (the block is `root`).
+  A plain `geosim` command of a subcommand that only reads and prints (IN_PROCESS: no shell
+  syntax, no pipes, no workers it forks) runs in this process instead, in that directory and
+  with the same environment: the same exit code, stdout and stderr, without a Python start and
+  geosim's imports each (most of such a command's time). Every other command runs in bash.
 
 Commands in fences without `$ ` are not allowed in these pages (test_no_command_hides_from_the_test):
 every command a reader may copy is run here.
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
@@ -134,8 +139,34 @@ def split_commands(body: list[str]) -> list[Command]:
     return commands
 
 
+# subcommands that read their inputs and print an answer (or write the file they are asked for):
+# nothing forked, no state left in the process; their plain commands run in this process
+IN_PROCESS = {"predict", "plan", "select", "trace", "models", "sites"}
+SHELL_SYNTAX = re.compile(r"[|&;<>()$`\\*?~{}\[\]#\n]")
+
+
+def in_process_argv(text: str) -> list[str] | None:
+    """The arguments of a plain `geosim SUBCOMMAND ...` command of IN_PROCESS; None for anything a
+    shell must run (pipes, redirections, globs, variables, `;`, another program)."""
+    text = text.replace("\\\n", " ")  # a continued line is one command
+    if SHELL_SYNTAX.search(text):
+        return None
+    argv = shlex.split(text)
+    return argv[1:] if len(argv) > 1 and argv[0] == "geosim" and argv[1] in IN_PROCESS else None
+
+
 def run_command(block: Block, command: Command, cwd: Path) -> subprocess.CompletedProcess:
     """One command of a block as a reader would run it (a leading `sudo ` dropped: the block is `root`)."""
+    argv = in_process_argv(command.text)
+    if argv is not None:
+        with pytest.MonkeyPatch.context() as patch:  # (tools/refresh_docs_outputs.py calls this too)
+            for name, value in environment().items():
+                if os.environ.get(name) != value and name not in ("PATH", "PYTHONPATH"):
+                    patch.setenv(name, value)
+            patch.delenv("GEOSIM_WAN_STATE", raising=False)
+            patch.chdir(cwd)
+            code, out, err = run_cli(argv)
+        return subprocess.CompletedProcess(argv, code, out, err)
     return subprocess.run(["bash", "-o", "pipefail", "-c", command.text.removeprefix("sudo ")], cwd=cwd,
                           env=environment(), capture_output=True, text=True,
                           timeout=block.options.get("timeout", DEFAULT_TIMEOUT_S))

@@ -3,6 +3,7 @@ built with fablib's own classes (offline), and what `geosim fabric` says without
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from conftest import run_cli
 
 from geosim.fabric.nodes import _split_rc
 from geosim.fabric.provision import parse_ping_rtt_ms
@@ -21,6 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def geosim(*args, env=None, timeout=120):
+    """`geosim ARGS` from the checkout's root: in this process (the same exit code, stdout and stderr,
+    without a Python start and geosim's imports each), or as a real process where a test gives it its
+    own environment (a PYTHONPATH that hides an extra)."""
+    if env is None:
+        with contextlib.chdir(ROOT):
+            code, out, err = run_cli(list(args))
+        return subprocess.CompletedProcess(list(args), code, out, err)
     return subprocess.run([sys.executable, "-m", "geosim", *args], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=ROOT)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,9 +76,10 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> list[Import]:
     return found
 
 
-def all_imports() -> list[Import]:
+@functools.cache  # six tests read the one import graph: the sources are parsed once per session
+def all_imports() -> tuple[Import, ...]:
     known = modules()
-    return [i for name, path in known.items() for i in imports_of(name, path, known)]
+    return tuple(i for name, path in known.items() for i in imports_of(name, path, known))
 
 
 def patterns_table(marker: str) -> list[tuple[list[str], str]]:

@@ -62,6 +62,7 @@ def test_tiny_on_xla_gpu_compiler_16_bit_and_remat():
 BLOCKS = {"n_layer": 4, "n_embd": 512, "n_head": 8, "vocab": 4096, "n_ctx": 512}
 
 
+@pytest.mark.slow  # ~7 s on 2 cores: one XLA compilation of a two-stage pipeline
 def test_pipeline_blocks_in_a_scan_keep_jax_residual_list_on_cpu():
     """live's pipeline runs each stage's blocks in a scan inside the scan over ticks: the stacked residuals
     are JAX's own list per block (memory_layout.JAX_SCANNED_*), which the CPU's buffer assignment shows as

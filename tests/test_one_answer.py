@@ -33,7 +33,10 @@ def first_lines(text: str) -> list[tuple[str, str]]:
             if line == "" and lines[i + 1] and not lines[i + 1].startswith(" ") and lines[i + 2].startswith("  verdict:")]
 
 
-@pytest.mark.parametrize("techniques", [[], ["--technique", "all"]], ids=["default", "all"])
+# every technique on every slice, three commands: ~2 s of CPU (slow: the whole suite runs it; the default
+# techniques' run below is the quick tier's check of the same rule)
+@pytest.mark.parametrize("techniques", [[], pytest.param(["--technique", "all"], marks=pytest.mark.slow)],
+                         ids=["default", "all"])
 def test_predict_select_and_plan_print_the_same_first_line_for_every_builtin_slice(techniques):
     answers = {command: first_lines(run(command, *techniques)) for command in COMMANDS}
     assert [header.split()[0] for header, _ in answers["predict"]] == [s.upper() for s in BUILTIN_SCENARIOS]
@@ -213,6 +216,7 @@ def test_case6_rows_failing_on_divisibility_are_offered_at_another_count_or_why_
     assert any(n.startswith("Data on a fails at 4 microbatches") for n in doc["verdict_notes"])
 
 
+@pytest.mark.slow  # ~2 s of CPU: six random clusters, three commands each (the case tests above stay quick)
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_property_the_verdict_is_never_slower_than_a_row_and_the_commands_agree(tmp_path_factory, data):

@@ -88,6 +88,7 @@ def test_the_plan_says_what_it_weighed_simulated_and_how_long(capsys):
     assert "options weighed" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # ~5 s of CPU: the 128-GPU search simulates its options
 def test_floors_stay_under_predictions_on_a_large_cluster():
     """The floors that prune a 128-GPU cluster's options (geosim.techniques._floor, pipeshard's)
     never exceed the prediction: checked on the options the search simulates."""
