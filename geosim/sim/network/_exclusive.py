@@ -259,9 +259,20 @@ class ExclusiveLinks:
 
     def _hop_image(self, image) -> dict[int, int] | None:
         hop_image: dict[int, int] = {}
+        # each route's cost once: the symmetry's search asks this for every shift it tries, and a planner's
+        # search for every option (_cost of both routes of every pair each time was 8 s of a 1,024-GPU
+        # question). By the route's identity, the entry holding the route (a route is not changed once made)
+        costs = self.__dict__.setdefault("_route_costs", {})
+
+        def cost(route) -> tuple:
+            known = costs.get(id(route))
+            if known is None or known[0] is not route:
+                known = costs[id(route)] = (route, _cost(route))
+            return known[1]
+
         for src, dst in self._pairs_used:
             mine, theirs = self.route(src, dst), self.route(image(src), image(dst))
-            if len(mine.hops) != len(theirs.hops) or _cost(mine) != _cost(theirs):
+            if len(mine.hops) != len(theirs.hops) or cost(mine) != cost(theirs):
                 return None
             for hop, other in zip(mine.hops, theirs.hops):
                 if hop_image.setdefault(hop, other) != other:
