@@ -26,11 +26,13 @@ from geosim.sim.engine import SIMULATED_REPETITIONS
 from geosim.sim.schedule import Collective, Repeat
 from geosim.techniques import simulation_rate
 
-# at the engine's fastest measured rate (4 million a second) 7 hours, at its slowest days. Counted per
-# prediction (4 iterations): GPT-3 6.7B on 1,024 GPUs is 84 million for Data and 1.7 billion for Shard
-# (a collective's steps grow with the square of the GPUs it spans), Pipeshard's 4,096 microbatches on
-# 4 GPUs 330 thousand (Repeat blocks keep microbatches cheap); Shard near the 8,192-GPU bound passes it
-MAX_PREDICTION_WORK = 100_000_000_000
+# Counted per prediction (4 iterations): GPT-3 6.7B on 1,024 GPUs is 84 million for Data and 1.7 billion for
+# Shard (a collective's steps grow with the square of the GPUs it spans), Pipeshard's 4,096 microbatches on
+# 4 GPUs 330 thousand (Repeat blocks keep microbatches cheap). 10 billion is minutes at the fastest rate
+# measured (Data's ring rounds priced at once on scale:1x512x16: 5.4 billion in 52 s of CPU, 2 shared
+# cores), hours at the slowest: issue 44 bounds a command by 60 s, and Data on 16,384 GPUs of one site
+# (21 billion) ran past 200 s; at 100 billion, the bound before, it passed
+MAX_PREDICTION_WORK = 10_000_000_000
 
 _STEPS = {"allreduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}  # steps per member, x (p - 1)
 
@@ -145,7 +147,7 @@ def too_costly(work: int) -> str | None:
         return None
     return (f"too large to simulate: about {work / 1e9:,.0f} billion simulated steps (ranks x ops x collective "
             f"steps x iterations), past the {MAX_PREDICTION_WORK / 1e9:,.0f} billion one prediction may take "
-            f"(hours); ask fewer microbatches, hosts or layers")
+            f"(minutes to hours); ask fewer microbatches, hosts or layers")
 
 
 # --- how long a prediction will take, from its work count (issue 47): a row that will take long says

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, replace
 
 from geosim.sim import memory_layout
-from geosim.cost import TooCostly, check_expansion, long_prediction, schedule_work, too_costly
+from geosim.cost import TooCostly, check_expansion, expected_seconds, long_prediction, schedule_work, too_costly
 from geosim.sim.engine import run_schedule
 from geosim.sim.network import network_model
 from geosim.sim.network.ideal import IdealNetwork
@@ -144,6 +144,10 @@ def _settled(run, tolerance: float = 1e-3) -> bool:
     return max(times) - min(times) <= tolerance * max(times)
 
 
+def _past(seconds: float, limit: float) -> float | None:
+    return seconds if seconds > limit else None
+
+
 def _memory_verdict(schedule, workload, params) -> tuple[list[GpuMemory], memory_layout.Verdict, GpuMemory]:
     """Each GPU's memory, the worst verdict (the least headroom for what is usable) and its GPU."""
     report = _memory_report(schedule)
@@ -166,7 +170,9 @@ def _memory_report(schedule) -> list[GpuMemory]:
 
 # question -> (the case it was asked about, its answer) while shared_predictions() is on
 _shared: ContextVar[dict | None] = ContextVar("shared_predictions", default=None)
-_defer_long: ContextVar[bool] = ContextVar("defer_long", default=False)
+# off (False), the rows' rule (True: geosim.cost.long_prediction), or the expected CPU seconds past which a
+# question is long (deferring_long's past_s)
+_defer_long: ContextVar[bool | float] = ContextVar("defer_long", default=False)
 # the schedules of questions deferred as long, by question, until they are asked again (deferring_long)
 _deferred: ContextVar[dict | None] = ContextVar("deferred_schedules", default=None)
 
@@ -181,10 +187,13 @@ class LongPrediction(Exception):
 
 
 @contextmanager
-def deferring_long():
+def deferring_long(past_s: float | None = None):
     """Within the block, predict() raises LongPrediction for a question it expects to take long (its
-    work count, geosim.cost), before simulating it, so a caller can answer the quick ones first."""
-    token, kept = _defer_long.set(True), _deferred.set({})
+    work count, geosim.cost), before simulating it, so a caller can answer the quick ones first.
+    `past_s`: expected CPU seconds past which a question is long (default: geosim.cost.long_prediction's
+    LONG_PREDICTION_S; 0 makes every question that would be simulated raise, after its build and its
+    memory check: what it would answer without simulating, for free)."""
+    token, kept = _defer_long.set(True if past_s is None else float(past_s)), _deferred.set({})
     try:
         yield
     finally:
@@ -326,7 +335,9 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         result.status, result.reason = "infeasible", reason
         result.wall_s = time.perf_counter() - started
         return result
-    if _defer_long.get() and (seconds := long_prediction(work, technique)) is not None:
+    rule = _defer_long.get()
+    if rule is not False and (seconds := (long_prediction(work, technique) if rule is True
+                                          else _past(expected_seconds(work, technique), rule))) is not None:
         deferred[asked] = schedule  # kept for the question's second asking (the case kept alive by the caller)
         raise LongPrediction(seconds, work)  # the caller runs its quick questions first (deferring_long)
 

@@ -579,6 +579,32 @@ def test_a_row_that_would_expand_gigabytes_of_steps_is_refused_before_building(s
     assert time.monotonic() - started < 60 and grown_mb < 1_000
 
 
+def test_a_question_on_thousands_of_gpus_is_bounded_by_what_it_would_simulate(capsys, monkeypatch):
+    """predict on scale:1xNx16 (N = 256..4096) spent 68 s to minutes in the planner's 2,048-GPU options and
+    in rows of 16,384+ GPUs. Now the row past the work bound is refused by its count, the planner leaves
+    each option it expects to take over PLANNER_LONG_S (geosim.cost's estimate) and says so, in seconds:
+    nothing simulated here is a planner option expected past the bound (figures for N = 256..4096:
+    docs/results/2026-11-28-verdict-speed.md)."""
+    from geosim import cost
+    from geosim.sim import engine
+    from geosim.studies import plan
+
+    simulated = []
+    real = engine.run_schedule
+    monkeypatch.setattr("geosim.predict.run_schedule", lambda s, c, *a, **k: simulated.append(
+        cost.expected_seconds(cost.schedule_work(s, 4), s.technique)) or real(s, c, *a, **k))
+    started = time.monotonic()
+    code, out, err = run(["predict", "--scenario", "scale:1x1024x16", "--technique", "data", "--hosts", "all",
+                          "--json"], capsys)
+    assert code == 0 and "Traceback" not in err and time.monotonic() - started < 30
+    [doc] = json.loads(out)["slices"]
+    [row] = doc["predictions"]
+    assert row["status"] == "infeasible" and "billion simulated steps" in row["reason"]
+    assert "options left unsimulated as too long" in doc["verdict"]
+    assert any("the planner left" in n and "--max-gpus" in n for n in doc["verdict_notes"])
+    assert all(seconds <= plan.PLANNER_LONG_S for seconds in simulated)
+
+
 def test_a_trace_counts_collective_steps_before_simulating(tmp_path, capsys):
     """trace on scale:1x64x16 said "about 4,096 events" (collective steps left out) and ran past 300 s."""
     started = time.monotonic()

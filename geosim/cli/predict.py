@@ -112,7 +112,7 @@ def _run(args) -> int:
         notes = ([n for n in [workload_note(scenario, model, args)] if n]
                  + verdict_notes(plan.best, rows, host_sets, progress, workload.microbatches,
                                  "--microbatches" if args.microbatches else "the workload's")
-                 + microbatch_alternatives(plan))
+                 + [n for n in [plan.long_line()] if n] + microbatch_alternatives(plan))
         slices.append((case, rows, plan, targets, notes))
         progress_of[id(case)] = progress
     ranges = _ranges(args, params, slices)

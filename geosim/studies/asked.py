@@ -159,6 +159,13 @@ def microbatch_alternatives(plan) -> list[str]:
 
     lines, never, runs = [], {}, {}
     for row, other in plan.retried:
+        if other is not None and not hasattr(other, "prediction"):  # plan.Unsimulated: runs, not simulated
+            counts = " or ".join(str(m) for m in other.microbatches)
+            best = "the verdict and its runner-up" if other.keep == 2 else f"the {other.keep} best options"
+            lines.append(f"{label(row.technique)} on {host_list(row.hosts)} fails at {row.workload.microbatches} "
+                         f"microbatches ({row.prediction.reason}); with {counts} it runs, not simulated: its floor, "
+                         f"{fmt_time(other.floor_s)}, already trails {best}")
+            continue
         if other is not None and not other.ok:
             lines.append(f"{label(row.technique)} on {host_list(row.hosts)} fails at {row.workload.microbatches} "
                          f"microbatches ({row.prediction.reason}); with {other.microbatches} the batch divides, but "
@@ -193,4 +200,4 @@ def microbatch_alternatives(plan) -> list[str]:
 def plan_notes(plan) -> list[str]:
     """The notes plan and select print under the verdict (predict adds verdict_notes' on its rows): a
     start-up-bound verdict, and asked rows that run at another microbatch count."""
-    return [n for n in [startup_note(plan.best)] if n] + microbatch_alternatives(plan)
+    return [n for n in [startup_note(plan.best), plan.long_line()] if n] + microbatch_alternatives(plan)

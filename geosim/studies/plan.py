@@ -7,7 +7,8 @@ take fewer layers. Out-of-memory options cost almost nothing: predict() builds t
 schedule and checks memory before it simulates anything.
 
 Over 400 lines: the search, its budget, the pruning by floors and the ranking of the rows asked with
-the planner's options (issue 46) are one algorithm.
+the planner's options (issue 46), and those rows' retries at other microbatch counts under the same floors
+(issue 47), are one algorithm.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from geosim.inputs.case import Case
+from geosim.cost import LONG_PREDICTION_S
 from geosim.base.errors import GeosimError
-from geosim.predict import predict, shared_floor
-from geosim.studies.ranking import (MeasuredOption, Option, SameProgress, choice_vs_rtt, rank, rank_key, verdict,
+from geosim.predict import LongPrediction, deferring_long, predict, shared_floor
+from geosim.studies.ranking import (SAME_TIME, MeasuredOption, Option, SameProgress, choice_vs_rtt, rank, rank_key, verdict,
                                    why_algorithm1_differs)
 from geosim.studies.whatif import with_rtt
 from geosim.base.units import ms_to_s
@@ -165,6 +167,10 @@ MAX_CANDIDATES = 50_000  # options the planner will weigh (a floor each); beyond
 # the structured search simulates at most this many options, lowest floors first, and says how many
 # it left whose floors did not rule them out (a 1,024-GPU option costs seconds to simulate)
 STRUCTURED_BUDGET = 48
+# an option (not a row asked) whose simulation is expected to take more CPU seconds than this (its work count,
+# geosim.cost.expected_seconds) is not simulated; the plan says how many such were left and the largest (issue
+# 44: 2,048-GPU options took 40 s each on a 4,096-GPU question; --max-gpus or --technique reach them)
+PLANNER_LONG_S = 6 * LONG_PREDICTION_S
 
 
 @dataclass
@@ -175,6 +181,8 @@ class Search:
     seconds: float = 0.0  # wall time of the search
     exhaustive: bool = True  # every subset and order, or the structured search
     unsettled: int = 0  # never simulated though their floor could still beat the options kept (budget)
+    long: int = 0  # never simulated though their floor could still rank: each expected past PLANNER_LONG_S
+    longest: tuple | None = None  # of those: (technique, GPUs, expected CPU seconds) of the longest
 
 
 def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadline_s: float | None = None,
@@ -213,14 +221,22 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
     gpus_of = _gpus_counter(case)
     todo.sort(key=lambda fa: key(fa[0], gpus_of(fa[1][1])))
     best: list[tuple] = []  # keys of the best feasible options so far, sorted, at most `keep`
-    simulated, spent, left = [], 0, []
+    simulated, spent, left, slow = [], 0, [], []
     for i, (floor, args, seeded) in enumerate(todo):
         if keep is not None and len(best) >= keep and key(floor, gpus_of(args[1])) > best[-1]:
             break
         if budget is not None and spent >= budget and best and not seeded:
             left.append((floor, args))
             continue
-        option = evaluate(case, *args, same_progress)
+        if seeded:  # a row asked is answered whatever it costs (asked_rows announced it)
+            option = evaluate(case, *args, same_progress)
+        else:
+            try:  # an option expected to simulate for long is left, said, not simulated (geosim.cost)
+                with deferring_long(PLANNER_LONG_S):
+                    option = evaluate(case, *args, same_progress)
+            except LongPrediction as long:
+                slow.append((floor, args, long.seconds))
+                continue
         simulated.append(option)
         spent += option.ok  # an infeasible or out-of-memory option costs a build, not a simulation
         if option.ok:
@@ -231,8 +247,12 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
             progress(len(simulated), len(todo))
     # left by the budget: those whose floor could still rank among the options kept are unsettled
     unsettled = sum(1 for f, a in left if keep is None or len(best) < keep or key(f, gpus_of(a[1])) <= best[-1])
-    return Search(simulated, len(todo), len(todo) - len(simulated) - unsettled, time.perf_counter() - started, every,
-                  unsettled=unsettled)
+    # left as long: those whose floor could still rank among the options kept (the rest are pruned)
+    slow = [(f, a, s) for f, a, s in slow if keep is None or len(best) < keep or key(f, gpus_of(a[1])) <= best[-1]]
+    longest = max(slow, key=lambda x: x[2], default=None)
+    return Search(simulated, len(todo), len(todo) - len(simulated) - unsettled - len(slow),
+                  time.perf_counter() - started, every, unsettled=unsettled, long=len(slow),
+                  longest=(longest[1][0], _gpus_of(case, longest[1][1]), longest[2]) if longest else None)
 
 
 def candidate_key(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None) -> tuple:
@@ -288,6 +308,18 @@ class Plan:
     exhaustive: bool = True  # every subset and order was tried (else the structured search)
     # asked rows that fail on divisibility, each with the best microbatch count that runs it (None: none does)
     retried: list = field(default_factory=list)
+    long: int = 0  # left unsimulated: each expected to take past PLANNER_LONG_S (Search.long)
+    longest: tuple | None = None  # (technique, GPUs, expected CPU seconds) of the longest of them
+
+    def long_line(self) -> str | None:
+        """What the search left because it would take long, in one line (None when nothing was)."""
+        if not self.long:
+            return None
+        technique, gpus, seconds = self.longest
+        return (f"the planner left {self.long:,} option{'s' if self.long != 1 else ''} unsimulated, {'each' if self.long != 1 else 'it'} expected to "
+                f"take over {PLANNER_LONG_S:g} s of CPU (the longest, {label(technique)} on {gpus:,} GPUs, about "
+                f"{seconds:,.0f} s; an estimate from its work count); ask --max-gpus or --technique to weigh "
+                f"{'them' if self.long != 1 else 'it'}")
 
     def search_line(self) -> str:
         """How much the planner looked at: options weighed, simulated, pruned, and how long it took."""
@@ -295,7 +327,9 @@ class Plan:
         left = (f", {self.unsettled:,} left unsimulated by the budget of {STRUCTURED_BUDGET} (their floors do not "
                 f"rule them out)" if self.unsettled else "")
         return (f"search ({how}): {self.considered:,} options weighed, {self.simulated:,} simulated, "
-                f"{self.pruned:,} pruned by their floor{left}, in {self.seconds:.2f} s")
+                f"{self.pruned:,} pruned by their floor{left}"
+                + (f", {self.long:,} left as too long to simulate (over {PLANNER_LONG_S:g} s each)" if self.long else "")
+                + f", in {self.seconds:.2f} s")
 
     @property
     def best(self) -> Option | None:
@@ -309,9 +343,12 @@ class Plan:
 
     def verdict(self, where: str | None = None, estimate: str = "predicted") -> str:
         """The one line a slice's answer starts with (geosim.studies.ranking.verdict)."""
-        return verdict(where or self.case.cluster.name, self.options, estimate=estimate,
+        line = verdict(where or self.case.cluster.name, self.options, estimate=estimate,
                        algorithm=self.algorithm.label if self.algorithm else None,
                        algorithm_option=self.algorithm_option)
+        if not self.options and self.long:  # not "none runs": some were never simulated (long_line says which)
+            line += f"; {self.long:,} option{'s' if self.long != 1 else ''} left unsimulated as too long to simulate"
+        return line
 
     def why_algorithm1_differs(self) -> str | None:
         """Why Algorithm 1's choice is not the planner's best, in one sentence (None when they agree)."""
@@ -339,7 +376,8 @@ class Plan:
     def to_dict(self) -> dict:
         return {"scenario": self.case.cluster.name, "model": self.case.model.name, "considered": self.considered,
                 "pruned": self.pruned, "simulated": self.simulated, "search_seconds": self.seconds,
-                "search": "exhaustive" if self.exhaustive else "structured", "unsettled": self.unsettled, "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
+                "search": "exhaustive" if self.exhaustive else "structured", "unsettled": self.unsettled,
+                "unsimulated_long": self.long, "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
                 "best": self.best.to_dict() if self.best else None,
                 "algorithm1": self.algorithm.to_dict() if self.algorithm else None,
                 "algorithm1_option": self.algorithm_option.to_dict() if self.algorithm_option else None,
@@ -385,13 +423,13 @@ def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None 
         if not o.ok:
             failed[o.prediction.status] = failed.get(o.prediction.status, 0) + 1
     # an asked row that fails only on divisibility at the workload's microbatches: the counts that run
-    retried = other_microbatches(case, found.simulated, asked, same_progress)
+    retried = other_microbatches(case, found.simulated, asked, same_progress, keep, deadline_s)
     ok = _one_each(rank(found.simulated + [o for _, o in retried if o is not None and o.ok], deadline_s))
     selection, chosen = algorithm_choice(case, delta, same_progress)
     return Plan(case, ok, failed, deadline_s, max_gpus, selection, chosen,
                 considered=found.considered, pruned=found.pruned, progress=same_progress,
                 simulated=len(found.simulated), seconds=found.seconds, exhaustive=found.exhaustive,
-                unsettled=found.unsettled, retried=retried)
+                unsettled=found.unsettled, retried=retried, long=found.long, longest=found.longest)
 
 
 def _one_each(ranked: list[Option]) -> list[Option]:
@@ -410,11 +448,24 @@ def _one_each(ranked: list[Option]) -> list[Option]:
     return [o for o in ranked if id(o) in kept]
 
 
-OTHER_COUNTS_RUN = 2  # a row failing on divisibility: this many other microbatch counts that run are simulated
+OTHER_COUNTS_RUN = 2  # a row failing on divisibility: this many other microbatch counts that run are weighed
+
+
+@dataclass
+class Unsimulated:
+    """The microbatch counts at which an asked row runs (its build and memory check pass), none of them
+    simulated: even the least of their floors ranks below the `keep` best options, so none could change
+    the ranking's top (or the verdict); what other_microbatches gives in place of the faster of them."""
+
+    microbatches: tuple[int, ...]
+    floor_s: float  # the least of their floors, on the ranking's measure (floor_s)
+    keep: int
+    ok: bool = False  # not an option that ran: never ranked
 
 
 def other_microbatches(case: Case, simulated: list[Option], asked: list[tuple],
-                       progress: SameProgress | None) -> list[tuple[Option, Option | None]]:
+                       progress: SameProgress | None, keep: int | None = None,
+                       deadline_s: float | None = None) -> list[tuple[Option, Option | Unsimulated | None]]:
     """For each asked row that did not run because a batch does not divide (global_batch / microbatches
     over the GPUs or replicas), the faster of the nearest microbatch counts that run it (the divisors of
     the global batch, nearest the asked count first, until OTHER_COUNTS_RUN of them run: a count that does
@@ -422,15 +473,99 @@ def other_microbatches(case: Case, simulated: list[Option], asked: list[tuple],
     few runs are simulated; every divisor simulated made a 128-GPU question 10x slower): (the row as asked,
     the row at that count); where none runs, the first count at which the batch divides but the run fails
     otherwise (out of memory), else None. The verdict ranks what runs, so it is never slower than a row it
-    offers."""
+    offers.
+
+    Which counts run is known before simulating (predict's build and memory check, deferring_long(0)).
+    With `keep` (the search's), a count is simulated only where its floor could still place it: among
+    the `keep` best (the search's options that fit and the rows already settled; floor_s never
+    overestimates), and ahead of its own row's best so far. What is skipped could rank nowhere the
+    answer shows: the verdict, its runner-up and the `keep` best are what simulating every count gives
+    (tests/test_plan_speed.py). A row none of whose counts needs simulating gets an Unsimulated."""
     wanted = {candidate_key(case, *a) for a in asked}
     asked_count = case.workload.microbatches
-    out = []
+    rows = []  # (the row, the counts that run, the first count that divides but fails otherwise)
     for o in simulated:
         if o.ok or "divisible" not in (o.prediction.reason or "") or o.changes or \
                 candidate_key(case, o.technique, o.hosts, o.changes, o.options) not in wanted:
             continue
         batch = case.workload.global_batch
+        counts = sorted((m for m in range(1, min(batch, 4096) + 1) if batch % m == 0 and m != asked_count),
+                        key=lambda m: (abs(math.log(m / asked_count)), m))
+        runs, divides = [], None
+        for m in counts:
+            x = _unless_it_runs(case, o, m, progress)
+            if x is None or x.ok:
+                runs.append((m, x))
+                if len(runs) == OTHER_COUNTS_RUN:
+                    break
+            elif divides is None and "divisible" not in (x.prediction.reason or ""):
+                divides = x  # none runs: the first count that divides but fails otherwise (out of memory)
+        rows.append((o, runs, divides))
+    key = rank_key(deadline_s)
+    fits = [(key(x.ranked_time_s, x.gpus), x.ranked_time_s) for x in simulated
+            if x.ok and x.prediction.memory_verdict != "may not fit"]
+    floors = {}
+    if keep is not None:
+        floors = {(i, m): key(floor_s(case, o.technique, o.hosts, {"microbatches": m}, o.options, progress), o.gpus)
+                  for i, (o, runs, _) in enumerate(rows) for m, x in runs if x is None}
+    out: dict[int, tuple] = {}
+    # the rows whose counts have the lowest floors first: their answers set the bar for the others
+    for i in sorted(range(len(rows)), key=lambda i: min((floors.get((i, m), ()) for m, _ in rows[i][1]), default=())):
+        o, runs, divides = rows[i]
+        bar = _kth_apart(fits, keep) if keep is not None else None
+        ran, skipped = [], []
+        for m, x in sorted(runs, key=lambda r: floors.get((i, r[0]), ())):
+            floor = floors.get((i, m))
+            best = rank([x for _, x in ran])[0] if ran else None
+            if floor is not None and ((bar is not None and floor > bar) or (
+                    best is not None and best.prediction.memory_verdict != "may not fit"
+                    and floor > key(best.ranked_time_s, best.gpus))):
+                skipped.append(m)  # it ranks below the `keep` best, or below its own row's best: never shown
+                continue
+            x = x or evaluate(case, o.technique, o.hosts, {"microbatches": m}, o.options, progress)
+            if not x.ok:  # refused in the engine (geosim.cost's bound on what it would expand)
+                return _every_count(case, rows, progress)
+            ran.append((m, x))
+        if ran:
+            # the order the counts were found in, nearest first, as ties are broken when every count runs
+            best = rank([x for m, x in sorted(ran, key=lambda r: [c for c, _ in runs].index(r[0]))])[0]
+            out[i] = (o, best)
+            if best.prediction.memory_verdict != "may not fit":
+                fits.append((key(best.ranked_time_s, best.gpus), best.ranked_time_s))
+        elif runs:
+            least = min(floor_s(case, o.technique, o.hosts, {"microbatches": m}, o.options, progress) for m in skipped)
+            out[i] = (o, Unsimulated(tuple(m for m, _ in runs), least, keep))
+        else:
+            out[i] = (o, divides)
+    return [out[i] for i in range(len(rows))]
+
+
+def _kth_apart(fits: list[tuple], k: int) -> tuple | None:
+    """The k-th best of the (rank key, time) pairs counting times closer than SAME_TIME as one (the
+    verdict names no runner-up that is the best's own run), None when there are fewer than k."""
+    apart = []
+    for pair in sorted(fits):
+        if not apart or pair[1] - apart[-1][1] > SAME_TIME * apart[-1][1]:
+            apart.append(pair)
+    return apart[k - 1][0] if len(apart) >= k else None
+
+
+def _unless_it_runs(case: Case, row: Option, m: int, progress: SameProgress | None) -> Option | None:
+    """The row at m microbatches where it fails before simulating (its build or memory check), as
+    evaluate() answers it; None where it would be simulated (not simulated here)."""
+    with deferring_long(0.0):
+        try:
+            return evaluate(case, row.technique, row.hosts, {"microbatches": m}, row.options, progress)
+        except LongPrediction:
+            return None
+
+
+def _every_count(case: Case, rows: list, progress: SameProgress | None) -> list:
+    """other_microbatches as it was before its bounds: each count simulated in order until enough run
+    (where a count that passes its build and memory check is then refused in the engine)."""
+    out = []
+    for o, _, _ in rows:
+        batch, asked_count = case.workload.global_batch, case.workload.microbatches
         counts = sorted((m for m in range(1, min(batch, 4096) + 1) if batch % m == 0 and m != asked_count),
                         key=lambda m: (abs(math.log(m / asked_count)), m))
         runs, divides = [], None
@@ -441,7 +576,7 @@ def other_microbatches(case: Case, simulated: list[Option], asked: list[tuple],
                 if len(runs) == OTHER_COUNTS_RUN:
                     break
             elif divides is None and "divisible" not in (x.prediction.reason or ""):
-                divides = x  # none runs: the first count that divides but fails otherwise (out of memory)
+                divides = x
         out.append((o, rank(runs)[0] if runs else divides))
     return out
 

@@ -21,7 +21,7 @@ from geosim.techniques._base import (backward_multiplier, check_dims, devices_of
 NAME = "shard"
 # counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
 # on the largest bench cluster it runs on, 2 shared cores (docs/results/2026-11-28-every-row.md): cost.expected_seconds
-SIMULATED_UNITS_PER_CPU_S = 14e6
+SIMULATED_UNITS_PER_CPU_S = 50e6  # 52 M/s on h100-4x4 after the rounds' steady form (230 M/s on h100-8x16)
 LABEL = "Shard"  # how tables and verdicts name it
 ALPA_METHOD = "ShardParallel"  # the alpa class the study ran it with (live/train/alpa_backend.py)
 DESCRIPTION = "tensor parallelism over all GPUs: activation all-reduces inside every layer"

@@ -235,7 +235,6 @@ class ExclusiveLinks:
         self._shapes: dict[tuple, tuple] = {}  # the same, by what the rounds are made of (collective_ends)
         self._pairs_used: list[tuple[int, int]] = []
         self._pairs_complete = False
-        self._costs: dict[int, tuple] = {}  # id of a route -> (the route, its _cost): the symmetry proof's
         if self.precompute and self.trace is None:  # a trace lists transfers in the order they start
             try:
                 self._pairs_used = list(sender_pairs(programs, self.hosts))
@@ -262,10 +261,20 @@ class ExclusiveLinks:
         """Each hop the run's pairs use -> its image's hop, or None where renaming does not map one hop onto
         one hop with routes of equal cost; also None, at the first such hop, where hops are shared and one
         hop is its own image: its senders move (a symmetry moves every rank), so that hop's orbit is shorter
-        than theirs and shared_hops_map would refuse it after the whole walk (at 10,240 ranks each walk of
-        the 39,680 pairs took ~0.5 s, and 123 shifts were walked to find none)."""
+        than theirs and shared_hops_map would refuse it after the whole walk (at 10,240 ranks the search
+        walked 123 shifts over all 39,680 pairs to find none)."""
         hop_image: dict[int, int] = {}
-        cost = self._route_cost
+        # each route's cost once: the symmetry's search asks this for every shift it tries, and a planner's
+        # search for every option (_cost of both routes of every pair each time was 8 s of a 1,024-GPU
+        # question). By the route's identity, the entry holding the route (a route is not changed once made)
+        costs = self.__dict__.setdefault("_route_costs", {})
+
+        def cost(route) -> tuple:
+            known = costs.get(id(route))
+            if known is None or known[0] is not route:
+                known = costs[id(route)] = (route, _cost(route))
+            return known[1]
+
         fixed_refused = not self._one_sender_per_hop
         for src, dst in self._pairs_used:
             mine, theirs = self.route(src, dst), self.route(image(src), image(dst))
@@ -275,15 +284,6 @@ class ExclusiveLinks:
                 if hop_image.setdefault(hop, other) != other or (fixed_refused and hop == other):
                     return None
         return hop_image if len(set(hop_image.values())) == len(hop_image) else None
-
-    def _route_cost(self, route) -> tuple:
-        """_cost(route), computed once per route object (a run's routes are cached per pair; the proof
-        compares them once per candidate shift)."""
-        costs = self._costs
-        known = costs.get(id(route))
-        if known is None or known[0] is not route:
-            known = costs[id(route)] = (route, _cost(route))
-        return known[1]
 
     def reduce_to(self, symmetry) -> None:
         self._symmetry = symmetry

@@ -73,6 +73,7 @@ class FabricNetwork(TCPNetwork):
         self.direct_hosts = {h.name for h in cluster.hosts if h.transport == "rdma"}
         self._direct: dict[tuple[int, int], bool] = {}
         self._nccl: dict[tuple, tuple | None] = {}  # (op, group) -> (its Fabric, its ring's hops) or None
+        self._nccl_seen: dict[tuple, tuple] = {}  # (op, id(group)) -> (group, what _nccl holds for it)
         self._chosen: dict[tuple, _nccl.Choice] = {}  # (op, bytes, id of a _nccl entry) -> NCCL's choice
 
     # --- routes -------------------------------------------------------------------------------------
@@ -141,10 +142,17 @@ class FabricNetwork(TCPNetwork):
     def _communicator(self, coll: Collective) -> tuple | None:
         """(the Fabric NCCL would see, the hops its rings hold) where every pair of coll's ranks is
         direct; None where a socket is on the way (the collective then runs step by step)."""
-        key = (coll.op, coll.group)
-        if key in self._nccl:
-            return self._nccl[key]
+        # asked for every rank of every collective: keyed by the group's identity, not its value (hashing
+        # a 1,024-rank tuple each time was 4 s of a 1,024-GPU Shard row); the entry holds the group, so
+        # its id stays its own while the entry lives
         group = coll.group
+        known = self._nccl_seen.get((coll.op, id(group)))
+        if known is not None and known[0] is group:
+            return known[1]
+        key = (coll.op, group)
+        if key in self._nccl:
+            self._nccl_seen[(coll.op, id(group))] = (group, self._nccl[key])
+            return self._nccl[key]
         found = None
         if coll.op == "all_to_all":  # NCCL's model here is its ring and tree: the pairwise exchange runs step by step
             self._nccl[key] = None
@@ -175,6 +183,7 @@ class FabricNetwork(TCPNetwork):
             hops = sorted({h for i, s in enumerate(group) for h in self.route(s, group[(i + 1) % len(group)]).hops})
             found = (fabric, tuple(hops))
         self._nccl[key] = found
+        self._nccl_seen[(coll.op, id(group))] = (group, found)
         return found
 
     def _ring_hop_bps(self, a: str, b: str, hosts: dict[str, list[int]]) -> float:
