@@ -8,6 +8,7 @@ together."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -603,6 +604,50 @@ def test_a_question_on_thousands_of_gpus_is_bounded_by_what_it_would_simulate(ca
     assert "options left unsimulated as too long" in doc["verdict"]
     assert any("the planner left" in n and "--max-gpus" in n for n in doc["verdict_notes"])
     assert all(seconds <= plan.PLANNER_LONG_S for seconds in simulated)
+
+
+def test_the_planner_search_is_bounded_by_the_seconds_it_expects_to_simulate(capsys, monkeypatch):
+    """plan and select on scale:1x256x16 ran past 100 s in options nobody asked. The search now sums the
+    expected CPU seconds (geosim.cost, known from each option's build before it is simulated) of the options
+    it simulates; the first that would pass SEARCH_BUDGET_S and every one after it are left, counted in
+    `unsettled` and said; the rows asked are answered whatever they cost. A count, not a clock. Each option
+    simulated is built once: its second asking reuses the schedule its first (deferred) one built."""
+    from geosim.studies import plan
+    import geosim.predict as predict_module
+
+    argv = ["plan", "--scenario", "scale:1x8x4:T4", "--model", "tiny", "--seq-len", "64", "--technique", "data",
+            "--json"]
+    built, ran, second, asked_twice = [], [], [], []  # builds while an option is asked the second time; sizes simulated
+    real_build, real_run, real_second = predict_module.build_schedule, predict_module.run_schedule, plan.simulating_deferred
+    monkeypatch.setattr(predict_module, "build_schedule", lambda t, case, o: second and built.append(t) or
+                        real_build(t, case, o))
+
+    @contextlib.contextmanager
+    def asked_again():
+        with real_second():
+            second.append(1)
+            asked_twice.append(1)
+            try:
+                yield
+            finally:
+                second.pop()
+
+    monkeypatch.setattr(plan, "simulating_deferred", asked_again)
+    monkeypatch.setattr(predict_module, "run_schedule", lambda s, c, *a, **k: ran.append(len(c.hosts)) or real_run(s, c, *a, **k))
+    code, out, err = run(argv, capsys)
+    [whole] = json.loads(out)["slices"]
+    assert code == 0 and not whole["search_budget_passed"] and whole["search_expected_s"] > 0
+    assert asked_twice and {2, 4} <= set(ran) and not built  # options not asked simulated, from the schedules their first asking built
+
+    monkeypatch.setattr(plan, "SEARCH_BUDGET_S", 0.001)  # under the cheapest option of this cluster not asked
+    built.clear(), ran.clear()
+    code, out, err = run(argv, capsys)
+    [doc] = json.loads(out)["slices"]
+    assert code == 0 and doc["search_budget_passed"] and doc["unsettled"] >= 1 and doc["search_expected_s"] == 0
+    assert set(ran) == {8, 1}  # the rows asked (all 8 hosts, one alone) and nothing else
+    assert doc["best"]["status"] == "ok" and len(doc["best"]["hosts"]) in (1, 8)  # the rows asked still answered
+    code, out, err = run(argv[:-1], capsys)
+    assert code == 0 and "left unsimulated by the budget of 0.001 s of expected CPU for the options not asked" in out
 
 
 def test_a_trace_counts_collective_steps_before_simulating(tmp_path, capsys):

@@ -23,7 +23,7 @@ from typing import Callable
 from geosim.inputs.case import Case
 from geosim.cost import LONG_PREDICTION_S
 from geosim.base.errors import GeosimError
-from geosim.predict import LongPrediction, deferring_long, predict, shared_floor
+from geosim.predict import LongPrediction, deferring_long, predict, shared_floor, simulating_deferred
 from geosim.studies.ranking import (SAME_TIME, MeasuredOption, Option, SameProgress, choice_vs_rtt, rank, rank_key, verdict,
                                    why_algorithm1_differs)
 from geosim.studies.whatif import with_rtt
@@ -115,9 +115,16 @@ def evaluate(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, 
              progress: SameProgress | None = None) -> Option:
     """One option predicted, with the token efficiency it is ranked at (ranking.SameProgress)."""
     workload = replace(case.workload, **changes) if changes else case.workload
-    prediction = predict(case.with_(workload=workload), technique, hosts=hosts, options=options)
-    progress = progress or SameProgress(case.params)
-    return Option(technique, tuple(hosts), dict(changes), options, prediction, workload,
+    return _option(case.with_(workload=workload), technique, hosts, changes, options, progress)
+
+
+def _option(asked: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None,
+            progress: SameProgress | None) -> Option:
+    """evaluate() on the case with the changes already made (`asked`: the same object for a question asked
+    twice inside deferring_long, whose schedule predict keeps by the case's identity)."""
+    prediction = predict(asked, technique, hosts=hosts, options=options)
+    progress = progress or SameProgress(asked.params)
+    return Option(technique, tuple(hosts), dict(changes), options, prediction, asked.workload,
                   progress.efficiency(prediction), progress.target_tokens)
 
 
@@ -171,6 +178,13 @@ STRUCTURED_BUDGET = 48
 # geosim.cost.expected_seconds) is not simulated; the plan says how many such were left and the largest (issue
 # 44: 2,048-GPU options took 40 s each on a 4,096-GPU question; --max-gpus or --technique reach them)
 PLANNER_LONG_S = 6 * LONG_PREDICTION_S
+# the expected CPU seconds (geosim.cost.expected_seconds, summed over the options simulated, the rows asked not
+# counted) the whole search may spend on options the user did not ask; an option that would pass it is left,
+# counted in `unsettled` with the structured budget's. A count, not a clock: the answer is the same on any machine.
+# Issue 44 bounds a command by 60 s of CPU. Sized so the bench cases' answers do not move: the options the
+# search simulates on bench/bench_every_row.py's 128-GPU case are expected 11.7 s in all, on its 1,024-GPU
+# case 26.1 s (2 shared cores; docs/results/2026-11-28-verdict-speed.md)
+SEARCH_BUDGET_S = 2 * LONG_PREDICTION_S
 
 
 @dataclass
@@ -183,6 +197,8 @@ class Search:
     unsettled: int = 0  # never simulated though their floor could still beat the options kept (budget)
     long: int = 0  # never simulated though their floor could still rank: each expected past PLANNER_LONG_S
     longest: tuple | None = None  # of those: (technique, GPUs, expected CPU seconds) of the longest
+    expected_s: float = 0.0  # expected CPU seconds of the options simulated (the rows asked not counted)
+    over_budget: bool = False  # an option was left because it would have passed SEARCH_BUDGET_S
 
 
 def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadline_s: float | None = None,
@@ -194,7 +210,10 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
     keep=None simulates everything. More than MAX_CANDIDATES candidates: a one-line error
     naming what narrows the search, before anything is simulated. `budget` caps the simulations
     (-1: none for the exhaustive search, STRUCTURED_BUDGET for the structured one; None: none);
-    what it leaves unsimulated though its floor could still rank is counted in `unsettled`.
+    Options not asked are also bounded by SEARCH_BUDGET_S, the expected CPU seconds of those simulated
+    (geosim.cost.expected_seconds, known from each one's build before it is simulated): the first that would
+    pass it and every option after it are left. What either budget leaves unsimulated though its floor could
+    still rank is counted in `unsettled`.
     `asked` (geosim.studies.asked.asked_candidates: the techniques on the host sets and layout the user
     asked) join the candidates and are never left to the budget: the verdict cannot be slower than a
     row the user asked that runs (only their floors prune them, which never hides a better one)."""
@@ -222,21 +241,36 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
     todo.sort(key=lambda fa: key(fa[0], gpus_of(fa[1][1])))
     best: list[tuple] = []  # keys of the best feasible options so far, sorted, at most `keep`
     simulated, spent, left, slow = [], 0, [], []
+    expected, passed = 0.0, False  # expected CPU seconds of the options simulated; whether SEARCH_BUDGET_S stopped it
     for i, (floor, args, seeded) in enumerate(todo):
         if keep is not None and len(best) >= keep and key(floor, gpus_of(args[1])) > best[-1]:
             break
-        if budget is not None and spent >= budget and best and not seeded:
+        if not seeded and ((budget is not None and spent >= budget and best) or passed):
             left.append((floor, args))
             continue
         if seeded:  # a row asked is answered whatever it costs (asked_rows announced it)
             option = evaluate(case, *args, same_progress)
         else:
-            try:  # an option expected to simulate for long is left, said, not simulated (geosim.cost)
-                with deferring_long(PLANNER_LONG_S):
-                    option = evaluate(case, *args, same_progress)
-            except LongPrediction as long:
-                slow.append((floor, args, long.seconds))
-                continue
+            technique, hosts, changes, options = args
+            asked_case = case.with_(workload=replace(case.workload, **changes)) if changes else case
+            # its expected seconds are known after its build and memory check (deferring_long(0)); the
+            # schedule built is kept for the second asking, which simulates it
+            with deferring_long(0.0):
+                try:
+                    option = _option(asked_case, technique, hosts, changes, options, same_progress)
+                except LongPrediction as long:
+                    if long.seconds > PLANNER_LONG_S:  # expected to simulate for long: left, said (geosim.cost)
+                        slow.append((floor, args, long.seconds))
+                        continue
+                    if expected + long.seconds > SEARCH_BUDGET_S:
+                        # past the search's budget of expected seconds: it and every option after it are left
+                        # (those not built: a build costs up to a second on thousands of GPUs)
+                        passed = True
+                        left.append((floor, args))
+                        continue
+                    expected += long.seconds
+                    with simulating_deferred():
+                        option = _option(asked_case, technique, hosts, changes, options, same_progress)
         simulated.append(option)
         spent += option.ok  # an infeasible or out-of-memory option costs a build, not a simulation
         if option.ok:
@@ -252,7 +286,8 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
     longest = max(slow, key=lambda x: x[2], default=None)
     return Search(simulated, len(todo), len(todo) - len(simulated) - unsettled - len(slow),
                   time.perf_counter() - started, every, unsettled=unsettled, long=len(slow),
-                  longest=(longest[1][0], _gpus_of(case, longest[1][1]), longest[2]) if longest else None)
+                  longest=(longest[1][0], _gpus_of(case, longest[1][1]), longest[2]) if longest else None,
+                  expected_s=expected, over_budget=passed)
 
 
 def candidate_key(case: Case, technique: str, hosts: tuple[str, ...], changes: dict, options: dict | None) -> tuple:
@@ -310,6 +345,8 @@ class Plan:
     retried: list = field(default_factory=list)
     long: int = 0  # left unsimulated: each expected to take past PLANNER_LONG_S (Search.long)
     longest: tuple | None = None  # (technique, GPUs, expected CPU seconds) of the longest of them
+    expected_s: float = 0.0  # Search.expected_s
+    over_budget: bool = False  # Search.over_budget: SEARCH_BUDGET_S left options
 
     def long_line(self) -> str | None:
         """What the search left because it would take long, in one line (None when nothing was)."""
@@ -324,7 +361,9 @@ class Plan:
     def search_line(self) -> str:
         """How much the planner looked at: options weighed, simulated, pruned, and how long it took."""
         how = "every subset and order" if self.exhaustive else "structured by site and host group"
-        left = (f", {self.unsettled:,} left unsimulated by the budget of {STRUCTURED_BUDGET} (their floors do not "
+        budgets = (f"of {SEARCH_BUDGET_S:g} s of expected CPU for the options not asked" if self.over_budget
+                   else f"of {STRUCTURED_BUDGET}")
+        left = (f", {self.unsettled:,} left unsimulated by the budget {budgets} (their floors do not "
                 f"rule them out)" if self.unsettled else "")
         return (f"search ({how}): {self.considered:,} options weighed, {self.simulated:,} simulated, "
                 f"{self.pruned:,} pruned by their floor{left}"
@@ -377,7 +416,8 @@ class Plan:
         return {"scenario": self.case.cluster.name, "model": self.case.model.name, "considered": self.considered,
                 "pruned": self.pruned, "simulated": self.simulated, "search_seconds": self.seconds,
                 "search": "exhaustive" if self.exhaustive else "structured", "unsettled": self.unsettled,
-                "unsimulated_long": self.long, "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
+                "unsimulated_long": self.long, "search_expected_s": self.expected_s,
+                "search_budget_passed": self.over_budget, "failed": self.failed, "deadline_s": self.deadline_s, "max_gpus": self.max_gpus,
                 "best": self.best.to_dict() if self.best else None,
                 "algorithm1": self.algorithm.to_dict() if self.algorithm else None,
                 "algorithm1_option": self.algorithm_option.to_dict() if self.algorithm_option else None,
@@ -429,7 +469,8 @@ def make_plan(case: Case, deadline_s: float | None = None, max_gpus: int | None 
     return Plan(case, ok, failed, deadline_s, max_gpus, selection, chosen,
                 considered=found.considered, pruned=found.pruned, progress=same_progress,
                 simulated=len(found.simulated), seconds=found.seconds, exhaustive=found.exhaustive,
-                unsettled=found.unsettled, retried=retried, long=found.long, longest=found.longest)
+                unsettled=found.unsettled, retried=retried, long=found.long, longest=found.longest,
+                expected_s=found.expected_s, over_budget=found.over_budget)
 
 
 def _one_each(ranked: list[Option]) -> list[Option]:
