@@ -8,7 +8,7 @@
 Configuration (geosim.studies.astra): links inside a host 12 GB/s (12e9 B/s) + 10 us,
 between hosts 1.25 GB/s + 20 ms one way, one NIC per GPU, one chunk, ring per dimension;
 hierarchical = reduce-scatter in the host, all-reduce across hosts, all-gather in the host;
-geosim's plain alpha-beta network model.
+geosim's plain alpha-beta network backend.
 
 Reference figures: simulated times from ASTRA-sim 2.x, commit 518bd51, analytical
 congestion-unaware backend, run with the configuration above (not re-run here: ASTRA-sim

@@ -3,7 +3,7 @@
     python bench/bench_attention.py [--gpu H100] [--model gpt3-6.7b] [--tokens 32768] [--runtime pytorch]
 
 For each sequence length, one GPU's forward + backward of the whole model on `--tokens` tokens (as many
-sequences as fit in them), timed by geosim's op-level compute model under the runtime (fused attention
+sequences as fit in them), timed by geosim's op-level kernel timer under the runtime (fused attention
 under pytorch: flash attention at its own fraction of the peak, geosim/data/attention-kernels.toml;
 unfused under alpa and jax: the score GEMMs and passes per head), and beside it the time if the fused
 kernel ran at the generation's GEMM fraction (what geosim did before: `as GEMM`). MFU counts the
@@ -23,12 +23,12 @@ from geosim.inputs.params import default_params
 from geosim.inputs.runtime import shipped_runtimes
 from geosim.inputs.scenario import get_model, gpu_catalog
 from geosim.sim import compute
-from geosim.sim.compute import ComputeModel, Work, compute_model
+from geosim.sim.compute import KernelTimer, Work, kernel_timer
 
 
 def step_seconds(model, gpu, runtime: str, seq_len: int, tokens: int, as_gemm: bool = False) -> float:
     params = shipped_runtimes()[runtime].applied_to(default_params())
-    cm = compute_model(params)
+    cm = kernel_timer(params)
     work = Work("forward", model, max(1, tokens // seq_len), seq_len, model.n_layer, head=True, embedding=True)
     if as_gemm:  # the fused kernel at the GEMM roofline (the model before flash attention had its own fraction)
         eff = cm.constants_for(gpu)
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         tokens = max(1, args.tokens // s) * s
         flops = 6 * model.num_params * tokens + 6 * model.n_layer * model.n_embd * s * tokens
         params = shipped_runtimes()[args.runtime].applied_to(default_params())
-        cm = compute_model(params)
+        cm = kernel_timer(params)
         work = Work("backward", model, max(1, args.tokens // s), s, 1)
         parts = cm.breakdown(work, gpu, "bf16")
         fwd = cm.breakdown(work._replace(phase="forward"), gpu, "bf16")

@@ -33,7 +33,7 @@ from geosim.inputs.scenario import get_model, load_scenario  # noqa: E402
 from geosim.inputs.specs import Workload  # noqa: E402
 from geosim.sim.engine import EngineRun, run_schedule  # noqa: E402
 from geosim.sim.kernel import Clock  # noqa: E402
-from geosim.sim.network import capabilities, network_model  # noqa: E402
+from geosim.sim.network import capabilities, network_backend  # noqa: E402
 from geosim.sim.symmetry import find_symmetry  # noqa: E402
 from geosim.techniques import build_schedule, layout_options  # noqa: E402
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                              pipeline=args.pipeline)
     schedule = build_schedule("pipeshard", case, options)
     print(f"  build: {time.process_time() - start:.2f} s CPU, {rss_mb():.0f} MB")
-    net = network_model("fabric")(Clock(), cluster, params, schedule.devices, None)
+    net = network_backend("fabric")(Clock(), cluster, params, schedule.devices, None)
     caps = capabilities(net)
     caps.prepare(schedule.programs)
     start = time.process_time()
@@ -76,14 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  symmetry search: {time.process_time() - start:.2f} s CPU, found {found}")
     start = time.process_time()
     result = run_schedule(schedule, cluster, params, workload, iterations=args.iterations,
-                          network=network_model("fabric"))
+                          network=network_backend("fabric"))
     spent = time.process_time() - start
     times = [result.iteration_time(i) for i in range(args.iterations)]
     print(f"  run of {args.iterations} iterations (search included): {spent:.2f} s CPU, {result.events:,} events "
           f"({spent / result.events * 1e6:.1f} us each), {result.simulated_ranks} ranks simulated, {rss_mb():.0f} MB")
     print("  iteration times: " + ", ".join(repr(t) for t in times))
     if args.ranks:  # every rank, each one's ends kept (run_schedule's answer has the latest only)
-        run = EngineRun(schedule, cluster, params, workload, args.iterations, network_model("fabric"), False, False,
+        run = EngineRun(schedule, cluster, params, workload, args.iterations, network_backend("fabric"), False, False,
                         Clock)
         run.run(False)
         ends = run.ends[-1]

@@ -1,4 +1,4 @@
-"""Public anchors for the compute model: published training throughput of open stacks, with their setups
+"""Public anchors for the kernel timer: published training throughput of open stacks, with their setups
 stated, against geosim's prediction of the same setup (docs/results/2026-11-28-compute-anchors.md).
 
     python bench/compute_anchors.py            # every anchor: a table of published and predicted figures
@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fast", action="store_true", help="only the anchors the test runs")
     ap.add_argument("--json", action="store_true", help="the rows and the summary as JSON")
     ap.add_argument("--network", choices=("fabric", "alpha-beta", "tcp", "ideal"), default=None,
-                    help="the network model (default: geosim's, fabric)")
+                    help="the network backend (default: geosim's, fabric)")
     ap.add_argument("--fit", metavar="RUNTIME:GENERATION",
                     help="print the GEMM fraction that zeroes the median error of the rows marked fit=True")
     args = ap.parse_args(argv)

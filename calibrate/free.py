@@ -42,7 +42,7 @@ STEP_SCALARS = ("transport.collective_step_rtts",)
 # sources in docs/reference/params.md). A prior is one pseudo-observation log(value / centre) ~ N(0, sigma),
 # weighed against the records as if each record's log error had a 1-sigma of DATA_NOISE.
 SCALAR_PRIORS = priors()
-# the compute model's global constants: every GPU's speed from its datasheet and these (always freed)
+# the kernel timer's global constants: every GPU's speed from its datasheet and these (always freed)
 COMPUTE_PRIORS = {k: v for k, v in SCALAR_PRIORS.items() if k.startswith("compute.")}
 # A message's fixed cost over NCCL's socket transport is tens to hundreds of microseconds. Without its
 # prior, a fold without Shard moved the other techniques' misfit into ~8 ms per message, and Shard's
@@ -117,7 +117,7 @@ class FreeParam:
             return _uses(case.technique, self.target.partition(".")[0])
         if self.target in P2P_SCALARS and not is_pipelined(case.technique):
             return False
-        if self.target in NETWORK_KEYS or self.target.startswith("host.lan"):  # a network model's own, a LAN's
+        if self.target in NETWORK_KEYS or self.target.startswith("host.lan"):  # a network backend's own, a LAN's
             return case.networked
         return True
 
@@ -187,7 +187,7 @@ def with_link(cluster: Cluster, bandwidth_bps: float | None = None, window_bytes
 def default_free(cases: list[RunCase], base: Params, *, fit_links: set[str] | None = None, link_kind: str = "auto",
                  fit_workload: bool = False, techniques: set[str] | None = None, step_rtts: str | None = "link",
                  extra: tuple[str, ...] = (), overhead: str = "technique") -> list[FreeParam]:
-    """The modest default set: the compute model's GEMM and memory-bandwidth fractions (one each for
+    """The modest default set: the kernel timer's GEMM and memory-bandwidth fractions (one each for
     every GPU, with priors), the transport's window and per-message
     overhead, a fixed per-iteration overhead per technique, a link value for each slice in fit_links
     (those whose capacity is unknown) and, if asked, the epoch's length in tokens.

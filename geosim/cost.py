@@ -100,7 +100,7 @@ def expanded_steps(schedule, hosts: tuple[str, ...] | None = None, running=None,
     """The collective steps a run expands: every distinct collective (as the engine keys them: op, group,
     bytes, algorithm, the tag's first item) times its members that run (`running`: a symmetry's
     representatives; None: every rank) times member_steps; none for a collective `planned(coll)` says the
-    network times from its rings without expanding them (a network model's ring_plan, where it has one).
+    network times from its rings without expanding them (a network backend's ring_plan, where it has one).
     Walks the schedule once (shared blocks once)."""
     running = None if running is None or len(running) == len(schedule.programs) else frozenset(running)
     shapes: dict[tuple, Collective] = {}
@@ -130,7 +130,7 @@ def expanded_steps(schedule, hosts: tuple[str, ...] | None = None, running=None,
 
 def check_expansion(schedule, net, running=None) -> None:
     """Refuse (TooCostly) a run whose collectives would expand into more than MAX_EXPANDED_STEPS steps on
-    the network model `net` (the engine's admit hook: `running` the ranks that run, None for all)."""
+    the network backend `net` (the engine's admit hook: `running` the ranks that run, None for all)."""
     ring_plan = getattr(net, "ring_plan", None)
     planned = None if ring_plan is None else (lambda coll: ring_plan(coll, coll.group) is not None)
     steps = expanded_steps(schedule, getattr(net, "hosts", None), running, planned)

@@ -1,7 +1,7 @@
 """One prediction: spec -> technique schedule -> engine -> time, throughput, memory and why.
 
 It sits above the techniques (it asks the registry for a schedule) and the simulator core
-(geosim/sim/: the engine, the network models), which know nothing of it.
+(geosim/sim/: the engine, the network backends), which know nothing of it.
 
 A run's iterations are alike once TCP connections have warmed, so the engine
 simulates a few and the rest are extrapolated from the steady state
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from geosim.sim import memory_layout
 from geosim.cost import TooCostly, check_expansion, expected_seconds, long_prediction, schedule_work, too_costly
 from geosim.sim.engine import run_schedule
-from geosim.sim.network import network_model
+from geosim.sim.network import network_backend
 from geosim.sim.network.ideal import IdealNetwork
 from geosim.sim.network.tcp import window_limits
 from geosim.base.errors import GeosimError
@@ -341,7 +341,7 @@ def _predict(case: Case, technique: str, hosts: tuple[str, ...] | None, options:
         deferred[asked] = schedule  # kept for the question's second asking (the case kept alive by the caller)
         raise LongPrediction(seconds, work)  # the caller runs its quick questions first (deferring_long)
 
-    network = network_model(case.network)
+    network = network_backend(case.network)
     try:  # the ranks that run are known inside the engine (a symmetry runs fewer): it checks them before simulating
         real = run_schedule(schedule, used, params, workload, iterations=simulated_iterations, network=network,
                             exact=exact, admit=check_expansion)

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from geosim.base.errors import GeosimError
 from geosim.inputs.scenario import gpu_catalog
 from geosim.sim.attention import flash_curve, flash_curves, flash_fraction, interpolate, parse_table
-from geosim.sim.compute import (ComputeModel, FusedAttention, Gemm, MemoryOp, Work, attention_ops, block_backward,
+from geosim.sim.compute import (KernelTimer, FusedAttention, Gemm, MemoryOp, Work, attention_ops, block_backward,
                                 block_forward, op_seconds)
 from geosim.inputs.specs import ComputeConstants, Model
 
@@ -50,10 +50,10 @@ def test_sixteen_and_thirty_two_heads_of_one_width_differ_unfused_not_fused_flop
     h100 = gpu_catalog()["H100"]
     wide, narrow = Model("a16", 24, 2048, 16), Model("a32", 24, 2048, 32)
     work = lambda m: Work("backward", m, 4, 2048, 24)  # noqa: E731
-    unfused = ComputeModel(EFF)
+    unfused = KernelTimer(EFF)
     assert unfused.seconds(work(narrow), h100, "bf16") > 1.05 * unfused.seconds(work(wide), h100, "bf16")
     # fused: the same FLOPs and bytes, but head dim 64 runs at a lower fraction than 128
-    fused = ComputeModel(ComputeConstants(**{**EFF.__dict__, "fused_attention": True}))
+    fused = KernelTimer(ComputeConstants(**{**EFF.__dict__, "fused_attention": True}))
     assert fused.seconds(work(narrow), h100, "bf16") > fused.seconds(work(wide), h100, "bf16")
 
 
@@ -103,7 +103,7 @@ def test_the_fraction_rises_with_sequence_length_and_stays_below_one(generation,
 def test_time_monotone_in_sequence_length_and_fused_never_writes_scores(gpu, heads, s, fused):
     g = gpu_catalog()[gpu]
     model = Model("m", 2, 64 * heads, heads, n_ctx=65536)
-    cm = ComputeModel(ComputeConstants(**{**EFF.__dict__, "fused_attention": fused}))
+    cm = KernelTimer(ComputeConstants(**{**EFF.__dict__, "fused_attention": fused}))
     for phase in ("forward", "backward"):
         shorter = cm.seconds(Work(phase, model, 2, s, 2), g, "bf16")
         assert cm.seconds(Work(phase, model, 2, 2 * s, 2), g, "bf16") >= shorter
@@ -120,6 +120,6 @@ def test_time_monotone_in_sequence_length_and_fused_never_writes_scores(gpu, hea
 @given(gpu=st.sampled_from(["A100-40GB", "H100", "T4", "RTX6000"]), width=st.sampled_from([512, 1024, 2048]),
        s=st.sampled_from([128, 1024, 4096]), phase=st.sampled_from(["forward", "backward"]))
 def test_more_heads_at_equal_width_never_cheaper_unfused(gpu, width, s, phase):
-    g, cm = gpu_catalog()[gpu], ComputeModel(EFF)
+    g, cm = gpu_catalog()[gpu], KernelTimer(EFF)
     times = [cm.seconds(Work(phase, Model("m", 2, width, a), 2, s, 2), g, "bf16") for a in (4, 8, 16, 32)]
     assert times == sorted(times)

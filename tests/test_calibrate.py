@@ -146,7 +146,7 @@ def test_live_records_and_schema_errors(tmp_path):
 
 # ----------------------------------------------------------------------------- the fit
 
-# The compute model's GEMM fraction (every GPU's speed from its datasheet and it) and the TCP window: the
+# The kernel timer's GEMM fraction (every GPU's speed from its datasheet and it) and the TCP window: the
 # LAN runs pin the first, the WAN runs the second. The truth sits far from the fraction's prior (0.7).
 TRUTH = {"compute.gemm_fraction": 0.3, "transport.window_mib": 2.5}
 SYNTHETIC_SLICES = ("tacc-tacc", "utah-gpn", "utah-mass")  # LAN and WAN, mixed and RTX-only

@@ -23,10 +23,10 @@ from itertools import combinations
 
 import pytest
 
-from geosim.sim.compute import compute_model
+from geosim.sim.compute import kernel_timer
 from geosim.sim.engine import run_schedule
 from geosim.sim.network.tcp import TCPNetwork
-from geosim.sim.network.tcp import Network
+from geosim.sim.network.tcp import TCPNetwork
 from dataclasses import replace
 
 from geosim.inputs.params import default_params
@@ -128,7 +128,7 @@ def test_hand_alpha_beta_matches_the_route(regime):
     params = flat_params()
     cfg = REGIMES[regime]
     cluster = pairwise_cluster(3, **cfg)
-    net = Network(None, cluster, params, devices(cluster))
+    net = TCPNetwork(None, cluster, params, devices(cluster))
     alpha, beta, rtt = wan_alpha_beta(params, cfg["rtt_s"], cfg["bandwidth_bps"])
     route = net.route(0, 2)
     assert route.name == "h0->h2"
@@ -216,7 +216,7 @@ def test_p2p_after_compute_starts_when_the_compute_ends():
     alpha, beta, rtt = wan_alpha_beta(params, 20e-3, 10e9)
     flops = 3e12
     # a Compute op without Work runs at the flat rate: the peak x the GPU's GEMM fraction (its generation's)
-    fraction = compute_model(params).constants_for(GPU).gemm_fraction
+    fraction = kernel_timer(params).constants_for(GPU).gemm_fraction
     seconds = flops / (GPU.peak_tflops(WORKLOAD.precision) * 1e12 * fraction)
     n = MIB
     sched = schedule_of(cluster, {0: [Compute(flops, "f"), Send(1, n, ("x",))], 1: [Recv(0, ("x",))]})
@@ -260,7 +260,7 @@ def test_ring_allreduce_over_a_lan(p):
     """Same-site hosts without links meet at their site's switch: the LAN edges set alpha and beta."""
     params = flat_params()
     cluster = lan_cluster(p)
-    net = Network(None, cluster, params, devices(cluster))
+    net = TCPNetwork(None, cluster, params, devices(cluster))
     assert net.route(0, 1).name == "h0->site:site / site:site->h1"
     alpha, beta, _ = lan_alpha_beta(params)
     nbytes = 32 * MIB
@@ -432,7 +432,7 @@ def test_an_explicit_link_between_same_site_hosts_is_their_path():
     hosts = (Host("a", "site", (GPU,)), Host("b", "site", (GPU,)))
     for rtt_s in (0.1e-3, 50e-3):
         cluster = Cluster("same-site", hosts, (Link("a", "b", rtt_s, 10e9),))
-        route = Network(None, cluster, params, devices(cluster)).route(0, 1)
+        route = TCPNetwork(None, cluster, params, devices(cluster)).route(0, 1)
         assert route.name == "a->b"
         assert route.rtt_s == pytest.approx(rtt_s + 2 * params.intra_host_latency_s, rel=REL)
 

@@ -1,4 +1,4 @@
-"""The compute model against published training steps (bench/compute_anchors.py,
+"""The kernel timer against published training steps (bench/compute_anchors.py,
 docs/results/2026-11-28-compute-anchors.md): the fast subset, one or two anchors per runtime and generation,
 within issue 41's bounds (median |error| <= 15%, worst <= 40%) on at least two runtimes and two generations.
 The full table is the bench script's: `python bench/compute_anchors.py`."""

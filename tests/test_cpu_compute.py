@@ -1,5 +1,5 @@
 """XLA:CPU's measured compute constants (live/experiments/cpu_compute.py, the jax runtime's device_compute):
-how they are read, what they make the compute model do, and the fit that finds them."""
+how they are read, what they make the kernel timer do, and the fit that finds them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from geosim.live.experiments import cpu_compute
 from geosim.inputs.params import load_params
 from geosim.inputs.runtime import runtime_changes_table, runtime_from_table, shipped_runtimes
 from geosim.inputs.scenario import get_model, gpu_catalog
-from geosim.sim.compute import ComputeModel, Work, compute_model
+from geosim.sim.compute import KernelTimer, Work, kernel_timer
 from geosim.inputs.specs import ComputeConstants, Workload
 
 CONSTANTS = {"gemm_fraction": 1.1, "gemm_half_us": 0.0, "memory_fraction": 0.8, "kernel_us": 6.0}
@@ -72,8 +72,8 @@ def test_the_runtime_gives_the_cpu_its_own_constants_and_a_flat_override_wins():
     alpa = shipped_runtimes()["alpa"].applied_to(base)  # alpa's Turing and Ampere: the fitted constants, to the bit
     work = Work("backward", get_model("gpt2m"), 4, 1024, 24, head=True, embedding=True)
     for gpu in ("RTX6000", "T4", "A30"):
-        assert compute_model(alpa).seconds(work, gpu_catalog()[gpu], "fp16") == \
-            compute_model(base).seconds(work, gpu_catalog()[gpu], "fp16")
+        assert kernel_timer(alpa).seconds(work, gpu_catalog()[gpu], "fp16") == \
+            kernel_timer(base).seconds(work, gpu_catalog()[gpu], "fp16")
     flat = replace(base, flat_fraction={"CPU": 0.5})
     assert "CPU" not in jax.applied_to(flat).device_compute
 
@@ -84,7 +84,7 @@ def test_the_op_model_times_a_cpu_device_with_its_constants_by_hand():
     the global ones."""
     cpu = cpu_compute.cpu_device()
     own = ComputeConstants(1.1, 0.0, 0.8, 6e-6)
-    timer = ComputeModel(ComputeConstants(0.7, 20e-6, 0.5, 5e-6), (("CPU", own),))
+    timer = KernelTimer(ComputeConstants(0.7, 20e-6, 0.5, 5e-6), (("CPU", own),))
     work = Work("optimizer", small_wan(), params=1e6)
     assert timer.seconds(work, cpu, "fp32") == pytest.approx(32e6 / (cpu.memory_bandwidth_gbs * 1e9 * 0.8) + 6e-6)
     other = replace(cpu, name="other")
@@ -100,9 +100,9 @@ def test_the_op_model_times_a_cpu_device_with_its_constants_by_hand():
 
 def test_compute_model_keys_its_cache_on_the_device_constants():
     base = load_params()
-    a = compute_model(replace(base, device_compute={"CPU": ComputeConstants(1.0, 0.0, 1.0, 5e-6)}))
-    b = compute_model(replace(base, device_compute={"CPU": ComputeConstants(0.5, 0.0, 1.0, 5e-6)}))
-    assert a is not b and a is compute_model(replace(base, device_compute={"CPU": ComputeConstants(1.0, 0.0, 1.0, 5e-6)}))
+    a = kernel_timer(replace(base, device_compute={"CPU": ComputeConstants(1.0, 0.0, 1.0, 5e-6)}))
+    b = kernel_timer(replace(base, device_compute={"CPU": ComputeConstants(0.5, 0.0, 1.0, 5e-6)}))
+    assert a is not b and a is kernel_timer(replace(base, device_compute={"CPU": ComputeConstants(1.0, 0.0, 1.0, 5e-6)}))
 
 
 def test_the_fit_recovers_constants_from_times_the_model_made():

@@ -19,7 +19,7 @@ from geosim.inputs.params import default_params, load_params
 from geosim.predict import predict
 from geosim.inputs.runtime import efficiency_spread, runtime_of, shipped_runtimes
 from geosim.inputs.scenario import get_model, gpu_catalog, load_scenario
-from geosim.sim.compute import compute_model
+from geosim.sim.compute import kernel_timer
 from geosim.inputs.specs import EFFICIENCY_KINDS, Workload
 
 GENERATIONS_TOML = generations_module.DATA
@@ -46,10 +46,10 @@ def test_alpa_on_an_a100_runs_with_alpas_ampere_efficiency_not_jaxs_hopper():
     under jax the A100 has no entry and runs with jax's estimate (its Hopper measurement), which it names."""
     params = default_params()
     a100, a30, h200 = (gpu_catalog()[k] for k in ("A100-40GB", "A30", "H200"))
-    alpa = compute_model(shipped_runtimes()["alpa"].applied_to(params))
+    alpa = kernel_timer(shipped_runtimes()["alpa"].applied_to(params))
     assert alpa.constants_for(a100).gemm_fraction == params.gemm_fraction == alpa.constants_for(a30).gemm_fraction
     jax = shipped_runtimes()["jax"]
-    assert compute_model(jax.applied_to(params)).constants_for(h200).gemm_fraction == \
+    assert kernel_timer(jax.applied_to(params)).constants_for(h200).gemm_fraction == \
         dict(jax.efficiency)["hopper"].gemm_fraction
     assert [e.generation for e in jax.estimated_entries(["ampere", "hopper", "cpu"])] == ["ampere"]
 
@@ -89,7 +89,7 @@ def test_a_new_generation_is_one_data_entry_and_predicts_with_the_runtimes_estim
         low, high = p.iteration_time_interval_s
         assert low < p.iteration_time_s < high
         estimate = shipped_runtimes()["pytorch"].estimate()
-        model = compute_model(shipped_runtimes()["pytorch"].applied_to(default_params()))
+        model = kernel_timer(shipped_runtimes()["pytorch"].applied_to(default_params()))
         assert model.constants_for(scenario.cluster.hosts[0].gpus[0]).gemm_fraction == estimate.gemm_fraction
     finally:
         generations_module.generations.cache_clear()

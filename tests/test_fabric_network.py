@@ -1,4 +1,4 @@
-"""The fabric network model (geosim/sim/network/fabric.py): NVLink and RDMA routes by their transport,
+"""The fabric network backend (geosim/sim/network/fabric.py): NVLink and RDMA routes by their transport,
 NCCL's tuning model for their collectives, the TCP model's answers to the bit where neither runs, and
 the network seam's optional protocols."""
 
@@ -13,7 +13,7 @@ from geosim.inputs.params import default_params, load_params
 from geosim.predict import predict
 from geosim.inputs.scenario import get_model, gpu_catalog, load_scenario
 from geosim.sim.engine import run_schedule
-from geosim.sim.network import CountingNetwork, capabilities, network_model
+from geosim.sim.network import CountingNetwork, capabilities, network_backend
 from geosim.sim.network import _nccl
 from geosim.sim.network.fabric import FabricNetwork, uses_rdma
 from geosim.sim.network.ideal import IdealNetwork
@@ -235,7 +235,7 @@ def test_a_model_that_implements_send_at_alone_runs_and_gets_the_defaults():
 def test_capabilities_are_the_models_own_methods_where_it_has_the_protocol():
     cluster = nodes(1, 2)
     devices = devices_of(cluster)
-    tcp = capabilities(network_model("tcp")(None, cluster, default_params(), devices))
+    tcp = capabilities(network_backend("tcp")(None, cluster, default_params(), devices))
     assert tcp.groups_may_move and tcp.least_delay_s.__self__.__class__ is TCPNetwork
     ideal = capabilities(IdealNetwork(None, cluster, default_params(), devices))
     assert ideal.symmetric_under(None) is True and ideal.may_precompute.__name__ == "_no"

@@ -256,13 +256,13 @@ def test_alike_ranks_simulated_once_answer_as_every_rank(group):
     """The engine's run (which simulates alike ranks once where it proves a symmetry) answers as the run of
     every rank, to the bit. (On these slices the TCP model proves none today: two senders share a hop.)"""
     from geosim.sim.engine import every_rank, run_schedule
-    from geosim.sim.network import network_model
+    from geosim.sim.network import network_backend
 
     workload = Workload(tokens_per_epoch=32 * 1024 * 8, global_batch=32, microbatches=2, seq_len=1024,
                         precision="fp16")
     case = Case(make_cluster(2, 2, 4, "A100-40GB", intra_host="nvlink"), GPT2, workload, PARAMS)
     schedule = build_schedule("fsdp", case, {"shard_group": group})
-    net = network_model("tcp")
+    net = network_backend("tcp")
     reduced = run_schedule(schedule, case.cluster, PARAMS, workload, iterations=2, network=net)
     with every_rank():
         full = run_schedule(schedule, case.cluster, PARAMS, workload, iterations=2, network=net)

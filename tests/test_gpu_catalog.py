@@ -20,7 +20,7 @@ from geosim.inputs.gpu_names import catalog_gpu, with_catalog_gpus
 from geosim.inputs.params import default_params
 from geosim.inputs.runtime import shipped_runtimes
 from geosim.inputs.scenario import get_model, gpu_catalog
-from geosim.sim.compute import ComputeModel, Gemm, Work, compute_model, gemm_seconds, kernels
+from geosim.sim.compute import KernelTimer, Gemm, Work, kernel_timer, gemm_seconds, kernels
 from geosim.inputs.specs import ComputeConstants
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ def test_tf32_is_the_runtimes_choice_and_runs_at_the_tf32_rate():
     h200, op = gpu_catalog()["H200"], Gemm("g", 4096, 4096, 4096)
     for runtime, rate in (("jax", 494.0), ("pytorch", 67.0)):
         params = shipped_runtimes()[runtime].applied_to(default_params())
-        eff = compute_model(params).constants_for(h200)
+        eff = kernel_timer(params).constants_for(h200)
         hopper = params.efficiency_by_generation.get("hopper", params.efficiency_estimate)
         expected = op.flops / (rate * 1e12 * hopper.gemm_fraction) + eff.gemm_half_s + eff.kernel_s
         assert gemm_seconds(op, h200, "fp32", eff) == pytest.approx(expected)
@@ -76,8 +76,8 @@ def test_fused_attention_writes_no_scores_and_is_faster_at_long_sequences():
     assert not any(op.label.startswith("mask+softmax") for op in fused)
     gpu = gpu_catalog()["H100"]
     eff = ComputeConstants(gemm_fraction=0.9, memory_fraction=0.65, gemm_half_s=30e-6, kernel_s=2e-6)
-    slow = ComputeModel(eff).seconds(work, gpu, "bf16")
-    fast = ComputeModel(replace(eff, fused_attention=True)).seconds(work, gpu, "bf16")
+    slow = KernelTimer(eff).seconds(work, gpu, "bf16")
+    fast = KernelTimer(replace(eff, fused_attention=True)).seconds(work, gpu, "bf16")
     assert fast < 0.8 * slow  # at 8k tokens the scores' passes dominate the unfused step
 
 
@@ -211,7 +211,7 @@ def test_tf32_and_fused_attention_never_make_a_step_slower(gpu, sequences, seq_l
     eff = ComputeConstants(gemm_fraction=0.9, memory_fraction=0.65, gemm_half_s=30e-6, kernel_s=2e-6)
     work = Work("backward", model, sequences, seq_len, 2, head=True, embedding=True)
     if precision == "fp32":
-        assert ComputeModel(replace(eff, tf32=True)).seconds(work, g, "fp32") <= ComputeModel(eff).seconds(work, g, "fp32")
+        assert KernelTimer(replace(eff, tf32=True)).seconds(work, g, "fp32") <= KernelTimer(eff).seconds(work, g, "fp32")
     forward = work._replace(phase="forward")
-    assert (ComputeModel(replace(eff, fused_attention=True)).seconds(forward, g, precision)
-            <= ComputeModel(eff).seconds(forward, g, precision))
+    assert (KernelTimer(replace(eff, fused_attention=True)).seconds(forward, g, precision)
+            <= KernelTimer(eff).seconds(forward, g, precision))

@@ -133,7 +133,7 @@ def test_overlap_and_compression_hide_the_outer_sync():
 # window-limited one trickles on "without holding the line" (geosim/network.py). Streaming
 # DiLoCo's fragment sends overlap the replicas' in-host all-reduces, so at 0.1 ms they hold the
 # ports the all-reduce needs and at 20 ms they do not: UTAH-GPN, H=10, 3.318 s at 0.1 ms vs
-# 3.264 s at 20 ms per iteration. The network model belongs to the lead; expected to fail until
+# 3.264 s at 20 ms per iteration. The network backend belongs to the lead; expected to fail until
 # a trickling flow shares its ports too.
 
 

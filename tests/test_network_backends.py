@@ -1,4 +1,4 @@
-"""Network models are backends found by name, with their own settings; the engine has no default."""
+"""Network backends are backends found by name, with their own settings; the engine has no default."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from geosim.base.errors import GeosimError
 from geosim.inputs.params import load_params
 from geosim.inputs.scenario import get_model, load_scenario
 from geosim.sim.engine import run_schedule
-from geosim.sim.network import least_delay, network_model, network_names
+from geosim.sim.network import least_delay, network_backend, network_names
 from geosim.sim.network.tcp import Settings, TCPNetwork
 from geosim.predict import predict
 from geosim.techniques import plan_floor_s, plan_variants
@@ -24,10 +24,10 @@ def case(network: str = "tcp") -> Case:
 
 def test_four_backends_by_name_and_no_engine_default():
     assert network_names() == ["alpha-beta", "fabric", "ideal", "tcp"]
-    assert network_model("tcp") is TCPNetwork
+    assert network_backend("tcp") is TCPNetwork
     assert inspect.signature(run_schedule).parameters["network"].default is inspect.Parameter.empty
-    with pytest.raises(GeosimError, match="unknown network model 'nccl'"):
-        network_model("nccl")
+    with pytest.raises(GeosimError, match="unknown network backend 'nccl'"):
+        network_backend("nccl")
 
 
 def test_the_tcp_model_reads_its_own_settings_from_the_parameters_it_declares(tmp_path):
@@ -89,7 +89,7 @@ def test_every_predicting_command_takes_network_and_a_sweep_directory_keeps_its_
     assert main(sweep) == 0
     capsys.readouterr()
     assert main([*sweep, "--network", "alpha-beta"]) == 2  # its rows were predicted on fabric (the default)
-    assert "predicted on the fabric network model, not alpha-beta" in capsys.readouterr().err
+    assert "predicted on the fabric network backend, not alpha-beta" in capsys.readouterr().err
 
 
 def test_a_fit_moves_the_tcp_models_settings_through_their_declaration_and_writes_them_back(tmp_path):

@@ -1,4 +1,4 @@
-"""Network models behind the engine's protocol: a model written here plugs in; the
+"""Network backends behind the engine's protocol: a model written here plugs in; the
 alpha-beta model against hand-derived ring and hierarchical formulas and against
 ASTRA-sim's figures; its symmetry fast path against the full simulation on random
 clusters; per-GPU NICs."""
@@ -17,7 +17,7 @@ from geosim.inputs.params import default_params
 from geosim.inputs.scenario import gpu_catalog
 from geosim.sim import collectives
 from geosim.sim.engine import run_schedule
-from geosim.sim.network import CountingNetwork, NetworkModel
+from geosim.sim.network import CountingNetwork, NetworkBackend
 from geosim.sim.network import _exclusive as exclusive
 from geosim.sim.network.alphabeta import AlphaBetaNetwork
 from geosim.sim.network.ideal import IdealNetwork
@@ -38,7 +38,7 @@ FULL = functools.partial(AlphaBetaNetwork, shortcut=False)
 
 
 class FixedCostNetwork:
-    """A network model written against the protocol alone: every message takes `latency` plus
+    """A network backend written against the protocol alone: every message takes `latency` plus
     bytes / `rate`, however many are in flight (no links, no queueing)."""
 
     latency = 1e-3
@@ -111,7 +111,7 @@ def lan_hosts(hosts: int, gpus: int, nic: str = "per-gpu", intra: str = "nvlink"
 
 
 def test_a_model_written_against_the_protocol_plugs_into_the_engine():
-    members = [m for m in vars(NetworkModel) if not m.startswith("_") and callable(getattr(NetworkModel, m))]
+    members = [m for m in vars(NetworkBackend) if not m.startswith("_") and callable(getattr(NetworkBackend, m))]
     # the seam's required members; the fast paths, the symmetry questions and the floor are optional protocols
     assert set(members) == {"send_at", "send", "collective_ops", "count", "sent"}
     assert all(callable(getattr(FixedCostNetwork, m, None)) for m in members)

@@ -1,4 +1,4 @@
-"""Each parameter is declared once (geosim/base/parameters.py; a network model's in its module); the
+"""Each parameter is declared once (geosim/base/parameters.py; a network backend's in its module); the
 defaults file, the parameters class, the fit's free set and the reference page are checked against
 that declaration."""
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "geosim" / "data" / "params-default.toml"
 # Params fields that are not parameters: where the values came from and what a fit said
 PROVENANCE = {"source", "fitted_on", "fitted_covariance", "fit_warnings", "technique_settings",
-              "networks",  # each network model's Settings: declared by the model (checked below)
+              "networks",  # each network backend's Settings: declared by the model (checked below)
               "runtimes",  # a fit's runtime costs: declared once in geosim/data/runtimes.toml (geosim/inputs/runtime.py)
               "device_compute",  # a runtime's measured device constants: declared there too (device_compute)
               # a runtime's kernel choices and its efficiency per GPU generation: runtimes.toml's keys (geosim/inputs/runtime.py)
@@ -59,7 +59,7 @@ def test_every_parameters_field_is_declared_once():
 
 
 def test_every_network_models_settings_are_its_declared_parameters():
-    """A network model declares its own constants beside it (PARAMETERS), one Settings field each, all
+    """A network backend declares its own constants beside it (PARAMETERS), one Settings field each, all
     under its file table; the parameters file builds them (Params.network)."""
     assert set(network_parameters()) == {"fabric", "tcp"}  # alpha-beta and ideal have no constants of their own
     params = load_params()
@@ -86,7 +86,7 @@ def test_the_fit_takes_its_ranges_and_priors_from_the_declaration():
 
     assert free.SCALAR_RANGES == {p.key: p.fit for p in ALL_SCALARS if p.fit is not None}
     assert free.SCALAR_PRIORS == {p.key: p.prior for p in ALL_SCALARS if p.prior is not None}
-    assert "transport.window_mib" in free.SCALAR_RANGES  # a network model's own, fitted from its declaration
+    assert "transport.window_mib" in free.SCALAR_RANGES  # a network backend's own, fitted from its declaration
     assert free.OVERHEAD_RANGE == parameters.TABLE_BY_KEY["overhead.iteration_s"].fit
 
 
@@ -99,7 +99,7 @@ def test_the_reference_page_is_what_the_declaration_writes():
     for page in writer.PAGES:  # params.md's tables and runtimes.md's
         assert writer.render(page.read_text()) == page.read_text(), f"{page.name} is stale: python tools/write_params_reference.py"
     text = writer.PAGE.read_text()
-    for p in ALL_SCALARS:  # a network model's rows too
+    for p in ALL_SCALARS:  # a network backend's rows too
         assert f"| `{p.key}` | {p.unit} |" in text
     runtimes = writer.RUNTIMES_PAGE.read_text()
     assert all(f"| `{p.key}` | {p.unit} |" in runtimes for p in parameters.RUNTIME_NUMBERS)

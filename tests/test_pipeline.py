@@ -29,7 +29,7 @@ TCP_FIELDS = set(TCPSettings.__dataclass_fields__)  # what flat_params changes i
 
 
 # the hand formulas below time compute as FLOPs at a flat rate: the catalog's GPUs get the flat
-# efficiency override (the op-level model has its own tests, tests/test_compute_model.py)
+# efficiency override (the op-level model has its own tests, tests/test_kernel_timer.py)
 FLAT = {name: 0.1 for name in CATALOG}
 
 

@@ -211,7 +211,7 @@ def _hybrid_floor_and_prediction(cluster, workload, network):
 @given(mixed_clusters(), st.sampled_from([(8, 2), (16, 4), (32, 4), (16, 2)]),
        st.sampled_from(["alpa", "jax", "pytorch"]), st.sampled_from(["tcp", "alpha-beta", "ideal"]))
 def test_the_hybrid_per_host_floor_stays_under_its_prediction(cluster, batch, runtime, network):
-    """Every network model and runtime: the floor (a pipelined replica's stages and crossings, no build)
+    """Every network backend and runtime: the floor (a pipelined replica's stages and crossings, no build)
     never exceeds the prediction, and is above nothing wherever a pipeline trains."""
     global_batch, microbatches = batch
     workload = Workload(global_batch=global_batch, microbatches=microbatches, seq_len=256,

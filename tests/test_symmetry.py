@@ -159,7 +159,7 @@ def test_find_symmetry_needs_the_networks_word():
     workload = Workload(global_batch=8, microbatches=2, seq_len=256)
     schedule = build_schedule("data", Case(cluster, MODEL, workload, params))
 
-    class Unproven:  # the protocol's members the proof reads (geosim.sim.network.NetworkModel)
+    class Unproven:  # the protocol's members the proof reads (geosim.sim.network.NetworkBackend)
         hosts = tuple(d.host for d in schedule.devices)
         groups_may_move = False
 

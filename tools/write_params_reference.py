@@ -4,7 +4,7 @@
     python tools/write_params_reference.py --check    # exit 1 if they are out of date (tests/test_params_declared.py)
 
 The simulator-wide parameters come from geosim/base/parameters.py (with the shipped values of
-geosim/data/params-default.toml), each network model's own from its module (PARAMETERS,
+geosim/data/params-default.toml), each network backend's own from its module (PARAMETERS,
 geosim.sim.network.network_parameters), each technique's tunables from its Settings (the registry,
 geosim.techniques.reference_table). Everything between a `<!-- generated: NAME -->` line and the
 next `<!-- end generated -->` line is replaced; the prose around them is the page's own.

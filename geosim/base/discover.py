@@ -1,4 +1,4 @@
-"""Finding the modules of a package that extend it: techniques, network models, subcommands and live
+"""Finding the modules of a package that extend it: techniques, network backends, subcommands and live
 implementations are each one file, found by name. Every registry asks this one function, so the rule
 is written once: a module whose name starts with an underscore is a helper its neighbours share, not
 an entry."""

@@ -17,7 +17,7 @@ field of that name in `geosim.inputs.runtime.Runtime` defaulting to it; geosim/i
 it, docs/reference/runtimes.md's table lists it. Code never writes a declared number's default of its
 own (tests/test_params_declared.py). A technique's own constants are not here: they are
 `tunable(...)` fields of its Settings (geosim/techniques/_settings.py), declared in its file
-with the same facts (help, range, fit range, source). Nor are a network model's: each backend
+with the same facts (help, range, fit range, source). Nor are a network backend's: each backend
 declares its own with the same `Scalar` (geosim/sim/network/tcp.py: PARAMETERS, the file's
 [transport] table), and geosim.inputs.params joins them to these (`geosim.inputs.params.ALL_SCALARS`).
 """
@@ -115,7 +115,7 @@ NVIDIA_GEMM = ("NVIDIA, Matrix Multiplication Background User's Guide (tile and 
                "public torch.matmul benchmarks")
 
 SCALARS: tuple[Scalar, ...] = (
-    # the op-level compute model (geosim/sim/compute.py)
+    # the op-level kernel timer (geosim/sim/compute.py)
     Scalar("compute.gemm_fraction", "gemm_fraction", "fraction",
            "attainable fraction of the tensor peak for large GEMMs, every GPU",
            "cuBLAS reaches roughly 65-80% of the datasheet peak on large fp16 GEMMs (" + NVIDIA_GEMM + ")",
@@ -202,7 +202,7 @@ RUNTIME_NUMBERS: tuple[Scalar, ...] = (
            "once per run: compilation, placement, process-group set-up; absent: the parameters file's "
            "`[overhead.startup_s]`", RUNTIMES_FILE, becomes="the prediction's start-up", range=(0.0, 1e7), absent=None),
     Scalar("kernel_us", "kernel_s", "us", "launch gap per kernel; absent: `[compute] kernel_us`",
-           RUNTIMES_FILE, becomes="the compute model's per-kernel cost", range=(0.0, 1e7), absent=None),
+           RUNTIMES_FILE, becomes="the kernel timer's per-kernel cost", range=(0.0, 1e7), absent=None),
     Scalar("collective_step_rtts", "collective_step_rtts", "RTT",
            "round trips each collective step waits besides its bytes (the library's handshakes); absent: "
            "`[transport] collective_step_rtts` (NCCL's)", RUNTIMES_FILE, becomes="the TCP model's per-step wait",
@@ -216,7 +216,7 @@ RUNTIME_NUMBERS: tuple[Scalar, ...] = (
            "`[memory] usable_fraction`", RUNTIMES_FILE, becomes="the memory verdict's limit", range=(0.05, 1.0),
            absent=None),
 )
-# device_compute's constants: the op-level compute model's, on a device whose speed a runtime measured (XLA:CPU
+# device_compute's constants: the op-level kernel timer's, on a device whose speed a runtime measured (XLA:CPU
 # on live's CPU devices). Their fractions are of the records' nominal CPU datasheet (live/train/record.py's
 # [gpus.CPU]: cores x 2.5 GHz x 32 FLOP/cycle, 20 GB/s), which measured code may exceed (AVX-512, a faster
 # clock): hence a range to 10, where compute.gemm_fraction's, of a GPU's datasheet peak, stops at 1.
@@ -316,13 +316,13 @@ RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
                "under the next chunk's GEMM (techniques/shard.py)"),
     RuntimeKey(("gradient_buckets",), "`\"combiner\"` (XLA's, `[xla] combine_mib`), `\"whole\"` (one flat buffer) or a "
                "bucket size in MiB", "how many collectives a gradient takes"),
-    RuntimeKey(("device_compute",), "the op-level compute model's constants on a device whose speed this runtime was "
+    RuntimeKey(("device_compute",), "the op-level kernel timer's constants on a device whose speed this runtime was "
                "measured on: `{ DEVICE = { " + ", ".join(p.key for p in DEVICE_COMPUTE) + " } }` (their ranges: "
                + "; ".join(f"{p.key} {number_text(p.range[0])} to {number_text(p.range[1])} {p.unit}"
                            for p in DEVICE_COMPUTE)
                + "; a fraction is of the nominal datasheet, so above 1 is possible); a parameters file's flat "
                "`[compute.flat_fraction]` for that device wins",
-               "the compute model's GEMM rate, streaming rate and per-kernel gap on that device (the global "
+               "the kernel timer's GEMM rate, streaming rate and per-kernel gap on that device (the global "
                "`[compute]` constants stay the GPUs')"),
     RuntimeKey(("shard_layer_collectives", "shard_step_collectives"),
                "Shard's collectives as the runtime's compiler emits them, per layer and per step outside the layers: "
@@ -352,7 +352,7 @@ RUNTIME_OTHER_KEYS: tuple[RuntimeKey, ...] = (
                "`[compute]` constants; or `fitted = true`: the parameters file's `[compute]` constants, which "
                "`geosim calibrate fit` moves), `kind` (`measured`, `published` or `estimated`), `source` and, for a "
                "measured entry, `refit` (the command that refits it)",
-               "the compute model's constants on that generation's GPUs; a generation without an entry runs "
+               "the kernel timer's constants on that generation's GPUs; a generation without an entry runs "
                "with the runtime's estimate (the median of its measured and published entries), and the "
                "prediction names it and gives an interval"),
     RuntimeKey(("description", "source"), "what the runtime is; where its values come from", "the output's notes"),

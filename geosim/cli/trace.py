@@ -11,7 +11,7 @@ from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_BOUNDS, add_hosts_argumen
                                technique_options, add_json_argument, add_technique_argument, add_workload_arguments,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, parse_hosts, print_json)
 from geosim.sim.engine import run_schedule
-from geosim.sim.network import network_model
+from geosim.sim.network import network_backend
 from geosim.base.validate import count
 from geosim.base.errors import GeosimError
 from geosim.base.fileio import check_output_path, write_atomic
@@ -157,7 +157,7 @@ def _trace(args, technique, out, cluster, model, workload, params, layout=None) 
     events = check_trace_size(schedule, args.iterations)
     with Heartbeat("trace", f"simulating about {events:,} events") as beat:  # a line every few seconds
         result = run_schedule(schedule, cluster, runtime_of(workload, params).applied_to(params), workload,
-                              iterations=args.iterations, network=network_model(case.network), trace=True,
+                              iterations=args.iterations, network=network_backend(case.network), trace=True,
                               admit=check_expansion)  # a trace runs every rank: their steps bounded first
         doc = {"traceEvents": trace_events(result.trace, schedule.devices), "displayTimeUnit": "ms",
                "otherData": {"scenario": cluster.name, "technique": technique, "model": model.name,

@@ -29,7 +29,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--memory-parts": ("flag", "print each row's fullest GPU's memory by part: weights, master copy, gradients, "
                                "optimizer, activations, the backward's transient, workspace"),
     "--params": ("one", "simulator parameters file (default: the shipped defaults)"),
-    "--network": ("one", "the network model the simulation runs: fabric (each link by its transport: NVLink, RDMA, TCP), tcp, alpha-beta or ideal"),
+    "--network": ("one", "the network backend the simulation runs: fabric (each link by its transport: NVLink, RDMA, TCP), tcp, alpha-beta or ideal"),
     "--technique": ("list|one", "technique name(s), repeatable and comma-separated; 'all': every technique the "
                                 "command can run"),
     "--hosts": ("one|_hosts_value", "which VMs of the slice: names joined by + (vm1+vm2: those together), 'all' (all "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from geosim.inputs.specs import Cluster, Model, Params, Workload
 
 
-# the network model a case runs unless it names another (geosim.sim.network: fabric, tcp, alpha-beta,
+# the network backend a case runs unless it names another (geosim.sim.network: fabric, tcp, alpha-beta,
 # ideal). fabric prices each link by its transport (NVLink, RDMA, TCP sockets); on a cluster without
 # NVLink or RDMA (the study's slices) it is the tcp model, to the bit
 DEFAULT_NETWORK = "fabric"

@@ -23,7 +23,7 @@ from geosim.techniques import settings_class, settings_parent, technique_names
 # prior, fit range, source); the tables below are views of that declaration for reading and
 # writing. A technique's own tunables are not here: each technique declares them in its Settings
 # (geosim/techniques/<name>.py) and they are read from and written to the table [NAME].
-# A network model's constants are declared by the model (geosim/sim/network/<model>.py, PARAMETERS,
+# A network backend's constants are declared by the model (geosim/sim/network/<model>.py, PARAMETERS,
 # held by the file's table TABLE: [transport] for tcp) and live in Params.networks[model]; the
 # simulator-wide ones are Params fields. ALL_SCALARS is both; NETWORK_KEYS: key -> the model that owns it.
 NETWORK_KEYS: dict[str, str] = {p.key: model for model, (_, declared, _) in network_parameters().items()
@@ -43,7 +43,7 @@ DEFAULTS_FILE = "params-default.toml"
 # geosim/data/runtimes.toml, which declares them; only what differs from the shipped runtime is written)
 RUNTIME_TABLE = "runtime"
 # keys of older parameters files that no longer mean anything (the per-GPU default efficiency gave way
-# to the op-level compute model's fractions; state bytes follow from the precision): read and ignored
+# to the op-level kernel timer's fractions; state bytes follow from the precision): read and ignored
 RETIRED = {"compute.default_efficiency", "memory.optimizer_bytes_per_param"}
 # tables of older parameters files whose values moved: a GPU generation's constants are a runtime's efficiency
 # on it now (geosim/data/runtimes.toml [RUNTIME.efficiency.GENERATION]): read and ignored
@@ -54,7 +54,7 @@ RENAMED = {"zero2.bucket_mib": "xla.combine_mib", "compute.efficiency": "compute
 
 
 def fittable() -> dict[str, Scalar]:
-    """Every scalar a fit may move (simulator-wide and the network models'), key -> declaration."""
+    """Every scalar a fit may move (simulator-wide and the network backends'), key -> declaration."""
     return parameters.fittable(ALL_SCALARS)
 
 
@@ -230,14 +230,14 @@ def _merge_settings(current: dict, changes: dict[str, dict[str, object]]) -> dic
 
 
 def _network_settings(current: dict, changes: dict[str, dict[str, object]], source: str) -> dict:
-    """Every network model's Settings with the file's changes (the shipped file holds every value)."""
+    """Every network backend's Settings with the file's changes (the shipped file holds every value)."""
     merged = {}
     for model, (table, declared, network_settings) in network_parameters().items():
         try:
             merged[model] = (replace(current[model], **changes.get(model, {})) if model in current
                              else network_settings(**changes.get(model, {})))
         except TypeError as exc:  # a defaults file missing a key
-            raise GeosimError(f"incomplete [{table}] parameters of the {model} network model ({exc})",
+            raise GeosimError(f"incomplete [{table}] parameters of the {model} network backend ({exc})",
                               source=source) from None
     return merged
 

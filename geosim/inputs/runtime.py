@@ -13,8 +13,8 @@ What each cost becomes in a schedule:
 - startup_s: the prediction's start-up (once per run);
 - overlap_backward: Data's gradient buckets are reduced while the backward runs (techniques/data.py);
 - gradient_buckets: how the gradient is cut into collectives (XLA's combiner, one buffer, DDP's buckets);
-- kernel_s: the compute model's launch gap per kernel;
-- device_compute: the compute model's constants on a device this runtime's speed was measured on (XLA:CPU).
+- kernel_s: the kernel timer's launch gap per kernel;
+- device_compute: the kernel timer's constants on a device this runtime's speed was measured on (XLA:CPU).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Runtime:
     # TCP sockets each connection of the runtime's collective library opens (gloo: one per pair of
     # ranks; NCCL: NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS); None: the parameters file's transport.streams
     streams: int | None = RUNTIME_BY_KEY["streams"].absent
-    # the op-level compute model's constants on devices whose speed this runtime measured rather than
+    # the op-level kernel timer's constants on devices whose speed this runtime measured rather than
     # the GPU calibration describes (XLA:CPU on the CPU "GPUs" of live runs: live/experiments/cpu_compute.py):
     # (device name, ComputeConstants); a parameters file's flat [compute.flat_fraction] wins
     device_compute: tuple[tuple[str, ComputeConstants], ...] = ()
@@ -187,7 +187,7 @@ def runtime_differences(runtime: Runtime, params: Params) -> list[str]:
     return said
 
 
-# the network model whose collective steps wait round trips (its Settings' collective_step_rtts, the
+# the network backend whose collective steps wait round trips (its Settings' collective_step_rtts, the
 # file's transport.collective_step_rtts): what a runtime's own collective_step_rtts replaces
 STEP_RTTS_MODEL = "tcp"
 COLLECTIVE_LISTS = ("shard_layer_collectives", "shard_step_collectives", "pipeshard_tick_collectives",

@@ -179,7 +179,7 @@ def gpu_catalog() -> dict[str, GPU]:
 
 def _generation_tflops_per_watt(catalog: dict[str, GPU]) -> dict[str, float]:
     """Generation -> the least tensor TFLOP/s per watt of its cards in the catalog: what a card of
-    that generation sustains per watt of board power (the compute model's cap, sim/compute.py)."""
+    that generation sustains per watt of board power (the kernel timer's cap, sim/compute.py)."""
     per_watt: dict[str, float] = {}
     for g in catalog.values():
         if g.tdp_w:

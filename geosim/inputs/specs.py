@@ -27,7 +27,7 @@ class GPU:
     pcie_gen: int
     bf16_tensor_tflops: float | None = None  # None: no bf16 (Turing)
     tf32_tensor_tflops: float | None = None  # None: no TF32 tensor cores (before Ampere)
-    architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the compute model's overrides
+    architecture: str = "unknown"  # generation, lower case (turing, ampere, ...): the kernel timer's overrides
     tdp_w: float | None = None  # board power: caps a power-dense card's sustained tensor rate (sim/compute.py)
     # the least tensor TFLOP/s per watt of its generation's cards in the catalog (geosim.inputs.scenario sets it):
     # what a power-dense card of that generation sustains per watt of tdp_w; None: no cap
@@ -186,7 +186,7 @@ class Workload:
 
 @dataclass(frozen=True)
 class ComputeConstants:
-    """The op-level compute model's constants (geosim/sim/compute.py; each number declared once in
+    """The op-level kernel timer's constants (geosim/sim/compute.py; each number declared once in
     geosim/base/parameters.py, its value the parameters file's or a runtime's measurement): the global ones with
     a GPU generation's own, or one device's where a runtime measured it (XLA:CPU on live's CPU devices).
 
@@ -241,7 +241,7 @@ EFFICIENCY_KINDS = ("measured", "published", "estimated")
 @dataclass(frozen=True)
 class Efficiency:
     """What a runtime achieves on a GPU generation (geosim/data/runtimes.toml, [RUNTIME.efficiency.GENERATION]):
-    the compute model's attainable fractions, and where they come from.
+    the kernel timer's attainable fractions, and where they come from.
 
     gemm_fraction, memory_fraction, gemm_half_s: as ComputeConstants'; None: the parameters file's global
         [compute] constants (alpa's entries: what the study's fit found on Turing and Ampere).
@@ -269,7 +269,7 @@ class Params:
     """Every tunable constant of the simulator, in SI units (seconds, bytes, bit/s).
 
     Each is declared once, with its file key, unit, range, prior and source, in
-    geosim/base/parameters.py (a network model's in its module, a technique's in its Settings); the
+    geosim/base/parameters.py (a network backend's in its module, a technique's in its Settings); the
     parameters file converts its units to these at the boundary.
 
     The shipped values live in one file, geosim/data/params-default.toml (read by
@@ -277,7 +277,7 @@ class Params:
     """
 
     # a flat achieved fraction of peak for a device the datasheet model does not describe (the CPU
-    # devices of live runs); a GPU listed here bypasses the op-level compute model. Never fitted on the study.
+    # devices of live runs); a GPU listed here bypasses the op-level kernel timer. Never fitted on the study.
     flat_fraction: dict[str, float]
     pcie_bps: dict[int, float]  # PCIe generation -> GPU-to-host rate, bit/s
     nvlink_bps: float
@@ -292,7 +292,7 @@ class Params:
     # No default here for a declared number: its one value is the shipped file's, read through its
     # declaration (geosim/base/parameters.py); tests/test_params_declared.py holds the code to that.
     compressed_activation_efficiency: float  # token efficiency factor of a compressed pipeline
-    # the op-level compute model's global constants (geosim/sim/compute.py, docs/reference/params.md)
+    # the op-level kernel timer's global constants (geosim/sim/compute.py, docs/reference/params.md)
     gemm_fraction: float  # attainable fraction of the tensor peak for large GEMMs
     gemm_half_s: float  # a GEMM of (rate x this) FLOPs runs at half the large-GEMM rate
     memory_fraction: float  # attainable fraction of the memory bandwidth
@@ -307,7 +307,7 @@ class Params:
     # technique name -> its Settings (geosim/techniques/<name>.py); a technique not here runs
     # with its Settings' defaults
     technique_settings: dict[str, object] = field(default_factory=dict)
-    # network model name -> its Settings (geosim/sim/network/<model>.py: the TCP model's window, streams,
+    # network backend name -> its Settings (geosim/sim/network/<model>.py: the TCP model's window, streams,
     # per-message costs, from the file's [transport] table); a model without constants has none
     networks: dict[str, object] = field(default_factory=dict)
     token_efficiency: dict[str, float] = field(default_factory=dict)  # Data's tokens / this technique's
@@ -341,16 +341,16 @@ class Params:
         return replace(self, technique_settings={**self.technique_settings, technique: updated})
 
     def network(self, model: str):
-        """The network model's Settings, as the parameters file built them (geosim.inputs.params: every model
+        """The network backend's Settings, as the parameters file built them (geosim.inputs.params: every model
         with a Settings, its values from its table, e.g. [transport] for tcp)."""
         found = self.networks.get(model)
         if found is None:
-            raise GeosimError(f"no settings for network model {model!r} in these parameters", source=self.source,
+            raise GeosimError(f"no settings for network backend {model!r} in these parameters", source=self.source,
                               key=model)
         return found
 
     def with_network(self, model: str, **changes) -> "Params":
-        """These parameters with some of a network model's settings changed (SI units, its Settings' fields)."""
+        """These parameters with some of a network backend's settings changed (SI units, its Settings' fields)."""
         return replace(self, networks={**self.networks, model: replace(self.network(model), **changes)})
 
     def for_technique(self, field: str, technique: str):

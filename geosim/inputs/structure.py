@@ -57,7 +57,7 @@ def hosts_at(cluster: Cluster, site: str) -> tuple[str, ...]:
 def site_distances(cluster: Cluster) -> dict[tuple[str, str], float]:
     """One-way seconds of the lowest-latency path between every two sites over the scenario's
     links (a link may join hosts or sites; a host stands for its site). For ordering sites only:
-    the floors that prune options ask the network model itself."""
+    the floors that prune options ask the network backend itself."""
     site_of = {h.name: h.site for h in cluster.hosts}
     graph: dict[str, dict[str, float]] = {}
     for link in cluster.links:

@@ -397,7 +397,7 @@ def kernel_flops(ops: list[KernelOp]) -> float:
     return sum(op.flops for op in ops if type(op) is not MemoryOp)
 
 
-class ComputeModel:
+class KernelTimer:
     """Seconds of Work on a GPU, cached per (work, GPU, precision)."""
 
     def __init__(self, constants: ComputeConstants, by_device: tuple[tuple[str, ComputeConstants], ...] = ()):
@@ -445,11 +445,11 @@ class ComputeModel:
         return out
 
 
-_MODELS: dict[tuple, ComputeModel] = {}
+_TIMERS: dict[tuple, KernelTimer] = {}
 
 
-def compute_model(params) -> ComputeModel:
-    """The compute model for a Params' constants, shared by every run with the same constants
+def kernel_timer(params) -> KernelTimer:
+    """The kernel timer for a Params' constants, shared by every run with the same constants
     (a fit re-simulates hundreds of cases with few distinct values)."""
     estimate = params.efficiency_estimate
     constants = ComputeConstants(params.gemm_fraction, params.gemm_half_s, params.memory_fraction, params.kernel_s,
@@ -458,9 +458,9 @@ def compute_model(params) -> ComputeModel:
                                  None if estimate is None else estimate.fractions)
     by_device = tuple(sorted(params.device_compute.items()))
     key = (constants, by_device)
-    found = _MODELS.get(key)
+    found = _TIMERS.get(key)
     if found is None:
-        if len(_MODELS) > 256:
-            _MODELS.clear()
-        found = _MODELS[key] = ComputeModel(constants, by_device)
+        if len(_TIMERS) > 256:
+            _TIMERS.clear()
+        found = _TIMERS[key] = KernelTimer(constants, by_device)
     return found

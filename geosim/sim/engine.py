@@ -3,7 +3,7 @@
 Each GPU is a small generator process walking its program (a Repeat block is walked by a
 nested generator); what a transfer costs, and what a collective becomes, is the network
 model's answer (geosim.sim.network), which may also time a whole collective itself. Nothing
-here knows what a technique is or which network model runs.
+here knows what a technique is or which network backend runs.
 
 Over 400 lines: one event loop whose processes share EngineRun's state; split, the loop would pass
 that state around.
@@ -21,7 +21,7 @@ from typing import Callable
 
 from geosim.sim.network import NetworkFactory, capabilities
 from geosim.sim.schedule import Barrier, Collective, Compute, Recv, Repeat, Schedule, Send
-from geosim.sim.compute import compute_model
+from geosim.sim.compute import kernel_timer
 from geosim.sim.kernel import Clock, Event
 from geosim.sim.symmetry import OrderMatters, find_symmetry
 from geosim.inputs.specs import Cluster, Params, Workload
@@ -50,8 +50,8 @@ WARM_UP_REPETITIONS = SIMULATED_REPETITIONS - MEASURED_REPETITIONS
 def gpu_rate(schedule: Schedule, params: Params, workload: Workload) -> dict[int, float]:
     """A flat FLOP/s per rank, for a compute op without Work or a device with a flat efficiency
     override: the peak for the workload's precision x that override, else x the GEMM fraction the
-    compute model gives the device (its own where its runtime measured it, else its generation's)."""
-    model = compute_model(params)
+    kernel timer gives the device (its own where its runtime measured it, else its generation's)."""
+    model = kernel_timer(params)
 
     def fraction(gpu) -> float:
         return params.flat_fraction.get(gpu.name, model.constants_for(gpu).gemm_fraction)
@@ -83,7 +83,7 @@ def compute_timer(schedule: Schedule, params: Params, workload: Workload):
     """seconds(rank, op) of a compute op: the op-level model for its Work on the rank's GPU (cached per
     work and GPU), or its FLOPs at the flat rate where the op has no Work or the GPU a flat override."""
     rate = gpu_rate(schedule, params, workload)
-    model = compute_model(params)
+    model = kernel_timer(params)
     gpus = {d.rank: d.gpu for d in schedule.devices}
     flat = {d.rank for d in schedule.devices if d.gpu.name in params.flat_fraction}
     precision = workload.precision
@@ -111,8 +111,8 @@ def run_schedule(schedule: Schedule, cluster: Cluster, params: Params, workload:
                  iterations: int = 3, *, network: NetworkFactory, trace: bool = False,
                  exact: bool = False, clock: Callable[[], Clock] = Clock, symmetry: bool | None = None,
                  admit: Callable | None = None) -> RunResult:
-    """Simulate `iterations` iterations on the network model `network` builds (a factory called
-    as network(clock, cluster, params, devices, trace); geosim.sim.network.network_model(name)
+    """Simulate `iterations` iterations on the network backend `network` builds (a factory called
+    as network(clock, cluster, params, devices, trace); geosim.sim.network.network_backend(name)
     gives one by name; there is no default). exact=True runs every repetition of
     Repeat blocks. `clock` makes the event kernel (tests/test_kernel.py hands it SimPy's).
     Ranks a proven symmetry makes alike run once (geosim.sim.symmetry; the same answers to the
@@ -159,7 +159,7 @@ class _Waiting:
 
 
 class EngineRun:
-    """One run of a schedule: the GPUs' processes on one clock and network model, and the state
+    """One run of a schedule: the GPUs' processes on one clock and network backend, and the state
     they share while they run. `run()` is called once and returns the RunResult."""
 
     def __init__(self, schedule: Schedule, cluster: Cluster, params: Params, workload: Workload, iterations: int,
@@ -198,7 +198,7 @@ class EngineRun:
         caps.prepare(schedule.programs)
         found = find_symmetry(schedule, caps) if symmetry and self.trace_rows is None else None
         ranks = list(schedule.programs)
-        if admit is not None:  # the network model, and the ranks that run (None: every rank)
+        if admit is not None:  # the network backend, and the ranks that run (None: every rank)
             admit(schedule, net, found.representatives() if found is not None else None)
         if found is not None:  # run the representatives alone; each answers for its copies
             caps.reduce_to(found)

@@ -29,7 +29,7 @@ class Compute(NamedTuple):
     label: str
     kind: str = "compute"  # compute | overhead (fixed seconds in `seconds`)
     seconds: float = 0.0
-    work: object = None  # geosim.sim.compute.Work: what the op-level compute model times
+    work: object = None  # geosim.sim.compute.Work: what the op-level kernel timer times
 
 
 # In an op's tag, the item after this one names a host: a technique that tags ops by host writes it
@@ -78,7 +78,7 @@ class Repeat(NamedTuple):
 
 
 class Barrier(NamedTuple):
-    """Waits until `size` ranks have reached the barrier of this tag (a network model's form of a
+    """Waits until `size` ranks have reached the barrier of this tag (a network backend's form of a
     collective where communication is free); techniques do not emit it. `group`, where given, names
     the ranks (under a symmetry, those of them that run are awaited: a group moved onto another too)."""
 

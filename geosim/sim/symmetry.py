@@ -8,7 +8,7 @@ A shift σ of the ranks (within each segment of `segment` consecutive ranks, eve
     where the model holds or steps collectives, over a group σ moves onto another whose ranks
     all run or none do, its tag naming the image host where it names a host);
   - σr has r's GPU, so the same compute times;
-  - the network model says σ maps its state onto itself (its symmetric_under): routes of
+  - the network backend says σ maps its state onto itself (its symmetric_under): routes of
     equal cost, each hop of r's routes mapped to one hop of σr's, and the run's outcome free of
     the order in which simultaneous events are processed (every hop has one sender; or, for the
     ideal network, no state at all).

@@ -6,7 +6,7 @@ GPU. Hierarchical cases reduce-scatter inside the host, all-reduce across hosts 
 the same local index), all-gather inside the host; flat cases are one ring over hosts of
 one GPU each. In geosim terms: every host at one site whose LAN is 10 Gbit/s with a
 40 ms RTT (20 ms one way, host to host), NVLink at 96 Gbit/s with host.latency_us = 10,
-per-GPU NICs, and the alpha-beta network model.
+per-GPU NICs, and the alpha-beta network backend.
 
 Reference figures: ASTRA-sim 2.x, commit 518bd51, analytical congestion-unaware backend,
 run with that configuration (simulated time of the all-reduce, ms).

@@ -1,4 +1,4 @@
-"""Published nccl-tests bus bandwidth against the fabric network model's prediction.
+"""Published nccl-tests bus bandwidth against the fabric network backend's prediction.
 
 Each row of geosim/data/nccl-tests-published.toml (a source, the hosts and GPUs, the NICs, the
 collective, its size, NCCL_ALGO where the run forced one, the published busbw) becomes a cluster of

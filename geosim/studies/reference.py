@@ -94,7 +94,7 @@ def slice_rtt_ms() -> dict[str, float]:
 def study_records(single_vm: bool = True) -> list[RunRecord]:
     """Table II of arXiv:2602.02632 (gpt2m on all 4 GPUs of each slice, 20 epochs) and the quoted TFLOP/s,
     then (single_vm) the gpt2m runs on one VM's two GPUs the text quotes: compute-bound, they are what
-    pins the compute model (Table II's runs are paced by the WAN)."""
+    pins the kernel timer (Table II's runs are paced by the WAN)."""
     records = []
     for m in study_measurements():
         measured = {"total_time_s": m.total_time_s}

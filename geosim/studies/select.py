@@ -187,7 +187,7 @@ class PredictedProbes:
     def __init__(self, cluster: Cluster, model: Model, workload: Workload, params: Params,
                  network: str = DEFAULT_NETWORK):
         self.cluster, self.model, self.workload, self.params = cluster, model, workload, params
-        self.network = network  # the network model the probes are predicted on
+        self.network = network  # the network backend the probes are predicted on
         self._twins: dict[tuple, tuple[str, ...]] = {}  # (technique, a VM alone's hardware) -> the VM probed
 
     def probe(self, technique: str, hosts: tuple[str, ...]) -> Probe:

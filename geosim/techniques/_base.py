@@ -42,7 +42,7 @@ def forward_flops(model: Model, workload: Workload, sequences: float, layers: in
 
 def work(phase: str, model: Model, workload: Workload, sequences: float, layers: int, head: bool, embedding: bool,
          tensor_parallel: int = 1, part: str = "block") -> Work:
-    """What the op-level compute model times for a forward or backward; the backward of a
+    """What the op-level kernel timer times for a forward or backward; the backward of a
     checkpointed run recomputes its forward first."""
     return Work(phase, model, float(sequences), workload.seq_len, layers, head, embedding, tensor_parallel,
                 remat=workload.checkpointing and phase == "backward", part=part)

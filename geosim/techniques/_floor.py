@@ -1,14 +1,14 @@
 """A floor under a schedule's predicted time, from the schedule alone (no simulation).
 
 The engine runs each GPU's ops one after another, so an iteration takes at least the
-busiest GPU's ops back to back: its compute at the compute model's time (the engine's
+busiest GPU's ops back to back: its compute at the kernel timer's time (the engine's
 own timer), and each collective at least the bytes that must cross a host's network
 port or a site's wide-area links, at their full bandwidth. Those bytes follow from what
 the collective computes, whatever its algorithm: an all-reduce's result on a host needs
 the other hosts' whole buffer to enter it (B), a reduce-scatter's the host's share of it
 (k/n x B), an all-gather's everything the host lacks ((n - k)/n x B); a ring enters every
 host it spans at least once per step, a chunk of B/n each (2(n-1) steps for an all-reduce,
-n-1 for the others), whichever is more. The network model
+n-1 for the others), whichever is more. The network backend
 never moves a hop's bytes faster than its bandwidth, so the floor never exceeds the
 prediction (tests/test_plan_scale.py checks it). Point-to-point sends count nothing.
 
@@ -41,7 +41,7 @@ def schedule_floor_s(case, schedule: Schedule, workload) -> float:
     collective_cache: dict[tuple, float] = {}
 
     # the bandwidth bounds hold for the TCP model (a hop's FCFS server never beats its bandwidth);
-    # other network models (ideal, alpha-beta) get the compute floor alone
+    # other network backends (ideal, alpha-beta) get the compute floor alone
     # (fabric is the TCP model where no route runs over NVLink or RDMA; NCCL's rings over a host's rails
     # beat one port's bandwidth, so a fabric cluster with them gets the compute floor alone)
     bounded = getattr(case, "network", "tcp") == "tcp" or (getattr(case, "network", "tcp") == "fabric"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from geosim.inputs.case import Case
 from geosim.inputs.runtime import runtime_of
-from geosim.sim.compute import Work, compute_model
+from geosim.sim.compute import Work, kernel_timer
 from geosim.sim.network import least_delay
 from geosim.sim.network.fabric import uses_rdma
 from geosim.techniques._base import devices_of, forward_flops, work
@@ -176,7 +176,7 @@ def _stage_times(case: Case, w, size: int, kinds: tuple, layers: int, first: boo
     share grows where a runtime's GEMMs run fast); a flat-rate device is charged nothing for either.
     The stage's parameters as one op: an interleaved stage's chunks each pay their own launch, more."""
     params = runtime_of(w, case.params).applied_to(case.params)  # as predict times it: the runtime's kernels
-    timer = compute_model(params)
+    timer = kernel_timer(params)
     sequences = w.global_batch / w.microbatches / size
     held = case.model.stage_params(layers, first, last)
     times = []
@@ -231,7 +231,7 @@ def _network(case: Case, hosts: tuple[str, ...]):
             _NETWORKS.clear()
         on = case.on(hosts).cluster
         devices = devices_of(on)
-        # the best case of the network model predict() runs for this case
+        # the best case of the network backend predict() runs for this case
         known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay(case.network, on, case.params, devices),
                                   {})
     return known[2:]

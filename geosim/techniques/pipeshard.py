@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from geosim.base.errors import GeosimError
 from geosim.sim import memory_layout
-from geosim.sim.compute import compute_model
+from geosim.sim.compute import kernel_timer
 from geosim.sim.schedule import HOST_IN_TAG, Collective, Device, Recv, Schedule, Send
 from geosim.inputs.case import Case
 from geosim.inputs.runtime import runtime_of
@@ -445,7 +445,7 @@ def _mesh_seconds(case: Case, mesh: list[Device], microbatch: float, layers: int
             flops = forward_flops(model, workload, sequences, layers, head) / tp * (4.0 if workload.checkpointing else 3.0)
             times.append(flops / (d.gpu.peak_tflops(workload.precision) * 1e12 * params.flat_fraction[d.gpu.name]))
             continue
-        timer = compute_model(params)
+        timer = kernel_timer(params)
         times.append(sum(timer.seconds(work(phase, model, workload, sequences, layers, head, False, tp), d.gpu,
                                         workload.precision) for phase in ("forward", "backward")))
     return max(times)

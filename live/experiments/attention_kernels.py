@@ -219,7 +219,7 @@ def analyse(records: list[dict]) -> dict:
     from geosim.inputs.params import default_params
     from geosim.inputs.runtime import shipped_runtimes
     from geosim.inputs.scenario import gpu_catalog
-    from geosim.sim.compute import attention_ops, block_backward, compute_model, op_seconds, sustained_tensor_tflops
+    from geosim.sim.compute import attention_ops, block_backward, kernel_timer, op_seconds, sustained_tensor_tflops
     from geosim.inputs.specs import Model
 
     by_generation: dict[str, dict] = {}
@@ -237,7 +237,7 @@ def analyse(records: list[dict]) -> dict:
             else:
                 if gpu:  # geosim's unfused kernels for this shape, under the jax runtime's constants
                     params = shipped_runtimes()["jax"].applied_to(default_params())
-                    eff = compute_model(params).constants_for(gpu)
+                    eff = kernel_timer(params).constants_for(gpu)
                     model = Model("sweep", 1, r["heads"] * r["head_dim"], r["heads"], n_ctx=r["seq_len"])
                     forward = attention_ops(r["batch"], r["seq_len"], r["head_dim"], r["heads"], 2, False, False)
                     ops = forward if r["direction"] == "forward" else [

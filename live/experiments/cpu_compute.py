@@ -155,9 +155,9 @@ def measure(processes: int = 2, batches=DEFAULT_BATCHES, model: str = "small-wan
 
 def step_seconds(eff, model, batch: int, seq_len: int, gpu) -> tuple[float, float]:
     """(one device's whole train step, Adam's update alone) as geosim.sim.compute times them."""
-    from geosim.sim.compute import ComputeModel, Work
+    from geosim.sim.compute import KernelTimer, Work
 
-    timer = ComputeModel(eff)
+    timer = KernelTimer(eff)
     passes = sum(timer.seconds(Work(phase, model, batch, seq_len, model.n_layer, head=True, embedding=True), gpu, "fp32")
                  for phase in ("forward", "backward"))
     update = timer.seconds(Work("optimizer", model, params=model.num_params), gpu, "fp32")

@@ -131,7 +131,7 @@ def fit(cases, gemms: list[dict], params, architecture: str, gpu) -> dict:
 
     from geosim.calibrate.check import check
     from geosim.inputs.runtime import runtime_of, shipped_runtimes
-    from geosim.sim.compute import Gemm, compute_model, gemm_seconds
+    from geosim.sim.compute import Gemm, kernel_timer, gemm_seconds
     from geosim.inputs.specs import Efficiency
 
     timed = [c for c in cases if c.metric]
@@ -155,7 +155,7 @@ def fit(cases, gemms: list[dict], params, architecture: str, gpu) -> dict:
         if gemms:
             runtime = runtime_of(timed[0].workload, p) if timed else None
             applied = runtime.applied_to(p) if runtime else p
-            eff = compute_model(applied).constants_for(gpu)
+            eff = kernel_timer(applied).constants_for(gpu)
             for gm in gemms:
                 op = Gemm("gemm", gm["m"], gm["n"], gm["k"])
                 out.append({"what": f"GEMM {gm['m']}x{gm['n']}x{gm['k']} {gm['precision']}", "measured_s": gm["seconds"],

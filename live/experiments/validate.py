@@ -261,7 +261,7 @@ def per_iteration_cases(records, source: str):
     return cases_from_records(trimmed, source)
 
 
-# a live run's CPU devices are outside the datasheet compute model: they run at a flat fraction of their
+# a live run's CPU devices are outside the datasheet kernel timer: they run at a flat fraction of their
 # peak ([compute.flat_fraction]), fitted here from this start when no runtime declares it
 FLAT_EFFICIENCY_START = 0.1
 

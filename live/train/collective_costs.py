@@ -107,7 +107,7 @@ def transport_share_s(params=None, count: int = SMALL_COUNT, elements: int = SMA
     from geosim.inputs.params import load_params
     from geosim.inputs.runtime import shipped_runtimes
     from geosim.sim.engine import run_schedule
-    from geosim.sim.network import network_model
+    from geosim.sim.network import network_backend
     from geosim.sim.schedule import Collective, Device, Schedule
     from geosim.inputs.specs import GPU, Cluster, Host, Link, Workload
 
@@ -119,7 +119,7 @@ def transport_share_s(params=None, count: int = SMALL_COUNT, elements: int = SMA
     program = [Collective("allreduce", (0, 1), elements * 4.0, "ring", ("psum", i), "psum") for i in range(count)]
     schedule = Schedule("loopback psums", devices, {d.rank: list(program) for d in devices}, {0: 0.0, 1: 0.0})
     workload = Workload(global_batch=2, microbatches=1, runtime="jax")
-    result = run_schedule(schedule, cluster, params, workload, iterations=3, network=network_model("tcp"))
+    result = run_schedule(schedule, cluster, params, workload, iterations=3, network=network_backend("tcp"))
     return result.iteration_time(2) / count
 
 

@@ -1,12 +1,12 @@
-"""Network models: what a transfer costs, behind one small protocol the engine calls.
+"""Network backends: what a transfer costs, behind one small protocol the engine calls.
 
-The seam (`NetworkModel`) is small: a model implements `send_at` (CountingNetwork gives the rest);
+The seam (`NetworkBackend`) is small: a backend implements `send_at` (CountingNetwork gives the rest);
 whatever else it can do is an optional protocol (CollectiveShortcut, CollectivePrecompute, Symmetric,
 ConnectionState, SendFloor), asked for once when a run starts (`capabilities(net)`), never probed per
 op. Two layers, as ASTRA-sim's network API (send, recv, schedule, time) has collectives above it:
 
-  transfers, what every model answers (the engine matches each Send with its Recv in its own
-  mailbox, so a model sees sends alone):
+  transfers, what every backend answers (the engine matches each Send with its Recv in its own
+  mailbox, so a backend sees sends alone):
     send_at(src, dst, nbytes, p2p, label, now) -> time   a transfer started at `now`, reserving what it
                                                           holds; when it has arrived. The one call that
                                                           prices traffic: the engine's steps and the
@@ -36,24 +36,24 @@ Models, one file each:
   alphabeta.AlphaBetaNetwork   latency + bytes / bandwidth per link, first-come-first-served
                                links, no TCP; symmetric collectives simulated once
   ideal.IdealNetwork           free communication: sends cost nothing, collectives are barriers
-Helpers the models share start with an underscore, as in geosim/techniques/: _topology (the graph
+Helpers the backends share start with an underscore, as in geosim/techniques/: _topology (the graph
 of hosts, sites and links, routes), _nccl (NCCL's tuning model), _exclusive (collectives timed by arithmetic where every link
 has one sender) and _loss (TCP's response functions under loss and a token bucket's drops).
 
-A model is built per run by a factory called as
-    factory(clock, cluster, params, devices, trace) -> NetworkModel
+A backend is built per run by a factory called as
+    factory(clock, cluster, params, devices, trace) -> NetworkBackend
 where clock has `.now` (the simulation's time) and trace is a list to append
-("link", name, label, start, end, bytes) rows to, or None. The model classes are
+("link", name, label, start, end, bytes) rows to, or None. The backend classes are
 their own factories.
 
-Each model is a backend found by its module: `NAME` (what a case or `--network` calls it),
-`MODEL` (its factory) and, where it has constants of its own, `PARAMETERS` (their declaration:
+Each backend is one module found by its module: `NAME` (what a case or `--network` calls it),
+`BACKEND` (its factory) and, where it has constants of its own, `PARAMETERS` (their declaration:
 geosim.base.parameters.Scalar, key, unit, range, fit range, prior, source), `TABLE` (the parameters
-file's table that holds them: the TCP model's is [transport]) and `Settings` (a frozen dataclass
+file's table that holds them: the TCP backend's is [transport]) and `Settings` (a frozen dataclass
 with one SI field per declared parameter). geosim.inputs.params reads and writes them
 (`Params.network(NAME)`), the fit frees them from the same declaration, and the reference page
-lists them (`network_parameters()`). The engine has no default: the caller names the model
-(`network_model(case.network)`); a Case runs "fabric" unless it says otherwise.
+lists them (`network_parameters()`). The engine has no default: the caller names the backend
+(`network_backend(case.network)`); a Case runs "fabric" unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -71,9 +71,9 @@ from geosim.sim.schedule import Collective, Device
 from geosim.inputs.specs import Cluster, Params
 
 
-class NetworkModel(Protocol):
-    """What every model answers (the engine, the symmetry proof and the planner need no more). Of the
-    members, send_at is the one a model writes: CountingNetwork gives the rest. Everything else a model
+class NetworkBackend(Protocol):
+    """What every backend answers (the engine, the symmetry proof and the planner need no more). Of the
+    members, send_at is the one a backend writes: CountingNetwork gives the rest. Everything else a backend
     may do is an optional protocol below, asked for once when a run starts (`capabilities`)."""
 
     bytes_sent: float
@@ -96,7 +96,7 @@ class NetworkModel(Protocol):
         """The ops `rank` runs for `coll`: Sends and Recvs, or a Barrier of the group."""
 
 
-# --- optional protocols: a model that has one implements all of its members ------------------------------
+# --- optional protocols: a backend that has one implements all of its members ------------------------------
 
 @runtime_checkable
 class CollectiveShortcut(Protocol):
@@ -116,7 +116,7 @@ class CollectivePrecompute(Protocol):
     fabric's NCCL model)."""
 
     def prepare(self, programs: dict[int, list]) -> None:
-        """Called once before the run with every rank's program (a model may study its routes)."""
+        """Called once before the run with every rank's program (a backend may study its routes)."""
 
     def may_precompute(self, coll: Collective) -> bool:
         """Whether collective_ends times `coll`: the engine then holds each rank that reaches it
@@ -131,7 +131,7 @@ class CollectivePrecompute(Protocol):
 class Symmetric(Protocol):
     """What the symmetry proof asks (geosim.sim.symmetry): without it every rank runs."""
 
-    groups_may_move: bool  # a symmetry may move a group onto another (the model holds or steps its collectives)
+    groups_may_move: bool  # a symmetry may move a group onto another (the backend holds or steps its collectives)
 
     def symmetric_under(self, image) -> bool:
         """Whether renaming each rank r as image(r) maps the run's network onto itself and its outcome
@@ -143,7 +143,7 @@ class Symmetric(Protocol):
 
 @runtime_checkable
 class ConnectionState(Protocol):
-    """A model whose transfers leave state behind (TCP's windows): skipped repetitions move it on."""
+    """A backend whose transfers leave state behind (TCP's windows): skipped repetitions move it on."""
 
     def shift_connections(self, src: int, since: float, delta: float) -> None:
         """Repetitions of a block were skipped: src's transfer state active since `since` moves on by delta."""
@@ -170,13 +170,13 @@ def _zero(*_args, **_kwargs) -> float:
 
 
 def _never_asked(coll, arrivals):
-    raise NotImplementedError("collective_ends asked of a model without CollectivePrecompute")
+    raise NotImplementedError("collective_ends asked of a backend without CollectivePrecompute")
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    """A model's answers to the optional protocols, looked up once when a run starts (the engine calls
-    these, never probes the model per op): its own methods where it has the protocol, else the
+    """A backend's answers to the optional protocols, looked up once when a run starts (the engine calls
+    these, never probes the backend per op): its own methods where it has the protocol, else the
     defaults (no fast path, no symmetry proven, no state to shift, no floor)."""
 
     hosts: tuple[str, ...]
@@ -192,7 +192,7 @@ class Capabilities:
     least_delay_s: Callable = _zero
 
 
-def capabilities(net: NetworkModel) -> Capabilities:
+def capabilities(net: NetworkBackend) -> Capabilities:
     """Which optional protocols `net` implements, asked once: the callables the engine then uses."""
     found: dict = {"hosts": net.hosts}
     if isinstance(net, CollectiveShortcut):
@@ -209,11 +209,11 @@ def capabilities(net: NetworkModel) -> Capabilities:
     return Capabilities(**found)
 
 
-NetworkFactory = Callable[..., NetworkModel]
+NetworkFactory = Callable[..., NetworkBackend]
 
 
 class CountingNetwork:
-    """What every model shares: byte and transfer counts, send() from send_at, collectives as
+    """What every backend shares: byte and transfer counts, send() from send_at, collectives as
     point-to-point steps. Subclasses provide send_at() and whichever optional protocols they have."""
 
     def __init__(self, clock, cluster: Cluster, params: Params, devices: list[Device], trace: list | None = None):
@@ -228,7 +228,7 @@ class CountingNetwork:
         self._sent = {d.rank: [0.0, 0] for d in devices}  # rank -> [bytes, transfers] it has sent
 
     def send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
-        raise NotImplementedError(f"{type(self).__name__} prices no transfer: a model implements send_at")
+        raise NotImplementedError(f"{type(self).__name__} prices no transfer: a backend implements send_at")
 
     def send(self, src: int, dst: int, nbytes: float, p2p: bool, label: str = "") -> float:
         now = self.env.now
@@ -251,12 +251,12 @@ class CountingNetwork:
 
 @cache
 def _backends() -> dict[str, object]:
-    # found by name: adding a model is one file (_topology, _exclusive: helpers the models share)
-    return {module.NAME: module for module in entry_modules(__name__, __path__, "NAME", "MODEL")}
+    # found by name: adding a backend is one file (_topology, _exclusive: helpers the backends share)
+    return {module.NAME: module for module in entry_modules(__name__, __path__, "NAME", "BACKEND")}
 
 
 def network_parameters() -> dict[str, tuple]:
-    """name -> (its TABLE, its PARAMETERS, its Settings class) of every model with constants of its own."""
+    """name -> (its TABLE, its PARAMETERS, its Settings class) of every backend with constants of its own."""
     return {name: (module.TABLE, module.PARAMETERS, module.Settings)
             for name, module in sorted(_backends().items()) if hasattr(module, "PARAMETERS")}
 
@@ -265,21 +265,21 @@ def network_names() -> list[str]:
     return sorted(_backends())
 
 
-def network_model(name: str) -> NetworkFactory:
-    """The factory of the network model called `name` (tcp, alpha-beta, ideal)."""
+def network_backend(name: str) -> NetworkFactory:
+    """The factory of the network backend called `name` (tcp, alpha-beta, ideal)."""
     backends = _backends()
     if name not in backends:
-        raise GeosimError(f"unknown network model {name!r} (known: {', '.join(sorted(backends))})", key="network")
-    return backends[name].MODEL
+        raise GeosimError(f"unknown network backend {name!r} (known: {', '.join(sorted(backends))})", key="network")
+    return backends[name].BACKEND
 
 
 class _Still:
-    """A clock that never moves: asking a model for a best case needs no simulation."""
+    """A clock that never moves: asking a backend for a best case needs no simulation."""
 
     now = 0.0
 
 
 def least_delay(name: str, cluster: Cluster, params: Params, devices: list[Device]) -> Callable[..., float]:
-    """(src, dst, nbytes, p2p) -> the fewest seconds a send can take on the model `name`: every hop
-    idle, windows at their largest (a floor the planner prunes with); 0 for a model without one."""
-    return capabilities(network_model(name)(_Still(), cluster, params, devices)).least_delay_s
+    """(src, dst, nbytes, p2p) -> the fewest seconds a send can take on the backend `name`: every hop
+    idle, windows at their largest (a floor the planner prunes with); 0 for a backend without one."""
+    return capabilities(network_backend(name)(_Still(), cluster, params, devices)).least_delay_s

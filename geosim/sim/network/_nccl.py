@@ -5,7 +5,7 @@ as latency + bytes / bandwidth and runs the quickest (src/graph/tuning.cc, ncclT
 ncclTopoGetAlgoTime; read in NCCL 2.12's version, NVIDIA/nccl commit 01afd20). This module is that
 model, written from its description, over what geosim knows of a communicator (a `Fabric`): its ranks
 and hosts, each GPU's bandwidth inside a host and each host's NICs together. Only where every pair
-of a collective's ranks talks over NVLink or RDMA does the fabric network model (fabric.py) ask it;
+of a collective's ranks talks over NVLink or RDMA does the fabric network backend (fabric.py) ask it;
 sockets (TCP) keep the step-by-step simulation.
 
 Bandwidth: a ring moves each rank's share through every rank, so its bus bandwidth is the slowest

@@ -143,4 +143,4 @@ def _interchangeable(routes: list[Route]) -> bool:
 
 
 NAME = "alpha-beta"
-MODEL = AlphaBetaNetwork
+BACKEND = AlphaBetaNetwork

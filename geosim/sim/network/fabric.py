@@ -1,4 +1,4 @@
-"""The fabric network model: every link priced by the transport that carries it (what a case runs by default).
+"""The fabric network backend: every link priced by the transport that carries it (what a case runs by default).
 
 A datacenter job talks over three transports, and NCCL picks one per peer:
   - NVLink (NVSwitch) inside a host whose GPUs have it (Host.intra_host = "nvlink");
@@ -255,4 +255,4 @@ def uses_rdma(cluster: Cluster) -> bool:
     return any(h.transport == "rdma" for h in cluster.hosts) or any(link.transport == "rdma" for link in cluster.links)
 
 
-MODEL = FabricNetwork
+BACKEND = FabricNetwork

@@ -35,4 +35,4 @@ class IdealNetwork(CountingNetwork):
         return None
 
 
-MODEL = IdealNetwork
+BACKEND = IdealNetwork

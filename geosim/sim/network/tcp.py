@@ -480,7 +480,6 @@ def window_limits(cluster: Cluster, params: Params) -> list[WindowLimit]:
     return found
 
 
-Network = TCPNetwork  # the name before network models had a protocol
 
 
-MODEL = TCPNetwork
+BACKEND = TCPNetwork

@@ -29,7 +29,7 @@ from pathlib import Path
 from geosim.base.errors import GeosimError, require
 from geosim.inputs.params import load_params
 from geosim.inputs.case import DEFAULT_NETWORK, Case
-from geosim.sim.network import network_model
+from geosim.sim.network import network_backend
 from geosim.predict import predict
 from geosim.inputs.scale import load_any_scenario
 from geosim.inputs.scenario import Scenario, get_model, LINK_RANGES, check_number
@@ -52,7 +52,7 @@ class SweepContext:
     params: Params
     scenarios: dict[str, Scenario] = field(default_factory=dict)
     metric: str = "total_time_s"
-    network: str = DEFAULT_NETWORK  # the network model every point is predicted on
+    network: str = DEFAULT_NETWORK  # the network backend every point is predicted on
 
 
 def resolve_scenario(name: str) -> Scenario:
@@ -93,7 +93,7 @@ def make_context(grid: Grid, params_path: str | None = None, metric: str = "tota
                 with_gpu(next(iter(scenarios.values())).cluster, g)
             except GeosimError as exc:
                 raise GeosimError(exc.problem, source="--gpu") from None
-    network_model(network)  # an unknown model fails before any work
+    network_backend(network)  # an unknown model fails before any work
     _check_layout(grid, scenarios, params)
     return SweepContext(params, scenarios, metric, network)
 

@@ -239,7 +239,7 @@ class ResultStore:
         if old.get("params") != new.get("params"):
             raise GeosimError(f"its rows were predicted with other simulator parameters; {hint}", source=str(self.dir))
         if old.get("network", "tcp") != new.get("network", "tcp"):  # directories from before --network: tcp
-            raise GeosimError(f"its rows were predicted on the {old.get('network', 'tcp')} network model, not "
+            raise GeosimError(f"its rows were predicted on the {old.get('network', 'tcp')} network backend, not "
                               f"{new.get('network', 'tcp')}; {hint}", source=str(self.dir))
         for name, print_ in new["scenarios"].items():
             if old.get("scenarios", {}).get(name, print_) != print_:

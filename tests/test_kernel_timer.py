@@ -1,4 +1,4 @@
-"""The op-level compute model against rooflines computed by hand from the datasheet."""
+"""The op-level kernel timer against rooflines computed by hand from the datasheet."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from geosim.inputs.scenario import gpu_catalog, model_catalog
 from geosim.inputs.specs import ComputeConstants
-from geosim.sim.compute import (ComputeModel, Gemm, MemoryOp, Work, architecture, block_backward,
+from geosim.sim.compute import (KernelTimer, Gemm, MemoryOp, Work, architecture, block_backward,
                                 block_forward, gemm_seconds, head_backward, head_forward, kernel_flops, kernels,
                                 memory_seconds, op_seconds, sustained_tensor_tflops)
 
@@ -18,7 +18,7 @@ RTX, T4, A30 = CATALOG["RTX6000"], CATALOG["T4"], CATALOG["A30"]
 GPT2M = model_catalog()["gpt2m"]
 # no ramp, no launch gap, full bandwidth: the bare roofline
 BARE = ComputeConstants(gemm_fraction=0.5, gemm_half_s=0.0, memory_fraction=1.0, kernel_s=0.0)
-# the compute model's priors (geosim/base/parameters.py): a set of constants unlike the shipped fit
+# the kernel timer's priors (geosim/base/parameters.py): a set of constants unlike the shipped fit
 PRIOR = ComputeConstants(gemm_fraction=0.7, gemm_half_s=20e-6, memory_fraction=0.8, kernel_s=5e-6)
 REL = 1e-12
 
@@ -104,18 +104,18 @@ def test_one_block_on_a_hand_computed_roofline():
                     + 2 * T * h * e + 2 * T * 4 * h * e + T * h * 3 * e)
     expected += memory_bytes / bw
     work = Work("forward", GPT2M, 1, 1024, 1, dropout=False)
-    assert ComputeModel(BARE).seconds(work, RTX, "fp16") == pytest.approx(expected, rel=1e-9)
+    assert KernelTimer(BARE).seconds(work, RTX, "fp16") == pytest.approx(expected, rel=1e-9)
 
 
 def test_layers_are_timed_once_and_multiplied():
-    model = ComputeModel(PRIOR)
+    model = KernelTimer(PRIOR)
     work = Work("backward", GPT2M, 4, 1024, GPT2M.n_layer, head=True, embedding=True)
     direct = sum(op_seconds(op, RTX, "fp16", model.constants) for op in kernels(work, "fp16"))
     assert model.seconds(work, RTX, "fp16") == pytest.approx(direct, rel=1e-9)
 
 
 def test_remat_backward_adds_one_forward():
-    model = ComputeModel(PRIOR)
+    model = KernelTimer(PRIOR)
     plain = Work("backward", GPT2M, 4, 1024, 6)
     assert model.seconds(plain._replace(remat=True), RTX, "fp16") == pytest.approx(
         model.seconds(plain, RTX, "fp16") + model.seconds(plain._replace(phase="forward"), RTX, "fp16"), rel=1e-9)
@@ -123,7 +123,7 @@ def test_remat_backward_adds_one_forward():
 
 def test_optimizer_and_accumulation_by_bytes():
     eff = replace(PRIOR, memory_fraction=1.0, kernel_s=0.0)
-    model = ComputeModel(eff)
+    model = KernelTimer(eff)
     n = GPT2M.num_params
     assert model.seconds(Work("optimizer", GPT2M, params=n), RTX, "fp16") == pytest.approx(n * 32 / 672e9, rel=REL)
     assert model.seconds(Work("update", GPT2M, params=n), RTX, "fp16") == pytest.approx(n * 16 / 672e9, rel=REL)
@@ -133,18 +133,18 @@ def test_optimizer_and_accumulation_by_bytes():
 def test_architecture_from_the_catalog_name():
     assert architecture(RTX) == "turing" and architecture(A30) == "ampere"
     constants = replace(PRIOR, gemm_fraction=0.6, by_generation=(("ampere", (0.7, 0.5, 1e-5)), ("turing", None)))
-    model = ComputeModel(constants)
+    model = KernelTimer(constants)
     assert model.constants_for(A30).gemm_fraction == 0.7 and model.constants_for(A30).memory_fraction == 0.5
     assert model.constants_for(T4).gemm_fraction == 0.6  # an entry of the global constants (alpa's fit)
     # a generation without an entry: the runtime's estimate; a device of no GPU generation: the global constants
     estimated = replace(constants, by_generation=(), estimate=(0.8, 0.6, 2e-5))
-    assert ComputeModel(estimated).constants_for(A30).gemm_fraction == 0.8
+    assert KernelTimer(estimated).constants_for(A30).gemm_fraction == 0.8
     cpu = replace(A30, name="CPU", architecture="cpu")
-    assert ComputeModel(estimated).constants_for(cpu).gemm_fraction == 0.6
+    assert KernelTimer(estimated).constants_for(cpu).gemm_fraction == 0.6
 
 
 def step_seconds(gpu, eff: ComputeConstants) -> float:
-    model = ComputeModel(eff)
+    model = KernelTimer(eff)
     work = Work("backward", GPT2M, 4, 1024, GPT2M.n_layer, head=True, embedding=True)
     return model.seconds(work, gpu, "fp16") + model.seconds(work._replace(phase="forward"), gpu, "fp16")
 
