@@ -212,7 +212,7 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
     The floor only ever underestimates, so nothing that belongs in the top `keep` is skipped;
     keep=None simulates everything. More than MAX_CANDIDATES candidates: a one-line error
     naming what narrows the search, before anything is simulated. `budget` caps the simulations
-    (-1: none for the exhaustive search, STRUCTURED_BUDGET for the structured one; None: none);
+    (-1: none for the exhaustive search, STRUCTURED_BUDGET for the structured one; None: none).
     Options not asked are also bounded by SEARCH_BUDGET_S, the expected CPU seconds of those simulated
     (geosim.cost.expected_seconds, known from each one's build before it is simulated): one that would pass
     it is left, and the search goes on with the cheaper ones. What either budget leaves unsimulated though
