@@ -155,7 +155,8 @@ def test_select_ranks_the_layout_asked_and_algorithm1_probes_its_own():
      "--intra-stage", "give one or the other"),
     (["select", "--scenario", "utah-gpn", "--technique", "pipeshard", "--pipeline-parallel", "2", "--records", "study"],
      "--pipeline-parallel", "a layout applies to the predicted ranking"),
-    (["sweep", "--scenario", SCENARIO, "--technique", "pipeshard", "--tensor-parallel", "3", "--sweep-dir", "{tmp}"],
+    # two sites: sweep's default axis is the WAN's RTT, which one site does not have
+    (["sweep", "--scenario", "scale:2x2x4:H100", "--technique", "pipeshard", "--tensor-parallel", "3", "--sweep-dir", "{tmp}"],
      "--tensor-parallel", "3 must divide the 4 GPUs of a host"),
     (["sweep", "--scenario", SCENARIO, "--tensor-parallel", "2", "--sweep-dir", "{tmp}"], "--tensor-parallel",
      "take(s) no layout"),

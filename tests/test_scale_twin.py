@@ -1,9 +1,7 @@
 """A cluster written with `scale:` and the same cluster written as a scenario file take the same road
-(the same ranks simulated, the same events) and give the same answers (issue 47 item 3). The issue's
-pair, scale:1x64x8:A100-80GB:nvlink and bench/clusters/a100-1x64.toml, are not the same cluster:
-the generated one joins its first VM to each other by a link of its own (20 ms, 10 Gbit/s over TCP:
-the link the what-ifs change); the file's hosts share the site's LAN
-(docs/results/2026-11-28-every-row.md)."""
+(the same ranks simulated, the same events) and give the same answers (issue 47 item 3). A one-site
+`scale:` cluster is drawn on its LAN alone, as the file's hosts share their site's LAN (it once joined
+its first VM to each other by a 20 ms link of its own: docs/results/2026-11-28-every-row.md)."""
 
 from __future__ import annotations
 

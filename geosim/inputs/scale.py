@@ -7,7 +7,8 @@ dict and every worker rebuilds the same cluster from its name.
 Topology: every pair of sites is joined by one WAN link (a full mesh, as FABRIC's
 L2STS services give; TCP sockets). VMs of a site share the site's LAN (params.lan_*), over TCP;
 NVLink hosts (":nvlink") are datacenter hosts: they reach each other inside a site over RDMA, a
-NIC per GPU at DEFAULT_RDMA_NIC_GBPS.
+NIC per GPU at DEFAULT_RDMA_NIC_GBPS. One site has no WAN link: its VMs share its LAN, as the same
+cluster written as a scenario file does (a what-if on the WAN's RTT or bandwidth says there is none).
 """
 
 from __future__ import annotations
@@ -66,8 +67,6 @@ def make_cluster(sites: int, vms_per_site: int, gpus_per_vm: int, gpu: str = DEF
                   for s in range(sites) for v in range(vms_per_site))
     links = tuple(Link(f"site{a}", f"site{b}", ms_to_s(rtt_ms), gbps_to_bps(bandwidth_gbps))
                   for a in range(sites) for b in range(a + 1, sites))
-    if not links:  # one site: its VMs still talk over an explicit link the what-ifs can change
-        links = tuple(Link(hosts[0].name, h.name, ms_to_s(rtt_ms), gbps_to_bps(bandwidth_gbps)) for h in hosts[1:])
     return Cluster(name=name or scale_name(sites, vms_per_site, gpus_per_vm, gpu, intra_host), hosts=hosts, links=links,
                    source=name or "<generated>")
 
