@@ -20,6 +20,7 @@ from geosim.studies.sweep.grid import MAX_GRID_POINTS, MAX_RANGE_POINTS  # noqa:
 from geosim.cli import flag_bounds  # noqa: E402
 from geosim.base.validate import FALLBACK, Bound  # noqa: E402
 from geosim import cost  # noqa: E402
+from geosim.studies import plan  # noqa: E402
 from geosim.base import input_limits as limits  # noqa: E402
 from geosim.cli import trace  # noqa: E402
 from geosim.report.html import MAX_REPORT_ROWS  # noqa: E402
@@ -148,8 +149,19 @@ def render() -> str:
         f"| one prediction (a row asked, a planner's option, a sweep point, a draw) | <= "
         f"{cost.MAX_PREDICTION_WORK / 1e9:,.0f} billion simulated steps (ranks x ops x collective steps x "
         "iterations, counted from the schedule before simulating), else answered `infeasible` with the count "
-        "and what shrinks it | hours of simulation at the engine's fastest; no study question is within 50x "
-        "of it (`geosim/cost.py`) |",
+        "and what shrinks it | minutes of simulation at the engine's fastest (Data's ring rounds: 5.4 billion in "
+        "52 s), hours at its slowest; Data on 16,384 GPUs of one site (21 billion) ran past 200 s (issue 44; "
+        "`geosim/cost.py`) |",
+        f"| one planner option (not a row asked) | simulated only when expected to take <= {plan.PLANNER_LONG_S:g} s "
+        "of CPU (its work count at its technique's rate, `geosim.cost.expected_seconds`), else left, counted "
+        "(`unsimulated_long`) and named in a note | 2,048-GPU options took 40 s each on `scale:1x256x16` and "
+        "trailed the verdict 4x (`geosim/studies/plan.py` `PLANNER_LONG_S`) |",
+        f"| the planner's options together (not the rows asked) | simulated while their expected CPU seconds summed "
+        f"stay <= {plan.SEARCH_BUDGET_S:g} (the same estimate); one that would pass it is left and the search goes on "
+        "with cheaper ones; counted (`unsettled`, of it `search_budget_left`; `search_expected_s` spent) and named "
+        "in a note | issue 44: bounds the search by a count, not a clock; sized so the bench cases' and "
+        "`scale:1x256x16 --technique data`'s answers do not move (`geosim/studies/plan.py` `SEARCH_BUDGET_S`; "
+        "docs/results/2026-11-28-verdict-speed.md) |",
         f"| `--draws` (predict, select, plan) | refused when its first draws say the rest would take over "
         f"{MAX_ESTIMATED_S / 3600:.0f} hour | the line says how many draws fit |",
         f"| progress | a line on stderr every {INTERVAL_S:g} s for planning, the rows `predict` is asked, draws, "
