@@ -196,6 +196,9 @@ def test_case4_a_verdict_decided_by_start_up_says_so_in_every_command():
         assert code == 0 and "start-up is" in out and "too short" in out, command
 
 
+# slow (2.3 s of CPU; the whole suite runs it): the notes' words across commands; the retries' answers stay
+# in the quick tier (tests/test_plan_speed.py's property)
+@pytest.mark.slow
 def test_case6_rows_failing_on_divisibility_are_offered_at_another_count_or_why_not():
     argv = ["--scenario", THREE_SITE, "--model", "gpt3-1.3b", "--global-batch", "64"]
     docs = one_answer(*argv)

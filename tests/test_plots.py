@@ -36,6 +36,8 @@ def sweep_dir(tmp_path_factory):
     return out
 
 
+# slow: the module's sweep (ten points simulated and plotted, ~3 s of CPU); the other plots stay quick
+@pytest.mark.slow
 def test_sweep_plots_draw_and_name_the_best_option(sweep_dir):
     layout = check(sweep_dir / "plots" / "time-vs-rtt.png")
     named = [" ".join(t.split()) for t in layout["texts"] if "best" in t]
@@ -43,6 +45,8 @@ def test_sweep_plots_draw_and_name_the_best_option(sweep_dir):
     assert any(t.startswith("best option") for t in layout["texts"])  # and the legend says what the band is
 
 
+# slow: the module's sweep (ten points simulated and plotted, ~3 s of CPU); the other plots stay quick
+@pytest.mark.slow
 def test_breakdown_marks_the_fastest_and_lists_measured_only_when_drawn(sweep_dir):
     layout = check(sweep_dir / "plots" / "breakdown.png")
     assert layout["texts"].count("fastest") == 2  # one per panel
