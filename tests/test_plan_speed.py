@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import geosim.studies.plan as plan
+from conftest import examples
 from geosim.cli import main
 
 
@@ -33,7 +34,8 @@ def every_count(case, simulated, asked, progress, keep=None, deadline_s=None):
     return plan._every_count(case, rows, progress)
 
 
-@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+# 12 clusters under the ci profile (the whole suite), 4 in the quick tier (each example a whole cluster)
+@settings(max_examples=examples(12, 4), deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_bounded_counts_give_the_answer_of_every_count(tmp_path_factory, data):
     """Clusters of 2-12 hosts of 1-4 GPUs at 1-3 sites, the tiny model, batches that often do not divide
