@@ -87,6 +87,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) between the steps that catch it: one line, no traceback
+        terminated = isinstance(exc, _process.Terminated)
+        print(f"geosim: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
+
+
+def _main(argv: list[str] | None) -> int:
     args_given = sys.argv[1:] if argv is None else argv
     _process.remember_argv(args_given)
     # the subcommand named first (options before it are --help/--version: they need every command)

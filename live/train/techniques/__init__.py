@@ -78,6 +78,7 @@ def value_and_grad_microbatched(cfg, params, batch, microbatches: int, local_axi
 
 class Technique:
     name = "?"
+    axis = "data"  # the mesh axis a batch is split over
 
     def __init__(self, setup: Setup):
         self.setup = setup
@@ -95,9 +96,14 @@ class Technique:
         self.divides(self.setup.global_batch, self.n * self.setup.microbatches,
                      "global batch", "devices x microbatches", "--global-batch")
 
-    def build_mesh(self) -> Mesh: ...
+    def build_mesh(self) -> Mesh:  # one data axis over every device (Data, ZeRO-2, FSDP); others override
+        return make_mesh((self.n,), (self.axis,), self.devices)
+
     def init(self, params): ...  # -> (params, opt_state) placed on the devices
-    def batch_sharding(self) -> NamedSharding: ...
+
+    def batch_sharding(self) -> NamedSharding:  # each device a slice of the batch along the data axis
+        return NamedSharding(self.mesh, P(self.axis))
+
     def step_fn(self): ...  # -> a jitted (params, opt_state, batch) -> (params, opt_state, loss)
     def full_params(self, state): ...  # -> the parameter tree (for checks across techniques)
 

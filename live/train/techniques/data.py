@@ -12,21 +12,14 @@ from __future__ import annotations
 import jax
 import optax
 from jax.flatten_util import ravel_pytree
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from geosim.live.train.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
+from geosim.live.train.techniques import Technique, replicated, value_and_grad_microbatched
 
 
 class Data(Technique):
     name = "data"
     axis = "data"
-
-    def build_mesh(self):
-        return make_mesh((self.n,), (self.axis,), self.devices)
-
-    def batch_sharding(self):
-        return NamedSharding(self.mesh, P(self.axis))
 
     def init(self, params):
         params = jax.device_put(params, replicated(self.mesh))

@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from geosim.live.train.model import loss_fn
-from geosim.live.train.techniques import Technique, init_sharded, make_mesh
+from geosim.live.train.techniques import Technique, init_sharded
 
 
 def shard_spec(shape: tuple[int, ...], n: int, axis: str) -> P:
@@ -45,12 +45,6 @@ def _gather(a, spec: P, axis: str):
 class FSDP(Technique):
     name = "fsdp"
     axis = "data"
-
-    def build_mesh(self):
-        return make_mesh((self.n,), (self.axis,), self.devices)
-
-    def batch_sharding(self):
-        return NamedSharding(self.mesh, P(self.axis))
 
     def init(self, params):
         self._specs = jax.tree.map(lambda a: shard_spec(a.shape, self.n, self.axis), params)

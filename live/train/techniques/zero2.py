@@ -19,18 +19,12 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from geosim.live.train.techniques import Technique, make_mesh, replicated, value_and_grad_microbatched
+from geosim.live.train.techniques import Technique, replicated, value_and_grad_microbatched
 
 
 class Zero2(Technique):
     name = "zero2"
     axis = "data"
-
-    def build_mesh(self):
-        return make_mesh((self.n,), (self.axis,), self.devices)
-
-    def batch_sharding(self):
-        return NamedSharding(self.mesh, P(self.axis))
 
     def _layout(self, params):
         flat, unravel = ravel_pytree(params)
