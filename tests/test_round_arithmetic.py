@@ -22,10 +22,11 @@ from geosim.sim import collectives
 from geosim.sim.network import _rounds
 from geosim.sim.network._exclusive import lockstep_ends as exclusive_lockstep_ends, lockstep_rounds, one_sender_per_hop
 from geosim.sim.network.tcp import Connection, TCPNetwork
-from geosim.sim.schedule import Collective, Compute, Repeat, Schedule
+from geosim.sim.schedule import Collective, Schedule
 from geosim.inputs.specs import Cluster, Host, Link, Workload
 from geosim.techniques import build_schedule
 from geosim.techniques._base import devices_of
+from test_exclusive_links import program_of as exclusive_program_of
 
 CATALOG = gpu_catalog()
 GPUS = [CATALOG[name] for name in ("RTX6000", "T4", "A30", "H100")]
@@ -69,17 +70,8 @@ BLOCK = st.fixed_dictionaries(dict(
 
 
 def program_of(cluster: Cluster, blocks: list[dict], skew: list[float]) -> Schedule:
-    devices = devices_of(cluster)
-    group = tuple(d.rank for d in devices)
-    programs = {}
-    for rank in group:
-        ops = []
-        for b, block in enumerate(blocks):
-            body = [Compute(0.0, "work", kind="overhead", seconds=block["gap"] * skew[rank % len(skew)]),
-                    Collective(block["op"], group, block["nbytes"], block["algorithm"], ("c", b))]
-            ops.extend([Repeat(tuple(body), block["repeat"], group, ("block", b))] if block["repeat"] > 1 else body)
-        programs[rank] = ops
-    return Schedule("random", devices, programs, dict.fromkeys(group, 0.0))
+    """Each block a collective of every rank: test_exclusive_links' programs without its p2p sends or halves."""
+    return exclusive_program_of(cluster, [dict(block, p2p=False, halves=False) for block in blocks], skew)
 
 
 def three_ways(schedule: Schedule, cluster: Cluster, params=None, workload=None, iterations: int = 2):
