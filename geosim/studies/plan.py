@@ -243,10 +243,15 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
     gpus_of = _gpus_counter(case)
     todo.sort(key=lambda fa: key(fa[0], gpus_of(fa[1][1])))
     best: list[tuple] = []  # keys of the best feasible options so far, sorted, at most `keep`
+
+    def could_rank(floor: float, args: tuple) -> bool:
+        """Whether an option of this floor could still be among the `keep` best found so far."""
+        return keep is None or len(best) < keep or key(floor, gpus_of(args[1])) <= best[-1]
+
     simulated, spent, left, slow = [], 0, [], []
     expected, over = 0.0, []  # expected CPU seconds of the options simulated; those left past SEARCH_BUDGET_S
     for i, (floor, args, seeded) in enumerate(todo):
-        if keep is not None and len(best) >= keep and key(floor, gpus_of(args[1])) > best[-1]:
+        if not could_rank(floor, args):
             break
         if budget is not None and spent >= budget and best and not seeded:
             left.append((floor, args))
@@ -282,11 +287,10 @@ def search(case: Case, max_gpus: int | None = None, keep: int | None = 10, deadl
         if progress:
             progress(len(simulated), len(todo))
     # left by the budget: those whose floor could still rank among the options kept are unsettled
-    could_rank = lambda f, a: keep is None or len(best) < keep or key(f, gpus_of(a[1])) <= best[-1]  # noqa: E731
     over_budget = sum(1 for f, a in over if could_rank(f, a))
     unsettled = sum(1 for f, a in left if could_rank(f, a)) + over_budget
     # left as long: those whose floor could still rank among the options kept (the rest are pruned)
-    slow = [(f, a, s) for f, a, s in slow if keep is None or len(best) < keep or key(f, gpus_of(a[1])) <= best[-1]]
+    slow = [(f, a, s) for f, a, s in slow if could_rank(f, a)]
     longest = max(slow, key=lambda x: x[2], default=None)
     return Search(simulated, len(todo), len(todo) - len(simulated) - unsettled - len(slow),
                   time.perf_counter() - started, every, unsettled=unsettled, long=len(slow),
