@@ -270,25 +270,6 @@ class EngineRun:
             count = self._running[id(group)] = sum(1 for rank in group if self.is_representative(rank))
         return count
 
-    def settler(self, ticket, message: Event, waiting: bool, sent: float):
-        """Under batch service: at the send's first-come arrival, the message arrives, or, where other
-        senders joined its hops' batches at its instant, is put off to the batch's end. Unchanged, it is
-        processed in the place of the first-come arrival (a waiting receiver's event succeeded, as deliver)."""
-        env = self.env
-
-        def settle(_event) -> None:
-            final = sent + (ticket.arrival() - sent)
-            if final > env.now:
-                env.succeed_at(message, final)
-            elif waiting:
-                env.succeed(message)
-            else:
-                callbacks, message.callbacks = message.callbacks, None
-                message.value = None
-                for callback in callbacks:
-                    callback(message)
-        return settle
-
     def deliver(self, arrived) -> None:
         """The receiver got there first and waits on a plain event: the arrival triggers it."""
         self.env.succeed(arrived.value)
@@ -383,8 +364,6 @@ class EngineRun:
         (docs/results/2026-11-24-speed.md)."""
         (env, timeout, event, mailbox, pop, send_at, deliver, canonical, barrier, compute_time, times,
          trace_rows, collective_ops, may_shortcut, may_precompute) = self.loop
-        batching = getattr(self.net, "batching", False)
-        net_ticket = (lambda net=self.net: net.ticket) if batching else None
         times = times.get(rank)
         for op in ops:
             kind = type(op)
@@ -422,12 +401,7 @@ class EngineRun:
                     delay = send_at(rank, step.dst, step.nbytes, step.p2p, step.tag[0], now) - now
                     waiting = pop(key, None)  # the receiver got there first: it waits on a plain event
                     self.events += 1
-                    if batching:  # the arrival is final once this instant is over (tcp.batch_service)
-                        message = waiting if waiting is not None else event()
-                        if waiting is None:
-                            mailbox[key] = message
-                        timeout(delay).callbacks.append(self.settler(net_ticket(), message, waiting is not None, now))
-                    elif waiting is None:
+                    if waiting is None:
                         mailbox[key] = timeout(delay)
                     else:
                         timeout(delay, waiting).callbacks.append(deliver)

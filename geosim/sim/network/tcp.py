@@ -21,8 +21,6 @@ prices and the window report are the rest.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 from geosim.base.parameters import FLAG, STEP_RTTS_RANGE, TCP_STREAMS_RANGE, TCP_WINDOW_MIB_RANGE, WHOLE, Scalar
@@ -171,43 +169,6 @@ class Connection:
     last_active: float = float("-inf")
 
 
-_batch_on: ContextVar[bool] = ContextVar("batch_service", default=False)
-_by_host: ContextVar[bool] = ContextVar("batch_by_host", default=False)
-
-
-@contextmanager
-def batch_service():
-    """Within the block, a hop serves the messages of different senders that reach it at one instant as one
-    batch (each ends when the batch does) instead of first come, first served: an experiment, off by default
-    (docs/results/2026-11-28-every-row.md, "Batch service")."""
-    token = _batch_on.set(True)
-    try:
-        yield
-    finally:
-        _batch_on.reset(token)
-
-
-class Ticket:
-    """A send's arrival under batch service: final once its instant is over (no sender can join its hops'
-    batches later). `cells`: per hop, the hop's batch at that instant and the send's own first-come end."""
-
-    __slots__ = ("floor", "cells", "route", "conn", "provisional")
-
-    def __init__(self, floor: float, cells: list, route: Route, conn, provisional: float):
-        self.floor, self.cells, self.route, self.conn, self.provisional = floor, cells, route, conn, provisional
-
-    def done(self) -> float:
-        done = self.floor
-        for cell, own in self.cells:
-            end = cell[1] if cell[3] else own  # a batch of one sender's messages is served in order
-            if end > done:
-                done = end
-        return done
-
-    def arrival(self) -> float:
-        return self.done() + self.route.one_way_s + self.route.overhead_s  # send_at's sum, in its order
-
-
 class TCPNetwork(ExclusiveLinks, CountingNetwork):
     """precompute=False: every collective step runs as events, even where every link has one
     sender (what tests/test_exclusive_links.py compares the arithmetic against)."""
@@ -225,11 +186,6 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         self._by_sender: dict[int, list[tuple[int, int]]] = {}  # shift_connections' index of connections by sender
         self._by_sender_count = 0  # how many connections it holds (they are only ever added)
         self.host_window = {h.name: w for h in cluster.hosts if (w := host_window(h, self.settings))}
-        self.batching = _batch_on.get()  # batch_service(): simultaneous senders on a hop served as one batch
-        self.ticket: Ticket | None = None  # under batching, the last send's (the engine settles its arrival)
-        self._batches: dict[int, list] = {}  # hop -> [instant, end, first sender, several senders]
-        self._open: list[Ticket] = []  # the tickets of the current instant
-        self._instant = float("-inf")
 
     def route(self, src: int, dst: int) -> Route:
         key = (src, dst)
@@ -388,8 +344,6 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         """Repetitions of a block were skipped: src's connections stayed busy through them."""
         # asked for every rank after every skip: each sender's connections indexed once, again only when
         # connections were opened since (a walk over all of them per rank was 7 s of a 1,024-GPU Shard row)
-        if self.batching:
-            self._close_instant()
         connections = self.connections
         if self._by_sender_count != len(connections):
             by_sender: dict[int, list[tuple[int, int]]] = {}
@@ -432,8 +386,6 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
             if idle > 0:
                 tokens = min(route.burst_bytes, idle * route.line_rate, nbytes)
                 serialize = (nbytes - tokens) / route.line_rate
-        if self.batching:
-            return self._batched(src, route, conn, nbytes, label, now, start, serialize)
         # Each hop serves its backlog first come, first served, at line rate. The backlog grows
         # by line time counted from the request, never from a later start, so a send waiting
         # for its rendezvous or its connection does not hold the line for anyone else.
@@ -451,56 +403,6 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
             if flow_done > done:
                 done = flow_done
         conn.last_active = done
-        arrival = done + route.one_way_s + route.overhead_s
-        if self.trace is not None:
-            self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
-        return arrival
-
-
-    def _close_instant(self) -> None:
-        """The instant's batches are whole: each connection's last send ends when its batches do."""
-        for ticket in self._open:
-            if ticket.conn.last_active == ticket.provisional:
-                ticket.conn.last_active = ticket.done()
-        self._open = []
-
-    def _batched(self, src: int, route: Route, conn: Connection, nbytes: float, label: str, now: float,
-                 start: float, serialize: float) -> float:
-        """send_at's hops under batch service: each hop's backlog grows as first come, first served (so
-        later instants see the same hops), but the messages of different senders that reach a hop at one
-        instant all end with the last of them (Ticket.done, once the instant is over). Returns the
-        provisional (first-come) arrival; self.ticket gives the final one."""
-        if now != self._instant:
-            self._close_instant()
-            self._instant = now
-        free_at, batches = self.free_at, self._batches
-        who = self.devices[src].host if _by_host.get() else src
-        floor = start + serialize
-        done = floor
-        cells = []
-        for h in route.hops:
-            busy = free_at[h]
-            busy = (busy if busy > now else now) + serialize
-            free_at[h] = busy
-            cell = batches.get(h)
-            if cell is None or cell[0] != now:
-                cell = batches[h] = [now, busy, who, False]
-            else:
-                cell[1] = busy
-                if who != cell[2]:
-                    cell[3] = True
-            cells.append((cell, busy))
-            if busy > done:
-                done = busy
-        if route.windowed:
-            flow_done = start + self.flow_time(route, conn, nbytes, start)
-            if flow_done > floor:
-                floor = flow_done
-            if flow_done > done:
-                done = flow_done
-        conn.last_active = done
-        ticket = self.ticket = Ticket(floor, cells, route, conn, done)
-        self._open.append(ticket)
         arrival = done + route.one_way_s + route.overhead_s
         if self.trace is not None:
             self.trace.append(("link", route.name, str(label), start, arrival, nbytes))
