@@ -11,7 +11,11 @@ A shift σ of the ranks (within each segment of `segment` consecutive ranks, eve
   - the network backend says σ maps its state onto itself (its symmetric_under): routes of
     equal cost, each hop of r's routes mapped to one hop of σr's, and the run's outcome free of
     the order in which simultaneous events are processed (every hop has one sender; or, for the
-    ideal network, no state at all).
+    ideal network, no state at all). Where no shift passes that, a shift may fix a shared hop (a
+    WAN link every pipeline replica crosses: the network's symmetric_fixing): all copies of a
+    sender reserve it at one instant, and the reduced run checks at every such instant that the
+    hop's backlog, counted as if every copy came first, reaches no send's end there, so that the
+    copies' order decides nothing (else OrderMatters, and every rank runs).
 Then the run is the same run with its ranks renamed, and, the outcome being free of event order,
 it has one outcome: rank σr's times are rank r's, its bytes r's bytes. σ moves every rank (no
 rank of a segment is fixed by a power of σ below segment/shift), so each rank r is the image of
@@ -89,12 +93,22 @@ def find_symmetry(schedule: Schedule, network) -> Symmetry | None:
             if shift < segment:
                 candidates.append(Symmetry(size, segment, shift))
     candidates.sort(key=lambda s: (size // s.segment * s.shift, -s.segment))
+    at_fixed_hop = getattr(network, "refused_at_fixed_hop", None)
+    refused = []  # (shift, its map of hosts) the network refused at a shared hop the shift fixes
     for symmetry in candidates:
         host_image = _same_devices(devices, symmetry)
         if host_image is None:
             continue
-        if checker(symmetry.image) and _programs_map(schedule.programs, symmetry, network.hosts, host_image,
-                                                     groups_may_move):
+        if not checker(symmetry.image):
+            if at_fixed_hop is not None and at_fixed_hop():
+                refused.append((symmetry, host_image))
+        elif _programs_map(schedule.programs, symmetry, network.hosts, host_image, groups_may_move):
+            return symmetry
+    # none: a shift that fixes a shared hop (a WAN link all replicas cross), checked again as the reduced run goes
+    # (the network's symmetric_fixing). The programs first here: that network check walks every pair per shift
+    for symmetry, host_image in refused:
+        if _programs_map(schedule.programs, symmetry, network.hosts, host_image, groups_may_move) and (
+                network.symmetric_fixing(symmetry.image)):
             return symmetry
     return None
 

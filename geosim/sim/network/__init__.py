@@ -187,6 +187,8 @@ class Capabilities:
     collective_ends: Callable = _never_asked
     groups_may_move: bool = False
     symmetric_under: Callable = _no
+    symmetric_fixing: Callable = _no  # symmetric_under where a shared hop may be its own image (checked at run time)
+    refused_at_fixed_hop: Callable = _no  # whether symmetric_under's last refusal may pass symmetric_fixing
     reduce_to: Callable = _none
     shift_connections: Callable = _none
     least_delay_s: Callable = _zero
@@ -202,6 +204,8 @@ def capabilities(net: NetworkBackend) -> Capabilities:
     if isinstance(net, Symmetric):
         found.update(groups_may_move=net.groups_may_move, symmetric_under=net.symmetric_under,
                      reduce_to=net.reduce_to)
+        if hasattr(net, "symmetric_fixing"):
+            found.update(symmetric_fixing=net.symmetric_fixing, refused_at_fixed_hop=net.refused_at_fixed_hop)
     if isinstance(net, ConnectionState):
         found.update(shift_connections=net.shift_connections)
     if isinstance(net, SendFloor):

@@ -14,6 +14,9 @@ collectives under one tag; a trace wanted) run every step as events.
 
 `ExclusiveLinks` gives a model this, given its `route(src, dst).hops` and a
 `send_at(src, dst, nbytes, p2p, label, now)` that is its send() started at `now`.
+
+Over 400 lines: the same pairs and hop maps serve the symmetry's network half (symmetric_under,
+symmetric_fixing, reduce_to and the reduced run's checks), which is why it lives here.
 """
 
 from __future__ import annotations
@@ -69,12 +72,17 @@ class SharedTag(Exception):
     """Collectives of two different groups carry this tag."""
 
 
-def shared_hops_map(pairs, route, image, hop_image: dict[int, int]) -> dict[int, tuple[int, int]] | None:
+def shared_hops_map(pairs, route, image, hop_image: dict[int, int],
+                    fixed_ok: bool = False) -> dict[int, tuple[int, int]] | None:
     """Where hops have several senders: each hop's orbit under the renaming (a cycle of hop_image),
     as hop -> (the orbit's canonical hop, how many places on from it the hop is), when every sender's
     copies use distinct hops: each hop of a pair's route has an orbit as long as its sender's and no
     two hops of one route share an orbit. Otherwise None: a sender and its copy, running alike, would
-    reserve one hop at the same instants, and which goes first is the order of simultaneous events."""
+    reserve one hop at the same instants, and which goes first is the order of simultaneous events.
+    With fixed_ok, a hop that is its own image (all of a sender's copies reserve it at one instant: a WAN
+    link every replica crosses) is accepted too, where the route's flows may leave it out of their ends
+    (_may_share): the reduced run then checks at each such instant that the hop decides no send's end
+    (ExclusiveLinks._fixed_send_at), whatever the copies' order."""
     orbits: dict[int, tuple[int, int]] = {}
     length: dict[int, int] = {}
     for hop in hop_image:
@@ -89,6 +97,12 @@ def shared_hops_map(pairs, route, image, hop_image: dict[int, int]) -> dict[int,
             orbits[h] = (hop, i)
             length[h] = len(cycle)
     rank_orbit: dict[int, int] = {}
+    senders: dict[int, set[int]] = {}  # a fixed hop's senders (all may reserve it at one instant)
+    if fixed_ok:
+        for src, dst in pairs:
+            for h in route(src, dst).hops:
+                if length[h] == 1:
+                    senders.setdefault(h, set()).add(src)
     for src, dst in pairs:
         n = rank_orbit.get(src)
         if n is None:
@@ -96,10 +110,25 @@ def shared_hops_map(pairs, route, image, hop_image: dict[int, int]) -> dict[int,
             while r != src:
                 n, r = n + 1, image(r)
             rank_orbit[src] = n
-        hops = route(src, dst).hops
-        if any(length[h] != n for h in hops) or len({orbits[h][0] for h in hops}) != len(hops):
+        the_route = route(src, dst)
+        hops = the_route.hops
+        if len({orbits[h][0] for h in hops}) != len(hops):
             return None
+        for h in hops:
+            if length[h] != n and not (fixed_ok and length[h] == 1 and _may_share(the_route, len(senders[h]))):
+                return None
     return orbits
+
+
+def _may_share(route, flows: int) -> bool:
+    """Whether `flows` senders' flows meeting at a fixed hop of this route can leave its line time out of their
+    ends, which the reduced run checks (ExclusiveLinks._fixed_send_at): only window-bound TCP flows (their
+    windows together within the bandwidth-delay product of the route's slowest hop) can, and only on a route
+    without a token bucket (whose burst the first copy would take). A cheap refusal, not the proof: a host's
+    GPUs through its one NIC (flows at line rate) are refused here rather than by a reduced run's first steps."""
+    if getattr(route, "burst_bytes", 0) or not getattr(route, "windowed", False):
+        return False
+    return flows * route.max_window <= route.line_rate * route.rtt_s
 
 
 def _with_hops(route, canonical: dict[int, int]):
@@ -227,8 +256,13 @@ class ExclusiveLinks:
 
     precompute = True
     groups_may_move = True  # a symmetry may move a group onto another: held collectives count its runners
+    # a shared hop that is its own image may be accepted (symmetric_fixing, shared_hops_map's fixed_ok), checked at
+    # run time, by a model that says what a send's line time and end are (line_time, send_end: TCPNetwork)
+    fixed_hops = False
     _one_sender_per_hop = False  # until prepare() has seen the run's programs
     _symmetry = None  # when only a symmetry's representatives run (reduce_to)
+    _fixed_hops: frozenset[int] = frozenset()  # under a symmetry, the shared hops it fixes (reduce_to)
+    _refused_fixed = False  # symmetric_under's last refusal was at a fixed shared hop
 
     def prepare(self, programs: dict[int, list]) -> None:
         self._rounds: dict[Collective, tuple] = {}  # -> (the ranks that run it, its lockstep rounds or None)
@@ -257,7 +291,39 @@ class ExclusiveLinks:
             return False
         return self._one_sender_per_hop or shared_hops_map(self._pairs_used, self.route, image, hop_image) is not None
 
-    def _hop_image(self, image) -> dict[int, int] | None:
+    def symmetric_fixing(self, image) -> bool:
+        """symmetric_under, where a shared hop may be its own image (all of a sender's copies reserve it at one
+        instant: a WAN link every pipeline replica crosses): the reduced run then checks at each such instant
+        that the hop decides no send's end (_fixed_send_at; OrderMatters otherwise). geosim.sim.symmetry asks it
+        only where no shift passes symmetric_under: it walks every pair for each shift it is asked about."""
+        if not self.may_fix_hops():
+            return False
+        hop_image = self._hop_image(image, fixed_ok=True)
+        if hop_image is None or all(hop != other for hop, other in hop_image.items()):
+            return False  # (no hop fixed: symmetric_under's answer)
+        return shared_hops_map(self._pairs_used, self.route, image, hop_image, fixed_ok=True) is not None
+
+    def may_fix_hops(self) -> bool:
+        """Whether symmetric_fixing can pass in this run (after prepare): the model prices fixed hops and hops
+        are shared (a hop with one sender is never its own image: a symmetry moves every rank)."""
+        return self.fixed_hops and self._pairs_complete and not self._one_sender_per_hop
+
+    def _hop_senders(self) -> dict[int, set[int]]:
+        """Each hop the run's pairs use -> the ranks that send over it (made once)."""
+        known = self.__dict__.get("_senders_of_hops")
+        if known is None:
+            known = self._senders_of_hops = {}
+            for src, dst in self._pairs_used:
+                for h in self.route(src, dst).hops:
+                    known.setdefault(h, set()).add(src)
+        return known
+
+    def refused_at_fixed_hop(self) -> bool:
+        """Whether symmetric_under's last refusal was at a shared hop that is its own image, where
+        symmetric_fixing may pass the shift (geosim.sim.symmetry asks it only of those)."""
+        return self._refused_fixed and self.may_fix_hops()
+
+    def _hop_image(self, image, fixed_ok: bool = False) -> dict[int, int] | None:
         """Each hop the run's pairs use -> its image's hop, or None where renaming does not map one hop onto
         one hop with routes of equal cost; also None, at the first such hop, where hops are shared and one
         hop is its own image: its senders move (a symmetry moves every rank), so that hop's orbit is shorter
@@ -275,13 +341,18 @@ class ExclusiveLinks:
                 known = costs[id(route)] = (route, _cost(route))
             return known[1]
 
-        fixed_refused = not self._one_sender_per_hop
+        fixed_refused = not self._one_sender_per_hop and not fixed_ok
+        self._refused_fixed = False
         for src, dst in self._pairs_used:
             mine, theirs = self.route(src, dst), self.route(image(src), image(dst))
             if len(mine.hops) != len(theirs.hops) or cost(mine) != cost(theirs):
                 return None
             for hop, other in zip(mine.hops, theirs.hops):
-                if hop_image.setdefault(hop, other) != other or (fixed_refused and hop == other):
+                if hop_image.setdefault(hop, other) != other:
+                    return None
+                if fixed_refused and hop == other:
+                    # symmetric_fixing may still pass it, where the hop's flows may leave it out of their ends
+                    self._refused_fixed = self.fixed_hops and _may_share(mine, len(self._hop_senders()[hop]))
                     return None
         return hop_image if len(set(hop_image.values())) == len(hop_image) else None
 
@@ -292,20 +363,31 @@ class ExclusiveLinks:
         # hops with several senders: each orbit of hops is kept in one hop of it, the canonical one
         # (the state every hop of the orbit has, the run being symmetric); a send reserves the
         # canonical hops of its route, and checks that no other sender reserved one at its instant
-        orbits = shared_hops_map(self._pairs_used, self.route, symmetry.image, self._hop_image(symmetry.image))
+        hop_image = self._hop_image(symmetry.image, fixed_ok=self.fixed_hops)
+        orbits = shared_hops_map(self._pairs_used, self.route, symmetry.image, hop_image, fixed_ok=self.fixed_hops)
+        fixed = {hop for hop, other in hop_image.items() if hop == other}
         checks: dict[tuple[int, int], tuple] = {}
         senders: dict[int, set[int]] = {}
+        self._fixed_of: dict[tuple[int, int], tuple[int, ...]] = {}
         for src, dst in self._pairs_used:
             route = self.route(src, dst)
             canonical = [orbits[hop] for hop in route.hops]  # (canonical hop, places it is moved on)
-            mine = tuple((c, symmetry.power(src, -m)) for c, m in canonical)
+            mine = tuple((c, symmetry.power(src, -m)) for c, m in canonical if c not in fixed)
             checks[(src, dst)] = mine
             for c, sender in mine:
                 senders.setdefault(c, set()).add(sender)
-            self._routes[(src, dst)] = _with_hops(route, {hop: c for hop, (c, _) in zip(route.hops, canonical)})
+            moved = _with_hops(route, {hop: c for hop, (c, _) in zip(route.hops, canonical)})
+            if fixed.intersection(route.hops):
+                # the fixed hops are reserved by _fixed_send_at, once for each copy: send_at prices the rest
+                moved.hops = tuple(h for h in moved.hops if h not in fixed)
+                self._fixed_of[(src, dst)] = tuple(h for h in route.hops if h in fixed)
+            self._routes[(src, dst)] = moved
         # a hop only one sender ever uses cannot see two at one instant
         self._order_checks = {pair: tuple(x for x in mine if len(senders[x[0]]) > 1) for pair, mine in checks.items()}
         self._marks: dict[int, tuple[float, int]] = {}
+        self._fixed_hops: frozenset[int] = frozenset(fixed)
+        self._instants: dict[int, list] = {}  # fixed hop -> [instant, line time, earliest end reserved there]
+        self._copies = symmetry.copies
         self.send_at = self._checked_send_at
 
     def _checked_send_at(self, src: int, dst: int, nbytes: float, p2p: bool, label: str, now: float) -> float:
@@ -319,7 +401,36 @@ class ExclusiveLinks:
             if last is not None and last[0] == now and last[1] != sender:
                 raise OrderMatters(hop)
             marks[hop] = (now, sender)
-        return type(self).send_at(self, src, dst, nbytes, p2p, label, now)
+        arrival = type(self).send_at(self, src, dst, nbytes, p2p, label, now)
+        fixed = self._fixed_of.get((src, dst))
+        if fixed:
+            self._fixed_send_at(src, dst, nbytes, fixed, now)
+        return arrival
+
+    def _fixed_send_at(self, src: int, dst: int, nbytes: float, fixed: tuple[int, ...], now: float) -> None:
+        """The send's fixed hops (its own image's, shared_hops_map's fixed_ok), which each of its copies
+        reserves at this instant as the full run would: one line time after another from the hop's backlog
+        (the same sums, in the same order, where every reservation of the instant has one line time). The
+        send's end, priced without them (its connection's last_active), stands only if no such hop's
+        backlog reaches past the end of any send that reserved it at this instant: then the full run's
+        order of the copies, which the reduced run does not know, decides nothing. Otherwise OrderMatters."""
+        line = self.line_time(src, dst, nbytes)
+        end = self.send_end(src, dst)
+        free_at, instants, copies = self.free_at, self._instants, self._copies
+        for hop in fixed:
+            seen = instants.get(hop)
+            if seen is None or seen[0] != now:
+                seen = instants[hop] = [now, line, end]
+            elif seen[1] != line:  # unequal line times: the backlog's sums would depend on the copies' order
+                raise OrderMatters(hop)
+            elif end < seen[2]:
+                seen[2] = end
+            busy = free_at[hop]
+            for _ in range(copies):
+                busy = (busy if busy > now else now) + line
+            free_at[hop] = busy
+            if busy > seen[2]:  # in some order of the instant's reservations the hop would decide an end
+                raise OrderMatters(hop)
 
     def ring_plan(self, coll: Collective, group: tuple[int, ...]):
         """A ring collective's rounds in the model's own form, built from its rings without expanding

@@ -25,6 +25,7 @@ from geosim.base.parameters import Scalar
 from geosim.sim import collectives
 from geosim.sim.network import _nccl
 from geosim.sim.network.tcp import Route, TCPNetwork
+from geosim.sim.symmetry import OrderMatters
 from geosim.sim.schedule import Collective, Device
 from geosim.inputs.specs import Cluster, Params
 
@@ -219,6 +220,9 @@ class FabricNetwork(TCPNetwork):
         if found is None:
             return super().collective_ends(coll, arrivals)
         fabric, hops = found
+        if self._fixed_hops and not self._fixed_hops.isdisjoint(hops):
+            # under a symmetry, a hop every copy of the group holds: the copies' collectives would queue there
+            raise OrderMatters(next(iter(self._fixed_hops.intersection(hops))))
         # NCCL's choice is a function of the op, its bytes, the communicator and a forced algorithm: made once
         # per (op, bytes, communicator), not at every held collective (10% of a 1,280-GPU Pipeshard run)
         key = (coll.op, coll.nbytes, id(found))

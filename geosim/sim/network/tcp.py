@@ -321,6 +321,17 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
             line = max(line, nbytes * route.rtt_s / route.max_window)
         return (route.handshake_s if p2p else route.credit_s) + line + route.one_way_s + route.overhead_s
 
+    fixed_hops = True  # a symmetry may fix a shared hop, checked at run time (ExclusiveLinks._fixed_send_at)
+
+    def line_time(self, src: int, dst: int, nbytes: float) -> float:
+        """What one send of these bytes holds each hop of its route for (send_at's, without a token bucket's
+        burst: shared_hops_map fixes no hop of a shaped route)."""
+        return nbytes / self._pairs[(src, dst)][0].line_rate
+
+    def send_end(self, src: int, dst: int) -> float:
+        """When the connection's last send finished (send_at's `done`)."""
+        return self._pairs[(src, dst)][1].last_active
+
     vector_min_senders = _rounds.MIN_SENDERS  # a round of fewer senders is walked send by send
 
     def lockstep(self, group: tuple[int, ...], rounds: list[tuple], arrivals: dict[int, float]) -> dict[int, float]:
