@@ -68,3 +68,13 @@ def test_a_stated_window_wins_and_a_flow_takes_the_smaller_end(tmp_path):
 def test_the_studys_built_in_slices_are_fabric_vms():
     for name in ("utah-gpn", "utah-mass", "bris-star", "gat-amst", "tacc-tacc"):
         assert not any(h.kernel_window for h in load_scenario(name).cluster.hosts), name
+
+
+def test_the_planner_compares_hosts_that_state_a_window_with_hosts_that_do_not(tmp_path, capsys):
+    """A host's window is None where it states none: the planner's twin key sorted None against a number
+    (a TypeError traceback); the mixed slice plans like any other."""
+    from geosim.cli import main
+
+    scenario(tmp_path, ("east", "west"), ("tcp_window_mib = 16", ""))
+    assert main(["plan", "--scenario", str(tmp_path / "s.toml"), "--model", "gpt2-medium", "--top", "2"]) == 0
+    assert "verdict" in capsys.readouterr().out

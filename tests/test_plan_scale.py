@@ -153,7 +153,7 @@ def test_floors_from_the_shared_tables_equal_floors_worked_out_afresh(cluster, b
     # is the one worked out from empty tables, to the bit
     from geosim.predict import shared_predictions
     from geosim.studies.plan import candidates, floor_s
-    from geosim.techniques import _base, _pipeline_floor
+    from geosim.techniques import _base, _floor, _pipeline_floor
 
     global_batch, microbatches = batch
     workload = Workload(global_batch=global_batch, microbatches=microbatches, seq_len=256, tokens_per_epoch=2**30,
@@ -164,6 +164,7 @@ def test_floors_from_the_shared_tables_equal_floors_worked_out_afresh(cluster, b
     def afresh(args):
         _pipeline_floor._FLOOR_TABLES.clear()
         _pipeline_floor._NETWORKS.clear()
+        _floor._STEPS.clear()
         _base._DEVICES.clear()
         return floor_s(case, *args)
 

@@ -162,3 +162,41 @@ def _expand(coll: Collective, rank: int, hosts: tuple[str, ...]) -> list:
     if coll.algorithm == "hierarchical":
         return hierarchical(coll.op, coll.group, pos, coll.nbytes, coll.tag, hosts)
     raise ValueError(f"unknown collective algorithm {coll.algorithm!r}")
+
+
+def ring_allreduce_floor(group: tuple[int, ...], nbytes: float, algorithm: str, step, hosts: tuple[str, ...]) -> float:
+    """A floor under a ring (or hierarchical) all-reduce's time for every rank, from its entry to its exit,
+    as ring() and hierarchical() expand it (hosts[r]: rank r's host), where the network sends each connection's
+    messages one after another and times each step as sent (step(src, dst, nbytes): the network's least_step_s,
+    (least hold of the connection, least delay from issue to arrival)). A floor the planner prunes with
+    (geosim/techniques/_floor.py, _pipeline_floor.py); 0 for the tree.
+    The ring runs 2(n - 1) steps of a chunk c = B / n: in step k every rank sends chunk k to its successor
+    (at the end of its receive of step k - 1) and receives its predecessor's. Take rank r and any edge e =
+    q -> q+1: r's first send starts a chain, each link of it a send issued when the one before it has
+    arrived, that reaches q in step m = (q - r) mod n; q's sends of steps m .. m + n - 2 follow one another
+    on its one connection; the last one's chain goes on round to r, whose last receive (step 2n - 3) ends
+    it. So r leaves at least the least delays of every edge but e, and e's credit, n - 1 least holds,
+    latency and message cost: one lap of least delays plus (n - 2) x e's least hold, the largest over e.
+    Hierarchical: the ring across hosts of each local position (1/g of the buffer), the least over them."""
+    if algorithm not in ("ring", "hierarchical") or len(group) < 2:
+        return 0.0
+    layout = host_layout(group, hosts) if algorithm == "hierarchical" else None
+    if layout is None:
+        rings: list[tuple[int, ...]] = [group]
+    else:
+        rings = sorted({peers for _, _, peers, _ in layout.values()})
+        nbytes /= len(next(iter(layout.values()))[0])
+    least = float("inf")
+    for ring in rings:
+        n = len(ring)
+        if n < 2:
+            return 0.0
+        chunk = nbytes / n
+        lap, hold = 0.0, 0.0
+        for i in range(n):
+            held, delay = step(ring[i], ring[(i + 1) % n], chunk)
+            lap += delay
+            if held > hold:
+                hold = held
+        least = min(least, lap + (n - 2) * hold)
+    return least

@@ -97,8 +97,13 @@ def candidates(case: Case, max_gpus: int | None = None, choices: dict | None = N
 
 
 def _signature(cluster: Cluster):
-    by_name = {h.name: (tuple(g.name for g in h.gpus), h.intra_host, h.transport, h.nic_bps, h.tcp_window_bytes,
-                       h.kernel_window)
+    """A host's interchangeability key; sortable across hosts (a value a host leaves unset, None, sorts
+    before every number, so hosts that state a window and hosts that do not can be compared)."""
+    def stated(value):
+        return (value is not None, value if value is not None else 0)
+
+    by_name = {h.name: (tuple(g.name for g in h.gpus), str(h.intra_host), str(h.transport), stated(h.nic_bps),
+                        stated(h.tcp_window_bytes), stated(h.kernel_window))
                for h in cluster.hosts}
     return by_name.__getitem__
 

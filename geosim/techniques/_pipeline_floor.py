@@ -12,7 +12,8 @@ from __future__ import annotations
 from geosim.inputs.case import Case
 from geosim.inputs.runtime import runtime_of
 from geosim.sim.compute import Work, kernel_timer
-from geosim.sim.network import least_delay
+from geosim.sim.collectives import ring_allreduce_floor
+from geosim.sim.network import send_floors
 from geosim.sim.network.fabric import uses_rdma
 from geosim.techniques._base import devices_of, forward_flops, work
 from geosim.techniques._interleave import round_trips
@@ -90,10 +91,15 @@ def iteration_floor_s(case: Case, hosts: tuple[str, ...], workload, options: dic
                     # the ring's members on other hosts: at least the hosts' (a host's groups may follow
                     # one another in it), so 2(K-1)/K of the shard enters a host's port at least
                     g, stage_params = len(mesh), stage_params - layers[s] * 12 * case.model.n_embd ** 2 * (1 - 1 / tp)
-                share = 2 * (g - 1) / g if params.collectives.get(TECHNIQUE, "ring") == "ring" else 1.0
+                algorithm = params.collectives.get(TECHNIQUE, "ring")
+                share = 2 * (g - 1) / g if algorithm == "ring" else 1.0
+                reduce_s = share * stage_params * w.bytes_per_value / port
+                if settings.intra_stage == "data" and algorithm in ("ring", "hierarchical"):
+                    # its steps' order (collectives.ring_allreduce_floor): the mesh's GPUs in build()'s order
+                    reduce_s = max(reduce_s, _stage_ring_s(case, hosts, mesh, stage_params * w.bytes_per_value,
+                                                           algorithm))
                 # the stage's optimizer step waits for its all-reduce
-                iteration = max(iteration, w.microbatches * per_microbatch[s]
-                                + share * stage_params * w.bytes_per_value / port + optimizer_s[s])
+                iteration = max(iteration, w.microbatches * per_microbatch[s] + reduce_s + optimizer_s[s])
     if count > 1 and settings.intra_stage in ("data", "shard-data"):
         if virtual > 1:
             trips = round_trips(count, w.microbatches, virtual)
@@ -195,7 +201,7 @@ def _stage_times(case: Case, w, size: int, kinds: tuple, layers: int, first: boo
             max(f + b + a for f, b, a, _ in times), min(b + a for _, b, a, _ in times), min(o for *_, o in times))
 
 
-# (cluster id, params id, hosts) -> (cluster, params, devices, network): a planner asks about the
+# (cluster id, params id, hosts) -> (cluster, params, devices, least delay, what is known, least step): a planner asks about the
 # same VMs for hundreds of options; holding the cluster and params keeps their ids from being reused
 _NETWORKS: dict[tuple, tuple] = {}
 
@@ -222,9 +228,27 @@ def _sharding_floor_s(case: Case, hosts: tuple[str, ...], options: dict, w, stag
     return layers * known[key]
 
 
+def _stage_ring_s(case: Case, hosts: tuple[str, ...], mesh, nbytes: float, algorithm: str) -> float:
+    """An intra-stage data all-reduce of nbytes over the GPUs of the mesh's hosts (pipeshard.build's group:
+    the devices in order), at least its ring steps' order allows (collectives.ring_allreduce_floor)."""
+    devices, _, known = _network(case, hosts)
+    step = _NETWORKS[_network_key(case, hosts)][5]
+    key = ("stage ring", tuple(mesh), nbytes, algorithm)
+    if key not in known:
+        names = set(mesh)
+        group = tuple(d.rank for d in devices if d.host in names)
+        known[key] = 0.0 if step is None else ring_allreduce_floor(group, nbytes, algorithm, step,
+                                                                   tuple(d.host for d in devices))
+    return known[key]
+
+
+def _network_key(case: Case, hosts: tuple[str, ...]) -> tuple:
+    return (id(case.cluster), id(case.params), hosts, case.network)
+
+
 def _network(case: Case, hosts: tuple[str, ...]):
     """(devices, least delay of a send, crossings already computed) of the case on `hosts`, cached."""
-    key = (id(case.cluster), id(case.params), hosts, case.network)
+    key = _network_key(case, hosts)
     known = _NETWORKS.get(key)
     if known is None or known[0] is not case.cluster or known[1] is not case.params:
         if len(_NETWORKS) >= 8:  # a 1,024-GPU network holds a route per pair of its hosts: keep few
@@ -232,9 +256,9 @@ def _network(case: Case, hosts: tuple[str, ...]):
         on = case.on(hosts).cluster
         devices = devices_of(on)
         # the best case of the network backend predict() runs for this case
-        known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay(case.network, on, case.params, devices),
-                                  {})
-    return known[2:]
+        least_delay_s, least_step_s = send_floors(case.network, on, case.params, devices)
+        known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay_s, {}, least_step_s)
+    return known[2:5]
 
 
 def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:

@@ -24,6 +24,8 @@ op. Two layers, as ASTRA-sim's network API (send, recv, schedule, time) has coll
     hosts, symmetric_under(image), groups_may_move,     whether renaming ranks maps the network onto
       reduce_to(symmetry)                               itself; only representatives then run
     least_delay_s(src, dst, nbytes, p2p)                a floor on a send's time (0: none)
+    least_step_s(src, dst, nbytes)                      a collective step's least hold of its connection
+                                                        and least time to arrive (the ring floors)
 
 Models, one file each:
 
@@ -157,6 +159,15 @@ class SendFloor(Protocol):
         """The fewest seconds a send of these bytes can take."""
 
 
+@runtime_checkable
+class StepFloor(Protocol):
+    """Lower bounds on a collective step's send where each connection carries one message after another
+    (techniques/_floor.py's ring floors)."""
+
+    def least_step_s(self, src: int, dst: int, nbytes: float) -> tuple[float, float]:
+        """(seconds the send holds its connection at least, seconds from its issue to its arrival at least)."""
+
+
 def _no(*_args, **_kwargs) -> bool:
     return False
 
@@ -281,6 +292,19 @@ class _Still:
     """A clock that never moves: asking a backend for a best case needs no simulation."""
 
     now = 0.0
+
+
+def least_step(name: str, cluster: Cluster, params: Params, devices: list[Device]) -> Callable[..., tuple] | None:
+    """(src, dst, nbytes) -> (the fewest seconds a collective step's send holds its connection, the fewest
+    from its issue to its arrival) on the backend `name`, where it sends over connections one message after
+    another (the TCP model's and fabric's StepFloor); None for a backend without it."""
+    return send_floors(name, cluster, params, devices)[1]
+
+
+def send_floors(name: str, cluster: Cluster, params: Params, devices: list[Device]) -> tuple[Callable, Callable | None]:
+    """least_delay's and least_step's answers from one backend (its routes priced once for both)."""
+    net = network_backend(name)(_Still(), cluster, params, devices)
+    return capabilities(net).least_delay_s, (net.least_step_s if isinstance(net, StepFloor) else None)
 
 
 def least_delay(name: str, cluster: Cluster, params: Params, devices: list[Device]) -> Callable[..., float]:

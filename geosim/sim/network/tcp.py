@@ -332,6 +332,22 @@ class TCPNetwork(ExclusiveLinks, CountingNetwork):
         """When the connection's last send finished (send_at's `done`)."""
         return self._pairs[(src, dst)][1].last_active
 
+    def least_step_s(self, src: int, dst: int, nbytes: float) -> tuple[float, float]:
+        """(the fewest seconds a collective step's send of these bytes holds its connection, the fewest from
+        its issue to its arrival). send_at starts a send no earlier than the connection's previous one has
+        finished (one connection is one byte stream) and holds it at least the bytes' line time, less what a
+        token bucket's full burst lets through at once, and, on a windowed flow, the bytes at the largest
+        window per round trip (flow_time never exceeds it); the arrival adds the receiver's credit, the
+        one-way latency and the message's fixed cost. The planner's ring floors (techniques/_floor.py)."""
+        route = self._routes.get((src, dst)) or self.route(src, dst)
+        rest = nbytes - route.burst_bytes
+        hold = rest / route.line_rate if rest > 0 else 0.0
+        if route.windowed:
+            window = nbytes * route.rtt_s / route.max_window
+            if window > hold:
+                hold = window
+        return hold, route.credit_s + hold + route.one_way_s + route.overhead_s
+
     vector_min_senders = _rounds.MIN_SENDERS  # a round of fewer senders is walked send by send
 
     def lockstep(self, group: tuple[int, ...], rounds: list[tuple], arrivals: dict[int, float]) -> dict[int, float]:
