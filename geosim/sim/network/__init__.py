@@ -23,6 +23,8 @@ op. Two layers, as ASTRA-sim's network API (send, recv, schedule, time) has coll
   and what the symmetry proof and the planner ask (geosim.sim.symmetry; techniques/_floor.py):
     hosts, symmetric_under(image), groups_may_move,     whether renaming ranks maps the network onto
       reduce_to(symmetry)                               itself; only representatives then run
+    symmetric_fixing(image), refused_at_fixed_hop()     the same where a shared hop is its own image
+                                                        (checked as the reduced run goes; optional)
     least_delay_s(src, dst, nbytes, p2p)                a floor on a send's time (0: none)
     least_step_s(src, dst, nbytes)                      a collective step's least hold of its connection
                                                         and least time to arrive (the ring floors)
