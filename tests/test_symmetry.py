@@ -318,4 +318,3 @@ def test_refusing_a_fixed_shared_hop_early_refuses_only_what_the_whole_walk_refu
         for shift in (d for d in range(1, segment) if segment % d == 0):
             image = Symmetry(size, segment, shift).image
             assert net.symmetric_under(image) == _full_walk_symmetric_under(net, image), (segment, shift)
-
