@@ -283,9 +283,8 @@ def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compr
         # stage orders share most of their boundaries: each (hosts before, hosts after, bytes) once
         known = crossings.get(key) if key is not None else None
         if known is None:
-            if key is not None:
-                before = [d for d in devices if d.host in key[0]]
-                after = [d for d in devices if d.host in key[1]]
+            if key is not None:  # the devices of those hosts in the devices' order (by host, as devices_of lists them)
+                before, after = _of_hosts(devices, key[0], crossings), _of_hosts(devices, key[1], crossings)
             # a send's least delay depends on its hosts and bytes only: each such send once
             pairs = {(before[j].host, after[k].host, frac): (before[j].rank, after[k].rank)
                      for j, k, frac in overlaps(len(before), len(after))}
@@ -297,3 +296,18 @@ def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compr
         total += known[1]
     crossings[layout] = total
     return total
+
+
+def _of_hosts(devices: list, hosts: tuple[str, ...], crossings: dict) -> list:
+    """[d for d in devices if d.host in hosts], from the devices grouped by host once (kept in `crossings`
+    under a key no layout has): scanning a 8,192-GPU network's devices for each boundary of 23,000
+    Pipeshard options cost 5 of 15 s of weighing them (issue 44)."""
+    grouped = crossings.get(("devices by host",))
+    if grouped is None:
+        by_host: dict[str, list] = {}
+        for d in devices:  # devices_of lists a host's devices together, hosts in the cluster's order
+            by_host.setdefault(d.host, []).append(d)
+        grouped = crossings[("devices by host",)] = (by_host, {h: i for i, h in enumerate(by_host)})
+    by_host, position = grouped
+    wanted = sorted({h for h in hosts if h in by_host}, key=position.__getitem__)
+    return [d for h in wanted for d in by_host[h]]

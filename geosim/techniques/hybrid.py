@@ -37,7 +37,7 @@ from geosim.techniques._base import check_dims, devices_of
 from geosim.techniques._pipeline_floor import iteration_floor_s
 from geosim.techniques._settings import option, tunable, with_options
 from geosim.techniques._lowcomm import (REPLICA_UNITS, add_outer_state, assemble, build_replica, check_replica_per,
-                                        replica_hosts, replica_workload, site_groups, sparse_gather_ops)
+                                        global_ranks, replica_hosts, replica_workload, site_groups, sparse_gather_ops)
 
 NAME = "hybrid"
 # counted units (geosim.cost.schedule_work) its predictions simulate per CPU second, as measured for its row
@@ -141,8 +141,9 @@ def build(case: Case, settings: Settings) -> Schedule:
     devices = devices_of(cluster)
     groups = replica_layout(cluster, model, workload, params, state, s.replicas, s.replica_per)
     inner = replica_workload(workload, len(groups))
-    replicas = [build_replica(cluster, g, kind, model, inner, params, NAME, activation_compression=compression)
-                for g, kind in groups]
+    ranks = global_ranks(cluster)  # once, not once per replica
+    replicas = [build_replica(cluster, g, kind, model, inner, params, NAME, activation_compression=compression,
+                              global_rank=ranks) for g, kind in groups]
     add_outer_state(replicas, state, "outer state + error feedback" if s.error_feedback else "outer state")
     sync = sparse_gather_ops(replicas, lambda n: sparseloco.payload_bytes(n, s), params.for_technique("collectives", NAME),
                              devices)
