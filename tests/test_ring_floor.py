@@ -142,6 +142,8 @@ def test_diloco_across_a_windowed_wan_is_floored_by_its_outer_ring(network):
     assert floor > compute + 0.3 * p.run_breakdown.exposed_comm_s, (floor, p.run_breakdown)
 
 
+# slow: the planner's whole search per example (9.5 s for 4); the floors' own property test above stays quick
+@pytest.mark.slow
 @settings(max_examples=examples(20, 4), deadline=None)
 @given(wan_clusters(most_hosts=4, most_gpus=2), st.sampled_from(("tcp", "fabric")),
        st.sampled_from([(16, 2), (32, 4), (64, 2)]))
