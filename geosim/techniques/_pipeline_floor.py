@@ -220,7 +220,7 @@ def _sharding_floor_s(case: Case, hosts: tuple[str, ...], options: dict, w, stag
     t = options.get("tensor") or per_host  # a tensor group's GPUs: a host's, or `tensor` of them
     if t < 2 or case.params.for_technique("collectives", "shard") != "ring":
         return 0.0
-    devices, least_delay_s, known = _network(case, hosts)
+    devices, least_delay_s, known, _ = _network(case, hosts)
     groups = len(mesh) * (per_host // t)  # the stage's tensor groups: each computes 1/groups of a microbatch
     nbytes = w.global_batch / w.microbatches / groups * w.seq_len * case.model.n_embd * w.bytes_per_value
     key = ("ring step", mesh[0], nbytes)
@@ -234,8 +234,7 @@ def _sharding_floor_s(case: Case, hosts: tuple[str, ...], options: dict, w, stag
 def _stage_ring_s(case: Case, hosts: tuple[str, ...], mesh, nbytes: float, algorithm: str) -> float:
     """An intra-stage data all-reduce of nbytes over the GPUs of the mesh's hosts (pipeshard.build's group:
     the devices in order), at least its ring steps' order allows (collectives.ring_allreduce_floor)."""
-    devices, _, known = _network(case, hosts)
-    step = _NETWORKS[_network_key(case, hosts)][5]
+    devices, _, known, step = _network(case, hosts)
     key = ("stage ring", tuple(mesh), nbytes, algorithm)
     if key not in known:
         names = set(mesh)
@@ -245,13 +244,10 @@ def _stage_ring_s(case: Case, hosts: tuple[str, ...], mesh, nbytes: float, algor
     return known[key]
 
 
-def _network_key(case: Case, hosts: tuple[str, ...]) -> tuple:
-    return (id(case.cluster), id(case.params), hosts, case.network)
-
-
 def _network(case: Case, hosts: tuple[str, ...]):
-    """(devices, least delay of a send, crossings already computed) of the case on `hosts`, cached."""
-    key = _network_key(case, hosts)
+    """(devices, least delay of a send, crossings already computed, least step of a collective's send or None)
+    of the case on `hosts`, cached."""
+    key = (id(case.cluster), id(case.params), hosts, case.network)
     known = _NETWORKS.get(key)
     if known is None or known[0] is not case.cluster or known[1] is not case.params:
         if len(_NETWORKS) >= 8:  # a 1,024-GPU network holds a route per pair of its hosts: keep few
@@ -261,13 +257,13 @@ def _network(case: Case, hosts: tuple[str, ...]):
         # the best case of the network backend predict() runs for this case
         least_delay_s, least_step_s = send_floors(case.network, on, case.params, devices)
         known = _NETWORKS[key] = (case.cluster, case.params, devices, least_delay_s, {}, least_step_s)
-    return known[2:5]
+    return known[2:]
 
 
 def _least_crossings(case: Case, hosts: tuple[str, ...], options: dict, w, compression: float) -> float:
     """Seconds a microbatch's activations take at least to cross every stage boundary forward, plus
     its gradients back: per boundary the least delay of any of its sends (build()'s sends)."""
-    devices, least_delay_s, crossings = _network(case, hosts)
+    devices, least_delay_s, crossings, _ = _network(case, hosts)
     act_bytes = w.global_batch / w.microbatches * w.seq_len * case.model.n_embd * w.bytes_per_value * compression
     layout = (tuple(map(tuple, options["meshes"])) if "meshes" in options else None, act_bytes)
     if layout in crossings:  # options differing only in their layer split cross alike
