@@ -45,22 +45,44 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", default=str(ROOT / "docs/results/data"), help="where the records go")
     ap.add_argument("--parts", default=",".join(PARTS), help="which parts to run (default: %(default)s)")
     ap.add_argument("--quick", action="store_true", help="fewer sizes in the sweeps (a smoke test)")
+    ap.add_argument("--child", choices=("step", "gemms"), help=argparse.SUPPRESS)  # one measurement, in a fresh process
     args = ap.parse_args(argv)
+    if args.child:
+        return child(args)
     parts = set(args.parts.split(","))
     if not parts <= set(PARTS):
         print(f"bench_gpu: --parts: each must be one of {', '.join(PARTS)}, got {args.parts!r}", file=sys.stderr)
         return 2
     started = time.perf_counter()
     today = datetime.date.today().isoformat()
+    out_dir = Path(args.out_dir)
     kernels_out = None
     if "torch" in parts:  # first, in its own process: jax would hold 75% of the GPU's memory
-        pending = Path(args.out_dir) / f"{today}-kernels-pending.jsonl"
+        pending = out_dir / f"{today}-kernels-pending.jsonl"
         pending.unlink(missing_ok=True)
         cmd = [sys.executable, str(ROOT / "bench" / "torch_kernels.py"), "--out", str(pending)] + (["--quick"] if args.quick else [])
-        done = subprocess.run(cmd, timeout=300)
-        kernels_out = pending if done.returncode == 0 and pending.exists() else None
-        if done.returncode not in (0, 3):
-            print(f"bench_gpu: the PyTorch part failed (exit {done.returncode}); going on with jax", file=sys.stderr)
+        returncode = run_child(cmd, 300)
+        kernels_out = pending if pending.exists() else None
+        if returncode not in (0, 3):
+            kept = "its finished sweeps are kept" if kernels_out else "nothing was written"
+            print(f"bench_gpu: the PyTorch part failed ({returncode}; {kept}); going on with jax", file=sys.stderr)
+    steps_pending, gemms_pending = out_dir / f"{today}-gpu-pending.jsonl", out_dir / f"{today}-gemms-pending.json"
+    if "jax-steps" in parts:
+        # each case in a fresh process: jax's peak_bytes_in_use never goes down, so a case run after another
+        # (or after the attention sweep) would report the larger one's peak, and each starts on a cold allocator
+        steps_pending.unlink(missing_ok=True)
+        gemms_pending.unlink(missing_ok=True)
+        for case in args.cases.split(","):
+            code = run_child([sys.executable, __file__, "--child", "step", "--cases", case, "--steps", str(args.steps),
+                              "--out-dir", str(out_dir)], 240)
+            if code != 0:
+                print(f"bench_gpu: live's step on {case} failed ({code}); going on", file=sys.stderr)
+        code = run_child([sys.executable, __file__, "--child", "gemms", "--out-dir", str(out_dir)], 120)
+        if code != 0:
+            print(f"bench_gpu: the GEMM timings failed ({code}); going on", file=sys.stderr)
+    import os
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the measuring children are done; take only what is used
     import jax
 
     device = jax.devices()[0]
@@ -69,14 +91,17 @@ def main(argv=None) -> int:
               "(geosim/data/gpu-h200-2026-11-26.jsonl: python -m geosim.live.experiments.device_compute --records h200-2026-11-26)", file=sys.stderr)
         return 2
     slug = re.sub(r"[^a-z0-9]+", "-", device.device_kind.lower()).strip("-")
-    out = Path(args.out_dir) / f"{today}-gpu-{slug}.jsonl"
+    out = out_dir / f"{today}-gpu-{slug}.jsonl"
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    kernels_file = Path(args.out_dir) / f"{today}-kernels-{slug}.jsonl"
+    kernels_file = out_dir / f"{today}-kernels-{slug}.jsonl"
     from geosim.base.fileio import append_lines
 
     if kernels_out is not None:
         append_lines(kernels_file, kernels_out.read_text().splitlines())
         kernels_out.unlink()
+    if steps_pending.exists():
+        append_lines(out, steps_pending.read_text().splitlines())
+        steps_pending.unlink()
     if "jax-attention" in parts:
         import json
 
@@ -85,8 +110,8 @@ def main(argv=None) -> int:
         sweep = attention_kernels.parse_sweep("1024:64,16384:64,1024:128,16384:128" if args.quick
                                               else attention_kernels.DEFAULT_SWEEP)
         append_lines(kernels_file, [json.dumps(r) for r in attention_kernels.measure_jax(sweep, log=log)])
-    if "jax-steps" in parts:
-        steps_part(args, device, out, log, started)
+    if out.exists():
+        report_steps(device, out, gemms_pending, started)
     if kernels_file.exists():
         from geosim.live.experiments import attention_kernels
 
@@ -96,15 +121,43 @@ def main(argv=None) -> int:
     return 0
 
 
-def steps_part(args, device, out, log, started) -> None:
+def run_child(cmd: list[str], timeout_s: int):
+    """The child's exit status, or a few words when it ran past timeout_s (it is killed; what it wrote stays)."""
+    try:
+        return subprocess.run(cmd, timeout=timeout_s).returncode
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout_s} s"
+
+
+def child(args) -> int:
+    """One measurement in this fresh process: live's step on one case (its record appended to the pending
+    file), or the three GEMMs (written as JSON)."""
+    import json
+
+    from geosim.live.experiments import device_compute
+
+    today = datetime.date.today().isoformat()
+    out_dir = Path(args.out_dir)
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if args.child == "step":
+        device_compute.measure_steps(device_compute.parse_list(args.cases, 3, "--cases"), args.steps,
+                                     str(out_dir / f"{today}-gpu-pending.jsonl"), log)
+        return 0
+    gemms = device_compute.time_gemms(device_compute.parse_list(device_compute.DEFAULT_GEMMS, 4, "--gemms"))
+    (out_dir / f"{today}-gemms-pending.json").write_text(json.dumps(gemms))
+    return 0
+
+
+def report_steps(device, out: Path, gemms_file: Path, started: float) -> None:
     """live's JAX step on each case and three GEMMs: predicted against measured, the generation's constants fitted."""
+    import json
+
     from geosim.calibrate.cases import load_cases
     from geosim.calibrate.check import check, summary
     from geosim.live.experiments import device_compute
     from geosim.inputs.params import default_params
 
-    device_compute.measure_steps(device_compute.parse_list(args.cases, 3, "--cases"), args.steps, str(out), log)
-    gemms = device_compute.time_gemms(device_compute.parse_list(device_compute.DEFAULT_GEMMS, 4, "--gemms"))
+    gemms = json.loads(gemms_file.read_text()) if gemms_file.exists() else []
     cases = load_cases(out)
     rows = check(cases, default_params())
     print(f"{device.device_kind}: {len(rows)} case(s), records in {out.name}, {time.perf_counter() - started:.0f} s")
@@ -125,6 +178,9 @@ def steps_part(args, device, out, log, started) -> None:
     fitted = device_compute.fit(cases, gemms, default_params(), gpu.architecture, gpu)
     print(f"  fitted on these runs ({gpu.architecture}): gemm_fraction {fitted['gemm_fraction']:.3f}, memory_fraction "
           f"{fitted['memory_fraction']:.3f}, gemm_half_us {fitted['gemm_half_us']:.1f}; rms log error {fitted['rms_log_error']:.3f}")
+    if gemms:
+        print(f"  GEMMs: {gemms_file.name} (give them to device_compute --records as --gemm-tflops "
+              + ",".join(f"{g['m']}:{g['n']}:{g['k']}:{g['precision']}:{g['tflops']:.1f}" for g in gemms) + ")")
 
 
 if __name__ == "__main__":

@@ -185,13 +185,15 @@ def main(argv=None) -> int:
         return 3
     device = torch.cuda.get_device_name(0)
     log(f"torch {torch.__version__} on {device}")
-    records = gemm_records(torch, device, args.quick)
-    records += attention_records(torch, device, args.quick, log)
-    records += block_step_records(torch, device, args.quick, log)
     from geosim.base.fileio import append_lines  # one O_APPEND write of whole lines
 
-    append_lines(args.out, [json.dumps(r) for r in records])
-    print(f"torch_kernels: {len(records)} records appended to {args.out}")
+    # each sweep's records land as soon as it ends: a device lease that runs out keeps what was measured
+    count = 0
+    for sweep in (gemm_records, attention_records, block_step_records):
+        records = sweep(torch, device, args.quick) if sweep is gemm_records else sweep(torch, device, args.quick, log)
+        append_lines(args.out, [json.dumps(r) for r in records])
+        count += len(records)
+    print(f"torch_kernels: {count} records appended to {args.out}")
     return 0
 
 

@@ -118,3 +118,17 @@ def test_jax_cudnn_records_are_fitted_apart_and_never_written(tmp_path):
     records.write_text("".join(json.dumps(r) + "\n" for r in jax_rows))
     assert ak.main(["--records", str(records), "--write", "--table", str(table)]) == 0
     assert table.read_text() == ak.TABLE.read_text()  # jax's kernel alone writes nothing
+
+
+def test_hoppers_measured_entry_is_what_its_shipped_records_give():
+    """The table's [hopper] entry names its records (bench/bench_gpu.py on an H200, 2026-11-28): refitting them
+    gives the entry's figures, so the table says what was measured and nothing else."""
+    records_file = ROOT / "docs" / "results" / "data" / "2026-11-28-kernels-nvidia-h200.jsonl"
+    hopper = parse_table(ak.TABLE.read_text())["hopper"]
+    assert hopper.kind == "measured" and records_file.name in hopper.source
+    fit = ak.analyse(ak.load_records(str(records_file)))["hopper"]["fit"]
+    assert fit["records"] == 24 and fit["rms_log_error"] < 0.1
+    for direction in ("forward", "backward"):
+        for d, at in getattr(hopper, direction):
+            assert fit[direction][d] == pytest.approx(at, abs=5e-4)
+    assert fit["seq_half"] == pytest.approx(hopper.seq_half, abs=1)

@@ -47,3 +47,23 @@ def test_measuring_runs_lives_step_and_gemms_on_this_device(tmp_path):
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 1
     gemm, = device_compute.time_gemms([["256", "256", "256", "fp32"]], repeats=3)
     assert gemm["seconds"] > 0 and gemm["tflops"] > 0
+
+
+def test_a_second_h200_reproduces_the_fitted_cases_and_the_unseen_batch_is_a_known_miss():
+    """The device check's records of 2026-11-28 (another H200, each case in a fresh process): the four cases the
+    Hopper constants were fitted on are predicted within 7% (time) and 4% (peak memory) by the shipped
+    parameters; gpt2-medium at batch 4, which no fit saw, is 23% fast and 21% light
+    (docs/results/2026-11-28-gpu-check.md): this test fails when a change moves either, so the page is re-read."""
+    from geosim.calibrate.cases import load_cases
+    from geosim.calibrate.check import check
+    from geosim.inputs.params import default_params
+
+    cases = load_cases(ROOT / "docs" / "results" / "data" / "2026-11-28-gpu-nvidia-h200.jsonl")
+    rows = check(cases, default_params())
+    assert len(rows) == len(cases) == 5
+    unseen = [r for c, r in zip(cases, rows) if r.model == "gpt2-medium" and c.workload.global_batch == 4]
+    seen = [r for r in rows if r not in unseen]
+    assert len(unseen) == 1 and len(seen) == 4
+    assert all(abs(r.error("time_per_iteration_s")) < 0.07 and abs(r.error("peak_memory_gib")) < 0.04 for r in seen)
+    assert unseen[0].error("time_per_iteration_s") == pytest.approx(-0.228, abs=0.01)
+    assert unseen[0].error("peak_memory_gib") == pytest.approx(-0.215, abs=0.01)
