@@ -918,3 +918,41 @@ def test_generated_clusters_keep_the_files_bounds_and_import_reads_them(tmp_path
     assert code == 0, err
     record = json.loads((tmp_path / "r.jsonl").read_text())
     assert record["scenario"] == "scale:1x2x2:A30" and len(record["cluster"]["hosts"]) == 1  # its first 2 GPUs
+
+
+# ---------------------------------------------------------------- a question is bounded by its time limit
+
+
+@pytest.mark.parametrize("command, extra", [
+    ("plan", []), ("select", []),
+    ("predict", ["--technique", "pipeshard", "--hosts", "all"]),
+])
+def test_a_question_past_its_time_limit_is_one_line_exit_2_and_an_error_document(capsys, command, extra):
+    """Work that passes every count and still runs long (the planner on 16,384 GPUs weighs 831 options and
+    simulates rows asked on all of them) stops at --time-limit wherever it is: one line saying what it was
+    doing, exit 2, an error document under --json; the timer and its handler are gone afterwards."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGALRM)
+    started = time.monotonic()
+    code, out, err = run([command, "--scenario", "scale:1x1024x16", *extra, "--time-limit", "2s", "--json"], capsys)
+    assert time.monotonic() - started < 10
+    one_line_error(code, err, "time limit of 2 s", "--time-limit")
+    doc = json.loads(out)
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads((SCHEMAS / "error.schema.json").read_text()))
+    assert doc["command"] == command and doc["exit"] == 2 and "time limit" in doc["error"]
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) == handler
+
+
+def test_the_time_limit_is_not_swallowed_by_handlers_of_errors_and_parses_as_a_duration(capsys):
+    from geosim.cli._process import TimeLimit, parse_time_limit
+
+    assert not issubclass(TimeLimit, Exception)  # `except GeosimError` / `except Exception` on the way let it pass
+    assert [parse_time_limit(t) for t in ("none", "0", "90", "90s", "2min", "1.5h")] == [None, None, 90, 90, 120, 5400]
+    for bad in ("soon", "0.5s", "8d", "-3"):
+        code, _, err = run(["predict", "--scenario", "utah-gpn", "--time-limit", bad], capsys)
+        one_line_error(code, err, "--time-limit")
+    code, out, err = run(["predict", "--scenario", "utah-gpn", "--technique", "data", "--time-limit", "none"], capsys)
+    assert code == 0 and "utah" in out.lower()

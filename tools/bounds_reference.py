@@ -18,6 +18,7 @@ from geosim.inputs import scenario  # noqa: E402
 from geosim.studies import convergence  # noqa: E402
 from geosim.studies.sweep.grid import MAX_GRID_POINTS, MAX_RANGE_POINTS  # noqa: E402
 from geosim.cli import flag_bounds  # noqa: E402
+from geosim.cli._process import DEFAULT_TIME_LIMIT  # noqa: E402
 from geosim.base.validate import FALLBACK, Bound  # noqa: E402
 from geosim import cost  # noqa: E402
 from geosim.studies import plan  # noqa: E402
@@ -162,6 +163,12 @@ def render() -> str:
         "in a note | issue 44: bounds the search by a count, not a clock; sized so the bench cases' and "
         "`scale:1x256x16 --technique data`'s answers do not move (`geosim/studies/plan.py` `SEARCH_BUDGET_S`; "
         "docs/results/2026-11-28-verdict-speed.md) |",
+        f"| a question (`predict`, `select`, `plan`, `trace`) | `--time-limit`, default {DEFAULT_TIME_LIMIT}: past it the "
+        "command stops wherever it is, with one line saying what it was doing (the latest progress) and what to ask "
+        "instead, exit 2 (an error document under `--json`); `--time-limit none` lifts it | issue 44 bounds a question "
+        "by 60 s: counts bound what is built, but the planner on 4,096-16,384 GPUs of one site, or a Hybrid row asked "
+        "on all of them, passed every count and ran for minutes (`geosim/cli/_process.py` `time_limit`; "
+        "docs/results/2026-11-28-time-limit.md) |",
         f"| `--draws` (predict, select, plan) | refused when its first draws say the rest would take over "
         f"{MAX_ESTIMATED_S / 3600:.0f} hour | the line says how many draws fit |",
         f"| progress | a line on stderr every {INTERVAL_S:g} s for planning, the rows `predict` is asked, draws, "

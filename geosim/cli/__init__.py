@@ -116,11 +116,16 @@ def _main(argv: list[str] | None) -> int:
     real_stdout, sys.stdout = sys.stdout, _process.GuardedStdout(sys.stdout)
     try:
         check_flags(parser, args, args._flag_bounds)  # every number in its bound before any work (geosim/base/validate.py)
-        code = int(args._run(args) or 0)
+        limit = _process.parse_time_limit(args.time_limit) if hasattr(args, "time_limit") else None
+        with _process.time_limit(limit):
+            code = int(args._run(args) or 0)
         sys.stdout.flush()
         _process.deferred_warnings(args)  # after the answer: a failing command prints its error alone
         return code
     except GeosimError as exc:
+        _process.print_error(args.command, exc.line(), as_json)
+        return 2
+    except _process.TimeLimit as exc:
         _process.print_error(args.command, exc.line(), as_json)
         return 2
     except _process.Terminated:

@@ -12,10 +12,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
 
 from geosim.base.errors import elide_long_words
 from geosim.base.fileio import output_error
@@ -25,6 +27,87 @@ ERROR_SCHEMA = "geosim.error/1"
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the program is, so that it unwinds as on Ctrl-C."""
+
+
+# Issue 44 bounds a question (predict, select, plan, trace) by 60 s: past its --time-limit a command stops,
+# wherever it is, and says in one line what it was doing and what to ask instead (exit 2). 55 s leaves the
+# process's start-up and exit inside the minute; `--time-limit none` lifts it for a question worth the wait.
+DEFAULT_TIME_LIMIT = "55s"
+_activity = ""  # the latest progress line's text: what the command was doing when its time ran out
+
+
+def note_activity(text: str) -> None:
+    """Progress reporters say here what the command is doing now (geosim.cli._progress, common.Progress)."""
+    global _activity
+    _activity = text
+
+
+class TimeLimit(KeyboardInterrupt):
+    """The command's --time-limit passed (SIGALRM), raised where the program is, so that it unwinds as on
+    Ctrl-C (atomic writers clean up, locks are released), then ends with one line and exit 2. A
+    KeyboardInterrupt, not an Exception: a handler of GeosimError or Exception on the way never swallows it."""
+
+    def __init__(self, seconds: float):
+        super().__init__(seconds)
+        self.seconds = seconds
+        self.activity = _activity
+
+    def line(self) -> str:
+        doing = f" ({self.activity})" if self.activity else ""
+        return (f"stopped at its time limit of {self.seconds:g} s{doing}; ask less (--technique, --hosts, "
+                "--max-gpus, fewer microbatches or layers) or give --time-limit a longer time (none: no limit)")
+
+
+def _raise_time_limit(signum, frame):
+    raise TimeLimit(_limit_s)
+
+
+_limit_s = 0.0
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None):
+    """Raise TimeLimit in this (the main) thread once `seconds` of wall time pass inside the block, and
+    every quarter second after until it is left; None or 0: no limit. Forked children do not inherit the timer."""
+    global _limit_s, _activity
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _limit_s, _activity = seconds, ""
+    previous = signal.signal(signal.SIGALRM, _raise_time_limit)
+    # then again every quarter second until the block is left: a handler that runs inside a finalizer (a
+    # generator closed by the garbage collector, a __del__) has its exception printed as unraisable and
+    # dropped, and the command would run on past its limit
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
+    previous_hook = sys.unraisablehook
+
+    def hook(unraisable):  # the dropped one is not worth a printed traceback: the next quarter second raises again
+        if not isinstance(unraisable.exc_value, TimeLimit):
+            previous_hook(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        sys.unraisablehook = previous_hook
+
+
+def parse_time_limit(text: str | None) -> float | None:
+    """--time-limit: a duration ('55s', '10min', '2h'; a bare number is seconds), or none/0 for no limit."""
+    from geosim.base.errors import GeosimError
+    import re
+
+    if text is None or text.strip().lower() in ("none", "0", "0s", "off"):
+        return None
+    match = re.fullmatch(r"\s*([0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(s|sec|m|min|h)?\s*", text)
+    if not match:
+        raise GeosimError(f"not a duration (try 55s, 10min, 2h, or none), got {text[:40]!r}", source="--time-limit")
+    seconds = float(match.group(1)) * {"s": 1, "sec": 1, None: 1, "m": 60, "min": 60, "h": 3600}[match.group(2)]
+    if not 1 <= seconds <= 7 * 86400:
+        raise GeosimError(f"must be from 1 s to 7 days (or none), got {text!r}", source="--time-limit")
+    return seconds
 
 
 _MAIN_PID: int | None = None

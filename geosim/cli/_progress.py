@@ -39,6 +39,9 @@ class Every:
             self._line(f"{summary} ({time.monotonic() - self.started:.0f} s)")
 
     def _line(self, text: str) -> None:
+        from geosim.cli._process import note_activity
+
+        note_activity(f"{self.label}: {text}")
         self.printed = True
         try:
             print(f"  {self.label}: {text}", file=sys.stderr, flush=True)

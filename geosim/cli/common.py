@@ -13,6 +13,7 @@ import time
 
 from geosim.base import plausibility
 from geosim.inputs.case import DEFAULT_NETWORK
+from geosim.cli._process import note_activity
 from geosim.cli.vocabulary import CommaList, add_renamed, meaning
 from geosim.base.errors import GeosimError
 from geosim.inputs.params import load_params
@@ -317,6 +318,15 @@ def refuse_progress(args, why: str) -> None:
             raise GeosimError(why, source=flag)
 
 
+def add_time_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """--time-limit, the same on every question (predict, select, plan, trace): geosim.cli._process.time_limit."""
+    from geosim.cli._process import DEFAULT_TIME_LIMIT
+
+    parser.add_argument("--time-limit", metavar="TIME", default=DEFAULT_TIME_LIMIT,
+                        help="stop with one line (exit 2) once the command has run this long: 55s, 10min, 2h, or "
+                             "none (default: %(default)s; a question that needs longer says what it was doing)")
+
+
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help=meaning("--json"))
 
@@ -461,6 +471,7 @@ class Progress:
     def __call__(self, done: int, total: int | None, what: str = "simulated") -> None:
         of = f" of at most {total:,}" if total is not None else ""  # None: still weighing options
         self.text = f"{what} {done:,}{of} options"
+        note_activity(f"{self.label}: {self.text}")
         if self.tty and time.monotonic() - self.started > 2:
             self._print(end="")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from geosim.inputs.case import Case
-from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
+from geosim.cli.common import (add_time_limit_argument, add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments,
                                add_renamed, answer_envelope, add_sweep_rtt_argument, add_technique_argument,
                                add_workload_arguments, check_layout_plannable, check_layout_techniques, fmt_duration,
                                chosen_techniques, layout_arguments, load_case, load_params_arg, print_json,
@@ -62,6 +62,7 @@ def add_arguments(parser) -> None:
     for extension in plan_extensions():  # a wing's own way to plan (FABRIC's: --sites)
         extension.add_arguments(parser)
     add_json_argument(parser)
+    add_time_limit_argument(parser)
     add_memory_parts_argument(parser)
 
 

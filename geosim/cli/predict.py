@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from geosim.inputs.case import Case
-from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
+from geosim.cli.common import (add_time_limit_argument, add_memory_parts_argument, memory_by_part_line, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, Progress, add_hosts_argument, add_layout_arguments, check_layout_techniques,
                                layout_arguments, technique_options, add_json_argument, add_renamed, parse_hosts, add_technique_argument, add_workload_arguments, answer_envelope,
                                ESTIMATE_NOTE, add_progress_arguments, layout_choices, check_progress_arguments, same_progress, workload_note,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, print_json,
@@ -46,6 +46,7 @@ def add_arguments(parser) -> None:
     add_hosts_argument(parser, "all,each")
     add_renamed(parser, "--all-vms-only", "--hosts all", dest="hosts", value="all")
     add_json_argument(parser)
+    add_time_limit_argument(parser)
     add_memory_parts_argument(parser)
     add_progress_arguments(parser)
     parser.add_argument("--draws", type=int, metavar="N",

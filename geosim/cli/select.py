@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 
 from geosim.inputs.case import Case
-from geosim.cli.common import (add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, LIVE_RUN_SIZE_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
+from geosim.cli.common import (add_time_limit_argument, add_memory_parts_argument, memory_by_part_line, DELTA_BOUNDS, LIVE_RUN_SIZE_BOUNDS, DRAWS_BOUNDS, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, ESTIMATE_NOTE, MEASURED_NOTE, add_json_argument, add_layout_arguments, add_renamed,
                                answer_envelope, add_sweep_rtt_argument, add_technique_argument, add_workload_arguments,
                                check_layout_plannable, check_layout_techniques, chosen_techniques, layout_arguments,
                                load_case, load_params_arg, print_json, refuse_layout, scenario_names,
@@ -62,6 +62,7 @@ def add_arguments(parser) -> None:
                         help="redo the choice (predicted probes) under N parameter draws from the fit's covariance "
                              "and say how often it wins")
     add_json_argument(parser)
+    add_time_limit_argument(parser)
     add_memory_parts_argument(parser)
 
 

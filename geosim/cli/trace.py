@@ -7,7 +7,7 @@ import json
 from geosim.inputs.case import Case
 from pathlib import Path
 
-from geosim.cli.common import (LAYOUT_BOUNDS, WORKLOAD_BOUNDS, add_hosts_argument, add_layout_arguments, check_layout_techniques, layout_arguments,
+from geosim.cli.common import (add_time_limit_argument, LAYOUT_BOUNDS, WORKLOAD_BOUNDS, add_hosts_argument, add_layout_arguments, check_layout_techniques, layout_arguments,
                                technique_options, add_json_argument, add_technique_argument, add_workload_arguments,
                                chosen_techniques, fmt_duration, load_case, load_params_arg, parse_hosts, print_json)
 from geosim.sim.engine import run_schedule
@@ -35,6 +35,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default="trace.json", help="trace file to write (default: %(default)s)")
 
     add_json_argument(parser)
+    add_time_limit_argument(parser)
 
 
 def trace_events(rows: list, devices) -> list[dict]:

@@ -52,6 +52,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--records-out": ("one", "run-records file (JSON Lines, geosim.run/1) to append the runs to (calibrate import: "
                              "to write)"),
     "--json": ("flag", "print the results as JSON instead of tables"),
+    "--time-limit": ("one", "wall time after which a question stops with one line, exit 2 (a duration, or none)"),
     "--out": ("one", "file to write"),
     "--out-dir": ("one", "directory to write into (a rerun resumes or replaces what is there, as the command says)"),
     "--sweep-dir": ("one", "a sweep's directory: sweep writes its rows there (a rerun resumes them), report reads them "
