@@ -101,7 +101,10 @@ def timed_geosim(arguments: list[str], root: Path, bench: str):
     checkout `root` (first on the path); a failure ends `bench` with its stderr. CPU from the children's
     rusage before and after; the resident peak is the largest of any child so far (Linux keeps one
     maximum for all waited children), so cases run smallest first. bench_every_row.py times with it too."""
-    command = [sys.executable, "-m", "geosim", *arguments]
+    # a bench times the whole question: the checkout's --time-limit (where it has one) is lifted
+    process = root / "geosim" / "cli" / "_process.py"
+    unlimited = ["--time-limit", "none"] if process.exists() and "DEFAULT_TIME_LIMIT" in process.read_text() else []
+    command = [sys.executable, "-m", "geosim", *arguments, *unlimited]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
