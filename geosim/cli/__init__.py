@@ -88,7 +88,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        code = _main(argv)
+        if argv is None and _process.time_limit_passed():
+            # the process itself (not a caller's main([...])): leave at once, as the limit promised; freeing
+            # the gigabyte of objects a large question holds took seconds past it under load
+            _process.exit_now(code)
+        return code
     except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) between the steps that catch it: one line, no traceback
         terminated = isinstance(exc, _process.Terminated)
         print(f"geosim: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)

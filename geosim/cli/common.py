@@ -323,7 +323,7 @@ def add_time_limit_argument(parser: argparse.ArgumentParser) -> None:
     from geosim.cli._process import DEFAULT_TIME_LIMIT
 
     parser.add_argument("--time-limit", metavar="TIME", default=DEFAULT_TIME_LIMIT,
-                        help="stop with one line (exit 2) once the command has run this long: 55s, 10min, 2h, or "
+                        help="stop with one line (exit 2) once the command has run this long: 90s, 10min, 2h, or "
                              "none (default: %(default)s; a question that needs longer says what it was doing)")
 
 
