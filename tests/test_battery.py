@@ -956,3 +956,13 @@ def test_the_time_limit_is_not_swallowed_by_handlers_of_errors_and_parses_as_a_d
         one_line_error(code, err, "--time-limit")
     code, out, err = run(["predict", "--scenario", "utah-gpn", "--technique", "data", "--time-limit", "none"], capsys)
     assert code == 0 and "utah" in out.lower()
+
+
+def test_the_geosim_process_leaves_at_once_when_its_time_limit_passes():
+    """The process itself (not main([...]) in a caller) exits as soon as the limit passed, its error document
+    flushed: freeing what a large question holds took seconds past the limit under load."""
+    started = time.monotonic()
+    code, out, err = geosim_process(["plan", "--scenario", "scale:1x1024x16", "--time-limit", "3s", "--json"])
+    assert time.monotonic() - started < 15
+    one_line_error(code, err, "time limit of 3 s")
+    assert json.loads(out)["exit"] == 2
