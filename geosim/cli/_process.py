@@ -114,18 +114,11 @@ def time_limit(seconds: float | None):
 
 def parse_time_limit(text: str | None) -> float | None:
     """--time-limit: a duration ('90s', '10min', '2h'; a bare number is seconds), or none/0 for no limit."""
-    from geosim.base.errors import GeosimError
-    import re
+    from geosim.base.units import parse_duration
 
     if text is None or text.strip().lower() in ("none", "0", "0s", "off"):
         return None
-    match = re.fullmatch(r"\s*([0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(s|sec|m|min|h)?\s*", text)
-    if not match:
-        raise GeosimError(f"not a duration (try 90s, 10min, 2h, or none), got {text[:40]!r}", source="--time-limit")
-    seconds = float(match.group(1)) * {"s": 1, "sec": 1, None: 1, "m": 60, "min": 60, "h": 3600}[match.group(2)]
-    if not 1 <= seconds <= 7 * 86400:
-        raise GeosimError(f"must be from 1 s to 7 days (or none), got {text!r}", source="--time-limit")
-    return seconds
+    return parse_duration(text, "--time-limit", bare="s", low=1.0, high=7 * 86400.0)
 
 
 _MAIN_PID: int | None = None

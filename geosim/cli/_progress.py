@@ -83,6 +83,17 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True)
 
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, text: str) -> None:  # also what a time limit's line says the command was doing
+        from geosim.cli._process import note_activity
+
+        self._phase = text
+        note_activity(f"{self.label}: {text}")
+
     def __enter__(self) -> "Heartbeat":
         self._thread.start()
         return self

@@ -463,6 +463,7 @@ class Progress:
 
         self.label, self.started, self.shown = label, time.monotonic(), False
         self.interval_s, self.text = INTERVAL_S, "weighing options"
+        note_activity(f"{label}: {self.text}")
         self.tty = _isatty(sys.stderr)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="progress", daemon=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -27,8 +26,8 @@ from geosim.predict import LongPrediction, deferring_long, predict, shared_floor
 from geosim.studies.ranking import (SAME_TIME, MeasuredOption, Option, SameProgress, choice_vs_rtt, rank, rank_key, verdict,
                                    why_algorithm1_differs)
 from geosim.studies.whatif import with_rtt
+from geosim.base import units
 from geosim.base.units import ms_to_s
-from geosim.base.validate import check_number
 from geosim.studies.select import MeasuredProbes, PredictedProbes, Selection, algorithm1, algorithm1_kinds
 from geosim.inputs.structure import structured_subsets
 from geosim.inputs.specs import Cluster, Model, Workload
@@ -328,14 +327,9 @@ def _gpus_counter(case: Case):
 
 
 def parse_duration(text: str) -> float:
-    """'36h', '90min', '5400s', '1.5d'; a bare number is hours. Returns seconds."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|sec|m|min|h|d)?\s*", text)
-    if not match:
-        raise GeosimError(f"not a duration (try 36h, 90min, 5400s), got {text!r}", source="--deadline")
-    scale = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, None: 3600, "d": 86400}[match.group(2)]
+    """--deadline: '36h', '90min', '5400s', '1.5d'; a bare number is hours. Returns seconds."""
     # a deadline of 0 would be no deadline at all; 100 years is past any training run
-    return check_number(float(match.group(1)) * scale, "--deadline", None, 0.0, 100 * 365 * 86400.0,
-                        exclusive_low=True)
+    return units.parse_duration(text, "--deadline", bare="h", low=0.0, high=100 * 365 * 86400.0, exclusive_low=True)
 
 
 @dataclass
