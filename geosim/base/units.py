@@ -19,6 +19,7 @@ import re
 from typing import Callable
 
 from geosim.base.errors import GeosimError
+from geosim.base.validate import check_number
 
 # binary sizes: a file's MiB, KiB and GiB become bytes with these, once, at the boundary
 KIB = 1024
@@ -61,9 +62,7 @@ _DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 def parse_duration(text: str, source: str, *, bare: str, low: float, high: float, exclusive_low: bool = False) -> float:
     """'36h', '90min', '5400s', '1.5d' in seconds, within [low, high]; a bare number is in the unit `bare`
     (the flag's own: hours for a training deadline, seconds for a command's time limit)."""
-    from geosim.base.validate import check_number  # validate imports this module
-
-    match = re.fullmatch(r"\s*([0-9]{1,12}(?:\.[0-9]{1,9})?|\.[0-9]{1,9})\s*(s|sec|m|min|h|d)?\s*", text)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|sec|m|min|h|d)?\s*", text)
     if not match:
         raise GeosimError(f"not a duration (try 36h, 90min, 5400s), got {text[:40]!r}", source=source)
     seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or bare]
