@@ -46,6 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default=",".join(PARTS), help="which parts to run (default: %(default)s)")
     ap.add_argument("--quick", action="store_true", help="fewer sizes in the sweeps (a smoke test)")
     ap.add_argument("--child", choices=("step", "gemms"), help=argparse.SUPPRESS)  # one measurement, in a fresh process
+    ap.add_argument("--child-out", help=argparse.SUPPRESS)  # the file the parent reads it from
     args = ap.parse_args(argv)
     if args.child:
         return child(args)
@@ -74,10 +75,10 @@ def main(argv=None) -> int:
         gemms_pending.unlink(missing_ok=True)
         for case in args.cases.split(","):
             code = run_child([sys.executable, __file__, "--child", "step", "--cases", case, "--steps", str(args.steps),
-                              "--out-dir", str(out_dir)], 240)
+                              "--child-out", str(steps_pending)], 240)
             if code != 0:
                 print(f"bench_gpu: live's step on {case} failed ({code}); going on", file=sys.stderr)
-        code = run_child([sys.executable, __file__, "--child", "gemms", "--out-dir", str(out_dir)], 120)
+        code = run_child([sys.executable, __file__, "--child", "gemms", "--child-out", str(gemms_pending)], 120)
         if code != 0:
             print(f"bench_gpu: the GEMM timings failed ({code}); going on", file=sys.stderr)
     import os
@@ -130,21 +131,18 @@ def run_child(cmd: list[str], timeout_s: int):
 
 
 def child(args) -> int:
-    """One measurement in this fresh process: live's step on one case (its record appended to the pending
-    file), or the three GEMMs (written as JSON)."""
+    """One measurement in this fresh process, into the file the parent named (--child-out): live's step on
+    one case (its record appended), or the three GEMMs (written as JSON)."""
     import json
 
     from geosim.live.experiments import device_compute
 
-    today = datetime.date.today().isoformat()
-    out_dir = Path(args.out_dir)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.child == "step":
-        device_compute.measure_steps(device_compute.parse_list(args.cases, 3, "--cases"), args.steps,
-                                     str(out_dir / f"{today}-gpu-pending.jsonl"), log)
+        device_compute.measure_steps(device_compute.parse_list(args.cases, 3, "--cases"), args.steps, args.child_out, log)
         return 0
     gemms = device_compute.time_gemms(device_compute.parse_list(device_compute.DEFAULT_GEMMS, 4, "--gemms"))
-    (out_dir / f"{today}-gemms-pending.json").write_text(json.dumps(gemms))
+    Path(args.child_out).write_text(json.dumps(gemms))
     return 0
 
 
