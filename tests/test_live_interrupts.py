@@ -164,7 +164,10 @@ def test_memory_is_checked_before_any_weight_exists(tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     (record,) = whole_lines(runs)
     assert record.status == "out-of-memory" and "before allocating" in record.error
-    assert record.measured["steps"] == 0 and record.measured["peak_memory_gib"] < 1.0
+    # The record's peak is the process's RSS, and importing JAX and Flax alone reaches about 1 GiB
+    # (1.007 GiB in a fresh CI environment), so the limit is no bound for it; the weights (6 GiB)
+    # were not allocated if the peak stayed well under their size.
+    assert record.measured["steps"] == 0 and record.measured["peak_memory_gib"] < 3.0
 
 
 def test_estimate_is_the_simulators_memory_model_and_orders_what_techniques_keep():
