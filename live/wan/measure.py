@@ -133,3 +133,19 @@ def measure_messages(wan, sizes: list[int], *, src: int = 0, dst: int = 1, repea
     finally:
         _stop(server)
     return {int(k): v for k, v in result["seconds"].items()}
+
+
+def measure_burst(wan, flows: int, size: int, *, src: int = 0, dst: int = 1, repeats: int = 5,
+                  gap_s: float = 0.3) -> list[list[float]]:
+    """`flows` connections from src to dst each send one message of `size` bytes at one instant, after
+    `gap_s` idle, and wait for its one-byte ack; per repeat, each flow's seconds to its ack (in flow
+    order). How one host's simultaneous flows share its egress: one after another, or together."""
+    server = _probe(wan, dst, "burstsink", wan.hosts[dst].address, str(flows))
+    try:
+        port = int(_readline(server, 15).split()[1])
+        budget = 30 + repeats * (gap_s + 8 * flows * size / ((wan.bandwidth_mbit or 1000) * 1e6) + 2)
+        result = _answer(wan, src, budget, "burst", wan.hosts[dst].address, str(port), str(flows), str(size),
+                         str(repeats), str(gap_s))
+    finally:
+        _stop(server)
+    return result["seconds"]

@@ -10,12 +10,17 @@ In a namespace, as separate processes:
     python -m geosim.live.wan.probe source ADDR PORT SECONDS
     python -m geosim.live.wan.probe msgsink BIND_ADDR    # acks each message: prints "ready PORT"
     python -m geosim.live.wan.probe messages ADDR PORT SIZES REPEATS GAP_S
+    python -m geosim.live.wan.probe burstsink BIND_ADDR FLOWS   # acks each flow's messages: "ready PORT"
+    python -m geosim.live.wan.probe burst ADDR PORT FLOWS SIZE REPEATS GAP_S
 
 Results are one JSON line on stdout. Between Ray nodes, in the agent's process: TcpServer
 (echo and byte sink on one port), tcp_rtt_ms and tcp_gbps. Servers bind the address they
 are given, never all interfaces. Pure standard library so the measurement does not depend
 on ping or iperf3 being installed. Every wait is bounded: a probe left behind exits by
 itself within IDLE_S.
+
+Over 400 lines: every probe is a role of this one `python -m` entry point, which a slice's
+namespaces run by name (measure.py), so the roles stay together; each is a short function.
 """
 
 from __future__ import annotations
@@ -142,7 +147,11 @@ _MSG = struct.Struct("!Q")  # a message's length, ahead of its bytes
 def msgsink(bind: str) -> None:
     """Receives length-prefixed messages on one connection and acks each with one byte once all of
     it has arrived: the sender's clock then spans the message's transfer plus one RTT."""
-    conn = _accept_one(bind, IDLE_S * 4)
+    _ack_each_message(_accept_one(bind, IDLE_S * 4))
+
+
+def _ack_each_message(conn: socket.socket) -> None:
+    """Until the peer closes: read a length-prefixed message whole, then ack it with one byte."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     buf = bytearray(1 << 20)
     while True:
@@ -180,6 +189,73 @@ def messages(addr: str, port: int, sizes: list[int], repeats: int, gap_s: float)
             times.append(time.perf_counter() - t0)
         out[str(size)] = times
     s.close()
+    print(json.dumps({"seconds": out}), flush=True)
+
+
+def burstsink(bind: str, flows: int) -> None:
+    """msgsink over `flows` connections at once, one thread each (a receiving host's GPUs)."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((bind, 0))
+    srv.listen(flows)
+    srv.settimeout(IDLE_S)
+    print(f"ready {srv.getsockname()[1]}", flush=True)
+    conns = [srv.accept()[0] for _ in range(flows)]
+    srv.close()
+
+    def serve(conn):
+        conn.settimeout(IDLE_S * 4)
+        try:
+            _ack_each_message(conn)
+        except OSError:  # the sender's side failed: it reports that
+            return
+
+    threads = [threading.Thread(target=serve, args=(c,), daemon=True) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def burst(addr: str, port: int, flows: int, size: int, repeats: int, gap_s: float) -> None:
+    """`flows` connections from this host; in each repeat, after `gap_s` idle, every one of them sends a
+    message of `size` bytes at one instant (a host's GPUs sending their activations or gradients
+    together) and waits for its ack: each flow's seconds from that instant to its ack, in flow order."""
+    conns = [socket.create_connection((addr, port), timeout=IDLE_S * 4) for _ in range(flows)]
+    for c in conns:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    payload = memoryview(bytearray(size))
+    head = _MSG.pack(size)
+    out: list[list[float]] = []
+    for _ in range(repeats):
+        time.sleep(gap_s)
+        go = threading.Barrier(flows + 1)
+        done = [0.0] * flows
+        errors: list[BaseException] = []
+
+        def send(i: int) -> None:
+            try:
+                go.wait()
+                conns[i].sendall(head)
+                conns[i].sendall(payload)
+                if conns[i].recv(1) != b"k":
+                    raise ConnectionError("the burst sink closed early")
+                done[i] = time.perf_counter()
+            except BaseException as exc:  # reported below, in the main thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(flows)]
+        for t in threads:
+            t.start()
+        t0 = time.perf_counter()
+        go.wait()
+        for t in threads:
+            t.join(IDLE_S * 4)
+        if errors:
+            raise errors[0]
+        out.append([d - t0 for d in done])
+    for c in conns:
+        c.close()
     print(json.dumps({"seconds": out}), flush=True)
 
 
@@ -347,6 +423,10 @@ def main(argv: list[str]) -> int:
         source(args[0], int(args[1]), float(args[2]))
     elif role == "msgsink":
         msgsink(args[0])
+    elif role == "burstsink":
+        burstsink(args[0], int(args[1]))
+    elif role == "burst":
+        burst(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]), float(args[5]))
     elif role == "messages":
         messages(args[0], int(args[1]), [int(x) for x in args[2].split(",")], int(args[3]), float(args[4]))
     else:
