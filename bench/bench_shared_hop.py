@@ -9,7 +9,7 @@ N connections between two namespaces of the WAN emulator (Linux TCP, the machine
 control, the emulator's tbf rate cap at the sender, a user-space delay), each sending one message
 of SIZE bytes at one instant after an idle gap, each timed to its one-byte ack; and the same N
 messages on geosim's TCP model of that link (the slice's tbf as the link's shaper, as
-live/experiments/runtime_validation.py states it), where they are priced one after another.
+live/experiments/runtime_validation.py states it for its message probes), where they are priced one after another.
 
     sudo python bench/bench_shared_hop.py                          # 20 ms, 200 Mbit/s, 1/2/4/8 flows of 4 MB
     sudo python bench/bench_shared_hop.py --flows 1,4 --size 1000000 --rtt-ms 40 --congestion cubic --json
@@ -35,27 +35,15 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def model_times(flows: int, size: int, rtt_ms: float, rate_gbps: float, wan, repeats: int, gap_s: float):
-    """The same bursts on geosim's TCP model: host h0's `flows` devices each send `size` bytes to their
-    peer on h1 at one instant after `gap_s` idle, `repeats` times; per repeat, each flow's seconds to
-    its ack (arrival plus the ack's one-way trip)."""
+def model_times(flows: int, size: int, rtt_ms: float, rate_gbps: float, repeats: int, gap_s: float):
+    """The same bursts on geosim's TCP model of the slice (runtime_validation.probe_network: its tbf as
+    the link's shaper, its buffers as the window): host h0's `flows` devices each send `size` bytes to
+    their peer on h1 at one instant after `gap_s` idle, `repeats` times; per repeat, each flow's seconds
+    to its ack (arrival plus the ack's one-way trip)."""
     from geosim.inputs.params import default_params
-    from geosim.inputs.scenario import scenario_from_doc
-    from geosim.live.experiments.wan_runs import shaper_table, uncapped_window_bytes
-    from geosim.sim.network.tcp import TCPNetwork
-    from geosim.techniques._base import devices_of
+    from geosim.live.experiments.runtime_validation import probe_network
 
-    doc = {"name": "burst",
-           "hosts": [{"name": "h0", "site": "s0", "gpus": ["CPU"] * flows},
-                     {"name": "h1", "site": "s1", "gpus": ["CPU"] * flows}],
-           "links": [{"between": ["h0", "h1"], "rtt_ms": rtt_ms, "bandwidth_gbps": rate_gbps,
-                      "shaper": shaper_table(wan), "window_mib": uncapped_window_bytes(wan) / 2**20}],
-           "gpus": {"CPU": {"fp16_tensor_tflops": 0.16, "fp32_tflops": 0.16, "memory_bandwidth_gbs": 20.0,
-                            "memory_gib": 24.0, "pcie_gen": 3, "architecture": "cpu"}}}
-    cluster = scenario_from_doc(doc, "bench_shared_hop").cluster
-    params = default_params().with_network("tcp", collective_step_rtts=0.0, per_message_overhead_s=0.0)
-    clock = type("Clock", (), {"now": 0.0})()
-    net = TCPNetwork(clock, cluster, params, devices_of(cluster))  # a raw message: no NCCL credits
+    net = probe_network(rate_gbps, rtt_ms, default_params(), devices_per_host=flows)
     back = net.route(0, flows).one_way_s
     now, out = 0.0, []
     for _ in range(repeats):
@@ -129,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in counts:
             before = load()
             measured = measure_burst(wan, n, args.size, repeats=args.repeats, gap_s=args.gap_s)
-            model = model_times(n, args.size, args.rtt_ms, args.rate_gbps, wan, args.repeats, args.gap_s)
+            model = model_times(n, args.size, args.rtt_ms, args.rate_gbps, args.repeats, args.gap_s)
             m, g = order_stats(measured), order_stats(model)
             row = {"flows": n, "measured": m, "geosim": g, "measured_together": m["first_s"] / m["last_s"],
                    "geosim_together": g["first_s"] / g["last_s"], "runs_s": measured, "load": before}

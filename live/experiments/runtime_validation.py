@@ -161,27 +161,31 @@ def grouped(runs: list[Run]) -> list[Run]:
     return sorted(out, key=lambda r: (r.rtt_ms, r.rate_gbps, r.loss, r.technique, r.inner_steps or 0))
 
 
+def probe_network(rate_gbps: float, rtt_ms: float, params: Params, devices_per_host: int = 1):
+    """The simulator's TCP model of a probed slice: hosts h0 and h1 (devices 0..n-1 and n..2n-1) across
+    the emulated link at (rate, RTT), stated as cluster_doc states a run's slice, for raw TCP
+    messages (no NCCL credit round trips, no collective's per-message overhead)."""
+    from geosim.sim.network.tcp import TCPNetwork
+    from geosim.techniques._base import devices_of
+
+    fake_run = Run("data", None, rate_gbps, rtt_ms, 1.0, "", {"cluster": {
+        "name": "probe", "hosts": [{"name": "h0", "site": "s0", "gpus": ["CPU"] * devices_per_host},
+                                   {"name": "h1", "site": "s1", "gpus": ["CPU"] * devices_per_host}],
+        "links": [{"between": ["h0", "h1"], "rtt_ms": rtt_ms, "bandwidth_gbps": rate_gbps}],
+        "gpus": {"CPU": {"fp16_tensor_tflops": 0.16, "fp32_tflops": 0.16, "memory_bandwidth_gbs": 20.0,
+                         "memory_gib": 24.0, "pcie_gen": 3, "architecture": "cpu"}}}})
+    cluster = scenario_from_doc(cluster_doc(fake_run), "probe").cluster
+    clock = type("Clock", (), {"now": 0.0})()
+    return TCPNetwork(clock, cluster, params.with_network("tcp", collective_step_rtts=0.0, per_message_overhead_s=0.0),
+                      devices_of(cluster))
+
+
 def probe_predictions(probes: list[dict], params: Params) -> list[dict]:
     """Each probe message (N bytes, then a one-byte ack, after an idle gap) on the simulator's TCP
     link: the same sequence of sizes and gaps on one connection."""
-    from geosim.sim.network.tcp import TCPNetwork
-    from geosim.sim.schedule import Device
-    from geosim.techniques._base import devices_of
-
     rows = []
     for probe in probes:
-        fake_run = Run("data", None, probe["rate_gbps"], probe["rtt_ms"], 1.0, "", {"cluster": {
-            "name": "probe", "hosts": [{"name": "h0", "site": "s0", "gpus": ["CPU"]},
-                                       {"name": "h1", "site": "s1", "gpus": ["CPU"]}],
-            "links": [{"between": ["h0", "h1"], "rtt_ms": probe["rtt_ms"], "bandwidth_gbps": probe["rate_gbps"]}],
-            "gpus": {"CPU": {"fp16_tensor_tflops": 0.16, "fp32_tflops": 0.16, "memory_bandwidth_gbs": 20.0,
-                             "memory_gib": 24.0, "pcie_gen": 3, "architecture": "cpu"}}}})
-        cluster = scenario_from_doc(cluster_doc(fake_run), "probe").cluster
-        devices: list[Device] = devices_of(cluster)
-        clock = type("Clock", (), {"now": 0.0})()
-        # a raw TCP message: no NCCL credit round trips, no collective's per-message overhead
-        net = TCPNetwork(clock, cluster, params.with_network("tcp", collective_step_rtts=0.0, per_message_overhead_s=0.0),
-                         devices)
+        net = probe_network(probe["rate_gbps"], probe["rtt_ms"], params)
         route = net.route(0, 1)
         now = 0.0
         for size, measured in probe["seconds"].items():
