@@ -95,17 +95,23 @@ def ping(addr: str, port: int, count: int, interval_s: float, timeout_s: float) 
     s.send(b"quit")
 
 
-def _accept_one(bind: str, timeout_s: float) -> socket.socket:
-    """Listens on `bind` (a free port, printed as 'ready PORT' for the prober) and takes one connection."""
+def _accept(bind: str, timeout_s: float, count: int = 1) -> list[socket.socket]:
+    """Listens on `bind` (a free port, printed as 'ready PORT' for the prober) and takes `count` connections."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((bind, 0))
-    srv.listen(1)
+    srv.listen(count)
     srv.settimeout(IDLE_S)
     print(f"ready {srv.getsockname()[1]}", flush=True)
-    conn, _ = srv.accept()
-    conn.settimeout(timeout_s)
-    return conn
+    conns = [srv.accept()[0] for _ in range(count)]
+    srv.close()
+    for conn in conns:
+        conn.settimeout(timeout_s)
+    return conns
+
+
+def _accept_one(bind: str, timeout_s: float) -> socket.socket:
+    return _accept(bind, timeout_s)[0]
 
 
 def sink(bind: str) -> None:
@@ -194,17 +200,9 @@ def messages(addr: str, port: int, sizes: list[int], repeats: int, gap_s: float)
 
 def burstsink(bind: str, flows: int) -> None:
     """msgsink over `flows` connections at once, one thread each (a receiving host's GPUs)."""
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((bind, 0))
-    srv.listen(flows)
-    srv.settimeout(IDLE_S)
-    print(f"ready {srv.getsockname()[1]}", flush=True)
-    conns = [srv.accept()[0] for _ in range(flows)]
-    srv.close()
+    conns = _accept(bind, IDLE_S * 4, flows)
 
     def serve(conn):
-        conn.settimeout(IDLE_S * 4)
         try:
             _ack_each_message(conn)
         except OSError:  # the sender's side failed: it reports that
@@ -253,6 +251,8 @@ def burst(addr: str, port: int, flows: int, size: int, repeats: int, gap_s: floa
             t.join(IDLE_S * 4)
         if errors:
             raise errors[0]
+        if any(t.is_alive() for t in threads):
+            raise TimeoutError(f"a flow got no ack within {IDLE_S * 4:g} s")
         out.append([d - t0 for d in done])
     for c in conns:
         c.close()
