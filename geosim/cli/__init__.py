@@ -94,9 +94,12 @@ def main(argv: list[str] | None = None) -> int:
             # the gigabyte of objects a large question holds took seconds past it under load
             _process.exit_now(code)
         return code
-    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) between the steps that catch it: one line, no traceback
-        terminated = isinstance(exc, _process.Terminated)
-        print(f"geosim: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+    except (KeyboardInterrupt, RuntimeError) as exc:  # Ctrl-C (or SIGTERM) between the steps that catch it
+        interrupt = _process.interrupt_behind(exc)
+        if interrupt is None:
+            raise  # a RuntimeError of its own: a bug to see whole
+        terminated = isinstance(interrupt, _process.Terminated)
+        print(f"geosim: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)  # one line, no traceback
         return 143 if terminated else 130
 
 

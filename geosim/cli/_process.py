@@ -29,6 +29,19 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the program is, so that it unwinds as on Ctrl-C."""
 
 
+def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (Ctrl-C, SIGTERM, the time limit) an exception was raised from, if any: Python
+    3.11 wraps what a descriptor's __set_name__ raises in a RuntimeError, so a signal that lands while a
+    dataclass is being made (importing a module at start-up) surfaces as one."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return None
+
+
 # Issue 44 bounds a question (predict, select, plan, trace) by 60 s: past its --time-limit a command stops,
 # wherever it is, and says in one line what it was doing and what to ask instead (exit 2). 50 s leaves the
 # process's start-up and exit inside the minute on a loaded machine (55 s ended at 59.6 s beside a test run);
