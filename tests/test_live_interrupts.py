@@ -70,6 +70,40 @@ def test_signal_during_start_up_leaves_a_record_or_nothing(tmp_path, sig, delay_
         assert "interrupted" in out
 
 
+class _RaisesOnSetName:
+    """A descriptor whose __set_name__ meets the signal: as a dataclass Field does when SIGTERM lands
+    while a module defining a dataclass is imported."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+    def __set_name__(self, owner, name):
+        raise self.exc
+
+
+def _a_class_made_while(exc: BaseException) -> None:
+    type("Settings", (), {"field": _RaisesOnSetName(exc)})
+
+
+def test_a_signal_inside_a_class_being_made_is_still_one_line_and_its_exit_code(monkeypatch, capsys):
+    """Python 3.11 wraps what __set_name__ raises in a RuntimeError: a SIGTERM at start-up (importing a
+    module's dataclasses) ended with that traceback and exit 1 (the start-up case above, once in a
+    whole-suite run). Now it ends as SIGTERM does; a RuntimeError of its own still shows."""
+    import geosim.cli as cli
+    from geosim.cli import _process
+
+    for exc, code, line in ((_process.Terminated(), 143, "geosim: terminated"),
+                            (KeyboardInterrupt(), 130, "geosim: interrupted")):
+        monkeypatch.setattr(cli, "build_parser", lambda command, exc=exc: _a_class_made_while(exc))
+        assert cli.main(["predict"]) == code
+        assert capsys.readouterr().err.strip().splitlines()[-1] == line
+    wrapped = RuntimeError("not an interrupt")
+    monkeypatch.setattr(cli, "build_parser", lambda command: _a_class_made_while(wrapped))
+    with pytest.raises(RuntimeError) as raised:
+        cli.main(["predict"])
+    assert _process.interrupt_behind(raised.value) is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_during_compilation_records_an_interrupted_run(tmp_path, sig):

@@ -355,40 +355,6 @@ def test_sigterm_to_a_command_is_one_line_and_under_json_one_document(tmp_path):
     assert lines == ["geosim predict: terminated"] and "Traceback" not in err
 
 
-class _RaisesOnSetName:
-    """A descriptor whose __set_name__ meets the signal: as a dataclass Field does when SIGTERM lands
-    while a module defining a dataclass is imported."""
-
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-    def __set_name__(self, owner, name):
-        raise self.exc
-
-
-def _a_class_made_while(exc: BaseException) -> None:
-    type("Settings", (), {"field": _RaisesOnSetName(exc)})
-
-
-def test_a_signal_inside_a_class_being_made_is_still_one_line_and_its_exit_code(monkeypatch, capsys):
-    """Python 3.11 wraps what __set_name__ raises in a RuntimeError: a SIGTERM at start-up (importing a
-    module's dataclasses) ended with that traceback and exit 1 (tests/test_live_interrupts.py's start-up
-    case, once in a whole-suite run). Now it ends as SIGTERM does; a RuntimeError of its own still shows."""
-    import geosim.cli as cli
-    from geosim.cli import _process
-
-    for exc, code, line in ((_process.Terminated(), 143, "geosim: terminated"),
-                            (KeyboardInterrupt(), 130, "geosim: interrupted")):
-        monkeypatch.setattr(cli, "build_parser", lambda command, exc=exc: _a_class_made_while(exc))
-        assert cli.main(["predict"]) == code
-        assert capsys.readouterr().err.strip().splitlines()[-1] == line
-    wrapped = RuntimeError("not an interrupt")
-    monkeypatch.setattr(cli, "build_parser", lambda command: _a_class_made_while(wrapped))
-    with pytest.raises(RuntimeError) as raised:
-        cli.main(["predict"])
-    assert _process.interrupt_behind(raised.value) is None
-
-
 def test_sigterm_to_a_sweep_stops_its_workers_without_tracebacks(tmp_path):
     """The pool's workers are forked from a process whose SIGTERM unwinds: they must still die at
     once when the pool terminates them, not print a traceback each."""
