@@ -110,12 +110,7 @@ def _main(argv: list[str] | None) -> int:
     command = args_given[0] if args_given and not args_given[0].startswith("-") else None
     as_json = _process.json_wanted(args_given)
     _process.terminate_as_interrupt()
-    try:
-        parser = build_parser(command)
-    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) while the subcommands load: nothing started yet
-        terminated = isinstance(exc, _process.Terminated)
-        print(f"geosim: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
-        return 143 if terminated else 130
+    parser = build_parser(command)  # Ctrl-C (or SIGTERM) while the subcommands load: main's one line
     if not _process.stdout_is_open():  # else every print is dropped and the answer is lost with exit 0
         print(f"geosim{' ' + command if command else ''}: error: stdout is closed: geosim writes its answer "
               f"there (redirect it to /dev/null to discard it)", file=sys.stderr)
