@@ -65,7 +65,8 @@ def order_stats(runs: list[list[float]]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rtt-ms", type=float, default=20.0)
-    parser.add_argument("--rate-gbps", type=float, default=0.2, help="the emulator's cap at each host's egress")
+    parser.add_argument("--bandwidth-gbps", type=float, default=0.2,
+                        help="the emulator's cap at each host's egress (as `geosim live wan up --bandwidth-gbps`)")
     parser.add_argument("--flows", default="1,2,4,8", help="flow counts, comma-separated (default %(default)s)")
     parser.add_argument("--size", type=int, default=4_000_000, help="bytes per message (default %(default)s)")
     parser.add_argument("--repeats", type=int, default=7)
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_shared_hop: {exc}", file=sys.stderr)
         return 2
     rows = []
-    with up(rtt_ms=args.rtt_ms, bandwidth_mbit=args.rate_gbps * 1000, hosts=2, ttl_s=1800,
+    with up(rtt_ms=args.rtt_ms, bandwidth_mbit=args.bandwidth_gbps * 1000, hosts=2, ttl_s=1800,
             state=str(Path("/tmp") / f"bench_shared_hop-{time.time_ns()}.json")) as wan:
         rtt = measure_rtt(wan, count=20, interval_s=0.01)["median_ms"]
         try:
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"net.ipv4.tcp_allowed_congestion_control lists ({allowed})", file=sys.stderr)
             return 2
         if not args.json:
-            print(f"emulated link: RTT {args.rtt_ms:g} ms (measured {rtt:.1f}), {args.rate_gbps * 1000:g} Mbit/s "
+            print(f"emulated link: RTT {args.rtt_ms:g} ms (measured {rtt:.1f}), {args.bandwidth_gbps * 1000:g} Mbit/s "
                   f"at the sender, {congestion}; {args.size:,} B a flow, {args.repeats} repeats after "
                   f"{args.gap_s:g} s idle; load {load()}")
             print(f"{'flows':>5} | {'measured first / middle / last (s)':>36} | {'ends together':>13} | "
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in counts:
             before = load()
             measured = measure_burst(wan, n, args.size, repeats=args.repeats, gap_s=args.gap_s)
-            model = model_times(n, args.size, args.rtt_ms, args.rate_gbps, args.repeats, args.gap_s)
+            model = model_times(n, args.size, args.rtt_ms, args.bandwidth_gbps, args.repeats, args.gap_s)
             m, g = order_stats(measured), order_stats(model)
             row = {"flows": n, "measured": m, "geosim": g, "measured_together": m["first_s"] / m["last_s"],
                    "geosim_together": g["first_s"] / g["last_s"], "runs_s": measured, "load": before}
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row['measured_together']:>13.2f} | {g['first_s']:>10.3f} / {g['last_s']:>10.3f} | "
                       f"{row['geosim_together']:>13.2f}", flush=True)
     if args.json:
-        print(json.dumps({"rtt_ms": args.rtt_ms, "measured_rtt_ms": rtt, "rate_gbps": args.rate_gbps,
+        print(json.dumps({"rtt_ms": args.rtt_ms, "measured_rtt_ms": rtt, "bandwidth_gbps": args.bandwidth_gbps,
                           "size": args.size, "repeats": args.repeats, "gap_s": args.gap_s,
                           "congestion": congestion, "rows": rows}))
     return 0
